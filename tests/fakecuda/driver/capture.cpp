@@ -1,0 +1,323 @@
+// Stream capture and the minimal graph objects it produces.
+//
+// What matters for a memory pool under test is the *legality* rules of capture, which are enforced
+// as in CUDA:
+//   * a "potentially unsafe" call (synchronization, event query, cuMemAlloc/cuMemFree) made while a
+//     conflicting capture is in progress fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+//     invalidates that capture, so cuStreamEndCapture then fails with ..._INVALIDATED;
+//   * which captures conflict follows cuThreadExchangeStreamCaptureMode: GLOBAL (default) conflicts
+//     with the thread's own non-relaxed capture and with GLOBAL captures of other threads,
+//     THREAD_LOCAL only with the thread's own, RELAXED with none;
+//   * work on a capturing stream is recorded, not executed. cuMemAllocAsync there returns graph
+//     memory that counts against capacity.
+// The graph itself is a dummy: it keeps the replayable data operations (copies, memsets, fills,
+// host functions) so cuGraphLaunch can redo them, and owns graph memory freed inside it.
+#include <algorithm>
+
+#include "driver.h"
+
+namespace fakecuda {
+namespace {
+
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+bool ValidMode(CUstreamCaptureMode mode) {
+  return mode == CU_STREAM_CAPTURE_MODE_GLOBAL || mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ||
+         mode == CU_STREAM_CAPTURE_MODE_RELAXED;
+}
+
+void EndSequence(State& s, const std::shared_ptr<Capture>& cap) {
+  for (const auto& st : cap->streams) {
+    if (st->capture == cap) st->capture.reset();
+  }
+  cap->streams.clear();
+  s.captures.erase(std::remove(s.captures.begin(), s.captures.end(), cap), s.captures.end());
+}
+
+}  // namespace
+
+CUresult CheckUnsafeCall(State& s) {
+  if (t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED || s.captures.empty()) return CUDA_SUCCESS;
+  const std::thread::id self = std::this_thread::get_id();
+  bool prohibited = false;
+  for (const auto& cap : s.captures) {
+    const bool own = cap->thread == self && cap->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+    const bool foreign_global = t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && cap->thread != self &&
+                                cap->mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    if (own || foreign_global) {
+      InvalidateCapture(s, *cap);
+      prohibited = true;
+    }
+  }
+  return prohibited ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+void InvalidateCapture(State& s, Capture& capture) {
+  (void)s;
+  capture.invalidated = true;
+}
+
+CUresult CheckLegacyImplicitDependency(State& s, Context* ctx) {
+  bool conflict = false;
+  for (const auto& st : ctx->streams) {
+    if (st->capture && st->blocking()) {
+      InvalidateCapture(s, *st->capture);
+      conflict = true;
+    }
+  }
+  return conflict ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_SUCCESS;
+}
+
+void MaybeReleaseGraph(State& s, const std::shared_ptr<Graph>& graph) {
+  if (graph->user_handle_alive || graph->execs > 0) return;
+  for (std::uintptr_t base : graph->owned_allocations) {
+    ++s.device_free_calls;
+    ReleaseRegion(s, base);
+  }
+  graph->owned_allocations.clear();
+  graph->nodes.clear();
+}
+
+void DropCapturesOfContext(State& s, Context* ctx) {
+  std::vector<std::shared_ptr<Capture>> doomed;
+  for (const auto& cap : s.captures) {
+    if (cap->origin->ctx == ctx) doomed.push_back(cap);
+  }
+  for (const auto& cap : doomed) EndSequence(s, cap);
+}
+
+}  // namespace fakecuda
+
+using namespace fakecuda;
+
+namespace {
+
+CUresult BeginCapture(CUstream hStream, CUstreamCaptureMode mode, bool ptsz) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (!ValidMode(mode)) return CUDA_ERROR_INVALID_VALUE;
+  if (st->kind == StreamKind::kLegacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (st->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  auto cap = std::make_shared<Capture>();
+  cap->id = NextId(s);
+  cap->mode = mode;
+  cap->thread = std::this_thread::get_id();
+  cap->origin = st;
+  cap->graph = std::make_shared<Graph>();
+  cap->streams.push_back(SharedStream(s, st));
+  st->capture = cap;
+  s.captures.push_back(cap);
+  return CUDA_SUCCESS;
+}
+
+CUresult EndCapture(CUstream hStream, CUgraph* phGraph, bool ptsz) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (phGraph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!st->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  const std::shared_ptr<Capture> cap = st->capture;
+  if (cap->origin != st) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  if (cap->mode != CU_STREAM_CAPTURE_MODE_RELAXED && cap->thread != std::this_thread::get_id()) {
+    return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+  }
+  EndSequence(s, cap);
+  if (cap->invalidated) {
+    *phGraph = nullptr;
+    cap->graph->user_handle_alive = false;
+    MaybeReleaseGraph(s, cap->graph);
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  s.graphs[cap->graph.get()] = cap->graph;
+  *phGraph = reinterpret_cast<CUgraph>(cap->graph.get());
+  return CUDA_SUCCESS;
+}
+
+CUresult IsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus, bool ptsz) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (captureStatus == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (st->kind == StreamKind::kLegacy) {
+    // Asking about the legacy stream while a blocking stream captures is itself an implicit
+    // dependency on the capture.
+    for (const auto& other : st->ctx->streams) {
+      if (other->capture && other->blocking()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    }
+  }
+  if (!st->capture) {
+    *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+  } else {
+    *captureStatus = st->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult GetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                        const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* num_deps, bool ptsz) {
+  CUresult r = IsCapturing(hStream, status, ptsz);
+  if (r != CUDA_SUCCESS) return r;
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult rr = ResolveStream(s, hStream, ptsz, &st); rr != CUDA_SUCCESS) return rr;
+  if (id != nullptr && st->capture) *id = st->capture->id;
+  if (graph != nullptr) *graph = st->capture ? reinterpret_cast<CUgraph>(st->capture->graph.get()) : nullptr;
+  if (deps != nullptr) *deps = nullptr;
+  if (edges != nullptr) *edges = nullptr;
+  if (num_deps != nullptr) *num_deps = 0;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream) {
+  return BeginCapture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, false);
+}
+CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream) {
+  return BeginCapture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, true);
+}
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  return BeginCapture(hStream, mode, false);
+}
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  return BeginCapture(hStream, mode, true);
+}
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) { return EndCapture(hStream, phGraph, false); }
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  return EndCapture(hStream, phGraph, true);
+}
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return IsCapturing(hStream, captureStatus, false);
+}
+CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return IsCapturing(hStream, captureStatus, true);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                           cuuint64_t* id_out, CUgraph* graph_out,
+                                           const CUgraphNode** dependencies_out, size_t* numDependencies_out) {
+  return GetCaptureInfo(hStream, captureStatus_out, id_out, graph_out, dependencies_out, nullptr,
+                        numDependencies_out, false);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                                cuuint64_t* id_out, CUgraph* graph_out,
+                                                const CUgraphNode** dependencies_out, size_t* numDependencies_out) {
+  return GetCaptureInfo(hStream, captureStatus_out, id_out, graph_out, dependencies_out, nullptr,
+                        numDependencies_out, true);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                           cuuint64_t* id_out, CUgraph* graph_out,
+                                           const CUgraphNode** dependencies_out, const CUgraphEdgeData** edgeData_out,
+                                           size_t* numDependencies_out) {
+  return GetCaptureInfo(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+                        numDependencies_out, false);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                                cuuint64_t* id_out, CUgraph* graph_out,
+                                                const CUgraphNode** dependencies_out,
+                                                const CUgraphEdgeData** edgeData_out, size_t* numDependencies_out) {
+  return GetCaptureInfo(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+                        numDependencies_out, true);
+}
+
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (mode == nullptr || !ValidMode(*mode)) return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, t_capture_mode);
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graphs (minimal)
+// ---------------------------------------------------------------------------------------------
+
+CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  if (phGraph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  auto g = std::make_shared<Graph>();
+  s.graphs[g.get()] = g;
+  *phGraph = reinterpret_cast<CUgraph>(g.get());
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  auto it = s.graphs.find(hGraph);
+  if (it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Graph> g = it->second;
+  s.graphs.erase(it);
+  g->user_handle_alive = false;
+  MaybeReleaseGraph(s, g);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long long flags) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  (void)flags;
+  auto it = s.graphs.find(hGraph);
+  if (phGraphExec == nullptr || it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
+  auto exec = std::make_shared<GraphExec>();
+  exec->graph = it->second;
+  ++exec->graph->execs;
+  s.graph_execs[exec.get()] = exec;
+  *phGraphExec = reinterpret_cast<CUgraphExec>(exec.get());
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  auto it = s.graph_execs.find(hGraphExec);
+  if (it == s.graph_execs.end()) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Graph> g = it->second->graph;
+  s.graph_execs.erase(it);
+  --g->execs;
+  MaybeReleaseGraph(s, g);
+  return CUDA_SUCCESS;
+}
+
+namespace {
+CUresult GraphLaunch(CUgraphExec hGraphExec, CUstream hStream, bool ptsz) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  auto it = s.graph_execs.find(hGraphExec);
+  if (it == s.graph_execs.end()) return CUDA_ERROR_INVALID_VALUE;
+  // Copy the nodes: the graph may be destroyed while the launch is still queued.
+  std::vector<std::function<void()>> nodes = it->second->graph->nodes;
+  SubmitOptions opts;
+  opts.replayable = true;
+  return Submit(s, st, [nodes = std::move(nodes)] {
+    for (const auto& node : nodes) node();
+  }, std::move(opts));
+}
+}  // namespace
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) { return GraphLaunch(hGraphExec, hStream, false); }
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return GraphLaunch(hGraphExec, hStream, true);
+}
+
+CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                                        size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
+  (void)phGraphNode, (void)hGraph, (void)dependencies, (void)numDependencies, (void)nodeParams;
+  return CUDA_ERROR_NOT_SUPPORTED;  // explicit graph construction is out of scope for the fake
+}
+
+CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  return GetDevice(s, device, &d);
+}

@@ -1,0 +1,49 @@
+// Configuration of the simulated CUDA device, read once from the environment.
+//
+// This header is deliberately free of CUDA types so that the parsers can be unit-tested on their own
+// (the test program compiles config.cpp directly).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+namespace fakecuda {
+
+struct Config {
+  // FAKECUDA_DEVICES: number of simulated devices.
+  int devices = 1;
+  // FAKECUDA_MEM: capacity of each device in bytes.
+  std::size_t capacity = std::size_t{16} << 30;
+  // FAKECUDA_FAIL_ALLOC: 1-based indices of device-memory allocation calls that fail with
+  // CUDA_ERROR_OUT_OF_MEMORY (counted across every device-memory allocation entry point).
+  std::set<std::uint64_t> fail_alloc;
+  // FAKECUDA_CONTEXT_MEM: bytes charged to a device when its primary context becomes active.
+  std::size_t context_mem = 0;
+};
+
+inline constexpr int kMaxDevices = 64;
+
+// "16GiB", "512MiB", "1G", "4096", "1.5GiB". K/M/G/T with or without "iB" are binary (1024-based);
+// "KB"/"MB"/"GB"/"TB" are decimal. Case-insensitive units. nullopt on malformed input or overflow.
+std::optional<std::size_t> ParseSize(std::string_view text);
+
+// "3" or "3,7,12" (spaces allowed around numbers). Every entry must be a positive integer.
+std::optional<std::set<std::uint64_t>> ParseIndexList(std::string_view text);
+
+// Strict positive integer.
+std::optional<long long> ParseInt(std::string_view text);
+
+// Builds a Config from a getenv-like lookup. Invalid values are reported on `err` as lines starting
+// with "fakecuda: " and replaced by the default.
+using EnvLookup = const char* (*)(const char* name);
+Config LoadConfig(EnvLookup lookup, std::string* err);
+
+// The process-wide configuration: read from the real environment on first use, never re-read.
+// Diagnostics go to stderr.
+const Config& GetConfig();
+
+}  // namespace fakecuda

@@ -1,0 +1,385 @@
+// Initialization, device queries and primary contexts.
+//
+// Only primary contexts exist (one per device, what the runtime uses). Each thread has a context
+// stack like the real driver; cuCtxSetCurrent replaces its top.
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "driver.h"
+
+namespace fakecuda {
+namespace {
+
+thread_local std::vector<Context*> t_context_stack;
+
+// fork(): the child inherits our memory but none of the worker threads, so a child of a process
+// that initialized the device must not use it (real CUDA behaves the same). Holding the state mutex
+// across fork() guarantees that the child sees it unlocked and consistent, so it cannot deadlock.
+void AtForkPrepare() { GetState().mu.lock(); }
+void AtForkParent() { GetState().mu.unlock(); }
+void AtForkChild() {
+  State& s = GetState();
+  if (s.initialized) s.unusable_after_fork = true;
+  s.mu.unlock();
+}
+
+CUresult ActivatePrimary(State& s, Device& dev) {
+  Context& ctx = dev.primary;
+  if (ctx.active) return CUDA_SUCCESS;
+  if (CUresult r = EnsureArena(dev); r != CUDA_SUCCESS) return r;
+  // FAKECUDA_CONTEXT_MEM: memory that no allocation call explains, like the real context's
+  // code, local memory and heap reservations.
+  if (CUresult r = ChargeDevice(dev, GetConfig().context_mem); r != CUDA_SUCCESS) return r;
+  ctx.active = true;
+  (void)s;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+State& GetState() {
+  static State* state = [] {
+    auto* s = new State();
+    const Config& cfg = GetConfig();
+    for (int i = 0; i < cfg.devices; ++i) {
+      auto dev = std::make_unique<Device>();
+      dev->ordinal = i;
+      dev->capacity = cfg.capacity;
+      dev->primary.device = i;
+      dev->default_pool.device = i;
+      dev->default_pool.is_default = true;
+      s->devices.push_back(std::move(dev));
+    }
+    return s;
+  }();
+  return *state;
+}
+
+CUresult CheckInitialized(const State& s) {
+  if (!s.initialized || s.unusable_after_fork) return CUDA_ERROR_NOT_INITIALIZED;
+  return CUDA_SUCCESS;
+}
+
+CUresult CurrentContext(State& s, Context** out) {
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  if (t_context_stack.empty() || t_context_stack.back() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* ctx = t_context_stack.back();
+  // A primary context that was reset (or released to zero) stays current but is unusable until
+  // it is retained again, which is what CUDA_ERROR_CONTEXT_IS_DESTROYED describes.
+  if (!ctx->active) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *out = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult GetDevice(State& s, CUdevice dev, Device** out) {
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  if (dev < 0 || dev >= static_cast<int>(s.devices.size())) return CUDA_ERROR_INVALID_DEVICE;
+  *out = s.devices[static_cast<std::size_t>(dev)].get();
+  return CUDA_SUCCESS;
+}
+
+Device& DeviceOf(State& s, const Context* ctx) { return *s.devices[static_cast<std::size_t>(ctx->device)]; }
+
+Context* ContextFromHandle(State& s, CUcontext h) {
+  for (auto& dev : s.devices) {
+    if (reinterpret_cast<CUcontext>(&dev->primary) == h) return &dev->primary;
+  }
+  return nullptr;
+}
+
+void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx) {
+  if (!ctx->active) return;
+  // Let queued work finish first: it may still write into memory we are about to release.
+  SyncContext(s, lk, ctx);
+  if (!ctx->active) return;  // another thread finished the job while we waited
+
+  DropCapturesOfContext(s, ctx);
+  std::vector<std::shared_ptr<Stream>> streams = ctx->streams;
+  for (const auto& st : streams) RetireStream(s, st);
+  ctx->legacy.reset();
+  ctx->per_thread.clear();
+  for (auto it = s.events.begin(); it != s.events.end();) {
+    it = (it->second->ctx == ctx) ? s.events.erase(it) : std::next(it);
+  }
+  std::vector<std::uintptr_t> owned;
+  for (const auto& [base, region] : s.regions) {
+    if (region.ctx == ctx) owned.push_back(base);
+  }
+  for (std::uintptr_t base : owned) ReleaseRegion(s, base);
+
+  Device& dev = DeviceOf(s, ctx);
+  UnchargeDevice(dev, GetConfig().context_mem);
+  ctx->active = false;
+  ctx->retain_count = 0;
+}
+
+}  // namespace fakecuda
+
+using namespace fakecuda;
+
+// ---------------------------------------------------------------------------------------------
+// Initialization and versions
+// ---------------------------------------------------------------------------------------------
+
+CUresult CUDAAPI cuInit(unsigned int Flags) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (s.unusable_after_fork) return CUDA_ERROR_NOT_INITIALIZED;
+  if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!s.initialized) {
+    pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
+    s.initialized = true;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int* driverVersion) {
+  if (driverVersion == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *driverVersion = kDriverVersion;
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Devices
+// ---------------------------------------------------------------------------------------------
+
+CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Device* dev = nullptr;
+  if (CUresult r = GetDevice(s, ordinal, &dev); r != CUDA_SUCCESS) return r;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int* count) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  *count = static_cast<int>(s.devices.size());
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(name, static_cast<std::size_t>(len), "fakecuda simulated GPU %d", dev);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *bytes = d->capacity;
+  return CUDA_SUCCESS;
+}
+
+namespace {
+void FillUuid(CUuuid* uuid, CUdevice dev) {
+  // Stable, recognisable UUID: "fakecuda" + device ordinal.
+  std::memset(uuid->bytes, 0, sizeof(uuid->bytes));
+  std::memcpy(uuid->bytes, "fakecuda", 8);
+  uuid->bytes[15] = static_cast<char>(dev);
+}
+}  // namespace
+
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  FillUuid(uuid, dev);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return cuDeviceGetUuid(uuid, dev); }
+
+CUresult CUDAAPI cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(pciBusId, static_cast<std::size_t>(len), "0000:%02x:00.0", dev + 1);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  if (pi == nullptr || attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+  // Values of an H100-like part where tests or allocators might look; everything else reads 0.
+  switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = 132; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *pi = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *pi = 1980000; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *pi = 2619000; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *pi = 5120; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *pi = 50 << 20; break;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *pi = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *pi = 512; break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *pi = 32; break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *pi = 2; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = dev + 1; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+      *pi = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: *pi = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR; break;
+    default: *pi = 0; break;
+  }
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Primary contexts
+// ---------------------------------------------------------------------------------------------
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = ActivatePrimary(s, *d); r != CUDA_SUCCESS) return r;
+  ++d->primary.retain_count;
+  *pctx = reinterpret_cast<CUcontext>(&d->primary);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  State& s = GetState();
+  std::unique_lock lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  if (d->primary.retain_count <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--d->primary.retain_count == 0) DeactivateContext(s, lk, &d->primary);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  State& s = GetState();
+  std::unique_lock lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  DeactivateContext(s, lk, &d->primary);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = d->primary.flags;
+  *active = d->primary.active ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  d->primary.flags = flags;
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Current context
+// ---------------------------------------------------------------------------------------------
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = t_context_stack.empty() ? nullptr : reinterpret_cast<CUcontext>(t_context_stack.back());
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr) {
+    if (!t_context_stack.empty()) t_context_stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  Context* c = ContextFromHandle(s, ctx);
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (t_context_stack.empty()) {
+    t_context_stack.push_back(c);
+  } else {
+    t_context_stack.back() = c;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  Context* c = ContextFromHandle(s, ctx);
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  t_context_stack.push_back(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  if (t_context_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx != nullptr) *pctx = reinterpret_cast<CUcontext>(t_context_stack.back());
+  t_context_stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *device = ctx->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void) {
+  State& s = GetState();
+  std::unique_lock lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  ++s.device_syncs;
+  SyncContext(s, lk, ctx);
+  return CUDA_SUCCESS;
+}

@@ -1,0 +1,227 @@
+// Backing store and bookkeeping of simulated device memory.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+
+#include "driver.h"
+
+namespace fakecuda {
+namespace {
+
+std::size_t PageSize() {
+  static const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+bool IsArenaKind(RegionKind k) {
+  return k == RegionKind::kDeviceMalloc || k == RegionKind::kDeviceAsync || k == RegionKind::kGraph;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Arena
+// ---------------------------------------------------------------------------------------------
+
+bool Arena::Init(int device, std::size_t capacity) {
+  const std::string name = "fakecuda-device" + std::to_string(device);
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+  if (fd < 0) return false;
+  // Sparse: no RAM is used until a page is written.
+  if (ftruncate(fd, static_cast<off_t>(capacity)) != 0) {
+    close(fd);
+    return false;
+  }
+  // Reserve capacity + one granule so the mapping can start on a 2 MiB boundary, like real device
+  // addresses, then map the memfd over the aligned part and give back the slack.
+  const std::size_t span = capacity + kGranularity;
+  void* reserve = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (reserve == MAP_FAILED) {
+    close(fd);
+    return false;
+  }
+  const auto start = reinterpret_cast<std::uintptr_t>(reserve);
+  const std::uintptr_t aligned = RoundUp(start, kGranularity);
+  void* mapped = mmap(reinterpret_cast<void*>(aligned), capacity, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, 0);
+  if (mapped == MAP_FAILED) {
+    munmap(reserve, span);
+    close(fd);
+    return false;
+  }
+  if (aligned > start) munmap(reserve, aligned - start);
+  const std::uintptr_t end = aligned + capacity;
+  if (start + span > end) munmap(reinterpret_cast<void*>(end), start + span - end);
+
+  fd_ = fd;
+  base_ = aligned;
+  size_ = capacity;
+  free_.clear();
+  free_[0] = capacity;
+  return true;
+}
+
+std::optional<std::size_t> Arena::Carve(std::size_t size) {
+  // First fit in address order: simple, and it reuses freed addresses quickly, which is what makes
+  // use-after-free by a pool visible in tests.
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < size) continue;
+    const std::size_t offset = it->first;
+    const std::size_t rest = it->second - size;
+    free_.erase(it);
+    if (rest > 0) free_[offset + size] = rest;
+    return offset;
+  }
+  return std::nullopt;
+}
+
+void Arena::Release(std::size_t offset, std::size_t size) {
+  // Return the pages to the system; partial pages at the ends are zeroed, not freed, which leaves
+  // neighbouring allocations untouched.
+  fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset), static_cast<off_t>(size));
+
+  auto next = free_.lower_bound(offset);
+  std::size_t start = offset;
+  std::size_t length = size;
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      start = prev->first;
+      length += prev->second;
+      free_.erase(prev);
+    }
+  }
+  if (next != free_.end() && next->first == offset + size) {
+    length += next->second;
+    free_.erase(next);
+  }
+  free_[start] = length;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Capacity and call accounting
+// ---------------------------------------------------------------------------------------------
+
+bool CountAllocCallAndCheckFailure(State& s) {
+  ++s.device_alloc_calls;
+  return GetConfig().fail_alloc.count(s.device_alloc_calls) != 0;
+}
+
+CUresult ChargeDevice(Device& dev, std::size_t bytes) {
+  if (bytes > dev.capacity - dev.used) return CUDA_ERROR_OUT_OF_MEMORY;
+  dev.used += bytes;
+  return CUDA_SUCCESS;
+}
+
+void UnchargeDevice(Device& dev, std::size_t bytes) { dev.used -= std::min(bytes, dev.used); }
+
+CUresult EnsureArena(Device& dev) {
+  if (dev.arena.ready()) return CUDA_SUCCESS;
+  if (!dev.arena.Init(dev.ordinal, dev.capacity)) {
+    std::fprintf(stderr, "fakecuda: cannot create the memory of device %d: errno %d\n", dev.ordinal, errno);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Regions
+// ---------------------------------------------------------------------------------------------
+
+CUresult AllocateArenaRegion(State& s, Context* ctx, std::size_t size, RegionKind kind, MemPool* pool,
+                             std::uintptr_t* out) {
+  Device& dev = DeviceOf(s, ctx);
+  if (CUresult r = EnsureArena(dev); r != CUDA_SUCCESS) return r;
+  if (size > dev.capacity) return CUDA_ERROR_OUT_OF_MEMORY;
+  const std::size_t charged = RoundUp(size, kAllocAlignment);
+  if (CUresult r = ChargeDevice(dev, charged); r != CUDA_SUCCESS) return r;
+  std::optional<std::size_t> offset = dev.arena.Carve(charged);
+  if (!offset) {  // fragmented: capacity is there but no contiguous range
+    UnchargeDevice(dev, charged);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  Region r;
+  r.base = dev.arena.base() + *offset;
+  r.size = size;
+  r.kind = kind;
+  r.device = ctx->device;
+  r.ctx = ctx;
+  r.buffer_id = NextId(s);
+  r.arena_offset = *offset;
+  r.charged = charged;
+  r.pool = pool;
+  s.regions[r.base] = r;
+  *out = r.base;
+  return CUDA_SUCCESS;
+}
+
+CUresult AllocateHostRegion(State& s, Context* ctx, std::size_t size, RegionKind kind, std::uintptr_t* out) {
+  const std::size_t length = RoundUp(size, PageSize());
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  Region r;
+  r.base = reinterpret_cast<std::uintptr_t>(p);
+  r.size = size;
+  r.kind = kind;
+  r.device = ctx->device;
+  r.ctx = ctx;
+  r.buffer_id = NextId(s);
+  r.map_base = r.base;
+  r.map_length = length;
+  s.regions[r.base] = r;
+  *out = r.base;
+  return CUDA_SUCCESS;
+}
+
+void ReleaseRegion(State& s, std::uintptr_t base) {
+  auto it = s.regions.find(base);
+  if (it == s.regions.end()) return;
+  Region& r = it->second;
+  if (IsArenaKind(r.kind)) {
+    Device& dev = *s.devices[static_cast<std::size_t>(r.device)];
+    dev.arena.Release(r.arena_offset, r.charged);
+    UnchargeDevice(dev, r.charged);
+  } else if (r.map_length != 0) {
+    munmap(reinterpret_cast<void*>(r.map_base), r.map_length);
+  }
+  s.regions.erase(it);
+}
+
+Region* FindRegion(State& s, std::uintptr_t p) {
+  auto it = s.regions.upper_bound(p);
+  if (it == s.regions.begin()) return nullptr;
+  --it;
+  Region& r = it->second;
+  return (p - r.base < r.size) ? &r : nullptr;
+}
+
+CUresult CheckDeviceRange(State& s, std::uintptr_t p, std::size_t n) {
+  Region* r = FindRegion(s, p);
+  if (r == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const std::uintptr_t end = p + n;
+  if (end < p) return CUDA_ERROR_INVALID_VALUE;
+  // A range may run across adjacent VMM mappings (one virtual range backed by several physical
+  // chunks, e.g. PyTorch's expandable segments); anything else must stay inside its allocation.
+  while (true) {
+    if (r->kind == RegionKind::kVmmMapping && r->access == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    const std::uintptr_t r_end = r->base + r->size;
+    if (end <= r_end) return CUDA_SUCCESS;
+    if (r->kind != RegionKind::kVmmMapping) return CUDA_ERROR_INVALID_VALUE;
+    auto next = s.regions.find(r_end);
+    if (next == s.regions.end() || next->second.kind != RegionKind::kVmmMapping) return CUDA_ERROR_INVALID_VALUE;
+    r = &next->second;
+  }
+}
+
+CUresult CheckAnyRange(State& s, std::uintptr_t p, std::size_t n) {
+  if (FindRegion(s, p) == nullptr) return CUDA_SUCCESS;  // pageable host memory
+  return CheckDeviceRange(s, p, n);
+}
+
+}  // namespace fakecuda

@@ -1,0 +1,359 @@
+// Internal interface shared by the source files of the fake libcuda.so.1.
+//
+// Model: every simulated device owns a sparse memfd of `capacity` bytes mapped at a fixed address
+// range (the "arena"); device pointers are host addresses inside it, so tests can dereference them.
+// One mutex (State::mu) guards all driver bookkeeping; stream work runs on one worker thread per
+// stream *outside* that mutex. The fake favours obviously-correct locking over speed.
+//
+// Conventions:
+//   * Functions taking `State&` expect State::mu to be held by the caller, unless they also take the
+//     `std::unique_lock` (those may release it temporarily while waiting).
+//   * Exported entry points are defined under their real exported names (cuMemAlloc_v2, ...); cuda.h is
+//     included with __CUDA_API_VERSION_INTERNAL so it declares every variant without renaming macros,
+//     which also makes the compiler check our definitions against NVIDIA's prototypes.
+#pragma once
+
+#ifndef __CUDA_API_VERSION_INTERNAL
+#define __CUDA_API_VERSION_INTERNAL 1
+#endif
+#include <cuda.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "config.h"
+
+namespace fakecuda {
+
+inline constexpr int kDriverVersion = 13000;
+// cudaMalloc guarantees at least 256-byte alignment; real allocations are 512-byte aligned or better.
+inline constexpr std::size_t kAllocAlignment = 512;
+// VMM granularity (cuMemGetAllocationGranularity, minimum and recommended), as on current GPUs.
+inline constexpr std::size_t kGranularity = std::size_t{2} << 20;
+
+inline constexpr std::size_t RoundUp(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+struct Context;
+struct Stream;
+struct Event;
+struct Capture;
+struct Graph;
+struct PhysicalAllocation;
+struct MemPool;
+
+// ------------------------------------------------------------------------------------------------
+// Device memory (device_memory.cpp)
+// ------------------------------------------------------------------------------------------------
+
+// The backing store of one device: a sparse memfd of `capacity` bytes, mapped MAP_SHARED once at a
+// 2 MiB aligned address. Ranges are carved first-fit, 512-byte aligned; freed ranges get their pages
+// punched out of the memfd so RAM goes back to the system. The memfd also backs legacy IPC: another
+// process maps a range of it through /proc/<pid>/fd/<fd>.
+class Arena {
+ public:
+  bool Init(int device, std::size_t capacity);
+  bool ready() const { return base_ != 0; }
+  std::uintptr_t base() const { return base_; }
+  int fd() const { return fd_; }
+  std::optional<std::size_t> Carve(std::size_t size);  // returns an offset
+  void Release(std::size_t offset, std::size_t size);
+
+ private:
+  int fd_ = -1;
+  std::uintptr_t base_ = 0;
+  std::size_t size_ = 0;
+  std::map<std::size_t, std::size_t> free_;  // offset -> length, coalesced
+};
+
+enum class RegionKind {
+  kDeviceMalloc,  // cuMemAlloc / cuMemAllocPitch
+  kDeviceAsync,   // cuMemAllocAsync / cuMemAllocFromPoolAsync outside capture
+  kGraph,         // cuMemAllocAsync during stream capture (graph memory)
+  kManaged,       // cuMemAllocManaged
+  kPinnedHost,    // cuMemAllocHost / cuMemHostAlloc
+  kVmmMapping,    // cuMemMap of a cuMemCreate allocation
+  kIpcImport,     // cuIpcOpenMemHandle
+};
+
+// One live allocation (or mapping) in the unified address space; key of State::regions is `base`.
+struct Region {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;        // requested size (what cuMemGetAddressRange reports)
+  RegionKind kind = RegionKind::kDeviceMalloc;
+  int device = -1;             // -1: host memory without a device
+  Context* ctx = nullptr;      // owning context (nullptr for VMM mappings)
+  std::uint64_t buffer_id = 0; // CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per allocation
+  // Arena-backed kinds: location in the device memfd and the bytes charged against capacity.
+  std::size_t arena_offset = 0;
+  std::size_t charged = 0;
+  bool free_pending = false;   // cuMemFreeAsync issued (or graph free captured)
+  MemPool* pool = nullptr;
+  std::uint64_t capture_id = 0;  // kGraph: the capture sequence that allocated it
+  // kVmmMapping
+  std::shared_ptr<PhysicalAllocation> phys;
+  std::size_t phys_offset = 0;
+  std::uintptr_t reservation_base = 0;
+  std::size_t reservation_size = 0;
+  // Access granted per location (type, id) by cuMemSetAccess; `access` is the strongest of them,
+  // which is the protection the host-side mapping gets.
+  std::map<std::pair<int, int>, CUmemAccess_flags> access_by_location;
+  CUmemAccess_flags access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  // kIpcImport (and host kinds): the mmap()ed span to munmap() on release.
+  std::uintptr_t map_base = 0;
+  std::size_t map_length = 0;
+  int import_refs = 0;
+  std::uint64_t import_pid = 0, import_buffer_id = 0;
+};
+
+// ------------------------------------------------------------------------------------------------
+// Streams, events, capture (streams.cpp, events.cpp, capture.cpp)
+// ------------------------------------------------------------------------------------------------
+
+// "Wait until `stream` has completed its op number `seq`."
+struct Dep {
+  std::shared_ptr<Stream> stream;
+  std::uint64_t seq = 0;
+};
+
+struct Op {
+  std::function<void()> run;
+  std::vector<Dep> deps;
+};
+
+enum class StreamKind { kLegacy, kPerThread, kUser };
+
+struct Stream : std::enable_shared_from_this<Stream> {
+  std::uint64_t id = 0;
+  Context* ctx = nullptr;
+  StreamKind kind = StreamKind::kUser;
+  unsigned flags = 0;  // CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING
+  int priority = 0;
+  std::deque<Op> queue;       // pending ops; the front one is executing or waiting for its deps
+  std::uint64_t submitted = 0;
+  std::uint64_t completed = 0;
+  bool worker_started = false;
+  bool retired = false;       // destroyed by the user (or context reset): worker exits when drained
+  std::condition_variable wake;
+  std::shared_ptr<Capture> capture;  // set while the stream takes part in a capture sequence
+
+  // Blocking streams synchronize implicitly with the legacy default stream.
+  bool blocking() const { return kind != StreamKind::kLegacy && (flags & CU_STREAM_NON_BLOCKING) == 0; }
+  bool idle() const { return completed == submitted; }
+};
+
+struct Event {
+  Context* ctx = nullptr;
+  unsigned flags = 0;
+  bool recorded = false;          // recorded at least once outside capture
+  std::shared_ptr<Stream> stream; // stream of the last record
+  std::uint64_t seq = 0;          // op number of the last record on that stream
+  std::uint64_t generation = 0;   // bumped per record, so a stale record op does not timestamp
+  bool timestamp_valid = false;
+  std::chrono::steady_clock::time_point timestamp;
+  std::shared_ptr<Capture> capture;  // last recorded inside this capture sequence
+};
+
+// A dummy graph: what a capture recorded. Replayable data operations are kept so that a launched
+// graph does the same memory writes; graph memory freed inside the graph is owned by it.
+struct Graph {
+  std::vector<std::function<void()>> nodes;
+  std::vector<std::uintptr_t> owned_allocations;
+  bool user_handle_alive = true;
+  int execs = 0;
+};
+
+struct GraphExec {
+  std::shared_ptr<Graph> graph;
+};
+
+struct Capture {
+  std::uint64_t id = 0;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::thread::id thread;  // thread that called BeginCapture
+  Stream* origin = nullptr;
+  bool invalidated = false;
+  std::shared_ptr<Graph> graph;
+  std::vector<std::shared_ptr<Stream>> streams;  // origin plus streams that joined via events
+};
+
+// ------------------------------------------------------------------------------------------------
+// Contexts and devices (context.cpp)
+// ------------------------------------------------------------------------------------------------
+
+struct MemPool {
+  int device = 0;
+  bool is_default = false;
+};
+
+struct Context {
+  int device = 0;
+  unsigned flags = 0;
+  int retain_count = 0;
+  bool active = false;
+  std::shared_ptr<Stream> legacy;
+  std::map<std::thread::id, std::shared_ptr<Stream>> per_thread;
+  // Every stream of this context that is live or still draining after destruction.
+  std::vector<std::shared_ptr<Stream>> streams;
+};
+
+struct Device {
+  int ordinal = 0;
+  std::size_t capacity = 0;
+  std::size_t used = 0;  // bytes charged against capacity
+  Arena arena;
+  Context primary;
+  MemPool default_pool;
+  MemPool* current_pool = &default_pool;
+};
+
+// ------------------------------------------------------------------------------------------------
+// VMM (vmm.cpp)
+// ------------------------------------------------------------------------------------------------
+
+struct PhysicalAllocation {
+  unsigned long long handle = 0;
+  int fd = -1;
+  std::size_t size = 0;
+  CUmemAllocationProp prop{};
+  int device = -1;       // device ordinal for device-located allocations
+  std::size_t charged = 0;
+  int refs = 1;          // cuMemCreate/Import/Retain minus cuMemRelease
+  int mappings = 0;
+  std::uint64_t id = 0;
+};
+
+struct Reservation {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+};
+
+// ------------------------------------------------------------------------------------------------
+// Global state
+// ------------------------------------------------------------------------------------------------
+
+struct State {
+  std::mutex mu;
+  std::condition_variable progress;  // notified whenever any stream completes an op
+
+  bool initialized = false;     // cuInit succeeded
+  bool unusable_after_fork = false;
+  std::vector<std::unique_ptr<Device>> devices;
+
+  std::map<std::uintptr_t, Region> regions;
+  std::unordered_map<const void*, std::shared_ptr<Stream>> streams;
+  std::unordered_map<const void*, std::shared_ptr<Event>> events;
+  std::unordered_map<const void*, std::shared_ptr<Graph>> graphs;
+  std::unordered_map<const void*, std::shared_ptr<GraphExec>> graph_execs;
+  std::unordered_map<const void*, std::unique_ptr<MemPool>> pools;  // user-created pools
+  std::vector<std::shared_ptr<Capture>> captures;                    // capture sequences in progress
+  std::unordered_map<unsigned long long, std::shared_ptr<PhysicalAllocation>> physical;
+  std::map<std::uintptr_t, Reservation> reservations;
+
+  std::uint64_t next_id = 1;
+
+  // Accounting exposed through the fakecuda* test hooks.
+  std::uint64_t device_alloc_calls = 0;
+  std::uint64_t device_free_calls = 0;
+  std::uint64_t device_syncs = 0;
+  std::map<std::tuple<std::string, int, unsigned long long>, std::uint64_t> proc_queries;
+};
+
+// The process-wide state: created on first use, never destroyed, so that detached worker threads
+// can keep touching it while the process runs exit().
+State& GetState();
+
+// Fresh identifiers (buffer ids, stream ids, capture ids...).
+inline std::uint64_t NextId(State& s) { return s.next_id++; }
+
+// ---- context.cpp ----
+// CUDA_SUCCESS once cuInit has run in this process (and this is not a fork child of a CUDA process).
+CUresult CheckInitialized(const State& s);
+// The calling thread's current context, validated. CUDA_ERROR_INVALID_CONTEXT without one.
+CUresult CurrentContext(State& s, Context** out);
+CUresult GetDevice(State& s, CUdevice dev, Device** out);
+Device& DeviceOf(State& s, const Context* ctx);
+Context* ContextFromHandle(State& s, CUcontext h);
+
+// ---- device_memory.cpp ----
+// Counts one device-memory allocation call (the FAKECUDA_FAIL_ALLOC counter) and returns true if
+// this call must fail with CUDA_ERROR_OUT_OF_MEMORY.
+bool CountAllocCallAndCheckFailure(State& s);
+CUresult ChargeDevice(Device& dev, std::size_t bytes);
+void UnchargeDevice(Device& dev, std::size_t bytes);
+CUresult EnsureArena(Device& dev);
+// Carves device memory from the arena and registers a region of `kind`.
+CUresult AllocateArenaRegion(State& s, Context* ctx, std::size_t size, RegionKind kind, MemPool* pool,
+                             std::uintptr_t* out);
+// Host-memory backed kinds (managed, pinned host).
+CUresult AllocateHostRegion(State& s, Context* ctx, std::size_t size, RegionKind kind, std::uintptr_t* out);
+// Releases an arena/host region and forgets it.
+void ReleaseRegion(State& s, std::uintptr_t base);
+// The region containing address p, or nullptr.
+Region* FindRegion(State& s, std::uintptr_t p);
+// [p, p+n) must lie in one region the device may access (mapped, with access granted).
+CUresult CheckDeviceRange(State& s, std::uintptr_t p, std::size_t n);
+// Like CheckDeviceRange for pointers inside a known region; pointers outside all regions are
+// treated as pageable host memory and accepted.
+CUresult CheckAnyRange(State& s, std::uintptr_t p, std::size_t n);
+
+// ---- streams.cpp ----
+// Maps a handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream) to a stream of the
+// current context. `per_thread_default` selects what 0 means (true for the _ptsz/_ptds variants).
+CUresult ResolveStream(State& s, CUstream h, bool per_thread_default, Stream** out);
+Stream* LegacyStream(State& s, Context* ctx);
+Stream* PerThreadStream(State& s, Context* ctx);
+std::shared_ptr<Stream> SharedStream(State& s, Stream* stream);
+std::shared_ptr<Stream> CreateStream(State& s, Context* ctx, StreamKind kind, unsigned flags, int priority);
+
+struct SubmitOptions {
+  bool replayable = false;        // kept in the graph when the stream is capturing
+  std::vector<Dep> extra_deps;    // e.g. cuStreamWaitEvent
+};
+// Enqueues `run` on `stream` in stream order, applying the legacy-default-stream rules. A capturing
+// stream records the op instead (replayable ops only) and never runs it.
+CUresult Submit(State& s, Stream* stream, std::function<void()> run, SubmitOptions opts = {});
+// Enqueues and waits for completion (synchronous copies and memsets).
+CUresult SubmitAndWait(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run);
+void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, const std::shared_ptr<Stream>& stream,
+                   std::uint64_t seq);
+// Waits until every stream of the context (or of the device) has drained.
+void SyncContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx);
+void SyncDevice(State& s, std::unique_lock<std::mutex>& lk, int device);
+void SyncAllDevices(State& s, std::unique_lock<std::mutex>& lk);
+// Marks a stream destroyed; its worker exits once the queue drains.
+void RetireStream(State& s, const std::shared_ptr<Stream>& stream);
+
+// ---- capture.cpp ----
+// Applies the stream-capture interaction rules (cuThreadExchangeStreamCaptureMode) to a
+// "potentially unsafe" call made by this thread: synchronization, cuMemAlloc/cuMemFree, event
+// queries. If prohibited, invalidates the offending capture sequences and returns
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+CUresult CheckUnsafeCall(State& s);
+void InvalidateCapture(State& s, Capture& capture);
+// Work on the legacy stream may not depend on a capturing blocking stream: invalidates and returns
+// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT when it would.
+CUresult CheckLegacyImplicitDependency(State& s, Context* ctx);
+// Releases graph memory owned by a graph that is no longer referenced.
+void MaybeReleaseGraph(State& s, const std::shared_ptr<Graph>& graph);
+// Ends every capture sequence that involves a stream of `ctx` (context reset).
+void DropCapturesOfContext(State& s, Context* ctx);
+
+// ---- context.cpp ----
+// Frees everything owned by a primary context (streams, events, memory) and marks it inactive.
+void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx);
+
+}  // namespace fakecuda

@@ -1,0 +1,332 @@
+// Allocation entry points: cuMemAlloc family, managed and pinned host memory, stream-ordered
+// allocation and memory pools.
+//
+// Every device-memory allocation call goes through CountAllocCallAndCheckFailure, which numbers the
+// calls (fakecudaDriverAllocCount) and implements FAKECUDA_FAIL_ALLOC.
+#include "driver.h"
+
+namespace fakecuda {
+namespace {
+
+bool IsFreeableDeviceKind(RegionKind k) {
+  return k == RegionKind::kDeviceMalloc || k == RegionKind::kDeviceAsync || k == RegionKind::kGraph;
+}
+
+MemPool* LookupPool(State& s, CUmemoryPool pool) {
+  for (auto& dev : s.devices) {
+    if (reinterpret_cast<CUmemoryPool>(&dev->default_pool) == pool) return &dev->default_pool;
+  }
+  auto it = s.pools.find(pool);
+  return it == s.pools.end() ? nullptr : it->second.get();
+}
+
+CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, bool explicit_pool, CUstream hStream,
+                    bool ptsz) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  MemPool* mp = nullptr;
+  if (explicit_pool) {
+    mp = LookupPool(s, pool);
+    if (mp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  } else {
+    mp = DeviceOf(s, st->ctx).current_pool;
+  }
+  if (st->capture && st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  if (CountAllocCallAndCheckFailure(s)) return CUDA_ERROR_OUT_OF_MEMORY;
+  // The fake allocates immediately; that is always a legal implementation of stream order.
+  // Captured allocations become graph memory, owned by the graph if it also frees them.
+  const RegionKind kind = st->capture ? RegionKind::kGraph : RegionKind::kDeviceAsync;
+  std::uintptr_t base = 0;
+  if (CUresult r = AllocateArenaRegion(s, st->ctx, bytesize, kind, mp, &base); r != CUDA_SUCCESS) return r;
+  if (st->capture) s.regions[base].capture_id = st->capture->id;
+  *dptr = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult FreeAsync(CUdeviceptr dptr, CUstream hStream, bool ptsz) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  auto it = s.regions.find(dptr);
+  if (it == s.regions.end() || !IsFreeableDeviceKind(it->second.kind) || it->second.free_pending) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Region& region = it->second;
+  const std::uintptr_t base = region.base;
+  const std::uint64_t buffer_id = region.buffer_id;
+  // Releases the allocation when the op runs, unless it is gone already (context reset).
+  auto release = [base, buffer_id] {
+    State& state = GetState();
+    std::lock_guard inner(state.mu);
+    auto r = state.regions.find(base);
+    if (r != state.regions.end() && r->second.buffer_id == buffer_id && r->second.free_pending) {
+      ReleaseRegion(state, base);
+    }
+  };
+
+  if (st->capture) {
+    const std::shared_ptr<Capture> cap = st->capture;
+    if (cap->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    region.free_pending = true;
+    ++s.device_free_calls;
+    if (region.kind == RegionKind::kGraph && region.capture_id == cap->id) {
+      // Allocated and freed inside the same graph: the graph owns it until destroyed.
+      cap->graph->owned_allocations.push_back(base);
+    } else {
+      // Memory from outside the graph is freed when the graph is launched.
+      cap->graph->nodes.push_back(release);
+    }
+    return CUDA_SUCCESS;
+  }
+  region.free_pending = true;
+  if (CUresult r = Submit(s, st, release); r != CUDA_SUCCESS) {
+    region.free_pending = false;
+    return r;
+  }
+  ++s.device_free_calls;
+  return CUDA_SUCCESS;
+}
+
+CUresult HostAlloc(void** pp, size_t bytesize, unsigned int flags) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  constexpr unsigned kValid = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+  if (pp == nullptr || bytesize == 0 || (flags & ~kValid) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  std::uintptr_t base = 0;
+  if (CUresult r = AllocateHostRegion(s, ctx, bytesize, RegionKind::kPinnedHost, &base); r != CUDA_SUCCESS) return r;
+  *pp = reinterpret_cast<void*>(base);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+}  // namespace fakecuda
+
+using namespace fakecuda;
+
+CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  const Device& dev = DeviceOf(s, ctx);
+  // Null outputs are legal: real programs ask for only one of the two.
+  if (free != nullptr) *free = dev.capacity - dev.used;
+  if (total != nullptr) *total = dev.capacity;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  if (CountAllocCallAndCheckFailure(s)) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::uintptr_t base = 0;
+  if (CUresult r = AllocateArenaRegion(s, ctx, bytesize, RegionKind::kDeviceMalloc, nullptr, &base);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  *dptr = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
+                                    unsigned int ElementSizeBytes) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  if (dptr == nullptr || pPitch == nullptr || WidthInBytes == 0 || Height == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  if (CountAllocCallAndCheckFailure(s)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const std::size_t pitch = RoundUp(WidthInBytes, kAllocAlignment);
+  if (Height > DeviceOf(s, ctx).capacity / pitch) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::uintptr_t base = 0;
+  if (CUresult r = AllocateArenaRegion(s, ctx, pitch * Height, RegionKind::kDeviceMalloc, nullptr, &base);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  *dptr = base;
+  *pPitch = pitch;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+  State& s = GetState();
+  std::unique_lock lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  auto it = s.regions.find(dptr);
+  if (it == s.regions.end() || it->second.free_pending ||
+      !(IsFreeableDeviceKind(it->second.kind) || it->second.kind == RegionKind::kManaged)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const std::uint64_t buffer_id = it->second.buffer_id;
+  const int device = it->second.device;
+  it->second.free_pending = true;  // a concurrent free of the same pointer now fails
+  ++s.device_free_calls;
+  // cuMemFree synchronizes the device: work issued earlier may still use the memory.
+  ++s.device_syncs;
+  SyncDevice(s, lk, device);
+  it = s.regions.find(dptr);
+  if (it != s.regions.end() && it->second.buffer_id == buffer_id) ReleaseRegion(s, dptr);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  if (dptr == nullptr || bytesize == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  if (CountAllocCallAndCheckFailure(s)) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Managed memory is plain host memory here and does not count against device capacity.
+  std::uintptr_t base = 0;
+  if (CUresult r = AllocateHostRegion(s, ctx, bytesize, RegionKind::kManaged, &base); r != CUDA_SUCCESS) return r;
+  *dptr = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) { return HostAlloc(pp, bytesize, 0); }
+
+CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) { return HostAlloc(pp, bytesize, Flags); }
+
+CUresult CUDAAPI cuMemFreeHost(void* p) {
+  State& s = GetState();
+  std::unique_lock lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  const auto base = reinterpret_cast<std::uintptr_t>(p);
+  auto it = s.regions.find(base);
+  if (it == s.regions.end() || it->second.kind != RegionKind::kPinnedHost || it->second.free_pending) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const std::uint64_t buffer_id = it->second.buffer_id;
+  it->second.free_pending = true;
+  // Like cuMemFree, freeing pinned memory waits for the device: copies may still read it.
+  ++s.device_syncs;
+  SyncDevice(s, lk, it->second.device);
+  it = s.regions.find(base);
+  if (it != s.regions.end() && it->second.buffer_id == buffer_id) ReleaseRegion(s, base);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  if (pdptr == nullptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  const Region* region = FindRegion(s, reinterpret_cast<std::uintptr_t>(p));
+  if (region == nullptr || region->kind != RegionKind::kPinnedHost) return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = reinterpret_cast<CUdeviceptr>(p);  // unified addressing: same address on both sides
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return AllocAsync(dptr, bytesize, nullptr, false, hStream, false);
+}
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return AllocAsync(dptr, bytesize, nullptr, false, hStream, true);
+}
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+  return AllocAsync(dptr, bytesize, pool, true, hStream, false);
+}
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                              CUstream hStream) {
+  return AllocAsync(dptr, bytesize, pool, true, hStream, true);
+}
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { return FreeAsync(dptr, hStream, false); }
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return FreeAsync(dptr, hStream, true); }
+
+// ---------------------------------------------------------------------------------------------
+// Memory pools: handles only. Freed memory goes straight back to the device (release threshold 0).
+// ---------------------------------------------------------------------------------------------
+
+CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pool_out = reinterpret_cast<CUmemoryPool>(&d->default_pool);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pool = reinterpret_cast<CUmemoryPool>(d->current_pool);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Device* d = nullptr;
+  if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  MemPool* mp = LookupPool(s, pool);
+  if (mp == nullptr || mp->device != dev) return CUDA_ERROR_INVALID_VALUE;
+  d->current_pool = mp;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  if (pool == nullptr || poolProps == nullptr || poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Device* d = nullptr;
+  if (GetDevice(s, poolProps->location.id, &d) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  auto mp = std::make_unique<MemPool>();
+  mp->device = d->ordinal;
+  *pool = reinterpret_cast<CUmemoryPool>(mp.get());
+  s.pools[mp.get()] = std::move(mp);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  auto it = s.pools.find(pool);
+  if (it == s.pools.end()) return CUDA_ERROR_INVALID_VALUE;  // includes default pools
+  for (auto& dev : s.devices) {
+    if (dev->current_pool == it->second.get()) dev->current_pool = &dev->default_pool;
+  }
+  // Allocations keep a dangling pool pointer only for CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE; clear it.
+  for (auto& [base, region] : s.regions) {
+    if (region.pool == it->second.get()) region.pool = nullptr;
+  }
+  s.pools.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  (void)minBytesToKeep;
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  return LookupPool(s, pool) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}

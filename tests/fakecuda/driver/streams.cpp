@@ -1,0 +1,314 @@
+// Streams: ordered queues of host-side "device work", one worker thread per stream.
+//
+// Ordering is expressed as dependencies between op numbers: op k of stream S is done once
+// S.completed >= k. The legacy default stream rules become dependencies added at submit time:
+//   * work on the legacy stream waits for everything already submitted to every blocking stream
+//     of the context;
+//   * work on a blocking stream waits for everything already submitted to the legacy stream.
+// Non-blocking streams (CU_STREAM_NON_BLOCKING) get neither. The per-thread default stream is an
+// ordinary blocking stream, one per (thread, context).
+//
+// Worker threads are created lazily on first submit and detached. All state they touch is never
+// destroyed (GetState() leaks it on purpose), so a process may exit() with work still queued:
+// exit_group simply ends the workers.
+#include <pthread.h>
+
+#include <algorithm>
+
+#include "driver.h"
+
+namespace fakecuda {
+namespace {
+
+bool DepsSatisfied(const std::vector<Dep>& deps) {
+  return std::all_of(deps.begin(), deps.end(), [](const Dep& d) { return d.stream->completed >= d.seq; });
+}
+
+void ForgetStream(Context* ctx, const Stream* stream) {
+  auto& v = ctx->streams;
+  v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& p) { return p.get() == stream; }), v.end());
+}
+
+void WorkerMain(std::shared_ptr<Stream> stream) {
+  pthread_setname_np(pthread_self(), "fakecuda-strm");
+  State& s = GetState();
+  std::unique_lock lk(s.mu);
+  while (true) {
+    stream->wake.wait(lk, [&] { return !stream->queue.empty() || stream->retired; });
+    if (stream->queue.empty()) break;  // retired and drained
+    // References to deque elements survive push_back by submitters; only this thread pops.
+    Op& op = stream->queue.front();
+    s.progress.wait(lk, [&] { return DepsSatisfied(op.deps); });
+    std::function<void()> run = std::move(op.run);
+    op.deps.clear();
+    lk.unlock();
+    if (run) run();
+    run = nullptr;
+    lk.lock();
+    stream->queue.pop_front();
+    ++stream->completed;
+    s.progress.notify_all();
+  }
+  ForgetStream(stream->ctx, stream.get());
+  s.progress.notify_all();
+}
+
+CUresult StartWorker(const std::shared_ptr<Stream>& stream) {
+  if (stream->worker_started) return CUDA_SUCCESS;
+  try {
+    std::thread(WorkerMain, stream).detach();
+  } catch (const std::system_error&) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  stream->worker_started = true;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+std::shared_ptr<Stream> CreateStream(State& s, Context* ctx, StreamKind kind, unsigned flags, int priority) {
+  auto st = std::make_shared<Stream>();
+  st->id = NextId(s);
+  st->ctx = ctx;
+  st->kind = kind;
+  st->flags = flags;
+  st->priority = priority;
+  ctx->streams.push_back(st);
+  if (kind == StreamKind::kUser) s.streams[st.get()] = st;
+  return st;
+}
+
+std::shared_ptr<Stream> SharedStream(State& s, Stream* stream) {
+  (void)s;
+  return stream->shared_from_this();
+}
+
+Stream* LegacyStream(State& s, Context* ctx) {
+  if (!ctx->legacy) ctx->legacy = CreateStream(s, ctx, StreamKind::kLegacy, 0, 0);
+  return ctx->legacy.get();
+}
+
+Stream* PerThreadStream(State& s, Context* ctx) {
+  auto& slot = ctx->per_thread[std::this_thread::get_id()];
+  if (!slot) slot = CreateStream(s, ctx, StreamKind::kPerThread, 0, 0);
+  return slot.get();
+}
+
+CUresult ResolveStream(State& s, CUstream h, bool per_thread_default, Stream** out) {
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  const bool is_null = (h == nullptr);
+  if (is_null || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+    Context* ctx = nullptr;
+    if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+    const bool per_thread = (h == CU_STREAM_PER_THREAD) || (is_null && per_thread_default);
+    *out = per_thread ? PerThreadStream(s, ctx) : LegacyStream(s, ctx);
+    return CUDA_SUCCESS;
+  }
+  auto it = s.streams.find(h);
+  if (it == s.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (!it->second->ctx->active) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *out = it->second.get();
+  return CUDA_SUCCESS;
+}
+
+CUresult Submit(State& s, Stream* stream, std::function<void()> run, SubmitOptions opts) {
+  if (stream->capture) {
+    // Captured work is recorded into the graph, never executed now.
+    if (stream->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (opts.replayable && run) stream->capture->graph->nodes.push_back(std::move(run));
+    return CUDA_SUCCESS;
+  }
+  Context* ctx = stream->ctx;
+  Op op;
+  op.run = std::move(run);
+  op.deps = std::move(opts.extra_deps);
+  if (stream->kind == StreamKind::kLegacy) {
+    if (CUresult r = CheckLegacyImplicitDependency(s, ctx); r != CUDA_SUCCESS) return r;
+    for (const auto& other : ctx->streams) {
+      if (other.get() != stream && other->blocking() && !other->idle()) op.deps.push_back({other, other->submitted});
+    }
+  } else if (stream->blocking()) {
+    Stream* legacy = LegacyStream(s, ctx);
+    if (!legacy->idle()) op.deps.push_back({ctx->legacy, legacy->submitted});
+  }
+  std::shared_ptr<Stream> shared = SharedStream(s, stream);
+  if (CUresult r = StartWorker(shared); r != CUDA_SUCCESS) return r;
+  stream->queue.push_back(std::move(op));
+  ++stream->submitted;
+  stream->wake.notify_one();
+  return CUDA_SUCCESS;
+}
+
+void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, const std::shared_ptr<Stream>& stream,
+                   std::uint64_t seq) {
+  s.progress.wait(lk, [&] { return stream->completed >= seq; });
+}
+
+CUresult SubmitAndWait(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run) {
+  if (stream->capture) {
+    // A synchronous operation cannot be captured.
+    InvalidateCapture(s, *stream->capture);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (CUresult r = Submit(s, stream, std::move(run)); r != CUDA_SUCCESS) return r;
+  WaitForStream(s, lk, SharedStream(s, stream), stream->submitted);
+  return CUDA_SUCCESS;
+}
+
+void SyncContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx) {
+  std::vector<Dep> targets;
+  for (const auto& st : ctx->streams) {
+    if (!st->idle()) targets.push_back({st, st->submitted});
+  }
+  s.progress.wait(lk, [&] { return DepsSatisfied(targets); });
+}
+
+void SyncDevice(State& s, std::unique_lock<std::mutex>& lk, int device) {
+  if (device < 0 || device >= static_cast<int>(s.devices.size())) return;
+  SyncContext(s, lk, &s.devices[static_cast<std::size_t>(device)]->primary);
+}
+
+void SyncAllDevices(State& s, std::unique_lock<std::mutex>& lk) {
+  std::vector<Dep> targets;
+  for (const auto& dev : s.devices) {
+    for (const auto& st : dev->primary.streams) {
+      if (!st->idle()) targets.push_back({st, st->submitted});
+    }
+  }
+  s.progress.wait(lk, [&] { return DepsSatisfied(targets); });
+}
+
+void RetireStream(State& s, const std::shared_ptr<Stream>& stream) {
+  stream->retired = true;
+  s.streams.erase(stream.get());
+  if (stream->capture) {
+    auto& members = stream->capture->streams;
+    members.erase(std::remove(members.begin(), members.end(), stream), members.end());
+    stream->capture.reset();
+  }
+  if (!stream->worker_started) {
+    ForgetStream(stream->ctx, stream.get());
+  } else {
+    stream->wake.notify_one();
+  }
+}
+
+}  // namespace fakecuda
+
+using namespace fakecuda;
+
+namespace {
+
+CUresult CreateUserStream(CUstream* phStream, unsigned int flags, int priority) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  if (phStream == nullptr || (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // Priorities: [-5, 0] like recent GPUs (lower is higher priority); out-of-range values clamp.
+  std::shared_ptr<Stream> st = CreateStream(s, ctx, StreamKind::kUser, flags, std::clamp(priority, -5, 0));
+  *phStream = reinterpret_cast<CUstream>(st.get());
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamSynchronize(CUstream hStream, bool ptsz) {
+  State& s = GetState();
+  std::unique_lock lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (st->capture) {
+    InvalidateCapture(s, *st->capture);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  WaitForStream(s, lk, SharedStream(s, st), st->submitted);
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamQuery(CUstream hStream, bool ptsz) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (st->capture) {
+    InvalidateCapture(s, *st->capture);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  return st->idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult StreamGetFlags(CUstream hStream, unsigned int* flags, bool ptsz) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = st->flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetPriority(CUstream hStream, int* priority, bool ptsz) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *priority = st->priority;
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetCtx(CUstream hStream, CUcontext* pctx, bool ptsz) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = reinterpret_cast<CUcontext>(st->ctx);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult CUDAAPI cuStreamCreate(CUstream* phStream, unsigned int Flags) { return CreateUserStream(phStream, Flags, 0); }
+
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags, int priority) {
+  return CreateUserStream(phStream, flags, priority);
+}
+
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  auto it = s.streams.find(hStream);
+  if (it == s.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+  // Like CUDA, destruction returns at once; queued work still completes, then the worker exits.
+  std::shared_ptr<Stream> st = it->second;
+  RetireStream(s, st);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return StreamSynchronize(hStream, false); }
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return StreamSynchronize(hStream, true); }
+CUresult CUDAAPI cuStreamQuery(CUstream hStream) { return StreamQuery(hStream, false); }
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream) { return StreamQuery(hStream, true); }
+CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int* flags) { return StreamGetFlags(hStream, flags, false); }
+CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags) {
+  return StreamGetFlags(hStream, flags, true);
+}
+CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int* priority) {
+  return StreamGetPriority(hStream, priority, false);
+}
+CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int* priority) {
+  return StreamGetPriority(hStream, priority, true);
+}
+CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext* pctx) { return StreamGetCtx(hStream, pctx, false); }
+CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx) { return StreamGetCtx(hStream, pctx, true); }
+
+CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  if (leastPriority != nullptr) *leastPriority = 0;
+  if (greatestPriority != nullptr) *greatestPriority = -5;
+  return CUDA_SUCCESS;
+}

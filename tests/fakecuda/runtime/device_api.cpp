@@ -1,0 +1,102 @@
+// Device management: selection, synchronization, reset, properties, versions.
+#include <cstring>
+
+#include "runtime.h"
+
+using namespace fakecudart;
+
+cudaError_t CUDARTAPI cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return Record(cudaErrorInvalidValue);
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) {
+    *count = 0;
+    return Record(e);
+  }
+  return Record(Translate(Driver().cuDeviceGetCount(count)));
+}
+
+cudaError_t CUDARTAPI cudaSetDevice(int device) { return Record(SelectDevice(device)); }
+
+cudaError_t CUDARTAPI cudaGetDevice(int* device) {
+  if (device == nullptr) return Record(cudaErrorInvalidValue);
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) return Record(e);
+  *device = CurrentDevice();
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
+  return Call([] { return Driver().cuCtxSynchronize(); });
+}
+
+cudaError_t CUDARTAPI cudaDeviceReset(void) {
+  if (cudaError_t e = EnsureContext(); e != cudaSuccess) return Record(e);
+  const int device = CurrentDevice();
+  const CUresult r = Driver().cuDevicePrimaryCtxReset_v2(device);
+  // The runtime's retain is gone with the reset; every thread rebinds on its next call.
+  ForgetPrimaryContext(device);
+  return Record(Translate(r));
+}
+
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) return Record(e);
+  // cudaDeviceAttr values are the CUdevice_attribute values.
+  return Record(Translate(Driver().cuDeviceGetAttribute(value, static_cast<CUdevice_attribute>(attr), device)));
+}
+
+cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
+  if (prop == nullptr) return Record(cudaErrorInvalidValue);
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) return Record(e);
+  const DriverApi& d = Driver();
+  std::memset(prop, 0, sizeof(*prop));
+  if (CUresult r = d.cuDeviceGetName(prop->name, sizeof(prop->name), device); r != CUDA_SUCCESS) {
+    return Record(Translate(r));
+  }
+  CUuuid uuid{};
+  d.cuDeviceGetUuid_v2(&uuid, device);
+  std::memcpy(&prop->uuid, &uuid, sizeof(uuid));
+  d.cuDeviceTotalMem_v2(&prop->totalGlobalMem, device);
+  auto attr = [&](CUdevice_attribute a) {
+    int v = 0;
+    d.cuDeviceGetAttribute(&v, a, device);
+    return v;
+  };
+  prop->major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  prop->minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  prop->multiProcessorCount = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  prop->warpSize = attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+  prop->maxThreadsPerBlock = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  prop->totalConstMem = static_cast<size_t>(attr(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY));
+  prop->textureAlignment = static_cast<size_t>(attr(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT));
+  prop->texturePitchAlignment = static_cast<size_t>(attr(CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT));
+  prop->memoryBusWidth = attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
+  prop->l2CacheSize = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+  prop->asyncEngineCount = attr(CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT);
+  prop->pciBusID = attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID);
+  prop->unifiedAddressing = attr(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING);
+  prop->canMapHostMemory = attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY);
+  prop->managedMemory = attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY);
+  prop->concurrentManagedAccess = attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS);
+  prop->pageableMemoryAccess = attr(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS);
+  prop->concurrentKernels = attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS);
+  prop->memoryPoolsSupported = attr(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED);
+  prop->memoryPoolSupportedHandleTypes =
+      static_cast<unsigned int>(attr(CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES));
+  prop->ipcEventSupported = attr(CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED);
+  prop->hostRegisterSupported = attr(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED);
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaRuntimeGetVersion(int* runtimeVersion) {
+  if (runtimeVersion == nullptr) return Record(cudaErrorInvalidValue);
+  *runtimeVersion = kRuntimeVersion;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaDriverGetVersion(int* driverVersion) {
+  if (driverVersion == nullptr) return Record(cudaErrorInvalidValue);
+  // Without a usable driver CUDA reports version 0 rather than failing.
+  if (LoadDriver() != cudaSuccess) {
+    *driverVersion = 0;
+    return cudaSuccess;
+  }
+  return Record(Translate(Driver().cuDriverGetVersion(driverVersion)));
+}

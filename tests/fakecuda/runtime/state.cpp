@@ -1,0 +1,97 @@
+// Per-thread runtime state: current device, binding to the device's primary context, last error.
+//
+// As in CUDA: each thread has a current device (default 0). On a thread's first call that needs a
+// device, the runtime retains that device's primary context (once per process) and makes it
+// current (cuCtxSetCurrent). cudaDeviceReset resets the primary context; every thread then
+// rebinds on its next call, which the per-device generation counter detects.
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "runtime.h"
+
+namespace fakecudart {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+std::mutex g_mu;                     // guards g_primary
+CUcontext g_primary[kMaxDevices];    // retained primary context per device
+std::atomic<std::uint64_t> g_generation[kMaxDevices];
+
+thread_local cudaError_t t_last_error = cudaSuccess;
+thread_local int t_device = 0;
+thread_local bool t_bound = false;
+thread_local std::uint64_t t_bound_generation = 0;
+
+// fork() while another thread holds g_mu must not leave it locked in the child.
+void RegisterForkHandlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pthread_atfork([] { g_mu.lock(); }, [] { g_mu.unlock(); }, [] { g_mu.unlock(); });
+  });
+}
+
+cudaError_t Bind(int device) {
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  RegisterForkHandlers();
+  const std::uint64_t generation = g_generation[device].load();
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard lk(g_mu);
+    if (g_primary[device] == nullptr) {
+      if (CUresult r = Driver().cuDevicePrimaryCtxRetain(&ctx, device); r != CUDA_SUCCESS) return Translate(r);
+      g_primary[device] = ctx;
+    }
+    ctx = g_primary[device];
+  }
+  if (CUresult r = Driver().cuCtxSetCurrent(ctx); r != CUDA_SUCCESS) return Translate(r);
+  t_device = device;
+  t_bound = true;
+  t_bound_generation = generation;
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t Record(cudaError_t e) {
+  if (e != cudaSuccess) t_last_error = e;
+  return e;
+}
+
+cudaError_t EnsureContext() {
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) return e;
+  if (t_bound && t_bound_generation == g_generation[t_device].load()) return cudaSuccess;
+  return Bind(t_device);
+}
+
+cudaError_t SelectDevice(int device) {
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) return e;
+  int count = 0;
+  if (CUresult r = Driver().cuDeviceGetCount(&count); r != CUDA_SUCCESS) return Translate(r);
+  if (device < 0 || device >= count) return cudaErrorInvalidDevice;
+  return Bind(device);
+}
+
+int CurrentDevice() { return t_device; }
+
+void ForgetPrimaryContext(int device) {
+  if (device < 0 || device >= kMaxDevices) return;
+  std::lock_guard lk(g_mu);
+  g_primary[device] = nullptr;
+  ++g_generation[device];
+}
+
+}  // namespace fakecudart
+
+using namespace fakecudart;
+
+cudaError_t CUDARTAPI cudaGetLastError(void) {
+  const cudaError_t e = t_last_error;
+  t_last_error = cudaSuccess;
+  return e;
+}
+
+cudaError_t CUDARTAPI cudaPeekAtLastError(void) { return t_last_error; }

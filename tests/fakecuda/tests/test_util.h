@@ -1,0 +1,74 @@
+// Shared helpers of the fake CUDA device tests.
+//
+// Tests include the real CUDA headers normally (no __CUDA_API_VERSION_INTERNAL), so cuMemAlloc
+// expands to cuMemAlloc_v2 etc. exactly as in any CUDA program; linking then proves the fake
+// exports the real names.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fakecuda.h"
+
+namespace fakecuda_test {
+
+inline std::string CuName(CUresult r) {
+  const char* name = nullptr;
+  cuGetErrorName(r, &name);
+  return name != nullptr ? name : "CUresult " + std::to_string(static_cast<int>(r));
+}
+
+#define ASSERT_CU(expr) ASSERT_EQ(CUDA_SUCCESS, (expr)) << #expr << " -> " << ::fakecuda_test::CuName(expr)
+#define EXPECT_CU(expr) EXPECT_EQ(CUDA_SUCCESS, (expr)) << #expr
+#define ASSERT_RT(expr) ASSERT_EQ(cudaSuccess, (expr)) << #expr
+#define EXPECT_RT(expr) EXPECT_EQ(cudaSuccess, (expr)) << #expr
+
+// Driver-API tests: cuInit plus device 0's primary context current on the test thread. The
+// retain is released again afterwards, so a test that runs alone leaves no context behind.
+class DriverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx_, 0));
+    ASSERT_CU(cuCtxSetCurrent(ctx_));
+  }
+  void TearDown() override {
+    cuCtxSynchronize();
+    cuDevicePrimaryCtxRelease(0);
+  }
+  CUcontext ctx_ = nullptr;
+};
+
+// Runtime-API tests. cudaFree(nullptr) initializes the context like in real programs.
+class RuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_RT(cudaFree(nullptr));
+    cudaGetLastError();
+  }
+  void TearDown() override { cudaDeviceSynchronize(); }
+};
+
+inline double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+struct ChildResult {
+  int exit_code = -1;   // -1: killed by a signal or timed out
+  std::string output;   // stdout and stderr together
+  double seconds = 0;
+};
+
+// Runs this test binary again with `args` (handled by RunChildMode in main.cpp), with `env`
+// overriding the environment. Kills it after `timeout_s`. Descriptors without FD_CLOEXEC are
+// inherited, which is how a test hands an exported memory fd to the child.
+ChildResult RunChild(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {},
+                     double timeout_s = 10);
+
+}  // namespace fakecuda_test

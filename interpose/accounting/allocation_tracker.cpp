@@ -1,0 +1,103 @@
+#include "accounting/allocation_tracker.h"
+
+namespace gpushim {
+
+const char* memory_kind_name(MemoryKind k) {
+  switch (k) {
+    case MemoryKind::kDevice: return "device";
+    case MemoryKind::kManaged: return "managed";
+    case MemoryKind::kHost: return "host";
+  }
+  return "unknown";
+}
+
+AllocationTracker::AllocationTracker() : shards_(new Shard[kShards]) {}
+
+bool AllocationTracker::insert(uintptr_t ptr, const AllocationRecord& rec) {
+  Shard& s = shard_for(ptr);
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.live.try_emplace(ptr, rec).second) return false;
+  SiteTotals& t = s.sites[SiteKey{rec.stack, rec.device, rec.kind}];
+  t.bytes += rec.size;
+  t.count += 1;
+  return true;
+}
+
+bool AllocationTracker::erase(uintptr_t ptr, AllocationRecord* out) {
+  Shard& s = shard_for(ptr);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.live.find(ptr);
+  if (it == s.live.end()) return false;
+  const AllocationRecord& rec = it->second;
+  auto site = s.sites.find(SiteKey{rec.stack, rec.device, rec.kind});
+  // Sites with nothing live are dropped so that the per-shard site map stays proportional to
+  // what is live, not to every stack ever seen.
+  if (site != s.sites.end()) {
+    site->second.count -= 1;
+    site->second.bytes -= rec.size;
+    if (site->second.count == 0) s.sites.erase(site);
+  }
+  if (out) *out = rec;
+  s.live.erase(it);
+  return true;
+}
+
+bool AllocationTracker::find(uintptr_t ptr, AllocationRecord* out) const {
+  Shard& s = shard_for(ptr);
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.live.find(ptr);
+  if (it == s.live.end()) return false;
+  if (out) *out = it->second;
+  return true;
+}
+
+std::vector<std::pair<SiteKey, SiteTotals>> AllocationTracker::sites() const {
+  absl::flat_hash_map<SiteKey, SiteTotals> merged;
+  for (unsigned i = 0; i < kShards; ++i) {
+    std::lock_guard<std::mutex> lock(shards_[i].mu);
+    for (const auto& [k, v] : shards_[i].sites) {
+      SiteTotals& t = merged[k];
+      t.bytes += v.bytes;
+      t.count += v.count;
+    }
+  }
+  return {merged.begin(), merged.end()};
+}
+
+std::vector<std::pair<uintptr_t, AllocationRecord>> AllocationTracker::live() const {
+  std::vector<std::pair<uintptr_t, AllocationRecord>> out;
+  for (unsigned i = 0; i < kShards; ++i) {
+    std::lock_guard<std::mutex> lock(shards_[i].mu);
+    out.insert(out.end(), shards_[i].live.begin(), shards_[i].live.end());
+  }
+  return out;
+}
+
+size_t AllocationTracker::live_count() const {
+  size_t n = 0;
+  for (unsigned i = 0; i < kShards; ++i) {
+    std::lock_guard<std::mutex> lock(shards_[i].mu);
+    n += shards_[i].live.size();
+  }
+  return n;
+}
+
+size_t AllocationTracker::memory_bytes() const {
+  size_t n = 0;
+  for (unsigned i = 0; i < kShards; ++i) {
+    std::lock_guard<std::mutex> lock(shards_[i].mu);
+    n += shards_[i].live.capacity() * (sizeof(uintptr_t) + sizeof(AllocationRecord) + 1) +
+         shards_[i].sites.capacity() * (sizeof(SiteKey) + sizeof(SiteTotals) + 1);
+  }
+  return n;
+}
+
+void AllocationTracker::lock_all_for_fork() {
+  for (unsigned i = 0; i < kShards; ++i) shards_[i].mu.lock();
+}
+
+void AllocationTracker::unlock_all_after_fork() {
+  for (unsigned i = kShards; i-- > 0;) shards_[i].mu.unlock();
+}
+
+}  // namespace gpushim

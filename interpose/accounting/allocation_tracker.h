@@ -1,0 +1,89 @@
+// The live-allocation map: pointer -> what we know about it. The single owner of per-allocation
+// metadata (size, requested size, stack, device, kind). Policies keep their own block structure;
+// this map is what the report, the site table and invalid-free detection read.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "stacks/stack_table.h"
+
+namespace gpushim {
+
+enum class MemoryKind : uint8_t { kDevice = 0, kManaged = 1, kHost = 2 };
+const char* memory_kind_name(MemoryKind k);
+
+// How an allocation was served, so that the free goes back the same way.
+enum class Route : uint8_t {
+  kForwarded = 0,   // passed to the real runtime/driver; free forwards too
+  kPooled = 1,      // served by the policy's pool
+};
+
+struct AllocationRecord {
+  uint64_t size = 0;        // bytes it occupies under the policy (rounded): "allocated"
+  uint64_t requested = 0;   // bytes the caller asked for
+  uint64_t time_ns = 0;
+  StackId stack = kEmptyStack;
+  int16_t device = 0;
+  MemoryKind kind = MemoryKind::kDevice;
+  Route route = Route::kForwarded;
+};
+
+struct SiteKey {
+  StackId stack;
+  int16_t device;
+  MemoryKind kind;
+  bool operator==(const SiteKey& o) const { return stack == o.stack && device == o.device && kind == o.kind; }
+  template <typename H>
+  friend H AbslHashValue(H h, const SiteKey& k) {
+    return H::combine(std::move(h), k.stack, k.device, static_cast<uint8_t>(k.kind));
+  }
+};
+
+struct SiteTotals {
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+};
+
+class AllocationTracker {
+ public:
+  AllocationTracker();
+  AllocationTracker(const AllocationTracker&) = delete;
+  AllocationTracker& operator=(const AllocationTracker&) = delete;
+
+  // Returns false (and records nothing) if `ptr` is already live: our view would be wrong.
+  bool insert(uintptr_t ptr, const AllocationRecord& rec);
+  // Removes `ptr`; returns false if it was not live.
+  bool erase(uintptr_t ptr, AllocationRecord* out);
+  bool find(uintptr_t ptr, AllocationRecord* out) const;
+
+  // Live totals per site (stack, device, kind), merged across shards.
+  std::vector<std::pair<SiteKey, SiteTotals>> sites() const;
+  // Every live allocation (for snapshots and exports).
+  std::vector<std::pair<uintptr_t, AllocationRecord>> live() const;
+  size_t live_count() const;
+  size_t memory_bytes() const;
+
+  void lock_all_for_fork();
+  void unlock_all_after_fork();
+
+ private:
+  static constexpr unsigned kShards = 16;
+  struct Shard {
+    mutable std::mutex mu;
+    absl::flat_hash_map<uintptr_t, AllocationRecord> live;
+    absl::flat_hash_map<SiteKey, SiteTotals> sites;
+  };
+  Shard& shard_for(uintptr_t p) const {
+    // Device pointers are aligned, so mix the bits before picking a shard.
+    uint64_t h = p * 0x9E3779B97F4A7C15ull;
+    return shards_[h >> 60];
+  }
+  std::unique_ptr<Shard[]> shards_;
+};
+
+}  // namespace gpushim

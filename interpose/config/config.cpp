@@ -1,0 +1,224 @@
+#include "config/config.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+
+#include "util/units.h"
+
+namespace gpushim {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+// Plain non-negative decimal integer no larger than `max`; nothing else (no sign, no junk).
+bool parse_uint(std::string_view s, uint64_t max, uint64_t* out) {
+  s = trim(s);
+  if (s.empty() || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    const uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (max - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+[[maybe_unused]] bool parse_bool(std::string_view s, bool* out) {
+  s = trim(s);
+  if (s == "1" || iequals(s, "on") || iequals(s, "true") || iequals(s, "yes")) return *out = true, true;
+  if (s == "0" || iequals(s, "off") || iequals(s, "false") || iequals(s, "no")) return *out = false, true;
+  return false;
+}
+
+struct Variable {
+  const char* name;
+  const char* accepted;
+  const char* default_value;
+  const char* description;
+  // Returns false if the value is not accepted; the table row's `accepted` is then the message.
+  std::function<bool(std::string_view, Config*)> apply;
+};
+
+const std::vector<Variable>& variables() {
+  static const std::vector<Variable>* table = new std::vector<Variable>{
+      {"GPUSHIM_POLICY", "caching or passthrough", "caching",
+       "How device allocations are served. caching: a best-fit pool over driver segments with safe reuse. "
+       "passthrough: every call goes to CUDA and is only accounted.",
+       [](std::string_view v, Config* c) {
+         v = trim(v);
+         if (iequals(v, "passthrough")) return c->policy = PolicyKind::kPassthrough, true;
+         if (iequals(v, "caching")) return c->policy = PolicyKind::kCaching, true;
+         return false;
+       }},
+      {"GPUSHIM_LIMIT", "bytes with units (8GiB, 512MiB, 80GB) or a whole percentage of capacity (60%)", "none",
+       "Per-device cap on the memory the process holds from the driver. Past it, allocations fail like a "
+       "real OOM, and cudaMemGetInfo reports the capped total.",
+       [](std::string_view v, Config* c) {
+         std::string_view t = trim(v);
+         if (!t.empty() && t.back() == '%') {
+           t.remove_suffix(1);
+           uint64_t whole = 0;
+           if (!parse_uint(t, 100, &whole) || whole == 0) return false;
+           c->limit = LimitSpec{0, static_cast<double>(whole)};
+           return true;
+         }
+         uint64_t bytes = 0;
+         if (!parse_bytes(t, &bytes) || bytes == 0) return false;
+         c->limit = LimitSpec{bytes, 0};
+         return true;
+       }},
+      {"GPUSHIM_ROUND", "a power of two from 256B to 2MiB", "512B",
+       "Caching policy: every block is rounded up to a multiple of this.",
+       [](std::string_view v, Config* c) {
+         uint64_t b = 0;
+         if (!parse_bytes(v, &b) || b < 256 || b > (2u << 20) || (b & (b - 1))) return false;
+         c->round_bytes = b;
+         return true;
+       }},
+      {"GPUSHIM_SMALL_SEGMENT", "bytes from 1MiB to 64MiB, a multiple of 2MiB or exactly 1MiB", "2MiB",
+       "Caching policy: segment size for requests up to 1 MiB.",
+       [](std::string_view v, Config* c) {
+         uint64_t b = 0;
+         if (!parse_bytes(v, &b) || b < (1u << 20) || b > (64u << 20) || (b != (1u << 20) && b % (2u << 20)))
+           return false;
+         c->small_segment = b;
+         return true;
+       }},
+      {"GPUSHIM_LARGE_SEGMENT", "bytes from 10MiB to 1GiB, a multiple of 2MiB", "20MiB",
+       "Caching policy: segment size for requests from 1 MiB to 10 MiB; larger requests get a segment of "
+       "their own, rounded to 2 MiB.",
+       [](std::string_view v, Config* c) {
+         uint64_t b = 0;
+         if (!parse_bytes(v, &b) || b < (10u << 20) || b > (1ull << 30) || b % (2u << 20)) return false;
+         c->large_segment = b;
+         return true;
+       }},
+      {"GPUSHIM_MAX_SPLIT", "bytes, at least 2MiB, or none", "none",
+       "Caching policy: free blocks this large are never split for smaller requests (like PyTorch's "
+       "max_split_size_mb), which keeps big blocks whole for big tensors.",
+       [](std::string_view v, Config* c) {
+         if (iequals(trim(v), "none")) return c->max_split = UINT64_MAX, true;
+         uint64_t b = 0;
+         if (!parse_bytes(v, &b) || b < (2u << 20)) return false;
+         c->max_split = b;
+         return true;
+       }},
+      {"GPUSHIM_QUARANTINE", "bytes with units, 0 to 1TiB", "64MiB",
+       "Caching policy: memory freed with cudaFree waits, up to this much, for one device synchronization "
+       "that makes all of it reusable at once. 0 synchronizes whenever freed memory is needed.",
+       [](std::string_view v, Config* c) {
+         uint64_t b = 0;
+         if (!parse_bytes(v, &b) || b > (1ull << 40)) return false;
+         c->quarantine_bytes = b;
+         return true;
+       }},
+      {"GPUSHIM_SAMPLE_MS", "an integer 1..60000", "100",
+       "Interval of the allocated/reserved time series in the report (samples are taken on allocation "
+       "calls, at most this often; long runs are thinned to stay bounded).",
+       [](std::string_view v, Config* c) {
+         uint64_t n;
+         if (!parse_uint(v, 60000, &n) || n == 0) return false;
+         c->sample_ms = static_cast<unsigned>(n);
+         return true;
+       }},
+      {"GPUSHIM_STACK_DEPTH", "an integer 0..256", "32",
+       "Native frames captured per allocation; 0 turns stack capture off.",
+       [](std::string_view v, Config* c) {
+         uint64_t n;
+         if (!parse_uint(v, 256, &n)) return false;
+         c->stack_depth = static_cast<unsigned>(n);
+         return true;
+       }},
+      {"GPUSHIM_REPORT", "a path template (%p pid, %h host, %r RANK, %% percent), or off", "gpushim.<exe>.<pid>.json",
+       "Where the JSON report is written at exit. An existing file is never overwritten: a suffix is added.",
+       [](std::string_view v, Config* c) {
+         std::string_view t = trim(v);
+         if (t.empty()) return false;
+         if (iequals(t, "off") || t == "0") return c->report_enabled = false, true;
+         c->report_template = std::string(v);
+         return true;
+       }},
+      {"GPUSHIM_SUMMARY", "an integer 0..1000", "5",
+       "Live sites shown in the stderr summary at exit; 0 turns the summary off.",
+       [](std::string_view v, Config* c) {
+         uint64_t n;
+         if (!parse_uint(v, 1000, &n)) return false;
+         c->summary_sites = static_cast<unsigned>(n);
+         return true;
+       }},
+  };
+  return *table;
+}
+
+}  // namespace
+
+const char* policy_name(PolicyKind p) {
+  switch (p) {
+    case PolicyKind::kPassthrough: return "passthrough";
+    case PolicyKind::kCaching: return "caching";
+    case PolicyKind::kVmm: return "vmm";
+  }
+  return "unknown";
+}
+
+std::string ConfigError::message() const {
+  if (unknown_name) return variable + " is not a gpushim variable (known: " + accepted + ")";
+  return variable + "='" + value + "' is invalid: expected " + accepted;
+}
+
+ConfigResult parse_config(const std::vector<std::pair<std::string, std::string>>& vars) {
+  ConfigResult result;
+  for (const auto& [name, value] : vars) {
+    if (name.rfind("GPUSHIM_", 0) != 0) continue;
+    const Variable* var = nullptr;
+    for (const Variable& v : variables())
+      if (name == v.name) var = &v;
+    if (var == nullptr) {
+      // Unknown name: list what exists, since the likeliest cause is a typo.
+      std::string known;
+      for (const Variable& v : variables()) known += (known.empty() ? "" : ", ") + std::string(v.name);
+      result.errors.push_back({name, value, known, /*unknown_name=*/true});
+      continue;
+    }
+    if (!var->apply(value, &result.config)) result.errors.push_back({name, value, var->accepted});
+  }
+  return result;
+}
+
+ConfigResult parse_config(const char* const* env) {
+  std::vector<std::pair<std::string, std::string>> vars;
+  for (const char* const* e = env; e && *e; ++e) {
+    if (std::strncmp(*e, "GPUSHIM_", 8) != 0) continue;
+    const char* eq = std::strchr(*e, '=');
+    if (!eq) continue;
+    vars.emplace_back(std::string(*e, eq), std::string(eq + 1));
+  }
+  return parse_config(vars);
+}
+
+std::vector<ConfigVariableDoc> config_variable_docs() {
+  std::vector<ConfigVariableDoc> docs;
+  for (const Variable& v : variables()) docs.push_back({v.name, v.accepted, v.default_value, v.description});
+  return docs;
+}
+
+}  // namespace gpushim

@@ -1,0 +1,72 @@
+// GPUSHIM_* configuration: one table of variables (config.cpp) is the single source of truth for
+// parsing, error messages and the README table (tests check the README against it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace gpushim {
+
+enum class PolicyKind { kPassthrough, kCaching, kVmm };
+const char* policy_name(PolicyKind p);
+
+// A per-device cap: absolute bytes or a fraction of the device's capacity.
+struct LimitSpec {
+  uint64_t bytes = 0;    // 0 and percent == 0: no limit
+  double percent = 0;    // (0, 100]
+  bool active() const { return bytes != 0 || percent != 0; }
+  uint64_t resolve(uint64_t capacity) const {
+    if (bytes) return bytes;
+    if (percent) return static_cast<uint64_t>(static_cast<double>(capacity) * percent / 100.0);
+    return 0;
+  }
+};
+
+struct Config {
+  PolicyKind policy = PolicyKind::kCaching;
+  unsigned stack_depth = 32;        // 0 turns capture off
+  std::string report_template;      // "" -> gpushim.<exe>.<pid>.json
+  bool report_enabled = true;       // GPUSHIM_REPORT=off
+  unsigned summary_sites = 5;       // 0 turns the stderr summary off
+  LimitSpec limit;                  // GPUSHIM_LIMIT
+  unsigned sample_ms = 100;         // time-series sampling interval
+  // Caching pool knobs (defaults measured in bench/, reasons in docs/policies.md).
+  uint64_t round_bytes = 512;
+  uint64_t small_segment = 2ull << 20;
+  uint64_t large_segment = 20ull << 20;
+  uint64_t max_split = UINT64_MAX;  // none
+  uint64_t quarantine_bytes = 64ull << 20;
+};
+
+struct ConfigError {
+  std::string variable;
+  std::string value;
+  std::string accepted;  // what the variable takes; for an unknown name, the known names
+  bool unknown_name = false;
+  std::string message() const;  // one line, ready for log_line
+};
+
+struct ConfigResult {
+  Config config;
+  std::vector<ConfigError> errors;
+  bool ok() const { return errors.empty(); }
+};
+
+// Parses every GPUSHIM_* entry of `env` ("NAME=value" strings, like environ). Unknown GPUSHIM_*
+// names are errors too, so typos never silently do nothing.
+ConfigResult parse_config(const char* const* env);
+ConfigResult parse_config(const std::vector<std::pair<std::string, std::string>>& vars);
+
+struct ConfigVariableDoc {
+  std::string name;
+  std::string accepted;
+  std::string default_value;
+  std::string description;
+};
+// The table behind the README's variable list, in documentation order.
+std::vector<ConfigVariableDoc> config_variable_docs();
+
+}  // namespace gpushim

@@ -1,0 +1,473 @@
+#include "core/shim.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+#include "cuda/capture_state.h"
+#include "cuda/driver_backend.h"
+#include "cuda/real_symbols.h"
+#include "policy/limited_backend.h"
+#include "policy/policy_factory.h"
+#include "report/oom_advice.h"
+#include "report/output_file.h"
+#include "report/report_writer.h"
+#include "stacks/native_stack.h"
+#include "stacks/symbolizer.h"
+#include "util/log.h"
+#include "util/units.h"
+
+extern char** environ;
+
+namespace gpushim {
+namespace {
+
+enum State : int { kUninitialized = 0, kReady = 1, kDisabled = 2 };
+std::atomic<int> g_state{kUninitialized};
+std::atomic<Shim*> g_instance{nullptr};
+std::mutex g_init_mu;
+constexpr size_t kMaxTimelineSamples = 4096;
+constexpr size_t kMaxOomRecords = 16;
+// The thread running initialization; its re-entrant CUDA calls (if any) must forward untouched.
+thread_local bool t_initializing = false;
+
+// The shim never destroys its instance: frees that arrive from static destructors after the
+// report must still find valid state.
+alignas(Shim) unsigned char g_storage[sizeof(Shim)];
+
+// Address range of this library, so that captured stacks start at the caller, whatever inlining
+// did to the number of shim frames.
+uintptr_t g_self_begin = 0, g_self_end = 0;
+
+void find_own_range() {
+  struct Ctx {
+    uintptr_t probe, begin, end;
+  } ctx{reinterpret_cast<uintptr_t>(&find_own_range), UINTPTR_MAX, 0};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        auto* c = static_cast<Ctx*>(data);
+        uintptr_t begin = UINTPTR_MAX, end = 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD) continue;
+          begin = std::min<uintptr_t>(begin, info->dlpi_addr + ph.p_vaddr);
+          end = std::max<uintptr_t>(end, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+        }
+        if (c->probe < begin || c->probe >= end) return 0;
+        c->begin = begin;
+        c->end = end;
+        return 1;
+      },
+      &ctx);
+  if (ctx.end > ctx.begin) g_self_begin = ctx.begin, g_self_end = ctx.end;
+}
+
+std::string read_exe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "unknown";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+void exit_handler() {
+  if (Shim* s = Shim::existing()) s->write_exit_report();
+}
+
+}  // namespace
+
+Shim* Shim::existing() { return g_instance.load(std::memory_order_acquire); }
+
+Shim* Shim::get() {
+  const int state = g_state.load(std::memory_order_acquire);
+  if (__builtin_expect(state == kReady, 1)) return g_instance.load(std::memory_order_relaxed);
+  if (state == kDisabled || t_initializing) return nullptr;
+  return slow_init();
+}
+
+Shim* Shim::slow_init() {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  const int state = g_state.load(std::memory_order_acquire);
+  if (state == kReady) return g_instance.load(std::memory_order_relaxed);
+  if (state == kDisabled) return nullptr;
+  t_initializing = true;
+  ConfigResult parsed = parse_config(environ);
+  if (!parsed.ok()) {
+    for (const ConfigError& e : parsed.errors) log_line("%s", e.message().c_str());
+    log_line("disabled because of the configuration errors above; CUDA calls pass through untouched");
+    g_state.store(kDisabled, std::memory_order_release);
+    t_initializing = false;
+    return nullptr;
+  }
+  find_own_range();
+  if (parsed.config.stack_depth > 0 && !init_native_unwinder()) parsed.config.stack_depth = 0;
+  Shim* shim = new (g_storage) Shim(std::move(parsed.config), read_exe());
+  g_instance.store(shim, std::memory_order_release);
+  // Registered now, after the CUDA runtime loaded, so it runs before the runtime's own teardown.
+  std::atexit(exit_handler);
+  pthread_atfork(&Shim::fork_prepare, &Shim::fork_parent, &Shim::fork_child);
+  g_state.store(kReady, std::memory_order_release);
+  t_initializing = false;
+  return shim;
+}
+
+Shim::Shim(Config config, std::string exe)
+    : config_(std::move(config)),
+      exe_(std::move(exe)),
+      start_ns_(now_ns()),
+      pid_(getpid()),
+      timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples) {}
+
+// ---- fork: hold every lock across fork so that the child never inherits one mid-update ----
+
+void Shim::fork_prepare() {
+  Shim* s = existing();
+  if (!s) return;
+  s->devices_mu_.lock();
+  s->stacks_.lock_all_for_fork();
+  s->tracker_.lock_all_for_fork();
+}
+
+void Shim::fork_parent() {
+  Shim* s = existing();
+  if (!s) return;
+  s->tracker_.unlock_all_after_fork();
+  s->stacks_.unlock_all_after_fork();
+  s->devices_mu_.unlock();
+}
+
+void Shim::fork_child() {
+  Shim* s = existing();
+  if (!s) return;
+  s->tracker_.unlock_all_after_fork();
+  s->stacks_.unlock_all_after_fork();
+  s->devices_mu_.unlock();
+  // The parent's CUDA context and allocations are not usable here, and its report is the
+  // parent's to write: the child (a DataLoader worker, say) writes nothing.
+  s->forked_child_ = true;
+  s->pid_ = getpid();
+}
+
+// ---- devices ----
+
+DeviceState* Shim::device(int ordinal) {
+  if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
+  DeviceState* d = devices_[ordinal].load(std::memory_order_acquire);
+  if (d) return d;
+  std::lock_guard<std::mutex> lock(devices_mu_);
+  d = devices_[ordinal].load(std::memory_order_relaxed);
+  if (d) return d;
+  d = new DeviceState();
+  d->ordinal = ordinal;
+  if (config_.policy != PolicyKind::kPassthrough) {
+    auto driver = std::make_unique<DriverBackend>(ordinal);
+    if (driver_api() != nullptr) {
+      size_t free = 0, total = 0;
+      if (driver->mem_info(&free, &total) == CUDA_SUCCESS) d->capacity = total;
+      d->limited = std::make_unique<LimitedBackend>(*driver, d->budget);
+      d->pool = make_pool(config_, *d->limited);
+      d->driver = std::move(driver);
+    }
+  } else if (const RealRuntime& rt = real_runtime(); rt.cudaMemGetInfo) {
+    // Passthrough creates a device on its first allocation, which runs on that current device.
+    size_t free = 0, total = 0;
+    if (rt.cudaMemGetInfo(&free, &total) == cudaSuccess) d->capacity = total;
+  }
+  if (config_.limit.active()) {
+    const uint64_t limit = config_.limit.resolve(d->capacity);
+    d->budget.set_limit(limit);
+    if (d->capacity != 0 && limit > d->capacity)
+      log_line("GPUSHIM_LIMIT (%s) is above device %d's capacity (%s); the device is the limit",
+               format_bytes(limit).c_str(), ordinal, format_bytes(d->capacity).c_str());
+  }
+  devices_[ordinal].store(d, std::memory_order_release);
+  return d;
+}
+
+DeviceState* Shim::current_device_state() {
+  const RealRuntime& rt = real_runtime();
+  int dev = 0;
+  if (rt.cudaGetDevice == nullptr || rt.cudaGetDevice(&dev) != cudaSuccess) return nullptr;
+  return device(dev);
+}
+
+bool Shim::stream_capturing(CUstream stream) {
+  // Cheap when no capture runs anywhere, which is almost always.
+  if (active_captures().load(std::memory_order_acquire) == 0) return false;
+  const RealRuntime& rt = real_runtime();
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (rt.cudaStreamIsCapturing == nullptr ||
+      rt.cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status) != cudaSuccess)
+    return false;
+  return status == cudaStreamCaptureStatusActive;
+}
+
+MemoryCounters& Shim::counters_for(MemoryKind kind, int dev) {
+  switch (kind) {
+    case MemoryKind::kManaged: return managed_;
+    case MemoryKind::kHost: return host_;
+    case MemoryKind::kDevice: break;
+  }
+  return device(dev)->counters;
+}
+
+bool Shim::pool_contains(const void* ptr) const {
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (d && d->pool && d->pool->contains(ptr)) return true;
+  }
+  return false;
+}
+
+cudaError_t Shim::mem_get_info(size_t* free, size_t* total) {
+  const RealRuntime& rt = real_runtime();
+  if (rt.cudaMemGetInfo == nullptr) return cudaErrorInitializationError;
+  // The real call first, with the caller's pointers, so that CUDA decides every error code.
+  const cudaError_t err = rt.cudaMemGetInfo(free, total);
+  if (err != cudaSuccess) return err;
+  DeviceState* d = current_device_state();
+  const uint64_t limit = d ? d->budget.limit() : 0;
+  if (limit == 0) return err;
+  size_t real_free = 0, real_total = 0;
+  if (rt.cudaMemGetInfo(&real_free, &real_total) != cudaSuccess) return err;
+  if (limit >= real_total) return err;
+  // Under the cap the device looks `limit` big: free is what the cap still allows, and never
+  // more than the device really has.
+  const uint64_t held = d->budget.held();
+  const uint64_t allowed = held >= limit ? 0 : limit - held;
+  if (free) *free = static_cast<size_t>(allowed < real_free ? allowed : real_free);
+  if (total) *total = static_cast<size_t>(limit);
+  return err;
+}
+
+PoolFigures Shim::pool_figures(const DeviceState* d) const {
+  PoolFigures f;
+  const CounterSnapshot c = d->counters.snapshot();
+  if (d->pool) {
+    d->pool->figures(&f);
+  } else {
+    // Passthrough holds nothing back: what is allocated is what is reserved from the driver.
+    f.reserved_bytes = c.live_bytes;
+    f.peak_reserved_bytes = c.peak_bytes;
+  }
+  f.requested_bytes = c.requested_bytes;
+  f.peak_requested_bytes = c.peak_requested_bytes;
+  f.ooms = d->ooms.load(std::memory_order_relaxed);  // every OOM a caller saw, pool or cap
+  return f;
+}
+
+void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack) {
+  d->ooms.fetch_add(1, std::memory_order_relaxed);
+  OomRecord rec;
+  rec.t_ns = now_ns() - start_ns_;
+  rec.device = d->ordinal;
+  rec.requested = requested;
+  rec.stack = stack;
+  rec.pool = pool_figures(d);
+  rec.allocated = d->counters.live_bytes();
+  size_t free = 0, total = 0;
+  if (d->driver && d->driver->mem_info(&free, &total) == CUDA_SUCCESS) rec.device_free = free;
+  else if (real_runtime().cudaMemGetInfo && real_runtime().cudaMemGetInfo(&free, &total) == cudaSuccess)
+    rec.device_free = free;
+  log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
+           "block %s), device free %s%s%s; returned cudaErrorMemoryAllocation",
+           d->ordinal, format_bytes(requested).c_str(), format_bytes(rec.allocated).c_str(),
+           format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),
+           format_bytes(rec.pool.largest_free_block).c_str(), format_bytes(rec.device_free).c_str(),
+           d->budget.limit() ? ", cap " : "", d->budget.limit() ? format_bytes(d->budget.limit()).c_str() : "");
+  std::lock_guard<std::mutex> lock(ooms_mu_);
+  if (ooms_.size() >= kMaxOomRecords) return;
+  auto sites = tracker_.sites();
+  std::partial_sort(sites.begin(), sites.begin() + std::min<size_t>(5, sites.size()), sites.end(),
+                    [](const auto& a, const auto& b) { return a.second.bytes > b.second.bytes; });
+  for (size_t i = 0; i < sites.size() && i < 5; ++i)
+    if (sites[i].first.device == d->ordinal && sites[i].first.kind == MemoryKind::kDevice)
+      rec.top_sites.emplace_back(sites[i].first.stack, sites[i].second);
+  ooms_.push_back(std::move(rec));
+}
+
+// ---- stacks ----
+
+StackId Shim::capture_stack() {
+  if (config_.stack_depth == 0) return kEmptyStack;
+  constexpr size_t kSlack = 8;  // room for the shim's own frames, trimmed below
+  uint64_t buf[256 + kSlack];
+  const size_t n = capture_native_stack(buf, std::min<size_t>(config_.stack_depth + kSlack, 256 + kSlack), 0);
+  size_t skip = 0;
+  while (skip < n && buf[skip] >= g_self_begin && buf[skip] < g_self_end) ++skip;
+  return stacks_.intern(buf + skip, std::min<size_t>(n - skip, config_.stack_depth));
+}
+
+void Shim::warn_invalid_free(const void* ptr, const char* what) {
+  invalid_frees_.fetch_add(1, std::memory_order_relaxed);
+  const StackId id = capture_stack();
+  std::vector<uint64_t> words;
+  stacks_.frames(id, &words);
+  Symbolizer sym;
+  std::string where;
+  for (size_t i = 0; i < words.size() && i < 4; ++i) {
+    const FrameInfo& f = sym.resolve(words[i]);
+    where += (i ? " <- " : "") + (f.function.empty() ? std::string("??") : f.function);
+    if (!f.file.empty()) where += " (" + base_name(f.file) + ":" + std::to_string(f.line) + ")";
+  }
+  log_line("invalid free of %p (%s); returned cudaErrorInvalidValue; caller: %s", ptr, what,
+           where.empty() ? "unknown (stack capture off)" : where.c_str());
+}
+
+// ---- memory the shim only accounts ----
+
+void Shim::record_alloc(MemoryKind kind, int dev, void* ptr, uint64_t size, uint64_t requested) {
+  if (ptr == nullptr) return;
+  if (kind == MemoryKind::kDevice && device(dev) == nullptr) return;
+  const AllocationRecord rec{size, requested, now_ns(), capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded};
+  if (tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec)) counters_for(kind, dev).on_alloc(size, requested);
+}
+
+void Shim::record_failure(MemoryKind kind, int dev) {
+  if (kind == MemoryKind::kDevice && device(dev) == nullptr) return;
+  counters_for(kind, dev).on_failed();
+}
+
+// ---- reports ----
+
+ReportData Shim::build_report(const char* reason) {
+  ReportData r;
+  r.pid = pid_;
+  r.exe = exe_;
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) == 0) r.host = host;
+  if (const char* rank = getenv("RANK")) r.rank = rank;
+  r.policy = policy_name(config_.policy);
+  r.reason = reason;
+  r.wall_time_s = static_cast<double>(wall_ns()) / 1e9;
+  r.duration_s = static_cast<double>(now_ns() - start_ns_) / 1e9;
+  r.stack_depth = static_cast<int>(config_.stack_depth);
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (!d) continue;
+    const CounterSnapshot c = d->counters.snapshot();
+    DeviceReport dr;
+    dr.device = d->ordinal;
+    dr.live_bytes = c.live_bytes;
+    dr.live_count = c.live_count;
+    dr.peak_allocated_bytes = c.peak_bytes;
+    dr.peak_allocated_at_s = c.peak_time_ns > start_ns_ ? static_cast<double>(c.peak_time_ns - start_ns_) / 1e9 : 0;
+    dr.total_allocs = c.total_allocs;
+    dr.total_frees = c.total_frees;
+    dr.failed_allocs = c.failed_allocs;
+    dr.capacity_bytes = d->capacity;
+    dr.limit_bytes = d->budget.limit();
+    dr.pool = pool_figures(d);
+    dr.peak_reserved_bytes = dr.pool.peak_reserved_bytes;
+    r.devices.push_back(dr);
+  }
+  const std::pair<const char*, const MemoryCounters*> others[] = {{"managed", &managed_}, {"host", &host_}};
+  for (const auto& [name, counters] : others) {
+    const CounterSnapshot c = counters->snapshot();
+    if (c.total_allocs == 0) continue;
+    r.other_memory.push_back({name, c.live_bytes, c.live_count, c.peak_bytes, c.total_allocs, c.total_frees});
+  }
+  // Sites whose stacks symbolize identically (a loop the compiler peeled or unrolled has several
+  // return addresses on one source line) are one site to a reader: merge them.
+  Symbolizer sym;
+  std::vector<uint64_t> words;
+  absl::flat_hash_map<std::string, size_t> by_frames;
+  for (const auto& [key, totals] : tracker_.sites()) {
+    stacks_.frames(key.stack, &words);
+    std::vector<FrameInfo> frames;
+    std::string identity = std::to_string(key.device) + "|" + memory_kind_name(key.kind);
+    for (uint64_t w : words) {
+      frames.push_back(sym.resolve(w));
+      const FrameInfo& f = frames.back();
+      identity += "|" + f.module + "|" + f.function + "|" + f.file + ":" + std::to_string(f.line);
+      if (f.function.empty() && f.file.empty()) identity += "@" + std::to_string(f.module_offset);
+    }
+    auto [it, fresh] = by_frames.emplace(identity, r.sites.size());
+    if (!fresh) {
+      SiteReport& s = r.sites[it->second];
+      s.live_bytes += totals.bytes;
+      s.live_count += totals.count;
+      s.stack_id = std::min(s.stack_id, key.stack);
+      continue;
+    }
+    SiteReport s;
+    s.device = key.device;
+    s.kind = memory_kind_name(key.kind);
+    s.live_bytes = totals.bytes;
+    s.live_count = totals.count;
+    s.stack_id = key.stack;
+    s.frames = std::move(frames);
+    r.sites.push_back(std::move(s));
+  }
+  std::sort(r.sites.begin(), r.sites.end(), [](const SiteReport& a, const SiteReport& b) {
+    if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
+    return a.stack_id < b.stack_id;
+  });
+  for (const Sample& s : timeline_.samples())
+    r.timeline.push_back({static_cast<double>(s.t_ns) / 1e9, s.device, s.allocated, s.reserved});
+  {
+    std::lock_guard<std::mutex> lock(ooms_mu_);
+    for (const OomRecord& o : ooms_) {
+      OomReport out;
+      out.t_s = static_cast<double>(o.t_ns) / 1e9;
+      out.device = o.device;
+      out.requested = o.requested;
+      const DeviceState* d = devices_[o.device].load(std::memory_order_acquire);
+      out.capacity = d ? d->capacity : 0;
+      out.limit = d ? d->budget.limit() : 0;
+      out.device_free = o.device_free;
+      out.allocated = o.allocated;
+      out.reserved = o.pool.reserved_bytes;
+      out.cached_free = o.pool.cached_free_bytes;
+      out.largest_free_block = o.pool.largest_free_block;
+      stacks_.frames(o.stack, &words);
+      for (uint64_t w : words) out.frames.push_back(sym.resolve(w));
+      for (const auto& [stack, totals] : o.top_sites) {
+        SiteReport s;
+        s.device = o.device;
+        s.live_bytes = totals.bytes;
+        s.live_count = totals.count;
+        s.stack_id = stack;
+        stacks_.frames(stack, &words);
+        for (uint64_t w : words) s.frames.push_back(sym.resolve(w));
+        out.top_sites.push_back(std::move(s));
+      }
+      out.advice = oom_advice(out, r.policy);
+      r.ooms.push_back(std::move(out));
+    }
+  }
+  r.invalid_frees = invalid_frees_.load(std::memory_order_relaxed);
+  r.distinct_stacks = stacks_.size();
+  r.shim_host_bytes = stacks_.memory_bytes() + tracker_.memory_bytes();
+  return r;
+}
+
+void Shim::write_exit_report() {
+  if (forked_child_ || reported_.exchange(true)) return;
+  if (!config_.report_enabled && config_.summary_sites == 0) return;
+  const ReportData report = build_report("exit");
+  std::string path;
+  if (config_.report_enabled)
+    path = write_new_file(expand_path_template(config_.report_template, base_name(exe_), pid_), report_to_json(report));
+  if (config_.summary_sites > 0) write_summary(report, path, config_.summary_sites, stderr);
+}
+
+void Shim::on_unload() {
+  write_exit_report();
+  const uint64_t late = late_frees_.load(std::memory_order_relaxed);
+  if (late && !forked_child_)
+    log_line("%llu frees arrived after the report was written (during teardown); accepted",
+             static_cast<unsigned long long>(late));
+}
+
+}  // namespace gpushim

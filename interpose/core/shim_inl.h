@@ -1,0 +1,113 @@
+// Hot-path templates of Shim (included from shim.h). Kept inline so that the forwarding lambda a
+// hook passes costs nothing.
+#pragma once
+
+#include "cuda/error_codes.h"
+#include "util/clock.h"
+
+namespace gpushim {
+
+template <typename Forward>
+cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstream stream, bool stream_ordered,
+                               Forward&& forward) {
+  DeviceState* d = current_device_state();
+  if (d == nullptr || out == nullptr) return forward();  // CUDA decides the error for bad arguments
+  // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime.
+  if (d->pool == nullptr || (stream_ordered && stream_capturing(stream))) {
+    const StackId stack = capture_stack();
+    // Under a cap, forwarded memory counts against it like a pool's segments would.
+    if (!d->budget.try_charge(size)) {
+      d->counters.on_failed();
+      on_oom(d, size, stack);
+      return cudaErrorMemoryAllocation;
+    }
+    const cudaError_t err = forward();
+    if (err != cudaSuccess || *out == nullptr) {  // *out null: size 0, CUDA hands out nothing
+      d->budget.uncharge(size);
+      if (err != cudaSuccess) {
+        d->counters.on_failed();
+        if (err == cudaErrorMemoryAllocation) on_oom(d, size, stack);
+      }
+      return err;
+    }
+    const AllocationRecord rec{size, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
+                               MemoryKind::kDevice, Route::kForwarded};
+    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec)) d->counters.on_alloc(size, requested);
+    maybe_sample();
+    return err;
+  }
+  if (size == 0) {
+    *out = nullptr;
+    return cudaSuccess;
+  }
+  const StackId stack = capture_stack();
+  void* p = nullptr;
+  uint64_t allocated = 0;
+  const CUresult r = d->pool->allocate(AllocRequest{size, stream, stream_ordered}, &p, &allocated);
+  if (r != CUDA_SUCCESS) {
+    d->counters.on_failed();
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
+    return to_runtime_error(r);
+  }
+  const AllocationRecord rec{allocated, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
+                             MemoryKind::kDevice, Route::kPooled};
+  tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
+  d->counters.on_alloc(allocated, requested);
+  *out = p;
+  maybe_sample();
+  return cudaSuccess;
+}
+
+template <typename Forward>
+cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward) {
+  if (ptr == nullptr) return forward();  // legal no-op (and context initialization) in CUDA
+  AllocationRecord rec;
+  // Forget the pointer before the real free: once CUDA frees it, another thread may be handed the
+  // same address and must be able to record it.
+  if (!tracker_.erase(reinterpret_cast<uintptr_t>(ptr), &rec)) return unknown_free(ptr, forward);
+  if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
+  MemoryCounters& counters = counters_for(rec.kind, rec.device);
+  if (rec.route == Route::kPooled) {
+    const CUresult r = device(rec.device)->pool->deallocate(ptr, stream, stream_ordered);
+    if (r != CUDA_SUCCESS) {
+      tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec);
+      return to_runtime_error(r);
+    }
+  } else {
+    const cudaError_t err = forward();
+    if (err != cudaSuccess) {
+      tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec);
+      return err;
+    }
+    if (rec.kind == MemoryKind::kDevice) device(rec.device)->budget.uncharge(rec.size);
+  }
+  counters.on_free(rec.size, rec.requested);
+  maybe_sample();
+  return cudaSuccess;
+}
+
+template <typename Append>
+void Shim::take_samples(Append&& append) {
+  const uint64_t t = now_ns() - start_ns_;
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (!d) continue;
+    append(Sample{t, static_cast<int16_t>(d->ordinal), d->counters.live_bytes(), pool_figures(d).reserved_bytes});
+  }
+}
+
+template <typename Forward>
+cudaError_t Shim::unknown_free(void* ptr, Forward&& forward) {
+  // Inside memory a pool holds: a double free or an interior pointer. Forwarding could free a
+  // whole segment under other live blocks, so refuse it.
+  if (pool_contains(ptr)) {
+    warn_invalid_free(ptr, "a double free, or a pointer inside a block");
+    return cudaErrorInvalidValue;
+  }
+  // Possibly memory from a path we did not see (the driver API); CUDA decides.
+  const cudaError_t err = forward();
+  if (err != cudaSuccess) warn_invalid_free(ptr, "not a live CUDA allocation");
+  return err;
+}
+
+}  // namespace gpushim

@@ -1,0 +1,221 @@
+#include "cuda/driver_backend.h"
+
+#include <dlfcn.h>
+
+#include "cuda/capture_state.h"
+#include "cuda/real_symbols.h"
+#include "util/log.h"
+
+namespace gpushim {
+
+struct DriverApi {
+  decltype(&cuMemAlloc_v2) mem_alloc = nullptr;
+  decltype(&cuMemFree_v2) mem_free = nullptr;
+  decltype(&cuMemGetInfo_v2) mem_get_info = nullptr;
+  decltype(&cuCtxSynchronize) ctx_synchronize = nullptr;
+  decltype(&cuCtxGetCurrent) ctx_get_current = nullptr;
+  decltype(&cuCtxPushCurrent_v2) ctx_push = nullptr;
+  decltype(&cuCtxPopCurrent_v2) ctx_pop = nullptr;
+  decltype(&cuDevicePrimaryCtxRetain) primary_retain = nullptr;
+  decltype(&cuDeviceGet) device_get = nullptr;
+  decltype(&cuEventCreate) event_create = nullptr;
+  decltype(&cuEventRecord) event_record = nullptr;
+  decltype(&cuEventQuery) event_query = nullptr;
+  decltype(&cuEventDestroy_v2) event_destroy = nullptr;
+  decltype(&cuMemGetAllocationGranularity) granularity = nullptr;
+  decltype(&cuMemAddressReserve) address_reserve = nullptr;
+  decltype(&cuMemAddressFree) address_free = nullptr;
+  decltype(&cuMemCreate) create = nullptr;
+  decltype(&cuMemRelease) release = nullptr;
+  decltype(&cuMemMap) map = nullptr;
+  decltype(&cuMemUnmap) unmap = nullptr;
+  decltype(&cuMemSetAccess) set_access = nullptr;
+};
+
+namespace {
+
+template <typename F>
+void load(void* lib, F& slot, const char* name) {
+  slot = reinterpret_cast<F>(real_dlsym(lib, name));
+}
+
+}  // namespace
+
+const DriverApi* driver_api() {
+  static const DriverApi* api = []() -> const DriverApi* {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      log_line("cannot load libcuda.so.1 (%s); device memory will not be pooled", dlerror());
+      return nullptr;
+    }
+    // Idempotent; the runtime normally did it already, but pools may run before it touched the driver.
+    if (auto init = reinterpret_cast<decltype(&cuInit)>(real_dlsym(lib, "cuInit"))) init(0);
+    auto* a = new DriverApi;
+    load(lib, a->mem_alloc, "cuMemAlloc_v2");
+    load(lib, a->mem_free, "cuMemFree_v2");
+    load(lib, a->mem_get_info, "cuMemGetInfo_v2");
+    load(lib, a->ctx_synchronize, "cuCtxSynchronize");
+    load(lib, a->ctx_get_current, "cuCtxGetCurrent");
+    load(lib, a->ctx_push, "cuCtxPushCurrent_v2");
+    load(lib, a->ctx_pop, "cuCtxPopCurrent_v2");
+    load(lib, a->primary_retain, "cuDevicePrimaryCtxRetain");
+    load(lib, a->device_get, "cuDeviceGet");
+    load(lib, a->event_create, "cuEventCreate");
+    load(lib, a->event_record, "cuEventRecord");
+    load(lib, a->event_query, "cuEventQuery");
+    load(lib, a->event_destroy, "cuEventDestroy_v2");
+    load(lib, a->granularity, "cuMemGetAllocationGranularity");
+    load(lib, a->address_reserve, "cuMemAddressReserve");
+    load(lib, a->address_free, "cuMemAddressFree");
+    load(lib, a->create, "cuMemCreate");
+    load(lib, a->release, "cuMemRelease");
+    load(lib, a->map, "cuMemMap");
+    load(lib, a->unmap, "cuMemUnmap");
+    load(lib, a->set_access, "cuMemSetAccess");
+    if (!a->mem_alloc || !a->mem_free || !a->ctx_synchronize || !a->ctx_get_current || !a->ctx_push ||
+        !a->ctx_pop || !a->primary_retain || !a->device_get || !a->event_create || !a->event_record ||
+        !a->event_query || !a->event_destroy || !a->mem_get_info) {
+      log_line("libcuda.so.1 lacks functions the pools need; device memory will not be pooled");
+      return nullptr;
+    }
+    return a;
+  }();
+  return api;
+}
+
+DriverBackend::DriverBackend(int device) : device_(device), api_(driver_api()) {
+  CUdevice dev;
+  if (api_ && api_->device_get(&dev, device) == CUDA_SUCCESS) api_->primary_retain(&primary_, dev);
+}
+
+template <typename F>
+CUresult DriverBackend::in_context(F&& fn) {
+  if (primary_ == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  CUcontext cur = nullptr;
+  api_->ctx_get_current(&cur);
+  if (cur == primary_) return fn();
+  if (api_->ctx_push(primary_) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  const CUresult r = fn();
+  CUcontext popped;
+  api_->ctx_pop(&popped);
+  return r;
+}
+
+CUresult DriverBackend::segment_alloc(size_t bytes, void** out) {
+  return in_context([&] {
+    CUdeviceptr p = 0;
+    const CUresult r = api_->mem_alloc(&p, bytes);
+    *out = reinterpret_cast<void*>(p);
+    return r;
+  });
+}
+
+CUresult DriverBackend::segment_free(void* p, size_t) {
+  return in_context([&] { return api_->mem_free(reinterpret_cast<CUdeviceptr>(p)); });
+}
+
+CUresult DriverBackend::synchronize() {
+  return in_context([&] { return api_->ctx_synchronize(); });
+}
+
+uint64_t DriverBackend::record_event(CUstream stream) {
+  CUevent e = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    if (!spare_events_.empty()) {
+      e = spare_events_.back();
+      spare_events_.pop_back();
+    }
+  }
+  const CUresult r = in_context([&] {
+    if (e == nullptr && api_->event_create(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return CUDA_ERROR_UNKNOWN;
+    return api_->event_record(e, stream);
+  });
+  if (r != CUDA_SUCCESS) {
+    if (e) release_event(reinterpret_cast<uint64_t>(e));
+    return 0;
+  }
+  return reinterpret_cast<uint64_t>(e);
+}
+
+bool DriverBackend::event_done(uint64_t event) {
+  return api_->event_query(reinterpret_cast<CUevent>(event)) == CUDA_SUCCESS;
+}
+
+void DriverBackend::release_event(uint64_t event) {
+  std::lock_guard<std::mutex> lock(events_mu_);
+  spare_events_.push_back(reinterpret_cast<CUevent>(event));
+}
+
+bool DriverBackend::capture_active() { return active_captures().load(std::memory_order_acquire) > 0; }
+
+CUresult DriverBackend::mem_info(size_t* free, size_t* total) {
+  return in_context([&] { return api_->mem_get_info(free, total); });
+}
+
+size_t DriverBackend::granularity() {
+  if (!api_->granularity) return 0;
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device_;
+  size_t g = 0;
+  if (api_->granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) != CUDA_SUCCESS) return 0;
+  return g;
+}
+
+CUresult DriverBackend::va_reserve(size_t size, uintptr_t hint, uintptr_t* out) {
+  if (!api_->address_reserve) return CUDA_ERROR_NOT_SUPPORTED;
+  return in_context([&] {
+    CUdeviceptr p = 0;
+    const CUresult r = api_->address_reserve(&p, size, 0, static_cast<CUdeviceptr>(hint), 0);
+    *out = static_cast<uintptr_t>(p);
+    return r;
+  });
+}
+
+CUresult DriverBackend::va_free(uintptr_t va, size_t size) {
+  if (!api_->address_free) return CUDA_ERROR_NOT_SUPPORTED;
+  return in_context([&] { return api_->address_free(static_cast<CUdeviceptr>(va), size); });
+}
+
+CUresult DriverBackend::physical_create(size_t size, uint64_t* handle) {
+  if (!api_->create) return CUDA_ERROR_NOT_SUPPORTED;
+  return in_context([&] {
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device_;
+    CUmemGenericAllocationHandle h = 0;
+    const CUresult r = api_->create(&h, size, &prop, 0);
+    *handle = static_cast<uint64_t>(h);
+    return r;
+  });
+}
+
+CUresult DriverBackend::physical_release(uint64_t handle, size_t) {
+  if (!api_->release) return CUDA_ERROR_NOT_SUPPORTED;
+  return in_context([&] { return api_->release(static_cast<CUmemGenericAllocationHandle>(handle)); });
+}
+
+CUresult DriverBackend::map(uintptr_t va, size_t size, uint64_t handle, size_t offset) {
+  if (!api_->map || !api_->set_access) return CUDA_ERROR_NOT_SUPPORTED;
+  return in_context([&] {
+    CUresult r = api_->map(static_cast<CUdeviceptr>(va), size, offset, static_cast<CUmemGenericAllocationHandle>(handle), 0);
+    if (r != CUDA_SUCCESS) return r;
+    CUmemAccessDesc access = {};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device_;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = api_->set_access(static_cast<CUdeviceptr>(va), size, &access, 1);
+    if (r != CUDA_SUCCESS) api_->unmap(static_cast<CUdeviceptr>(va), size);
+    return r;
+  });
+}
+
+CUresult DriverBackend::unmap(uintptr_t va, size_t size) {
+  if (!api_->unmap) return CUDA_ERROR_NOT_SUPPORTED;
+  return in_context([&] { return api_->unmap(static_cast<CUdeviceptr>(va), size); });
+}
+
+}  // namespace gpushim

@@ -1,0 +1,51 @@
+// The Backend over the real CUDA driver of one device: libcuda.so.1 reached with dlopen and the
+// real dlsym, so the shim's own segments never pass through its own hooks (nor get counted twice).
+#pragma once
+
+#include <mutex>
+#include <vector>
+
+#include "policy/backend.h"
+
+namespace gpushim {
+
+struct DriverApi;  // resolved driver functions (driver_backend.cpp)
+
+// Null if libcuda.so.1 cannot be loaded or lacks what the pools need.
+const DriverApi* driver_api();
+
+class DriverBackend final : public Backend {
+ public:
+  explicit DriverBackend(int device);
+
+  CUresult segment_alloc(size_t bytes, void** out) override;
+  CUresult segment_free(void* p, size_t bytes) override;
+  CUresult synchronize() override;
+  uint64_t record_event(CUstream stream) override;
+  bool event_done(uint64_t event) override;
+  void release_event(uint64_t event) override;
+  bool capture_active() override;
+  CUresult mem_info(size_t* free, size_t* total) override;
+
+  size_t granularity() override;
+  CUresult va_reserve(size_t size, uintptr_t hint, uintptr_t* out) override;
+  CUresult va_free(uintptr_t va, size_t size) override;
+  CUresult physical_create(size_t size, uint64_t* handle) override;
+  CUresult physical_release(uint64_t handle, size_t size) override;
+  CUresult map(uintptr_t va, size_t size, uint64_t handle, size_t offset) override;
+  CUresult unmap(uintptr_t va, size_t size) override;
+
+ private:
+  // Runs `fn` with this device's primary context current on the calling thread, restoring the
+  // caller's context afterwards (the runtime may not have made it current on this thread yet).
+  template <typename F>
+  CUresult in_context(F&& fn);
+
+  const int device_;
+  const DriverApi* api_;
+  CUcontext primary_ = nullptr;
+  std::mutex events_mu_;
+  std::vector<CUevent> spare_events_;  // recycled: creating events costs driver time
+};
+
+}  // namespace gpushim

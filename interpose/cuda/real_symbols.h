@@ -1,0 +1,40 @@
+// The real CUDA entry points that our hooks forward to, resolved once with the real dlsym.
+//
+// We never link libcudart or libcuda: runtime functions come from RTLD_NEXT (the libcudart the
+// process loaded), driver functions from dlopen("libcuda.so.1") (design-notes §1).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+namespace gpushim {
+
+// glibc's own dlsym, never our interposed one (taken with dlvsym so that interposing dlsym in
+// this library cannot recurse into itself).
+void* real_dlsym(void* handle, const char* name);
+
+struct RealRuntime {
+  cudaError_t (*cudaMalloc)(void**, size_t) = nullptr;
+  cudaError_t (*cudaFree)(void*) = nullptr;
+  cudaError_t (*cudaMallocAsync)(void**, size_t, cudaStream_t) = nullptr;
+  cudaError_t (*cudaMallocAsync_ptsz)(void**, size_t, cudaStream_t) = nullptr;
+  cudaError_t (*cudaFreeAsync)(void*, cudaStream_t) = nullptr;
+  cudaError_t (*cudaFreeAsync_ptsz)(void*, cudaStream_t) = nullptr;
+  cudaError_t (*cudaMallocPitch)(void**, size_t*, size_t, size_t) = nullptr;
+  cudaError_t (*cudaMallocManaged)(void**, size_t, unsigned) = nullptr;
+  cudaError_t (*cudaMallocHost)(void**, size_t) = nullptr;
+  cudaError_t (*cudaHostAlloc)(void**, size_t, unsigned) = nullptr;
+  cudaError_t (*cudaFreeHost)(void*) = nullptr;
+  cudaError_t (*cudaMemGetInfo)(size_t*, size_t*) = nullptr;
+  cudaError_t (*cudaGetDevice)(int*) = nullptr;
+  cudaError_t (*cudaStreamBeginCapture)(cudaStream_t, cudaStreamCaptureMode) = nullptr;
+  cudaError_t (*cudaStreamBeginCapture_ptsz)(cudaStream_t, cudaStreamCaptureMode) = nullptr;
+  cudaError_t (*cudaStreamEndCapture)(cudaStream_t, cudaGraph_t*) = nullptr;
+  cudaError_t (*cudaStreamEndCapture_ptsz)(cudaStream_t, cudaGraph_t*) = nullptr;
+  cudaError_t (*cudaStreamIsCapturing)(cudaStream_t, cudaStreamCaptureStatus*) = nullptr;
+};
+
+// Resolved on first use (thread-safe). Entries are null when libcudart is not loaded.
+const RealRuntime& real_runtime();
+
+}  // namespace gpushim

@@ -1,0 +1,153 @@
+// CUDA runtime entry points. Each hook only translates the call into a call on the core (Shim)
+// and tells it how to forward to the real libcudart when the policy does not serve the call.
+//
+// Our definitions are unversioned; glibc binds an application's `cudaMalloc@libcudart.so.13`
+// reference to them anyway because LD_PRELOAD objects come first (design-notes §1).
+#include <cuda_runtime_api.h>
+
+#include "core/shim.h"
+#include "cuda/real_symbols.h"
+
+#define GPUSHIM_EXPORT extern "C" __attribute__((visibility("default")))
+
+using gpushim::MemoryKind;
+using gpushim::real_runtime;
+using gpushim::Shim;
+
+namespace {
+
+// Runtime calls with no real libcudart behind them (nothing to forward to).
+cudaError_t missing() { return cudaErrorInitializationError; }
+
+// Pitch rows are aligned like the real runtime's (cudaDeviceProp::texturePitchAlignment is 512
+// on every current GPU), so pooled pitched memory is laid out exactly as CUDA would lay it out.
+constexpr size_t kPitchAlignment = 512;
+
+int current_device() {
+  int dev = 0;
+  if (real_runtime().cudaGetDevice) real_runtime().cudaGetDevice(&dev);
+  return dev;
+}
+
+}  // namespace
+
+GPUSHIM_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  auto forward = [&] { return real_runtime().cudaMalloc ? real_runtime().cudaMalloc(devPtr, size) : missing(); };
+  Shim* s = Shim::get();
+  if (!s) return forward();
+  return s->device_alloc(devPtr, size, size, nullptr, false, forward);
+}
+
+GPUSHIM_EXPORT cudaError_t cudaFree(void* devPtr) {
+  auto forward = [&] { return real_runtime().cudaFree ? real_runtime().cudaFree(devPtr) : missing(); };
+  Shim* s = Shim::get();
+  if (!s) return forward();
+  return s->deallocate(devPtr, nullptr, false, forward);
+}
+
+GPUSHIM_EXPORT cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
+  auto forward = [&] {
+    return real_runtime().cudaMallocAsync ? real_runtime().cudaMallocAsync(devPtr, size, stream) : missing();
+  };
+  Shim* s = Shim::get();
+  if (!s) return forward();
+  return s->device_alloc(devPtr, size, size, reinterpret_cast<CUstream>(stream), true, forward);
+}
+
+GPUSHIM_EXPORT cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t stream) {
+  auto forward = [&] {
+    return real_runtime().cudaMallocAsync_ptsz ? real_runtime().cudaMallocAsync_ptsz(devPtr, size, stream)
+                                               : missing();
+  };
+  Shim* s = Shim::get();
+  if (!s) return forward();
+  // The per-thread default stream is what stream 0 means to a _ptsz caller.
+  CUstream st = stream ? reinterpret_cast<CUstream>(stream) : CU_STREAM_PER_THREAD;
+  return s->device_alloc(devPtr, size, size, st, true, forward);
+}
+
+GPUSHIM_EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
+  auto forward = [&] { return real_runtime().cudaFreeAsync ? real_runtime().cudaFreeAsync(devPtr, stream) : missing(); };
+  Shim* s = Shim::get();
+  if (!s) return forward();
+  return s->deallocate(devPtr, reinterpret_cast<CUstream>(stream), true, forward);
+}
+
+GPUSHIM_EXPORT cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream) {
+  auto forward = [&] {
+    return real_runtime().cudaFreeAsync_ptsz ? real_runtime().cudaFreeAsync_ptsz(devPtr, stream) : missing();
+  };
+  Shim* s = Shim::get();
+  if (!s) return forward();
+  CUstream st = stream ? reinterpret_cast<CUstream>(stream) : CU_STREAM_PER_THREAD;
+  return s->deallocate(devPtr, st, true, forward);
+}
+
+GPUSHIM_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
+  auto forward = [&] {
+    return real_runtime().cudaMallocPitch ? real_runtime().cudaMallocPitch(devPtr, pitch, width, height) : missing();
+  };
+  Shim* s = Shim::get();
+  if (!s || pitch == nullptr) return forward();
+  if (s->config().policy == gpushim::PolicyKind::kPassthrough) {
+    // The real runtime picks the pitch, so the size is known only afterwards.
+    const cudaError_t err = forward();
+    if (err == cudaSuccess) s->record_alloc(MemoryKind::kDevice, current_device(), *devPtr, *pitch * height, width * height);
+    else s->record_failure(MemoryKind::kDevice, current_device());
+    return err;
+  }
+  const size_t row = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
+  if (width != 0 && row < width) return cudaErrorInvalidValue;  // overflow
+  if (height != 0 && row > SIZE_MAX / height) return cudaErrorMemoryAllocation;
+  *pitch = row;
+  return s->device_alloc(devPtr, row * height, width * height, nullptr, false, forward);
+}
+
+GPUSHIM_EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  Shim* s = Shim::get();
+  if (!s) return real_runtime().cudaMemGetInfo ? real_runtime().cudaMemGetInfo(free, total) : missing();
+  return s->mem_get_info(free, total);
+}
+
+GPUSHIM_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
+  if (!real_runtime().cudaMallocManaged) return missing();
+  const cudaError_t err = real_runtime().cudaMallocManaged(devPtr, size, flags);
+  if (Shim* s = Shim::get()) {
+    if (err == cudaSuccess && devPtr) s->record_alloc(MemoryKind::kManaged, current_device(), *devPtr, size, size);
+    else if (err != cudaSuccess) s->record_failure(MemoryKind::kManaged, current_device());
+  }
+  return err;
+}
+
+GPUSHIM_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  if (!real_runtime().cudaMallocHost) return missing();
+  const cudaError_t err = real_runtime().cudaMallocHost(ptr, size);
+  if (Shim* s = Shim::get()) {
+    if (err == cudaSuccess && ptr) s->record_alloc(MemoryKind::kHost, 0, *ptr, size, size);
+    else if (err != cudaSuccess) s->record_failure(MemoryKind::kHost, 0);
+  }
+  return err;
+}
+
+GPUSHIM_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  if (!real_runtime().cudaHostAlloc) return missing();
+  const cudaError_t err = real_runtime().cudaHostAlloc(pHost, size, flags);
+  if (Shim* s = Shim::get()) {
+    if (err == cudaSuccess && pHost) s->record_alloc(MemoryKind::kHost, 0, *pHost, size, size);
+    else if (err != cudaSuccess) s->record_failure(MemoryKind::kHost, 0);
+  }
+  return err;
+}
+
+GPUSHIM_EXPORT cudaError_t cudaFreeHost(void* ptr) {
+  auto forward = [&] { return real_runtime().cudaFreeHost ? real_runtime().cudaFreeHost(ptr) : missing(); };
+  Shim* s = Shim::get();
+  if (!s) return forward();
+  return s->deallocate(ptr, nullptr, false, forward);
+}
+
+// Runs after every atexit handler: writes the report if exit() did not (e.g. the library was
+// dlclose'd) and notes frees that arrived after the report.
+__attribute__((destructor)) static void gpushim_unload() {
+  if (Shim* s = Shim::existing()) s->on_unload();
+}

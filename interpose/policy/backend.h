@@ -1,0 +1,47 @@
+// What a pool needs from a device: segments, physical chunks and mappings, and the means to know
+// when freed memory is no longer in use. Implemented over the real driver (driver_backend.cpp) and
+// by a simulation (sim_backend.cpp) that gpushim-analyze's replay and the unit tests use, so both
+// run the very same pool code.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpushim {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- plain segments (caching policy) ----
+  virtual CUresult segment_alloc(size_t bytes, void** out) = 0;
+  virtual CUresult segment_free(void* p, size_t bytes) = 0;
+
+  // ---- reuse safety ----
+  // Waits until all work issued so far on the device, on every stream, has completed.
+  virtual CUresult synchronize() = 0;
+  // An event recorded now at the tail of `stream`; 0 if it cannot be recorded.
+  virtual uint64_t record_event(CUstream stream) = 0;
+  // True once the work before the event has completed. Never called during stream capture.
+  virtual bool event_done(uint64_t event) = 0;
+  virtual void release_event(uint64_t event) = 0;
+  // True while any stream is capturing a graph: then no synchronize and no event query is legal,
+  // so pools grow instead of waiting.
+  virtual bool capture_active() { return false; }
+
+  // ---- capacity ----
+  virtual CUresult mem_info(size_t* free, size_t* total) = 0;
+
+  // ---- virtual memory (vmm policy); granularity 0 means unsupported ----
+  virtual size_t granularity() { return 0; }
+  virtual CUresult va_reserve(size_t, uintptr_t /*hint*/, uintptr_t*) { return CUDA_ERROR_NOT_SUPPORTED; }
+  virtual CUresult va_free(uintptr_t, size_t) { return CUDA_ERROR_NOT_SUPPORTED; }
+  virtual CUresult physical_create(size_t, uint64_t*) { return CUDA_ERROR_NOT_SUPPORTED; }
+  virtual CUresult physical_release(uint64_t, size_t) { return CUDA_ERROR_NOT_SUPPORTED; }
+  virtual CUresult map(uintptr_t, size_t, uint64_t /*handle*/, size_t /*offset*/) { return CUDA_ERROR_NOT_SUPPORTED; }
+  virtual CUresult unmap(uintptr_t, size_t) { return CUDA_ERROR_NOT_SUPPORTED; }
+};
+
+}  // namespace gpushim

@@ -1,0 +1,311 @@
+#include "policy/caching_pool.h"
+
+#include <algorithm>
+#include <initializer_list>
+
+namespace gpushim {
+
+struct CachingPool::Event {
+  uint64_t handle = 0;
+  uint32_t refs = 1;
+};
+
+namespace {
+
+uint64_t round_up(uint64_t v, uint64_t m) { return v > UINT64_MAX - (m - 1) ? 0 : (v + m - 1) / m * m; }
+
+// The legacy default stream has two spellings. The per-thread default stream handle names a
+// different stream in every thread, so two uses of it are never "the same stream".
+CUstream normalize(CUstream s) { return s == nullptr ? CU_STREAM_LEGACY : s; }
+bool same_stream(CUstream a, CUstream b) { return a == b && a != CU_STREAM_PER_THREAD; }
+
+}  // namespace
+
+CachingPool::CachingPool(Backend& backend, CachingPoolOptions options) : backend_(backend), opt_(options) {}
+
+CachingPool::~CachingPool() {
+  // Only unit tests and the replay destroy a pool; the shim keeps its pools for the whole process.
+  for (auto& [base, seg] : segments_) {
+    backend_.segment_free(reinterpret_cast<void*>(base), seg->size);
+    delete seg;
+  }
+  auto delete_list = [&](Block* b) {
+    drop_event(b);
+    delete b;
+  };
+  for (Block* b : small_free_) delete_list(b);
+  for (Block* b : large_free_) delete_list(b);
+  for (Block* b : quarantine_) delete_list(b);
+  for (auto& [addr, b] : allocated_) delete_list(b);
+}
+
+uint64_t CachingPool::rounded_size(uint64_t size) const { return round_up(std::max<uint64_t>(size, 1), opt_.round); }
+
+uint64_t CachingPool::segment_size_for(uint64_t rounded) const {
+  if (rounded <= opt_.small_max) return opt_.small_segment;
+  if (rounded <= opt_.medium_max) return opt_.large_segment;
+  return round_up(rounded, opt_.huge_round);
+}
+
+CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* allocated) {
+  const uint64_t size = rounded_size(req.size);
+  if (size == 0) return CUDA_ERROR_OUT_OF_MEMORY;  // a size near 2^64 cannot be rounded
+  const bool small = size <= opt_.small_max;
+  std::lock_guard<std::mutex> lock(mu_);
+  Block* b = find_free(size, small, req);
+  // A large quarantine is memory the pool holds for nothing: one sync makes all of it reusable.
+  if (b == nullptr && quarantine_bytes_ > 0 && quarantine_bytes_ >= opt_.quarantine_bytes && sync_and_release()) b = find_free(size, small, req);
+  CUresult err = CUDA_SUCCESS;
+  if (b == nullptr) b = grow(size, small, &err);
+  if (b == nullptr && err == CUDA_ERROR_OUT_OF_MEMORY) {
+    // Short of memory: make the quarantine reusable, give every empty segment back, retry once.
+    ++retries_;
+    if (sync_and_release()) b = find_free(size, small, req);
+    if (b == nullptr) {
+      free_empty_segments();
+      b = grow(size, small, &err);
+    }
+  }
+  if (b == nullptr) {
+    ++ooms_;
+    return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
+  }
+  b = split(b, size, small);
+  b->state = State::kAllocated;
+  allocated_.emplace(b->addr, b);
+  allocated_bytes_ += b->size;
+  *out = reinterpret_cast<void*>(b->addr);
+  *allocated = b->size;
+  return CUDA_SUCCESS;
+}
+
+bool CachingPool::usable(Block* b, const AllocRequest& req) {
+  if (b->event == nullptr) return true;
+  if (req.stream_ordered && same_stream(b->stream, normalize(req.stream))) return true;
+  if (backend_.capture_active()) return false;
+  if (!backend_.event_done(b->event->handle)) return false;
+  drop_event(b);
+  return true;
+}
+
+CachingPool::Block* CachingPool::find_free(uint64_t size, bool small, const AllocRequest& req) {
+  FreeSet& set = free_set(small);
+  Block key;
+  key.size = size;
+  // Blocks still in use by another stream are skipped; bound the scan so a long run of them
+  // cannot make allocation linear in the number of free blocks.
+  constexpr int kMaxScan = 64;
+  int scanned = 0;
+  for (auto it = set.lower_bound(&key); it != set.end() && scanned < kMaxScan; ++it, ++scanned) {
+    Block* b = *it;
+    // Oversize blocks are kept whole for requests of their own size class (max_split).
+    if (size < opt_.max_split && b->size >= opt_.max_split) break;
+    if (size >= opt_.max_split && b->size >= size + opt_.large_segment) break;
+    if (usable(b, req)) {
+      set.erase(it);
+      return b;
+    }
+  }
+  return nullptr;
+}
+
+CachingPool::Block* CachingPool::grow(uint64_t size, bool small, CUresult* err) {
+  const uint64_t seg_size = segment_size_for(size);
+  if (seg_size == 0) {
+    *err = CUDA_ERROR_OUT_OF_MEMORY;
+    return nullptr;
+  }
+  void* p = nullptr;
+  *err = backend_.segment_alloc(seg_size, &p);
+  if (*err != CUDA_SUCCESS) return nullptr;
+  auto* seg = new Segment{reinterpret_cast<uintptr_t>(p), seg_size, small};
+  segments_.emplace(seg->base, seg);
+  reserved_ += seg_size;
+  peak_reserved_ = std::max(peak_reserved_, reserved_);
+  ++segment_allocs_;
+  auto* b = new Block;
+  b->addr = seg->base;
+  b->size = seg_size;
+  b->segment = seg;
+  return b;
+}
+
+CachingPool::Block* CachingPool::split(Block* b, uint64_t size, bool small) {
+  const uint64_t rest = b->size - size;
+  // Small blocks split down to the rounding; large ones only when the rest could serve a large
+  // request, so large segments are not shredded into pieces only small requests could use.
+  const bool worth_it = small ? rest >= opt_.round : rest > opt_.small_max;
+  if (!worth_it || b->size >= opt_.max_split) return b;
+  auto* r = new Block;
+  r->addr = b->addr + size;
+  r->size = rest;
+  r->segment = b->segment;
+  r->prev = b;
+  r->next = b->next;
+  if (b->next) b->next->prev = r;
+  b->next = r;
+  b->size = size;
+  // The remainder was freed together with `b`, so it carries the same stream and event.
+  r->stream = b->stream;
+  r->event = b->event;
+  if (r->event) ++r->event->refs;
+  insert_free(r);
+  return b;
+}
+
+void CachingPool::insert_free(Block* b) {
+  b->state = State::kFree;
+  free_set(b->segment->small).insert(b);
+}
+
+CachingPool::Block* CachingPool::coalesce(Block* b) {
+  // Neighbours merge only when reusing the merged block is as safe as reusing either part:
+  // both ready for anyone, or both freed on the same stream (b's event, the newest, covers both).
+  auto compatible = [&](Block* n) {
+    if (n == nullptr || n->state != State::kFree) return false;
+    if (n->event == nullptr && b->event == nullptr) return true;
+    return n->event && b->event && same_stream(n->stream, b->stream);
+  };
+  FreeSet& set = free_set(b->segment->small);
+  if (compatible(b->prev)) {
+    Block* p = b->prev;
+    set.erase(p);
+    drop_event(p);
+    b->addr = p->addr;
+    b->size += p->size;
+    b->prev = p->prev;
+    if (p->prev) p->prev->next = b;
+    delete p;
+  }
+  if (compatible(b->next)) {
+    Block* n = b->next;
+    set.erase(n);
+    drop_event(n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    delete n;
+  }
+  return b;
+}
+
+CUresult CachingPool::deallocate(void* p, CUstream stream, bool stream_ordered) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocated_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == allocated_.end()) return CUDA_ERROR_INVALID_VALUE;
+  Block* b = it->second;
+  allocated_.erase(it);
+  allocated_bytes_ -= b->size;
+  uint64_t event = 0;
+  // During capture the free belongs to the graph being built: keep the block out of reach until a
+  // later synchronization, as for a plain cudaFree.
+  if (stream_ordered && !backend_.capture_active()) event = backend_.record_event(normalize(stream));
+  if (event != 0) {
+    b->stream = normalize(stream);
+    b->event = new Event{event, 1};
+    b->state = State::kFree;
+    insert_free(coalesce(b));
+  } else {
+    b->state = State::kQuarantined;
+    quarantine_.push_back(b);
+    quarantine_bytes_ += b->size;
+  }
+  return CUDA_SUCCESS;
+}
+
+void CachingPool::settle_after_sync() {
+  // Everything freed before the synchronization is now idle: the quarantine, and blocks still
+  // tagged with a stream's event. Re-insert all of them one at a time; a block merges only with
+  // neighbours already re-inserted (state kFree), which are behind us in the list, so no block
+  // still to be visited is ever deleted by a merge.
+  std::vector<Block*> blocks;
+  blocks.swap(quarantine_);
+  quarantine_bytes_ = 0;
+  for (FreeSet* set : {&small_free_, &large_free_}) {
+    for (Block* b : *set) {
+      b->state = State::kQuarantined;
+      blocks.push_back(b);
+    }
+    set->clear();
+  }
+  for (Block* b : blocks) {
+    drop_event(b);
+    b->state = State::kFree;
+    insert_free(coalesce(b));
+  }
+}
+
+bool CachingPool::sync_and_release() {
+  if (backend_.capture_active()) return false;
+  if (backend_.synchronize() != CUDA_SUCCESS) return false;
+  ++syncs_;
+  settle_after_sync();
+  return true;
+}
+
+void CachingPool::free_empty_segments() {
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    Segment* seg = it->second;
+    ++it;
+    // An empty segment is one free block spanning it: find it through the free set by size.
+    FreeSet& set = free_set(seg->small);
+    Block key;
+    key.size = seg->size;
+    key.addr = seg->base;
+    auto bit = set.find(&key);
+    if (bit == set.end()) continue;
+    Block* b = *bit;
+    if (b->event && (backend_.capture_active() || !backend_.event_done(b->event->handle))) continue;
+    if (backend_.segment_free(reinterpret_cast<void*>(seg->base), seg->size) != CUDA_SUCCESS) continue;
+    set.erase(bit);
+    drop_event(b);
+    delete b;
+    segments_.erase(seg->base);
+    reserved_ -= seg->size;
+    ++segment_frees_;
+    delete seg;
+  }
+}
+
+void CachingPool::drop_event(Block* b) {
+  if (b->event && --b->event->refs == 0) {
+    backend_.release_event(b->event->handle);
+    delete b->event;
+  }
+  b->event = nullptr;
+  b->stream = nullptr;
+}
+
+bool CachingPool::contains(const void* p) const {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = segments_.upper_bound(a);
+  if (it == segments_.begin()) return false;
+  --it;
+  return a < it->first + it->second->size;
+}
+
+void CachingPool::figures(PoolFigures* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  out->reserved_bytes = reserved_;
+  out->peak_reserved_bytes = peak_reserved_;
+  out->cached_free_bytes = reserved_ - allocated_bytes_;
+  out->quarantined_bytes = quarantine_bytes_;
+  uint64_t largest = 0;
+  if (!small_free_.empty()) largest = std::max(largest, (*small_free_.rbegin())->size);
+  if (!large_free_.empty()) largest = std::max(largest, (*large_free_.rbegin())->size);
+  out->largest_free_block = largest;
+  out->segment_allocs = segment_allocs_;
+  out->segment_frees = segment_frees_;
+  out->alloc_retries = retries_;
+  out->ooms = ooms_;
+  out->reuse_syncs = syncs_;
+}
+
+void CachingPool::release_cached() {
+  std::lock_guard<std::mutex> lock(mu_);
+  sync_and_release();
+  free_empty_segments();
+}
+
+}  // namespace gpushim

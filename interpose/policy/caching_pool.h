@@ -1,0 +1,101 @@
+// GPUSHIM_POLICY=caching: a best-fit pool of blocks carved from driver segments (the design
+// PyTorch's CUDACachingAllocator made familiar), with reuse made safe for code written against
+// plain cudaFree:
+//   - cudaFree'd blocks wait in a quarantine until one device synchronization proves that all
+//     work issued before the free has finished. The synchronization is batched: it is paid only
+//     when the quarantine holds more than `quarantine_bytes`, or when memory is otherwise short.
+//   - cudaFreeAsync'd blocks are reusable at once on the same stream, and on another stream once
+//     an event recorded at the free has completed.
+//   - while a graph is being captured, nothing is synchronized or queried: the pool grows instead.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "policy/backend.h"
+#include "policy/device_memory_resource.h"
+
+namespace gpushim {
+
+struct CachingPoolOptions {
+  uint64_t round = 512;                     // every block is a multiple of this
+  uint64_t small_max = 1ull << 20;          // requests up to this come from small segments
+  uint64_t small_segment = 2ull << 20;
+  uint64_t medium_max = 10ull << 20;        // requests up to this come from large segments
+  uint64_t large_segment = 20ull << 20;
+  uint64_t huge_round = 2ull << 20;         // larger requests get a segment of their own, this rounded
+  uint64_t max_split = UINT64_MAX;          // blocks this large are never split for smaller requests
+  uint64_t quarantine_bytes = 64ull << 20;  // freed bytes that may wait before one sync releases them
+};
+
+class CachingPool final : public DeviceMemoryResource {
+ public:
+  CachingPool(Backend& backend, CachingPoolOptions options);
+  ~CachingPool() override;
+
+  CUresult allocate(const AllocRequest& req, void** out, uint64_t* allocated) override;
+  CUresult deallocate(void* p, CUstream stream, bool stream_ordered) override;
+  bool contains(const void* p) const override;
+  void figures(PoolFigures* out) const override;
+  void release_cached() override;
+
+  const CachingPoolOptions& options() const { return opt_; }
+  // Block size a request of `size` bytes is rounded to (before any splitting decision).
+  uint64_t rounded_size(uint64_t size) const;
+
+ private:
+  enum class State : uint8_t { kAllocated, kFree, kQuarantined };
+  struct Event;  // a completion event shared by blocks split from one stream-ordered free
+  struct Segment;
+  struct Block {
+    uintptr_t addr = 0;
+    uint64_t size = 0;
+    Segment* segment = nullptr;
+    Block* prev = nullptr;  // address-order neighbours inside the segment
+    Block* next = nullptr;
+    State state = State::kFree;
+    CUstream stream = nullptr;  // for stream-ordered frees: the stream it was freed on
+    Event* event = nullptr;     // completes when work before that free is done
+  };
+  struct BySizeThenAddress {
+    bool operator()(const Block* a, const Block* b) const {
+      return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+    }
+  };
+  using FreeSet = std::set<Block*, BySizeThenAddress>;
+  struct Segment {
+    uintptr_t base = 0;
+    uint64_t size = 0;
+    bool small = false;
+  };
+
+  FreeSet& free_set(bool small) { return small ? small_free_ : large_free_; }
+  uint64_t segment_size_for(uint64_t rounded) const;
+  Block* find_free(uint64_t size, bool small, const AllocRequest& req);
+  bool usable(Block* b, const AllocRequest& req);
+  Block* grow(uint64_t size, bool small, CUresult* err);
+  Block* split(Block* b, uint64_t size, bool small);
+  void insert_free(Block* b);
+  Block* coalesce(Block* b);
+  void settle_after_sync();  // requires that the device was just synchronized
+  bool sync_and_release();    // false if a capture forbids it
+  void free_empty_segments();
+  void drop_event(Block* b);
+
+  Backend& backend_;
+  const CachingPoolOptions opt_;
+  mutable std::mutex mu_;
+  FreeSet small_free_, large_free_;
+  std::vector<Block*> quarantine_;
+  uint64_t quarantine_bytes_ = 0;
+  absl::flat_hash_map<uintptr_t, Block*> allocated_;
+  std::map<uintptr_t, Segment*> segments_;  // by base, for contains() and release
+  uint64_t reserved_ = 0, peak_reserved_ = 0, allocated_bytes_ = 0;
+  uint64_t segment_allocs_ = 0, segment_frees_ = 0, retries_ = 0, ooms_ = 0, syncs_ = 0;
+};
+
+}  // namespace gpushim

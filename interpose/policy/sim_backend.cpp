@@ -1,0 +1,114 @@
+#include "policy/sim_backend.h"
+
+#include <algorithm>
+
+namespace gpushim {
+
+SimBackend::SimBackend(uint64_t capacity, size_t granularity) : capacity_(capacity), granularity_(granularity) {}
+
+bool SimBackend::take(uint64_t bytes) {
+  if (fail_next_ > 0) {
+    --fail_next_;
+    return false;
+  }
+  if (bytes > capacity_ - used_) return false;
+  used_ += bytes;
+  peak_used_ = std::max(peak_used_, used_);
+  return true;
+}
+
+CUresult SimBackend::segment_alloc(size_t bytes, void** out) {
+  if (!take(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  ++counters_.segment_allocs;
+  // 2 MiB-aligned like cudaMalloc's large allocations, with a gap so neighbours never touch.
+  const uintptr_t a = next_addr_;
+  next_addr_ += (bytes + (4ull << 20) - 1) / (2ull << 20) * (2ull << 20);
+  segments_.emplace(a, bytes);
+  *out = reinterpret_cast<void*>(a);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimBackend::segment_free(void* p, size_t) {
+  auto it = segments_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == segments_.end()) return CUDA_ERROR_INVALID_VALUE;
+  used_ -= it->second;
+  segments_.erase(it);
+  ++counters_.segment_frees;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimBackend::synchronize() {
+  ++counters_.synchronizes;
+  pending_events_.clear();
+  return CUDA_SUCCESS;
+}
+
+uint64_t SimBackend::record_event(CUstream) {
+  ++counters_.events_recorded;
+  const uint64_t e = next_event_++;
+  live_events_.insert(e);
+  if (!events_at_once_) pending_events_.insert(e);
+  return e;
+}
+
+bool SimBackend::event_done(uint64_t event) { return pending_events_.count(event) == 0; }
+
+void SimBackend::release_event(uint64_t event) {
+  live_events_.erase(event);
+  pending_events_.erase(event);
+}
+
+CUresult SimBackend::mem_info(size_t* free, size_t* total) {
+  if (free) *free = capacity_ - used_;
+  if (total) *total = capacity_;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimBackend::va_reserve(size_t size, uintptr_t hint, uintptr_t* out) {
+  if (size == 0 || size % granularity_) return CUDA_ERROR_INVALID_VALUE;
+  ++counters_.va_reserves;
+  // Honour a hint when nothing was handed out there yet (lets a pool grow a range in place).
+  if (hint && hint >= next_va_) next_va_ = hint;
+  *out = next_va_;
+  next_va_ += size;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimBackend::va_free(uintptr_t, size_t) {
+  ++counters_.va_frees;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimBackend::physical_create(size_t size, uint64_t* handle) {
+  if (size == 0 || size % granularity_) return CUDA_ERROR_INVALID_VALUE;
+  if (!take(size)) return CUDA_ERROR_OUT_OF_MEMORY;
+  ++counters_.physical_creates;
+  *handle = next_handle_++;
+  physical_.emplace(*handle, size);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimBackend::physical_release(uint64_t handle, size_t) {
+  auto it = physical_.find(handle);
+  if (it == physical_.end()) return CUDA_ERROR_INVALID_VALUE;
+  used_ -= it->second;
+  physical_.erase(it);
+  ++counters_.physical_releases;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimBackend::map(uintptr_t va, size_t size, uint64_t handle, size_t offset) {
+  auto it = physical_.find(handle);
+  if (it == physical_.end() || offset + size > it->second) return CUDA_ERROR_INVALID_VALUE;
+  if (!mappings_.emplace(va, size).second) return CUDA_ERROR_INVALID_VALUE;
+  ++counters_.maps;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimBackend::unmap(uintptr_t va, size_t) {
+  if (mappings_.erase(va) == 0) return CUDA_ERROR_INVALID_VALUE;
+  ++counters_.unmaps;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace gpushim

@@ -1,0 +1,77 @@
+// A simulated device for the pools: addresses without memory, a fixed capacity, counted driver
+// calls, and events whose completion the caller controls. gpushim-analyze's replay and the unit
+// tests run the real pool code on it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+
+#include "policy/backend.h"
+
+namespace gpushim {
+
+struct SimCounters {
+  uint64_t segment_allocs = 0, segment_frees = 0;
+  uint64_t physical_creates = 0, physical_releases = 0;
+  uint64_t maps = 0, unmaps = 0, va_reserves = 0, va_frees = 0;
+  uint64_t synchronizes = 0, events_recorded = 0;
+  uint64_t driver_calls() const {
+    return segment_allocs + segment_frees + physical_creates + physical_releases + maps + unmaps + va_reserves +
+           va_frees + synchronizes + events_recorded;
+  }
+};
+
+class SimBackend final : public Backend {
+ public:
+  explicit SimBackend(uint64_t capacity, size_t granularity = 2ull << 20);
+
+  CUresult segment_alloc(size_t bytes, void** out) override;
+  CUresult segment_free(void* p, size_t bytes) override;
+  CUresult synchronize() override;
+  uint64_t record_event(CUstream stream) override;
+  bool event_done(uint64_t event) override;
+  void release_event(uint64_t event) override;
+  bool capture_active() override { return capturing_; }
+  CUresult mem_info(size_t* free, size_t* total) override;
+
+  size_t granularity() override { return granularity_; }
+  CUresult va_reserve(size_t size, uintptr_t hint, uintptr_t* out) override;
+  CUresult va_free(uintptr_t va, size_t size) override;
+  CUresult physical_create(size_t size, uint64_t* handle) override;
+  CUresult physical_release(uint64_t handle, size_t size) override;
+  CUresult map(uintptr_t va, size_t size, uint64_t handle, size_t offset) override;
+  CUresult unmap(uintptr_t va, size_t size) override;
+
+  // ---- test and replay controls ----
+  // When false, recorded events stay pending until complete_events() or synchronize().
+  void set_events_complete_at_once(bool v) { events_at_once_ = v; }
+  void complete_events() { pending_events_.clear(); }
+  void set_capturing(bool v) { capturing_ = v; }
+  // Fails the next `n` memory requests (segments or physical chunks) with OUT_OF_MEMORY.
+  void fail_next(int n) { fail_next_ = n; }
+  uint64_t used() const { return used_; }
+  uint64_t peak_used() const { return peak_used_; }
+  uint64_t capacity() const { return capacity_; }
+  const SimCounters& counters() const { return counters_; }
+  size_t live_events() const { return live_events_.size(); }
+
+ private:
+  bool take(uint64_t bytes);
+  uint64_t capacity_;
+  size_t granularity_;
+  uint64_t used_ = 0, peak_used_ = 0;
+  uintptr_t next_addr_ = 0x7f0000000000ull;  // addresses are never reused, so stale pointers show up
+  uintptr_t next_va_ = 0x100000000000ull;
+  uint64_t next_handle_ = 1, next_event_ = 1;
+  std::map<uintptr_t, uint64_t> segments_;
+  std::map<uint64_t, uint64_t> physical_;  // handle -> size
+  std::map<uintptr_t, uint64_t> mappings_;  // va -> size
+  std::set<uint64_t> pending_events_, live_events_;
+  bool events_at_once_ = true;
+  bool capturing_ = false;
+  int fail_next_ = 0;
+  SimCounters counters_;
+};
+
+}  // namespace gpushim

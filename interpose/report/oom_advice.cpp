@@ -1,0 +1,39 @@
+#include "report/oom_advice.h"
+
+#include "util/units.h"
+
+namespace gpushim {
+
+std::string oom_advice(const OomReport& o, const std::string& policy) {
+  std::string advice;
+  auto add = [&](const std::string& s) { advice += (advice.empty() ? "" : " ") + s; };
+  // Fragmentation: enough memory is cached, but no free block is big enough.
+  if (o.cached_free >= o.requested && o.largest_free_block < o.requested) {
+    add("Reserved-but-free memory (" + format_bytes(o.cached_free) + ") would fit the request, but it is split into pieces "
+        "no larger than " + format_bytes(o.largest_free_block) + ": external fragmentation.");
+    if (policy == "caching")
+      add("Try GPUSHIM_POLICY=vmm, which maps free pieces into one range, or GPUSHIM_MAX_SPLIT to keep large blocks whole.");
+  } else if (o.cached_free > o.allocated / 4 && o.cached_free > 0) {
+    add("The pool holds " + format_bytes(o.cached_free) + " reserved but free; much of it is small blocks.");
+  }
+  if (o.limit != 0 && o.capacity > o.limit && o.device_free > o.requested) {
+    add("The cap GPUSHIM_LIMIT=" + format_bytes(o.limit) + " refused it while the device still had " +
+        format_bytes(o.device_free) + " free: raise the cap if this job may use more.");
+  }
+  if (!o.top_sites.empty() && o.allocated > 0) {
+    const SiteReport& top = o.top_sites.front();
+    std::string where = "an unknown site";
+    for (const FrameInfo& f : top.frames)
+      if (!f.function.empty()) {
+        where = f.function;
+        break;
+      }
+    const uint64_t pct = top.live_bytes * 100 / o.allocated;
+    add("The largest live site (" + where + ") holds " + format_bytes(top.live_bytes) + ", " + std::to_string(pct) +
+        "% of allocated memory: that is where to save first.");
+  }
+  if (advice.empty()) add("Live allocations fill the device: reduce what is alive at the peak (batch size, caching).");
+  return advice;
+}
+
+}  // namespace gpushim

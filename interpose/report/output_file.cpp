@@ -1,0 +1,196 @@
+#include "report/output_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "util/log.h"
+
+namespace gpushim {
+namespace {
+
+// Enough for many ranks of one job writing the same template into one directory, without
+// spinning forever when something else keeps answering "exists".
+constexpr int kMaxSuffix = 10000;
+
+std::string host_name() {
+  char buf[256];
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknownhost";
+  buf[sizeof(buf) - 1] = '\0';
+  return buf[0] != '\0' ? buf : "unknownhost";
+}
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string dir_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// "dir/gpushim.prog.12.json" + 3 -> "dir/gpushim.prog.12.3.json". The extension is the last dot
+// of the file name unless that dot starts the name (".hidden" has none).
+std::string with_suffix(const std::string& path, int n) {
+  const size_t slash = path.find_last_of('/');
+  const size_t name_start = slash == std::string::npos ? 0 : slash + 1;
+  const size_t dot = path.find_last_of('.');
+  const std::string tag = "." + std::to_string(n);
+  if (dot == std::string::npos || dot <= name_start) return path + tag;
+  return path.substr(0, dot) + tag + path.substr(dot);
+}
+
+// Errors that say the directory, not the name, is the problem: worth trying $TMPDIR.
+bool is_directory_error(int err) {
+  return err == EACCES || err == EPERM || err == EROFS || err == ENOENT || err == ENOTDIR;
+}
+
+// Errors that say something already sits at the name: O_EXCL's EEXIST, O_NOFOLLOW's ELOOP for a
+// symlink (some kernels and filesystems answer that one first), EISDIR for a directory.
+bool is_exists_error(int err) { return err == EEXIST || err == ELOOP || err == EISDIR; }
+
+bool write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (w == 0) {  // cannot happen for regular files; do not spin if it does
+      errno = EIO;
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+enum class Result { kWritten, kDirectoryError, kFailed };
+
+// Tries `path`, then its suffixed variants, in one directory. On kWritten, *written is the name.
+// On kDirectoryError, *err is the errno that blamed the directory.
+Result write_in_dir(const std::string& path, const std::string& data, std::string* written, int* err) {
+  for (int n = 0; n <= kMaxSuffix; ++n) {
+    const std::string candidate = n == 0 ? path : with_suffix(path, n);
+    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      const int e = errno;
+      if (is_exists_error(e)) continue;
+      if (e == EINTR) {  // open on a slow filesystem; retry the same name
+        --n;
+        continue;
+      }
+      *err = e;
+      if (is_directory_error(e)) return Result::kDirectoryError;
+      log_line("cannot create %s: %s", candidate.c_str(), std::strerror(e));
+      return Result::kFailed;
+    }
+    bool ok = write_all(fd, data.data(), data.size());
+    int e = ok ? 0 : errno;
+    // close() is where NFS and some FUSE filesystems report deferred write errors.
+    if (::close(fd) != 0 && ok && errno != EINTR) {
+      ok = false;
+      e = errno;
+    }
+    if (!ok) {
+      ::unlink(candidate.c_str());  // a truncated report would mislead more than a missing one
+      *err = e;
+      if (e == ENOSPC || e == EDQUOT)
+        log_line("no space left writing %s (%zu bytes); partial file removed", candidate.c_str(), data.size());
+      else
+        log_line("cannot write %s: %s; partial file removed", candidate.c_str(), std::strerror(e));
+      return Result::kFailed;
+    }
+    *written = candidate;
+    return Result::kWritten;
+  }
+  *err = EEXIST;
+  log_line("cannot create %s: %d suffixed names already exist", path.c_str(), kMaxSuffix);
+  return Result::kFailed;
+}
+
+}  // namespace
+
+std::string expand_path_template(const std::string& tmpl, const std::string& exe_name, int pid,
+                                 const char* default_suffix) {
+  std::string exe = base_name(exe_name);
+  if (exe.empty()) exe = "unknown";
+  const std::string default_name =
+      "gpushim." + exe + "." + std::to_string(pid) + (default_suffix != nullptr ? default_suffix : "");
+  if (tmpl.empty()) return default_name;
+
+  std::string out;
+  out.reserve(tmpl.size() + 32);
+  for (size_t i = 0; i < tmpl.size(); ++i) {
+    const char c = tmpl[i];
+    if (c != '%' || i + 1 == tmpl.size()) {
+      out += c;  // a lone trailing '%' stays literal
+      continue;
+    }
+    const char k = tmpl[++i];
+    switch (k) {
+      case 'p':
+        out += std::to_string(pid);
+        break;
+      case 'h':
+        out += host_name();
+        break;
+      case 'r': {
+        const char* rank = getenv("RANK");
+        out += (rank != nullptr && rank[0] != '\0') ? rank : "norank";
+        break;
+      }
+      case '%':
+        out += '%';
+        break;
+      default:  // unknown directives stay as written, so a typo is visible in the file name
+        out += '%';
+        out += k;
+        break;
+    }
+  }
+  // A template naming a directory ("reports/") gets the default file name inside it.
+  if (out.back() == '/') out += default_name;
+  return out;
+}
+
+std::string write_new_file(const std::string& path, const std::string& data) {
+  if (path.empty()) {
+    log_line("cannot write a report: empty output path");
+    return "";
+  }
+  std::string written;
+  int err = 0;
+  Result r = write_in_dir(path, data, &written, &err);
+  if (r == Result::kWritten) return written;
+  if (r == Result::kFailed) return "";
+
+  const char* tmpdir = getenv("TMPDIR");
+  std::string fallback_dir = (tmpdir != nullptr && tmpdir[0] != '\0') ? tmpdir : "/tmp";
+  while (fallback_dir.size() > 1 && fallback_dir.back() == '/') fallback_dir.pop_back();
+  const std::string fallback = (fallback_dir == "/" ? "/" : fallback_dir + "/") + base_name(path);
+  if (dir_name(path) == fallback_dir || fallback == path) {
+    log_line("cannot create %s: %s", path.c_str(), std::strerror(err));
+    return "";
+  }
+  const int first_err = err;
+  r = write_in_dir(fallback, data, &written, &err);
+  if (r == Result::kWritten) {
+    log_line("cannot create %s (%s); wrote %s instead", path.c_str(), std::strerror(first_err), written.c_str());
+    return written;
+  }
+  if (r == Result::kDirectoryError)
+    log_line("cannot create %s (%s) nor %s (%s)", path.c_str(), std::strerror(first_err), fallback.c_str(),
+             std::strerror(err));
+  return "";
+}
+
+}  // namespace gpushim

@@ -1,0 +1,20 @@
+// Where report/trace/metrics files go, and how they are created safely.
+#pragma once
+
+#include <string>
+
+namespace gpushim {
+
+// Expands a path template: %p -> pid, %h -> host name, %r -> the RANK variable (or "norank" when
+// unset), %% -> %; any other %x is kept as written. An empty template yields the default
+// "gpushim.<exe name>.<pid>.json"; a template ending in '/' yields that default name inside it.
+std::string expand_path_template(const std::string& tmpl, const std::string& exe_name, int pid,
+                                 const char* default_suffix = ".json");
+
+// Creates `path` with O_CREAT|O_EXCL|O_NOFOLLOW and mode 0600 and writes `data` fully. An existing
+// file is never overwritten: ".1", ".2", ... is inserted before the extension instead. If the
+// directory is not writable, falls back to $TMPDIR (else /tmp) with a one-line notice. Returns the
+// path actually written, or "" on failure (after a one-line message).
+std::string write_new_file(const std::string& path, const std::string& data);
+
+}  // namespace gpushim

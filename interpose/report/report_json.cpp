@@ -1,0 +1,319 @@
+// JSON rendering of the report, by hand: the shim must not pull a JSON library into every traced
+// process. Field names and order are the schema (docs/report-format.md); keep them stable.
+#include <charconv>
+#include <cmath>
+#include <cstring>
+
+#include "report/report_writer.h"
+
+namespace gpushim {
+namespace {
+
+class JsonOut {
+ public:
+  explicit JsonOut(std::string& out) : s(out) {}
+
+  std::string& s;
+
+  // Emits the separating comma when this is not the first member.
+  void key(const char* k) {
+    if (need_comma_) s += ',';
+    s += '"';
+    s += k;  // keys are our own ASCII identifiers: nothing to escape
+    s += "\":";
+    need_comma_ = true;
+  }
+  void begin(char c) {  // '{' or '['
+    s += c;
+    need_comma_ = false;
+  }
+  void end(char c) {
+    s += c;
+    need_comma_ = true;
+  }
+  // Starts a new line before the next member or element (after any pending comma), so the
+  // document reads one device, one site header and one frame per line.
+  void next_line(const char* indent) {
+    if (need_comma_) s += ',';
+    s += '\n';
+    s += indent;
+    need_comma_ = false;
+  }
+
+  void u64(uint64_t v) {
+    char buf[24];
+    auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    s.append(buf, r.ptr);
+  }
+  void i64(int64_t v) {
+    char buf[24];
+    auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    s.append(buf, r.ptr);
+  }
+  // Shortest text that reads back as the same double; JSON has no NaN/inf, so those are null.
+  void dbl(double v) {
+    if (!std::isfinite(v)) {
+      s += "null";
+      return;
+    }
+    char buf[40];
+    auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    const size_t at = s.size();
+    s.append(buf, r.ptr);
+    // Keep doubles recognisable as such for readers that type by the first value they see.
+    if (s.find_first_of(".eE", at) == std::string::npos) s += ".0";
+  }
+  void str(const std::string& v) { escape(v.data(), v.size()); }
+
+  void kv(const char* k, uint64_t v) {
+    key(k);
+    u64(v);
+  }
+  void kv_int(const char* k, int64_t v) {
+    key(k);
+    i64(v);
+  }
+  void kv_dbl(const char* k, double v) {
+    key(k);
+    dbl(v);
+  }
+  void kv(const char* k, const std::string& v) {
+    key(k);
+    str(v);
+  }
+
+ private:
+  bool need_comma_ = false;
+
+  // Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlongs, no surrogates, nothing
+  // above U+10FFFF), or 0 if the byte there does not start one.
+  static size_t utf8_len(const unsigned char* p, size_t n) {
+    const unsigned char c = p[0];
+    auto cont = [&](size_t i) { return i < n && (p[i] & 0xC0) == 0x80; };
+    if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+      if (!cont(1) || !cont(2)) return 0;
+      if (c == 0xE0 && p[1] < 0xA0) return 0;  // overlong
+      if (c == 0xED && p[1] > 0x9F) return 0;  // UTF-16 surrogate
+      return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+      if (!cont(1) || !cont(2) || !cont(3)) return 0;
+      if (c == 0xF0 && p[1] < 0x90) return 0;  // overlong
+      if (c == 0xF4 && p[1] > 0x8F) return 0;  // above U+10FFFF
+      return 4;
+    }
+    return 0;
+  }
+
+  // Symbol names, paths and Python file names are arbitrary bytes; the document must stay valid
+  // JSON whatever they hold, so bytes that are not UTF-8 become U+FFFD.
+  void escape(const char* data, size_t n) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    const auto* p = reinterpret_cast<const unsigned char*>(data);
+    s += '"';
+    for (size_t i = 0; i < n;) {
+      const unsigned char c = p[i];
+      if (c < 0x80) {
+        switch (c) {
+          case '"': s += "\\\""; break;
+          case '\\': s += "\\\\"; break;
+          case '\n': s += "\\n"; break;
+          case '\r': s += "\\r"; break;
+          case '\t': s += "\\t"; break;
+          case '\b': s += "\\b"; break;
+          case '\f': s += "\\f"; break;
+          default:
+            if (c < 0x20 || c == 0x7F) {
+              s += "\\u00";
+              s += kHex[c >> 4];
+              s += kHex[c & 0xF];
+            } else {
+              s += static_cast<char>(c);
+            }
+        }
+        ++i;
+        continue;
+      }
+      const size_t len = utf8_len(p + i, n - i);
+      if (len == 0) {
+        s += "\\ufffd";
+        ++i;
+      } else {
+        s.append(data + i, len);
+        i += len;
+      }
+    }
+    s += '"';
+  }
+};
+
+void write_pool(JsonOut& j, const PoolFigures& p) {
+  j.key("pool");
+  j.begin('{');
+  j.kv("requested_bytes", p.requested_bytes);
+  j.kv("peak_requested_bytes", p.peak_requested_bytes);
+  j.kv("reserved_bytes", p.reserved_bytes);
+  j.kv("peak_reserved_bytes", p.peak_reserved_bytes);
+  j.kv("cached_free_bytes", p.cached_free_bytes);
+  j.kv("quarantined_bytes", p.quarantined_bytes);
+  j.kv("largest_free_block", p.largest_free_block);
+  j.kv("segment_allocs", p.segment_allocs);
+  j.kv("segment_frees", p.segment_frees);
+  j.kv("alloc_retries", p.alloc_retries);
+  j.kv("ooms", p.ooms);
+  j.kv("reuse_syncs", p.reuse_syncs);
+  j.kv("map_calls", p.map_calls);
+  j.kv("unmap_calls", p.unmap_calls);
+  j.kv("mapped_bytes", p.mapped_bytes);
+  j.end('}');
+}
+
+void write_device(JsonOut& j, const DeviceReport& d) {
+  j.begin('{');
+  j.kv_int("device", d.device);
+  j.kv("live_bytes", d.live_bytes);
+  j.kv("live_count", d.live_count);
+  j.kv("peak_allocated_bytes", d.peak_allocated_bytes);
+  j.kv_dbl("peak_allocated_at_s", d.peak_allocated_at_s);
+  j.kv("peak_reserved_bytes", d.peak_reserved_bytes);
+  j.kv("total_allocs", d.total_allocs);
+  j.kv("total_frees", d.total_frees);
+  j.kv("failed_allocs", d.failed_allocs);
+  j.kv("capacity_bytes", d.capacity_bytes);
+  j.kv("limit_bytes", d.limit_bytes);
+  write_pool(j, d.pool);
+  j.end('}');
+}
+
+void write_other(JsonOut& j, const OtherMemoryReport& o) {
+  j.begin('{');
+  j.kv("kind", o.kind);
+  j.kv("live_bytes", o.live_bytes);
+  j.kv("live_count", o.live_count);
+  j.kv("peak_bytes", o.peak_bytes);
+  j.kv("total_allocs", o.total_allocs);
+  j.kv("total_frees", o.total_frees);
+  j.end('}');
+}
+
+void write_frame(JsonOut& j, const FrameInfo& f) {
+  j.begin('{');
+  j.kv("function", f.function);
+  j.kv("file", f.file);
+  j.kv_int("line", f.line);
+  j.kv("module", f.module);
+  j.kv("address", f.address);
+  j.kv("module_offset", f.module_offset);
+  j.kv("kind", std::string(f.python ? "python" : "native"));
+  j.end('}');
+}
+
+// Frames go one per line at `indent`: diffs and greps of reports stay readable.
+void write_frames(JsonOut& j, const std::vector<FrameInfo>& frames, const char* indent) {
+  j.key("frames");
+  j.begin('[');
+  for (const FrameInfo& f : frames) {
+    j.next_line(indent);
+    write_frame(j, f);
+  }
+  j.end(']');
+}
+
+void write_site_at(JsonOut& j, const SiteReport& site, const char* frame_indent) {
+  j.begin('{');
+  j.kv_int("device", site.device);
+  j.kv("kind", site.kind);
+  j.kv("live_bytes", site.live_bytes);
+  j.kv("live_count", site.live_count);
+  j.kv("stack_id", static_cast<uint64_t>(site.stack_id));
+  write_frames(j, site.frames, frame_indent);
+  j.end('}');
+}
+
+void write_site(JsonOut& j, const SiteReport& site) { write_site_at(j, site, "   "); }
+
+void write_sample(JsonOut& j, const TimelineSample& t) {
+  j.begin('{');
+  j.kv_dbl("t_s", t.t_s);
+  j.kv_int("device", t.device);
+  j.kv("allocated", t.allocated);
+  j.kv("reserved", t.reserved);
+  j.end('}');
+}
+
+void write_oom(JsonOut& j, const OomReport& o) {
+  j.begin('{');
+  j.kv_dbl("t_s", o.t_s);
+  j.kv_int("device", o.device);
+  j.kv("requested", o.requested);
+  j.kv("capacity", o.capacity);
+  j.kv("limit", o.limit);
+  j.kv("device_free", o.device_free);
+  j.kv("allocated", o.allocated);
+  j.kv("reserved", o.reserved);
+  j.kv("cached_free", o.cached_free);
+  j.kv("largest_free_block", o.largest_free_block);
+  j.kv("advice", o.advice);
+  write_frames(j, o.frames, "   ");
+  j.key("top_sites");
+  j.begin('[');
+  for (const SiteReport& site : o.top_sites) {
+    j.next_line("   ");
+    write_site_at(j, site, "    ");
+  }
+  j.end(']');
+  j.end('}');
+}
+
+// Writes `items` as an array with one element per line.
+template <typename T, typename Fn>
+void write_array(JsonOut& j, const char* name, const std::vector<T>& items, Fn fn) {
+  j.key(name);
+  j.begin('[');
+  for (const T& item : items) {
+    j.next_line(" ");
+    fn(j, item);
+  }
+  j.end(']');
+}
+
+}  // namespace
+
+std::string report_to_json(const ReportData& r) {
+  std::string s;
+  s.reserve(1024 + r.sites.size() * 512 + r.timeline.size() * 80);
+  JsonOut j{s};
+  j.begin('{');
+  j.kv("schema", r.schema);
+  j.kv_int("pid", r.pid);
+  j.kv("exe", r.exe);
+  j.kv("host", r.host);
+  j.kv("rank", r.rank);
+  j.kv("policy", r.policy);
+  j.kv("reason", r.reason);
+  j.kv_dbl("wall_time_s", r.wall_time_s);
+  j.kv_dbl("duration_s", r.duration_s);
+  j.kv_int("stack_depth", r.stack_depth);
+  j.next_line("");
+  write_array(j, "devices", r.devices, write_device);
+  j.next_line("");
+  write_array(j, "other_memory", r.other_memory, write_other);
+  j.next_line("");
+  j.kv("invalid_frees", r.invalid_frees);
+  j.kv("distinct_stacks", r.distinct_stacks);
+  j.kv("shim_host_bytes", r.shim_host_bytes);
+  j.next_line("");
+  write_array(j, "ooms", r.ooms, write_oom);
+  j.next_line("");
+  write_array(j, "sites", r.sites, write_site);
+  // Last: with GPUSHIM_SAMPLE_MS it can be the longest part, and the rest should come first.
+  j.next_line("");
+  write_array(j, "timeline", r.timeline, write_sample);
+  j.s += '\n';
+  j.end('}');
+  s += '\n';
+  return s;
+}
+
+}  // namespace gpushim

@@ -1,0 +1,114 @@
+// The report as plain data: the core fills it, the JSON writer and the stderr summary render it,
+// and gpushim-analyze reads the JSON back. docs/report-format.md documents every field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stacks/symbolizer.h"
+
+namespace gpushim {
+
+// Counters that the pool policies add (issue: caching pool). All zero under passthrough except
+// reserved, which equals allocated there.
+struct PoolFigures {
+  uint64_t requested_bytes = 0;        // what callers asked for, live
+  uint64_t peak_requested_bytes = 0;
+  uint64_t reserved_bytes = 0;         // held from the driver
+  uint64_t peak_reserved_bytes = 0;
+  uint64_t cached_free_bytes = 0;      // reserved but not handed out (includes quarantine)
+  uint64_t quarantined_bytes = 0;      // freed, waiting for a synchronization before reuse
+  uint64_t largest_free_block = 0;
+  uint64_t segment_allocs = 0;
+  uint64_t segment_frees = 0;
+  uint64_t alloc_retries = 0;
+  uint64_t ooms = 0;
+  uint64_t reuse_syncs = 0;            // device synchronizations paid to make freed memory reusable
+  uint64_t map_calls = 0;              // vmm policy
+  uint64_t unmap_calls = 0;
+  uint64_t mapped_bytes = 0;
+};
+
+struct DeviceReport {
+  int device = 0;
+  uint64_t live_bytes = 0;              // allocated (policy-rounded) bytes still live
+  uint64_t live_count = 0;
+  uint64_t peak_allocated_bytes = 0;
+  double peak_allocated_at_s = 0;       // seconds since the shim started
+  uint64_t peak_reserved_bytes = 0;
+  uint64_t total_allocs = 0;
+  uint64_t total_frees = 0;
+  uint64_t failed_allocs = 0;
+  uint64_t capacity_bytes = 0;          // device total as the driver reports it (0 if unknown)
+  uint64_t limit_bytes = 0;             // GPUSHIM_LIMIT in bytes (0 = none)
+  PoolFigures pool;
+};
+
+// Memory that is not device memory proper but passes through the shim: managed and pinned host.
+struct OtherMemoryReport {
+  std::string kind;                     // "managed" or "host"
+  uint64_t live_bytes = 0;
+  uint64_t live_count = 0;
+  uint64_t peak_bytes = 0;
+  uint64_t total_allocs = 0;
+  uint64_t total_frees = 0;
+};
+
+struct SiteReport {
+  int device = 0;
+  std::string kind = "device";          // "device", "managed" or "host"
+  uint64_t live_bytes = 0;
+  uint64_t live_count = 0;
+  uint32_t stack_id = 0;
+  std::vector<FrameInfo> frames;        // innermost first
+};
+
+// One point of the allocated/reserved time series (GPUSHIM_SAMPLE_MS).
+struct TimelineSample {
+  double t_s = 0;  // seconds since the shim started
+  int device = 0;
+  uint64_t allocated = 0;
+  uint64_t reserved = 0;
+};
+
+// An allocation the device (or the cap) refused, with what a person needs to act on it.
+struct OomReport {
+  double t_s = 0;
+  int device = 0;
+  uint64_t requested = 0;
+  uint64_t capacity = 0;        // device total
+  uint64_t limit = 0;           // GPUSHIM_LIMIT in bytes, 0 = none
+  uint64_t device_free = 0;     // free on the device as the driver saw it
+  uint64_t allocated = 0;       // live, handed to callers
+  uint64_t reserved = 0;        // held from the driver
+  uint64_t cached_free = 0;     // reserved but not allocated
+  uint64_t largest_free_block = 0;
+  std::string advice;
+  std::vector<FrameInfo> frames;      // the failing call
+  std::vector<SiteReport> top_sites;  // largest live sites at that moment
+};
+
+struct ReportData {
+  std::string schema = "gpushim-report/1";
+  int pid = 0;
+  std::string exe;
+  std::string host;
+  std::string rank;                     // the RANK variable, "" when unset
+  std::string policy;
+  std::string reason = "exit";          // "exit" or "snapshot"
+  double wall_time_s = 0;               // wall clock at report time, seconds since the epoch
+  double duration_s = 0;                // since the shim started
+  int stack_depth = 0;
+  std::vector<DeviceReport> devices;
+  std::vector<OtherMemoryReport> other_memory;
+  std::vector<SiteReport> sites;        // largest live bytes first
+  std::vector<TimelineSample> timeline; // oldest first
+  std::vector<OomReport> ooms;          // oldest first (at most the first 16)
+  uint64_t invalid_frees = 0;
+  uint64_t distinct_stacks = 0;
+  uint64_t shim_host_bytes = 0;         // the shim's own bookkeeping memory
+};
+
+}  // namespace gpushim

@@ -1,0 +1,170 @@
+// The short human summary printed at exit. The JSON report is the complete record; this is what
+// someone reads in a scrolled-by terminal, so it names sizes in human units and shows only the
+// frames that point at the program rather than at the CUDA runtime or the shim.
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <string_view>
+
+#include "report/report_writer.h"
+#include "util/units.h"
+
+namespace gpushim {
+namespace {
+
+// Frames shown per site; the report keeps all of them.
+constexpr size_t kFramesShown = 6;
+// Out-of-memory events shown; the report keeps all it recorded.
+constexpr size_t kOomsShown = 3;
+
+void append(std::string* s, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void append(std::string* s, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if (static_cast<size_t>(n) < sizeof(buf)) {
+    s->append(buf, static_cast<size_t>(n));
+    return;
+  }
+  std::string big(static_cast<size_t>(n) + 1, '\0');
+  va_start(ap, fmt);
+  std::vsnprintf(big.data(), big.size(), fmt, ap);
+  va_end(ap);
+  s->append(big.data(), static_cast<size_t>(n));
+}
+
+std::string_view base_name(std::string_view path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// Names from symbols and Python files may hold anything; each summary line must stay one line.
+std::string printable(std::string_view v) {
+  std::string r(v);
+  for (char& c : r)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) c = '?';
+  return r;
+}
+
+// Frames inside the shim or the CUDA runtime/driver say nothing about who allocated.
+bool is_plumbing(const FrameInfo& f) {
+  if (f.python) return false;
+  const std::string_view m = base_name(f.module);
+  return m.starts_with("libgpushim") || m.starts_with("libcudart") || m.starts_with("libcuda.so");
+}
+
+std::string plural(uint64_t n, const char* word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+void append_frame(std::string* s, const FrameInfo& f) {
+  if (f.python) {
+    const std::string fn = f.function.empty() ? "<unknown>" : printable(f.function);
+    if (!f.file.empty())
+      append(s, "gpushim:       at %s (%s:%d)\n", fn.c_str(), printable(base_name(f.file)).c_str(), f.line);
+    else
+      append(s, "gpushim:       at %s\n", fn.c_str());
+    return;
+  }
+  std::string line = "gpushim:       at ";
+  if (!f.function.empty())
+    line += printable(f.function);
+  else
+    append(&line, "0x%" PRIx64, f.address);
+  if (!f.file.empty()) {
+    line += ' ';
+    line += printable(base_name(f.file));
+    if (f.line > 0) append(&line, ":%d", f.line);
+  }
+  if (!f.module.empty()) {
+    line += " (";
+    line += printable(base_name(f.module));
+    if (f.function.empty()) append(&line, "+0x%" PRIx64, f.module_offset);
+    line += ')';
+  }
+  line += '\n';
+  *s += line;
+}
+
+}  // namespace
+
+void write_summary(const ReportData& r, const std::string& json_path, size_t max_sites, FILE* out) {
+  std::string s;
+  append(&s, "gpushim: report for %s (pid %d, policy %s)\n", printable(r.exe).c_str(), r.pid,
+         printable(r.policy).c_str());
+
+  for (const DeviceReport& d : r.devices) {
+    append(&s,
+           "gpushim: device %d: live %s in %s, peak allocated %s at %.2f s, peak reserved %s, %s, %s, "
+           "%" PRIu64 " failed",
+           d.device, format_bytes(d.live_bytes).c_str(), plural(d.live_count, "allocation").c_str(),
+           format_bytes(d.peak_allocated_bytes).c_str(), d.peak_allocated_at_s,
+           format_bytes(d.peak_reserved_bytes).c_str(), plural(d.total_allocs, "alloc").c_str(),
+           plural(d.total_frees, "free").c_str(), d.failed_allocs);
+    if (d.pool.cached_free_bytes != 0) append(&s, ", cached %s", format_bytes(d.pool.cached_free_bytes).c_str());
+    if (d.limit_bytes != 0) append(&s, ", limit %s", format_bytes(d.limit_bytes).c_str());
+    s += '\n';
+  }
+  for (const OtherMemoryReport& o : r.other_memory) {
+    if (o.total_allocs == 0) continue;
+    append(&s, "gpushim: %s memory: live %s in %s, peak %s, %s, %s\n", printable(o.kind).c_str(),
+           format_bytes(o.live_bytes).c_str(), plural(o.live_count, "allocation").c_str(),
+           format_bytes(o.peak_bytes).c_str(), plural(o.total_allocs, "alloc").c_str(),
+           plural(o.total_frees, "free").c_str());
+  }
+  for (size_t i = 0; i < r.ooms.size() && i < kOomsShown; ++i) {
+    const OomReport& o = r.ooms[i];
+    append(&s,
+           "gpushim: out of memory on device %d at %.2f s: requested %s; allocated %s, reserved %s (cached %s, "
+           "largest free block %s), device free %s of %s",
+           o.device, o.t_s, format_bytes(o.requested).c_str(), format_bytes(o.allocated).c_str(),
+           format_bytes(o.reserved).c_str(), format_bytes(o.cached_free).c_str(),
+           format_bytes(o.largest_free_block).c_str(), format_bytes(o.device_free).c_str(),
+           format_bytes(o.capacity).c_str());
+    if (o.limit != 0) append(&s, ", limit %s", format_bytes(o.limit).c_str());
+    s += '\n';
+    if (!o.advice.empty()) append(&s, "gpushim:   advice: %s\n", printable(o.advice).c_str());
+  }
+  if (r.ooms.size() > kOomsShown)
+    append(&s, "gpushim: ... %s more out-of-memory events in the report\n",
+           std::to_string(r.ooms.size() - kOomsShown).c_str());
+  if (r.invalid_frees != 0)
+    append(&s, "gpushim: %s of pointers the shim did not hand out\n", plural(r.invalid_frees, "free").c_str());
+
+  const size_t shown = r.sites.size() < max_sites ? r.sites.size() : max_sites;
+  if (shown > 0) append(&s, "gpushim: top live allocation sites:\n");
+  for (size_t i = 0; i < shown; ++i) {
+    const SiteReport& site = r.sites[i];
+    if (site.kind == "device")
+      append(&s, "gpushim:   #%zu %s in %s (device %d)\n", i + 1, format_bytes(site.live_bytes).c_str(),
+             plural(site.live_count, "allocation").c_str(), site.device);
+    else
+      append(&s, "gpushim:   #%zu %s in %s (%s memory)\n", i + 1, format_bytes(site.live_bytes).c_str(),
+             plural(site.live_count, "allocation").c_str(), printable(site.kind).c_str());
+    size_t n = 0;
+    for (const FrameInfo& f : site.frames) {
+      if (is_plumbing(f)) continue;
+      if (n++ == kFramesShown) break;
+      append_frame(&s, f);
+    }
+    if (n == 0)
+      append(&s, "gpushim:       %s\n", site.frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
+  }
+  if (r.sites.size() > shown) {
+    uint64_t rest = 0;
+    for (size_t i = shown; i < r.sites.size(); ++i) rest += r.sites[i].live_bytes;
+    append(&s, "gpushim:   ... %s more holding %s\n", plural(r.sites.size() - shown, "site").c_str(),
+           format_bytes(rest).c_str());
+  }
+  if (!json_path.empty()) append(&s, "gpushim: report written to %s\n", printable(json_path).c_str());
+
+  // Built whole and written at once: on unbuffered stderr that is a single write(2), which lines
+  // from other threads cannot split.
+  std::fwrite(s.data(), 1, s.size(), out);
+  std::fflush(out);
+}
+
+}  // namespace gpushim

@@ -1,0 +1,120 @@
+#include "stacks/native_stack.h"
+
+#include <dlfcn.h>
+#include <execinfo.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "util/log.h"
+
+namespace gpushim {
+namespace {
+
+// Fixed upper bound so the hot path can unwind into a buffer on its own stack (no allocation).
+constexpr size_t kMaxFrames = 256;
+
+using BacktraceFn = int (*)(void** buffer, int size);
+
+enum class Unwinder : int { kUnknown = 0, kLibunwind, kGlibc, kNone };
+
+std::atomic<int> g_state{static_cast<int>(Unwinder::kUnknown)};
+// Written once under g_once before g_state is published with release ordering.
+BacktraceFn g_backtrace = nullptr;
+// Frames at the top of the unwinder's answer that belong to the capturing function itself
+// (libunwind and glibc differ, and libunwind versions have differed); measured at init.
+size_t g_own_frames = 1;
+std::once_flag g_once;
+
+// glibc's backtrace() already matches BacktraceFn; wrapped so both paths share one pointer.
+int glibc_backtrace(void** buffer, int size) { return ::backtrace(buffer, size); }
+
+// Mirrors capture_native_stack's shape (one unwinder call through g_backtrace in a noinline
+// function) and reports where our caller's return address shows up in the unwinder's output.
+__attribute__((noinline)) size_t measure_own_frames() {
+  void* buf[8];
+  const int n = g_backtrace(buf, 8);
+  void* const ours = __builtin_return_address(0);
+  for (int i = 0; i < n; ++i)
+    if (buf[i] == ours) return static_cast<size_t>(i);
+  return 1;  // not found (e.g. a frame elided): the common answer for both unwinders
+}
+
+// ThreadSanitizer's runtime (in an instrumented host or in a TSan build of ours) tears a thread's
+// state down in a thread-specific-data destructor that can run before libunwind's per-thread
+// trace-cache destructor, whose mutex lock then crashes inside the TSan interceptor (seen with
+// libunwind 1.6 and GCC 12's TSan). glibc's unwinder keeps no such per-thread state.
+bool tsan_runtime_present() {
+#if defined(__SANITIZE_THREAD__)
+  return true;
+#else
+  return dlsym(RTLD_DEFAULT, "__tsan_init") != nullptr;
+#endif
+}
+
+void load_unwinder() {
+  // RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope, where they would capture the
+  // host's C++ exception handling (design-notes §2). Never link it.
+  void* h = tsan_runtime_present() ? nullptr : dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  if (h != nullptr) {
+    // Debian exports the plain name; some builds only carry the target-prefixed one.
+    void* sym = dlsym(h, "unw_backtrace");
+    if (sym == nullptr) sym = dlsym(h, "_ULx86_64_unw_backtrace");
+    if (sym != nullptr) {
+      g_backtrace = reinterpret_cast<BacktraceFn>(sym);
+      g_own_frames = measure_own_frames();
+      g_state.store(static_cast<int>(Unwinder::kLibunwind), std::memory_order_release);
+      return;
+    }
+    dlclose(h);
+  }
+  // glibc's backtrace is ~15x slower but always there. Its first call dlopens libgcc_s (and so
+  // allocates); doing that here keeps later captures allocation-free.
+  g_backtrace = glibc_backtrace;
+  void* warm[4];
+  if (g_backtrace(warm, 4) <= 0) {
+    g_backtrace = nullptr;
+    log_line("no stack unwinder available (libunwind.so.8 and glibc backtrace failed); stacks are off");
+    g_state.store(static_cast<int>(Unwinder::kNone), std::memory_order_release);
+    return;
+  }
+  g_own_frames = measure_own_frames();
+  if (!tsan_runtime_present())
+    log_line("libunwind.so.8 not usable; falling back to glibc backtrace() (slower stack capture)");
+  g_state.store(static_cast<int>(Unwinder::kGlibc), std::memory_order_release);
+}
+
+}  // namespace
+
+bool init_native_unwinder() {
+  int s = g_state.load(std::memory_order_acquire);
+  if (s == static_cast<int>(Unwinder::kUnknown)) {
+    std::call_once(g_once, load_unwinder);
+    s = g_state.load(std::memory_order_acquire);
+  }
+  return s == static_cast<int>(Unwinder::kLibunwind) || s == static_cast<int>(Unwinder::kGlibc);
+}
+
+// noinline: the frame accounting measured by measure_own_frames assumes this is a real frame.
+__attribute__((noinline)) size_t capture_native_stack(uint64_t* out, size_t max_depth, size_t skip) {
+  if (max_depth == 0) return 0;
+  if (__builtin_expect(g_state.load(std::memory_order_acquire) == static_cast<int>(Unwinder::kUnknown), 0))
+    init_native_unwinder();
+  const BacktraceFn bt = g_backtrace;
+  if (bt == nullptr) return 0;
+
+  const size_t drop = g_own_frames + skip;
+  if (drop >= kMaxFrames) return 0;
+  size_t want = drop + max_depth;
+  if (want > kMaxFrames) want = kMaxFrames;
+
+  void* buf[kMaxFrames];
+  const int got = bt(buf, static_cast<int>(want));
+  if (got <= 0 || static_cast<size_t>(got) <= drop) return 0;
+  const size_t n = static_cast<size_t>(got) - drop;
+  for (size_t i = 0; i < n; ++i) out[i] = reinterpret_cast<uintptr_t>(buf[drop + i]);
+  return n;
+}
+
+}  // namespace gpushim

@@ -1,0 +1,247 @@
+#include "policy/caching_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "policy/sim_backend.h"
+
+namespace gpushim {
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
+
+struct Pool {
+  explicit Pool(uint64_t capacity = 1024 * MiB, CachingPoolOptions o = {}) : sim(capacity), pool(sim, o) {}
+  void* alloc(size_t n, CUstream s = nullptr, bool ordered = false, uint64_t* got = nullptr) {
+    void* p = nullptr;
+    uint64_t a = 0;
+    const CUresult r = pool.allocate(AllocRequest{n, s, ordered}, &p, &a);
+    if (got) *got = a;
+    return r == CUDA_SUCCESS ? p : nullptr;
+  }
+  PoolFigures fig() const {
+    PoolFigures f;
+    pool.figures(&f);
+    return f;
+  }
+  SimBackend sim;
+  CachingPool pool;
+};
+
+TEST(CachingPool, RoundsToGranularityAndCarvesSmallRequestsFromSmallSegments) {
+  Pool p;
+  uint64_t got = 0;
+  void* a = p.alloc(1, nullptr, false, &got);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(got, 512u);
+  EXPECT_EQ(p.fig().reserved_bytes, 2 * MiB);
+  void* b = p.alloc(4096);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b), reinterpret_cast<uintptr_t>(a) + 512);
+  EXPECT_EQ(p.sim.counters().segment_allocs, 1u);
+}
+
+TEST(CachingPool, SmallRequestNeverSplitsALargeSegment) {
+  Pool p;
+  void* big = p.alloc(1024 * MiB - 64 * MiB);
+  ASSERT_NE(big, nullptr);
+  ASSERT_EQ(p.pool.deallocate(big, nullptr, true), CUDA_SUCCESS);  // free and ready on the legacy stream
+  void* small = p.alloc(4096);
+  ASSERT_NE(small, nullptr);
+  EXPECT_FALSE(reinterpret_cast<uintptr_t>(small) >= reinterpret_cast<uintptr_t>(big) &&
+               reinterpret_cast<uintptr_t>(small) < reinterpret_cast<uintptr_t>(big) + 960 * MiB);
+}
+
+TEST(CachingPool, SegmentSizesPerClass) {
+  Pool p;
+  p.alloc(11 * MiB);  // large: a segment of its own, rounded to 2 MiB
+  EXPECT_EQ(p.fig().reserved_bytes, 12 * MiB);
+  p.alloc(2 * MiB);  // medium: a 20 MiB segment
+  EXPECT_EQ(p.fig().reserved_bytes, 32 * MiB);
+  p.alloc(3 * MiB);  // fits in what is left of the 20 MiB segment
+  EXPECT_EQ(p.fig().reserved_bytes, 32 * MiB);
+}
+
+TEST(CachingPool, FreedMemoryIsNotReusedBeforeASynchronization) {
+  CachingPoolOptions o;
+  o.quarantine_bytes = 64 * MiB;
+  Pool p(1024 * MiB, o);
+  void* a = p.alloc(4 * MiB);
+  ASSERT_EQ(p.pool.deallocate(a, nullptr, false), CUDA_SUCCESS);
+  void* b = p.alloc(4 * MiB);
+  EXPECT_NE(a, b) << "a cudaFree'd block was handed out again with no synchronization";
+  EXPECT_EQ(p.sim.counters().synchronizes, 0u);
+  EXPECT_EQ(p.fig().quarantined_bytes, 4 * MiB);
+}
+
+TEST(CachingPool, QuarantineIsReleasedByOneSynchronizationOnceLarge) {
+  CachingPoolOptions o;
+  o.quarantine_bytes = 8 * MiB;
+  Pool p(1024 * MiB, o);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10; ++i) blocks.push_back(p.alloc(2 * MiB));  // fills one 20 MiB segment
+  for (int i = 0; i < 4; ++i) p.pool.deallocate(blocks[i], nullptr, false);
+  EXPECT_EQ(p.fig().quarantined_bytes, 8 * MiB);
+  // The quarantine now holds 8 MiB: the next allocation pays one sync and reuses it, merged.
+  void* c = p.alloc(8 * MiB);
+  EXPECT_EQ(c, blocks[0]);
+  EXPECT_EQ(p.sim.counters().synchronizes, 1u);
+  EXPECT_EQ(p.fig().reuse_syncs, 1u);
+  EXPECT_EQ(p.fig().reserved_bytes, 20 * MiB);
+}
+
+TEST(CachingPool, StreamOrderedFreeIsReusableAtOnceOnTheSameStream) {
+  Pool p;
+  p.sim.set_events_complete_at_once(false);
+  void* a = p.alloc(3 * MiB, stream(0x100), true);
+  p.pool.deallocate(a, stream(0x100), true);
+  EXPECT_EQ(p.alloc(3 * MiB, stream(0x100), true), a);
+  EXPECT_EQ(p.sim.counters().synchronizes, 0u);
+}
+
+TEST(CachingPool, StreamOrderedFreeWaitsForItsEventOnAnotherStream) {
+  Pool p;
+  p.sim.set_events_complete_at_once(false);
+  void* a = p.alloc(3 * MiB, stream(0x100), true);
+  p.pool.deallocate(a, stream(0x100), true);
+  void* b = p.alloc(3 * MiB, stream(0x200), true);
+  EXPECT_NE(b, a) << "reused on another stream before the free's event completed";
+  void* c = p.alloc(3 * MiB);  // a plain cudaMalloc: usable on any stream, so it must wait too
+  EXPECT_NE(c, a);
+  p.sim.complete_events();
+  EXPECT_EQ(p.alloc(3 * MiB, stream(0x200), true), a);
+}
+
+TEST(CachingPool, PerThreadDefaultStreamIsNeverTheSameStream) {
+  Pool p;
+  p.sim.set_events_complete_at_once(false);
+  void* a = p.alloc(3 * MiB, CU_STREAM_PER_THREAD, true);
+  p.pool.deallocate(a, CU_STREAM_PER_THREAD, true);
+  EXPECT_NE(p.alloc(3 * MiB, CU_STREAM_PER_THREAD, true), a);
+}
+
+TEST(CachingPool, NeverSynchronizesOrQueriesDuringCapture) {
+  CachingPoolOptions o;
+  o.quarantine_bytes = 0;
+  Pool p(64 * MiB, o);
+  p.sim.set_events_complete_at_once(false);
+  void* a = p.alloc(30 * MiB);
+  void* s = p.alloc(3 * MiB, stream(0x100), true);
+  p.pool.deallocate(a, nullptr, false);
+  p.pool.deallocate(s, stream(0x100), true);
+  p.sim.set_capturing(true);
+  // Memory is short (capacity 64 MiB, 50 MiB held): during capture the pool must fail rather than sync.
+  EXPECT_EQ(p.alloc(30 * MiB), nullptr);
+  EXPECT_EQ(p.sim.counters().synchronizes, 0u);
+  p.sim.set_capturing(false);
+  EXPECT_EQ(p.alloc(30 * MiB), a);
+  EXPECT_EQ(p.sim.counters().synchronizes, 1u);
+}
+
+TEST(CachingPool, OutOfMemoryReleasesCachedSegmentsAndRetriesOnce) {
+  Pool p(100 * MiB);
+  void* a = p.alloc(60 * MiB);
+  ASSERT_NE(a, nullptr);
+  p.pool.deallocate(a, nullptr, false);
+  // 60 MiB cached in a 60 MiB segment; a 70 MiB request only fits once that segment goes back.
+  void* b = p.alloc(70 * MiB);
+  ASSERT_NE(b, nullptr);
+  const PoolFigures f = p.fig();
+  EXPECT_EQ(f.alloc_retries, 1u);
+  EXPECT_EQ(f.segment_frees, 1u);
+  EXPECT_EQ(f.reserved_bytes, 70 * MiB);
+  EXPECT_EQ(p.alloc(40 * MiB), nullptr);
+  EXPECT_EQ(p.fig().ooms, 1u);
+}
+
+TEST(CachingPool, InjectedDriverFailureIsReturnedAndThePoolRecovers) {
+  Pool p;
+  p.sim.fail_next(2);  // the first try and the retry
+  EXPECT_EQ(p.alloc(5 * MiB), nullptr);
+  EXPECT_NE(p.alloc(5 * MiB), nullptr);
+}
+
+TEST(CachingPool, UnknownPointerIsInvalid) {
+  Pool p;
+  void* a = p.alloc(1000);
+  EXPECT_EQ(p.pool.deallocate(static_cast<char*>(a) + 512, nullptr, false), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(p.pool.deallocate(a, nullptr, false), CUDA_SUCCESS);
+  EXPECT_EQ(p.pool.deallocate(a, nullptr, false), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_TRUE(p.pool.contains(static_cast<char*>(a) + 100));
+  EXPECT_FALSE(p.pool.contains(reinterpret_cast<void*>(0x1000)));
+}
+
+TEST(CachingPool, MaxSplitKeepsOversizeBlocksWhole) {
+  CachingPoolOptions o;
+  o.max_split = 64 * MiB;
+  o.quarantine_bytes = 0;
+  Pool p(1024 * MiB, o);
+  void* big = p.alloc(100 * MiB);
+  p.pool.deallocate(big, nullptr, true);
+  void* medium = p.alloc(30 * MiB);
+  EXPECT_FALSE(medium == big) << "an oversize block was split for a smaller request";
+  EXPECT_EQ(p.alloc(100 * MiB), big);
+}
+
+TEST(CachingPool, FiguresDescribeFragmentation) {
+  CachingPoolOptions o;
+  o.quarantine_bytes = 0;
+  Pool p(1024 * MiB, o);
+  std::vector<void*> v;
+  for (int i = 0; i < 6; ++i) v.push_back(p.alloc(3 * MiB));  // 18 of a 20 MiB segment
+  p.pool.deallocate(v[1], nullptr, true);
+  p.pool.deallocate(v[3], nullptr, true);
+  const PoolFigures f = p.fig();
+  EXPECT_EQ(f.reserved_bytes, 20 * MiB);
+  EXPECT_EQ(f.cached_free_bytes, 20 * MiB - 12 * MiB);
+  EXPECT_EQ(f.largest_free_block, 3 * MiB);
+}
+
+TEST(CachingPool, RandomizedNoOverlapAndExactReserved) {
+  CachingPoolOptions o;
+  o.quarantine_bytes = 16 * MiB;
+  Pool p(4096 * MiB, o);
+  p.sim.set_events_complete_at_once(false);
+  std::mt19937_64 rng(7);
+  std::map<uintptr_t, uint64_t> live;
+  uint64_t allocated = 0;
+  for (int i = 0; i < 20000; ++i) {
+    if (!live.empty() && rng() % 2) {
+      auto it = live.begin();
+      std::advance(it, rng() % live.size());
+      const bool ordered = rng() % 2;
+      ASSERT_EQ(p.pool.deallocate(reinterpret_cast<void*>(it->first), stream(0x100 + rng() % 3), ordered), CUDA_SUCCESS);
+      allocated -= it->second;
+      live.erase(it);
+    } else {
+      const uint64_t size = 1 + (rng() % 4 == 0 ? rng() % (64 * MiB) : rng() % (256 << 10));
+      uint64_t got = 0;
+      void* ptr = p.alloc(size, stream(0x100 + rng() % 3), rng() % 2, &got);
+      ASSERT_NE(ptr, nullptr);
+      ASSERT_GE(got, size);
+      const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);
+      auto next = live.lower_bound(a);
+      if (next != live.end()) {
+        ASSERT_LE(a + got, next->first) << "overlaps the next live block";
+      }
+      if (next != live.begin()) {
+        auto prev = std::prev(next);
+        ASSERT_LE(prev->first + prev->second, a) << "overlaps the previous live block";
+      }
+      live.emplace(a, got);
+      allocated += got;
+    }
+    if (i % 1000 == 0) p.sim.complete_events();
+  }
+  const PoolFigures f = p.fig();
+  EXPECT_EQ(f.reserved_bytes, p.sim.used());
+  EXPECT_EQ(f.cached_free_bytes, f.reserved_bytes - allocated);
+  for (auto& [a, n] : live) ASSERT_EQ(p.pool.deallocate(reinterpret_cast<void*>(a), nullptr, false), CUDA_SUCCESS);
+  p.pool.release_cached();
+  EXPECT_EQ(p.sim.used(), 0u) << "every segment goes back once everything is free";
+}
+
+}  // namespace
+}  // namespace gpushim

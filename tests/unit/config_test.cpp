@@ -1,0 +1,76 @@
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+
+namespace gpushim {
+namespace {
+
+ConfigResult parse(std::vector<std::pair<std::string, std::string>> vars) { return parse_config(vars); }
+
+TEST(Config, DefaultsWhenNothingIsSet) {
+  const ConfigResult r = parse({{"PATH", "/bin"}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.config.stack_depth, 32u);
+  EXPECT_TRUE(r.config.report_enabled);
+  EXPECT_EQ(r.config.summary_sites, 5u);
+}
+
+TEST(Config, PolicyNamesAreCaseInsensitiveAndTrimmed) {
+  const ConfigResult r = parse({{"GPUSHIM_POLICY", "  PassThrough \t"}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.config.policy, PolicyKind::kPassthrough);
+}
+
+TEST(Config, UnknownPolicyIsAnErrorThatSaysWhatIsAccepted) {
+  const ConfigResult r = parse({{"GPUSHIM_POLICY", "fastest"}});
+  ASSERT_EQ(r.errors.size(), 1u);
+  const std::string msg = r.errors[0].message();
+  EXPECT_NE(msg.find("GPUSHIM_POLICY"), std::string::npos);
+  EXPECT_NE(msg.find("fastest"), std::string::npos);
+  EXPECT_NE(msg.find("passthrough"), std::string::npos);
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+}
+
+TEST(Config, StackDepthBounds) {
+  EXPECT_EQ(parse({{"GPUSHIM_STACK_DEPTH", "0"}}).config.stack_depth, 0u);
+  EXPECT_EQ(parse({{"GPUSHIM_STACK_DEPTH", "256"}}).config.stack_depth, 256u);
+  for (const char* bad : {"", "-1", "257", "12x", "1e3", "99999999999999999999999", " "})
+    EXPECT_FALSE(parse({{"GPUSHIM_STACK_DEPTH", bad}}).ok()) << "'" << bad << "'";
+}
+
+TEST(Config, ReportOffAndTemplate) {
+  EXPECT_FALSE(parse({{"GPUSHIM_REPORT", "off"}}).config.report_enabled);
+  EXPECT_FALSE(parse({{"GPUSHIM_REPORT", "OFF"}}).config.report_enabled);
+  const ConfigResult r = parse({{"GPUSHIM_REPORT", "/tmp/r.%p.%r.json"}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.config.report_template, "/tmp/r.%p.%r.json");
+  EXPECT_FALSE(parse({{"GPUSHIM_REPORT", ""}}).ok());
+}
+
+TEST(Config, UnknownGpushimVariableIsAnError) {
+  const ConfigResult r = parse({{"GPUSHIM_STAK_DEPTH", "8"}});
+  ASSERT_EQ(r.errors.size(), 1u);
+  const std::string msg = r.errors[0].message();
+  EXPECT_NE(msg.find("GPUSHIM_STAK_DEPTH"), std::string::npos);
+  EXPECT_NE(msg.find("GPUSHIM_STACK_DEPTH"), std::string::npos) << "lists the known names: " << msg;
+}
+
+TEST(Config, EnvironArrayForm) {
+  const char* env[] = {"HOME=/root", "GPUSHIM_SUMMARY=0", "GPUSHIM_STACK_DEPTH=4", nullptr};
+  const ConfigResult r = parse_config(env);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.config.summary_sites, 0u);
+  EXPECT_EQ(r.config.stack_depth, 4u);
+}
+
+TEST(Config, EveryVariableIsDocumented) {
+  for (const ConfigVariableDoc& d : config_variable_docs()) {
+    EXPECT_EQ(d.name.rfind("GPUSHIM_", 0), 0u);
+    EXPECT_FALSE(d.accepted.empty()) << d.name;
+    EXPECT_FALSE(d.default_value.empty()) << d.name;
+    EXPECT_FALSE(d.description.empty()) << d.name;
+  }
+}
+
+}  // namespace
+}  // namespace gpushim

@@ -1,0 +1,199 @@
+#include "report/output_file.h"
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "util/log.h"
+
+namespace gpushim {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+// Restores an environment variable however the test ends.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value != nullptr)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+class OutputFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpushim_output_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    const std::string cmd = "rm -rf '" + dir_ + "'";
+    ASSERT_EQ(system(cmd.c_str()), 0);
+  }
+  std::string dir_;
+};
+
+TEST(ExpandPathTemplate, DefaultName) {
+  EXPECT_EQ(expand_path_template("", "prog", 12), "gpushim.prog.12.json");
+  EXPECT_EQ(expand_path_template("", "/usr/bin/prog", 12), "gpushim.prog.12.json") << "basename only";
+  EXPECT_EQ(expand_path_template("", "prog", 12, ".prom"), "gpushim.prog.12.prom");
+  EXPECT_EQ(expand_path_template("", "", 7), "gpushim.unknown.7.json");
+  EXPECT_EQ(expand_path_template("out/", "prog", 12), "out/gpushim.prog.12.json") << "directory template";
+}
+
+TEST(ExpandPathTemplate, Directives) {
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  {
+    ScopedEnv rank("RANK", "5");
+    EXPECT_EQ(expand_path_template("r%p-%h-%r.json", "prog", 99), std::string("r99-") + host + "-5.json");
+  }
+  {
+    ScopedEnv rank("RANK", nullptr);
+    EXPECT_EQ(expand_path_template("x.%r", "prog", 1), "x.norank");
+  }
+  EXPECT_EQ(expand_path_template("100%%-%p", "prog", 3), "100%-3");
+  EXPECT_EQ(expand_path_template("a%xb%", "prog", 3), "a%xb%") << "unknown and trailing % stay literal";
+  EXPECT_EQ(expand_path_template("%%p", "prog", 3), "%p");
+  EXPECT_EQ(expand_path_template("%p%p", "prog", 3), "33");
+}
+
+TEST_F(OutputFileTest, WritesWithMode0600) {
+  const std::string path = dir_ + "/gpushim.prog.12.json";
+  const mode_t old_mask = umask(0);  // mode must not depend on a permissive umask
+  const std::string got = write_new_file(path, "{\"a\":1}\n");
+  umask(old_mask);
+  ASSERT_EQ(got, path);
+  EXPECT_EQ(ReadFile(path), "{\"a\":1}\n");
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+}
+
+TEST_F(OutputFileTest, NeverOverwrites) {
+  const std::string path = dir_ + "/gpushim.prog.12.json";
+  EXPECT_EQ(write_new_file(path, "first"), path);
+  EXPECT_EQ(write_new_file(path, "second"), dir_ + "/gpushim.prog.12.1.json");
+  EXPECT_EQ(write_new_file(path, "third"), dir_ + "/gpushim.prog.12.2.json");
+  EXPECT_EQ(ReadFile(path), "first");
+  EXPECT_EQ(ReadFile(dir_ + "/gpushim.prog.12.1.json"), "second");
+  EXPECT_EQ(ReadFile(dir_ + "/gpushim.prog.12.2.json"), "third");
+  // No extension: the suffix goes at the end; a leading dot is not an extension.
+  EXPECT_EQ(write_new_file(dir_ + "/report", "a"), dir_ + "/report");
+  EXPECT_EQ(write_new_file(dir_ + "/report", "b"), dir_ + "/report.1");
+  EXPECT_EQ(write_new_file(dir_ + "/.hidden", "a"), dir_ + "/.hidden");
+  EXPECT_EQ(write_new_file(dir_ + "/.hidden", "b"), dir_ + "/.hidden.1");
+}
+
+TEST_F(OutputFileTest, SymlinkIsNotFollowed) {
+  const std::string target = dir_ + "/victim";
+  { std::ofstream(target) << "precious"; }
+  const std::string path = dir_ + "/gpushim.prog.12.json";
+  ASSERT_EQ(symlink(target.c_str(), path.c_str()), 0);
+  const std::string dangling = dir_ + "/dangling.json";
+  ASSERT_EQ(symlink((dir_ + "/would_be_created").c_str(), dangling.c_str()), 0);
+
+  EXPECT_EQ(write_new_file(path, "report"), dir_ + "/gpushim.prog.12.1.json");
+  EXPECT_EQ(ReadFile(target), "precious");
+  EXPECT_EQ(ReadFile(dir_ + "/gpushim.prog.12.1.json"), "report");
+
+  EXPECT_EQ(write_new_file(dangling, "report"), dir_ + "/dangling.1.json");
+  EXPECT_FALSE(Exists(dir_ + "/would_be_created")) << "a dangling symlink must not be followed either";
+}
+
+TEST_F(OutputFileTest, ExistingDirectoryAtPathGetsSuffix) {
+  ASSERT_EQ(mkdir((dir_ + "/r.json").c_str(), 0700), 0);
+  EXPECT_EQ(write_new_file(dir_ + "/r.json", "x"), dir_ + "/r.1.json");
+}
+
+TEST_F(OutputFileTest, UnwritableDirectoryFallsBackToTmpdir) {
+  // A missing directory stands in for an unwritable one: the tests may run as root, which
+  // ignores permission bits.
+  ScopedEnv tmpdir("TMPDIR", (dir_ + "/").c_str());
+  const std::string wanted = dir_ + "/no/such/dir/gpushim.prog.12.json";
+  const std::string got = write_new_file(wanted, "data");
+  EXPECT_EQ(got, dir_ + "/gpushim.prog.12.json");
+  EXPECT_EQ(ReadFile(got), "data");
+  // The fallback also never overwrites.
+  EXPECT_EQ(write_new_file(wanted, "again"), dir_ + "/gpushim.prog.12.1.json");
+
+  if (geteuid() != 0) {
+    const std::string ro = dir_ + "/ro";
+    ASSERT_EQ(mkdir(ro.c_str(), 0500), 0);
+    EXPECT_EQ(write_new_file(ro + "/x.json", "data"), dir_ + "/x.json");
+  }
+}
+
+TEST_F(OutputFileTest, FallbackFailureReturnsEmpty) {
+  set_log_enabled(false);
+  ScopedEnv tmpdir("TMPDIR", (dir_ + "/also/missing").c_str());
+  EXPECT_EQ(write_new_file(dir_ + "/missing/x.json", "data"), "");
+  EXPECT_EQ(write_new_file("", "data"), "");
+  set_log_enabled(true);
+}
+
+TEST_F(OutputFileTest, LargeAndEmptyPayloads) {
+  std::string big(8 << 20, 'x');
+  for (size_t i = 0; i < big.size(); i += 4097) big[i] = static_cast<char>('a' + i % 26);
+  const std::string path = dir_ + "/big.json";
+  ASSERT_EQ(write_new_file(path, big), path);
+  EXPECT_EQ(ReadFile(path), big);
+  ASSERT_EQ(write_new_file(dir_ + "/empty.json", ""), dir_ + "/empty.json");
+  EXPECT_EQ(ReadFile(dir_ + "/empty.json"), "");
+}
+
+TEST_F(OutputFileTest, FailedWriteRemovesPartialFile) {
+  // ENOSPC cannot be provoked without mounting a small filesystem; a file size limit fails the
+  // same write loop midway (EFBIG) and takes the same clean-up path.
+  struct rlimit old_limit;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  struct rlimit small = old_limit;
+  small.rlim_cur = 4096;
+  auto old_handler = signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  set_log_enabled(false);
+  const std::string got = write_new_file(dir_ + "/partial.json", std::string(1 << 20, 'x'));
+  set_log_enabled(true);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(got, "");
+  EXPECT_FALSE(Exists(dir_ + "/partial.json"));
+  EXPECT_FALSE(Exists(dir_ + "/partial.1.json"));
+}
+
+}  // namespace
+}  // namespace gpushim

@@ -1,0 +1,192 @@
+// Randomized stress of safe reuse with data integrity: many threads, many streams, slow "kernels"
+// (delayed fills) still writing into memory that was just freed, and random sizes from 1 B to
+// 256 MiB. Any pool that hands memory out again before earlier work finished gets caught: the
+// late fill overwrites the new owner's data. At every checkpoint all threads stop, and the program
+// checks that no two live blocks overlap and that the shim's live count and requested bytes equal
+// exactly what the program holds.
+//
+// Usage: e2e_reuse_integrity [threads] [iterations per thread] [seed]
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "support/test_support.h"
+
+namespace {
+
+constexpr unsigned char kStale = 0xAA;  // what a late fill writes into freed memory
+
+struct Held {
+  void* ptr;
+  size_t size;
+  unsigned char tag;
+};
+
+std::atomic<long> g_corruptions{0}, g_ops{0};
+
+size_t random_size(std::mt19937_64& rng) {
+  const unsigned r = rng() % 100;
+  if (r < 70) return 1 + rng() % (64 << 10);
+  if (r < 96) return 1 + rng() % (8 << 20);
+  return (64u << 20) + rng() % (192u << 20);  // up to 256 MiB, rarely
+}
+
+// Checks a few windows of the block (start, middle, end): a late fill covers the whole block.
+void verify(const Held& h) {
+  const size_t window = std::min<size_t>(h.size, 4096);
+  std::vector<unsigned char> buf(window);
+  for (size_t off : {size_t{0}, (h.size - window) / 2, h.size - window}) {
+    CHECK(cudaMemcpy(buf.data(), static_cast<char*>(h.ptr) + off, window, cudaMemcpyDeviceToHost));
+    for (unsigned char c : buf)
+      if (c != h.tag) {
+        g_corruptions++;
+        std::fprintf(stderr, "corruption: block %p (+%zu) of %zu bytes holds 0x%02x, expected 0x%02x\n", h.ptr, off,
+                     h.size, c, h.tag);
+        return;
+      }
+  }
+}
+
+}  // namespace
+
+// Proves the detector works: reusing memory while a delayed fill is pending, with no pool and no
+// wait, must show up as corruption. Returns the number of corrupted blocks seen (expected > 0).
+int self_test() {
+  cudaStream_t s1, s2;
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, 1 << 16));
+  CHECK(testsupport::delayed_fill(p, kStale, 1 << 16, 20000, s1));
+  CHECK(cudaMemsetAsync(p, 0x11, 1 << 16, s2));  // "reused" at once by another stream
+  CHECK(cudaStreamSynchronize(s2));
+  CHECK(cudaDeviceSynchronize());
+  verify(Held{p, 1 << 16, 0x11});
+  CHECK(cudaFree(p));
+  std::printf("{\"self_test_corruptions\":%ld}\n", g_corruptions.load());
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--self-test") == 0) return self_test();
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 4;
+  const int iterations = argc > 2 ? std::atoi(argv[2]) : 200;
+  const unsigned seed = argc > 3 ? static_cast<unsigned>(std::atoi(argv[3])) : 1;
+  constexpr int kCheckpointEvery = 25;
+  std::vector<std::vector<Held>> held(threads);
+  long checkpoints = 0, accounting_mismatches = 0, overlaps = 0;
+  bool have_stats = true;
+
+  auto checkpoint = [&]() noexcept {
+    // All threads are parked at the barrier: the program's view and the shim's must agree exactly.
+    CHECK(cudaDeviceSynchronize());
+    std::vector<Held> all;
+    for (auto& v : held) all.insert(all.end(), v.begin(), v.end());
+    std::sort(all.begin(), all.end(), [](const Held& a, const Held& b) { return a.ptr < b.ptr; });
+    for (size_t i = 1; i < all.size(); ++i)
+      if (static_cast<char*>(all[i - 1].ptr) + all[i - 1].size > static_cast<char*>(all[i].ptr)) overlaps++;
+    unsigned long long bytes = 0;
+    for (const Held& h : all) bytes += h.size;
+    gpushim_device_stats st;
+    if (testsupport::shim_stats(0, &st)) {
+      if (st.live_count != all.size() || st.requested_bytes != bytes) {
+        accounting_mismatches++;
+        std::fprintf(stderr, "accounting: shim has %llu live / %llu requested bytes, program holds %zu / %llu\n",
+                     st.live_count, st.requested_bytes, all.size(), bytes);
+      }
+    } else {
+      have_stats = false;
+    }
+    checkpoints++;
+  };
+  std::barrier sync_point(threads, checkpoint);
+
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(seed * 7919 + t);
+      cudaStream_t s1, s2;
+      CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+      CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+      std::vector<Held>& mine = held[t];
+      for (int i = 0; i < iterations; ++i) {
+        const size_t n = random_size(rng);
+        const unsigned delay = 20 + rng() % 400;
+        const unsigned char tag = static_cast<unsigned char>(1 + rng() % 0x7f);
+        void* p = nullptr;
+        void* q = nullptr;
+        switch (rng() % 4) {
+          case 0:  // cudaFree while a slow kernel still writes the block; reuse must wait
+            CHECK(cudaMalloc(&p, n));
+            CHECK(testsupport::delayed_fill(p, kStale, n, delay, s1));
+            CHECK(cudaFree(p));
+            CHECK(cudaMalloc(&q, n));
+            CHECK(cudaMemsetAsync(q, tag, n, s2));
+            CHECK(cudaStreamSynchronize(s2));
+            break;
+          case 1:  // stream-ordered free on s1, reuse on s2: must wait for s1's work
+            CHECK(cudaMallocAsync(&p, n, s1));
+            CHECK(testsupport::delayed_fill(p, kStale, n, delay, s1));
+            CHECK(cudaFreeAsync(p, s1));
+            CHECK(cudaMallocAsync(&q, n, s2));
+            CHECK(cudaMemsetAsync(q, tag, n, s2));
+            CHECK(cudaStreamSynchronize(s2));
+            break;
+          case 2:  // stream-ordered free and reuse on the same stream: safe at once, in order
+            CHECK(cudaMallocAsync(&p, n, s1));
+            CHECK(testsupport::delayed_fill(p, kStale, n, delay, s1));
+            CHECK(cudaFreeAsync(p, s1));
+            CHECK(cudaMallocAsync(&q, n, s1));
+            CHECK(cudaMemsetAsync(q, tag, n, s1));
+            CHECK(cudaStreamSynchronize(s1));
+            break;
+          default:  // release a held block after checking it
+            if (!mine.empty()) {
+              const size_t k = rng() % mine.size();
+              CHECK(cudaDeviceSynchronize());
+              verify(mine[k]);
+              if (rng() % 2) {
+                CHECK(cudaFree(mine[k].ptr));
+              } else {
+                CHECK(cudaFreeAsync(mine[k].ptr, s2));
+              }
+              mine[k] = mine.back();
+              mine.pop_back();
+            }
+            break;
+        }
+        if (q) mine.push_back({q, n, tag});
+        // Bound the memory a thread holds; big blocks go first.
+        while (mine.size() > 6) {
+          CHECK(cudaDeviceSynchronize());
+          verify(mine.front());
+          CHECK(cudaFree(mine.front().ptr));
+          mine.erase(mine.begin());
+        }
+        g_ops++;
+        if ((i + 1) % kCheckpointEvery == 0) sync_point.arrive_and_wait();
+      }
+      // Stop at a last checkpoint with every thread's blocks still held, then verify and free them.
+      sync_point.arrive_and_wait();
+      CHECK(cudaDeviceSynchronize());
+      for (const Held& h : mine) {
+        verify(h);
+        CHECK(cudaFree(h.ptr));
+      }
+      mine.clear();
+      CHECK(cudaStreamDestroy(s1));
+      CHECK(cudaStreamDestroy(s2));
+    });
+  }
+  for (auto& th : pool) th.join();
+  std::printf("{\"ops\":%ld,\"corruptions\":%ld,\"overlaps\":%ld,\"accounting_mismatches\":%ld,\"checkpoints\":%ld,"
+              "\"shim\":%s}\n",
+              g_ops.load(), g_corruptions.load(), overlaps, accounting_mismatches, checkpoints,
+              have_stats ? "true" : "false");
+  return (g_corruptions || overlaps || accounting_mismatches) ? 1 : 0;
+}

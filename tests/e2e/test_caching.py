@@ -1,0 +1,162 @@
+"""End-to-end tests of the caching policy: safe reuse under stress, the cap, OOM recovery and its
+report, fault injection, invalid frees and graph capture, all on the simulated device."""
+import json
+
+from shimtest import ShimTestCase, program, run
+
+MiB = 1 << 20
+
+
+def last_json(r):
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+class SafeReuse(ShimTestCase):
+    def test_detector_catches_unsafe_reuse(self):
+        # Without waiting, a pending fill lands in the "new" data: the stress test below can fail.
+        r = run([program("e2e_reuse_integrity"), "--self-test"], env={"GPUSHIM_POLICY": "passthrough"})
+        self.assertRanOK(r)
+        self.assertGreater(last_json(r)["self_test_corruptions"], 0)
+
+    def test_integrity_stress_many_threads_and_streams(self):
+        for policy, threads, iters, seed in [("caching", 4, 150, 1), ("caching", 2, 150, 2), ("passthrough", 2, 50, 3)]:
+            with self.subTest(policy=policy, threads=threads):
+                r = run([program("e2e_reuse_integrity"), str(threads), str(iters), str(seed)],
+                        env={"GPUSHIM_POLICY": policy, "GPUSHIM_STACK_DEPTH": "8"}, timeout=300)
+                out = last_json(r)
+                self.assertRanOK(r)
+                self.assertTrue(out["shim"])
+                self.assertEqual(out["corruptions"], 0)
+                self.assertEqual(out["overlaps"], 0)
+                self.assertEqual(out["accounting_mismatches"], 0)
+                self.assertGreaterEqual(out["checkpoints"], iters // 25)
+                dev = r.device(0)
+                self.assertEqual(dev["live_count"], 0)
+                self.assertEqual(dev["pool"]["requested_bytes"], 0)
+                if policy == "caching":
+                    # Reuse is paid with batched synchronizations, far fewer than frees.
+                    self.assertGreater(dev["total_frees"], 0)
+                    self.assertLess(dev["pool"]["reuse_syncs"], dev["total_frees"] / 4)
+
+    def test_tight_quarantine_still_safe(self):
+        r = run([program("e2e_reuse_integrity"), "2", "100", "9"],
+                env={"GPUSHIM_POLICY": "caching", "GPUSHIM_QUARANTINE": "0"}, timeout=300)
+        self.assertRanOK(r)
+        self.assertEqual(last_json(r)["corruptions"], 0)
+
+
+class Cap(ShimTestCase):
+    def test_cap_in_bytes_and_percent(self):
+        for policy in ["caching", "passthrough"]:
+            for limit in ["256MiB", "25%"]:
+                with self.subTest(policy=policy, limit=limit):
+                    r = run([program("e2e_cap_and_oom"), "64"],
+                            env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": limit, "FAKECUDA_MEM": "1GiB"})
+                    self.assertRanOK(r)
+                    out = last_json(r)
+                    self.assertEqual(out["total_before"], 256 * MiB)
+                    self.assertEqual(out["free_before"], 256 * MiB)
+                    self.assertEqual(out["blocks"], 4, out)
+                    self.assertEqual(out["error"], "cudaErrorMemoryAllocation")
+                    self.assertEqual(out["total_at_oom"], 256 * MiB)
+                    self.assertEqual(out["free_at_oom"], 0)
+                    self.assertTrue(out["recovered"])
+                    dev = r.device(0)
+                    self.assertEqual(dev["limit_bytes"], 256 * MiB)
+                    self.assertEqual(dev["failed_allocs"], 1)
+                    self.assertLessEqual(dev["peak_reserved_bytes"], 256 * MiB)
+
+    def test_device_capacity_without_cap(self):
+        r = run([program("e2e_cap_and_oom"), "64"], env={"FAKECUDA_MEM": "512MiB"})
+        self.assertRanOK(r)
+        out = last_json(r)
+        self.assertEqual(out["blocks"], 8)
+        self.assertEqual(out["error"], "cudaErrorMemoryAllocation")
+        self.assertTrue(out["recovered"])
+
+    def test_oom_section_in_report_and_line_on_stderr(self):
+        r = run([program("e2e_cap_and_oom"), "64"], env={"GPUSHIM_LIMIT": "200MiB", "FAKECUDA_MEM": "1GiB"})
+        self.assertRanOK(r)
+        ooms = r.report["ooms"]
+        self.assertEqual(len(ooms), 1)
+        o = ooms[0]
+        self.assertEqual(o["requested"], 64 * MiB)
+        self.assertEqual(o["limit"], 200 * MiB)
+        self.assertEqual(o["capacity"], 1024 * MiB)
+        self.assertEqual(o["allocated"], 192 * MiB)
+        self.assertEqual(o["reserved"], 192 * MiB)
+        self.assertGreater(o["device_free"], 64 * MiB)
+        self.assertIn("GPUSHIM_LIMIT", o["advice"])
+        self.assertTrue(o["top_sites"])
+        self.assertEqual(o["top_sites"][0]["live_bytes"], 192 * MiB)
+        self.assertTrue(any("out of memory on device 0" in l for l in r.shim_lines()), r.stderr)
+
+class FaultInjection(ShimTestCase):
+    def test_pool_retries_once_after_a_driver_failure(self):
+        r = run([program("e2e_cap_and_oom"), "64", "3"], env={"FAKECUDA_FAIL_ALLOC": "1", "GPUSHIM_POLICY": "caching"})
+        self.assertRanOK(r)
+        self.assertEqual(last_json(r)["blocks"], 3)
+        self.assertEqual(r.device(0)["pool"]["alloc_retries"], 1)
+        self.assertEqual(r.device(0)["failed_allocs"], 0)
+
+    def test_caller_gets_the_error_when_the_retry_fails_too(self):
+        r = run([program("e2e_cap_and_oom"), "64", "3"], env={"FAKECUDA_FAIL_ALLOC": "1,2", "GPUSHIM_POLICY": "caching"})
+        self.assertRanOK(r)
+        out = last_json(r)
+        self.assertEqual(out["blocks"], 0)
+        self.assertEqual(out["error"], "cudaErrorMemoryAllocation")
+        dev = r.device(0)
+        self.assertEqual(dev["failed_allocs"], 1)
+        self.assertEqual(dev["pool"]["ooms"], 1)
+
+
+class InvalidFrees(ShimTestCase):
+    def test_same_codes_as_cuda_and_nothing_corrupted(self):
+        codes = {}
+        for policy in ["passthrough", "caching"]:
+            r = run([program("e2e_invalid_frees")], env={"GPUSHIM_POLICY": policy})
+            self.assertRanOK(r)
+            out = last_json(r)
+            self.assertTrue(out["intact"])
+            codes[policy] = out
+            warnings = [l for l in r.shim_lines() if "invalid free" in l]
+            self.assertGreaterEqual(len(warnings), 2, r.stderr)
+            self.assertTrue(any("free_twice" in w for w in warnings), warnings)
+            self.assertGreaterEqual(r.report["invalid_frees"], 2)
+        self.assertEqual(codes["caching"]["double_free"], "cudaErrorInvalidValue")
+        self.assertEqual(codes["caching"]["interior"], "cudaErrorInvalidValue")
+        for key in ["double_free", "interior", "host", "never"]:
+            self.assertEqual(codes["caching"][key], codes["passthrough"][key], key)
+
+
+class GraphCapture(ShimTestCase):
+    def test_no_synchronization_during_capture(self):
+        for policy in ["caching", "passthrough"]:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_graph_capture")], env={"GPUSHIM_POLICY": policy, "GPUSHIM_QUARANTINE": "0"})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["end_capture"], "cudaSuccess")
+                self.assertEqual(out["malloc_in_capture"], "cudaSuccess")
+                self.assertEqual(out["malloc_async_in_capture"], "cudaSuccess")
+
+
+class ReportFigures(ShimTestCase):
+    def test_pool_figures_and_timeline(self):
+        r = run([program("e2e_threads_alloc"), "2", "500"], env={"GPUSHIM_SAMPLE_MS": "1"})
+        self.assertRanOK(r)
+        dev = r.device(0)
+        pool = dev["pool"]
+        self.assertGreaterEqual(pool["reserved_bytes"], dev["live_bytes"])
+        self.assertEqual(pool["cached_free_bytes"], pool["reserved_bytes"] - dev["live_bytes"])
+        self.assertGreaterEqual(dev["peak_reserved_bytes"], dev["peak_allocated_bytes"])
+        self.assertGreater(pool["segment_allocs"], 0)
+        self.assertGreaterEqual(dev["live_bytes"], pool["requested_bytes"])
+        self.assertTrue(r.report["timeline"])
+        for s in r.report["timeline"]:
+            self.assertGreaterEqual(s["reserved"], s["allocated"])
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()

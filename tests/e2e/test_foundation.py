@@ -1,0 +1,171 @@
+"""End-to-end tests of the foundation: interposition, exact accounting and the report at exit."""
+import json
+import os
+import subprocess
+import unittest
+
+from shimtest import POLICIES, SHIM, ShimTestCase, base_env, program, run
+
+MiB = 1 << 20
+
+
+class LeakingProgram(ShimTestCase):
+    def test_two_leaking_functions_give_two_sites_with_exact_bytes(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_leak_two_sites")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                alpha = r.sites_with_function("leak_from_alpha")
+                beta = r.sites_with_function("leak_from_beta")
+                self.assertEqual(len(alpha), 1, json.dumps(r.report["sites"], indent=1)[:3000])
+                self.assertEqual(len(beta), 1)
+                self.assertEqual(alpha[0]["live_count"], 3)
+                self.assertEqual(beta[0]["live_count"], 2)
+                if policy == "passthrough":
+                    self.assertEqual(alpha[0]["live_bytes"], 3 * MiB)
+                    self.assertEqual(beta[0]["live_bytes"], 8 * MiB)
+                # Largest live bytes first.
+                self.assertLess(r.report["sites"].index(beta[0]), r.report["sites"].index(alpha[0]))
+                self.assertEqual(r.sites_with_function("temporary_work"), [])
+                dev = r.device(0)
+                self.assertEqual(dev["live_count"], 5)
+                self.assertEqual(dev["total_allocs"], 6)
+                self.assertEqual(dev["total_frees"], 1)
+                self.assertEqual(dev["failed_allocs"], 0)
+                self.assertGreaterEqual(dev["peak_allocated_bytes"], 3 * MiB + 64 * MiB)
+                self.assertEqual(r.report["schema"], "gpushim-report/1")
+                self.assertEqual(r.report["pid"] > 0, True)
+                self.assertTrue(r.report["exe"].endswith("e2e_leak_two_sites"))
+                self.assertEqual(r.report["policy"], policy)
+
+    def test_summary_on_stderr_names_the_leaks_and_the_file(self):
+        r = run([program("e2e_leak_two_sites")])
+        self.assertRanOK(r)
+        summary = "\n".join(r.shim_lines())
+        self.assertIn("leak_from_beta", summary)
+        self.assertIn("leak_from_alpha", summary)
+        self.assertIn(r.report_path, summary)
+        self.assertIn("peak", summary)
+
+    def test_frames_carry_source_lines(self):
+        r = run([program("e2e_leak_two_sites")])
+        frame = next(f for f in r.sites_with_function("leak_from_alpha")[0]["frames"]
+                     if "leak_from_alpha" in f["function"])
+        self.assertTrue(frame["file"].endswith("leak_two_sites.cpp"), frame)
+        self.assertGreater(frame["line"], 0)
+        self.assertTrue(frame["module"].endswith("e2e_leak_two_sites"), frame)
+
+    def test_stack_capture_off_still_accounts(self):
+        r = run([program("e2e_leak_two_sites")], env={"GPUSHIM_STACK_DEPTH": "0"})
+        self.assertRanOK(r)
+        self.assertEqual(r.device(0)["live_count"], 5)
+        self.assertEqual(sum(s["live_count"] for s in r.report["sites"]), 5)
+
+
+class FreeEverything(ShimTestCase):
+    def test_nothing_live_at_exit(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_free_everything")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                dev = r.device(0)
+                self.assertEqual(dev["live_bytes"], 0)
+                self.assertEqual(dev["live_count"], 0)
+                self.assertEqual(dev["total_allocs"], 3)
+                self.assertEqual(dev["total_frees"], 3)
+                self.assertEqual([s for s in r.report["sites"] if s["live_bytes"]], [])
+                other = {o["kind"]: o for o in r.report["other_memory"]}
+                self.assertEqual(other["managed"]["total_allocs"], 1)
+                self.assertEqual(other["managed"]["live_bytes"], 0)
+                self.assertEqual(other["host"]["total_allocs"], 2)
+                self.assertEqual(other["host"]["total_frees"], 2)
+                self.assertEqual(other["host"]["peak_bytes"], 4096 + 8192)
+
+
+class Threads(ShimTestCase):
+    def test_eight_threads_keep_exact_totals(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_threads_alloc"), "8", "1500"], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                held = json.loads(r.stdout.strip().splitlines()[-1])
+                dev = r.device(0)
+                self.assertEqual(dev["live_count"], held["live_count"])
+                self.assertEqual(dev["pool"]["requested_bytes"], held["live_requested_bytes"])
+                self.assertEqual(dev["total_allocs"], held["allocs"])
+                self.assertEqual(dev["total_frees"], held["frees"])
+                if policy == "passthrough":
+                    self.assertEqual(dev["live_bytes"], held["live_requested_bytes"])
+                self.assertEqual(sum(s["live_count"] for s in r.report["sites"]), held["live_count"])
+
+
+class Quiet(ShimTestCase):
+    def test_process_without_cuda_writes_nothing_and_prints_nothing(self):
+        r = run(["/bin/true"], expect_report=False)
+        self.assertRanOK(r)
+        self.assertEqual(r.stdout, "")
+        self.assertEqual(r.stderr, "")
+        self.assertEqual(os.listdir(r.workdir), [])
+
+    def test_default_report_name_in_working_directory(self):
+        r = run([program("e2e_leak_two_sites")], expect_report=False, env={"GPUSHIM_REPORT": ""})
+        # An empty GPUSHIM_REPORT is invalid: the shim says so and disables itself.
+        self.assertRanOK(r)
+        self.assertTrue(any("GPUSHIM_REPORT" in l for l in r.shim_lines()), r.stderr)
+        self.assertEqual(os.listdir(r.workdir), [])
+        env = base_env()
+        env.pop("GPUSHIM_REPORT", None)
+        import tempfile
+        wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        proc = subprocess.run([program("e2e_leak_two_sites")], env=env, cwd=wd, capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        files = os.listdir(wd)
+        self.assertEqual(len(files), 1, files)
+        self.assertRegex(files[0], r"^gpushim\.e2e_leak_two_sites\.\d+\.json$")
+
+
+class Configuration(ShimTestCase):
+    def test_invalid_value_is_one_clear_line_and_the_job_still_runs(self):
+        r = run([program("e2e_leak_two_sites")], env={"GPUSHIM_POLICY": "bogus"}, expect_report=False)
+        self.assertRanOK(r)
+        lines = r.shim_lines()
+        self.assertTrue(any("GPUSHIM_POLICY='bogus'" in l and "expected" in l for l in lines), r.stderr)
+        self.assertFalse(os.path.exists(r.report_path))
+
+    def test_unknown_variable_is_reported(self):
+        r = run([program("e2e_leak_two_sites")], env={"GPUSHIM_POLCY": "caching"}, expect_report=False)
+        self.assertRanOK(r)
+        self.assertTrue(any("GPUSHIM_POLCY" in l for l in r.shim_lines()), r.stderr)
+
+    def test_report_template_expands_pid_and_rank(self):
+        import tempfile
+        wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        r = run([program("e2e_leak_two_sites")], env={"GPUSHIM_REPORT": os.path.join(wd, "r.%p.rank%r.json"),
+                                                      "RANK": "3"}, expect_report=False)
+        self.assertRanOK(r)
+        files = os.listdir(wd)
+        self.assertEqual(len(files), 1, files)
+        self.assertRegex(files[0], r"^r\.\d+\.rank3\.json$")
+        with open(os.path.join(wd, files[0])) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["rank"], "3")
+        self.assertIn(f"r.{rep['pid']}.rank3.json", files[0])
+
+
+class Exports(unittest.TestCase):
+    def test_only_cuda_entry_points_and_gpushim_symbols_are_exported(self):
+        out = subprocess.run(["nm", "-D", "--defined-only", SHIM], capture_output=True, text=True, check=True).stdout
+        names = [line.split()[-1] for line in out.splitlines() if line.strip()]
+        self.assertIn("cudaMalloc", names)
+        self.assertIn("cudaFree", names)
+        allowed_prefixes = ("cuda", "cu", "gpushim_")
+        bad = [n for n in names if not n.startswith(allowed_prefixes)]
+        self.assertEqual(bad, [], "unexpected exports")
+        # "cu" must mean a driver entry point, not e.g. a C++ symbol that happens to start with cu.
+        for n in names:
+            if n.startswith("cu") and not n.startswith("cuda"):
+                self.assertRegex(n, r"^cu[A-Z]")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,161 @@
+"""What of the GPU validation suite can be checked without a GPU: the relocatable bundle works under
+LD_PRELOAD (on the simulated device), scripts/gpu-validate skips cleanly and says why, and the kernel
+library built with nvcc has the contract the e2e programs rely on."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BUILD = os.path.abspath(os.environ.get("GPUSHIM_BUILD_DIR") or os.path.join(ROOT, "build"))
+MiB = 1 << 20
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GPUSHIM_", "FAKECUDA_")) and k not in ("LD_PRELOAD", "LD_LIBRARY_PATH")}
+    env.update(extra)
+    return env
+
+
+class Bundle(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="gpushim-bundle-test-")
+        built = os.path.join(cls.tmp, "built")
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bundle"), "--no-build", "--build-dir", BUILD,
+                        "--out", built], check=True, capture_output=True, text=True)
+        # Relocatable means it works wherever it is copied: use it from another path than the built one.
+        cls.bundle = os.path.join(cls.tmp, "elsewhere", "gpushim")
+        os.makedirs(os.path.dirname(cls.bundle))
+        shutil.move(built, cls.bundle)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_every_bundled_library_has_runpath_origin(self):
+        libs = sorted(os.listdir(os.path.join(self.bundle, "lib")))
+        self.assertIn("libgpushim.so", libs)
+        self.assertTrue(any(l.startswith("libabsl_") for l in libs), libs)
+        for lib in libs:
+            out = subprocess.run(["readelf", "-d", os.path.join(self.bundle, "lib", lib)], capture_output=True,
+                                 text=True, check=True).stdout
+            self.assertRegex(out, r"\(RUNPATH\)\s+Library runpath: \[\$ORIGIN\]", lib)
+
+    def test_non_system_dependencies_resolve_inside_the_bundle(self):
+        out = subprocess.run(["ldd", os.path.join(self.bundle, "lib", "libgpushim.so")], capture_output=True,
+                             text=True, check=True, env=clean_env()).stdout
+        deps = dict(re.findall(r"^\s*(\S+) => (\S+)", out, re.M))
+        absl = {k: v for k, v in deps.items() if k.startswith("libabsl_")}
+        self.assertTrue(absl, out)
+        for soname, path in absl.items():
+            self.assertEqual(path, os.path.join(self.bundle, "lib", soname))
+
+    def test_e2e_program_under_the_bundled_preload(self):
+        report = os.path.join(self.tmp, "report.json")
+        env = clean_env(LD_PRELOAD=os.path.join(self.bundle, "lib", "libgpushim.so"),
+                        LD_LIBRARY_PATH=os.path.join(self.bundle, "fakecuda"), GPUSHIM_REPORT=report, LD_DEBUG="libs")
+        proc = subprocess.run([os.path.join(self.bundle, "bin", "e2e_leak_two_sites")], env=env, capture_output=True,
+                              text=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        # The unwinder and the DWARF reader the shim dlopens come from the bundle, not the system.
+        for lib in ("libunwind.so.8", "libdw.so.1", "libabsl_hash.so.20220623"):
+            self.assertIn(f"calling init: {os.path.join(self.bundle, 'lib', lib)}", proc.stderr)
+        with open(report) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["devices"][0]["live_count"], 5)
+        frames = [f for s in rep["sites"] for f in s["frames"] if "leak_from_alpha" in (f.get("function") or "")]
+        self.assertTrue(frames, json.dumps(rep["sites"])[:2000])
+        self.assertTrue(frames[0]["file"].endswith("leak_two_sites.cpp"))  # file:line through bundled libdw
+        self.assertGreater(frames[0]["line"], 0)
+
+    def test_e2e_helpers_run_from_the_bundle(self):
+        env = clean_env(GPUSHIM_BUILD_DIR=self.bundle)
+        proc = subprocess.run([sys.executable, "-m", "unittest", "test_foundation.LeakingProgram",
+                               "test_foundation.Exports"], cwd=os.path.join(self.bundle, "tests", "e2e"), env=env,
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        self.assertRegex(proc.stderr, r"Ran [1-9]\d* tests?")
+
+    def test_manifest_says_what_the_target_needs(self):
+        with open(os.path.join(self.bundle, "MANIFEST.json")) as f:
+            m = json.load(f)
+        self.assertEqual(m["kind"], "gpushim-bundle")
+        self.assertRegex(m["requires"]["GLIBC"], r"^2\.\d+$")
+        self.assertIn("libgpushim.so", m["libraries"])
+        self.assertIn("e2e_reuse_integrity", m["programs"])
+        self.assertIn("gpushim_bench_alloc", m["programs"])
+
+    def test_gpu_validate_from_the_bundle_says_so_and_skips_without_a_gpu(self):
+        proc = subprocess.run([sys.executable, os.path.join(self.bundle, "scripts", "gpu-validate")],
+                              env=clean_env(CUDA_VISIBLE_DEVICES=""), capture_output=True, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 77, proc.stdout + proc.stderr)
+        self.assertIn(f"running from the bundle {self.bundle}", proc.stderr)
+        self.assertRegex(proc.stdout, r"^SKIPPED: gpu-validate needs an NVIDIA GPU: .+\. Nothing was run\.")
+
+
+class GpuValidateWithoutGpu(unittest.TestCase):
+    def run_validate(self, **env):
+        return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu-validate"), "--build-dir", BUILD,
+                               "--no-build"], env=clean_env(**env), capture_output=True, text=True, timeout=120)
+
+    def test_no_visible_gpu_is_a_clean_skip(self):
+        proc = self.run_validate(CUDA_VISIBLE_DEVICES="")
+        self.assertEqual(proc.returncode, 77, proc.stdout + proc.stderr)
+        self.assertIn(f"running from the source tree {ROOT}, build {BUILD}", proc.stderr)
+        self.assertRegex(proc.stdout, r"^SKIPPED: gpu-validate needs an NVIDIA GPU: ")
+        self.assertNotIn("Traceback", proc.stderr)
+
+    def test_simulated_driver_is_not_taken_for_a_gpu(self):
+        proc = self.run_validate(LD_LIBRARY_PATH=os.path.join(BUILD, "fakecuda"))
+        self.assertEqual(proc.returncode, 77, proc.stdout + proc.stderr)
+        self.assertIn("is the simulated device, not NVIDIA's driver", proc.stdout)
+
+
+class GpuValidateOnTheSimulatedDevice(unittest.TestCase):
+    """--simulated lets the simulated device stand in for a GPU: it exercises the script's own
+    logic (running the parts, reading their results, the table), not gpushim on a GPU."""
+
+    def test_one_table_with_every_part_and_every_policy(self):
+        policies = subprocess.run([os.path.join(BUILD, "bin", "gpushim_bench_policies")], capture_output=True,
+                                  text=True, check=True).stdout.split()
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu-validate"), "--build-dir", BUILD,
+                               "--no-build", "--simulated", "--quick", "--parts", "e2e,micro",
+                               "--e2e-modules", "test_foundation.Exports,test_foundation.Quiet"],
+                              env=clean_env(), capture_output=True, text=True, timeout=600)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr[-3000:])
+        out = proc.stdout
+        self.assertIn("--simulated: the simulated device stood in for a GPU", out)
+        table = [l for l in out.splitlines() if l.startswith("| ")]
+        self.assertTrue(table[0].startswith("| part | workload | configuration |"), table[:1])
+        e2e = [l for l in table if l.startswith("| e2e |")]
+        self.assertEqual(len(e2e), 1, table)
+        self.assertRegex(e2e[0], r"\| 3 passed, 0 failed, 0 skipped \|")
+        micro = [l for l in table if l.startswith("| micro |")]
+        for config in ["raw CUDA (no shim)"] + [f"{p}, stacks 32" for p in policies]:
+            rows = [l for l in micro if f"| {config} |" in l]
+            self.assertEqual(len(rows), 6, (config, micro))  # 2 APIs x 3 sizes
+            for r in rows:
+                self.assertRegex(r, r"\| \d+(\.\d)? (ns|µs|ms) / \d+(\.\d)? (ns|µs|ms) per pair \|")
+
+
+class TestKernels(unittest.TestCase):
+    def test_delayed_fill_library_has_the_contract_of_the_simulated_one(self):
+        lib = os.path.join(BUILD, "gpu", "libgpushim_testkernels.so")
+        if not os.path.exists(lib):
+            self.skipTest("nvcc was not found at configure time, so the kernel library was not built")
+        syms = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True, check=True).stdout
+        self.assertRegex(syms, r"\bT fakecudaLaunchDelayedFill\b")
+        dyn = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True, check=True).stdout
+        # It must share the program's libcudart (streams are the program's), not carry its own.
+        self.assertIn("[libcudart.so.13]", dyn)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -18,6 +18,8 @@
 //   --apis=sync,async      (default both)
 //   --replay=1|0           the training-step replay (default 1)
 //   --frames=N             call depth under each benchmark (default 72)
+//   --iterations=N         a fixed iteration count instead of Google Benchmark's timing (for
+//                          profiling under callgrind or perf)
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -45,6 +47,7 @@ struct Options {
   std::vector<std::string> apis{"sync", "async"};
   bool replay = true;
   int frames = 72;
+  int64_t iterations = 0;  // 0: let Google Benchmark decide
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -83,6 +86,8 @@ bool parse_options(int* argc, char** argv, Options* o) {
       o->replay = std::strcmp(v, "0") != 0;
     } else if (const char* v = value("--frames=")) {
       o->frames = std::atoi(v);
+    } else if (const char* v = value("--iterations=")) {
+      o->iterations = std::atoll(v);
     } else if (a.rfind("--benchmark", 0) == 0 || a == "--help") {
       argv[kept++] = argv[i];
     } else {
@@ -131,6 +136,7 @@ void pair_benchmark(benchmark::State& state, bool async, std::vector<size_t> siz
   g_samples.begin(state);
   size_t i = static_cast<size_t>(state.thread_index()) * 997;
   const size_t count = sizes.size();
+  uint64_t queued_bytes = 0;  // freed on the stream since its last synchronization
   auto loop = [&] {
     for (auto _ : state) {
       const size_t n = sizes[i++ % count];
@@ -147,7 +153,10 @@ void pair_benchmark(benchmark::State& state, bool async, std::vector<size_t> siz
       // Bounds the work queued on the stream, outside the timed part: the simulated device frees
       // stream-ordered memory only when its stream worker gets there, and a loop of nothing but
       // allocations outruns it (as a real program with kernels between its calls would not).
-      if (async && (i & 1023) == 0) cudaStreamSynchronize(stream);
+      if (async && ((queued_bytes += n) >= (1ull << 30) || (i & 1023) == 0)) {
+        cudaStreamSynchronize(stream);
+        queued_bytes = 0;
+      }
     }
   };
   gpushim_bench::at_depth(frames, loop);
@@ -215,6 +224,7 @@ int main(int argc, char** argv) {
       });
       for (int t : opt.threads) b->Threads(t);
       b->UseRealTime();
+      if (opt.iterations > 0) b->Iterations(opt.iterations);
     }
   }
   if (opt.replay) {
@@ -222,6 +232,7 @@ int main(int argc, char** argv) {
                                            [frames = opt.frames](benchmark::State& st) { replay_benchmark(st, frames); });
     for (int t : opt.threads) b->Threads(t);
     b->UseRealTime();
+    if (opt.iterations > 0) b->Iterations(opt.iterations);
   }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -111,7 +111,8 @@ def transformer(args, device, steps):
                            "head": nn.Linear(d_model, vocab)}).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
     lengths_gen = torch.Generator().manual_seed(args.seed)
-    lengths = [64 * int(torch.randint(1, 17, (1,), generator=lengths_gen)) for _ in range(args.steps)]
+    top = max(1, args.max_seq // 64)
+    lengths = [64 * int(torch.randint(1, top + 1, (1,), generator=lengths_gen)) for _ in range(args.steps)]
     gen = data_generator(args, device)
 
     def step(i):
@@ -241,6 +242,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--max-seq", type=int, default=1024, help="transformer: longest sequence (multiple of 64)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     device = torch.device(args.device)

@@ -16,6 +16,18 @@ BUILD = os.path.abspath(os.environ.get("GPUSHIM_BUILD_DIR") or os.path.join(ROOT
 MiB = 1 << 20
 
 
+def sanitizer_build():
+    """GPUSHIM_SANITIZE of the build tree ("" for a normal build)."""
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("GPUSHIM_SANITIZE:"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def clean_env(**extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GPUSHIM_", "FAKECUDA_")) and k not in ("LD_PRELOAD", "LD_LIBRARY_PATH")}
@@ -23,6 +35,7 @@ def clean_env(**extra):
     return env
 
 
+@unittest.skipIf(sanitizer_build(), "bundles are made from release builds, not sanitizer builds")
 class Bundle(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -118,6 +131,7 @@ class GpuValidateWithoutGpu(unittest.TestCase):
         self.assertIn("is the simulated device, not NVIDIA's driver", proc.stdout)
 
 
+@unittest.skipIf(sanitizer_build(), "an instrumented shim cannot be preloaded into the uninstrumented bench programs")
 class GpuValidateOnTheSimulatedDevice(unittest.TestCase):
     """--simulated lets the simulated device stand in for a GPU: it exercises the script's own
     logic (running the parts, reading their results, the table), not gpushim on a GPU."""

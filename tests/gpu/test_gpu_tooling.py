@@ -159,6 +159,67 @@ class GpuValidateOnTheSimulatedDevice(unittest.TestCase):
                 self.assertRegex(r, r"\| \d+(\.\d)? (ns|µs|ms) / \d+(\.\d)? (ns|µs|ms) per pair \|")
 
 
+def load_gpu_validate():
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("gpu_validate", os.path.join(ROOT, "scripts", "gpu-validate"))
+    spec = importlib.util.spec_from_loader("gpu_validate", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+class Verdicts(unittest.TestCase):
+    """How gpu-validate reads a PyTorch run and the shim's report (the parts a GPU run would need)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.gv = load_gpu_validate()
+
+    LEAK = {"leaked_bytes": 60 * 4 * MiB, "leaked_count": 60, "leak_function": "keep_for_later"}
+
+    def site(self, count, nbytes, functions):
+        return {"live_count": count, "live_bytes": nbytes, "frames": [{"function": f} for f in functions]}
+
+    def test_losses_identical_or_how_far_apart(self):
+        self.assertEqual(self.gv.compare_losses([1.5, 2.25], [1.5, 2.25]), "identical")
+        self.assertEqual(self.gv.compare_losses([1.5, 2.0], [1.5, 2.25]), "differs: max |Δ| 0.25")
+        self.assertIn("different length", self.gv.compare_losses([1.0], [1.0, 2.0]))
+
+    def test_leak_found_through_the_growth_section(self):
+        rep = {"growth": {"suspects": [
+            {"bytes_per_iteration": 0, "bytes_per_s": 10.0, "frames": [{"function": "load_model"}]},
+            {"bytes_per_iteration": 4194304.0, "frames": [{"function": "keep_for_later"}, {"function": "step"}]}]},
+            "sites": []}
+        found, how = self.gv.leak_verdict(rep, self.LEAK)
+        self.assertTrue(found)
+        self.assertIn("growth suspect #2 is keep_for_later()", how)
+
+    def test_growth_section_that_misses_it_is_a_miss_even_if_live_at_exit(self):
+        rep = {"growth": {"suspects": []}, "sites": [self.site(60, 60 * 4 * MiB, ["?"])]}
+        found, how = self.gv.leak_verdict(rep, self.LEAK)
+        self.assertFalse(found)
+        self.assertIn("does not name keep_for_later()", how)
+
+    def test_without_growth_section_a_site_holding_the_leak_at_exit(self):
+        rep = {"sites": [self.site(3, 300 * MiB, ["load"]), self.site(60, 60 * 4 * MiB, ["clone", "keep_for_later"])]}
+        found, how = self.gv.leak_verdict(rep, self.LEAK)
+        self.assertTrue(found)
+        self.assertIn("site with 60 live blocks, 240 MiB at exit, frames name keep_for_later()", how)
+        found, how = self.gv.leak_verdict({"sites": [self.site(59, 60 * 4 * MiB, [])]}, self.LEAK)
+        self.assertFalse(found)
+        self.assertFalse(self.gv.leak_verdict(None, self.LEAK)[0])
+
+    def test_nccl_and_cublas_from_the_modules_section(self):
+        rep = {"modules": [{"module": "/venv/lib/libnccl.so.2", "peak_bytes": 96 * MiB, "live_bytes": 32 * MiB},
+                           {"module": "/venv/lib/libtorch_cuda.so", "peak_bytes": 5 * MiB, "live_bytes": 0},
+                           {"module": "/venv/lib/libcublasLt.so.13", "peak_bytes": 8 * MiB, "live_bytes": 8 * MiB}]}
+        self.assertEqual(self.gv.module_view(rep), "NCCL/cuBLAS: libnccl.so.2 peak 96 MiB (live at exit 32 MiB), "
+                                                   "libcublasLt.so.13 peak 8 MiB (live at exit 8 MiB)")
+        self.assertEqual(self.gv.module_view({"modules": []}), "NCCL/cuBLAS: none seen")
+        self.assertIn("n/a", self.gv.module_view({}))
+
+
 class TestKernels(unittest.TestCase):
     def test_delayed_fill_library_has_the_contract_of_the_simulated_one(self):
         lib = os.path.join(BUILD, "gpu", "libgpushim_testkernels.so")

@@ -6,7 +6,8 @@ One workload per process, so that each allocator configuration starts clean:
     python3 torch_workloads.py WORKLOAD --steps 60 --warmup 10 --seed 0 --out result.json
 
 Workloads:
-    transformer   small transformer LM training, sequence length varying every step (64..1024)
+    transformer   small transformer LM training, sequence length varying every step (64..1024), with
+                  a one-rank NCCL all-reduce of the gradients so that NCCL's memory is in the run
     cnn           small convolutional network training on 64x64 images
     leak          MLP training with a planted leak: keep_for_later() holds a 4 MiB tensor per step
     multistream   work handed to a side stream with record_stream, freed while the side stream may
@@ -104,6 +105,30 @@ class Steps:
                 self.used_at_step_end.append(total - free)
 
 
+def start_nccl(device):
+    """A one-rank NCCL process group, so that NCCL's own device memory exists in the run (the suite
+    reports what the shim sees of it). Returns (all_reduce function or None, note)."""
+    if device.type != "cuda":
+        return None, "no NCCL on the CPU"
+    try:
+        import socket
+        import torch.distributed as dist
+        if not dist.is_available() or not dist.is_nccl_available():
+            return None, "this torch has no NCCL"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+        def all_reduce(params):
+            for p in params:
+                if p.grad is not None:
+                    dist.all_reduce(p.grad)
+        return all_reduce, "NCCL all-reduce of the gradients (one rank)"
+    except Exception as e:  # the run goes on without NCCL, and says why
+        return None, f"NCCL unavailable: {type(e).__name__}: {e}"
+
+
 def transformer(args, device, steps):
     vocab, d_model, heads, layers, batch = 1000, 256, 8, 4, 16
     layer = nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.0, batch_first=True)
@@ -114,6 +139,7 @@ def transformer(args, device, steps):
     top = max(1, args.max_seq // 64)
     lengths = [64 * int(torch.randint(1, top + 1, (1,), generator=lengths_gen)) for _ in range(args.steps)]
     gen = data_generator(args, device)
+    all_reduce, nccl_note = start_nccl(device) if args.nccl else (None, "NCCL off (--no-nccl)")
 
     def step(i):
         tokens = torch.randint(0, vocab, (batch, lengths[i] + 1), generator=gen, device=device)
@@ -122,11 +148,13 @@ def transformer(args, device, steps):
         loss = F.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if all_reduce:
+            all_reduce(model.parameters())
         opt.step()
         return loss.item()
 
     steps.run(args.steps, step)
-    return {"sequence_lengths": lengths}
+    return {"sequence_lengths": lengths, "nccl": nccl_note}
 
 
 def cnn(args, device, steps):
@@ -243,6 +271,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--max-seq", type=int, default=1024, help="transformer: longest sequence (multiple of 64)")
+    ap.add_argument("--no-nccl", dest="nccl", action="store_false",
+                    help="transformer: no one-rank NCCL all-reduce of the gradients")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     device = torch.device(args.device)

@@ -220,6 +220,30 @@ class Verdicts(unittest.TestCase):
         self.assertIn("n/a", self.gv.module_view({}))
 
 
+class NvidiaRuntimeLinkage(unittest.TestCase):
+    """The programs the GPU suite runs are the ones built here, linked to the simulated libcudart: on a
+    GPU they must bind to NVIDIA's libcudart.so.13 unchanged. Where NVIDIA's runtime is installed (the
+    toolkit is, on the build machines), check that every symbol and symbol version resolves."""
+
+    def test_programs_and_kernels_resolve_against_nvidias_libcudart(self):
+        cudart = load_gpu_validate().find_cudart_dir()
+        if cudart is None:
+            self.skipTest("NVIDIA's libcudart.so.13 is not installed here")
+        import glob
+        binaries = sorted(glob.glob(os.path.join(BUILD, "bin", "e2e_*")))
+        binaries += [os.path.join(BUILD, "bin", f"gpushim_bench_{n}") for n in ("alloc", "fragmentation", "host_memory")]
+        kernels = os.path.join(BUILD, "gpu", "libgpushim_testkernels.so")
+        if os.path.exists(kernels):
+            binaries.append(kernels)
+        self.assertGreater(len(binaries), 5)
+        for b in binaries:
+            out = subprocess.run(["ldd", "-r", b], env=clean_env(LD_LIBRARY_PATH=cudart), capture_output=True,
+                                 text=True).stdout + "\n"
+            with self.subTest(binary=os.path.basename(b)):
+                self.assertIn(f"libcudart.so.13 => {os.path.join(cudart, 'libcudart.so.13')}", out)
+                self.assertNotRegex(out, r"undefined symbol|not found")
+
+
 class TestKernels(unittest.TestCase):
     def test_delayed_fill_library_has_the_contract_of_the_simulated_one(self):
         lib = os.path.join(BUILD, "gpu", "libgpushim_testkernels.so")

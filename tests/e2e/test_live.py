@@ -152,6 +152,17 @@ class Phased:
         return sorted(f for f in os.listdir(self.workdir) if f != "stderr.txt")
 
 
+def thread_names(pid):
+    names = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:
+            pass  # a thread that just ended
+    return names
+
+
 def sites(report, function):
     return [s for s in report["sites"] if any(function in (f.get("function") or "") for f in s["frames"])]
 
@@ -210,6 +221,7 @@ class Snapshots(ShimTestCase):
         p = Phased(env={"GPUSHIM_SNAPSHOT_SIGNAL": "USR1"})
         one = p.phase()
         self.assertEqual((one["usr1"], one["usr2"]), ("shim", "default"))
+        self.assertEqual(thread_names(one["pid"]).count("gpushim-live"), 1)
         p.signal(signal.SIGUSR1)
         snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"))
         self.assert_state(snap, one, "caching")
@@ -221,6 +233,8 @@ class Snapshots(ShimTestCase):
         p = Phased(env={"GPUSHIM_SNAPSHOT_SIGNAL": "off"})
         one = p.phase()
         self.assertEqual((one["usr1"], one["usr2"]), ("default", "default"))
+        # Neither the metrics file nor snapshots: the shim starts no thread at all.
+        self.assertNotIn("gpushim-live", thread_names(one["pid"]))
         p.go()
         p.phase()
         p.go()

@@ -74,20 +74,17 @@ def assert_metrics_match_report(test, fams, report, running):
 
 
 def wait_for_json(path, reason="snapshot"):
-    """Waits until `path` holds a complete report (it is written in place, so it may be seen partial)."""
+    """Waits until `path` exists, then reads it at once: a snapshot must appear complete."""
     end = time.monotonic() + DEADLINE_S
-    last = None
-    while time.monotonic() < end:
-        try:
-            with open(path) as f:
-                rep = json.load(f)
-            if rep.get("reason") == reason:
-                return rep
-        except (OSError, ValueError) as e:
-            last = e
-        time.sleep(0.01)
-    raise AssertionError(f"no complete {reason} report at {path} after {DEADLINE_S}s ({last}); "
-                         f"dir: {os.listdir(os.path.dirname(path))}")
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            raise AssertionError(f"no {reason} report at {path} after {DEADLINE_S}s; "
+                                 f"dir: {os.listdir(os.path.dirname(path))}")
+        time.sleep(0.002)
+    with open(path) as f:
+        rep = json.load(f)
+    assert rep["reason"] == reason, rep["reason"]
+    return rep
 
 
 def wait_until(cond, what):

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include "live/snapshot_file.h"
 #include "util/log.h"
 
 namespace gpushim {
@@ -70,14 +69,6 @@ TEST(SnapshotSignal, RestoreKeepsAHandlerTheProgramInstalledAfterUs) {
   restore_snapshot_signal();
   EXPECT_EQ(Current(SIGUSR1).sa_handler, ProgramHandler);
   SetDisposition(SIGUSR1, SIG_DFL);
-}
-
-TEST(SnapshotPath, InsertsBeforeTheExtension) {
-  EXPECT_EQ(snapshot_path("run/r.json", 3), "run/r.snapshot.3.json");
-  EXPECT_EQ(snapshot_path("gpushim.prog.12.json", 1), "gpushim.prog.12.snapshot.1.json");
-  EXPECT_EQ(snapshot_path("report", 2), "report.snapshot.2");
-  EXPECT_EQ(snapshot_path("dir.v2/report", 2), "dir.v2/report.snapshot.2");
-  EXPECT_EQ(snapshot_path("/x/.hidden", 1), "/x/.hidden.snapshot.1");
 }
 
 }  // namespace

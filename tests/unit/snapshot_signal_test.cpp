@@ -44,6 +44,7 @@ TEST(SnapshotSignal, HandlerCountsRequestsAndPostsTheSemaphore) {
 
 TEST(SnapshotSignal, AProgramHandlerOrIgnoreIsNeverReplaced) {
   set_log_enabled(false);
+  g_program_handler_calls = 0;
   sem_t wake;
   sem_init(&wake, 0, 0);
   SetDisposition(SIGUSR2, ProgramHandler);

@@ -165,6 +165,32 @@ const std::vector<Variable>& variables() {
          c->summary_sites = static_cast<unsigned>(n);
          return true;
        }},
+      {"GPUSHIM_METRICS",
+       "a path template (%p pid, %h host, %r RANK, %% percent; ending in / : gpushim.<exe>.<pid>.prom in that "
+       "directory), or off",
+       "off",
+       "Prometheus text-format file (name it *.prom for node_exporter's textfile collector) with allocated, "
+       "reserved, peak, cap, OOMs and unaccounted per device, replaced atomically every GPUSHIM_SAMPLE_MS while "
+       "the process runs and once more at exit.",
+       [](std::string_view v, Config* c) {
+         std::string_view t = trim(v);
+         if (t.empty()) return false;
+         if (iequals(t, "off") || t == "0") return c->metrics_template.clear(), true;
+         c->metrics_template = std::string(v);
+         return true;
+       }},
+      {"GPUSHIM_SNAPSHOT_SIGNAL", "USR2, USR1 (or SIGUSR2, SIGUSR1), or off", "USR2",
+       "Signal that makes the running process write a report (reason \"snapshot\", the report name with "
+       ".snapshot.N before its extension) without stopping. Installed at the first CUDA call, and only if the "
+       "program has not claimed the signal itself.",
+       [](std::string_view v, Config* c) {
+         std::string_view t = trim(v);
+         if (iequals(t, "off") || t == "0") return c->snapshot_signal = 0, true;
+         if (t.size() > 3 && iequals(t.substr(0, 3), "SIG")) t.remove_prefix(3);
+         if (iequals(t, "USR2")) return c->snapshot_signal = SIGUSR2, true;
+         if (iequals(t, "USR1")) return c->snapshot_signal = SIGUSR1, true;
+         return false;
+       }},
   };
   return *table;
 }

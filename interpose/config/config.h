@@ -2,6 +2,7 @@
 // parsing, error messages and the README table (tests check the README against it).
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -39,6 +40,9 @@ struct Config {
   uint64_t large_segment = 20ull << 20;
   uint64_t max_split = UINT64_MAX;  // none
   uint64_t quarantine_bytes = 32ull << 20;
+  // Live outputs (docs/metrics-and-snapshots.md).
+  std::string metrics_template;     // GPUSHIM_METRICS; "" = off
+  int snapshot_signal = SIGUSR2;    // GPUSHIM_SNAPSHOT_SIGNAL; 0 = off
 };
 
 struct ConfigError {

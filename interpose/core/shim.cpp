@@ -117,6 +117,7 @@ Shim* Shim::slow_init() {
   std::atexit(exit_handler);
   pthread_atfork(&Shim::fork_prepare, &Shim::fork_parent, &Shim::fork_child);
   g_state.store(kReady, std::memory_order_release);
+  shim->start_live_outputs();
   t_initializing = false;
   return shim;
 }
@@ -156,6 +157,7 @@ void Shim::fork_child() {
   // parent's to write: the child (a DataLoader worker, say) writes nothing.
   s->forked_child_ = true;
   s->pid_ = getpid();
+  s->live_.abandon_in_fork_child();
 }
 
 // ---- devices ----
@@ -459,8 +461,10 @@ ReportData Shim::build_report(const char* reason) {
 
 void Shim::write_exit_report() {
   if (forked_child_ || reported_.exchange(true)) return;
-  if (!config_.report_enabled && config_.summary_sites == 0) return;
+  live_.stop();  // no snapshot or metrics update from here on
+  if (!config_.report_enabled && config_.summary_sites == 0) return finish_live_outputs(nullptr);
   const ReportData report = build_report("exit");
+  finish_live_outputs(&report);
   std::string path;
   if (config_.report_enabled)
     path = write_new_file(expand_path_template(config_.report_template, base_name(exe_), pid_), report_to_json(report));

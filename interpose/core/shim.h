@@ -18,6 +18,7 @@
 #include "accounting/memory_counters.h"
 #include "accounting/time_series.h"
 #include "config/config.h"
+#include "live/live_outputs.h"
 #include "policy/backend.h"
 #include "policy/device_budget.h"
 #include "policy/device_memory_resource.h"
@@ -89,6 +90,15 @@ class Shim {
   // Called from the library destructor, after everything else.
   void on_unload();
 
+  // ---- live outputs: metrics file and snapshots (core/shim_live.cpp) ----
+  // The figures of every device as the metrics file shows them; cheap (no symbolization).
+  std::vector<DeviceMetrics> live_device_metrics() const;
+  // Device memory the process uses that no hook saw (context, module images), when known.
+  // Issue 5 owns the measurement; until it lands this says "unknown" and the metrics file leaves
+  // gpushim_unaccounted_bytes out. Called from the gpushim-live thread at every metrics update:
+  // it must stay cheap and must not need a current CUDA context.
+  std::optional<uint64_t> unaccounted_bytes(const DeviceState& d) const;
+
   StackTable& stacks() { return stacks_; }
   AllocationTracker& tracker() { return tracker_; }
   DeviceState* device(int ordinal);  // null for an invalid ordinal; creates it on first use
@@ -116,6 +126,12 @@ class Shim {
   // One line with the caller's stack; counts the invalid free.
   void warn_invalid_free(const void* ptr, const char* what);
 
+  // Starts the metrics file and the snapshot signal, as configured (at the first CUDA call).
+  void start_live_outputs();
+  // At exit: stops the live thread, then writes the metrics file one last time from the exit
+  // report's figures (null: no report was built; the live figures then).
+  void finish_live_outputs(const ReportData* exit_report);
+
   static void fork_prepare();
   static void fork_parent();
   static void fork_child();
@@ -137,6 +153,7 @@ class Shim {
   std::mutex ooms_mu_;
   std::vector<OomRecord> ooms_;
   bool forked_child_ = false;
+  LiveOutputs live_;
 };
 
 }  // namespace gpushim

@@ -1,0 +1,61 @@
+// What gpushim writes while the process runs: the metrics file (GPUSHIM_METRICS) and snapshot
+// reports on a signal (GPUSHIM_SNAPSHOT_SIGNAL). Both run on one LiveWorker thread, so nothing
+// here adds work to the program's allocating threads, and the signal handler stays trivial.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "live/live_worker.h"
+#include "live/metrics_file.h"
+#include "live/process_metrics.h"
+#include "report/report_model.h"
+
+namespace gpushim {
+
+class LiveOutputs {
+ public:
+  // Where the figures come from (the Shim).
+  struct Sources {
+    std::function<std::vector<DeviceMetrics>()> devices;  // current figures; cheap, no symbolization
+    std::function<ReportData()> snapshot_report;          // a full report of the current state
+  };
+
+  // Starts what `config` asks for; no thread, file or handler when both are off. Called once, at
+  // the first CUDA call. `exe` is the executable's path.
+  void start(const Config& config, const std::string& exe, int pid, const char* policy, Sources sources);
+
+  // Stops the worker, waiting for an update or snapshot in progress: none starts after this.
+  void stop() { worker_.stop(); }
+
+  bool metrics_enabled() const { return metrics_file_ != nullptr; }
+
+  // The last update of the metrics file, after stop(): `devices` are the exit report's figures,
+  // and gpushim_running is 0.
+  void write_final_metrics(std::vector<DeviceMetrics> devices);
+
+  // In a fork child: no worker, and the snapshot signal back as the program had it.
+  void abandon_in_fork_child();
+
+ private:
+  void refresh_metrics();
+  void write_snapshot();
+  ProcessMetrics metrics(std::vector<DeviceMetrics> devices, bool running) const;
+
+  ProcessIdentity id_;
+  std::string exe_;
+  std::string report_template_;   // "" = the default name (also when the exit report is off)
+  double start_time_s_ = 0;
+  Sources sources_;
+  std::unique_ptr<MetricsFile> metrics_file_;
+  uint64_t snapshot_seq_ = 0;                   // worker thread only
+  std::atomic<uint64_t> snapshots_written_{0};
+  LiveWorker worker_;
+};
+
+}  // namespace gpushim

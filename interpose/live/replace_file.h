@@ -1,0 +1,19 @@
+// Replacing a file that others read while we rewrite it (the metrics file).
+#pragma once
+
+#include <string>
+
+namespace gpushim {
+
+// Replaces `path` with `data` so that a reader opening it sees the previous complete file or the
+// new complete file, never a partial one: the data goes to a hidden temporary file in the same
+// directory (rename is atomic only within one filesystem), which is then renamed over `path`.
+// The temporary name (".<name>.tmp.<pid>") does not end in .prom, so node_exporter's textfile
+// collector never reads it. Mode 0644 (less the umask): the collector usually runs as another
+// user. Returns 0, or the errno of the step that failed (the temporary file is then removed).
+int replace_file_atomically(const std::string& path, const std::string& data);
+
+// The temporary name replace_file_atomically uses for `path` in this process.
+std::string replacement_temp_path(const std::string& path);
+
+}  // namespace gpushim

@@ -1,0 +1,464 @@
+"""End-to-end tests of the live outputs: the Prometheus metrics file (GPUSHIM_METRICS) and snapshot
+reports on a signal (GPUSHIM_SNAPSHOT_SIGNAL), on running programs."""
+import json
+import os
+import select
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+import promtext
+from shimtest import POLICIES, ShimTestCase, base_env, program, run
+
+MiB = 1 << 20
+DEADLINE_S = 30
+
+# Families every metrics file has once a device was used; the device ones carry one sample per device.
+PROCESS_FAMILIES = {"gpushim_info", "gpushim_running", "gpushim_start_time_seconds", "gpushim_snapshots_total"}
+DEVICE_FAMILIES = {"gpushim_allocated_bytes", "gpushim_reserved_bytes", "gpushim_peak_allocated_bytes",
+                   "gpushim_peak_reserved_bytes", "gpushim_cap_bytes", "gpushim_capacity_bytes",
+                   "gpushim_live_allocations", "gpushim_allocations_total", "gpushim_frees_total",
+                   "gpushim_failed_allocations_total", "gpushim_ooms_total"}
+
+
+def read_metrics(path):
+    """Parses the file strictly and checks it is complete: every family, every device in each."""
+    with open(path, "rb") as f:
+        fams = promtext.parse(f.read())
+    missing = (PROCESS_FAMILIES | DEVICE_FAMILIES) - set(fams)
+    if missing:
+        raise promtext.PromFormatError(f"families missing: {sorted(missing)}")
+    devices = {l["device"] for l, _ in fams["gpushim_allocated_bytes"].samples}
+    for name in DEVICE_FAMILIES:
+        if {l["device"] for l, _ in fams[name].samples} != devices:
+            raise promtext.PromFormatError(f"{name} does not cover devices {devices}")
+    return fams
+
+
+def assert_metrics_match_report(test, fams, report, running):
+    ids = {"pid": str(report["pid"]), "host": report["host"], "rank": report["rank"]}
+    for name in PROCESS_FAMILIES | DEVICE_FAMILIES:
+        for labels, _ in fams[name].samples:
+            test.assertEqual({k: labels[k] for k in ids}, ids, name)
+    test.assertEqual(fams["gpushim_running"].value(), 1 if running else 0)
+    info = fams["gpushim_info"].samples[0][0]
+    test.assertEqual(info["exe"], os.path.basename(report["exe"]))
+    test.assertEqual(info["policy"], report["policy"])
+    start = fams["gpushim_start_time_seconds"].value()
+    test.assertAlmostEqual(start, report["wall_time_s"] - report["duration_s"], delta=1.0)
+    test.assertEqual({int(l["device"]) for l, _ in fams["gpushim_allocated_bytes"].samples},
+                     {d["device"] for d in report["devices"]})
+    for d in report["devices"]:
+        dev = str(d["device"])
+        expect = {
+            "gpushim_allocated_bytes": d["live_bytes"],
+            "gpushim_reserved_bytes": d["pool"]["reserved_bytes"],
+            "gpushim_peak_allocated_bytes": d["peak_allocated_bytes"],
+            "gpushim_peak_reserved_bytes": d["peak_reserved_bytes"],
+            "gpushim_capacity_bytes": d["capacity_bytes"],
+            "gpushim_cap_bytes": min(d["limit_bytes"], d["capacity_bytes"]) if d["limit_bytes"] else d["capacity_bytes"],
+            "gpushim_live_allocations": d["live_count"],
+            "gpushim_allocations_total": d["total_allocs"],
+            "gpushim_frees_total": d["total_frees"],
+            "gpushim_failed_allocations_total": d["failed_allocs"],
+            "gpushim_ooms_total": d["pool"]["ooms"],
+        }
+        for name, value in expect.items():
+            test.assertEqual(fams[name].value(device=dev), value, f"{name} device {dev}")
+        # Issue 5 measures "unaccounted"; until then the core says unknown and the family is absent.
+        if "gpushim_unaccounted_bytes" in fams:
+            test.assertGreaterEqual(fams["gpushim_unaccounted_bytes"].value(device=dev), 0)
+
+
+def wait_for_json(path, reason="snapshot"):
+    """Waits until `path` exists, then reads it at once: a snapshot must appear complete."""
+    end = time.monotonic() + DEADLINE_S
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            raise AssertionError(f"no {reason} report at {path} after {DEADLINE_S}s; "
+                                 f"dir: {os.listdir(os.path.dirname(path))}")
+        time.sleep(0.002)
+    with open(path) as f:
+        rep = json.load(f)
+    assert rep["reason"] == reason, rep["reason"]
+    return rep
+
+
+def wait_until(cond, what):
+    end = time.monotonic() + DEADLINE_S
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Phased:
+    """e2e_live_phases, driven phase by phase: each phase() returns its JSON line, go() lets it go on."""
+
+    def __init__(self, args=(), env=None, workdir=None):
+        self.workdir = workdir or tempfile.mkdtemp(prefix="gpushim-e2e-")
+        self.report_path = os.path.join(self.workdir, "report.json")
+        extra = {"GPUSHIM_REPORT": self.report_path}
+        extra.update(env or {})
+        self.stderr_path = os.path.join(self.workdir, "stderr.txt")
+        self._stderr = open(self.stderr_path, "w")
+        self.proc = subprocess.Popen([program("e2e_live_phases"), *args], env=base_env(extra), cwd=self.workdir,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        self._buf = b""
+
+    def phase(self):
+        end = time.monotonic() + DEADLINE_S
+        while b"\n" not in self._buf:
+            left = end - time.monotonic()
+            r, _, _ = select.select([self.proc.stdout], [], [], max(left, 0))
+            chunk = os.read(self.proc.stdout.fileno(), 4096) if r else b""
+            if not chunk:
+                self.proc.kill()
+                raise AssertionError(f"program gave no phase line (rc={self.proc.poll()}):\n{self.stderr()}")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def go(self):
+        self.proc.stdin.write(b"\n")
+        self.proc.stdin.flush()
+
+    def signal(self, signo=signal.SIGUSR2):
+        os.kill(self.proc.pid, signo)
+
+    def finish(self):
+        self.proc.stdin.close()
+        rc = self.proc.wait(timeout=DEADLINE_S)
+        self.proc.stdout.close()
+        self._stderr.close()
+        return rc
+
+    def stderr(self):
+        with open(self.stderr_path) as f:
+            return f.read()
+
+    def shim_lines(self):
+        return [l for l in self.stderr().splitlines() if l.startswith("gpushim:")]
+
+    def files(self):
+        return sorted(f for f in os.listdir(self.workdir) if f != "stderr.txt")
+
+
+def thread_names(pid):
+    names = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:
+            pass  # a thread that just ended
+    return names
+
+
+def sites(report, function):
+    return [s for s in report["sites"] if any(function in (f.get("function") or "") for f in s["frames"])]
+
+
+class Snapshots(ShimTestCase):
+    def assert_state(self, report, phase_line, policy):
+        """The report shows exactly what the program held when it printed `phase_line`."""
+        dev = next(d for d in report["devices"] if d["device"] == 0)
+        shim = phase_line["shim"]
+        self.assertEqual(dev["live_count"], phase_line["live_count"])
+        self.assertEqual(dev["pool"]["requested_bytes"], phase_line["requested_bytes"])
+        self.assertEqual(dev["live_bytes"], shim["live_bytes"])
+        self.assertEqual(dev["pool"]["reserved_bytes"], shim["reserved_bytes"])
+        self.assertEqual(dev["peak_allocated_bytes"], shim["peak_allocated_bytes"])
+        self.assertEqual(dev["peak_reserved_bytes"], shim["peak_reserved_bytes"])
+        self.assertEqual(dev["total_allocs"], shim["total_allocs"])
+        self.assertEqual(dev["total_frees"], shim["total_frees"])
+        if policy == "passthrough":
+            self.assertEqual(dev["live_bytes"], phase_line["requested_bytes"])
+        self.assertEqual(sum(s["live_count"] for s in report["sites"]), phase_line["live_count"])
+
+    def test_snapshot_mid_run_matches_the_state_at_that_point(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                p = Phased(env={"GPUSHIM_POLICY": policy})
+                one = p.phase()
+                self.assertEqual(one["usr2"], "shim")
+                self.assertEqual((one["live_count"], one["requested_bytes"]), (4, 8 * MiB))
+                p.signal()
+                snap1 = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"))
+                self.assert_state(snap1, one, policy)
+                self.assertEqual(snap1["pid"], one["pid"])
+                self.assertEqual(sum(s["live_count"] for s in sites(snap1, "phase_one")), 4)
+                self.assertEqual(sites(snap1, "phase_two"), [])
+                p.go()
+                two = p.phase()  # the program went on after the snapshot
+                self.assertEqual((two["live_count"], two["requested_bytes"]), (5, 19 * MiB))
+                p.signal()
+                snap2 = wait_for_json(os.path.join(p.workdir, "report.snapshot.2.json"))
+                self.assert_state(snap2, two, policy)
+                self.assertEqual(sum(s["live_count"] for s in sites(snap2, "phase_two")), 2)
+                self.assertEqual(sum(s["live_bytes"] for s in sites(snap2, "phase_two")) >= 16 * MiB, True)
+                self.assertEqual(sum(s["live_count"] for s in sites(snap2, "phase_one")), 3)
+                p.go()
+                self.assertEqual(p.finish(), 0, p.stderr())
+                with open(p.report_path) as f:
+                    final = json.load(f)
+                self.assertEqual(final["reason"], "exit")
+                self.assertEqual(final["devices"][0]["live_count"], 2)
+                self.assertEqual(p.files(), ["report.json", "report.snapshot.1.json", "report.snapshot.2.json"])
+                lines = p.shim_lines()
+                self.assertIn(f"gpushim: snapshot 1 written to {p.workdir}/report.snapshot.1.json", lines)
+                self.assertIn(f"gpushim: snapshot 2 written to {p.workdir}/report.snapshot.2.json", lines)
+
+    def test_other_signal_when_configured_and_none_when_off(self):
+        p = Phased(env={"GPUSHIM_SNAPSHOT_SIGNAL": "USR1"})
+        one = p.phase()
+        self.assertEqual((one["usr1"], one["usr2"]), ("shim", "default"))
+        self.assertEqual(thread_names(one["pid"]).count("gpushim-live"), 1)
+        p.signal(signal.SIGUSR1)
+        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"))
+        self.assert_state(snap, one, "caching")
+        p.go()
+        p.phase()
+        p.go()
+        self.assertEqual(p.finish(), 0, p.stderr())
+
+        p = Phased(env={"GPUSHIM_SNAPSHOT_SIGNAL": "off"})
+        one = p.phase()
+        self.assertEqual((one["usr1"], one["usr2"]), ("default", "default"))
+        # Neither the metrics file nor snapshots: the shim starts no thread at all.
+        self.assertNotIn("gpushim-live", thread_names(one["pid"]))
+        p.go()
+        p.phase()
+        p.go()
+        self.assertEqual(p.finish(), 0, p.stderr())
+        self.assertEqual(p.files(), ["report.json"])
+
+    def test_a_handler_of_the_program_is_kept_and_gets_the_signal(self):
+        p = Phased(["--own-usr2"])
+        one = p.phase()
+        self.assertEqual(one["usr2"], "program")
+        p.signal()
+        p.go()
+        two = p.phase()
+        self.assertEqual(two["own_handler_calls"], 1)
+        p.go()
+        self.assertEqual(p.finish(), 0, p.stderr())
+        self.assertEqual(p.files(), ["report.json"])
+        notices = [l for l in p.shim_lines() if "SIGUSR2" in l]
+        self.assertEqual(len(notices), 1, p.stderr())
+        self.assertIn("already has a handler", notices[0])
+        self.assertIn("GPUSHIM_SNAPSHOT_SIGNAL=USR1", notices[0])
+
+    def test_snapshot_without_an_exit_report_goes_to_the_default_name(self):
+        p = Phased(env={"GPUSHIM_REPORT": "off"})
+        one = p.phase()
+        p.signal()
+        snap = wait_for_json(os.path.join(p.workdir, f"gpushim.e2e_live_phases.{one['pid']}.snapshot.1.json"))
+        self.assert_state(snap, one, "caching")
+        p.go()
+        p.phase()
+        p.go()
+        self.assertEqual(p.finish(), 0, p.stderr())
+        self.assertEqual(p.files(), [f"gpushim.e2e_live_phases.{one['pid']}.snapshot.1.json"])
+
+    def test_fork_child_gets_the_programs_disposition_back_and_writes_nothing(self):
+        p = Phased(["--fork"], env={"GPUSHIM_METRICS": "m.prom", "GPUSHIM_SAMPLE_MS": "10"})
+        one = p.phase()
+        # 0: the child saw SIGUSR2 back at its default, and its exit() returned (no join of a
+        # thread that fork did not copy).
+        self.assertEqual(one["child_status"], 0)
+        p.signal()  # the parent still answers
+        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"))
+        self.assert_state(snap, one, "caching")
+        p.go()
+        p.phase()
+        p.go()
+        self.assertEqual(p.finish(), 0, p.stderr())
+        self.assertEqual(p.files(), ["m.prom", "report.json", "report.snapshot.1.json"])
+        fams = read_metrics(os.path.join(p.workdir, "m.prom"))
+        self.assertEqual(fams["gpushim_running"].samples[0][0]["pid"], str(one["pid"]))
+        self.assertEqual(fams["gpushim_running"].value(), 0)
+
+    def test_process_without_cuda_gets_no_handler_thread_or_file(self):
+        code = ("import os, signal; print(signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL, "
+                "len(os.listdir('/proc/self/task')))")
+        wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        r = run(["python3", "-c", code], env={"GPUSHIM_METRICS": os.path.join(wd, "m.prom")}, expect_report=False,
+                workdir=wd)
+        self.assertRanOK(r)
+        self.assertEqual(r.stdout.split(), ["True", "1"])
+        self.assertEqual(r.stderr, "")
+        self.assertEqual(os.listdir(wd), [])
+
+
+class Metrics(ShimTestCase):
+    def test_metrics_file_parses_and_matches_the_exit_report(self):
+        cases = [(policy, [program("e2e_leak_two_sites")], {}) for policy in POLICIES]
+        cases += [(policy, [program("e2e_cap_and_oom"), "64", "8"], {"GPUSHIM_LIMIT": "256MiB", "FAKECUDA_MEM": "1GiB"})
+                  for policy in POLICIES]
+        cases += [("caching", [program("e2e_threads_alloc"), "4", "300"], {"FAKECUDA_DEVICES": "2"})]
+        for policy, args, env in cases:
+            with self.subTest(policy=policy, program=os.path.basename(args[0])):
+                wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+                env = dict(env, GPUSHIM_POLICY=policy, GPUSHIM_METRICS=os.path.join(wd, "m.prom"), RANK="5")
+                r = run(args, env=env, workdir=wd)
+                self.assertRanOK(r)
+                fams = read_metrics(os.path.join(wd, "m.prom"))
+                assert_metrics_match_report(self, fams, r.report, running=False)
+                self.assertEqual(fams["gpushim_allocated_bytes"].samples[0][0]["rank"], "5")
+                if "cap_and_oom" in args[0]:
+                    self.assertGreater(fams["gpushim_ooms_total"].value(device="0"), 0)
+                    self.assertEqual(fams["gpushim_cap_bytes"].value(device="0"), 256 * MiB)
+                self.assertEqual(sorted(os.listdir(wd)), ["m.prom", "report.json"])  # no temporary left
+                mode = os.stat(os.path.join(wd, "m.prom")).st_mode & 0o777
+                self.assertEqual(mode & 0o444, 0o444, oct(mode))  # readable by node_exporter's user
+
+    def test_idle_process_keeps_refreshing_and_matches_a_snapshot(self):
+        p = Phased(env={"GPUSHIM_METRICS": "m.prom", "GPUSHIM_SAMPLE_MS": "20"})
+        path = os.path.join(p.workdir, "m.prom")
+        one = p.phase()
+        # The program now waits on stdin and makes no CUDA call: the file must still be replaced.
+        # (Inode numbers alone can be reused; with the modification time they name one version.)
+        versions = set()
+
+        def refreshed():
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:  # the first update is the live thread's, a moment after start
+                return False
+            versions.add((st.st_ino, st.st_mtime_ns))
+            return len(versions) >= 4
+        wait_until(refreshed, "the metrics file to be replaced while the program is idle")
+        fams = read_metrics(path)
+        self.assertEqual(fams["gpushim_running"].value(), 1)
+        self.assertEqual(fams["gpushim_allocated_bytes"].value(device="0"), one["shim"]["live_bytes"])
+        self.assertEqual(fams["gpushim_live_allocations"].value(device="0"), one["live_count"])
+        p.signal()
+        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"))
+        fams = wait_until(lambda: (lambda f: f if f["gpushim_snapshots_total"].value() == 1 else None)(read_metrics(path)),
+                          "gpushim_snapshots_total to count the snapshot")
+        assert_metrics_match_report(self, fams, snap, running=True)
+        p.go()
+        two = p.phase()
+        fams = wait_until(lambda: (lambda f: f if f["gpushim_live_allocations"].value(device="0") == 5 else None)(
+            read_metrics(path)), "phase two in the metrics")
+        self.assertEqual(fams["gpushim_allocated_bytes"].value(device="0"), two["shim"]["live_bytes"])
+        p.go()
+        self.assertEqual(p.finish(), 0, p.stderr())
+        with open(p.report_path) as f:
+            assert_metrics_match_report(self, read_metrics(path), json.load(f), running=False)
+
+    def test_readers_never_see_a_partial_file(self):
+        wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        path = os.path.join(wd, "m.prom")
+        env = base_env({"GPUSHIM_METRICS": path, "GPUSHIM_SAMPLE_MS": "1", "GPUSHIM_REPORT": "off",
+                        "GPUSHIM_SUMMARY": "0", "FAKECUDA_DEVICES": "2"})
+        proc = subprocess.Popen([program("e2e_threads_alloc"), "4", "50000"], env=env, cwd=wd,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Read as fast as possible while the program allocates on 4 threads and the file is replaced
+        # every millisecond; parse afterwards so that the reads stay dense.
+        reads, contents = 0, set()
+        while proc.poll() is None:
+            try:
+                with open(path, "rb") as f:
+                    contents.add(f.read())
+            except FileNotFoundError:
+                continue  # before the first update
+            reads += 1
+        stderr = proc.stderr.read().decode()
+        self.assertEqual(proc.returncode, 0, stderr)
+        errors = []
+        for data in contents:
+            try:
+                fams = promtext.parse(data)
+                missing = PROCESS_FAMILIES - set(fams)
+                if missing or ("gpushim_allocated_bytes" in fams and (DEVICE_FAMILIES - set(fams))):
+                    raise promtext.PromFormatError(f"incomplete: {data[-200:]!r}")
+            except promtext.PromFormatError as e:
+                errors.append(f"{e} in {len(data)} bytes")
+        self.assertEqual(errors[:3], [], f"{len(errors)} bad of {len(contents)} distinct reads ({reads} reads)")
+        # The reader really raced the writer: it saw the file replaced with new figures many times.
+        # (On ext4 a rename over a file costs milliseconds, so that is tens of updates, not hundreds.)
+        self.assertGreaterEqual(len(contents), 5, f"{reads} reads")
+        self.assertEqual(os.listdir(wd), ["m.prom"])
+        self.assertEqual(stderr, "")
+
+    def test_directory_template_rank_and_pid_in_the_name(self):
+        wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        os.mkdir(os.path.join(wd, "prom"))
+        r = run([program("e2e_leak_two_sites")], env={"GPUSHIM_METRICS": "prom/", "RANK": "2"}, workdir=wd)
+        self.assertRanOK(r)
+        pid = r.report["pid"]
+        self.assertEqual(os.listdir(os.path.join(wd, "prom")), [f"gpushim.e2e_leak_two_sites.{pid}.prom"])
+        # Relative to the working directory the program had at its first CUDA call.
+        prom = os.path.join(wd, "prom")
+        r = run([program("e2e_leak_two_sites")], env={"GPUSHIM_METRICS": prom + "/r%r.%p.prom", "RANK": "2"})
+        pid = r.report["pid"]
+        fams = read_metrics(os.path.join(prom, f"r2.{pid}.prom"))
+        assert_metrics_match_report(self, fams, r.report, running=False)
+        self.assertFalse(any("textfile" in l for l in r.shim_lines()), r.stderr)
+
+    def test_unwritable_location_is_one_line_and_the_job_goes_on(self):
+        p = Phased(env={"GPUSHIM_METRICS": "/nonexistent-dir/m.prom", "GPUSHIM_SAMPLE_MS": "1"})
+        p.phase()
+        time.sleep(0.2)  # some 200 failed updates
+        p.go()
+        p.phase()
+        p.go()
+        self.assertEqual(p.finish(), 0, p.stderr())
+        errors = [l for l in p.shim_lines() if "metrics" in l]
+        self.assertEqual(len(errors), 1, p.stderr())
+        self.assertIn("/nonexistent-dir/m.prom", errors[0])
+        self.assertIn("No such file or directory", errors[0])
+        self.assertTrue(os.path.exists(p.report_path))
+
+    def test_a_name_node_exporter_would_ignore_gets_a_notice(self):
+        wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        r = run([program("e2e_leak_two_sites")], env={"GPUSHIM_METRICS": "metrics.txt"}, workdir=wd)
+        self.assertRanOK(r)
+        self.assertTrue(any("*.prom" in l and "metrics.txt" in l for l in r.shim_lines()), r.stderr)
+        assert_metrics_match_report(self, read_metrics(os.path.join(wd, "metrics.txt")), r.report, running=False)
+
+
+class StrictParser(unittest.TestCase):
+    """The checks above are only as good as the parser: it must reject what node_exporter rejects."""
+    GOOD = ('# HELP gpushim_x_bytes Some help.\n# TYPE gpushim_x_bytes gauge\n'
+            'gpushim_x_bytes{pid="1",device="0"} 5\ngpushim_x_bytes{pid="1",device="1"} 6\n'
+            '# HELP gpushim_y_total Count.\n# TYPE gpushim_y_total counter\ngpushim_y_total{pid="1"} 2\n')
+
+    def test_accepts_good(self):
+        fams = promtext.parse(self.GOOD)
+        self.assertEqual(fams["gpushim_x_bytes"].value(device="1"), 6)
+        self.assertEqual(fams["gpushim_y_total"].type, "counter")
+
+    def test_rejects_bad(self):
+        bad = {
+            "truncated mid-line": self.GOOD[:-5],
+            "truncated mid-label": self.GOOD[:60],
+            "timestamp": self.GOOD.replace("} 5\n", "} 5 1700000000000\n"),
+            "family twice": self.GOOD + self.GOOD,
+            "sample before TYPE": self.GOOD.replace("# TYPE gpushim_x_bytes gauge\n", ""),
+            "bad escape": self.GOOD.replace('pid="1",device="0"', 'pid="\\x",device="0"'),
+            "duplicate series": self.GOOD.replace('device="1"', 'device="0"'),
+            "counter without _total": self.GOOD.replace("gpushim_y_total", "gpushim_y"),
+            "blank line": self.GOOD.replace("# HELP gpushim_y", "\n# HELP gpushim_y"),
+            "bad value": self.GOOD.replace("} 5\n", "} five\n"),
+            "no prefix": self.GOOD.replace("gpushim_x_bytes", "x_bytes"),
+            "interleaved": self.GOOD.replace('gpushim_x_bytes{pid="1",device="1"} 6\n', "") +
+            'gpushim_x_bytes{pid="1",device="1"} 6\n',
+            "not utf8": self.GOOD.encode().replace(b"Some", b"\xffome"),
+            "empty": "",
+        }
+        for what, text in bad.items():
+            with self.subTest(what):
+                with self.assertRaises(promtext.PromFormatError):
+                    promtext.parse(text)
+
+
+if __name__ == "__main__":
+    unittest.main()

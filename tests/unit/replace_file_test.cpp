@@ -1,0 +1,129 @@
+#include "live/replace_file.h"
+
+#include <errno.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace gpushim {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/gpushim-replace-XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  EXPECT_NE(d, nullptr);
+  return d ? d : "/tmp";
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+TEST(ReplaceFile, WritesThenReplacesAndLeavesNoTemporary) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/m.prom";
+  ASSERT_EQ(replace_file_atomically(path, "first\n"), 0);
+  EXPECT_EQ(Read(path), "first\n");
+  struct stat before, after;
+  ASSERT_EQ(stat(path.c_str(), &before), 0);
+  ASSERT_EQ(replace_file_atomically(path, "second\n"), 0);
+  ASSERT_EQ(stat(path.c_str(), &after), 0);
+  EXPECT_EQ(Read(path), "second\n");
+  EXPECT_NE(before.st_ino, after.st_ino);  // a new file renamed over the old one, not rewritten in place
+  EXPECT_FALSE(Exists(replacement_temp_path(path)));
+  const std::string tmp = replacement_temp_path(path);
+  EXPECT_EQ(tmp, dir + "/.m.prom.tmp." + std::to_string(getpid()));
+}
+
+TEST(ReplaceFile, ReadableByOthers) {
+  const std::string dir = TempDir();
+  const mode_t old = umask(022);
+  ASSERT_EQ(replace_file_atomically(dir + "/m.prom", "x"), 0);
+  umask(old);
+  struct stat st;
+  ASSERT_EQ(stat((dir + "/m.prom").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);  // node_exporter usually runs as another user
+}
+
+TEST(ReplaceFile, ReadersNeverSeeAPartialFile) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/m.prom";
+  // Two versions large enough that a non-atomic rewrite would be caught half-way.
+  const std::string a = std::string(256 * 1024, 'a') + "\nEND\n";
+  const std::string b = std::string(192 * 1024, 'b') + "\nEND\n";
+  ASSERT_EQ(replace_file_atomically(path, a), 0);
+  std::atomic<bool> done{false};
+  std::atomic<int> bad{0}, reads{0}, saw_a{0}, saw_b{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      const std::string got = Read(path);
+      ++reads;
+      if (got == a) ++saw_a;
+      else if (got == b) ++saw_b;
+      else ++bad;
+    }
+  });
+  // At least 400 replacements, and on until the reader has raced them enough (a loaded machine
+  // may starve either thread for a while).
+  int writes = 0;
+  for (; writes < 400 || (reads.load() < 50 && writes < 100000); ++writes)
+    ASSERT_EQ(replace_file_atomically(path, writes % 2 ? a : b), 0);
+  done = true;
+  reader.join();
+  EXPECT_EQ(bad.load(), 0) << "of " << reads.load() << " reads";
+  EXPECT_GE(reads.load(), 50) << "after " << writes << " replacements";
+  EXPECT_GT(saw_a.load() + saw_b.load(), 0);
+}
+
+TEST(ReplaceFile, ASymlinkAtThePathIsReplacedNotFollowed) {
+  const std::string dir = TempDir();
+  const std::string victim = dir + "/victim";
+  { std::ofstream(victim) << "keep"; }
+  ASSERT_EQ(symlink(victim.c_str(), (dir + "/m.prom").c_str()), 0);
+  ASSERT_EQ(replace_file_atomically(dir + "/m.prom", "new"), 0);
+  EXPECT_EQ(Read(victim), "keep");
+  EXPECT_EQ(Read(dir + "/m.prom"), "new");
+}
+
+TEST(ReplaceFile, AStaleOrPlantedTemporaryDoesNotBlockOrLeak) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/m.prom";
+  const std::string tmp = replacement_temp_path(path);
+  { std::ofstream(tmp) << "left by a process killed mid-write"; }
+  ASSERT_EQ(replace_file_atomically(path, "ok"), 0);
+  EXPECT_EQ(Read(path), "ok");
+  // A symlink planted at the temporary name is removed, never written through.
+  const std::string victim = dir + "/victim";
+  { std::ofstream(victim) << "keep"; }
+  ASSERT_EQ(symlink(victim.c_str(), tmp.c_str()), 0);
+  ASSERT_EQ(replace_file_atomically(path, "again"), 0);
+  EXPECT_EQ(Read(victim), "keep");
+  EXPECT_EQ(Read(path), "again");
+}
+
+TEST(ReplaceFile, FailuresReturnTheErrnoAndLeaveNothingBehind) {
+  const std::string dir = TempDir();
+  EXPECT_EQ(replace_file_atomically(dir + "/missing/m.prom", "x"), ENOENT);
+  ASSERT_EQ(mkdir((dir + "/adir").c_str(), 0755), 0);
+  EXPECT_NE(replace_file_atomically(dir + "/adir", "x"), 0);  // a directory at the name
+  EXPECT_FALSE(Exists(replacement_temp_path(dir + "/adir")));
+  EXPECT_EQ(replace_file_atomically(dir + "/", "x"), EISDIR);
+  EXPECT_EQ(replace_file_atomically("", "x"), EISDIR);
+}
+
+}  // namespace
+}  // namespace gpushim

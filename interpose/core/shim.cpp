@@ -166,10 +166,20 @@ DeviceState* Shim::device(int ordinal) {
   if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
   DeviceState* d = devices_[ordinal].load(std::memory_order_acquire);
   if (d) return d;
+  // Built outside devices_mu_: it calls into the driver (cuInit, context retain), whose own locks
+  // a fork handler may hold while ours waits for devices_mu_. Holding devices_mu_ across driver
+  // calls would invert that order and could deadlock a fork.
+  std::unique_ptr<DeviceState> fresh = make_device(ordinal);
   std::lock_guard<std::mutex> lock(devices_mu_);
   d = devices_[ordinal].load(std::memory_order_relaxed);
-  if (d) return d;
-  d = new DeviceState();
+  if (d) return d;  // another thread won; ours is dropped (its context retain is harmless)
+  d = fresh.release();
+  devices_[ordinal].store(d, std::memory_order_release);
+  return d;
+}
+
+std::unique_ptr<DeviceState> Shim::make_device(int ordinal) const {
+  auto d = std::make_unique<DeviceState>();
   d->ordinal = ordinal;
   if (config_.policy != PolicyKind::kPassthrough) {
     auto driver = std::make_unique<DriverBackend>(ordinal);
@@ -192,7 +202,6 @@ DeviceState* Shim::device(int ordinal) {
       log_line("GPUSHIM_LIMIT (%s) is above device %d's capacity (%s); the device is the limit",
                format_bytes(limit).c_str(), ordinal, format_bytes(d->capacity).c_str());
   }
-  devices_[ordinal].store(d, std::memory_order_release);
   return d;
 }
 

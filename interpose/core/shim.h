@@ -110,6 +110,7 @@ class Shim {
   Shim(Config config, std::string exe);
   static Shim* slow_init();
 
+  std::unique_ptr<DeviceState> make_device(int ordinal) const;
   StackId capture_stack();
   DeviceState* current_device_state();
   MemoryCounters& counters_for(MemoryKind kind, int device);

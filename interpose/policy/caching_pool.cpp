@@ -86,6 +86,10 @@ CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* al
     return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
   }
   b = split(b, size, small);
+  // Reuse was judged safe just now; what the block was tied to before (a stream, an event
+  // recorded for an earlier free) must not outlive this allocation, or a later stream-ordered
+  // free would inherit an event that completed long before the new owner's work.
+  clear_stream(b);
   b->state = State::kAllocated;
   allocated_.emplace(b->addr, b);
   allocated_bytes_ += b->size;

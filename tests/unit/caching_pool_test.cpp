@@ -114,6 +114,20 @@ TEST(CachingPool, StreamOrderedFreeWaitsForItsEventOnAnotherStream) {
   EXPECT_EQ(p.alloc(3 * MiB, stream(0x200), true), a);
 }
 
+TEST(CachingPool, AReusedBlockDoesNotInheritAnOldEvent) {
+  // The regression the e2e integrity stress caught: a block whose event completed, reused on its
+  // stream and freed there again, must wait for a fresh event before another stream gets it.
+  Pool p;
+  p.sim.set_events_complete_at_once(false);
+  void* a = p.alloc(3 * MiB, stream(0x100), true);
+  p.pool.deallocate(a, stream(0x100), true);
+  EXPECT_NE(p.alloc(3 * MiB, stream(0x200), true), a);  // records an event; still pending
+  p.sim.complete_events();                                // ... now that event is done
+  EXPECT_EQ(p.alloc(3 * MiB, stream(0x100), true), a);   // same-stream reuse: new work on 0x100
+  p.pool.deallocate(a, stream(0x100), true);
+  EXPECT_NE(p.alloc(3 * MiB, stream(0x200), true), a) << "reused on another stream on a stale event";
+}
+
 TEST(CachingPool, PerThreadDefaultStreamIsNeverTheSameStream) {
   Pool p;
   p.sim.set_events_complete_at_once(false);

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "accounting/allocation_tracker.h"
+#include "accounting/iteration_counter.h"
 #include "accounting/memory_counters.h"
 #include "accounting/time_series.h"
 #include "config/config.h"
@@ -22,6 +23,7 @@
 #include "policy/device_budget.h"
 #include "policy/device_memory_resource.h"
 #include "report/report_model.h"
+#include "stacks/stack_capturer.h"
 #include "stacks/stack_table.h"
 
 namespace gpushim {
@@ -89,6 +91,9 @@ class Shim {
   // Called from the library destructor, after everything else.
   void on_unload();
 
+  // gpushim_mark_iteration(): returns the iteration count after this mark.
+  uint64_t mark_iteration() { return iterations_.add(IterationCounter::kMark); }
+
   StackTable& stacks() { return stacks_; }
   AllocationTracker& tracker() { return tracker_; }
   DeviceState* device(int ordinal);  // null for an invalid ordinal; creates it on first use
@@ -137,6 +142,8 @@ class Shim {
   std::mutex ooms_mu_;
   std::vector<OomRecord> ooms_;
   bool forked_child_ = false;
+  IterationCounter iterations_;
+  StackCapturer capturer_;  // after stacks_ and iterations_, which it uses
 };
 
 }  // namespace gpushim

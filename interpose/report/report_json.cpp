@@ -295,6 +295,7 @@ std::string report_to_json(const ReportData& r) {
   j.kv_dbl("wall_time_s", r.wall_time_s);
   j.kv_dbl("duration_s", r.duration_s);
   j.kv_int("stack_depth", r.stack_depth);
+  j.kv("python", r.python);
   j.next_line("");
   write_array(j, "devices", r.devices, write_device);
   j.next_line("");

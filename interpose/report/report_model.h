@@ -101,6 +101,7 @@ struct ReportData {
   double wall_time_s = 0;               // wall clock at report time, seconds since the epoch
   double duration_s = 0;                // since the shim started
   int stack_depth = 0;
+  std::string python;                   // interpreter version whose frames are captured, "" none, "off", "unsupported: ..."
   std::vector<DeviceReport> devices;
   std::vector<OtherMemoryReport> other_memory;
   std::vector<SiteReport> sites;        // largest live bytes first

@@ -144,9 +144,13 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
     else
       append(&s, "gpushim:   #%zu %s in %s (%s memory)\n", i + 1, format_bytes(site.live_bytes).c_str(),
              plural(site.live_count, "allocation").c_str(), printable(site.kind).c_str());
+    // A Python program is read in Python: where a stack has Python frames, the summary shows
+    // those (the report keeps the native ones).
+    bool has_python = false;
+    for (const FrameInfo& f : site.frames) has_python |= f.python;
     size_t n = 0;
     for (const FrameInfo& f : site.frames) {
-      if (is_plumbing(f)) continue;
+      if (is_plumbing(f) || (has_python && !f.python)) continue;
       if (n++ == kFramesShown) break;
       append_frame(&s, f);
     }

@@ -144,13 +144,15 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
     else
       append(&s, "gpushim:   #%zu %s in %s (%s memory)\n", i + 1, format_bytes(site.live_bytes).c_str(),
              plural(site.live_count, "allocation").c_str(), printable(site.kind).c_str());
-    // A Python program is read in Python: where a stack has Python frames, the summary shows
-    // those (the report keeps the native ones).
-    bool has_python = false;
-    for (const FrameInfo& f : site.frames) has_python |= f.python;
+    // A Python program is read in Python: when a stack with Python frames has more frames than
+    // the summary shows, it shows the Python ones (PyTorch puts dozens of dispatcher frames above
+    // them); the report keeps all.
+    size_t shown_frames = 0, python_frames = 0;
+    for (const FrameInfo& f : site.frames) shown_frames += !is_plumbing(f), python_frames += f.python;
+    const bool python_only = python_frames > 0 && shown_frames > kFramesShown;
     size_t n = 0;
     for (const FrameInfo& f : site.frames) {
-      if (is_plumbing(f) || (has_python && !f.python)) continue;
+      if (is_plumbing(f) || (python_only && !f.python)) continue;
       if (n++ == kFramesShown) break;
       append_frame(&s, f);
     }

@@ -7,16 +7,30 @@ import shutil
 import subprocess
 
 
-def _probe(path):
-    try:
-        out = subprocess.run([path, "-c", "import sys; print(sys.version_info[0], sys.version_info[1], sys.executable)"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    major, minor, exe = out.stdout.split(maxsplit=2)
-    return (int(major), int(minor)), exe.strip()
+_PROBE = "import sys; print(sys.version_info[0], sys.version_info[1], sys.executable)"
+
+
+def _probe_all(paths):
+    """{path: ((major, minor), executable)} for the paths that run; all started at once."""
+    procs = {}
+    for path in dict.fromkeys(paths):
+        try:
+            procs[path] = subprocess.Popen([path, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                           text=True)
+        except OSError:
+            pass
+    out = {}
+    for path, proc in procs.items():
+        try:
+            stdout, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            continue
+        if proc.returncode == 0:
+            major, minor, exe = stdout.split(maxsplit=2)
+            out[path] = ((int(major), int(minor)), exe.strip())
+    return out
 
 
 _cache = None
@@ -31,14 +45,17 @@ def interpreters():
     if first is None:
         raise RuntimeError("no python3 on PATH")
     candidates = [first]
-    candidates += [p for p in (shutil.which(f"python3.{m}") for m in range(9, 14)) if p]
+    # pyenv's shims (slow to start, and only proxies for the installs globbed below) are skipped.
+    candidates += [p for p in (shutil.which(f"python3.{m}") for m in range(9, 14))
+                   if p and os.path.basename(os.path.dirname(p)) != "shims"]
     candidates += ["/usr/bin/python3"]  # the distribution's build (Debian's is static, LTO, stripped)
     root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
     candidates += sorted(glob.glob(os.path.join(root, "versions", "3.*", "bin", "python3")))
     candidates += [p for p in os.environ.get("GPUSHIM_TEST_PYTHONS", "").split(":") if p]
+    probed_all = _probe_all(candidates)
     found, seen = [], set()
     for path in candidates:
-        probed = _probe(path)
+        probed = probed_all.get(path)
         if probed is None:
             continue
         version, exe = probed

@@ -140,11 +140,13 @@ void Shim::fork_prepare() {
   s->stacks_.lock_all_for_fork();
   s->tracker_.lock_all_for_fork();
   s->capturer_.lock_for_fork();
+  s->site_history_.lock_for_fork();
 }
 
 void Shim::fork_parent() {
   Shim* s = existing();
   if (!s) return;
+  s->site_history_.unlock_after_fork();
   s->capturer_.unlock_after_fork();
   s->tracker_.unlock_all_after_fork();
   s->stacks_.unlock_all_after_fork();
@@ -154,6 +156,7 @@ void Shim::fork_parent() {
 void Shim::fork_child() {
   Shim* s = existing();
   if (!s) return;
+  s->site_history_.unlock_after_fork();
   s->capturer_.unlock_after_fork();
   s->tracker_.unlock_all_after_fork();
   s->stacks_.unlock_all_after_fork();
@@ -414,6 +417,7 @@ ReportData Shim::build_report(const char* reason) {
     if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
     return a.stack_id < b.stack_id;
   });
+  add_growth(&r, sym);
   for (const Sample& s : timeline_.samples())
     r.timeline.push_back({static_cast<double>(s.t_ns) / 1e9, s.device, s.allocated, s.reserved});
   {
@@ -449,7 +453,8 @@ ReportData Shim::build_report(const char* reason) {
   }
   r.invalid_frees = invalid_frees_.load(std::memory_order_relaxed);
   r.distinct_stacks = stacks_.size();
-  r.shim_host_bytes = stacks_.memory_bytes() + tracker_.memory_bytes() + capturer_.memory_bytes();
+  r.shim_host_bytes =
+      stacks_.memory_bytes() + tracker_.memory_bytes() + capturer_.memory_bytes() + site_history_.memory_bytes();
   return r;
 }
 

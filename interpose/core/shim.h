@@ -17,6 +17,7 @@
 #include "accounting/allocation_tracker.h"
 #include "accounting/iteration_counter.h"
 #include "accounting/memory_counters.h"
+#include "accounting/site_history.h"
 #include "accounting/time_series.h"
 #include "config/config.h"
 #include "policy/backend.h"
@@ -115,6 +116,10 @@ class Shim {
   }
   template <typename Append>
   void take_samples(Append&& append);
+  // Growth tracking (shim_growth.cpp): per-site totals at each sampling instant, and the report's
+  // growth section from them.
+  void sample_sites(uint64_t t_ns);
+  void add_growth(ReportData* r, Symbolizer& sym);
   bool pool_contains(const void* ptr) const;
   template <typename Forward>
   cudaError_t unknown_free(void* ptr, Forward&& forward);
@@ -143,6 +148,7 @@ class Shim {
   std::vector<OomRecord> ooms_;
   bool forked_child_ = false;
   IterationCounter iterations_;
+  SiteHistory site_history_;
   StackCapturer capturer_;  // after stacks_ and iterations_, which it uses
 };
 

@@ -94,6 +94,7 @@ void Shim::take_samples(Append&& append) {
     if (!d) continue;
     append(Sample{t, static_cast<int16_t>(d->ordinal), d->counters.live_bytes(), pool_figures(d).reserved_bytes});
   }
+  sample_sites(t);
 }
 
 template <typename Forward>

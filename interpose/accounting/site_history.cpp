@@ -6,8 +6,12 @@ namespace gpushim {
 
 void SiteHistory::sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites) {
   if (sites.size() > max_sites_) {
+    // Ties broken by stack id, so that the same sites stay tracked from one instant to the next.
     std::nth_element(sites.begin(), sites.begin() + static_cast<std::ptrdiff_t>(max_sites_), sites.end(),
-                     [](const auto& a, const auto& b) { return a.second.bytes > b.second.bytes; });
+                     [](const auto& a, const auto& b) {
+                       if (a.second.bytes != b.second.bytes) return a.second.bytes > b.second.bytes;
+                       return a.first.stack < b.first.stack;
+                     });
     sites.resize(max_sites_);
   }
   std::lock_guard<std::mutex> lock(mu_);

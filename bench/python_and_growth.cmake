@@ -11,3 +11,7 @@ add_test(NAME bench.python_stacks_smoke
 set_tests_properties(bench.python_stacks_smoke PROPERTIES TIMEOUT 120
   PASS_REGULAR_EXPRESSION "BM_CaptureNativeAndPython[^\n]*python_frames=20"
   FAIL_REGULAR_EXPRESSION "ERROR OCCURRED|Traceback")
+
+# Cost of growth tracking per sampling instant and of the detector. Run: build/bin/growth_bench
+add_executable(growth_bench ${CMAKE_CURRENT_LIST_DIR}/growth_bench.cpp)
+target_link_libraries(growth_bench PRIVATE gpushim_core benchmark::benchmark gpushim_warnings)

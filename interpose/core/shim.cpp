@@ -136,6 +136,7 @@ Shim::Shim(Config config, std::string exe)
 void Shim::fork_prepare() {
   Shim* s = existing();
   if (!s) return;
+  s->timeline_.lock_for_fork();  // first: a sample takes the tracker's and the history's locks under it
   s->devices_mu_.lock();
   s->stacks_.lock_all_for_fork();
   s->tracker_.lock_all_for_fork();
@@ -151,6 +152,7 @@ void Shim::fork_parent() {
   s->tracker_.unlock_all_after_fork();
   s->stacks_.unlock_all_after_fork();
   s->devices_mu_.unlock();
+  s->timeline_.unlock_after_fork();
 }
 
 void Shim::fork_child() {
@@ -161,6 +163,7 @@ void Shim::fork_child() {
   s->tracker_.unlock_all_after_fork();
   s->stacks_.unlock_all_after_fork();
   s->devices_mu_.unlock();
+  s->timeline_.unlock_after_fork();
   // The parent's CUDA context and allocations are not usable here, and its report is the
   // parent's to write: the child (a DataLoader worker, say) writes nothing.
   s->forked_child_ = true;

@@ -156,6 +156,13 @@ class PythonFramesInEveryStack(ShimTestCase):
         self.assertTrue(all(s["frames"] == [] for s in r.report["sites"]))
         self.assertEqual(r.device(0)["live_count"], 11)
 
+    def test_fork_while_threads_allocate_never_hangs_a_child(self):
+        python = interpreters()[0][0]
+        script = os.path.join(SCRIPTS, "fork_while_allocating.py")
+        r = run([python, script, "30"], env={"GPUSHIM_SAMPLE_MS": "1"}, timeout=120)
+        self.assertRanOK(r)
+        self.assertIn("forked 30", r.stdout)
+
     def test_native_program_reports_no_interpreter(self):
         r = run([program("e2e_leak_two_sites")])
         self.assertRanOK(r)

@@ -15,7 +15,7 @@
 namespace gpushim {
 namespace {
 
-constexpr size_t kSlack = 8;  // room for the shim's own frames, trimmed after the unwind
+constexpr size_t kSlack = 4;  // room for the shim's own frames (2-3 with inlining), trimmed after the unwind
 
 // The calling thread's previous allocation, as the iteration-site detection saw it.
 thread_local SiteActivation t_last_activation;

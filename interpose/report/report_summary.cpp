@@ -2,6 +2,7 @@
 // someone reads in a scrolled-by terminal, so it names sizes in human units and shows only the
 // frames that point at the program rather than at the CUDA runtime or the shim.
 #include <cinttypes>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <string_view>
@@ -116,7 +117,7 @@ void append_growth(std::string* s, const GrowthReport& g, size_t max_sites) {
   for (size_t i = 0; i < shown; ++i) {
     const GrowthSuspectReport& gs = g.suspects[i];
     std::string rate = format_bytes(static_cast<uint64_t>(gs.bytes_per_s > 0 ? gs.bytes_per_s : 0)) + "/s";
-    if (gs.bytes_per_iteration == gs.bytes_per_iteration)  // not NaN
+    if (!std::isnan(gs.bytes_per_iteration))
       rate = format_bytes(static_cast<uint64_t>(gs.bytes_per_iteration > 0 ? gs.bytes_per_iteration : 0)) +
              " per iteration, " + rate;
     std::string where = gs.kind == "device" ? "device " + std::to_string(gs.device) : printable(gs.kind) + " memory";

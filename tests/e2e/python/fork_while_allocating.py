@@ -1,6 +1,7 @@
-"""Threads allocate through freshly compiled functions (so the shim keeps taking its Python code
-table's lock and sampling its time series) while the main thread forks; every child allocates
-once through another new function and exits. A lock inherited held would hang a child."""
+"""Threads allocate through freshly compiled functions (so the shim keeps taking its locks: the
+Python code table's, the time series', the pool's) while the main thread forks; every child
+allocates once through another new function and exits. A lock inherited held would hang a child
+(it did: the caching pool's, before the shim stopped using pools in fork children)."""
 import ctypes
 import os
 import sys

@@ -44,6 +44,11 @@ class TimeSeries {
   }
   uint64_t interval_ns() const { return interval_ns_.load(std::memory_order_relaxed); }
 
+  // fork(): a sample in progress holds the lock (and, under it, the tracker's and the site
+  // history's); the child must not inherit it held.
+  void lock_for_fork() { mu_.lock(); }
+  void unlock_after_fork() { mu_.unlock(); }
+
  private:
   void thin() {
     // Keep every other instant (an instant may hold one sample per device).

@@ -42,7 +42,7 @@ bool parse_uint(std::string_view s, uint64_t max, uint64_t* out) {
   return true;
 }
 
-[[maybe_unused]] bool parse_bool(std::string_view s, bool* out) {
+bool parse_bool(std::string_view s, bool* out) {
   s = trim(s);
   if (s == "1" || iequals(s, "on") || iequals(s, "true") || iequals(s, "yes")) return *out = true, true;
   if (s == "0" || iequals(s, "off") || iequals(s, "false") || iequals(s, "no")) return *out = false, true;
@@ -141,7 +141,8 @@ const std::vector<Variable>& variables() {
          return true;
        }},
       {"GPUSHIM_STACK_DEPTH", "an integer 0..256", "32",
-       "Native frames captured per allocation; 0 turns stack capture off.",
+       "Native frames captured per allocation (Python frames come in addition, up to 128); 0 turns stack "
+       "capture off, Python frames included.",
        [](std::string_view v, Config* c) {
          uint64_t n;
          if (!parse_uint(v, 256, &n)) return false;
@@ -190,6 +191,22 @@ const std::vector<Variable>& variables() {
          if (iequals(t, "USR2")) return c->snapshot_signal = SIGUSR2, true;
          if (iequals(t, "USR1")) return c->snapshot_signal = SIGUSR1, true;
          return false;
+       }},
+      {"GPUSHIM_PYTHON_STACKS", "1 or 0 (also on/off, true/false, yes/no)", "1",
+       "Capture the Python frames (file, function, line) of the allocating thread along with the native ones, "
+       "for CPython 3.9 to 3.13. 0 records native frames only.",
+       [](std::string_view v, Config* c) { return parse_bool(v, &c->python_stacks); }},
+      {"GPUSHIM_ITERATION_SITE", "a function name: Python (name or qualified name) or native (exported symbol)", "none",
+       "A function whose calls count as iterations for the growth report (bytes per iteration), seen as new "
+       "activations in allocation stacks (docs/python.md says exactly what counts). gpushim_mark_iteration() is "
+       "the exact alternative.",
+       [](std::string_view v, Config* c) {
+         const std::string_view t = trim(v);
+         if (t.empty() || t.size() > 512) return false;
+         for (char ch : t)
+           if (ch == ' ' || ch == '\t' || static_cast<unsigned char>(ch) < 0x20) return false;
+         c->iteration_site = std::string(t);
+         return true;
        }},
   };
   return *table;

@@ -43,6 +43,9 @@ struct Config {
   // Live outputs (docs/metrics-and-snapshots.md).
   std::string metrics_template;     // GPUSHIM_METRICS; "" = off
   int snapshot_signal = SIGUSR2;    // GPUSHIM_SNAPSHOT_SIGNAL; 0 = off
+  // Python frames and growth (docs/python.md).
+  bool python_stacks = true;        // GPUSHIM_PYTHON_STACKS
+  std::string iteration_site;       // GPUSHIM_ITERATION_SITE, "" for none
 };
 
 struct ConfigError {

@@ -127,32 +127,44 @@ Shim::Shim(Config config, std::string exe)
       exe_(std::move(exe)),
       start_ns_(now_ns()),
       pid_(getpid()),
-      timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples) {}
+      timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples),
+      capturer_(StackCaptureOptions{config_.stack_depth, config_.python_stacks, config_.iteration_site, g_self_begin,
+                                    g_self_end},
+                &stacks_, &iterations_) {}
 
 // ---- fork: hold every lock across fork so that the child never inherits one mid-update ----
 
 void Shim::fork_prepare() {
   Shim* s = existing();
   if (!s) return;
+  s->timeline_.lock_for_fork();  // first: a sample takes the tracker's and the history's locks under it
   s->devices_mu_.lock();
   s->stacks_.lock_all_for_fork();
   s->tracker_.lock_all_for_fork();
+  s->capturer_.lock_for_fork();
+  s->site_history_.lock_for_fork();
 }
 
 void Shim::fork_parent() {
   Shim* s = existing();
   if (!s) return;
+  s->site_history_.unlock_after_fork();
+  s->capturer_.unlock_after_fork();
   s->tracker_.unlock_all_after_fork();
   s->stacks_.unlock_all_after_fork();
   s->devices_mu_.unlock();
+  s->timeline_.unlock_after_fork();
 }
 
 void Shim::fork_child() {
   Shim* s = existing();
   if (!s) return;
+  s->site_history_.unlock_after_fork();
+  s->capturer_.unlock_after_fork();
   s->tracker_.unlock_all_after_fork();
   s->stacks_.unlock_all_after_fork();
   s->devices_mu_.unlock();
+  s->timeline_.unlock_after_fork();
   // The parent's CUDA context and allocations are not usable here, and its report is the
   // parent's to write: the child (a DataLoader worker, say) writes nothing.
   s->forked_child_ = true;
@@ -309,15 +321,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack) {
 
 // ---- stacks ----
 
-StackId Shim::capture_stack() {
-  if (config_.stack_depth == 0) return kEmptyStack;
-  constexpr size_t kSlack = 4;  // room for the shim's own frames (2-3 with inlining), trimmed below
-  uint64_t buf[256 + kSlack];
-  const size_t n = capture_native_stack(buf, std::min<size_t>(config_.stack_depth + kSlack, 256 + kSlack), 0);
-  size_t skip = 0;
-  while (skip < n && buf[skip] >= g_self_begin && buf[skip] < g_self_end) ++skip;
-  return stacks_.intern(buf + skip, std::min<size_t>(n - skip, config_.stack_depth));
-}
+StackId Shim::capture_stack() { return capturer_.capture(); }
 
 void Shim::warn_invalid_free(const void* ptr, const char* what) {
   // Each warning symbolizes its stack (milliseconds); a program that frees badly in a loop must
@@ -325,10 +329,11 @@ void Shim::warn_invalid_free(const void* ptr, const char* what) {
   constexpr uint64_t kMaxWarnings = 20;
   const uint64_t n = invalid_frees_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (n > kMaxWarnings) return;
-  const StackId id = capture_stack();
+  const StackId id = capturer_.capture(/*allocation=*/false);
   std::vector<uint64_t> words;
   stacks_.frames(id, &words);
   Symbolizer sym;
+  sym.set_python_resolver([this](uint32_t pid, FrameInfo* f) { return capturer_.resolve_python(pid, f); });
   std::string where;
   for (size_t i = 0; i < words.size() && i < 4; ++i) {
     const FrameInfo& f = sym.resolve(words[i]);
@@ -396,6 +401,8 @@ ReportData Shim::build_report(const char* reason) {
   // Sites whose stacks symbolize identically (a loop the compiler peeled or unrolled has several
   // return addresses on one source line) are one site to a reader: merge them.
   Symbolizer sym;
+  sym.set_python_resolver([this](uint32_t id, FrameInfo* f) { return capturer_.resolve_python(id, f); });
+  r.python = capturer_.python_status();
   std::vector<uint64_t> words;
   absl::flat_hash_map<std::string, size_t> by_frames;
   for (const auto& [key, totals] : tracker_.sites()) {
@@ -429,6 +436,7 @@ ReportData Shim::build_report(const char* reason) {
     if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
     return a.stack_id < b.stack_id;
   });
+  add_growth(&r, sym);
   for (const Sample& s : timeline_.samples())
     r.timeline.push_back({static_cast<double>(s.t_ns) / 1e9, s.device, s.allocated, s.reserved});
   {
@@ -464,7 +472,8 @@ ReportData Shim::build_report(const char* reason) {
   }
   r.invalid_frees = invalid_frees_.load(std::memory_order_relaxed);
   r.distinct_stacks = stacks_.size();
-  r.shim_host_bytes = stacks_.memory_bytes() + tracker_.memory_bytes();
+  r.shim_host_bytes =
+      stacks_.memory_bytes() + tracker_.memory_bytes() + capturer_.memory_bytes() + site_history_.memory_bytes();
   return r;
 }
 

@@ -15,7 +15,9 @@
 #include <string>
 
 #include "accounting/allocation_tracker.h"
+#include "accounting/iteration_counter.h"
 #include "accounting/memory_counters.h"
+#include "accounting/site_history.h"
 #include "accounting/time_series.h"
 #include "config/config.h"
 #include "live/live_outputs.h"
@@ -23,6 +25,7 @@
 #include "policy/device_budget.h"
 #include "policy/device_memory_resource.h"
 #include "report/report_model.h"
+#include "stacks/stack_capturer.h"
 #include "stacks/stack_table.h"
 
 namespace gpushim {
@@ -98,6 +101,8 @@ class Shim {
   // gpushim_unaccounted_bytes out. Called from the gpushim-live thread at every metrics update:
   // it must stay cheap and must not need a current CUDA context.
   std::optional<uint64_t> unaccounted_bytes(const DeviceState& d) const;
+  // gpushim_mark_iteration(): returns the iteration count after this mark.
+  uint64_t mark_iteration() { return iterations_.add(IterationCounter::kMark); }
 
   StackTable& stacks() { return stacks_; }
   AllocationTracker& tracker() { return tracker_; }
@@ -121,6 +126,10 @@ class Shim {
   }
   template <typename Append>
   void take_samples(Append&& append);
+  // Growth tracking (shim_growth.cpp): per-site totals at each sampling instant, and the report's
+  // growth section from them.
+  void sample_sites(uint64_t t_ns);
+  void add_growth(ReportData* r, Symbolizer& sym);
   bool pool_contains(const void* ptr) const;
   template <typename Forward>
   cudaError_t unknown_free(void* ptr, Forward&& forward);
@@ -155,6 +164,9 @@ class Shim {
   std::vector<OomRecord> ooms_;
   bool forked_child_ = false;
   LiveOutputs live_;
+  IterationCounter iterations_;
+  SiteHistory site_history_;
+  StackCapturer capturer_;  // after stacks_ and iterations_, which it uses
 };
 
 }  // namespace gpushim

@@ -10,6 +10,10 @@ namespace gpushim {
 template <typename Forward>
 cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstream stream, bool stream_ordered,
                                Forward&& forward) {
+  // A fork child of a CUDA process cannot use CUDA (the context is the parent's), so the pools'
+  // segments are not its to hand out, and a pool lock another parent thread held at fork() would
+  // stay held here forever. CUDA answers instead.
+  if (forked_child_) return forward();
   DeviceState* d = current_device_state();
   if (d == nullptr || out == nullptr) return forward();  // CUDA decides the error for bad arguments
   // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime.
@@ -62,7 +66,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
 
 template <typename Forward>
 cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward) {
-  if (ptr == nullptr) return forward();  // legal no-op (and context initialization) in CUDA
+  if (ptr == nullptr || forked_child_) return forward();  // a null free is legal; a fork child: see device_alloc
   AllocationRecord rec;
   // Forget the pointer before the real free: once CUDA frees it, another thread may be handed the
   // same address and must be able to record it.
@@ -96,6 +100,7 @@ void Shim::take_samples(Append&& append) {
     if (!d) continue;
     append(Sample{t, static_cast<int16_t>(d->ordinal), d->counters.live_bytes(), pool_figures(d).reserved_bytes});
   }
+  sample_sites(t);
 }
 
 template <typename Forward>

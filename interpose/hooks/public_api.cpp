@@ -29,3 +29,8 @@ GPUSHIM_EXPORT int gpushim_get_device_stats(int device, struct gpushim_device_st
   out->limit_bytes = d->budget.limit();
   return 0;
 }
+
+GPUSHIM_EXPORT unsigned long long gpushim_mark_iteration(void) {
+  gpushim::Shim* s = gpushim::Shim::existing();
+  return s ? s->mark_iteration() : 0;
+}

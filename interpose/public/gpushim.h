@@ -32,6 +32,14 @@ struct gpushim_device_stats {
  * the device has not been used. */
 int gpushim_get_device_stats(int device, struct gpushim_device_stats* out);
 
+/* Marks the end of one iteration of the program's main loop (a training step, a batch). The growth
+ * section of the report then gives leak rates in bytes per iteration as well as per second. Cheap
+ * (one atomic add), callable from any thread, from Python with
+ * ctypes.CDLL(None).gpushim_mark_iteration(). Returns the number of iterations marked so far
+ * (together with GPUSHIM_ITERATION_SITE activations, if set), or 0 if the shim is not active: marks
+ * count from the process's first CUDA allocation call. */
+unsigned long long gpushim_mark_iteration(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -270,6 +270,41 @@ void write_oom(JsonOut& j, const OomReport& o) {
   j.end('}');
 }
 
+void write_suspect(JsonOut& j, const GrowthSuspectReport& g) {
+  j.begin('{');
+  j.kv_int("device", g.device);
+  j.kv("kind", g.kind);
+  j.kv("growth_bytes", g.growth_bytes);
+  j.kv_dbl("bytes_per_s", g.bytes_per_s);
+  j.kv_dbl("bytes_per_iteration", g.bytes_per_iteration);
+  j.kv("iterations", g.iterations);
+  j.kv("live_bytes", g.live_bytes);
+  j.kv("live_count", g.live_count);
+  j.kv("samples", g.samples);
+  j.kv_dbl("first_s", g.first_s);
+  j.kv_dbl("last_s", g.last_s);
+  j.kv_dbl("trend", g.trend);
+  j.kv("stack_id", static_cast<uint64_t>(g.stack_id));
+  write_frames(j, g.frames, "    ");
+  j.end('}');
+}
+
+void write_growth(JsonOut& j, const GrowthReport& g) {
+  j.key("growth");
+  j.begin('{');
+  j.kv("samples", g.samples);
+  j.kv("iterations", g.iterations);
+  j.kv("iteration_source", g.iteration_source);
+  j.key("suspects");
+  j.begin('[');
+  for (const GrowthSuspectReport& s : g.suspects) {
+    j.next_line("   ");
+    write_suspect(j, s);
+  }
+  j.end(']');
+  j.end('}');
+}
+
 // Writes `items` as an array with one element per line.
 template <typename T, typename Fn>
 void write_array(JsonOut& j, const char* name, const std::vector<T>& items, Fn fn) {
@@ -299,6 +334,7 @@ std::string report_to_json(const ReportData& r) {
   j.kv_dbl("wall_time_s", r.wall_time_s);
   j.kv_dbl("duration_s", r.duration_s);
   j.kv_int("stack_depth", r.stack_depth);
+  j.kv("python", r.python);
   j.next_line("");
   write_array(j, "devices", r.devices, write_device);
   j.next_line("");
@@ -309,6 +345,8 @@ std::string report_to_json(const ReportData& r) {
   j.kv("shim_host_bytes", r.shim_host_bytes);
   j.next_line("");
   write_array(j, "ooms", r.ooms, write_oom);
+  j.next_line("");
+  write_growth(j, r.growth);
   j.next_line("");
   write_array(j, "sites", r.sites, write_site);
   // Last: with GPUSHIM_SAMPLE_MS it can be the longest part, and the rest should come first.

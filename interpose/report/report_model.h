@@ -108,6 +108,32 @@ struct OomReport {
   std::vector<SiteReport> top_sites;  // largest live sites at that moment
 };
 
+// A site whose live memory grew steadily through the run (accounting/growth_detector.h): the
+// likely leaks, ranked above what is merely live at exit.
+struct GrowthSuspectReport {
+  int device = 0;
+  std::string kind = "device";
+  uint64_t growth_bytes = 0;            // live bytes gained since the site's baseline
+  double bytes_per_s = 0;               // least-squares growth rate
+  double bytes_per_iteration = 0;       // NaN (null in JSON) without iteration counts
+  uint64_t iterations = 0;              // iterations counted while the site grew
+  uint64_t live_bytes = 0;
+  uint64_t live_count = 0;
+  uint64_t samples = 0;                 // points the verdict rests on
+  double first_s = 0;                   // first and last of those points, seconds since start
+  double last_s = 0;
+  double trend = 0;                     // Kendall's tau of bytes over time, 0..1
+  uint32_t stack_id = 0;
+  std::vector<FrameInfo> frames;
+};
+
+struct GrowthReport {
+  uint64_t samples = 0;                 // instants at which every site's totals were sampled
+  uint64_t iterations = 0;              // gpushim_mark_iteration() + GPUSHIM_ITERATION_SITE activations
+  std::string iteration_source = "none";  // "none", "marks", "site", "marks+site"
+  std::vector<GrowthSuspectReport> suspects;  // largest growth first
+};
+
 struct ReportData {
   std::string schema = "gpushim-report/1";
   int pid = 0;
@@ -119,8 +145,10 @@ struct ReportData {
   double wall_time_s = 0;               // wall clock at report time, seconds since the epoch
   double duration_s = 0;                // since the shim started
   int stack_depth = 0;
+  std::string python;                   // interpreter version whose frames are captured, "" none, "off", "unsupported: ..."
   std::vector<DeviceReport> devices;
   std::vector<OtherMemoryReport> other_memory;
+  GrowthReport growth;
   std::vector<SiteReport> sites;        // largest live bytes first
   std::vector<TimelineSample> timeline; // oldest first
   std::vector<OomReport> ooms;          // oldest first (at most the first 16)

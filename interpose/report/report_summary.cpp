@@ -2,6 +2,7 @@
 // someone reads in a scrolled-by terminal, so it names sizes in human units and shows only the
 // frames that point at the program rather than at the CUDA runtime or the shim.
 #include <cinttypes>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <string_view>
@@ -89,6 +90,46 @@ void append_frame(std::string* s, const FrameInfo& f) {
   *s += line;
 }
 
+// The frames of one stack that say who allocated.
+void append_stack(std::string* s, const std::vector<FrameInfo>& frames) {
+  // A Python program is read in Python: when a stack with Python frames has more frames than
+  // the summary shows, it shows the Python ones (PyTorch puts dozens of dispatcher frames above
+  // them); the report keeps all.
+  size_t shown_frames = 0, python_frames = 0;
+  for (const FrameInfo& f : frames) shown_frames += !is_plumbing(f), python_frames += f.python;
+  const bool python_only = python_frames > 0 && shown_frames > kFramesShown;
+  size_t n = 0;
+  for (const FrameInfo& f : frames) {
+    if (is_plumbing(f) || (python_only && !f.python)) continue;
+    if (n++ == kFramesShown) break;
+    append_frame(s, f);
+  }
+  if (n == 0) append(s, "gpushim:       %s\n", frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
+}
+
+// Growth suspects come before what is merely live at exit: they are what a person should fix.
+void append_growth(std::string* s, const GrowthReport& g, size_t max_sites) {
+  const size_t shown = g.suspects.size() < max_sites ? g.suspects.size() : max_sites;
+  if (shown == 0) return;
+  append(s, "gpushim: growth suspects (live memory that grew steadily; %s sampled%s%s):\n",
+         plural(g.samples, "instant").c_str(), g.iterations ? ", " : "",
+         g.iterations ? plural(g.iterations, "iteration").c_str() : "");
+  for (size_t i = 0; i < shown; ++i) {
+    const GrowthSuspectReport& gs = g.suspects[i];
+    std::string rate = format_bytes(static_cast<uint64_t>(gs.bytes_per_s > 0 ? gs.bytes_per_s : 0)) + "/s";
+    if (!std::isnan(gs.bytes_per_iteration))
+      rate = format_bytes(static_cast<uint64_t>(gs.bytes_per_iteration > 0 ? gs.bytes_per_iteration : 0)) +
+             " per iteration, " + rate;
+    std::string where = gs.kind == "device" ? "device " + std::to_string(gs.device) : printable(gs.kind) + " memory";
+    append(s, "gpushim:   #%zu +%s over %.2f s (%s); live %s in %s (%s)\n", i + 1, format_bytes(gs.growth_bytes).c_str(),
+           gs.last_s - gs.first_s, rate.c_str(), format_bytes(gs.live_bytes).c_str(),
+           plural(gs.live_count, "allocation").c_str(), where.c_str());
+    append_stack(s, gs.frames);
+  }
+  if (g.suspects.size() > shown)
+    append(s, "gpushim:   ... %s more in the report\n", plural(g.suspects.size() - shown, "suspect").c_str());
+}
+
 }  // namespace
 
 void write_summary(const ReportData& r, const std::string& json_path, size_t max_sites, FILE* out) {
@@ -134,6 +175,7 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
   if (r.invalid_frees != 0)
     append(&s, "gpushim: %s of pointers the shim did not hand out\n", plural(r.invalid_frees, "free").c_str());
 
+  append_growth(&s, r.growth, max_sites);
   const size_t shown = r.sites.size() < max_sites ? r.sites.size() : max_sites;
   if (shown > 0) append(&s, "gpushim: top live allocation sites:\n");
   for (size_t i = 0; i < shown; ++i) {
@@ -144,14 +186,7 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
     else
       append(&s, "gpushim:   #%zu %s in %s (%s memory)\n", i + 1, format_bytes(site.live_bytes).c_str(),
              plural(site.live_count, "allocation").c_str(), printable(site.kind).c_str());
-    size_t n = 0;
-    for (const FrameInfo& f : site.frames) {
-      if (is_plumbing(f)) continue;
-      if (n++ == kFramesShown) break;
-      append_frame(&s, f);
-    }
-    if (n == 0)
-      append(&s, "gpushim:       %s\n", site.frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
+    append_stack(&s, site.frames);
   }
   if (r.sites.size() > shown) {
     uint64_t rest = 0;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -24,14 +25,15 @@ struct FrameInfo {
 // Python frame table (set_python_resolver). Caches per address. Not thread-safe: one report at a time.
 class Symbolizer {
  public:
-  using PythonResolver = bool (*)(uint32_t id, FrameInfo* out);
+  // A std::function so that the resolver can be bound to the table that owns the ids.
+  using PythonResolver = std::function<bool(uint32_t id, FrameInfo* out)>;
 
   Symbolizer();
   ~Symbolizer();
   Symbolizer(const Symbolizer&) = delete;
   Symbolizer& operator=(const Symbolizer&) = delete;
 
-  void set_python_resolver(PythonResolver r) { python_resolver_ = r; }
+  void set_python_resolver(PythonResolver r) { python_resolver_ = std::move(r); }
 
   // `word` is a frame word from the StackTable (see stack_table.h). The reference stays valid
   // until the Symbolizer is destroyed.
@@ -44,7 +46,7 @@ class Symbolizer {
  private:
   struct Dwarf;  // libdw state, when available
   Dwarf* dwarf_ = nullptr;
-  PythonResolver python_resolver_ = nullptr;
+  PythonResolver python_resolver_;
   // Node maps: callers hold the returned references across further lookups.
   absl::node_hash_map<uint64_t, FrameInfo> cache_;
   absl::node_hash_map<uint64_t, std::string> module_cache_;

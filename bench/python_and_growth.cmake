@@ -1,0 +1,17 @@
+# Cost of Python stack capture (issue 6): a Google Benchmark library that python_stacks_bench.py
+# loads and calls from Python frames. Run: python3 bench/python_stacks_bench.py --build build
+add_library(python_stacks_bench SHARED ${CMAKE_CURRENT_LIST_DIR}/python_stacks_bench.cpp)
+target_link_libraries(python_stacks_bench PRIVATE gpushim_core benchmark::benchmark gpushim_warnings)
+set_target_properties(python_stacks_bench PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${GPUSHIM_BIN_DIR})
+find_package(Python3 REQUIRED COMPONENTS Interpreter)
+# Smoke test, no timing asserted: the benchmark runs and really captures its 20 Python frames.
+add_test(NAME bench.python_stacks_smoke
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/python_stacks_bench.py --build ${CMAKE_BINARY_DIR}
+                 --pairs 200 --benchmark_min_time=0.01 --benchmark_filter=BM_Capture)
+set_tests_properties(bench.python_stacks_smoke PROPERTIES TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "BM_CaptureNativeAndPython[^\n]*python_frames=20"
+  FAIL_REGULAR_EXPRESSION "ERROR OCCURRED|Traceback")
+
+# Cost of growth tracking per sampling instant and of the detector. Run: build/bin/growth_bench
+add_executable(growth_bench ${CMAKE_CURRENT_LIST_DIR}/growth_bench.cpp)
+target_link_libraries(growth_bench PRIVATE gpushim_core benchmark::benchmark gpushim_warnings)

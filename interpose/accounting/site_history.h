@@ -1,0 +1,57 @@
+// Live bytes and count of every allocation site over time, for growth (leak) detection.
+//
+// Sampled at the time series' sampling points (no thread of its own), from the per-site totals
+// the AllocationTracker already keeps, so tracking costs nothing per allocation. Memory stays
+// bounded: at most `max_sites` sites (the largest, when there are more) with at most
+// `max_points` points each; a full series keeps every other point and samples half as often, so
+// it always spans the site's whole life at an even resolution. A site whose live memory returns
+// to zero has its history dropped: it is not growing.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "accounting/allocation_tracker.h"
+#include "accounting/growth_detector.h"
+
+namespace gpushim {
+
+struct SiteSeries {
+  SiteKey key;
+  std::vector<SitePoint> points;  // oldest first
+};
+
+class SiteHistory {
+ public:
+  explicit SiteHistory(size_t max_sites = 2048, size_t max_points = 64) : max_sites_(max_sites), max_points_(max_points) {}
+
+  // One sampling instant: every site with live memory now, and the iteration count.
+  void sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites);
+
+  // Copies of every series.
+  std::vector<SiteSeries> series() const;
+  // Sampling instants so far.
+  uint64_t samples() const;
+  size_t memory_bytes() const;
+
+  void lock_for_fork() { mu_.lock(); }
+  void unlock_after_fork() { mu_.unlock(); }
+
+ private:
+  struct Track {
+    std::vector<SitePoint> points;
+    uint32_t stride = 1;       // keep one instant in `stride`
+    uint32_t since_kept = 0;   // instants since the last kept one
+    uint64_t seen = 0;         // the last instant the site had live memory
+  };
+  const size_t max_sites_;
+  const size_t max_points_;
+  mutable std::mutex mu_;
+  absl::flat_hash_map<SiteKey, Track> tracks_;
+  uint64_t instants_ = 0;
+};
+
+}  // namespace gpushim

@@ -1,0 +1,106 @@
+// Interned Python source locations: (code object, instruction offset) -> a 32-bit id that goes
+// into stack words (make_python_frame). The hot path is one lock-free probe per frame; a code
+// object seen for the first time has its file name, qualified name, first line and line table
+// copied once (under a lock), so that lines are computed only when a report asks, and never
+// depend on the interpreter still being alive then.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "python/python_runtime.h"
+#include "stacks/symbolizer.h"
+
+namespace gpushim {
+
+class PythonCodeTable {
+ public:
+  // Id handed out once the table holds kMaxLocations; resolves to a placeholder frame.
+  static constexpr uint32_t kTableFullId = UINT32_MAX;
+  static constexpr size_t kMaxLocations = 1u << 20;
+
+  // `iteration_site`: a function name (see iteration_site.h); "" for none.
+  PythonCodeTable(const PythonRuntime& rt, std::string iteration_site);
+  PythonCodeTable(const PythonCodeTable&) = delete;
+  PythonCodeTable& operator=(const PythonCodeTable&) = delete;
+
+  // The id of `byte_offset` in `code` (a live code object of the calling thread's stack). Sets
+  // *is_iteration_site when the code is that of the iteration-site function.
+  uint32_t location(uintptr_t code, int32_t byte_offset, bool* is_iteration_site) {
+    const Table* t = table_.load(std::memory_order_acquire);
+    for (size_t i = hash(code, byte_offset) & t->mask, probes = 0; probes <= t->mask; i = (i + 1) & t->mask, ++probes) {
+      const Location* loc = t->slots[i].load(std::memory_order_acquire);
+      if (loc == nullptr) break;
+      if (loc->code == code && loc->offset == byte_offset) {
+        if (!still_same_code(*loc->info)) break;  // freed, and another code object took its address
+        *is_iteration_site = loc->info->iteration_site;
+        return loc->id;
+      }
+    }
+    return slow_location(code, byte_offset, is_iteration_site);
+  }
+
+  // File, function (qualified name on 3.11+) and line of `id`. False for an unknown id.
+  bool resolve(uint32_t id, FrameInfo* out) const;
+
+  size_t locations() const;
+  size_t memory_bytes() const;
+  void lock_for_fork() { mu_.lock(); }
+  void unlock_after_fork() { mu_.unlock(); }
+
+ private:
+  struct CodeInfo {
+    uintptr_t code;
+    // Identity of the code object at `code`: the objects it owns and its first line. A code object
+    // that reuses a freed one's address differs in at least one of them, unless it is the same
+    // source compiled again (then its names and lines are the same too).
+    uintptr_t filename_obj, name_obj, table_obj;
+    int first_line;
+    bool iteration_site;
+    std::string filename, name, table;
+  };
+  struct Location {
+    uintptr_t code;
+    int32_t offset;
+    uint32_t id;
+    const CodeInfo* info;
+  };
+  struct Table {
+    explicit Table(size_t capacity) : mask(capacity - 1), slots(new std::atomic<const Location*>[capacity]) {
+      for (size_t i = 0; i < capacity; ++i) slots[i].store(nullptr, std::memory_order_relaxed);
+    }
+    size_t mask;
+    std::unique_ptr<std::atomic<const Location*>[]> slots;
+  };
+
+  static uint64_t hash(uintptr_t code, int32_t offset) {
+    uint64_t h = (code >> 3) ^ (static_cast<uint64_t>(static_cast<uint32_t>(offset)) << 40);
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return h;
+  }
+  bool still_same_code(const CodeInfo& info) const;
+  uint32_t slow_location(uintptr_t code, int32_t byte_offset, bool* is_iteration_site);
+  const CodeInfo* code_info(uintptr_t code);  // under mu_
+  bool insert(Table* t, const Location* loc);  // under mu_; true if it took an empty slot
+
+  const PythonRuntime& rt_;
+  const std::string iteration_site_;
+  std::atomic<Table*> table_;
+  mutable std::mutex mu_;
+  // Every table ever published: readers may still hold a retired one, so none is freed.
+  std::vector<std::unique_ptr<Table>> tables_;
+  size_t used_ = 0;  // slots in use in the current table
+  std::deque<Location> locations_;  // by id; addresses stable
+  std::deque<CodeInfo> codes_;
+  absl::flat_hash_map<uintptr_t, const CodeInfo*> code_by_address_;
+};
+
+}  // namespace gpushim

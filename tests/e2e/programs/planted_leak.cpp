@@ -1,0 +1,60 @@
+// The C++ twin of python/planted_leak.py: load_model allocates large buffers once (flat), every
+// call of leaky_step leaks one MiB and frees a temporary. argv: iterations, then "marks" to call
+// gpushim_mark_iteration() (looked up at run time: the program also runs without the shim).
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CHECK(x)                                                           \
+  do {                                                                     \
+    cudaError_t e_ = (x);                                                  \
+    if (e_ != cudaSuccess) {                                               \
+      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                        \
+    }                                                                      \
+  } while (0)
+
+namespace {
+std::vector<void*> g_weights, g_leaked;
+constexpr size_t kMiB = 1 << 20;
+}  // namespace
+
+extern "C" __attribute__((noinline)) void load_model() {
+  for (int i = 0; i < 4; ++i) {
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, 64 * kMiB));
+    g_weights.push_back(p);
+  }
+}
+
+// extern "C" and exported (the program links with -rdynamic) so that GPUSHIM_ITERATION_SITE can
+// name it.
+extern "C" __attribute__((noinline)) int leaky_step(int step) {
+  void* kept = nullptr;
+  CHECK(cudaMalloc(&kept, kMiB));
+  g_leaked.push_back(kept);  // the bug: kept past the step
+  void* scratch = nullptr;
+  CHECK(cudaMalloc(&scratch, 8 * kMiB));
+  CHECK(cudaFree(scratch));
+  return step;
+}
+
+int main(int argc, char** argv) {
+  const int iterations = argc > 1 ? std::atoi(argv[1]) : 60;
+  const bool marks = argc > 2 && std::strcmp(argv[2], "marks") == 0;
+  using MarkFn = unsigned long long (*)();
+  const auto mark = reinterpret_cast<MarkFn>(dlsym(RTLD_DEFAULT, "gpushim_mark_iteration"));
+  load_model();
+  for (int i = 0; i < iterations; ++i) {
+    leaky_step(i);
+    if (marks && mark != nullptr) mark();
+    usleep(4000);
+  }
+  std::printf("done\n");
+  return 0;
+}

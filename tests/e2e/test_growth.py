@@ -1,0 +1,103 @@
+"""End-to-end tests of leak detection by growth: a Python script and a C++ program of the same
+shape (a flat model load, then a step that leaks one MiB per call) must both get the leaking
+step as the top growth suspect and the model load as no suspect, with bytes per iteration when
+iterations are marked or counted by GPUSHIM_ITERATION_SITE."""
+import math
+import os
+import unittest
+
+from pythons import interpreters
+from shimtest import ShimTestCase, program, run
+
+MiB = 1 << 20
+LEAK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "planted_leak.py")
+ITERATIONS = 60
+# Sampling every 5 ms over a ~0.3 s loop gives the detector its many samples quickly.
+FAST = {"GPUSHIM_SAMPLE_MS": "5"}
+
+
+def names(frames):
+    return [f["function"] for f in frames]
+
+
+class PlantedLeak(ShimTestCase):
+    def check_verdict(self, r, per_iteration):
+        self.assertRanOK(r)
+        growth = r.report["growth"]
+        suspects = growth["suspects"]
+        self.assertGreaterEqual(len(suspects), 1, growth)
+        top = suspects[0]
+        self.assertIn("leaky_step", names(top["frames"]), top)
+        self.assertEqual(top["live_count"], ITERATIONS)
+        self.assertEqual(top["live_bytes"], ITERATIONS * MiB)
+        self.assertGreaterEqual(top["growth_bytes"], (ITERATIONS // 2) * MiB)
+        self.assertGreaterEqual(top["samples"], 8)
+        self.assertGreater(top["trend"], 0.5)
+        # ~1 MiB every ~5 ms (sleep plus work): well above zero, and below the 1 MiB/ms ceiling.
+        self.assertGreater(top["bytes_per_s"], 20 * MiB)
+        self.assertLess(top["bytes_per_s"], 1000 * MiB)
+        if per_iteration:
+            self.assertGreaterEqual(growth["iterations"], ITERATIONS)
+            self.assertAlmostEqual(top["bytes_per_iteration"] / MiB, 1.0, delta=0.1)
+        else:
+            self.assertIsNone(top["bytes_per_iteration"])
+            self.assertEqual(growth["iterations"], 0)
+            self.assertEqual(growth["iteration_source"], "none")
+        # The flat model load is the largest live site, and no suspect.
+        for s in suspects:
+            self.assertNotIn("load_model", names(s["frames"]), s)
+        biggest = r.report["sites"][0]
+        self.assertIn("load_model", names(biggest["frames"]))
+        self.assertEqual(biggest["live_bytes"], 4 * 64 * MiB)
+        # The summary ranks the suspect above the live sites.
+        summary = "\n".join(r.shim_lines())
+        at_growth = summary.index("growth suspects")
+        self.assertLess(at_growth, summary.index("top live allocation sites"))
+        self.assertIn("leaky_step", summary[at_growth:summary.index("top live allocation sites")])
+        return top
+
+    def test_python_marks(self):
+        for python, version in interpreters():
+            with self.subTest(python=python):
+                r = run([python, LEAK, str(ITERATIONS), "marks"], env=FAST)
+                top = self.check_verdict(r, per_iteration=True)
+                self.assertEqual(r.report["growth"]["iteration_source"], "marks")
+                with open(LEAK) as f:
+                    leak_line = [n for n, l in enumerate(f, 1) if l.rstrip().endswith("# @leak")][0]
+                frame = next(f for f in top["frames"] if f["function"] == "leaky_step")
+                self.assertEqual((frame["kind"], frame["file"], frame["line"]), ("python", LEAK, leak_line))
+                self.assertIn(f"at leaky_step (planted_leak.py:{leak_line})", r.stderr)
+
+    def test_python_iteration_site(self):
+        for python, version in interpreters():
+            with self.subTest(python=python):
+                r = run([python, LEAK, str(ITERATIONS)], env=dict(FAST, GPUSHIM_ITERATION_SITE="leaky_step"))
+                self.check_verdict(r, per_iteration=True)
+                self.assertEqual(r.report["growth"]["iteration_source"], "site")
+                self.assertEqual(r.report["growth"]["iterations"], ITERATIONS)
+
+    def test_python_time_only(self):
+        python = interpreters()[0][0]
+        self.check_verdict(run([python, LEAK, str(ITERATIONS)], env=FAST), per_iteration=False)
+
+    def test_native_program_same_verdict(self):
+        for policy in ("passthrough", "caching"):
+            with self.subTest(policy=policy):
+                r = run([program("e2e_planted_leak"), str(ITERATIONS), "marks"], env=dict(FAST, GPUSHIM_POLICY=policy))
+                top = self.check_verdict(r, per_iteration=True)
+                self.assertTrue(all(f["kind"] == "native" for f in top["frames"]))
+
+    def test_native_iteration_site(self):
+        r = run([program("e2e_planted_leak"), str(ITERATIONS)], env=dict(FAST, GPUSHIM_ITERATION_SITE="leaky_step"))
+        self.check_verdict(r, per_iteration=True)
+        self.assertEqual(r.report["growth"]["iterations"], ITERATIONS)
+
+    def test_program_that_frees_everything_has_no_suspects(self):
+        r = run([program("e2e_free_everything")], env=FAST)
+        self.assertRanOK(r)
+        self.assertEqual(r.report["growth"]["suspects"], [])
+        self.assertNotIn("growth suspects", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,119 @@
+"""End-to-end tests of the launcher, `gpushim run [options] -- cmd ...` (scripts/gpushim, copied to
+build/bin/gpushim): it preloads the library, turns options into GPUSHIM_* variables, and sets
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 for Python commands only."""
+import json
+import os
+import stat
+import subprocess
+import tempfile
+import unittest
+
+from pythons import interpreters
+from shimtest import BIN, SHIM, base_env
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAUNCHER = os.path.join(BIN, "gpushim")                                  # build tree: finds ../lib
+SOURCE_LAUNCHER = os.path.join(HERE, "..", "..", "scripts", "gpushim")  # source tree
+SHOW_ENV = os.path.join(HERE, "python", "show_env.py")
+
+
+def launch(args, env_extra=None, launcher=LAUNCHER, drop=()):
+    env = base_env(preload=False)  # the launcher sets LD_PRELOAD itself
+    for k in drop:
+        env.pop(k, None)
+    env.update(env_extra or {})
+    wd = tempfile.mkdtemp(prefix="gpushim-launcher-")
+    proc = subprocess.run([launcher] + args, env=env, cwd=wd, capture_output=True, text=True, timeout=120)
+    return proc, wd
+
+
+class Launcher(unittest.TestCase):
+    def test_python_command_runs_under_the_shim_with_torch_caching_off(self):
+        python = interpreters()[0][0]
+        wd = tempfile.mkdtemp(prefix="gpushim-launcher-")
+        report = os.path.join(wd, "r.%p.json")
+        proc, _ = launch(["run", "--policy", "passthrough", "--report", report, "--stack-depth=12",
+                          "--sample-ms", "7", "--", python, SHOW_ENV])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        env = json.loads(proc.stdout.strip().splitlines()[-1])
+        self.assertEqual(env["PYTORCH_NO_CUDA_MEMORY_CACHING"], "1")
+        self.assertEqual(env["GPUSHIM_POLICY"], "passthrough")
+        self.assertEqual(env["GPUSHIM_STACK_DEPTH"], "12")
+        self.assertEqual(env["GPUSHIM_SAMPLE_MS"], "7")
+        self.assertEqual(env["LD_PRELOAD"].split(":")[0], os.path.realpath(SHIM))
+        files = os.listdir(wd)
+        self.assertEqual(len(files), 1, files)
+        with open(os.path.join(wd, files[0])) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["policy"], "passthrough")
+        self.assertEqual(rep["stack_depth"], 12)
+        self.assertEqual(rep["devices"][0]["live_bytes"], 1 << 20)
+        self.assertTrue(any(fr["kind"] == "python" for s in rep["sites"] for fr in s["frames"]))
+
+    def test_keep_torch_cache_and_the_users_own_setting(self):
+        python = interpreters()[0][0]
+        proc, _ = launch(["run", "--keep-torch-cache", "--report", "off", "--", python, SHOW_ENV])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("PYTORCH_NO_CUDA_MEMORY_CACHING", json.loads(proc.stdout.strip().splitlines()[-1]))
+        proc, _ = launch(["run", "--report", "off", "--", python, SHOW_ENV], {"PYTORCH_NO_CUDA_MEMORY_CACHING": "0"})
+        self.assertEqual(json.loads(proc.stdout.strip().splitlines()[-1])["PYTORCH_NO_CUDA_MEMORY_CACHING"], "0")
+
+    def test_what_counts_as_a_python_command(self):
+        def sets_torch_flag(args, env=None):
+            proc, _ = launch(["run", "--dry-run", "--"] + args, env, drop=("PYTORCH_NO_CUDA_MEMORY_CACHING",))
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            return "PYTORCH_NO_CUDA_MEMORY_CACHING=1" in proc.stdout.splitlines()
+
+        for cmd in ("python3", "/usr/bin/python3.11", "python", "torchrun", "pytest", "ipython3"):
+            self.assertTrue(sets_torch_flag([cmd, "train.py"]), cmd)
+        for cmd in ("/bin/true", "./train", "pythonic-tool", "/usr/bin/env"):
+            self.assertFalse(sets_torch_flag([cmd]), cmd)
+        # A script whose #! line names python, run by its path.
+        d = tempfile.mkdtemp()
+        script = os.path.join(d, "train")
+        with open(script, "w") as f:
+            f.write("#!/usr/bin/env python3\nprint('hi')\n")
+        os.chmod(script, stat.S_IRWXU)
+        self.assertTrue(sets_torch_flag([script]))
+        # --python forces it for wrappers the launcher cannot see through.
+        proc, _ = launch(["run", "--dry-run", "--python", "--", "/bin/true"], drop=("PYTORCH_NO_CUDA_MEMORY_CACHING",))
+        self.assertIn("PYTORCH_NO_CUDA_MEMORY_CACHING=1", proc.stdout.splitlines())
+
+    def test_native_command_and_existing_preloads(self):
+        proc, wd = launch(["run", "--report", "off", "--", "/usr/bin/env"], {"LD_PRELOAD": "libm.so.6"})
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        env = dict(l.split("=", 1) for l in proc.stdout.splitlines() if "=" in l)
+        self.assertEqual(env["LD_PRELOAD"], os.path.realpath(SHIM) + ":libm.so.6")
+        self.assertEqual(env["GPUSHIM_REPORT"], "off")
+        self.assertNotIn("PYTORCH_NO_CUDA_MEMORY_CACHING", env)
+        self.assertEqual(os.listdir(wd), [])  # no CUDA, no report, no output from the shim
+        self.assertEqual(proc.stderr, "")
+
+    def test_unknown_option_is_refused_before_running_anything(self):
+        proc, wd = launch(["run", "--polcy", "caching", "--", "/usr/bin/touch", "ran"])
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("GPUSHIM_POLCY", proc.stderr)
+        self.assertIn("GPUSHIM_POLICY", proc.stderr)  # lists the known names
+        self.assertEqual(os.listdir(wd), [])
+        for bad in (["run"], ["run", "--policy", "caching"], ["frobnicate", "--", "true"], ["run", "oops", "--", "true"]):
+            proc, _ = launch(bad)
+            self.assertEqual(proc.returncode, 2, bad)
+            self.assertTrue(proc.stderr.startswith("gpushim: ") or "usage" in proc.stderr, proc.stderr)
+
+    def test_source_tree_launcher_with_explicit_library(self):
+        proc, _ = launch(["run", "--lib", SHIM, "--dry-run", "--", "true"], launcher=SOURCE_LAUNCHER)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("LD_PRELOAD=" + os.path.realpath(SHIM), proc.stdout)
+        proc, _ = launch(["run", "--lib", "/nonexistent/libgpushim.so", "--", "true"], launcher=SOURCE_LAUNCHER)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("no such file", proc.stderr)
+
+    def test_help(self):
+        proc, _ = launch(["--help"])
+        self.assertEqual(proc.returncode, 0)
+        self.assertIn("gpushim run [options] -- command", proc.stdout)
+        self.assertIn("--keep-torch-cache", proc.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -18,6 +18,25 @@ BIN = os.path.join(BUILD, "bin")
 REAL_GPU = os.environ.get("GPUSHIM_TEST_REAL_GPU") == "1"
 # Every policy the shim offers; tests that hold for all of them loop over this list.
 POLICIES = ["passthrough", "caching"]
+# Heavy stress tests multiply their counts by this (sanitizer builds in CI run them smaller).
+SCALE = float(os.environ.get("GPUSHIM_TEST_SCALE") or "1")
+# Sanitizer builds: the sanitizer runtime that an instrumented libgpushim.so needs loaded first when
+# it is preloaded into a program that was not built with it (set by CMake for sanitizer builds).
+PRELOAD_FIRST = os.environ.get("GPUSHIM_TEST_PRELOAD_FIRST", "")
+# What a sanitizer prints when it finds a bug; any of these in a program's stderr fails the test.
+SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",
+                     "runtime error:", "ERROR: ThreadSanitizer")
+
+
+def scaled(n, minimum=1):
+    """`n` scaled by GPUSHIM_TEST_SCALE, never below `minimum`."""
+    return max(minimum, int(n * SCALE))
+
+
+def check_sanitizer_clean(stderr, what="program"):
+    for marker in SANITIZER_REPORTS:
+        if marker in (stderr or ""):
+            raise AssertionError(f"sanitizer report from {what}:\n{stderr[-6000:]}")
 
 
 class Run:
@@ -48,7 +67,7 @@ def base_env(extra=None, preload=True):
     if not REAL_GPU:
         env["LD_LIBRARY_PATH"] = FAKECUDA + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     if preload:
-        env["LD_PRELOAD"] = SHIM
+        env["LD_PRELOAD"] = SHIM if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + SHIM
     env.update(extra or {})
     return env
 
@@ -65,6 +84,7 @@ def run(args, env=None, preload=True, timeout=120, expect_report=True, workdir=N
     extra.update(env or {})
     proc = subprocess.run(args, env=base_env(extra, preload), cwd=workdir, capture_output=True, text=True,
                           timeout=timeout)
+    check_sanitizer_clean(proc.stderr, args[0])
     report = None
     if expect_report:
         if not os.path.exists(report_path):

@@ -165,6 +165,15 @@ const std::vector<Variable>& variables() {
          c->summary_sites = static_cast<unsigned>(n);
          return true;
        }},
+      {"GPUSHIM_FAIL",
+       "off, or comma-separated clauses: nth:N (the Nth allocation), every:N, random:P (probability 0<P<=1) "
+       "with optional seed:S, above:BYTES",
+       "off",
+       "Fails chosen device allocations on purpose, exactly like a real out-of-memory error "
+       "(cudaErrorMemoryAllocation), to test a program's OOM handling; the report marks them as injected. "
+       "Allocations are numbered from 1 over the whole process; random decisions depend only on the seed and "
+       "that number.",
+       [](std::string_view v, Config* c) { return parse_fault_spec(v, &c->fail); }},
   };
   return *table;
 }

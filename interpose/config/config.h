@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "config/fault_spec.h"
+
 namespace gpushim {
 
 enum class PolicyKind { kPassthrough, kCaching, kVmm };
@@ -39,6 +41,7 @@ struct Config {
   uint64_t large_segment = 20ull << 20;
   uint64_t max_split = UINT64_MAX;  // none
   uint64_t quarantine_bytes = 64ull << 20;
+  FaultSpec fail;                   // GPUSHIM_FAIL: allocations failed on purpose
 };
 
 struct ConfigError {

@@ -126,7 +126,8 @@ Shim::Shim(Config config, std::string exe)
       exe_(std::move(exe)),
       start_ns_(now_ns()),
       pid_(getpid()),
-      timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples) {}
+      timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples),
+      faults_(config_.fail) {}
 
 // ---- fork: hold every lock across fork so that the child never inherits one mid-update ----
 
@@ -266,9 +267,10 @@ PoolFigures Shim::pool_figures(const DeviceState* d) const {
   return f;
 }
 
-void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack) {
+void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected) {
   d->ooms.fetch_add(1, std::memory_order_relaxed);
   OomRecord rec;
+  rec.injected = injected;
   rec.t_ns = now_ns() - start_ns_;
   rec.device = d->ordinal;
   rec.requested = requested;
@@ -279,7 +281,8 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack) {
   if (d->driver && d->driver->mem_info(&free, &total) == CUDA_SUCCESS) rec.device_free = free;
   else if (real_runtime().cudaMemGetInfo && real_runtime().cudaMemGetInfo(&free, &total) == cudaSuccess)
     rec.device_free = free;
-  log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
+  if (!injected)
+    log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
            "block %s), device free %s%s%s; returned cudaErrorMemoryAllocation",
            d->ordinal, format_bytes(requested).c_str(), format_bytes(rec.allocated).c_str(),
            format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),
@@ -365,6 +368,7 @@ ReportData Shim::build_report(const char* reason) {
     dr.total_allocs = c.total_allocs;
     dr.total_frees = c.total_frees;
     dr.failed_allocs = c.failed_allocs;
+    dr.injected_failures = d->injected_failures.load(std::memory_order_relaxed);
     dr.capacity_bytes = d->capacity;
     dr.limit_bytes = d->budget.limit();
     dr.pool = pool_figures(d);
@@ -442,7 +446,10 @@ ReportData Shim::build_report(const char* reason) {
         for (uint64_t w : words) s.frames.push_back(sym.resolve(w));
         out.top_sites.push_back(std::move(s));
       }
-      out.advice = oom_advice(out, r.policy);
+      out.injected = o.injected;
+      out.advice = o.injected ? "Failed on purpose by GPUSHIM_FAIL=" + config_.fail.text +
+                                    "; the device was not short of memory."
+                              : oom_advice(out, r.policy);
       r.ooms.push_back(std::move(out));
     }
   }

@@ -21,6 +21,7 @@
 #include "policy/backend.h"
 #include "policy/device_budget.h"
 #include "policy/device_memory_resource.h"
+#include "policy/fault_injector.h"
 #include "report/report_model.h"
 #include "stacks/stack_table.h"
 
@@ -39,6 +40,7 @@ struct DeviceState {
   std::unique_ptr<Backend> limited;
   std::unique_ptr<DeviceMemoryResource> pool;   // null under passthrough
   std::atomic<uint64_t> ooms{0};                // out-of-memory errors returned to callers
+  std::atomic<uint64_t> injected_failures{0};   // of those, failed on purpose by GPUSHIM_FAIL
 };
 
 // An OOM as recorded on the failing path; symbolized only when a report is written.
@@ -51,6 +53,7 @@ struct OomRecord {
   PoolFigures pool;
   StackId stack;
   std::vector<std::pair<StackId, SiteTotals>> top_sites;
+  bool injected = false;  // GPUSHIM_FAIL, not a real shortage
 };
 
 // What a runtime hook hands the core: how to call the real function when forwarding.
@@ -74,6 +77,9 @@ class Shim {
   template <typename Forward>
   cudaError_t deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward);
   cudaError_t mem_get_info(size_t* free, size_t* total);
+  // GPUSHIM_FAIL for allocations that reach CUDA without device_alloc (passthrough's pitched
+  // allocations): cudaSuccess to proceed, or the injected failure, already accounted.
+  cudaError_t inject_if_chosen(uint64_t requested);
 
   // ---- memory the shim only accounts (managed, pinned host, driver-level) ----
   void record_alloc(MemoryKind kind, int device, void* ptr, uint64_t size, uint64_t requested);
@@ -104,7 +110,9 @@ class Shim {
   DeviceState* current_device_state();
   MemoryCounters& counters_for(MemoryKind kind, int device);
   static bool stream_capturing(CUstream stream);
-  void on_oom(DeviceState* d, uint64_t requested, StackId stack);
+  void on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected = false);
+  // GPUSHIM_FAIL selected this allocation: account and report it like an OOM (core/shim_faults.cpp).
+  cudaError_t injected_failure(DeviceState* d, uint64_t requested, uint64_t number);
   void maybe_sample() {
     timeline_.maybe_sample(now_ns(), [&](auto&& append) { take_samples(append); });
   }
@@ -137,6 +145,7 @@ class Shim {
   std::mutex ooms_mu_;
   std::vector<OomRecord> ooms_;
   bool forked_child_ = false;
+  FaultInjector faults_;
 };
 
 }  // namespace gpushim

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cuda/error_codes.h"
+#include "cuda/runtime_last_error.h"
 #include "util/clock.h"
 
 namespace gpushim {
@@ -12,6 +13,8 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
                                Forward&& forward) {
   DeviceState* d = current_device_state();
   if (d == nullptr || out == nullptr) return forward();  // CUDA decides the error for bad arguments
+  if (faults_.active() && size != 0)
+    if (const uint64_t number = faults_.select(size)) return injected_failure(d, size, number);
   // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime.
   if (d->pool == nullptr || (stream_ordered && stream_capturing(stream))) {
     const StackId stack = capture_stack();
@@ -19,6 +22,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     if (!d->budget.try_charge(size)) {
       d->counters.on_failed();
       on_oom(d, size, stack);
+      set_runtime_last_error(cudaErrorMemoryAllocation);
       return cudaErrorMemoryAllocation;
     }
     const cudaError_t err = forward();
@@ -47,6 +51,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   if (r != CUDA_SUCCESS) {
     d->counters.on_failed();
     if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
+    set_runtime_last_error(to_runtime_error(r));
     return to_runtime_error(r);
   }
   const AllocationRecord rec{allocated, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
@@ -102,6 +107,7 @@ cudaError_t Shim::unknown_free(void* ptr, Forward&& forward) {
   // whole segment under other live blocks, so refuse it.
   if (pool_contains(ptr)) {
     warn_invalid_free(ptr, "a double free, or a pointer inside a block");
+    set_runtime_last_error(cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
   }
   // Possibly memory from a path we did not see (the driver API); CUDA decides.

@@ -91,6 +91,11 @@ GPUSHIM_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t 
   if (!s || pitch == nullptr) return forward();
   if (s->config().policy == gpushim::PolicyKind::kPassthrough) {
     // The real runtime picks the pitch, so the size is known only afterwards.
+    if (devPtr != nullptr) {
+      size_t requested = 0;
+      if (__builtin_mul_overflow(width, height, &requested)) requested = SIZE_MAX;
+      if (const cudaError_t injected = s->inject_if_chosen(requested); injected != cudaSuccess) return injected;
+    }
     const cudaError_t err = forward();
     if (err == cudaSuccess) s->record_alloc(MemoryKind::kDevice, current_device(), *devPtr, *pitch * height, width * height);
     else s->record_failure(MemoryKind::kDevice, current_device());

@@ -28,7 +28,9 @@ extern char** environ;
 namespace gpushim {
 namespace {
 
-enum State : int { kUninitialized = 0, kReady = 1, kDisabled = 2 };
+// kDetached: a fork child of a process that used CUDA memory. CUDA cannot work there and the
+// inherited state belongs to the parent, so every call forwards and the child writes nothing.
+enum State : int { kUninitialized = 0, kReady = 1, kDisabled = 2, kDetached = 3 };
 std::atomic<int> g_state{kUninitialized};
 std::atomic<Shim*> g_instance{nullptr};
 std::mutex g_init_mu;
@@ -91,15 +93,22 @@ Shim* Shim::existing() { return g_instance.load(std::memory_order_acquire); }
 Shim* Shim::get() {
   const int state = g_state.load(std::memory_order_acquire);
   if (__builtin_expect(state == kReady, 1)) return g_instance.load(std::memory_order_relaxed);
-  if (state == kDisabled || t_initializing) return nullptr;
+  if (state == kDisabled || state == kDetached || t_initializing) return nullptr;
   return slow_init();
 }
 
 Shim* Shim::slow_init() {
   std::lock_guard<std::mutex> lock(g_init_mu);
+  // First thing under the lock, so that a fork during the rest of initialization waits for it.
+  // Inherited by fork children, so registered once per process image.
+  static bool fork_handlers_registered = false;
+  if (!fork_handlers_registered) {
+    pthread_atfork(&Shim::fork_prepare, &Shim::fork_parent, &Shim::fork_child);
+    fork_handlers_registered = true;
+  }
   const int state = g_state.load(std::memory_order_acquire);
   if (state == kReady) return g_instance.load(std::memory_order_relaxed);
-  if (state == kDisabled) return nullptr;
+  if (state == kDisabled || state == kDetached) return nullptr;
   t_initializing = true;
   ConfigResult parsed = parse_config(environ);
   if (!parsed.ok()) {
@@ -115,7 +124,6 @@ Shim* Shim::slow_init() {
   g_instance.store(shim, std::memory_order_release);
   // Registered now, after the CUDA runtime loaded, so it runs before the runtime's own teardown.
   std::atexit(exit_handler);
-  pthread_atfork(&Shim::fork_prepare, &Shim::fork_parent, &Shim::fork_child);
   g_state.store(kReady, std::memory_order_release);
   t_initializing = false;
   return shim;
@@ -129,34 +137,45 @@ Shim::Shim(Config config, std::string exe)
       timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples),
       faults_(config_.fail) {}
 
-// ---- fork: hold every lock across fork so that the child never inherits one mid-update ----
+// ---- fork ----
+//
+// No lock of the shim's is held across fork. Taking them in a prepare handler would make fork wait
+// for threads inside the shim, and those may be waiting for the CUDA driver, whose own prepare
+// handler (registered after ours, so run before it) already holds the driver's locks: the parent
+// would deadlock. Instead the child never touches the parent's state: it either detaches (the
+// parent used CUDA memory, so CUDA cannot work in the child) or starts over with a fresh shim (the
+// parent never did, so the child is a CUDA process of its own and gets its own report). Only the
+// initialization lock is held across fork; it is never held around a CUDA call.
 
-void Shim::fork_prepare() {
-  Shim* s = existing();
-  if (!s) return;
-  s->devices_mu_.lock();
-  s->stacks_.lock_all_for_fork();
-  s->tracker_.lock_all_for_fork();
-}
+void Shim::fork_prepare() { g_init_mu.lock(); }
 
-void Shim::fork_parent() {
-  Shim* s = existing();
-  if (!s) return;
-  s->tracker_.unlock_all_after_fork();
-  s->stacks_.unlock_all_after_fork();
-  s->devices_mu_.unlock();
-}
+void Shim::fork_parent() { g_init_mu.unlock(); }
 
 void Shim::fork_child() {
+  g_init_mu.unlock();
   Shim* s = existing();
-  if (!s) return;
-  s->tracker_.unlock_all_after_fork();
-  s->stacks_.unlock_all_after_fork();
-  s->devices_mu_.unlock();
-  // The parent's CUDA context and allocations are not usable here, and its report is the
-  // parent's to write: the child (a DataLoader worker, say) writes nothing.
-  s->forked_child_ = true;
-  s->pid_ = getpid();
+  if (s == nullptr) return;  // never initialized, disabled, or detached already
+  g_instance.store(nullptr, std::memory_order_release);
+  if (s->touched_cuda()) {
+    s->forked_child_ = true;
+    g_state.store(kDetached, std::memory_order_release);
+  } else {
+    // The parent's object stays in g_storage, abandoned; the child's first CUDA call builds anew.
+    g_state.store(kUninitialized, std::memory_order_release);
+  }
+}
+
+bool Shim::touched_cuda() {
+  // A device being created by another thread of the parent holds devices_mu_: CUDA was in use.
+  if (!devices_mu_.try_lock()) return true;
+  devices_mu_.unlock();
+  for (const auto& slot : devices_)
+    if (slot.load(std::memory_order_acquire) != nullptr) return true;
+  for (const MemoryCounters* c : {&managed_, &host_}) {
+    const CounterSnapshot snap = c->snapshot();
+    if (snap.total_allocs != 0 || snap.failed_allocs != 0) return true;
+  }
+  return false;
 }
 
 // ---- devices ----

@@ -58,6 +58,9 @@ struct OomRecord {
 
 // What a runtime hook hands the core: how to call the real function when forwarding.
 enum class DeviceApi : uint8_t { kMalloc, kMallocAsync, kMallocPitch };
+// Which free a hook implements: cudaFree-like calls free device and managed memory, cudaFreeHost
+// pinned host memory; CUDA refuses the other kind, and so must the core.
+enum class FreeApi : uint8_t { kDevice, kHost };
 
 class Shim {
  public:
@@ -75,7 +78,8 @@ class Shim {
   cudaError_t device_alloc(void** out, size_t size, size_t requested, CUstream stream, bool stream_ordered,
                            Forward&& forward);
   template <typename Forward>
-  cudaError_t deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward);
+  cudaError_t deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward,
+                         FreeApi api = FreeApi::kDevice);
   cudaError_t mem_get_info(size_t* free, size_t* total);
   // GPUSHIM_FAIL for allocations that reach CUDA without device_alloc (passthrough's pitched
   // allocations): cudaSuccess to proceed, or the injected failure, already accounted.
@@ -121,6 +125,8 @@ class Shim {
   bool pool_contains(const void* ptr) const;
   template <typename Forward>
   cudaError_t unknown_free(void* ptr, Forward&& forward);
+  template <typename Forward>
+  cudaError_t mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward);
   // One line with the caller's stack; counts the invalid free.
   void warn_invalid_free(const void* ptr, const char* what);
 

@@ -40,10 +40,8 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     maybe_sample();
     return err;
   }
-  if (size == 0) {
-    *out = nullptr;
-    return cudaSuccess;
-  }
+  // cudaMalloc(0) hands out nothing, cudaMallocAsync(0) is an error: CUDA decides.
+  if (size == 0) return forward();
   const StackId stack = capture_stack();
   void* p = nullptr;
   uint64_t allocated = 0;
@@ -64,12 +62,13 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
 }
 
 template <typename Forward>
-cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward) {
+cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward, FreeApi api) {
   if (ptr == nullptr) return forward();  // legal no-op (and context initialization) in CUDA
   AllocationRecord rec;
   // Forget the pointer before the real free: once CUDA frees it, another thread may be handed the
   // same address and must be able to record it.
   if (!tracker_.erase(reinterpret_cast<uintptr_t>(ptr), &rec)) return unknown_free(ptr, forward);
+  if ((api == FreeApi::kHost) != (rec.kind == MemoryKind::kHost)) return mismatched_free(ptr, rec, forward);
   if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
   MemoryCounters& counters = counters_for(rec.kind, rec.device);
   if (rec.route == Route::kPooled) {
@@ -99,6 +98,18 @@ void Shim::take_samples(Append&& append) {
     if (!d) continue;
     append(Sample{t, static_cast<int16_t>(d->ordinal), d->counters.live_bytes(), pool_figures(d).reserved_bytes});
   }
+}
+
+template <typename Forward>
+cudaError_t Shim::mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward) {
+  // cudaFreeHost of device memory, or cudaFree of pinned host memory: CUDA refuses it and keeps
+  // the memory, so the record stays. Should CUDA accept it after all, the memory is gone.
+  tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec);
+  const cudaError_t err = forward();
+  AllocationRecord gone;
+  if (err == cudaSuccess && tracker_.erase(reinterpret_cast<uintptr_t>(ptr), &gone))
+    counters_for(gone.kind, gone.device).on_free(gone.size, gone.requested);
+  return err;
 }
 
 template <typename Forward>

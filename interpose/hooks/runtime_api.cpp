@@ -102,8 +102,8 @@ GPUSHIM_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t 
     return err;
   }
   const size_t row = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
-  if (width != 0 && row < width) return cudaErrorInvalidValue;  // overflow
-  if (height != 0 && row > SIZE_MAX / height) return cudaErrorMemoryAllocation;
+  // Empty or impossible shapes (a row that cannot be rounded, a size past 2^64): CUDA decides.
+  if (width == 0 || height == 0 || row < width || row > SIZE_MAX / height) return forward();
   *pitch = row;
   return s->device_alloc(devPtr, row * height, width * height, nullptr, false, forward);
 }
@@ -148,7 +148,7 @@ GPUSHIM_EXPORT cudaError_t cudaFreeHost(void* ptr) {
   auto forward = [&] { return real_runtime().cudaFreeHost ? real_runtime().cudaFreeHost(ptr) : missing(); };
   Shim* s = Shim::get();
   if (!s) return forward();
-  return s->deallocate(ptr, nullptr, false, forward);
+  return s->deallocate(ptr, nullptr, false, forward, gpushim::FreeApi::kHost);
 }
 
 // Runs after every atexit handler: writes the report if exit() did not (e.g. the library was

@@ -286,6 +286,21 @@ PoolFigures Shim::pool_figures(const DeviceState* d) const {
   return f;
 }
 
+uint64_t Shim::host_bytes() const {
+  uint64_t n = stacks_.memory_bytes() + tracker_.memory_bytes();
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (d == nullptr) continue;
+    n += sizeof(DeviceState);
+    if (d->pool) {
+      PoolFigures f;
+      d->pool->figures(&f);
+      n += f.host_bytes;
+    }
+  }
+  return n;
+}
+
 void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected) {
   d->ooms.fetch_add(1, std::memory_order_relaxed);
   OomRecord rec;
@@ -474,7 +489,7 @@ ReportData Shim::build_report(const char* reason) {
   }
   r.invalid_frees = invalid_frees_.load(std::memory_order_relaxed);
   r.distinct_stacks = stacks_.size();
-  r.shim_host_bytes = stacks_.memory_bytes() + tracker_.memory_bytes();
+  r.shim_host_bytes = host_bytes();
   return r;
 }
 

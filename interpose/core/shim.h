@@ -96,6 +96,8 @@ class Shim {
   void write_exit_report();
   // Figures of `d` as the report shows them (reserved from the pool, or = allocated).
   PoolFigures pool_figures(const DeviceState* d) const;
+  // Host memory of the shim's own bookkeeping: stack table, live-allocation index, pool metadata.
+  uint64_t host_bytes() const;
   // Called from the library destructor, after everything else.
   void on_unload();
 

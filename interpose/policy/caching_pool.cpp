@@ -300,6 +300,15 @@ void CachingPool::figures(PoolFigures* out) const {
   out->alloc_retries = retries_;
   out->ooms = ooms_;
   out->reuse_syncs = syncs_;
+  // Every block is a heap node; free ones also sit in a set node, live ones in the address index.
+  constexpr uint64_t kHeapOverhead = 16;
+  constexpr uint64_t kSetNode = 4 * sizeof(void*) + sizeof(Block*) + kHeapOverhead;
+  const uint64_t free_blocks = small_free_.size() + large_free_.size();
+  const uint64_t blocks = free_blocks + quarantine_.size() + allocated_.size();
+  out->host_bytes = blocks * (sizeof(Block) + kHeapOverhead) + free_blocks * kSetNode +
+                    quarantine_.capacity() * sizeof(Block*) +
+                    allocated_.capacity() * (sizeof(uintptr_t) + sizeof(Block*) + 1) +
+                    segments_.size() * (sizeof(Segment) + kHeapOverhead + kSetNode + sizeof(uintptr_t));
 }
 
 void CachingPool::release_cached() {

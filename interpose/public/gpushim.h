@@ -32,6 +32,10 @@ struct gpushim_device_stats {
  * the device has not been used. */
 int gpushim_get_device_stats(int device, struct gpushim_device_stats* out);
 
+/* Host memory the shim uses for its own bookkeeping (stack table, live-allocation index, pool
+ * metadata), in bytes: the report's shim_host_bytes, now. 0 if the shim is not active. */
+unsigned long long gpushim_host_bytes(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -29,6 +29,7 @@ struct PoolFigures {
   uint64_t map_calls = 0;              // vmm policy
   uint64_t unmap_calls = 0;
   uint64_t mapped_bytes = 0;
+  uint64_t host_bytes = 0;             // the pool's own metadata in host memory (in shim_host_bytes)
 };
 
 struct DeviceReport {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "util/log.h"
+#include "util/no_sigxfsz.h"
 
 namespace gpushim {
 namespace {
@@ -93,12 +94,17 @@ Result write_in_dir(const std::string& path, const std::string& data, std::strin
       log_line("cannot create %s: %s", candidate.c_str(), std::strerror(e));
       return Result::kFailed;
     }
-    bool ok = write_all(fd, data.data(), data.size());
-    int e = ok ? 0 : errno;
-    // close() is where NFS and some FUSE filesystems report deferred write errors.
-    if (::close(fd) != 0 && ok && errno != EINTR) {
-      ok = false;
-      e = errno;
+    bool ok;
+    int e = 0;
+    {
+      const ScopedNoSigxfsz no_sigxfsz;  // a file-size limit costs the file, not the host
+      ok = write_all(fd, data.data(), data.size());
+      e = ok ? 0 : errno;
+      // close() is where NFS and some FUSE filesystems report deferred write errors.
+      if (::close(fd) != 0 && ok && errno != EINTR) {
+        ok = false;
+        e = errno;
+      }
     }
     if (!ok) {
       ::unlink(candidate.c_str());  // a truncated report would mislead more than a missing one

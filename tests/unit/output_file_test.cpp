@@ -218,6 +218,35 @@ TEST_F(OutputFileTest, FileSizeLimitNeverKillsTheHost) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+TEST_F(OutputFileTest, KilledMidWriteLeavesNothingHalfWritten) {
+  // kill -9 at staggered moments while a large report is being written: afterwards the name holds
+  // either nothing or the whole file, never a truncated one.
+  const std::string data(48 << 20, 'r');
+  int complete = 0, absent = 0;
+  for (int delay_us : {0, 200, 1000, 3000, 6000, 10000, 20000, 40000}) {
+    const std::string path = dir_ + "/killed." + std::to_string(delay_us) + ".json";
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      set_log_enabled(false);
+      write_new_file(path, data);
+      _exit(0);
+    }
+    usleep(static_cast<useconds_t>(delay_us));
+    kill(pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) {
+      ++absent;
+      continue;
+    }
+    EXPECT_EQ(static_cast<size_t>(st.st_size), data.size()) << "a truncated file at " << path;
+    ++complete;
+  }
+  EXPECT_EQ(complete + absent, 8);
+}
+
 TEST_F(OutputFileTest, HostsOwnPendingSigxfszIsLeftAlone) {
   // A SIGXFSZ the host had pending (blocked) before the shim wrote is the host's; keep it pending.
   sigset_t only, saved;

@@ -71,6 +71,9 @@ CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* al
     return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
   }
   b = split(b, size, small);
+  // A block reused at once on its own stream still holds the event of its free; an allocated
+  // block carries none (the next free records a fresh one), so let go of it here.
+  drop_event(b);
   b->state = State::kAllocated;
   allocated_.emplace(b->addr, b);
   allocated_bytes_ += b->size;

@@ -48,15 +48,21 @@ class Soak(ShimTestCase):
                 self.assertLess(out["host_bytes_per_peak_live"], 2048, out)
 
     def test_host_memory_does_not_grow_with_the_length_of_the_run(self):
-        short_r, short = soak("caching", 4, 2, scaled(1000, 200), 5, max_held=64)
-        long_r, long = soak("caching", 4, 2, scaled(4000, 800), 5, max_held=64)
+        # Per-allocation state only (no pool): four times the operations over the same live set
+        # (4 threads x 16 blocks) leave the shim's memory where it was. A pool adds metadata for
+        # what it caches (free and quarantined blocks, segments), which follows the memory it holds
+        # rather than the number of operations; docs/reliability.md has the figures. Not scaled:
+        # both runs must reach the steady live set.
+        short_r, short = soak("passthrough", 4, 2, 1500, 5, max_held=16)
+        long_r, long = soak("passthrough", 4, 2, 6000, 5, max_held=16)
         self.assertRanOK(short_r)
         self.assertRanOK(long_r)
         self.assertEqual(long["corruptions"], 0)
-        # Four times the operations, the same live set: the shim's memory stays where it was.
+        # Live counts are seen at checkpoints only; both runs must be near the cap of 64.
+        self.assertGreaterEqual(short["max_live"], 48, short)
+        self.assertGreaterEqual(long["max_live"], 48, long)
         self.assertLess(long["host_bytes_max"], 1.5 * short["host_bytes_max"], (short, long))
         self.assertLess(long_r.report["shim_host_bytes"], 1.5 * short_r.report["shim_host_bytes"])
-
 
 if __name__ == "__main__":
     import unittest

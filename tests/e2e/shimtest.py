@@ -23,6 +23,10 @@ SCALE = float(os.environ.get("GPUSHIM_TEST_SCALE") or "1")
 # Sanitizer builds: the sanitizer runtime that an instrumented libgpushim.so needs loaded first when
 # it is preloaded into a program that was not built with it (set by CMake for sanitizer builds).
 PRELOAD_FIRST = os.environ.get("GPUSHIM_TEST_PRELOAD_FIRST", "")
+SANITIZER = os.environ.get("GPUSHIM_TEST_SANITIZER", "")  # "", "address" or "thread"
+# A program that never touches CUDA. A TSan-built shim can only be preloaded into a program that
+# carries the TSan runtime itself, so TSan builds use an instrumented stand-in for /bin/true.
+NO_CUDA_PROGRAM = os.path.join(BIN, "e2e_no_cuda") if SANITIZER == "thread" else "/bin/true"
 # What a sanitizer prints when it finds a bug; any of these in a program's stderr fails the test.
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",
                      "runtime error:", "ERROR: ThreadSanitizer")

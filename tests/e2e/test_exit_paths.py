@@ -35,7 +35,9 @@ class NormalEnds(ShimTestCase):
                     dev = r.device(0)
                     # Threads keep allocating while the report is built: the totals must still be
                     # sane and the leak of main must be there.
-                    self.assertGreater(dev["total_allocs"], 3000)
+                    # Over 3000 iterations ran, each an allocation or a free (rarely neither).
+                    self.assertGreater(dev["total_allocs"] + dev["total_frees"], 2500)
+                    self.assertGreaterEqual(dev["total_allocs"], dev["total_frees"])
                     self.assertGreaterEqual(dev["live_count"], 1)
                     self.assertEqual(r.report["reason"], "exit")
                     self.assertEqual(len(r.sites_with_function("leak_at_exit")), 1)

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from shimtest import SHIM, PRELOAD_FIRST, ShimTestCase, base_env, check_sanitizer_clean, program
+from shimtest import SHIM, PRELOAD_FIRST, ShimTestCase, base_env, check_sanitizer_clean, program, shim_knows
 
 LEAK = program("e2e_leak_two_sites")
 
@@ -150,6 +150,22 @@ class DiskFull(ShimTestCase):
         self.assertTrue(lines[0].endswith("; partial file removed"), lines[0])
         # Only the filler is left on the full filesystem (ls runs after the program): no partial report.
         self.assertEqual(proc.stdout.splitlines()[-1], "filler")
+
+    def test_full_disk_stops_tracing_and_keeps_the_job(self):
+        mnt = tempfile.mkdtemp(prefix="gpushim-full-")
+        if not shim_knows("GPUSHIM_TRACE", os.path.join(mnt, "probe.trace")):
+            self.skipTest("GPUSHIM_TRACE (traces, issue 7) is not in this build yet")
+        preload = SHIM if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + SHIM
+        env = base_env({"GPUSHIM_TRACE": os.path.join(mnt, "t.trace"), "GPUSHIM_REPORT": "off",
+                        "GPUSHIM_SUMMARY": "0"}, preload=False)
+        script = ('mount -t tmpfs -o size=8k none "$1" && head -c 8192 /dev/zero > "$1/filler"; '
+                  'env LD_PRELOAD="$2" "$3" 4 2 20000 1 1000 8')
+        proc = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", mnt, preload, program("e2e_soak")],
+                              env=env, capture_output=True, text=True, timeout=300)
+        check_sanitizer_clean(proc.stderr, "e2e_soak")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        lines = [l for l in shim_lines(proc) if "trac" in l]
+        self.assertEqual(len(lines), 1, proc.stderr)
 
 
 if __name__ == "__main__":

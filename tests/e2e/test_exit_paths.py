@@ -12,6 +12,16 @@ from shimtest import POLICIES, ShimTestCase, program, run, scaled, shim_knows
 MiB = 1 << 20
 
 
+def crash_as_without_sanitizers():
+    """Sanitizer builds catch SIGSEGV/SIGABRT themselves and report them; the crash tests need the
+    host's signal to reach the default action exactly as in a normal build."""
+    env = {}
+    for var in ("ASAN_OPTIONS", "TSAN_OPTIONS"):
+        base = os.environ.get(var, "")
+        env[var] = (base + ":" if base else "") + "handle_segv=0:handle_abort=0:detect_leaks=0"
+    return env
+
+
 def valid_report(path):
     with open(path) as f:
         return json.load(f)
@@ -102,7 +112,7 @@ class AbnormalEnds(ShimTestCase):
     def test_fatal_signal_keeps_its_meaning_and_never_hangs(self):
         # The shim installs no signal handler: the host's crash is reported exactly as without it
         # (same signal, core dump if enabled), and nothing half-written is left behind.
-        env = {"ASAN_OPTIONS": "handle_segv=0:handle_abort=0:detect_leaks=0"}
+        env = crash_as_without_sanitizers()
         for mode, sig in (("segv", signal.SIGSEGV), ("abort", signal.SIGABRT)):
             for policy in POLICIES:
                 with self.subTest(mode=mode, policy=policy):
@@ -117,7 +127,7 @@ class FatalSignalWithTracing(ShimTestCase):
         wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
         if not shim_knows("GPUSHIM_TRACE", os.path.join(wd, "probe.trace")):
             self.skipTest("GPUSHIM_TRACE (traces, issue 7) is not in this build yet")
-        env = {"ASAN_OPTIONS": "handle_segv=0:handle_abort=0:detect_leaks=0"}
+        env = crash_as_without_sanitizers()
         for mode, sig in (("segv", signal.SIGSEGV), ("abort", signal.SIGABRT)):
             with self.subTest(mode=mode):
                 trace = os.path.join(wd, mode + ".trace")

@@ -87,7 +87,7 @@ CUresult Launch(std::initializer_list<Range> ranges, bool sync, CUstream hStream
 CUresult Copy(Side dst_side, std::uintptr_t dst, Side src_side, std::uintptr_t src, std::size_t n, bool sync,
               CUstream h, bool per_thread) {
   return Launch({{dst_side, dst, n}, {src_side, src, n}}, sync, h, per_thread, [dst, src, n] {
-    const DeviceMemoryWork device_work;
+    [[maybe_unused]] const DeviceMemoryWork device_work;
     std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
   });
 }
@@ -97,7 +97,7 @@ CUresult Memset(CUdeviceptr dst, T value, std::size_t count, bool sync, CUstream
   if (dst % sizeof(T) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (count > SIZE_MAX / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
   return Launch({{Side::kDevice, dst, count * sizeof(T)}}, sync, h, per_thread, [dst, value, count] {
-    const DeviceMemoryWork device_work;
+    [[maybe_unused]] const DeviceMemoryWork device_work;
     if constexpr (sizeof(T) == 1) {
       std::memset(reinterpret_cast<void*>(dst), value, count);
     } else {
@@ -121,7 +121,7 @@ CUresult DelayedFill(CUdeviceptr dst, int value, size_t bytes, unsigned int dela
   // Sleeps on the stream's worker, so everything queued behind it waits too, like a slow kernel.
   return Launch({{Side::kDevice, dst, bytes}}, false, h, ptsz, [dst, value, bytes, delay_us] {
     std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-    const DeviceMemoryWork device_work;
+    [[maybe_unused]] const DeviceMemoryWork device_work;
     std::memset(reinterpret_cast<void*>(dst), value, bytes);
   });
 }

@@ -119,8 +119,8 @@ class Shim {
   void on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected = false);
   // GPUSHIM_FAIL selected this allocation: account and report it like an OOM (core/shim_faults.cpp).
   cudaError_t injected_failure(DeviceState* d, uint64_t requested, uint64_t number);
-  void maybe_sample() {
-    timeline_.maybe_sample(now_ns(), [&](auto&& append) { take_samples(append); });
+  void maybe_sample(uint64_t now) {
+    timeline_.maybe_sample(now, [&](auto&& append) { take_samples(append); });
   }
   template <typename Append>
   void take_samples(Append&& append);

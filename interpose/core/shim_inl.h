@@ -34,10 +34,11 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
       }
       return err;
     }
-    const AllocationRecord rec{size, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
-                               MemoryKind::kDevice, Route::kForwarded};
+    const uint64_t t = now_ns();
+    const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(d->ordinal), MemoryKind::kDevice,
+                               Route::kForwarded};
     if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec)) d->counters.on_alloc(size, requested);
-    maybe_sample();
+    maybe_sample(t);
     return err;
   }
   // cudaMalloc(0) hands out nothing, cudaMallocAsync(0) is an error: CUDA decides.
@@ -52,12 +53,13 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     set_runtime_last_error(to_runtime_error(r));
     return to_runtime_error(r);
   }
-  const AllocationRecord rec{allocated, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
-                             MemoryKind::kDevice, Route::kPooled};
+  const uint64_t t = now_ns();
+  const AllocationRecord rec{allocated, requested, t, stack, static_cast<int16_t>(d->ordinal), MemoryKind::kDevice,
+                             Route::kPooled};
   tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
   d->counters.on_alloc(allocated, requested);
   *out = p;
-  maybe_sample();
+  maybe_sample(t);
   return cudaSuccess;
 }
 
@@ -86,7 +88,7 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
     if (rec.kind == MemoryKind::kDevice) device(rec.device)->budget.uncharge(rec.size);
   }
   counters.on_free(rec.size, rec.requested);
-  maybe_sample();
+  maybe_sample(now_ns());
   return cudaSuccess;
 }
 

@@ -26,7 +26,7 @@ PRELOAD_FIRST = os.environ.get("GPUSHIM_TEST_PRELOAD_FIRST", "")
 SANITIZER = os.environ.get("GPUSHIM_TEST_SANITIZER", "")  # "", "address" or "thread"
 # A program that never touches CUDA. A TSan-built shim can only be preloaded into a program that
 # carries the TSan runtime itself, so TSan builds use an instrumented stand-in for /bin/true.
-NO_CUDA_PROGRAM = os.path.join(BIN, "e2e_no_cuda") if SANITIZER == "thread" else "/bin/true"
+NO_CUDA_PROGRAM = os.path.join(BIN, "gpushim_test_true") if SANITIZER == "thread" else "/bin/true"
 # What a sanitizer prints when it finds a bug; any of these in a program's stderr fails the test.
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",
                      "runtime error:", "ERROR: ThreadSanitizer")
@@ -82,6 +82,9 @@ def program(name):
 
 def run(args, env=None, preload=True, timeout=120, expect_report=True, workdir=None):
     """Runs `args` under the shim in a fresh working directory; returns a Run with the parsed report."""
+    if REAL_GPU and any(k.startswith("FAKECUDA_") for k in (env or {})):
+        # FAKECUDA_* (capacity, fault injection) only steer the simulated device.
+        raise unittest.SkipTest("needs the simulated device: " + ", ".join(k for k in env if k.startswith("FAKECUDA_")))
     workdir = workdir or tempfile.mkdtemp(prefix="gpushim-e2e-")
     report_path = os.path.join(workdir, "report.json")
     extra = {"GPUSHIM_REPORT": report_path}

@@ -208,6 +208,15 @@ const std::vector<Variable>& variables() {
          c->iteration_site = std::string(t);
          return true;
        }},
+      {"GPUSHIM_FAIL",
+       "off, or comma-separated clauses: nth:N (the Nth allocation), every:N, random:P (probability 0<P<=1) "
+       "with optional seed:S, above:BYTES",
+       "off",
+       "Fails chosen device allocations on purpose, exactly like a real out-of-memory error "
+       "(cudaErrorMemoryAllocation), to test a program's OOM handling; the report marks them as injected. "
+       "Allocations are numbered from 1 over the whole process; random decisions depend only on the seed and "
+       "that number.",
+       [](std::string_view v, Config* c) { return parse_fault_spec(v, &c->fail); }},
   };
   return *table;
 }
@@ -223,9 +232,32 @@ const char* policy_name(PolicyKind p) {
   return "unknown";
 }
 
+namespace {
+// What a message shows of a name or value taken from the environment: printable ASCII as is,
+// anything else as \xNN, and at most 64 bytes of it, so that one line stays one readable line
+// whatever the environment holds (newlines, escape codes, a megabyte of junk).
+std::string shown(const std::string& s) {
+  constexpr size_t kMaxShown = 64;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (s.size() > kMaxShown) out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+}  // namespace
+
 std::string ConfigError::message() const {
-  if (unknown_name) return variable + " is not a gpushim variable (known: " + accepted + ")";
-  return variable + "='" + value + "' is invalid: expected " + accepted;
+  if (unknown_name) return shown(variable) + " is not a gpushim variable (known: " + accepted + ")";
+  return variable + "='" + shown(value) + "' is invalid: expected " + accepted;
 }
 
 ConfigResult parse_config(const std::vector<std::pair<std::string, std::string>>& vars) {

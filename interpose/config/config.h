@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "config/fault_spec.h"
+
 namespace gpushim {
 
 enum class PolicyKind { kPassthrough, kCaching, kVmm };
@@ -46,6 +48,7 @@ struct Config {
   // Python frames and growth (docs/python.md).
   bool python_stacks = true;        // GPUSHIM_PYTHON_STACKS
   std::string iteration_site;       // GPUSHIM_ITERATION_SITE, "" for none
+  FaultSpec fail;                   // GPUSHIM_FAIL: allocations failed on purpose
 };
 
 struct ConfigError {

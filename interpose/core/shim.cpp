@@ -28,7 +28,9 @@ extern char** environ;
 namespace gpushim {
 namespace {
 
-enum State : int { kUninitialized = 0, kReady = 1, kDisabled = 2 };
+// kDetached: a fork child of a process that used CUDA memory. CUDA cannot work there and the
+// inherited state belongs to the parent, so every call forwards and the child writes nothing.
+enum State : int { kUninitialized = 0, kReady = 1, kDisabled = 2, kDetached = 3 };
 std::atomic<int> g_state{kUninitialized};
 std::atomic<Shim*> g_instance{nullptr};
 std::mutex g_init_mu;
@@ -91,15 +93,22 @@ Shim* Shim::existing() { return g_instance.load(std::memory_order_acquire); }
 Shim* Shim::get() {
   const int state = g_state.load(std::memory_order_acquire);
   if (__builtin_expect(state == kReady, 1)) return g_instance.load(std::memory_order_relaxed);
-  if (state == kDisabled || t_initializing) return nullptr;
+  if (state == kDisabled || state == kDetached || t_initializing) return nullptr;
   return slow_init();
 }
 
 Shim* Shim::slow_init() {
   std::lock_guard<std::mutex> lock(g_init_mu);
+  // First thing under the lock, so that a fork during the rest of initialization waits for it.
+  // Inherited by fork children, so registered once per process image.
+  static bool fork_handlers_registered = false;
+  if (!fork_handlers_registered) {
+    pthread_atfork(&Shim::fork_prepare, &Shim::fork_parent, &Shim::fork_child);
+    fork_handlers_registered = true;
+  }
   const int state = g_state.load(std::memory_order_acquire);
   if (state == kReady) return g_instance.load(std::memory_order_relaxed);
-  if (state == kDisabled) return nullptr;
+  if (state == kDisabled || state == kDetached) return nullptr;
   t_initializing = true;
   ConfigResult parsed = parse_config(environ);
   if (!parsed.ok()) {
@@ -115,7 +124,6 @@ Shim* Shim::slow_init() {
   g_instance.store(shim, std::memory_order_release);
   // Registered now, after the CUDA runtime loaded, so it runs before the runtime's own teardown.
   std::atexit(exit_handler);
-  pthread_atfork(&Shim::fork_prepare, &Shim::fork_parent, &Shim::fork_child);
   g_state.store(kReady, std::memory_order_release);
   shim->start_live_outputs();
   t_initializing = false;
@@ -130,46 +138,49 @@ Shim::Shim(Config config, std::string exe)
       timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples),
       capturer_(StackCaptureOptions{config_.stack_depth, config_.python_stacks, config_.iteration_site, g_self_begin,
                                     g_self_end},
-                &stacks_, &iterations_) {}
+                &stacks_, &iterations_),
+      faults_(config_.fail) {}
 
-// ---- fork: hold every lock across fork so that the child never inherits one mid-update ----
+// ---- fork ----
+//
+// No lock of the shim's is held across fork. Taking them in a prepare handler would make fork wait
+// for threads inside the shim, and those may be waiting for the CUDA driver, whose own prepare
+// handler (registered after ours, so run before it) already holds the driver's locks: the parent
+// would deadlock. Instead the child never touches the parent's state: it either detaches (the
+// parent used CUDA memory, so CUDA cannot work in the child) or starts over with a fresh shim (the
+// parent never did, so the child is a CUDA process of its own and gets its own report). Only the
+// initialization lock is held across fork; it is never held around a CUDA call.
 
-void Shim::fork_prepare() {
-  Shim* s = existing();
-  if (!s) return;
-  s->timeline_.lock_for_fork();  // first: a sample takes the tracker's and the history's locks under it
-  s->devices_mu_.lock();
-  s->stacks_.lock_all_for_fork();
-  s->tracker_.lock_all_for_fork();
-  s->capturer_.lock_for_fork();
-  s->site_history_.lock_for_fork();
-}
+void Shim::fork_prepare() { g_init_mu.lock(); }
 
-void Shim::fork_parent() {
-  Shim* s = existing();
-  if (!s) return;
-  s->site_history_.unlock_after_fork();
-  s->capturer_.unlock_after_fork();
-  s->tracker_.unlock_all_after_fork();
-  s->stacks_.unlock_all_after_fork();
-  s->devices_mu_.unlock();
-  s->timeline_.unlock_after_fork();
-}
+void Shim::fork_parent() { g_init_mu.unlock(); }
 
 void Shim::fork_child() {
+  g_init_mu.unlock();
   Shim* s = existing();
-  if (!s) return;
-  s->site_history_.unlock_after_fork();
-  s->capturer_.unlock_after_fork();
-  s->tracker_.unlock_all_after_fork();
-  s->stacks_.unlock_all_after_fork();
-  s->devices_mu_.unlock();
-  s->timeline_.unlock_after_fork();
-  // The parent's CUDA context and allocations are not usable here, and its report is the
-  // parent's to write: the child (a DataLoader worker, say) writes nothing.
-  s->forked_child_ = true;
-  s->pid_ = getpid();
-  s->live_.abandon_in_fork_child();
+  if (s == nullptr) return;  // never initialized, disabled, or detached already
+  s->live_.abandon_in_fork_child();  // its thread does not exist here
+  g_instance.store(nullptr, std::memory_order_release);
+  if (s->touched_cuda()) {
+    s->forked_child_ = true;
+    g_state.store(kDetached, std::memory_order_release);
+  } else {
+    // The parent's object stays in g_storage, abandoned; the child's first CUDA call builds anew.
+    g_state.store(kUninitialized, std::memory_order_release);
+  }
+}
+
+bool Shim::touched_cuda() {
+  // A device being created by another thread of the parent holds devices_mu_: CUDA was in use.
+  if (!devices_mu_.try_lock()) return true;
+  devices_mu_.unlock();
+  for (const auto& slot : devices_)
+    if (slot.load(std::memory_order_acquire) != nullptr) return true;
+  for (const MemoryCounters* c : {&managed_, &host_}) {
+    const CounterSnapshot snap = c->snapshot();
+    if (snap.total_allocs != 0 || snap.failed_allocs != 0) return true;
+  }
+  return false;
 }
 
 // ---- devices ----
@@ -289,9 +300,25 @@ PoolFigures Shim::pool_figures(const DeviceState* d) const {
   return f;
 }
 
-void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack) {
+uint64_t Shim::host_bytes() const {
+  uint64_t n = stacks_.memory_bytes() + tracker_.memory_bytes() + capturer_.memory_bytes() + site_history_.memory_bytes();
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (d == nullptr) continue;
+    n += sizeof(DeviceState);
+    if (d->pool) {
+      PoolFigures f;
+      d->pool->figures(&f);
+      n += f.host_bytes;
+    }
+  }
+  return n;
+}
+
+void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected) {
   d->ooms.fetch_add(1, std::memory_order_relaxed);
   OomRecord rec;
+  rec.injected = injected;
   rec.t_ns = now_ns() - start_ns_;
   rec.device = d->ordinal;
   rec.requested = requested;
@@ -302,7 +329,8 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack) {
   if (d->driver && d->driver->mem_info(&free, &total) == CUDA_SUCCESS) rec.device_free = free;
   else if (real_runtime().cudaMemGetInfo && real_runtime().cudaMemGetInfo(&free, &total) == cudaSuccess)
     rec.device_free = free;
-  log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
+  if (!injected)
+    log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
            "block %s), device free %s%s%s; returned cudaErrorMemoryAllocation",
            d->ordinal, format_bytes(requested).c_str(), format_bytes(rec.allocated).c_str(),
            format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),
@@ -386,6 +414,7 @@ ReportData Shim::build_report(const char* reason) {
     dr.total_allocs = c.total_allocs;
     dr.total_frees = c.total_frees;
     dr.failed_allocs = c.failed_allocs;
+    dr.injected_failures = d->injected_failures.load(std::memory_order_relaxed);
     dr.capacity_bytes = d->capacity;
     dr.limit_bytes = d->budget.limit();
     dr.pool = pool_figures(d);
@@ -466,14 +495,16 @@ ReportData Shim::build_report(const char* reason) {
         for (uint64_t w : words) s.frames.push_back(sym.resolve(w));
         out.top_sites.push_back(std::move(s));
       }
-      out.advice = oom_advice(out, r.policy);
+      out.injected = o.injected;
+      out.advice = o.injected ? "Failed on purpose by GPUSHIM_FAIL=" + config_.fail.text +
+                                    "; the device was not short of memory."
+                              : oom_advice(out, r.policy);
       r.ooms.push_back(std::move(out));
     }
   }
   r.invalid_frees = invalid_frees_.load(std::memory_order_relaxed);
   r.distinct_stacks = stacks_.size();
-  r.shim_host_bytes =
-      stacks_.memory_bytes() + tracker_.memory_bytes() + capturer_.memory_bytes() + site_history_.memory_bytes();
+  r.shim_host_bytes = host_bytes();
   return r;
 }
 

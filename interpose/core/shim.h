@@ -24,6 +24,7 @@
 #include "policy/backend.h"
 #include "policy/device_budget.h"
 #include "policy/device_memory_resource.h"
+#include "policy/fault_injector.h"
 #include "report/report_model.h"
 #include "stacks/stack_capturer.h"
 #include "stacks/stack_table.h"
@@ -43,6 +44,7 @@ struct DeviceState {
   std::unique_ptr<Backend> limited;
   std::unique_ptr<DeviceMemoryResource> pool;   // null under passthrough
   std::atomic<uint64_t> ooms{0};                // out-of-memory errors returned to callers
+  std::atomic<uint64_t> injected_failures{0};   // of those, failed on purpose by GPUSHIM_FAIL
 };
 
 // An OOM as recorded on the failing path; symbolized only when a report is written.
@@ -55,10 +57,14 @@ struct OomRecord {
   PoolFigures pool;
   StackId stack;
   std::vector<std::pair<StackId, SiteTotals>> top_sites;
+  bool injected = false;  // GPUSHIM_FAIL, not a real shortage
 };
 
 // What a runtime hook hands the core: how to call the real function when forwarding.
 enum class DeviceApi : uint8_t { kMalloc, kMallocAsync, kMallocPitch };
+// Which free a hook implements: cudaFree-like calls free device and managed memory, cudaFreeHost
+// pinned host memory; CUDA refuses the other kind, and so must the core.
+enum class FreeApi : uint8_t { kDevice, kHost };
 
 class Shim {
  public:
@@ -76,8 +82,12 @@ class Shim {
   cudaError_t device_alloc(void** out, size_t size, size_t requested, CUstream stream, bool stream_ordered,
                            Forward&& forward);
   template <typename Forward>
-  cudaError_t deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward);
+  cudaError_t deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward,
+                         FreeApi api = FreeApi::kDevice);
   cudaError_t mem_get_info(size_t* free, size_t* total);
+  // GPUSHIM_FAIL for allocations that reach CUDA without device_alloc (passthrough's pitched
+  // allocations): cudaSuccess to proceed, or the injected failure, already accounted.
+  cudaError_t inject_if_chosen(uint64_t requested);
 
   // ---- memory the shim only accounts (managed, pinned host, driver-level) ----
   void record_alloc(MemoryKind kind, int device, void* ptr, uint64_t size, uint64_t requested);
@@ -90,6 +100,8 @@ class Shim {
   void write_exit_report();
   // Figures of `d` as the report shows them (reserved from the pool, or = allocated).
   PoolFigures pool_figures(const DeviceState* d) const;
+  // Host memory of the shim's own bookkeeping: stack table, live-allocation index, pool metadata.
+  uint64_t host_bytes() const;
   // Called from the library destructor, after everything else.
   void on_unload();
 
@@ -120,7 +132,9 @@ class Shim {
   DeviceState* current_device_state();
   MemoryCounters& counters_for(MemoryKind kind, int device);
   static bool stream_capturing(CUstream stream);
-  void on_oom(DeviceState* d, uint64_t requested, StackId stack);
+  void on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected = false);
+  // GPUSHIM_FAIL selected this allocation: account and report it like an OOM (core/shim_faults.cpp).
+  cudaError_t injected_failure(DeviceState* d, uint64_t requested, uint64_t number);
   void maybe_sample(uint64_t now) {
     timeline_.maybe_sample(now, [&](auto&& append) { take_samples(append); });
   }
@@ -133,6 +147,8 @@ class Shim {
   bool pool_contains(const void* ptr) const;
   template <typename Forward>
   cudaError_t unknown_free(void* ptr, Forward&& forward);
+  template <typename Forward>
+  cudaError_t mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward);
   // One line with the caller's stack; counts the invalid free.
   void warn_invalid_free(const void* ptr, const char* what);
 
@@ -145,6 +161,8 @@ class Shim {
   static void fork_prepare();
   static void fork_parent();
   static void fork_child();
+  // Whether this process used CUDA memory through the shim (decides what a fork child becomes).
+  bool touched_cuda();
 
   const Config config_;
   const std::string exe_;
@@ -167,6 +185,7 @@ class Shim {
   IterationCounter iterations_;
   SiteHistory site_history_;
   StackCapturer capturer_;  // after stacks_ and iterations_, which it uses
+  FaultInjector faults_;
 };
 
 }  // namespace gpushim

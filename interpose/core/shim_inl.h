@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cuda/error_codes.h"
+#include "cuda/runtime_last_error.h"
 #include "util/clock.h"
 
 namespace gpushim {
@@ -16,6 +17,8 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   if (forked_child_) return forward();
   DeviceState* d = current_device_state();
   if (d == nullptr || out == nullptr) return forward();  // CUDA decides the error for bad arguments
+  if (faults_.active() && size != 0)
+    if (const uint64_t number = faults_.select(size)) return injected_failure(d, size, number);
   // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime.
   if (d->pool == nullptr || (stream_ordered && stream_capturing(stream))) {
     const StackId stack = capture_stack();
@@ -23,6 +26,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     if (!d->budget.try_charge(size)) {
       d->counters.on_failed();
       on_oom(d, size, stack);
+      set_runtime_last_error(cudaErrorMemoryAllocation);
       return cudaErrorMemoryAllocation;
     }
     const cudaError_t err = forward();
@@ -41,10 +45,8 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     maybe_sample(t);
     return err;
   }
-  if (size == 0) {
-    *out = nullptr;
-    return cudaSuccess;
-  }
+  // cudaMalloc(0) hands out nothing, cudaMallocAsync(0) is an error: CUDA decides.
+  if (size == 0) return forward();
   const StackId stack = capture_stack();
   void* p = nullptr;
   uint64_t allocated = 0;
@@ -52,6 +54,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   if (r != CUDA_SUCCESS) {
     d->counters.on_failed();
     if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
+    set_runtime_last_error(to_runtime_error(r));
     return to_runtime_error(r);
   }
   const uint64_t t = now_ns();
@@ -65,12 +68,13 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
 }
 
 template <typename Forward>
-cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward) {
-  if (ptr == nullptr || forked_child_) return forward();  // a null free is legal; a fork child: see device_alloc
+cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward, FreeApi api) {
+  if (ptr == nullptr) return forward();  // legal no-op (and context initialization) in CUDA
   AllocationRecord rec;
   // Forget the pointer before the real free: once CUDA frees it, another thread may be handed the
   // same address and must be able to record it.
   if (!tracker_.erase(reinterpret_cast<uintptr_t>(ptr), &rec)) return unknown_free(ptr, forward);
+  if ((api == FreeApi::kHost) != (rec.kind == MemoryKind::kHost)) return mismatched_free(ptr, rec, forward);
   if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
   MemoryCounters& counters = counters_for(rec.kind, rec.device);
   if (rec.route == Route::kPooled) {
@@ -104,11 +108,24 @@ void Shim::take_samples(Append&& append) {
 }
 
 template <typename Forward>
+cudaError_t Shim::mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward) {
+  // cudaFreeHost of device memory, or cudaFree of pinned host memory: CUDA refuses it and keeps
+  // the memory, so the record stays. Should CUDA accept it after all, the memory is gone.
+  tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec);
+  const cudaError_t err = forward();
+  AllocationRecord gone;
+  if (err == cudaSuccess && tracker_.erase(reinterpret_cast<uintptr_t>(ptr), &gone))
+    counters_for(gone.kind, gone.device).on_free(gone.size, gone.requested);
+  return err;
+}
+
+template <typename Forward>
 cudaError_t Shim::unknown_free(void* ptr, Forward&& forward) {
   // Inside memory a pool holds: a double free or an interior pointer. Forwarding could free a
   // whole segment under other live blocks, so refuse it.
   if (pool_contains(ptr)) {
     warn_invalid_free(ptr, "a double free, or a pointer inside a block");
+    set_runtime_last_error(cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
   }
   // Possibly memory from a path we did not see (the driver API); CUDA decides.

@@ -91,14 +91,19 @@ GPUSHIM_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t 
   if (!s || pitch == nullptr) return forward();
   if (s->config().policy == gpushim::PolicyKind::kPassthrough) {
     // The real runtime picks the pitch, so the size is known only afterwards.
+    if (devPtr != nullptr) {
+      size_t requested = 0;
+      if (__builtin_mul_overflow(width, height, &requested)) requested = SIZE_MAX;
+      if (const cudaError_t injected = s->inject_if_chosen(requested); injected != cudaSuccess) return injected;
+    }
     const cudaError_t err = forward();
     if (err == cudaSuccess) s->record_alloc(MemoryKind::kDevice, current_device(), *devPtr, *pitch * height, width * height);
     else s->record_failure(MemoryKind::kDevice, current_device());
     return err;
   }
   const size_t row = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
-  if (width != 0 && row < width) return cudaErrorInvalidValue;  // overflow
-  if (height != 0 && row > SIZE_MAX / height) return cudaErrorMemoryAllocation;
+  // Empty or impossible shapes (a row that cannot be rounded, a size past 2^64): CUDA decides.
+  if (width == 0 || height == 0 || row < width || row > SIZE_MAX / height) return forward();
   *pitch = row;
   return s->device_alloc(devPtr, row * height, width * height, nullptr, false, forward);
 }
@@ -143,7 +148,7 @@ GPUSHIM_EXPORT cudaError_t cudaFreeHost(void* ptr) {
   auto forward = [&] { return real_runtime().cudaFreeHost ? real_runtime().cudaFreeHost(ptr) : missing(); };
   Shim* s = Shim::get();
   if (!s) return forward();
-  return s->deallocate(ptr, nullptr, false, forward);
+  return s->deallocate(ptr, nullptr, false, forward, gpushim::FreeApi::kHost);
 }
 
 // Runs after every atexit handler: writes the report if exit() did not (e.g. the library was

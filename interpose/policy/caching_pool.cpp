@@ -86,9 +86,10 @@ CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* al
     return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
   }
   b = split(b, size, small);
-  // Reuse was judged safe just now; what the block was tied to before (a stream, an event
-  // recorded for an earlier free) must not outlive this allocation, or a later stream-ordered
-  // free would inherit an event that completed long before the new owner's work.
+  // A block reused at once on its own stream still carries that stream and possibly an event
+  // recorded for an earlier free. An allocated block carries neither: left there, the stale event
+  // would vouch for the block after its next stream-ordered free (work queued after the event
+  // would not be waited for), and it would never be released.
   clear_stream(b);
   b->state = State::kAllocated;
   allocated_.emplace(b->addr, b);
@@ -333,6 +334,17 @@ void CachingPool::figures(PoolFigures* out) const {
   out->alloc_retries = retries_;
   out->ooms = ooms_;
   out->reuse_syncs = syncs_;
+  // Every block is a heap node (spares kept for recycling too); free ones also sit in a B-tree
+  // (about two pointers per element with node overhead), live ones in the address index.
+  constexpr uint64_t kHeapOverhead = 16;
+  constexpr uint64_t kSetNode = 2 * sizeof(Block*);
+  constexpr uint64_t kMapNode = 4 * sizeof(void*) + 2 * sizeof(uintptr_t) + kHeapOverhead;  // segments_
+  const uint64_t free_blocks = small_free_.size() + large_free_.size();
+  const uint64_t blocks = free_blocks + quarantine_.size() + allocated_.size() + spare_blocks_.size();
+  out->host_bytes = blocks * (sizeof(Block) + kHeapOverhead) + free_blocks * kSetNode +
+                    quarantine_.capacity() * sizeof(Block*) +
+                    allocated_.capacity() * (sizeof(uintptr_t) + sizeof(Block*) + 1) +
+                    segments_.size() * (sizeof(Segment) + kHeapOverhead + kMapNode);
 }
 
 void CachingPool::release_cached() {

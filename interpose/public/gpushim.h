@@ -39,6 +39,9 @@ int gpushim_get_device_stats(int device, struct gpushim_device_stats* out);
  * (together with GPUSHIM_ITERATION_SITE activations, if set), or 0 if the shim is not active: marks
  * count from the process's first CUDA allocation call. */
 unsigned long long gpushim_mark_iteration(void);
+/* Host memory the shim uses for its own bookkeeping (stack table, live-allocation index, pool
+ * metadata), in bytes: the report's shim_host_bytes, now. 0 if the shim is not active. */
+unsigned long long gpushim_host_bytes(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "util/log.h"
+#include "util/no_sigxfsz.h"
 
 namespace gpushim {
 namespace {
@@ -73,11 +74,69 @@ bool write_all(int fd, const char* p, size_t n) {
   return true;
 }
 
-enum class Result { kWritten, kDirectoryError, kFailed };
+enum class Result { kWritten, kDirectoryError, kFailed, kUnsupported };
+
+void log_write_failure(const std::string& path, size_t bytes, int e) {
+  if (e == ENOSPC || e == EDQUOT)
+    log_line("no space left writing %s (%zu bytes); partial file removed", path.c_str(), bytes);
+  else
+    log_line("cannot write %s: %s; partial file removed", path.c_str(), std::strerror(e));
+}
+
+// Preferred: the whole file is written unnamed (O_TMPFILE, mode 0600) and linked under its name
+// only once complete, so no reader ever sees a partial report, not even after kill -9 or a full
+// disk in the middle of the write. link() never replaces anything (EEXIST: try the next suffix)
+// and never follows a symlink at the name. kUnsupported when the kernel, the filesystem or a
+// missing /proc cannot do it; the named path below runs then.
+Result write_unnamed_then_link(const std::string& path, const std::string& data, std::string* written, int* err) {
+  int fd;
+  do {
+    fd = ::open(dir_name(path).c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    if (!is_directory_error(errno)) return Result::kUnsupported;  // EOPNOTSUPP, EISDIR, EINVAL
+    *err = errno;
+    return Result::kDirectoryError;
+  }
+  bool ok;
+  int e = 0;
+  {
+    const ScopedNoSigxfsz no_sigxfsz;  // a file-size limit costs the file, not the host
+    ok = write_all(fd, data.data(), data.size());
+    e = ok ? 0 : errno;
+  }
+  if (!ok) {
+    ::close(fd);  // the unnamed file disappears with its descriptor
+    *err = e;
+    log_write_failure(path, data.size(), e);
+    return Result::kFailed;
+  }
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  for (int n = 0; n <= kMaxSuffix; ++n) {
+    const std::string candidate = n == 0 ? path : with_suffix(path, n);
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, candidate.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+      ::close(fd);
+      *written = candidate;
+      return Result::kWritten;
+    }
+    if (errno == EEXIST) continue;
+    if (errno == EINTR) {
+      --n;
+      continue;
+    }
+    ::close(fd);
+    return Result::kUnsupported;
+  }
+  ::close(fd);
+  *err = EEXIST;
+  log_line("cannot create %s: %d suffixed names already exist", path.c_str(), kMaxSuffix);
+  return Result::kFailed;
+}
 
 // Tries `path`, then its suffixed variants, in one directory. On kWritten, *written is the name.
 // On kDirectoryError, *err is the errno that blamed the directory.
 Result write_in_dir(const std::string& path, const std::string& data, std::string* written, int* err) {
+  if (const Result r = write_unnamed_then_link(path, data, written, err); r != Result::kUnsupported) return r;
   for (int n = 0; n <= kMaxSuffix; ++n) {
     const std::string candidate = n == 0 ? path : with_suffix(path, n);
     const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -93,20 +152,22 @@ Result write_in_dir(const std::string& path, const std::string& data, std::strin
       log_line("cannot create %s: %s", candidate.c_str(), std::strerror(e));
       return Result::kFailed;
     }
-    bool ok = write_all(fd, data.data(), data.size());
-    int e = ok ? 0 : errno;
-    // close() is where NFS and some FUSE filesystems report deferred write errors.
-    if (::close(fd) != 0 && ok && errno != EINTR) {
-      ok = false;
-      e = errno;
+    bool ok;
+    int e = 0;
+    {
+      const ScopedNoSigxfsz no_sigxfsz;  // a file-size limit costs the file, not the host
+      ok = write_all(fd, data.data(), data.size());
+      e = ok ? 0 : errno;
+      // close() is where NFS and some FUSE filesystems report deferred write errors.
+      if (::close(fd) != 0 && ok && errno != EINTR) {
+        ok = false;
+        e = errno;
+      }
     }
     if (!ok) {
       ::unlink(candidate.c_str());  // a truncated report would mislead more than a missing one
       *err = e;
-      if (e == ENOSPC || e == EDQUOT)
-        log_line("no space left writing %s (%zu bytes); partial file removed", candidate.c_str(), data.size());
-      else
-        log_line("cannot write %s: %s; partial file removed", candidate.c_str(), std::strerror(e));
+      log_write_failure(candidate, data.size(), e);
       return Result::kFailed;
     }
     *written = candidate;

@@ -81,6 +81,10 @@ class JsonOut {
     key(k);
     str(v);
   }
+  void kv_bool(const char* k, bool v) {
+    key(k);
+    s += v ? "true" : "false";
+  }
 
  private:
   bool need_comma_ = false;
@@ -180,6 +184,7 @@ void write_device(JsonOut& j, const DeviceReport& d) {
   j.kv("total_allocs", d.total_allocs);
   j.kv("total_frees", d.total_frees);
   j.kv("failed_allocs", d.failed_allocs);
+  j.kv("injected_failures", d.injected_failures);
   j.kv("capacity_bytes", d.capacity_bytes);
   j.kv("limit_bytes", d.limit_bytes);
   write_pool(j, d.pool);
@@ -259,6 +264,7 @@ void write_oom(JsonOut& j, const OomReport& o) {
   j.kv("cached_free", o.cached_free);
   j.kv("largest_free_block", o.largest_free_block);
   j.kv("advice", o.advice);
+  j.kv_bool("injected", o.injected);
   write_frames(j, o.frames, "   ");
   j.key("top_sites");
   j.begin('[');

@@ -29,6 +29,7 @@ struct PoolFigures {
   uint64_t map_calls = 0;              // vmm policy
   uint64_t unmap_calls = 0;
   uint64_t mapped_bytes = 0;
+  uint64_t host_bytes = 0;             // the pool's own metadata in host memory (in shim_host_bytes)
 };
 
 struct DeviceReport {
@@ -41,6 +42,7 @@ struct DeviceReport {
   uint64_t total_allocs = 0;
   uint64_t total_frees = 0;
   uint64_t failed_allocs = 0;
+  uint64_t injected_failures = 0;       // of failed_allocs, failed on purpose by GPUSHIM_FAIL
   uint64_t capacity_bytes = 0;          // device total as the driver reports it (0 if unknown)
   uint64_t limit_bytes = 0;             // GPUSHIM_LIMIT in bytes (0 = none)
   PoolFigures pool;
@@ -104,6 +106,7 @@ struct OomReport {
   uint64_t cached_free = 0;     // reserved but not allocated
   uint64_t largest_free_block = 0;
   std::string advice;
+  bool injected = false;              // failed on purpose by GPUSHIM_FAIL
   std::vector<FrameInfo> frames;      // the failing call
   std::vector<SiteReport> top_sites;  // largest live sites at that moment
 };

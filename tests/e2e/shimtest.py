@@ -18,6 +18,29 @@ BIN = os.path.join(BUILD, "bin")
 REAL_GPU = os.environ.get("GPUSHIM_TEST_REAL_GPU") == "1"
 # Every policy the shim offers; tests that hold for all of them loop over this list.
 POLICIES = ["passthrough", "caching"]
+# Heavy stress tests multiply their counts by this (sanitizer builds in CI run them smaller).
+SCALE = float(os.environ.get("GPUSHIM_TEST_SCALE") or "1")
+# Sanitizer builds: the sanitizer runtime that an instrumented libgpushim.so needs loaded first when
+# it is preloaded into a program that was not built with it (set by CMake for sanitizer builds).
+PRELOAD_FIRST = os.environ.get("GPUSHIM_TEST_PRELOAD_FIRST", "")
+SANITIZER = os.environ.get("GPUSHIM_TEST_SANITIZER", "")  # "", "address" or "thread"
+# A program that never touches CUDA. A TSan-built shim can only be preloaded into a program that
+# carries the TSan runtime itself, so TSan builds use an instrumented stand-in for /bin/true.
+NO_CUDA_PROGRAM = os.path.join(BIN, "gpushim_test_true") if SANITIZER == "thread" else "/bin/true"
+# What a sanitizer prints when it finds a bug; any of these in a program's stderr fails the test.
+SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",
+                     "runtime error:", "ERROR: ThreadSanitizer")
+
+
+def scaled(n, minimum=1):
+    """`n` scaled by GPUSHIM_TEST_SCALE, never below `minimum`."""
+    return max(minimum, int(n * SCALE))
+
+
+def check_sanitizer_clean(stderr, what="program"):
+    for marker in SANITIZER_REPORTS:
+        if marker in (stderr or ""):
+            raise AssertionError(f"sanitizer report from {what}:\n{stderr[-6000:]}")
 
 
 class Run:
@@ -48,7 +71,7 @@ def base_env(extra=None, preload=True):
     if not REAL_GPU:
         env["LD_LIBRARY_PATH"] = FAKECUDA + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     if preload:
-        env["LD_PRELOAD"] = SHIM
+        env["LD_PRELOAD"] = SHIM if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + SHIM
     env.update(extra or {})
     return env
 
@@ -68,6 +91,7 @@ def run(args, env=None, preload=True, timeout=120, expect_report=True, workdir=N
     extra.update(env or {})
     proc = subprocess.run(args, env=base_env(extra, preload), cwd=workdir, capture_output=True, text=True,
                           timeout=timeout)
+    check_sanitizer_clean(proc.stderr, args[0])
     report = None
     if expect_report:
         if not os.path.exists(report_path):
@@ -76,6 +100,28 @@ def run(args, env=None, preload=True, timeout=120, expect_report=True, workdir=N
         with open(report_path) as f:
             report = json.load(f)
     return Run(proc, report, report_path, workdir)
+
+
+def shim_knows(variable, value):
+    """Whether this build's shim accepts `variable` at all. Features still being built land as new
+    GPUSHIM_* variables; tests of them skip, saying so, until the variable exists."""
+    r = run([program("e2e_free_everything")], env={variable: value, "GPUSHIM_SUMMARY": "0", "GPUSHIM_REPORT": "off"},
+            expect_report=False)
+    return not any(l.startswith(f"gpushim: {variable} is not a gpushim variable") for l in r.shim_lines())
+
+
+def policies_the_shim_accepts():
+    """POLICIES plus any policy still being built that this build's shim already accepts (vmm), so
+    that tests looping over it pick a new policy up the day it lands."""
+    out = list(POLICIES)
+    for name in ("vmm",):
+        if name in out:
+            continue
+        r = run([program("e2e_free_everything")], env={"GPUSHIM_POLICY": name, "GPUSHIM_SUMMARY": "0",
+                                                      "GPUSHIM_REPORT": "off"}, expect_report=False)
+        if not any(l.startswith("gpushim: GPUSHIM_POLICY=") for l in r.shim_lines()):
+            out.append(name)
+    return out
 
 
 class ShimTestCase(unittest.TestCase):

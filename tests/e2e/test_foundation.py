@@ -4,7 +4,7 @@ import os
 import subprocess
 import unittest
 
-from shimtest import POLICIES, SHIM, ShimTestCase, base_env, program, run
+from shimtest import NO_CUDA_PROGRAM, POLICIES, SHIM, ShimTestCase, base_env, program, run
 
 MiB = 1 << 20
 
@@ -101,7 +101,7 @@ class Threads(ShimTestCase):
 
 class Quiet(ShimTestCase):
     def test_process_without_cuda_writes_nothing_and_prints_nothing(self):
-        r = run(["/bin/true"], expect_report=False)
+        r = run([NO_CUDA_PROGRAM], expect_report=False)
         self.assertRanOK(r)
         self.assertEqual(r.stdout, "")
         self.assertEqual(r.stderr, "")

@@ -1,8 +1,10 @@
 #include "report/output_file.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -193,6 +195,72 @@ TEST_F(OutputFileTest, FailedWriteRemovesPartialFile) {
   EXPECT_EQ(got, "");
   EXPECT_FALSE(Exists(dir_ + "/partial.json"));
   EXPECT_FALSE(Exists(dir_ + "/partial.1.json"));
+}
+
+TEST_F(OutputFileTest, FileSizeLimitNeverKillsTheHost) {
+  // SIGXFSZ left at its default action (terminate): the write must fail, not end the process.
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_DFL);
+    struct rlimit small = {4096, 4096};
+    if (setrlimit(RLIMIT_FSIZE, &small) != 0) _exit(10);
+    set_log_enabled(false);
+    const std::string got = write_new_file(dir_ + "/limited.json", std::string(1 << 20, 'x'));
+    // Still alive; and a write the host itself makes afterwards still gets the normal signal.
+    sigset_t pending;
+    sigpending(&pending);
+    _exit(got.empty() && !Exists(dir_ + "/limited.json") && sigismember(&pending, SIGXFSZ) == 0 ? 0 : 11);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST_F(OutputFileTest, KilledMidWriteLeavesNothingHalfWritten) {
+  // kill -9 at staggered moments while a large report is being written: afterwards the name holds
+  // either nothing or the whole file, never a truncated one.
+  const std::string data(48 << 20, 'r');
+  int complete = 0, absent = 0;
+  for (int delay_us : {0, 200, 1000, 3000, 6000, 10000, 20000, 40000}) {
+    const std::string path = dir_ + "/killed." + std::to_string(delay_us) + ".json";
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      set_log_enabled(false);
+      write_new_file(path, data);
+      _exit(0);
+    }
+    usleep(static_cast<useconds_t>(delay_us));
+    kill(pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) {
+      ++absent;
+      continue;
+    }
+    EXPECT_EQ(static_cast<size_t>(st.st_size), data.size()) << "a truncated file at " << path;
+    ++complete;
+  }
+  EXPECT_EQ(complete + absent, 8);
+}
+
+TEST_F(OutputFileTest, HostsOwnPendingSigxfszIsLeftAlone) {
+  // A SIGXFSZ the host had pending (blocked) before the shim wrote is the host's; keep it pending.
+  sigset_t only, saved;
+  sigemptyset(&only);
+  sigaddset(&only, SIGXFSZ);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &only, &saved), 0);
+  ASSERT_EQ(pthread_kill(pthread_self(), SIGXFSZ), 0);
+  ASSERT_NE(write_new_file(dir_ + "/fine.json", "{}"), "");
+  sigset_t pending;
+  sigpending(&pending);
+  EXPECT_EQ(sigismember(&pending, SIGXFSZ), 1);
+  const timespec now = {0, 0};
+  EXPECT_EQ(sigtimedwait(&only, nullptr, &now), SIGXFSZ);
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
 }
 
 }  // namespace

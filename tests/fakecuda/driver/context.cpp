@@ -13,7 +13,22 @@
 namespace fakecuda {
 namespace {
 
-thread_local std::vector<Context*> t_context_stack;
+// Trivially destructible on purpose: exit() destroys the main thread's thread_local objects before
+// static destructors run, and those may still call the driver (as they may with libcuda).
+struct ContextStack {
+  static constexpr int kMax = 64;
+  Context* items[kMax];
+  int depth = 0;
+  bool empty() const { return depth == 0; }
+  Context*& back() { return items[depth - 1]; }
+  void pop_back() { --depth; }
+  bool push_back(Context* c) {
+    if (depth == kMax) return false;
+    items[depth++] = c;
+    return true;
+  }
+};
+thread_local ContextStack t_context_stack;
 
 // fork(): the child inherits our memory but none of the worker threads, so a child of a process
 // that initialized the device must not use it (real CUDA behaves the same). Holding the state mutex
@@ -349,7 +364,7 @@ CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   Context* c = ContextFromHandle(s, ctx);
   if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  t_context_stack.push_back(c);
+  if (!t_context_stack.push_back(c)) return CUDA_ERROR_OUT_OF_MEMORY;
   return CUDA_SUCCESS;
 }
 

@@ -59,19 +59,26 @@ inline constexpr std::size_t RoundUp(std::size_t v, std::size_t a) { return (v +
 #endif
 #endif
 #ifdef FAKECUDA_TSAN
-extern "C" void __tsan_ignore_thread_begin(void);
-extern "C" void __tsan_ignore_thread_end(void);
+// The dynamic-annotations entry points: GCC's shared libtsan and clang's static TSan runtime both
+// export them to libraries (clang's runtime does not export __tsan_ignore_thread_begin, so a
+// library calling that one fails to load into a clang TSan program).
+extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
+extern "C" void AnnotateIgnoreWritesBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
 #endif
 
 template <typename F>
 auto DeviceWork(F&& fn) {
   return [fn = std::forward<F>(fn)]() {
 #ifdef FAKECUDA_TSAN
-    __tsan_ignore_thread_begin();
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+    AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
 #endif
     fn();
 #ifdef FAKECUDA_TSAN
-    __tsan_ignore_thread_end();
+    AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
 #endif
   };
 }

@@ -151,6 +151,7 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t Wi
   if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
   if (CountAllocCallAndCheckFailure(s)) return CUDA_ERROR_OUT_OF_MEMORY;
   const std::size_t pitch = RoundUp(WidthInBytes, kAllocAlignment);
+  if (pitch < WidthInBytes) return CUDA_ERROR_INVALID_VALUE;  // no pitch can hold such a row
   if (Height > DeviceOf(s, ctx).capacity / pitch) return CUDA_ERROR_OUT_OF_MEMORY;
   std::uintptr_t base = 0;
   if (CUresult r = AllocateArenaRegion(s, ctx, pitch * Height, RegionKind::kDeviceMalloc, nullptr, &base);

@@ -8,7 +8,9 @@
 // An interposer that hooks dlsym or cuGetProcAddress therefore sees (and can wrap) everything.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "runtime.h"
@@ -62,9 +64,18 @@ cudaError_t Load() {
 
 }  // namespace
 
+// Set by the teardown that NVIDIA's runtime registers with atexit when it initializes: from then
+// on (other atexit handlers, static destructors) every runtime call answers
+// cudaErrorCudartUnloading instead of touching freed state.
+std::atomic<bool> g_unloading{false};
+
 cudaError_t LoadDriver() {
   static std::once_flag once;
-  std::call_once(once, [] { g_load_error = Load(); });
+  std::call_once(once, [] {
+    g_load_error = Load();
+    std::atexit([] { g_unloading.store(true); });
+  });
+  if (g_unloading.load(std::memory_order_relaxed)) return cudaErrorCudartUnloading;
   return g_load_error;
 }
 

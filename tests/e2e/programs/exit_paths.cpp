@@ -1,0 +1,109 @@
+// Ways a CUDA process ends. Each mode leaks something first, so a report has content to show.
+//
+// Usage: e2e_exit_paths MODE [THREADS]
+//   return          return from main
+//   thread-exit     THREADS threads allocate and free without pause; one of them calls exit(0)
+//                   while the others keep going
+//   runtime-first   an atexit handler registered after the first CUDA call (so it runs before the
+//                   shim's) tears the device down with cudaDeviceReset
+//   static-dtor     a static object's destructor frees its block after the report was written
+//   both            runtime-first and static-dtor together: the late free reaches a reset device
+//   _exit           _exit(0) after allocating
+//   sigkill         SIGKILL after allocating
+//   segv / abort    a fatal signal in the host after allocating
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/test_support.h"
+
+namespace {
+
+// Constructed before main, so its destructor runs after every atexit handler registered later,
+// the shim's report included.
+struct LateFreer {
+  void* p = nullptr;
+  ~LateFreer() {
+    if (p == nullptr) return;
+    const cudaError_t e = cudaFree(p);
+    std::fprintf(stderr, "static destructor: cudaFree returned %s\n", cudaGetErrorName(e));
+  }
+} g_late;
+
+__attribute__((noinline)) void* leak_at_exit(size_t bytes) {
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, bytes));
+  CHECK(cudaMemset(p, 1, bytes));
+  return p;
+}
+
+void teardown_device() {
+  const cudaError_t e = cudaDeviceReset();
+  std::fprintf(stderr, "atexit: cudaDeviceReset returned %s\n", cudaGetErrorName(e));
+}
+
+std::atomic<long> g_ops{0};
+bool g_threads_still_running_at_exit = false;
+
+[[noreturn]] void allocate_until_exit(int id, bool exits) {
+  std::vector<void*> held;
+  unsigned x = 12345u + static_cast<unsigned>(id);
+  for (long i = 0;; ++i) {
+    x = x * 1103515245u + 12345u;
+    if (held.size() < 16 && (x >> 16) % 3 != 0) {
+      void* p = nullptr;
+      if (cudaMalloc(&p, 1 + (x >> 8) % (1 << 20)) == cudaSuccess) held.push_back(p);
+    } else if (!held.empty()) {
+      cudaFree(held.back());
+      held.pop_back();
+    }
+    if (exits && ++g_ops > 3000) {
+      std::printf("{\"exiting_thread\":%d,\"ops\":%ld}\n", id, g_ops.load());
+      std::fflush(stdout);
+      std::exit(0);
+    }
+    if (!exits) g_ops++;
+  }
+}
+
+}  // namespace
+
+// LeakSanitizer (ASan builds) calls this at exit. Its final check stops every thread with ptrace
+// to scan their stacks; with threads still allocating inside the CUDA runtime while exit() runs,
+// its tracer crashes ("LeakSanitizer has encountered a fatal error", clang-14). The leak check is
+// skipped in that one mode; ASan's checks of every access still run, and every other mode (and
+// every other test) keeps the leak check.
+extern "C" int __lsan_is_turned_off() { return g_threads_still_running_at_exit ? 1 : 0; }
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  const std::string mode = argv[1];
+  void* kept = leak_at_exit(2 << 20);
+  std::printf("{\"leaked\":\"%p\"}\n", kept);
+  std::fflush(stdout);
+  if (mode == "return") return 0;
+  if (mode == "thread-exit") {
+    g_threads_still_running_at_exit = true;
+    const int threads = argc > 2 ? std::atoi(argv[2]) : 4;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(allocate_until_exit, t, t == threads - 1);
+    for (auto& th : pool) th.join();  // never returns: a worker calls exit()
+    return 1;
+  }
+  if (mode == "runtime-first" || mode == "both") std::atexit(teardown_device);
+  if (mode == "static-dtor" || mode == "both") {
+    g_late.p = leak_at_exit(3 << 20);
+    return 0;
+  }
+  if (mode == "runtime-first") return 0;
+  if (mode == "_exit") _exit(0);
+  if (mode == "sigkill") raise(SIGKILL);
+  if (mode == "segv") raise(SIGSEGV);
+  if (mode == "abort") std::abort();
+  return 2;
+}

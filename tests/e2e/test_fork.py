@@ -1,0 +1,126 @@
+"""fork and exec: fork at any moment never deadlocks a child; children that never use CUDA exit
+cleanly and write nothing; a process that uses CUDA on its own (after exec, or forked before its
+parent touched CUDA) gets its own report."""
+import glob
+import json
+import os
+import tempfile
+
+from shimtest import POLICIES, ShimTestCase, program, run, scaled
+
+MiB = 1 << 20
+
+
+def last_json(r):
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def reports_in(d):
+    out = {}
+    for path in sorted(glob.glob(os.path.join(d, "*.json"))):
+        with open(path) as f:
+            rep = json.load(f)
+        out[rep["pid"]] = rep
+    return out
+
+
+class ForkAtAnyMoment(ShimTestCase):
+    def test_many_threads_allocating_while_main_forks(self):
+        # What CUDA itself answers in such a child, without the shim.
+        base = run([program("e2e_fork_stress"), "2", "4"], preload=False, expect_report=False)
+        self.assertRanOK(base)
+        base_answers = last_json(base)["child_answers"]
+        self.assertEqual(len(base_answers), 1, base_answers)
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                forks = scaled(150, 10)
+                r = run([program("e2e_fork_stress"), "8", str(forks)],
+                        env={"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0", "GPUSHIM_STACK_DEPTH": "8"},
+                        timeout=600)
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["forks"], forks)
+                self.assertEqual(out["hung"], 0)
+                self.assertEqual(out["bad_exit"], 0)
+                self.assertEqual(out["errors"], 0)
+                self.assertGreater(out["allocs"], 0)
+                # The child gets CUDA's own answer (the parent's pool is not its memory), and the
+                # shim is not active there.
+                self.assertEqual(out["child_answers"], base_answers)
+                self.assertTrue(base_answers[0].startswith("-1 "), base_answers)
+                # Nothing from any child: no line on stderr, no file; the parent's report is exact.
+                self.assertEqual(r.shim_lines(), [])
+                self.assertEqual(os.listdir(r.workdir), ["report.json"])
+                self.assertEqual(r.report["pid"] > 0, True)
+                dev = r.device(0)
+                self.assertEqual(dev["total_allocs"], out["allocs"])
+                self.assertEqual(dev["total_frees"], out["frees"])
+                self.assertEqual(dev["live_count"], 0)
+
+
+class DataLoaderPattern(ShimTestCase):
+    def test_workers_that_never_touch_the_device_write_nothing(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_dataloader"), "parent-first", "6"],
+                        env={"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0"})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["bad_children"], 0)
+                self.assertEqual(len(out["sent"]), 6)
+                self.assertEqual(out["sent"][1], 2 * sum(range(100000)))
+                self.assertEqual(os.listdir(r.workdir), ["report.json"])
+                self.assertEqual(r.report["pid"], out["pid"])
+                self.assertEqual(r.shim_lines(), [])
+                dev = r.device(0)
+                self.assertEqual(dev["live_count"], 1)
+                self.assertEqual(dev["pool"]["requested_bytes"], MiB)
+                self.assertEqual(dev["total_allocs"], 3)
+
+    def test_workers_summary_lines_come_from_the_parent_only(self):
+        r = run([program("e2e_dataloader"), "parent-first", "4"])
+        self.assertRanOK(r)
+        # One summary (the parent's), however many workers ran exit().
+        self.assertEqual(sum(1 for l in r.shim_lines() if l.startswith("gpushim: device 0:")), 1, r.stderr)
+
+
+class FreshProcesses(ShimTestCase):
+    def test_children_forked_before_cuda_get_their_own_reports(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                d = tempfile.mkdtemp(prefix="gpushim-e2e-")
+                r = run([program("e2e_dataloader"), "fork-first", "3"],
+                        env={"GPUSHIM_POLICY": policy, "GPUSHIM_REPORT": os.path.join(d, "r.%p.json"),
+                             "GPUSHIM_SUMMARY": "0"}, expect_report=False)
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["bad_children"], 0)
+                reports = reports_in(d)
+                self.assertEqual(sorted(reports), sorted([out["pid"]] + out["children"]))
+                self.assertEqual(reports[out["pid"]]["devices"][0]["pool"]["requested_bytes"], MiB)
+                for i, pid in enumerate(out["children"]):
+                    rep = reports[pid]
+                    dev = rep["devices"][0]
+                    self.assertEqual(dev["live_count"], 1)
+                    self.assertEqual(dev["total_allocs"], 1)
+                    self.assertEqual(dev["pool"]["requested_bytes"], (1 + i) * MiB)
+                    self.assertTrue(any("worker_main" in f["function"] for s in rep["sites"] for f in s["frames"]))
+
+    def test_exec_after_fork_gets_its_own_report(self):
+        d = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        r = run([program("e2e_dataloader"), "exec", "1", program("e2e_leak_two_sites")],
+                env={"GPUSHIM_REPORT": os.path.join(d, "r.%p.json"), "GPUSHIM_SUMMARY": "0"}, expect_report=False)
+        self.assertRanOK(r)
+        out = last_json(r)
+        self.assertEqual(out["bad_children"], 0)
+        reports = reports_in(d)
+        self.assertEqual(sorted(reports), sorted([out["pid"]] + out["children"]))
+        child = reports[out["children"][0]]
+        self.assertTrue(child["exe"].endswith("e2e_leak_two_sites"))
+        self.assertEqual(child["devices"][0]["live_count"], 5)
+        self.assertEqual(reports[out["pid"]]["devices"][0]["live_count"], 1)
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()

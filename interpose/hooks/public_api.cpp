@@ -33,6 +33,8 @@ GPUSHIM_EXPORT int gpushim_get_device_stats(int device, struct gpushim_device_st
 GPUSHIM_EXPORT unsigned long long gpushim_mark_iteration(void) {
   gpushim::Shim* s = gpushim::Shim::existing();
   return s ? s->mark_iteration() : 0;
+}
+
 GPUSHIM_EXPORT unsigned long long gpushim_host_bytes(void) {
   const gpushim::Shim* s = gpushim::Shim::existing();
   return s == nullptr ? 0 : s->host_bytes();

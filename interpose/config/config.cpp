@@ -60,13 +60,17 @@ struct Variable {
 
 const std::vector<Variable>& variables() {
   static const std::vector<Variable>* table = new std::vector<Variable>{
-      {"GPUSHIM_POLICY", "caching or passthrough", "caching",
+      {"GPUSHIM_POLICY", "caching, vmm or passthrough", "caching",
        "How device allocations are served. caching: a best-fit pool over driver segments with safe reuse. "
+       "vmm: the same reuse rules over physical memory the pool maps itself (cuMemCreate/cuMemMap), so "
+       "free memory anywhere can be remapped into one range and the pool holds little more than is "
+       "allocated; its memory cannot be shared with cudaIpcGetMemHandle. "
        "passthrough: every call goes to CUDA and is only accounted.",
        [](std::string_view v, Config* c) {
          v = trim(v);
          if (iequals(v, "passthrough")) return c->policy = PolicyKind::kPassthrough, true;
          if (iequals(v, "caching")) return c->policy = PolicyKind::kCaching, true;
+         if (iequals(v, "vmm")) return c->policy = PolicyKind::kVmm, true;
          return false;
        }},
       {"GPUSHIM_LIMIT", "bytes with units (8GiB, 512MiB, 80GB) or a whole percentage of capacity (60%)", "none",

@@ -1,5 +1,8 @@
 #include "policy/policy_factory.h"
 
+#include "policy/vmm_pool.h"
+#include "util/log.h"
+
 namespace gpushim {
 
 CachingPoolOptions caching_options(const Config& c) {
@@ -12,11 +15,31 @@ CachingPoolOptions caching_options(const Config& c) {
   return o;
 }
 
+namespace {
+
+// The vmm policy shares the caching policy's rounding and quarantine; its own sizes keep their
+// defaults (see VmmPoolOptions).
+VmmPoolOptions vmm_options(const Config& c) {
+  VmmPoolOptions o;
+  o.round = c.round_bytes;
+  o.quarantine_bytes = c.quarantine_bytes;
+  return o;
+}
+
+}  // namespace
+
 std::unique_ptr<DeviceMemoryResource> make_pool(const Config& config, Backend& backend) {
   switch (config.policy) {
     case PolicyKind::kPassthrough: return nullptr;
     case PolicyKind::kCaching: return std::make_unique<CachingPool>(backend, caching_options(config));
-    case PolicyKind::kVmm: return nullptr;  // replaced when the vmm policy lands
+    case PolicyKind::kVmm:
+      // Without virtual memory management (granularity 0) there is nothing to map with: the
+      // caching policy is the closest thing, and saying so beats failing every allocation.
+      if (backend.granularity() == 0) {
+        log_line("GPUSHIM_POLICY=vmm: this device has no virtual memory management; using the caching policy");
+        return std::make_unique<CachingPool>(backend, caching_options(config));
+      }
+      return std::make_unique<VmmPool>(backend, vmm_options(config));
   }
   return nullptr;
 }

@@ -1,6 +1,7 @@
 #include "policy/sim_backend.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace gpushim {
 
@@ -51,7 +52,10 @@ uint64_t SimBackend::record_event(CUstream) {
   return e;
 }
 
-bool SimBackend::event_done(uint64_t event) { return pending_events_.count(event) == 0; }
+bool SimBackend::event_done(uint64_t event) {
+  ++counters_.event_queries;
+  return pending_events_.count(event) == 0;
+}
 
 void SimBackend::release_event(uint64_t event) {
   live_events_.erase(event);
@@ -70,11 +74,17 @@ CUresult SimBackend::va_reserve(size_t size, uintptr_t hint, uintptr_t* out) {
   // Honour a hint when nothing was handed out there yet (lets a pool grow a range in place).
   if (hint && hint >= next_va_) next_va_ = hint;
   *out = next_va_;
+  reservations_.emplace(next_va_, size);
   next_va_ += size;
   return CUDA_SUCCESS;
 }
 
-CUresult SimBackend::va_free(uintptr_t, size_t) {
+CUresult SimBackend::va_free(uintptr_t va, size_t size) {
+  auto it = reservations_.find(va);
+  if (it == reservations_.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  auto m = mappings_.lower_bound(va);
+  if (m != mappings_.end() && m->first < va + size) return CUDA_ERROR_INVALID_VALUE;  // still mapped
+  reservations_.erase(it);
   ++counters_.va_frees;
   return CUDA_SUCCESS;
 }
@@ -99,16 +109,36 @@ CUresult SimBackend::physical_release(uint64_t handle, size_t) {
 
 CUresult SimBackend::map(uintptr_t va, size_t size, uint64_t handle, size_t offset) {
   auto it = physical_.find(handle);
-  if (it == physical_.end() || offset + size > it->second) return CUDA_ERROR_INVALID_VALUE;
-  if (!mappings_.emplace(va, size).second) return CUDA_ERROR_INVALID_VALUE;
+  if (it == physical_.end() || offset != 0 || size == 0 || size > it->second) return CUDA_ERROR_INVALID_VALUE;
+  if (va % granularity_ || size % granularity_) return CUDA_ERROR_INVALID_VALUE;
+  auto r = reservations_.upper_bound(va);
+  if (r == reservations_.begin() || va + size > std::prev(r)->first + std::prev(r)->second) return CUDA_ERROR_INVALID_VALUE;
+  auto next = mappings_.lower_bound(va);
+  if (next != mappings_.end() && next->first < va + size) return CUDA_ERROR_INVALID_VALUE;
+  if (next != mappings_.begin() && std::prev(next)->first + std::prev(next)->second.size > va) return CUDA_ERROR_INVALID_VALUE;
+  mappings_.emplace(va, Mapping{size, handle});
+  mapped_bytes_ += size;
   ++counters_.maps;
   return CUDA_SUCCESS;
 }
 
-CUresult SimBackend::unmap(uintptr_t va, size_t) {
-  if (mappings_.erase(va) == 0) return CUDA_ERROR_INVALID_VALUE;
+CUresult SimBackend::unmap(uintptr_t va, size_t size) {
+  auto it = mappings_.find(va);
+  if (it == mappings_.end() || it->second.size != size) return CUDA_ERROR_INVALID_VALUE;
+  mapped_bytes_ -= size;
+  mappings_.erase(it);
   ++counters_.unmaps;
   return CUDA_SUCCESS;
+}
+
+bool SimBackend::translate(uintptr_t va, uint64_t* handle, uint64_t* offset) const {
+  auto it = mappings_.upper_bound(va);
+  if (it == mappings_.begin()) return false;
+  --it;
+  if (va >= it->first + it->second.size) return false;
+  *handle = it->second.handle;
+  *offset = va - it->first;
+  return true;
 }
 
 }  // namespace gpushim

@@ -16,6 +16,7 @@ struct SimCounters {
   uint64_t physical_creates = 0, physical_releases = 0;
   uint64_t maps = 0, unmaps = 0, va_reserves = 0, va_frees = 0;
   uint64_t synchronizes = 0, events_recorded = 0;
+  uint64_t event_queries = 0;  // event_done calls (not a driver call that costs memory; not in driver_calls)
   uint64_t driver_calls() const {
     return segment_allocs + segment_frees + physical_creates + physical_releases + maps + unmaps + va_reserves +
            va_frees + synchronizes + events_recorded;
@@ -55,6 +56,11 @@ class SimBackend final : public Backend {
   uint64_t capacity() const { return capacity_; }
   const SimCounters& counters() const { return counters_; }
   size_t live_events() const { return live_events_.size(); }
+  // Virtual memory: which physical allocation (and offset in it) backs `va`; false if unmapped.
+  // Lets tests check that a live block's backing never changes while it lives.
+  bool translate(uintptr_t va, uint64_t* handle, uint64_t* offset) const;
+  uint64_t mapped_bytes() const { return mapped_bytes_; }
+  size_t reservations() const { return reservations_.size(); }
 
  private:
   bool take(uint64_t bytes);
@@ -66,7 +72,16 @@ class SimBackend final : public Backend {
   uint64_t next_handle_ = 1, next_event_ = 1;
   std::map<uintptr_t, uint64_t> segments_;
   std::map<uint64_t, uint64_t> physical_;  // handle -> size
-  std::map<uintptr_t, uint64_t> mappings_;  // va -> size
+  // The driver's rules are checked as the real one (and tests/fakecuda) checks them: a mapping
+  // lies inside one reservation, never over another, from offset 0 of its handle ("currently must
+  // be zero", cuda.h); unmap and va_free take whole mappings and whole, empty reservations.
+  struct Mapping {
+    uint64_t size = 0;
+    uint64_t handle = 0;
+  };
+  std::map<uintptr_t, Mapping> mappings_;       // va -> mapping
+  std::map<uintptr_t, uint64_t> reservations_;  // va -> size
+  uint64_t mapped_bytes_ = 0;
   std::set<uint64_t> pending_events_, live_events_;
   bool events_at_once_ = true;
   bool capturing_ = false;

@@ -17,7 +17,7 @@ FAKECUDA = os.path.join(BUILD, "fakecuda")
 BIN = os.path.join(BUILD, "bin")
 REAL_GPU = os.environ.get("GPUSHIM_TEST_REAL_GPU") == "1"
 # Every policy the shim offers; tests that hold for all of them loop over this list.
-POLICIES = ["passthrough", "caching"]
+POLICIES = ["passthrough", "caching", "vmm"]
 # Heavy stress tests multiply their counts by this (sanitizer builds in CI run them smaller).
 SCALE = float(os.environ.get("GPUSHIM_TEST_SCALE") or "1")
 # Sanitizer builds: the sanitizer runtime that an instrumented libgpushim.so needs loaded first when

@@ -1,0 +1,815 @@
+#include "policy/vmm_arena.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <iterator>
+
+namespace gpushim {
+namespace {
+
+uint64_t round_up(uint64_t v, uint64_t m) { return v > UINT64_MAX - (m - 1) ? 0 : (v + m - 1) / m * m; }
+
+// The legacy default stream has two spellings. The per-thread default stream handle names a
+// different stream in every thread, so two uses of it are never "the same stream".
+CUstream normalize(CUstream s) { return s == nullptr ? CU_STREAM_LEGACY : s; }
+bool same_stream(CUstream a, CUstream b) { return a == b && a != CU_STREAM_PER_THREAD; }
+
+}  // namespace
+
+VmmArena::VmmArena(Backend& backend, const VmmPoolOptions& options)
+    : backend_(backend), opt_(options), gran_(backend.granularity()) {}
+
+VmmArena::~VmmArena() {
+  // Only unit tests and the replay destroy a pool; the shim keeps its pools for the whole process.
+  auto drop = [&](Block* b) {
+    drop_event(b);
+    delete b;
+  };
+  for (Block* b : free_) drop(b);
+  for (Block* b : quarantine_) drop(b);
+  for (auto& [addr, b] : user_) drop(b);
+  for (auto& [addr, b] : segments_) drop(b);
+  for (auto& [va, p] : pieces_) {
+    backend_.unmap(va, p->size);
+    backend_.physical_release(p->handle, p->size);
+    delete p;
+  }
+  for (Piece* p : loose_) {
+    backend_.physical_release(p->handle, p->size);
+    delete p;
+  }
+  for (auto& [base, r] : reservations_) {
+    for (auto& [va, n] : r->parts) backend_.va_free(va, n);
+    delete r;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocation and free
+
+CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner owner, void** out, uint64_t* got,
+                                Attempt* attempt) {
+  if (gran_ == 0) return CUDA_ERROR_NOT_SUPPORTED;
+  // Blocks are whole chunks. A block boundary inside a chunk would leave that chunk partly live
+  // once a neighbour is freed, and a partly live chunk can be neither moved nor released: with
+  // the 512 B rounding of the caching policy, such stubs cost up to two chunks per free gap
+  // (utilization 0.82 on tests/unit/fragmentation_workload.h against 0.98 this way). Small
+  // and medium requests, where a chunk would be too much, never come here (VmmPool's sub-allocator).
+  const uint64_t want = round_up(std::max<uint64_t>(size, 1), gran_);
+  if (want == 0) return CUDA_ERROR_OUT_OF_MEMORY;  // a size near 2^64 cannot be rounded
+  std::lock_guard<std::mutex> lock(mu_);
+  Block* b = find_free(want, req);
+  // Memory waiting in the quarantine is memory held for nothing: one sync makes all of it
+  // reusable, which is cheaper than creating or remapping more.
+  if (b == nullptr && quarantine_bytes_ > 0 && quarantine_bytes_ >= sync_threshold() && sync_and_settle_locked())
+    b = find_free(want, req);
+  CUresult err = CUDA_SUCCESS;
+  if (b == nullptr) b = build(want, attempt, &err);
+  if (b == nullptr) {
+    if (err == CUDA_ERROR_NOT_READY) attempt->need = Need::kMemory;
+    return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
+  }
+  b = split(b, want);
+  // The block is live again; the free that ends this life will say when it may be reused. (An
+  // event still attached here belongs to a free on the requesting stream, which orders after it.)
+  drop_event(b);
+  b->state = State::kAllocated;
+  b->owner = owner;
+  if (owner == Owner::kUser) {
+    user_.emplace(b->addr, b);
+    user_allocated_ += b->size;
+  } else {
+    segments_.emplace(b->addr, b);
+    segment_bytes_ += b->size;
+  }
+  *out = reinterpret_cast<void*>(b->addr);
+  *got = b->size;
+  return CUDA_SUCCESS;
+}
+
+bool VmmArena::idle(Block* b) {
+  if (b->event == nullptr) return true;
+  if (backend_.capture_active()) return false;
+  if (!backend_.event_done(b->event->handle)) return false;
+  drop_event(b);
+  return true;
+}
+
+bool VmmArena::usable(Block* b, const AllocRequest& req) {
+  if (b->event == nullptr) return true;
+  if (req.stream_ordered && same_stream(b->stream, normalize(req.stream))) return true;
+  return idle(b);
+}
+
+VmmArena::Block* VmmArena::find_free(uint64_t size, const AllocRequest& req) {
+  Block key;
+  key.size = size;
+  // Blocks still in use by another stream are skipped; bound the scan so a long run of them
+  // cannot make allocation linear in the number of free blocks.
+  constexpr int kMaxScan = 64;
+  int scanned = 0;
+  for (auto it = free_.lower_bound(&key); it != free_.end() && scanned < kMaxScan; ++it, ++scanned) {
+    Block* b = *it;
+    if (usable(b, req)) {
+      free_.erase(it);
+      return b;
+    }
+  }
+  return nullptr;
+}
+
+CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = user_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == user_.end()) return CUDA_ERROR_INVALID_VALUE;
+  Block* b = it->second;
+  user_.erase(it);
+  user_allocated_ -= b->size;
+  uint64_t event = 0;
+  // During capture the free belongs to the graph being built: keep the block out of reach until a
+  // later synchronization, as for a plain cudaFree.
+  if (stream_ordered && !backend_.capture_active()) event = backend_.record_event(normalize(stream));
+  if (event != 0) {
+    b->stream = normalize(stream);
+    b->event = new Event{event, 1};
+    b->state = State::kFree;
+    insert_free(coalesce(b));
+  } else {
+    b->state = State::kQuarantined;
+    quarantine_.push_back(b);
+    quarantine_bytes_ += b->size;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult VmmArena::return_segment(void* p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = segments_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == segments_.end()) return CUDA_ERROR_INVALID_VALUE;
+  Block* b = it->second;
+  segments_.erase(it);
+  segment_bytes_ -= b->size;
+  b->state = State::kFree;
+  insert_free(coalesce(b));
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reuse safety
+
+uint64_t VmmArena::sync_threshold() const {
+  uint64_t t = opt_.quarantine_bytes;
+  // The floor (4 chunks) keeps a small pool from paying a sync for every few megabytes freed.
+  if (opt_.quarantine_share != 0) t = std::min<uint64_t>(t, std::max<uint64_t>(held_ / opt_.quarantine_share, 4 * gran_));
+  return t;
+}
+
+uint64_t VmmArena::idle_allowance() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sync_threshold();
+}
+
+bool VmmArena::sync_and_settle_locked() {
+  if (backend_.capture_active()) return false;
+  if (backend_.synchronize() != CUDA_SUCCESS) return false;
+  ++syncs_;
+  settle_locked();
+  return true;
+}
+
+void VmmArena::settle_after_external_sync() {
+  std::lock_guard<std::mutex> lock(mu_);
+  settle_locked();
+}
+
+void VmmArena::settle_locked() {
+  // Everything freed before the synchronization is idle now: the quarantine, and free blocks
+  // still tagged with a stream's event. Those are marked not-free first and re-inserted one at a
+  // time, so a merge only ever swallows a block already re-inserted or one that was event-free all
+  // along, never one still waiting in the list.
+  std::vector<Block*> blocks;
+  blocks.swap(quarantine_);
+  quarantine_bytes_ = 0;
+  for (auto it = free_.begin(); it != free_.end();) {
+    if ((*it)->event == nullptr) {
+      ++it;
+      continue;
+    }
+    (*it)->state = State::kQuarantined;
+    blocks.push_back(*it);
+    it = free_.erase(it);
+  }
+  for (Block* b : blocks) {
+    drop_event(b);
+    b->state = State::kFree;
+    insert_free(coalesce(b));
+  }
+}
+
+void VmmArena::drop_event(Block* b) {
+  if (b->event && --b->event->refs == 0) {
+    backend_.release_event(b->event->handle);
+    delete b->event;
+  }
+  b->event = nullptr;
+  b->stream = nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blocks
+
+VmmArena::Block* VmmArena::containing(uintptr_t va) const {
+  auto it = blocks_.upper_bound(va);
+  if (it == blocks_.begin()) return nullptr;
+  --it;
+  return va < it->first + it->second->size ? it->second : nullptr;
+}
+
+VmmArena::Block* VmmArena::before(const Block* b) const {
+  auto it = blocks_.find(b->addr);
+  if (it == blocks_.begin()) return nullptr;
+  const Block* p = std::prev(it)->second;
+  return p->res == b->res && p->addr + p->size == b->addr ? std::prev(it)->second : nullptr;
+}
+
+VmmArena::Block* VmmArena::after(const Block* b) const {
+  auto it = blocks_.find(b->addr);
+  if (++it == blocks_.end()) return nullptr;
+  return it->second->res == b->res && it->first == b->addr + b->size ? it->second : nullptr;
+}
+
+VmmArena::Block* VmmArena::split(Block* b, uint64_t size) {
+  if (b->size == size) return b;
+  auto* r = new Block;
+  r->addr = b->addr + size;
+  r->size = b->size - size;
+  r->res = b->res;
+  // The remainder was freed together with `b`, so it carries the same stream and event.
+  r->stream = b->stream;
+  r->event = b->event;
+  if (r->event) ++r->event->refs;
+  b->size = size;
+  blocks_.emplace(r->addr, r);
+  insert_free(r);
+  return b;
+}
+
+void VmmArena::insert_free(Block* b) {
+  b->state = State::kFree;
+  free_.insert(b);
+}
+
+VmmArena::Block* VmmArena::coalesce(Block* b) {
+  // Neighbours merge only when reusing the merged block is as safe as reusing either part:
+  // both ready for anyone, or both freed on the same stream (b's event, the newest, covers both).
+  // `b` is not in the free set (its key changes here); touching means no unmapped hole between.
+  auto compatible = [&](Block* n) {
+    if (n == nullptr || n->state != State::kFree) return false;
+    if (n->event == nullptr && b->event == nullptr) return true;
+    return n->event && b->event && same_stream(n->stream, b->stream);
+  };
+  if (Block* p = before(b); compatible(p)) {
+    free_.erase(p);
+    drop_event(p);
+    blocks_.erase(b->addr);
+    b->addr = p->addr;
+    b->size += p->size;
+    blocks_[b->addr] = b;  // takes over p's entry
+    delete p;
+  }
+  if (Block* n = after(b); compatible(n)) {
+    free_.erase(n);
+    drop_event(n);
+    blocks_.erase(n->addr);
+    b->size += n->size;
+    delete n;
+  }
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building a block by mapping: holes filled in place, stitching, new memory
+
+std::vector<VmmArena::Piece*> VmmArena::movable_pieces(uintptr_t lo, uintptr_t hi) {
+  // A piece can be moved (or released) only when one idle free block covers all of it: then
+  // nothing live lies on it and no work still queued can touch it (its event is complete, or
+  // there never was one). Unmapping does not wait for queued work on every driver, so a block
+  // freed on the requesting stream with its event pending does not qualify, unlike reuse in
+  // place. Pieces overlapping [lo, hi) are left out: that is where the new block goes.
+  // Highest addresses first: taking pieces from the top and filling holes lower down compacts
+  // the mapped memory toward the bottom of the lowest ranges; emptied ranges are freed.
+  std::vector<Piece*> out;
+  if (backend_.capture_active()) return out;  // unmapping may wait for the device: not now
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+    Block* b = it->second;
+    if (b->state != State::kFree || b->size < gran_ || !idle(b)) continue;
+    const uintptr_t end = b->addr + b->size;
+    auto p = pieces_.lower_bound(b->addr);
+    auto stop = p;
+    while (stop != pieces_.end() && stop->first + stop->second->size <= end) ++stop;
+    while (stop != p) {  // wholly inside b, highest first
+      --stop;
+      Piece* piece = stop->second;
+      if (!(piece->va < hi && lo < piece->va + piece->size)) out.push_back(piece);
+    }
+  }
+  return out;
+}
+
+bool VmmArena::make_plan(uint64_t size, Plan* best) {
+  // A window is a run of touching idle free blocks and unmapped holes inside one reservation (a
+  // hole at its end may continue past it when the range after it can be reserved). Any
+  // [addr, addr + size) inside a window becomes one block once its holes are mapped, so the best
+  // place is the one with the fewest hole bytes: fewest map calls, and free memory reused where
+  // it is. Ties go to the lowest address, which keeps mapped memory compact.
+  bool have = false;
+  auto consider = [&](Reservation* r, uintptr_t addr, uint64_t holes, uint64_t extend) {
+    if (have && (holes > best->hole_bytes || (holes == best->hole_bytes && addr >= best->addr))) return;
+    *best = Plan{r, addr, holes, extend};
+    have = true;
+  };
+  enum class Kind : uint8_t { kHole, kFree, kWall };
+  struct Span {
+    uintptr_t start, end;
+    Kind kind;
+  };
+  std::vector<Span> spans;
+  for (auto& [base, r] : reservations_) {
+    // Address-ordered spans of the reservation: idle free blocks, walls (every other block) that
+    // separate windows, and holes, which are the gaps between blocks since blocks tile the pieces.
+    spans.clear();
+    uintptr_t cur = r->base;
+    for (auto it = blocks_.lower_bound(r->base); it != blocks_.end() && it->first < r->end; ++it) {
+      Block* b = it->second;
+      if (b->addr > cur) spans.push_back({cur, b->addr, Kind::kHole});
+      spans.push_back({b->addr, b->addr + b->size, b->state == State::kFree && idle(b) ? Kind::kFree : Kind::kWall});
+      cur = b->addr + b->size;
+    }
+    if (cur < r->end) spans.push_back({cur, r->end, Kind::kHole});
+    // Windows: maximal runs of touching non-wall spans. Candidate starts within one are span
+    // starts and span ends minus `size` (the hole bytes are piecewise linear between those).
+    std::vector<uint64_t> prefix;
+    size_t i = 0;
+    while (i < spans.size()) {
+      if (spans[i].kind == Kind::kWall) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      prefix.assign(1, 0);  // hole bytes before span i + k
+      while (j < spans.size() && spans[j].kind != Kind::kWall && (j == i || spans[j].start == spans[j - 1].end)) {
+        prefix.push_back(prefix.back() + (spans[j].kind == Kind::kHole ? spans[j].end - spans[j].start : 0));
+        ++j;
+      }
+      const uintptr_t w_start = spans[i].start, w_end = spans[j - 1].end;
+      const bool open = w_end == r->end && r->extendable;
+      auto holes_before = [&](uintptr_t x) {  // hole bytes in [w_start, x), x in the window
+        const size_t k = static_cast<size_t>(
+            std::partition_point(spans.begin() + static_cast<std::ptrdiff_t>(i), spans.begin() + static_cast<std::ptrdiff_t>(j),
+                                 [x](const Span& sp) { return sp.end <= x; }) -
+            spans.begin());
+        uint64_t h = prefix[k - i];
+        if (k < j && spans[k].kind == Kind::kHole && x > spans[k].start) h += x - spans[k].start;
+        return h;
+      };
+      auto try_at = [&](uintptr_t a) {
+        const uintptr_t e = a + size;
+        if (a < w_start || e < a || (e > w_end && !open)) return;
+        const uint64_t extend = e > w_end ? e - w_end : 0;
+        consider(r, a, holes_before(std::min(e, w_end)) - holes_before(a) + extend, extend);
+      };
+      for (size_t k = i; k < j; ++k) {
+        try_at(spans[k].start);
+        if (spans[k].end - w_start >= size) try_at(spans[k].end - size);
+      }
+      i = j;
+    }
+  }
+  // A new reservation: all of it to map.
+  consider(nullptr, UINTPTR_MAX, size, 0);
+  return have;
+}
+
+void VmmArena::plan_fill(const Plan& plan, uint64_t size, std::vector<Piece*>& movable, std::vector<Slot>* slots) const {
+  // The holes of [addr, addr + size), each split at the reservation's end (a piece never spans
+  // two driver reservations), are filled with movable pieces that fit, then with new pieces.
+  std::vector<std::pair<uintptr_t, uintptr_t>> holes;
+  const uintptr_t a = plan.addr, e = plan.addr + size;
+  uintptr_t cur = a;
+  auto it = pieces_.upper_bound(a);
+  if (it != pieces_.begin() && std::prev(it)->first + std::prev(it)->second->size > a) --it;  // a run reaching into it
+  for (; it != pieces_.end() && it->first < e; ++it) {
+    if (it->first > cur) holes.emplace_back(cur, it->first);
+    cur = std::max(cur, it->first + it->second->size);
+  }
+  if (cur < e) holes.emplace_back(cur, e);
+  // Split at the boundaries between the driver reservations the range is made of.
+  for (size_t k = 1; k < plan.res->parts.size(); ++k) {
+    const uintptr_t cut = plan.res->parts[k].first;
+    for (size_t h = 0; h < holes.size(); ++h) {
+      if (holes[h].first < cut && cut < holes[h].second) {
+        holes.insert(holes.begin() + static_cast<std::ptrdiff_t>(h) + 1, {cut, holes[h].second});
+        holes[h].second = cut;
+      }
+    }
+  }
+  const uint64_t cap = opt_.piece > gran_ ? opt_.piece / gran_ * gran_ : gran_;
+  size_t first_unused = 0;  // movable[0, first_unused) are all taken
+  for (auto [h, end] : holes) {
+    for (size_t k = first_unused; k < movable.size() && h < end; ++k) {
+      if (movable[k] == nullptr || movable[k]->size > end - h) continue;
+      slots->push_back({h, movable[k]->size, movable[k]});
+      h += movable[k]->size;
+      movable[k] = nullptr;
+      while (first_unused < movable.size() && movable[first_unused] == nullptr) ++first_unused;
+    }
+    while (h < end) {
+      const uint64_t n = std::min<uint64_t>(end - h, cap);
+      slots->push_back({h, n, nullptr});
+      h += n;
+    }
+  }
+}
+
+VmmArena::Reservation* VmmArena::reserve_range(uint64_t size, uintptr_t hint, CUresult* err) {
+  uintptr_t va = 0;
+  *err = backend_.va_reserve(size, hint, &va);
+  if (*err != CUDA_SUCCESS) return nullptr;
+  ++stats_.va_reserves;
+  auto* r = new Reservation;
+  r->base = va;
+  r->end = va + size;
+  r->parts.emplace_back(va, size);
+  reservations_.emplace(va, r);
+  return r;
+}
+
+VmmArena::Block* VmmArena::build(uint64_t size, Attempt* attempt, CUresult* err) {
+  const uint64_t reserve = std::max(size, round_up(opt_.reserve, gran_));
+  // Extending a reservation fails when something else took the range after it; then that one
+  // stops being extendable and the plan is made again (the range the driver gave instead is kept
+  // as a reservation of its own, large enough for this block).
+  for (int tries = 0; tries < 8; ++tries) {
+    Plan plan;
+    if (!make_plan(size, &plan)) break;
+    const uintptr_t lo = plan.res ? plan.addr : 0, hi = plan.res ? plan.addr + size : 0;
+    std::vector<Piece*> movable = movable_pieces(lo, hi);
+    if (!attempt->over_budget && opt_.remap_budget > 0 && !movable.empty()) {
+      uint64_t would_move = 0;
+      for (const Piece* p : movable) would_move += p->size;
+      would_move = std::min(would_move, plan.hole_bytes);
+      // At least 256 MiB, so that a small pool may still stitch what it has.
+      const double budget = opt_.remap_budget * static_cast<double>(std::max<uint64_t>(held_, 256ull << 20));
+      if (static_cast<double>(moved_since_growth_ + would_move) > budget) movable.clear();
+    }
+    if (!attempt->may_create) {
+      uint64_t available = 0;
+      for (const Piece* p : movable) available += p->size;
+      if (available < plan.hole_bytes) {
+        attempt->new_bytes = plan.hole_bytes - available;
+        *err = CUDA_ERROR_NOT_READY;
+        return nullptr;
+      }
+    }
+    // 1. Virtual space first: it costs no memory, and its failure leaves nothing to undo.
+    if (plan.res == nullptr) {
+      plan.res = reserve_range(reserve, 0, err);
+      if (plan.res == nullptr) return nullptr;
+      plan.addr = plan.res->base;
+    } else if (plan.extend > 0) {
+      Reservation* r = plan.res;
+      const uint64_t n = std::max(plan.extend, reserve);
+      uintptr_t va = 0;
+      *err = backend_.va_reserve(n, r->end, &va);
+      if (*err != CUDA_SUCCESS) return nullptr;
+      ++stats_.va_reserves;
+      if (va != r->end) {
+        r->extendable = false;
+        auto* fresh = new Reservation;
+        fresh->base = va;
+        fresh->end = va + n;
+        fresh->parts.emplace_back(va, n);
+        reservations_.emplace(va, fresh);
+        continue;
+      }
+      r->parts.emplace_back(va, n);
+      r->end += n;
+      ++stats_.extensions;
+    }
+    // 2. What goes where: free pieces from elsewhere where they fit, new ones for the rest.
+    std::vector<Slot> slots;
+    plan_fill(plan, size, movable, &slots);
+    // 3. New physical memory next: if the device or the cap refuses it, nothing has moved yet.
+    // (Pieces larger than a chunk may not fit the holes even when enough bytes are free.)
+    if (!attempt->may_create) {
+      for (const Slot& s : slots) attempt->new_bytes += s.moved ? 0 : s.size;
+      if (attempt->new_bytes > 0) {
+        free_empty_reservations();
+        *err = CUDA_ERROR_NOT_READY;
+        return nullptr;
+      }
+    }
+    std::vector<Piece*> fresh;
+    for (const Slot& s : slots) {
+      if (s.moved) continue;
+      uint64_t handle = 0;
+      *err = backend_.physical_create(s.size, &handle);
+      if (*err != CUDA_SUCCESS) {
+        for (Piece* p : fresh) release_piece_memory(p);
+        free_empty_reservations();
+        return nullptr;
+      }
+      ++creates_;
+      moved_since_growth_ = 0;
+      held_ += s.size;
+      peak_held_ = std::max(peak_held_, held_);
+      fresh.push_back(new Piece{handle, s.size, 0, nullptr});
+    }
+    // 4. Unmap the pieces that move, and map every piece at its slot. Consecutive slots become
+    // one free block (kept out of the free set: it is merged into the new block below).
+    size_t next_fresh = 0;
+    bool complete = true;
+    CUresult failure = CUDA_SUCCESS;
+    Block* run = nullptr;
+    std::vector<uintptr_t> runs;
+    for (const Slot& s : slots) {
+      Piece* p = s.moved ? s.moved : fresh[next_fresh++];
+      if (s.moved) {
+        if (backend_.unmap(p->va, p->size) != CUDA_SUCCESS) {
+          complete = false;  // it stays where it is, still mapped and free
+          continue;
+        }
+        ++unmaps_;
+        mapped_ -= p->size;
+        carve_out(p);
+        ++stats_.pieces_moved;
+        moved_since_growth_ += p->size;
+      }
+      const CUresult r = backend_.map(s.va, p->size, p->handle, 0);
+      if (r != CUDA_SUCCESS) {
+        failure = r;
+        complete = false;
+        release_piece_memory(p);  // unmapped and unusable: back to the driver
+        continue;
+      }
+      ++maps_;
+      mapped_ += p->size;
+      p->va = s.va;
+      p->res = plan.res;
+      ++plan.res->pieces;
+      pieces_.emplace(s.va, p);
+      if (run != nullptr && run->addr + run->size == s.va) {
+        run->size += p->size;
+        continue;
+      }
+      run = new Block;
+      run->addr = s.va;
+      run->size = p->size;
+      run->res = plan.res;
+      run->state = State::kFree;
+      blocks_.emplace(run->addr, run);
+      runs.push_back(run->addr);
+    }
+    free_empty_reservations();
+    if (!complete) {
+      // Whatever was mapped is free memory like any other: into the free set, merged with its
+      // neighbours (looked up by address, as a merge may have swallowed a later run).
+      for (uintptr_t a : runs) {
+        Block* b = containing(a);
+        if (b != nullptr && free_.count(b) == 0) insert_free(coalesce(b));
+      }
+      *err = failure != CUDA_SUCCESS ? failure : CUDA_ERROR_UNKNOWN;
+      return nullptr;
+    }
+    // 5. [addr, addr + size) is now covered by idle free blocks: merge them into one (the first
+    // and last may stick out; those parts stay free).
+    Block* first = containing(plan.addr);
+    free_.erase(first);
+    drop_event(first);
+    while (first->addr + first->size < plan.addr + size) {
+      Block* n = after(first);
+      free_.erase(n);
+      drop_event(n);
+      blocks_.erase(n->addr);
+      first->size += n->size;
+      delete n;
+    }
+    if (first->addr < plan.addr) {
+      auto* head = new Block;
+      head->addr = first->addr;
+      head->size = plan.addr - first->addr;
+      head->res = first->res;
+      blocks_.erase(first->addr);
+      first->addr = plan.addr;
+      first->size -= head->size;
+      blocks_.emplace(head->addr, head);
+      blocks_.emplace(first->addr, first);
+      insert_free(head);
+    }
+    ++stats_.builds;
+    uint64_t mapped_here = 0;
+    bool moved = false;
+    for (const Slot& s : slots) {
+      mapped_here += s.size;
+      moved |= s.moved != nullptr;
+    }
+    if (mapped_here < size) ++stats_.grows_in_place;
+    if (moved) ++stats_.stitches;
+    return first;  // split() trims what sticks out at the end
+  }
+  *err = CUDA_ERROR_OUT_OF_MEMORY;
+  return nullptr;
+}
+
+void VmmArena::carve_out(Piece* p) {
+  // The piece, already unmapped, lies in one idle free block: that block keeps the part below
+  // it, a new block takes the part above, and the piece's range becomes a hole.
+  Block* holder = containing(p->va);
+  const uintptr_t pa = p->va, pe = p->va + p->size, ha = holder->addr, he = holder->addr + holder->size;
+  free_.erase(holder);
+  if (pe < he) {
+    auto* above = new Block;
+    above->addr = pe;
+    above->size = he - pe;
+    above->res = holder->res;
+    blocks_.emplace(pe, above);
+    insert_free(above);
+  }
+  if (pa > ha) {
+    holder->size = pa - ha;
+    insert_free(holder);
+  } else {
+    blocks_.erase(ha);
+    delete holder;
+  }
+  pieces_.erase(pa);
+  --p->res->pieces;
+  p->va = 0;
+  p->res = nullptr;
+}
+
+void VmmArena::release_piece_memory(Piece* p) {
+  if (backend_.physical_release(p->handle, p->size) != CUDA_SUCCESS) {
+    loose_.push_back(p);  // still held; retried by release_idle
+    return;
+  }
+  held_ -= p->size;
+  ++releases_;
+  delete p;
+}
+
+void VmmArena::free_empty_reservations() {
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    Reservation* r = it->second;
+    if (r->pieces != 0) {
+      ++it;
+      continue;
+    }
+    // Nothing is mapped there any more; a refused va_free would only leak virtual space.
+    for (auto& [va, n] : r->parts)
+      if (backend_.va_free(va, n) == CUDA_SUCCESS) ++stats_.va_frees;
+    delete r;
+    it = reservations_.erase(it);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Giving memory back
+
+void VmmArena::release_idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Piece*> loose;
+  loose.swap(loose_);
+  for (Piece* p : loose) release_piece_memory(p);
+  for (Piece* p : movable_pieces(0, 0)) {
+    if (backend_.unmap(p->va, p->size) != CUDA_SUCCESS) continue;
+    ++unmaps_;
+    mapped_ -= p->size;
+    carve_out(p);
+    release_piece_memory(p);
+  }
+  free_empty_reservations();
+}
+
+void VmmArena::count_retry() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++retries_;
+}
+
+void VmmArena::count_oom() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++ooms_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Introspection
+
+bool VmmArena::contains(const void* p) const {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pieces_.upper_bound(a);
+  if (it == pieces_.begin()) return false;
+  --it;
+  return a < it->first + it->second->size;
+}
+
+void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* segment_bytes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  out->reserved_bytes = held_;
+  out->peak_reserved_bytes = peak_held_;
+  out->cached_free_bytes = held_ - user_allocated_ - segment_bytes_;
+  out->quarantined_bytes = quarantine_bytes_;
+  out->largest_free_block = free_.empty() ? 0 : (*free_.rbegin())->size;
+  out->segment_allocs = creates_;
+  out->segment_frees = releases_;
+  out->alloc_retries = retries_;
+  out->ooms = ooms_;
+  out->reuse_syncs = syncs_;
+  out->map_calls = maps_;
+  out->unmap_calls = unmaps_;
+  out->mapped_bytes = mapped_;
+  *user_allocated = user_allocated_;
+  *segment_bytes = segment_bytes_;
+}
+
+VmmStats VmmArena::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  VmmStats s = stats_;
+  s.pieces = pieces_.size() + loose_.size();
+  s.reservations = reservations_.size();
+  return s;
+}
+
+std::string VmmArena::check_invariants() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t quarantined = 0, user = 0, segments = 0;
+  size_t listed = free_.size() + quarantine_.size() + user_.size() + segments_.size();
+  for (const Block* b : free_)
+    if (b->state != State::kFree) return "a block in the free set is not free";
+  for (const Block* b : quarantine_) {
+    if (b->state != State::kQuarantined) return "a quarantined block has the wrong state";
+    quarantined += b->size;
+  }
+  for (const auto& [a, b] : user_) {
+    if (b->state != State::kAllocated || b->owner != Owner::kUser || a != b->addr) return "bad live block";
+    user += b->size;
+  }
+  for (const auto& [a, b] : segments_) {
+    if (b->state != State::kAllocated || b->owner != Owner::kSegment || a != b->addr) return "bad segment block";
+    segments += b->size;
+  }
+  if (quarantined != quarantine_bytes_) return "quarantine bytes disagree";
+  if (user != user_allocated_ || segments != segment_bytes_) return "allocated bytes disagree";
+  if (listed != blocks_.size()) return "the address index and the block lists disagree";
+  // Blocks: disjoint, whole chunks, inside their reservation.
+  const Block* prev = nullptr;
+  for (const auto& [a, b] : blocks_) {
+    if (a != b->addr) return "address index key";
+    if (b->state == State::kFree && free_.count(const_cast<Block*>(b)) == 0) return "a free block missing from the free set";
+    if (b->size == 0 || b->size % gran_ || b->addr % gran_) return "block not made of whole chunks";
+    if (b->res == nullptr || reservations_.count(b->res->base) == 0) return "block in an unknown reservation";
+    if (b->addr < b->res->base || b->addr + b->size > b->res->end) return "block outside its reservation";
+    if (prev && prev->addr + prev->size > b->addr) return "blocks overlap";
+    prev = b;
+  }
+  // Blocks tile the mapped pieces exactly: compare the two unions, interval by interval.
+  auto merged = [](const std::vector<std::pair<uintptr_t, uintptr_t>>& v) {
+    std::vector<std::pair<uintptr_t, uintptr_t>> out;
+    for (const auto& iv : v) {
+      if (!out.empty() && out.back().second == iv.first) out.back().second = iv.second;
+      else out.push_back(iv);
+    }
+    return out;
+  };
+  std::vector<std::pair<uintptr_t, uintptr_t>> bi, pi;
+  for (const auto& [a, b] : blocks_) bi.emplace_back(a, a + b->size);
+  uint64_t mapped = 0;
+  std::map<const Reservation*, uint64_t> counts;
+  for (const auto& [va, p] : pieces_) {
+    if (p->va != va || p->res == nullptr) return "piece bookkeeping";
+    if (va < p->res->base || va + p->size > p->res->end) return "piece outside its reservation";
+    for (const auto& [part, n] : p->res->parts)
+      if (va < part + n && part < va + p->size && (va < part || va + p->size > part + n)) return "piece spans two driver reservations";
+    if (!pi.empty() && pi.back().second > va) return "pieces overlap";
+    pi.emplace_back(va, va + p->size);
+    mapped += p->size;
+    ++counts[p->res];
+  }
+  if (merged(bi) != merged(pi)) return "blocks do not tile the mapped pieces";
+  if (mapped != mapped_) return "mapped bytes disagree";
+  uint64_t loose = 0;
+  for (const Piece* p : loose_) loose += p->size;
+  if (mapped + loose != held_) return "held bytes disagree with the pieces";
+  for (const auto& [base, r] : reservations_) {
+    if (r->pieces != counts[r] || r->pieces == 0) return "reservation piece count (or an empty reservation kept)";
+    uintptr_t end = r->base;
+    for (const auto& [part, n] : r->parts) {
+      if (part != end) return "reservation parts not contiguous";
+      end += n;
+    }
+    if (end != r->end) return "reservation parts do not add up";
+  }
+  return "";
+}
+
+}  // namespace gpushim

@@ -1,0 +1,237 @@
+// The large-block part of GPUSHIM_POLICY=vmm (vmm_pool.h puts the parts together): blocks of
+// physical memory that the pool maps itself with the driver's virtual-memory API.
+//
+// Three layers:
+//   - Pieces: physical allocations (cuMemCreate), one 2 MiB chunk each by default. A piece is
+//     indivisible: cuMemMap maps a handle only from offset 0 ("offset ... currently must be
+//     zero", cuda.h, CUDA 13), so a piece is mapped whole, and it is the unit that can move.
+//   - Reservations: virtual ranges (cuMemAddressReserve) in which pieces are mapped, leaving
+//     unmapped holes wherever pieces were taken away. A reservation whose end is reached grows in
+//     place by reserving the range right after it (the driver honours the address hint when free).
+//   - Blocks: what callers get, as in the caching policy (best fit by size, split, coalesce with
+//     free neighbours, quarantine, stream order). Blocks are whole chunks, tile the mapped pieces
+//     exactly and never span a hole; touching blocks are neighbours (an address index finds them).
+//
+// What the virtual-memory API buys is that free memory is not stuck where it was freed. When no
+// free block is large enough, the arena looks at every window (a run of idle free blocks and holes
+// between live blocks, possibly continuing past its reservation's end) and picks the place that
+// needs the fewest bytes mapped; the holes there are filled:
+//   - first with idle free pieces taken from elsewhere, highest addresses first (stitching: free
+//     memory scattered anywhere becomes one range, and mapped memory compacts toward the bottom,
+//     so emptied reservations are freed and holes do not accumulate);
+//   - then with new pieces, only for what free pieces cannot cover (growth in place: a free block
+//     at a window's edge is extended by what it lacks).
+// Live blocks never move: only pieces that lie wholly in an idle free block are remapped (an idle
+// block has no pending event, so no queued work can touch it while it is unmapped).
+//
+// Why whole chunks: a block boundary inside a chunk leaves that chunk partly live once a neighbour
+// is freed, and a partly live chunk can be neither moved nor released; with 512 B rounding such
+// stubs cost up to two chunks per free gap (utilization 0.82 on tests/unit/fragmentation_workload.h,
+// against 0.98 this way). Requests too small for that rounding are sub-allocated by VmmPool.
+//
+// Thread safety: every public member takes the arena's mutex. The arena never calls out to the
+// small-request pool, so that pool may call in while holding its own lock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "policy/backend.h"
+#include "policy/device_memory_resource.h"
+
+namespace gpushim {
+
+struct VmmPoolOptions {
+  uint64_t round = 512;                     // small blocks are a multiple of this; large ones whole chunks
+  uint64_t small_max = 1ull << 20;          // requests up to this are sub-allocated from 2 MiB segments
+  // Requests up to this are sub-allocated from `medium_segment` segments, like the caching
+  // policy's 1-10 MiB class: a whole-chunk block would round a 2.1 MiB request up to 4 MiB
+  // (measured on uniform random sizes up to 4 MiB: 0.75 of requested bytes held that way, 0.89
+  // sub-allocated, the caching policy 0.90). Larger requests are whole-chunk arena blocks.
+  uint64_t medium_max = 8ull << 20;
+  uint64_t medium_segment = 8ull << 20;
+  uint64_t reserve = 1ull << 30;            // virtual space reserved at a time (0: exactly what is mapped)
+  // Size of one physical allocation, rounded down to the granularity; 0: one chunk (2 MiB). A
+  // physical allocation maps only whole (cuMemMap's offset must be zero), so it is the unit that
+  // can move: one chunk each costs a map call per chunk when memory is created or moved; larger
+  // runs cost fewer calls but stay pinned while any block uses part of them. Measured on
+  // tests/unit/fragmentation_workload.h (5 seeds): utilization 0.977-0.995 with 2 MiB, 0.960-0.978
+  // with 4 MiB, 0.88-0.93 with 16 MiB, 0.83-0.90 unlimited, for about 2x, 7x and 14x fewer maps.
+  uint64_t piece = 0;
+  uint64_t quarantine_bytes = 64ull << 20;  // cudaFree'd bytes that may wait for one batched sync
+  // Freed memory may sit idle (in the quarantine, or cached by the sub-allocator) up to 1/N of
+  // what the pool holds, at least 4 chunks, at most GPUSHIM_QUARANTINE; past that, the pool
+  // synchronizes rather than create memory, so that waiting frees do not inflate its footprint
+  // (the point of this policy). 0 turns it off. On tests/unit/fragmentation_workload.h (5 seeds):
+  // 1/32 gives utilization 0.959-0.988, 1/64 0.984-0.995, with 87-104 and 103-129 syncs
+  // (the caching policy: 93-118).
+  uint32_t quarantine_share = 64;
+  uint64_t small_quarantine_bytes = 16ull << 20;  // the small-request pool's quarantine
+  // Bytes of free pieces that may be moved since the pool last created memory, as a multiple of
+  // what it holds (at least 256 MiB; 0: no limit). Past it, a build creates memory instead of moving more (unless
+  // the device refuses: then moving is the way to serve the request). In a loop whose blocks land
+  // a little differently every iteration, a pool this tight would otherwise remap chunks in every
+  // iteration forever; a little more memory lets the loop settle (see VmmPool tests).
+  double remap_budget = 1.0;
+};
+
+// Counters beyond PoolFigures, for tests and benchmarks.
+struct VmmStats {
+  uint64_t builds = 0;         // blocks made by mapping pieces into a window
+  uint64_t grows_in_place = 0; // builds that reused free memory where it was and mapped only the rest
+  uint64_t stitches = 0;       // builds that remapped free pieces from elsewhere
+  uint64_t pieces_moved = 0;
+  uint64_t extensions = 0;     // reservations extended in place through the address hint
+  uint64_t va_reserves = 0;
+  uint64_t va_frees = 0;
+  uint64_t pieces = 0;         // physical allocations held now
+  uint64_t reservations = 0;   // virtual ranges held now
+};
+
+class VmmArena {
+ public:
+  enum class Owner : uint8_t { kUser, kSegment };
+
+  VmmArena(Backend& backend, const VmmPoolOptions& options);
+  ~VmmArena();
+  VmmArena(const VmmArena&) = delete;
+  VmmArena& operator=(const VmmArena&) = delete;
+
+  size_t granularity() const { return gran_; }
+
+  // What an attempt may do, and what it would have needed when it returns CUDA_ERROR_NOT_READY
+  // (kMemory): the caller can then take back memory cached in the small pool before trying again.
+  enum class Need : uint8_t { kNothing, kMemory };
+  struct Attempt {
+    bool may_create = true;    // false: return kMemory instead of creating physical memory
+    bool over_budget = false;  // move free pieces even past the remap budget (memory is short)
+    Need need = Need::kNothing;
+    uint64_t new_bytes = 0;    // with kMemory: about how much would have been created
+  };
+  // One attempt: best fit (after one batched sync when the quarantine is large), then a build.
+  // Returns CUDA_ERROR_OUT_OF_MEMORY when the device (or the cap) refuses the memory still needed;
+  // the caller decides whether to make more memory reusable and retry.
+  CUresult try_allocate(uint64_t size, const AllocRequest& req, Owner owner, void** out, uint64_t* got,
+                        Attempt* attempt);
+  // Frees a kUser block (quarantine or stream order, as in the caching policy).
+  CUresult deallocate(void* p, CUstream stream, bool stream_ordered);
+  // Takes back a kSegment block; its owner guarantees that no work still uses it.
+  CUresult return_segment(void* p);
+
+  // The device was just synchronized by someone else: everything freed so far is idle.
+  void settle_after_external_sync();
+  // Unmaps and releases every piece that lies in an idle free block (call after a sync to make
+  // all freed memory idle), and frees virtual ranges left without pieces. Nothing during capture.
+  void release_idle();
+  // Free bytes allowed to sit idle (quarantined, or cached elsewhere) before the pool synchronizes
+  // rather than create memory: GPUSHIM_QUARANTINE, or 1/quarantine_share of what is held.
+  uint64_t idle_allowance() const;
+
+  void count_retry();
+  void count_oom();
+
+  bool contains(const void* p) const;
+  // Fills reserved/cached/quarantine/largest/segment/retry/oom/sync/map figures for the arena
+  // alone; `user_allocated` receives the bytes of live kUser blocks.
+  void figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* segment_bytes) const;
+  VmmStats stats() const;
+  // Checks every structural invariant; "" when they hold, else the first violation. O(n log n).
+  std::string check_invariants() const;
+
+ private:
+  enum class State : uint8_t { kAllocated, kFree, kQuarantined };
+  struct Event {
+    uint64_t handle = 0;
+    uint32_t refs = 1;
+  };
+  struct Reservation {
+    uintptr_t base = 0;
+    uintptr_t end = 0;  // one or more adjacent driver reservations, [base, end)
+    std::vector<std::pair<uintptr_t, uint64_t>> parts;  // what va_free must be given back
+    uint64_t pieces = 0;
+    bool extendable = true;  // false once the driver refused the range right after `end`
+  };
+  struct Piece {
+    uint64_t handle = 0;
+    uint64_t size = 0;
+    uintptr_t va = 0;
+    Reservation* res = nullptr;
+  };
+  struct Block {
+    uintptr_t addr = 0;
+    uint64_t size = 0;
+    Reservation* res = nullptr;  // blocks never span reservations (nor unmapped space)
+    State state = State::kFree;
+    Owner owner = Owner::kUser;
+    CUstream stream = nullptr;  // stream-ordered frees: the stream it was freed on
+    Event* event = nullptr;     // completes when the work before that free is done
+  };
+  struct BySizeThenAddress {
+    bool operator()(const Block* a, const Block* b) const {
+      return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+    }
+  };
+  using FreeSet = std::set<Block*, BySizeThenAddress>;
+
+  // Where a block of `size` will be made: [addr, addr + size) in `res`, today a run of idle free
+  // blocks and unmapped holes (a "window"); the holes are filled with pieces.
+  struct Slot {
+    uintptr_t va;
+    uint64_t size;
+    Piece* moved;  // null: a new piece of `size`
+  };
+  struct Plan {
+    Reservation* res = nullptr;  // null: a new reservation
+    uintptr_t addr = 0;
+    uint64_t hole_bytes = 0;     // what must be mapped
+    uint64_t extend = 0;         // bytes needed past res->end (extension through the address hint)
+  };
+
+  Block* find_free(uint64_t size, const AllocRequest& req);
+  bool usable(Block* b, const AllocRequest& req);
+  bool idle(Block* b);
+  uint64_t sync_threshold() const;
+  bool sync_and_settle_locked();
+  void settle_locked();
+  Block* build(uint64_t size, Attempt* attempt, CUresult* err);
+  bool make_plan(uint64_t size, Plan* plan);
+  std::vector<Piece*> movable_pieces(uintptr_t lo, uintptr_t hi);
+  void plan_fill(const Plan& plan, uint64_t size, std::vector<Piece*>& movable, std::vector<Slot>* slots) const;
+  Reservation* reserve_range(uint64_t size, uintptr_t hint, CUresult* err);
+  Block* containing(uintptr_t va) const;
+  Block* before(const Block* b) const;
+  Block* after(const Block* b) const;
+  void carve_out(Piece* p);
+  void release_piece_memory(Piece* p);
+  void free_empty_reservations();
+  Block* split(Block* b, uint64_t size);
+  void insert_free(Block* b);
+  Block* coalesce(Block* b);
+  void drop_event(Block* b);
+
+  Backend& backend_;
+  const VmmPoolOptions opt_;
+  const size_t gran_;
+  mutable std::mutex mu_;
+  FreeSet free_;                      // free blocks, for best fit
+  std::map<uintptr_t, Block*> blocks_;  // every block, by address: neighbours, windows
+  std::vector<Block*> quarantine_;  // cudaFree'd blocks waiting for a sync
+  uint64_t quarantine_bytes_ = 0;
+  absl::flat_hash_map<uintptr_t, Block*> user_;      // live kUser blocks by address
+  absl::flat_hash_map<uintptr_t, Block*> segments_;  // live kSegment blocks by address
+  std::map<uintptr_t, Piece*> pieces_;               // mapped pieces by address
+  std::map<uintptr_t, Reservation*> reservations_;   // by base
+  std::vector<Piece*> loose_;  // unmapped pieces the driver refused to release; retried later
+  uint64_t held_ = 0, peak_held_ = 0, mapped_ = 0, user_allocated_ = 0, segment_bytes_ = 0;
+  uint64_t creates_ = 0, releases_ = 0, maps_ = 0, unmaps_ = 0, syncs_ = 0, retries_ = 0, ooms_ = 0;
+  uint64_t moved_since_growth_ = 0;  // bytes of pieces moved since memory was last created
+  VmmStats stats_;
+};
+
+}  // namespace gpushim

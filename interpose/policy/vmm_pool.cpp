@@ -1,0 +1,164 @@
+#include "policy/vmm_pool.h"
+
+#include <algorithm>
+
+namespace gpushim {
+
+// The small pool's view of the device: its segments are arena blocks, everything else is the real
+// backend. The small pool calls in while holding its own lock, and the arena never calls back,
+// so the lock order is always small pool -> arena.
+class VmmPool::SegmentSource final : public Backend {
+ public:
+  SegmentSource(Backend& up, VmmArena& arena) : up_(up), arena_(arena) {}
+
+  CUresult segment_alloc(size_t bytes, void** out) override {
+    // A plain request: a segment may serve any stream. When the arena is short, the small pool
+    // runs its own retry (sync, give back empty segments, try again), which passes through here.
+    uint64_t got = 0;
+    VmmArena::Attempt attempt;
+    return arena_.try_allocate(bytes, AllocRequest{bytes, nullptr, false}, VmmArena::Owner::kSegment, out, &got,
+                               &attempt);
+  }
+  // The small pool frees a segment only when all of it is idle (synchronized, or its events done).
+  CUresult segment_free(void* p, size_t) override { return arena_.return_segment(p); }
+
+  CUresult synchronize() override {
+    // Refused while the pool only wants the small pool's idle empty segments back (see
+    // VmmPool::reclaim_segments): CachingPool::release_cached then skips its sync and still
+    // frees every empty segment that no queued work can touch.
+    if (refuse_sync) return CUDA_ERROR_NOT_READY;
+    const CUresult r = up_.synchronize();
+    // The same synchronization makes the arena's quarantine reusable too: no second one needed.
+    if (r == CUDA_SUCCESS) arena_.settle_after_external_sync();
+    return r;
+  }
+  uint64_t record_event(CUstream stream) override { return up_.record_event(stream); }
+  bool event_done(uint64_t event) override { return up_.event_done(event); }
+  void release_event(uint64_t event) override { up_.release_event(event); }
+  bool capture_active() override { return up_.capture_active(); }
+  CUresult mem_info(size_t* free, size_t* total) override { return up_.mem_info(free, total); }
+
+  // Per thread: only the reclaiming thread's own calls are refused.
+  static thread_local bool refuse_sync;
+
+ private:
+  Backend& up_;
+  VmmArena& arena_;
+};
+
+thread_local bool VmmPool::SegmentSource::refuse_sync = false;
+
+namespace {
+
+CachingPoolOptions small_pool_options(const VmmPoolOptions& o, size_t granularity) {
+  CachingPoolOptions c;
+  c.round = o.round;
+  c.small_max = o.small_max;
+  // One chunk per segment: the smallest unit the arena maps, and the caching policy's own size.
+  c.small_segment = std::max<uint64_t>(granularity, 2ull << 20);
+  c.medium_max = std::max(o.medium_max, o.small_max);  // nothing larger ever reaches this pool
+  c.large_segment = std::max<uint64_t>((o.medium_segment + granularity - 1) / granularity * granularity, c.medium_max);
+  c.quarantine_bytes = o.small_quarantine_bytes;
+  return c;
+}
+
+}  // namespace
+
+VmmPool::VmmPool(Backend& backend, VmmPoolOptions options)
+    : opt_(options),
+      arena_(backend, opt_),
+      source_(std::make_unique<SegmentSource>(backend, arena_)),
+      small_(std::make_unique<CachingPool>(*source_, small_pool_options(opt_, arena_.granularity()))) {}
+
+VmmPool::~VmmPool() {
+  small_.reset();  // returns its segments to the arena
+  source_.reset();
+}
+
+void VmmPool::sync_all() {
+  small_->release_cached();
+  PoolFigures f;
+  small_->figures(&f);
+  small_free_mark_.store(f.cached_free_bytes, std::memory_order_relaxed);
+}
+
+void VmmPool::reclaim_segments() {
+  SegmentSource::refuse_sync = true;
+  small_->release_cached();
+  SegmentSource::refuse_sync = false;
+}
+
+void VmmPool::reclaim_before_growth(uint64_t need) {
+  reclaim_segments();
+  // Segments freed stream-ordered often hold pieces with and without events, which the small pool
+  // merges only after a sync: when enough free memory has gathered there, one sync is cheaper
+  // than holding more memory. What stays cached after a sync (partly used segments) is the mark.
+  // A growth within the idle allowance is not worth a device sync.
+  const uint64_t allowance = arena_.idle_allowance();
+  if (need <= allowance) return;
+  PoolFigures f;
+  small_->figures(&f);
+  uint64_t mark = small_free_mark_.load(std::memory_order_relaxed);
+  if (f.cached_free_bytes < mark) small_free_mark_.store(mark = f.cached_free_bytes, std::memory_order_relaxed);
+  if (f.cached_free_bytes > mark && f.cached_free_bytes - mark >= allowance) sync_all();
+}
+
+CUresult VmmPool::allocate(const AllocRequest& req, void** out, uint64_t* allocated) {
+  if (req.size <= std::max(opt_.small_max, opt_.medium_max)) return small_->allocate(req, out, allocated);
+  // Before creating memory the arena reports what it would need; reclaiming happens here, outside
+  // its lock, because it goes through the small pool, which calls into the arena. (The arena's
+  // own quarantine syncs stay inside: they need not disturb the small pool's segments.)
+  VmmArena::Attempt attempt;
+  attempt.may_create = false;
+  CUresult r = arena_.try_allocate(req.size, req, VmmArena::Owner::kUser, out, allocated, &attempt);
+  if (r == CUDA_ERROR_NOT_READY && attempt.need == VmmArena::Need::kMemory) {
+    reclaim_before_growth(attempt.new_bytes);
+    attempt = {};
+    r = arena_.try_allocate(req.size, req, VmmArena::Owner::kUser, out, allocated, &attempt);
+  }
+  if (r != CUDA_ERROR_OUT_OF_MEMORY) return r;
+  // Short of memory, retry once after making every freed byte usable: one sync settles both parts
+  // and returns the small pool's empty segments, whose chunks can then be stitched in.
+  arena_.count_retry();
+  sync_all();
+  attempt = {};
+  attempt.over_budget = true;
+  r = arena_.try_allocate(req.size, req, VmmArena::Owner::kUser, out, allocated, &attempt);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) arena_.count_oom();
+  return r;
+}
+
+CUresult VmmPool::deallocate(void* p, CUstream stream, bool stream_ordered) {
+  // Small blocks are the common case. The two address sets are disjoint: small blocks lie inside
+  // segments, which the arena never lists as live user blocks.
+  const CUresult r = small_->deallocate(p, stream, stream_ordered);
+  if (r != CUDA_ERROR_INVALID_VALUE) return r;
+  return arena_.deallocate(p, stream, stream_ordered);
+}
+
+bool VmmPool::contains(const void* p) const { return arena_.contains(p); }
+
+void VmmPool::figures(PoolFigures* out) const {
+  // Lock order small -> arena is respected: each figures() call takes one lock at a time.
+  PoolFigures small;
+  small_->figures(&small);
+  uint64_t user_allocated = 0, segment_bytes = 0;
+  arena_.figures(out, &user_allocated, &segment_bytes);
+  // The small pool's segments are arena blocks; what it has handed out is allocated, the rest of
+  // its segments is cached free like any free block.
+  const uint64_t small_allocated = small.reserved_bytes - small.cached_free_bytes;
+  const uint64_t allocated = user_allocated + std::min(small_allocated, segment_bytes);
+  out->cached_free_bytes = out->reserved_bytes - std::min(out->reserved_bytes, allocated);
+  out->quarantined_bytes += small.quarantined_bytes;
+  out->largest_free_block = std::max(out->largest_free_block, small.largest_free_block);
+  out->alloc_retries += small.alloc_retries;
+  out->ooms += small.ooms;
+  out->reuse_syncs += small.reuse_syncs;
+}
+
+void VmmPool::release_cached() {
+  sync_all();  // everything freed becomes idle; empty segments go back to the arena
+  arena_.release_idle();
+}
+
+}  // namespace gpushim

@@ -1,0 +1,75 @@
+// GPUSHIM_POLICY=vmm: a pool without external fragmentation, built on the driver's virtual-memory
+// API (cuMemCreate / cuMemAddressReserve / cuMemMap). The caching policy can hold far more than
+// is allocated when freed memory is scattered in pieces too small for the next request; here free
+// physical memory is remapped, wherever it sits, into one contiguous range (vmm_arena.h), so the
+// pool grows only by what free memory cannot cover.
+//
+// Two parts, composed:
+//   - requests above `medium_max` (8 MiB) are whole-chunk blocks of the VmmArena;
+//   - smaller ones are sub-allocated by a CachingPool (small requests from 2 MiB segments, medium
+//     ones from 8 MiB segments), whose segments are themselves arena blocks (SegmentSource, a
+//     Backend adaptor): small requests share chunks and follow the caching policy's reuse rules,
+//     and empty segments go back to the arena, where their chunks can be remapped.
+// Reuse safety is the caching policy's: cudaFree'd memory waits in a quarantine for one batched
+// synchronization, stream-ordered frees are reusable at once on their stream and elsewhere once
+// their event completes, and nothing is synchronized, queried or unmapped during stream capture.
+// Before the pool creates memory, and on the out-of-memory retry, one sync through the small pool
+// (sync_all) settles both parts and returns the small pool's empty segments to the arena.
+//
+// Memory mapped with cuMemMap cannot be exported with cudaIpcGetMemHandle (a CUDA rule): is_vmm()
+// lets the core refuse it with a clear message instead of handing out a handle that fails later.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "policy/backend.h"
+#include "policy/caching_pool.h"
+#include "policy/device_memory_resource.h"
+#include "policy/vmm_arena.h"
+
+namespace gpushim {
+
+class VmmPool final : public DeviceMemoryResource {
+ public:
+  // `backend.granularity()` must be non-zero (the device supports virtual memory management).
+  VmmPool(Backend& backend, VmmPoolOptions options);
+  ~VmmPool() override;
+
+  CUresult allocate(const AllocRequest& req, void** out, uint64_t* allocated) override;
+  CUresult deallocate(void* p, CUstream stream, bool stream_ordered) override;
+  bool contains(const void* p) const override;
+  void figures(PoolFigures* out) const override;
+  void release_cached() override;
+
+  // All memory of this pool is mapped with cuMemMap, which legacy IPC cannot share.
+  bool is_vmm() const { return true; }
+
+  const VmmPoolOptions& options() const { return opt_; }
+  VmmStats stats() const { return arena_.stats(); }
+  // "" when every structural invariant of the arena holds, else the first violation (tests).
+  std::string check_invariants() const { return arena_.check_invariants(); }
+
+ private:
+  class SegmentSource;
+  // One device synchronization that settles both parts: the small pool's, which passes through
+  // SegmentSource and so settles the arena too, and which hands every empty segment back.
+  void sync_all();
+  // Hands the small pool's idle empty segments back to the arena, without synchronizing.
+  void reclaim_segments();
+  // Before the arena creates `need` bytes: take back the small pool's empty segments, and
+  // synchronize first if it has come to cache more free memory than the pool lets sit idle.
+  void reclaim_before_growth(uint64_t need);
+
+  const VmmPoolOptions opt_;
+  VmmArena arena_;
+  // Destroyed before the arena: the small pool hands its segments back on destruction.
+  std::unique_ptr<SegmentSource> source_;
+  std::unique_ptr<CachingPool> small_;
+  // Free bytes the small pool cached right after the last sync_all (what a sync cannot return:
+  // partly used segments), so that growth pays a sync only when there is more to gain.
+  std::atomic<uint64_t> small_free_mark_{0};
+};
+
+}  // namespace gpushim

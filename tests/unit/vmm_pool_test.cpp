@@ -1,0 +1,852 @@
+#include "policy/vmm_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "config/config.h"
+#include "fragmentation_workload.h"
+#include "policy/device_budget.h"
+#include "policy/limited_backend.h"
+#include "policy/policy_factory.h"
+#include "policy/sim_backend.h"
+#include "util/log.h"
+
+namespace gpushim {
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+constexpr uint64_t GiB = 1ull << 30;
+CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
+uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// A VmmPool over a SimBackend, optionally capped by a LimitedBackend in between (the shim's chain).
+struct Vmm {
+  explicit Vmm(uint64_t capacity = 4 * GiB, VmmPoolOptions o = {}, uint64_t limit = 0)
+      : sim(capacity), limited(sim, budget), pool(make(limit), o) {}
+  Backend& make(uint64_t limit) {
+    budget.set_limit(limit);
+    return limited;
+  }
+  void* alloc(size_t n, CUstream s = nullptr, bool ordered = false, uint64_t* got = nullptr) {
+    void* p = nullptr;
+    uint64_t a = 0;
+    const CUresult r = pool.allocate(AllocRequest{n, s, ordered}, &p, &a);
+    if (got) *got = a;
+    return r == CUDA_SUCCESS ? p : nullptr;
+  }
+  CUresult free(void* p, CUstream s = nullptr, bool ordered = false) { return pool.deallocate(p, s, ordered); }
+  PoolFigures fig() const {
+    PoolFigures f;
+    pool.figures(&f);
+    return f;
+  }
+  SimBackend sim;
+  DeviceBudget budget;
+  LimitedBackend limited;
+  VmmPool pool;
+};
+
+// What backs a block: (handle, offset) at its first, middle and last byte.
+std::vector<std::pair<uint64_t, uint64_t>> backing(const SimBackend& sim, uintptr_t a, uint64_t n) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (uintptr_t x : {a, a + n / 2, a + n - 1}) {
+    uint64_t h = 0, off = 0;
+    if (!sim.translate(x, &h, &off)) h = off = UINT64_MAX;
+    out.emplace_back(h, off);
+  }
+  return out;
+}
+
+// ---- basics ----
+
+TEST(VmmPool, AllocatesMapsAndReusesABlockAsIs) {
+  Vmm v;
+  uint64_t got = 0;
+  void* a = v.alloc(11 * MiB, nullptr, false, &got);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(got, 12 * MiB) << "large blocks are whole 2 MiB chunks";
+  PoolFigures f = v.fig();
+  EXPECT_EQ(f.reserved_bytes, 12 * MiB);
+  EXPECT_EQ(f.map_calls, 6u) << "one map per chunk";
+  EXPECT_EQ(f.mapped_bytes, 12 * MiB);
+  EXPECT_EQ(f.cached_free_bytes, 0u);
+  EXPECT_EQ(v.sim.used(), 12 * MiB);
+  EXPECT_EQ(v.sim.counters().physical_creates, 6u);
+  EXPECT_TRUE(v.pool.contains(static_cast<char*>(a) + 11 * MiB - 1));
+  ASSERT_EQ(v.free(a, nullptr, true), CUDA_SUCCESS);  // stream-ordered, event complete at once
+  EXPECT_EQ(v.alloc(11 * MiB), a) << "a freed block is reused where it is, still mapped";
+  EXPECT_EQ(v.fig().map_calls, 6u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  EXPECT_TRUE(v.pool.is_vmm());
+}
+
+TEST(VmmPool, PointersAreAlignedAndSizesRounded) {
+  Vmm v(64 * GiB);
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 2000; ++i) {
+    const uint64_t n = 1 + (rng() % 3 == 0 ? rng() % (64 * MiB) : rng() % (1 * MiB));
+    uint64_t got = 0;
+    void* p = v.alloc(n, nullptr, false, &got);
+    ASSERT_NE(p, nullptr);
+    EXPECT_GE(got, n);
+    if (n <= v.pool.options().small_max) {
+      EXPECT_EQ(addr(p) % 512, 0u) << n;
+      EXPECT_LT(got - n, 512u) << "small blocks are rounded to 512 B, nothing more";
+    } else if (n <= v.pool.options().medium_max) {
+      EXPECT_EQ(addr(p) % 512, 0u) << n;
+      EXPECT_LE(got - n, MiB + 512) << "medium blocks keep a remainder of up to 1 MiB, as in the caching policy";
+    } else {
+      EXPECT_EQ(addr(p) % (2 * MiB), 0u) << n;
+      EXPECT_LT(got - n, 2 * MiB) << "large blocks are rounded to whole chunks";
+    }
+    if (rng() % 2) v.free(p, nullptr, rng() % 2);
+  }
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, SmallRequestsShareChunks) {
+  Vmm v;
+  std::vector<void*> small;
+  for (int i = 0; i < 1000; ++i) small.push_back(v.alloc(1000));  // 512 KiB after rounding... twice over
+  for (void* p : small) ASSERT_NE(p, nullptr);
+  EXPECT_EQ(v.fig().reserved_bytes, 2 * MiB) << "a thousand small requests fit one chunk";
+  EXPECT_EQ(v.sim.counters().physical_creates, 1u);
+  EXPECT_EQ(v.fig().map_calls, 1u);
+  for (int i = 0; i < 100; ++i) ASSERT_NE(v.alloc(100 << 10), nullptr);  // 20 per 2 MiB segment
+  EXPECT_EQ(v.fig().reserved_bytes, 2 * MiB + 5 * 2 * MiB);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, EmptySmallSegmentsGoBackAsFreeChunks) {
+  Vmm v;
+  std::vector<void*> small;
+  for (int i = 0; i < 100; ++i) small.push_back(v.alloc(512 << 10));  // 25 segments
+  EXPECT_EQ(v.fig().reserved_bytes, 50 * MiB);
+  for (void* p : small) v.free(p);
+  v.pool.release_cached();
+  EXPECT_EQ(v.sim.used(), 0u) << "every chunk goes back once nothing uses it";
+  EXPECT_EQ(v.sim.mapped_bytes(), 0u);
+  EXPECT_EQ(v.sim.reservations(), 0u) << "and every virtual range";
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, UnknownPointerIsInvalid) {
+  Vmm v;
+  void* s = v.alloc(1000);
+  void* l = v.alloc(8 * MiB);
+  EXPECT_EQ(v.free(static_cast<char*>(s) + 512), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(v.free(static_cast<char*>(l) + 512), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(v.free(s), CUDA_SUCCESS);
+  EXPECT_EQ(v.free(l), CUDA_SUCCESS);
+  EXPECT_EQ(v.free(s), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(v.free(l), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_TRUE(v.pool.contains(static_cast<char*>(l) + 100));
+  EXPECT_FALSE(v.pool.contains(reinterpret_cast<void*>(0x1000)));
+}
+
+// ---- stitching and growth ----
+
+TEST(VmmPool, StitchesScatteredFreeChunksIntoOneRange) {
+  Vmm v(200 * MiB);  // exactly ten 20 MiB blocks
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10; ++i) blocks.push_back(v.alloc(20 * MiB));
+  for (void* p : blocks) ASSERT_NE(p, nullptr);
+  std::map<uintptr_t, std::vector<std::pair<uint64_t, uint64_t>>> live;
+  for (int i = 0; i < 10; i += 2) ASSERT_EQ(v.free(blocks[i], nullptr, true), CUDA_SUCCESS);
+  for (int i = 1; i < 10; i += 2) live[addr(blocks[i])] = backing(v.sim, addr(blocks[i]), 20 * MiB);
+  EXPECT_EQ(v.fig().largest_free_block, 20 * MiB);
+  const uint64_t creates = v.sim.counters().physical_creates;
+  // No 100 MiB range is free anywhere, and the device is full: only remapping can serve this.
+  void* big = v.alloc(100 * MiB);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(v.sim.used(), 200 * MiB) << "no physical memory beyond capacity";
+  EXPECT_EQ(v.sim.counters().physical_creates, creates);
+  EXPECT_EQ(v.sim.counters().unmaps, 50u) << "each free chunk moves with one unmap";
+  EXPECT_EQ(v.sim.counters().maps, 150u) << "... and one map";
+  const VmmStats st = v.pool.stats();
+  EXPECT_EQ(st.stitches, 1u);
+  EXPECT_EQ(st.pieces_moved, 50u);
+  for (auto& [a, b] : live) {
+    EXPECT_EQ(backing(v.sim, a, 20 * MiB), b) << "a live block's memory never moves";
+    EXPECT_TRUE(addr(big) + 100 * MiB <= a || a + 20 * MiB <= addr(big)) << "overlaps a live block";
+  }
+  uint64_t h = 0, off = 0;
+  EXPECT_TRUE(v.sim.translate(addr(big) + 100 * MiB - 1, &h, &off)) << "the stitched range is mapped end to end";
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  EXPECT_EQ(v.fig().ooms, 0u);
+}
+
+TEST(VmmPool, GrowsAFreeBlockInPlaceByWhatItLacks) {
+  Vmm v;
+  void* a = v.alloc(30 * MiB);
+  ASSERT_EQ(v.free(a, nullptr, true), CUDA_SUCCESS);
+  void* b = v.alloc(50 * MiB);
+  EXPECT_EQ(b, a) << "the free 30 MiB block is extended where it is";
+  EXPECT_EQ(v.fig().reserved_bytes, 50 * MiB) << "only the 20 MiB it lacked was created";
+  EXPECT_EQ(v.sim.counters().maps, 25u) << "15 chunks, then the 10 it lacked";
+  EXPECT_EQ(v.sim.counters().unmaps, 0u);
+  EXPECT_EQ(v.pool.stats().grows_in_place, 1u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, GrowsInPlaceAcrossReservationsThroughTheAddressHint) {
+  VmmPoolOptions o;
+  o.reserve = 0;  // reserve exactly what is mapped: any growth needs the range after it
+  Vmm v(4 * GiB, o);
+  void* a = v.alloc(30 * MiB);
+  ASSERT_EQ(v.free(a, nullptr, true), CUDA_SUCCESS);
+  void* b = v.alloc(50 * MiB);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(v.fig().reserved_bytes, 50 * MiB);
+  EXPECT_EQ(v.pool.stats().extensions, 1u);
+  EXPECT_EQ(v.sim.counters().va_reserves, 2u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  v.free(b);
+  v.pool.release_cached();
+  EXPECT_EQ(v.sim.reservations(), 0u) << "both parts of the extended range are freed";
+}
+
+TEST(VmmPool, WhenTheRangeAfterIsTakenFreeChunksMoveInstead) {
+  VmmPoolOptions o;
+  o.reserve = 0;
+  Vmm v(4 * GiB, o);
+  void* a = v.alloc(30 * MiB);
+  void* keep = v.alloc(10 * MiB);  // reserved right after a's range
+  ASSERT_NE(keep, nullptr);
+  ASSERT_EQ(v.free(a, nullptr, true), CUDA_SUCCESS);
+  void* b = v.alloc(50 * MiB);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(v.fig().reserved_bytes, 60 * MiB) << "30 moved + 20 new + the live 10";
+  EXPECT_EQ(v.pool.stats().pieces_moved, 15u);
+  EXPECT_EQ(v.sim.reservations(), 2u) << "the emptied range was freed";
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, PhysicalMemoryComesInChunksOrInRunsWhenConfigured) {
+  Vmm v;
+  ASSERT_NE(v.alloc(200 * MiB), nullptr);
+  EXPECT_EQ(v.sim.counters().physical_creates, 100u) << "one handle per chunk: each can move alone";
+  EXPECT_EQ(v.sim.counters().maps, 100u);
+  VmmPoolOptions o;
+  o.piece = 64 * MiB;
+  Vmm runs(4 * GiB, o);
+  ASSERT_NE(runs.alloc(200 * MiB), nullptr);
+  EXPECT_EQ(runs.sim.counters().physical_creates, 4u) << "64+64+64+8";
+  EXPECT_EQ(runs.sim.counters().maps, 4u);
+  EXPECT_EQ(runs.pool.check_invariants(), "");
+}
+
+// ---- reuse safety (mirrors the caching policy's tests) ----
+
+// Sizes that exercise each part: the arena (whole chunks), the medium and the small classes.
+const std::vector<uint64_t> kClassSizes = {12 * MiB, 3 * MiB, 4096};
+
+TEST(VmmPool, FreedMemoryIsNotReusedBeforeASynchronization) {
+  for (uint64_t n : kClassSizes) {
+    VmmPoolOptions o;
+    o.quarantine_share = 0;  // the caching policy's rule alone: wait for 64 MiB
+    Vmm v(4 * GiB, o);
+    void* a = v.alloc(n);
+    ASSERT_EQ(v.free(a), CUDA_SUCCESS);
+    void* b = v.alloc(n);
+    EXPECT_NE(a, b) << n << ": a cudaFree'd block was handed out again with no synchronization";
+    EXPECT_EQ(v.sim.counters().synchronizes, 0u);
+    EXPECT_GE(v.fig().quarantined_bytes, n);
+  }
+}
+
+TEST(VmmPool, QuarantineIsReleasedByOneSynchronizationOnceLarge) {
+  VmmPoolOptions o;
+  o.quarantine_bytes = 40 * MiB;
+  o.quarantine_share = 0;
+  Vmm v(4 * GiB, o);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10; ++i) blocks.push_back(v.alloc(10 * MiB));
+  for (int i = 0; i < 4; ++i) v.free(blocks[i]);
+  EXPECT_EQ(v.fig().quarantined_bytes, 40 * MiB);
+  void* c = v.alloc(40 * MiB);
+  EXPECT_EQ(c, blocks[0]) << "one sync, then the four merged blocks serve it";
+  EXPECT_EQ(v.sim.counters().synchronizes, 1u);
+  EXPECT_EQ(v.fig().reuse_syncs, 1u);
+  EXPECT_EQ(v.fig().reserved_bytes, 100 * MiB);
+}
+
+TEST(VmmPool, QuarantineIsSynchronizedBeforeGrowingWhenItIsLargeNextToThePool) {
+  // GPUSHIM_QUARANTINE (64 MiB) would let a 40 MiB pool double; the share rule (1/32) does not.
+  Vmm v;
+  void* a = v.alloc(40 * MiB);
+  v.free(a);
+  EXPECT_EQ(v.alloc(40 * MiB), a);
+  EXPECT_EQ(v.sim.counters().synchronizes, 1u);
+  EXPECT_EQ(v.fig().reserved_bytes, 40 * MiB);
+}
+
+TEST(VmmPool, StreamOrderedFreeIsReusableAtOnceOnTheSameStream) {
+  for (uint64_t n : kClassSizes) {
+    Vmm v;
+    v.sim.set_events_complete_at_once(false);
+    void* a = v.alloc(n, stream(0x100), true);
+    v.free(a, stream(0x100), true);
+    EXPECT_EQ(v.alloc(n, stream(0x100), true), a) << n;
+    EXPECT_EQ(v.sim.counters().synchronizes, 0u);
+  }
+}
+
+TEST(VmmPool, StreamOrderedFreeWaitsForItsEventOnAnotherStream) {
+  for (uint64_t n : kClassSizes) {
+    Vmm v;
+    v.sim.set_events_complete_at_once(false);
+    void* a = v.alloc(n, stream(0x100), true);
+    v.free(a, stream(0x100), true);
+    void* b = v.alloc(n, stream(0x200), true);
+    EXPECT_NE(b, a) << n << ": reused on another stream before the free's event completed";
+    void* c = v.alloc(n);
+    EXPECT_NE(c, a);
+    v.sim.complete_events();
+    EXPECT_EQ(v.alloc(n, stream(0x200), true), a) << n;
+  }
+}
+
+TEST(VmmPool, PerThreadDefaultStreamIsNeverTheSameStream) {
+  for (uint64_t n : kClassSizes) {
+    Vmm v;
+    v.sim.set_events_complete_at_once(false);
+    void* a = v.alloc(n, CU_STREAM_PER_THREAD, true);
+    v.free(a, CU_STREAM_PER_THREAD, true);
+    EXPECT_NE(v.alloc(n, CU_STREAM_PER_THREAD, true), a) << n;
+  }
+}
+
+TEST(VmmPool, StitchingNeverMovesMemoryStillInUseByAStream) {
+  Vmm v;
+  v.sim.set_events_complete_at_once(false);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10; ++i) blocks.push_back(v.alloc(20 * MiB, stream(0x100), true));
+  for (int i = 0; i < 10; i += 2) v.free(blocks[i], stream(0x100), true);
+  // Same stream: each block could be reused in place, but unmapping it while its work may still
+  // run is not safe on every driver, so nothing moves and the pool grows.
+  void* big = v.alloc(100 * MiB, stream(0x100), true);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(v.sim.counters().unmaps, 0u);
+  EXPECT_EQ(v.fig().reserved_bytes, 300 * MiB);
+  v.sim.complete_events();
+  v.free(big, nullptr, true);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, NeverSynchronizesQueriesOrUnmapsDuringCapture) {
+  VmmPoolOptions o;
+  o.quarantine_bytes = 0;
+  Vmm v(64 * MiB, o);
+  v.sim.set_events_complete_at_once(false);
+  void* a = v.alloc(30 * MiB);
+  void* s = v.alloc(3 * MiB, stream(0x100), true);
+  void* small = v.alloc(4096, stream(0x100), true);
+  v.free(a);
+  v.free(s, stream(0x100), true);
+  v.free(small, stream(0x100), true);
+  const SimCounters before = v.sim.counters();
+  v.sim.set_capturing(true);
+  // 36 MiB held of 64: during capture the pool must fail rather than sync, query or unmap.
+  EXPECT_EQ(v.alloc(40 * MiB), nullptr);
+  EXPECT_NE(v.alloc(4096, stream(0x200), true), nullptr);
+  v.pool.release_cached();
+  EXPECT_EQ(v.sim.counters().synchronizes, 0u);
+  EXPECT_EQ(v.sim.counters().event_queries, before.event_queries);
+  EXPECT_EQ(v.sim.counters().unmaps, 0u);
+  v.sim.set_capturing(false);
+  EXPECT_NE(v.alloc(40 * MiB), nullptr);
+  EXPECT_GE(v.sim.counters().synchronizes, 1u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+// ---- cap and out of memory ----
+
+TEST(VmmPool, FitsInTotalFreeMemoryUnderTheCapWithoutAContiguousRange) {
+  VmmPoolOptions o;
+  o.quarantine_bytes = GiB;  // keep the cudaFree'd blocks quarantined until memory is short
+  o.quarantine_share = 0;
+  Vmm v(4 * GiB, o, /*limit=*/200 * MiB);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10; ++i) blocks.push_back(v.alloc(20 * MiB));
+  for (int i = 0; i < 10; i += 2) v.free(blocks[i]);  // plain cudaFree: quarantined
+  void* big = v.alloc(100 * MiB);
+  ASSERT_NE(big, nullptr) << "fits in the freed memory once it is synchronized and remapped";
+  const PoolFigures f = v.fig();
+  EXPECT_EQ(f.alloc_retries, 1u);
+  EXPECT_EQ(f.ooms, 0u);
+  EXPECT_EQ(v.budget.held(), 200 * MiB);
+  EXPECT_EQ(v.sim.counters().synchronizes, 1u) << "one synchronization on the retry path";
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, OutOfMemoryWhenFreeMemoryCannotCoverTheRequest) {
+  Vmm v(4 * GiB, {}, /*limit=*/100 * MiB);
+  void* a = v.alloc(60 * MiB);
+  void* b = v.alloc(30 * MiB);
+  ASSERT_NE(b, nullptr);
+  v.free(a, nullptr, true);
+  EXPECT_EQ(v.alloc(80 * MiB), nullptr) << "70 MiB could be had, not 80";
+  EXPECT_EQ(v.fig().ooms, 1u);
+  EXPECT_EQ(v.fig().alloc_retries, 1u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  EXPECT_NE(v.alloc(70 * MiB), nullptr) << "the failed attempt left the pool usable";
+  EXPECT_EQ(v.budget.held(), 100 * MiB);
+}
+
+TEST(VmmPool, OutOfMemoryTakesBackEmptySmallSegments) {
+  Vmm v(4 * GiB, {}, /*limit=*/64 * MiB);
+  std::vector<void*> small;
+  for (int i = 0; i < 120; ++i) small.push_back(v.alloc(512 << 10));  // 30 segments, 60 MiB
+  for (void* p : small) ASSERT_NE(p, nullptr);
+  for (void* p : small) v.free(p);
+  void* big = v.alloc(60 * MiB);
+  ASSERT_NE(big, nullptr) << "the small pool's empty chunks are remapped for the large request";
+  EXPECT_LE(v.budget.held(), 64 * MiB);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, InjectedDriverFailureIsReturnedAndThePoolRecovers) {
+  Vmm v;
+  v.sim.fail_next(2);  // the first try and the retry
+  EXPECT_EQ(v.alloc(5 * MiB), nullptr);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  EXPECT_NE(v.alloc(5 * MiB), nullptr);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, EmptySubAllocatorSegmentsAreRemappedBeforeThePoolGrows) {
+  // 3 MiB requests live in 8 MiB medium segments. Once all are freed, a large request reuses
+  // those chunks rather than creating memory beside them. (One sync: a segment freed
+  // stream-ordered holds blocks with and without events, merged only after a sync.)
+  Vmm v;
+  std::vector<void*> medium;
+  for (int i = 0; i < 20; ++i) medium.push_back(v.alloc(3 * MiB, stream(0x100), true));
+  const uint64_t held = v.sim.used();
+  EXPECT_EQ(held, 80 * MiB) << "two 3 MiB blocks per 8 MiB segment";
+  for (void* p : medium) v.free(p, stream(0x100), true);
+  ASSERT_NE(v.alloc(80 * MiB), nullptr);
+  EXPECT_EQ(v.sim.used(), held) << "the empty segments became the large block";
+  EXPECT_LE(v.sim.counters().synchronizes, 1u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+// SimBackend is single-threaded; the shim's backends are not. Serializes it for the test below.
+class LockedBackend final : public Backend {
+  template <typename F>
+  auto locked(F f) -> decltype(f()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return f();
+  }
+
+ public:
+  explicit LockedBackend(Backend& up) : up_(up) {}
+  CUresult segment_alloc(size_t n, void** out) override { return locked([&] { return up_.segment_alloc(n, out); }); }
+  CUresult segment_free(void* p, size_t n) override { return locked([&] { return up_.segment_free(p, n); }); }
+  CUresult synchronize() override { return locked([&] { return up_.synchronize(); }); }
+  uint64_t record_event(CUstream s) override { return locked([&] { return up_.record_event(s); }); }
+  bool event_done(uint64_t e) override { return locked([&] { return up_.event_done(e); }); }
+  void release_event(uint64_t e) override { locked([&] { up_.release_event(e); return 0; }); }
+  bool capture_active() override { return locked([&] { return up_.capture_active(); }); }
+  CUresult mem_info(size_t* f, size_t* t) override { return locked([&] { return up_.mem_info(f, t); }); }
+  size_t granularity() override { return locked([&] { return up_.granularity(); }); }
+  CUresult va_reserve(size_t n, uintptr_t h, uintptr_t* out) override { return locked([&] { return up_.va_reserve(n, h, out); }); }
+  CUresult va_free(uintptr_t va, size_t n) override { return locked([&] { return up_.va_free(va, n); }); }
+  CUresult physical_create(size_t n, uint64_t* h) override { return locked([&] { return up_.physical_create(n, h); }); }
+  CUresult physical_release(uint64_t h, size_t n) override { return locked([&] { return up_.physical_release(h, n); }); }
+  CUresult map(uintptr_t va, size_t n, uint64_t h, size_t off) override { return locked([&] { return up_.map(va, n, h, off); }); }
+  CUresult unmap(uintptr_t va, size_t n) override { return locked([&] { return up_.unmap(va, n); }); }
+
+ private:
+  Backend& up_;
+  std::mutex mu_;
+};
+
+TEST(VmmPool, ConcurrentSmallMediumAndLargeRequestsUnderACap) {
+  // Four threads, every size class, a cap tight enough to take the retry path (which calls the
+  // sub-allocator from the large path) while other threads call the arena from the sub-allocator.
+  SimBackend sim(64 * GiB);
+  LockedBackend locked(sim);
+  DeviceBudget budget;
+  budget.set_limit(512 * MiB);
+  LimitedBackend limited(locked, budget);
+  VmmPool pool(limited, VmmPoolOptions{});
+  std::vector<std::thread> threads;
+  std::atomic<uint64_t> ok{0}, failed{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + t);
+      std::vector<std::pair<void*, bool>> live;
+      for (int i = 0; i < 3000; ++i) {
+        if (!live.empty() && (live.size() > 40 || rng() % 2)) {
+          const size_t k = rng() % live.size();
+          const bool ordered = live[k].second;
+          ASSERT_EQ(pool.deallocate(live[k].first, ordered ? stream(0x100 + t) : nullptr, ordered), CUDA_SUCCESS);
+          live[k] = live.back();
+          live.pop_back();
+          continue;
+        }
+        const uint64_t n = rng() % 3 == 0 ? 9 * MiB + rng() % (40 * MiB) : 1 + rng() % (8 * MiB);
+        const bool ordered = rng() % 2;
+        void* p = nullptr;
+        uint64_t got = 0;
+        if (pool.allocate(AllocRequest{n, ordered ? stream(0x100 + t) : nullptr, ordered}, &p, &got) == CUDA_SUCCESS) {
+          live.emplace_back(p, ordered);
+          ++ok;
+        } else {
+          ++failed;
+        }
+      }
+      for (auto& [p, ordered] : live) pool.deallocate(p, ordered ? stream(0x100 + t) : nullptr, ordered);
+    });
+  }
+  for (auto& th : threads) th.join();
+  // Demand (four threads, up to 40 live blocks each) is well over the cap: refusals are expected,
+  // their number depends on the interleaving. What matters: no deadlock, no overdraft, no leak.
+  EXPECT_GT(ok.load(), 3000u);
+  EXPECT_EQ(pool.check_invariants(), "");
+  EXPECT_LE(budget.peak(), 512 * MiB);
+  pool.release_cached();
+  EXPECT_EQ(sim.used(), 0u);
+  EXPECT_EQ(budget.held(), 0u);
+  std::printf("concurrent: %llu allocations, %llu refused under the 512 MiB cap\n", (unsigned long long)ok.load(),
+              (unsigned long long)failed.load());
+}
+
+// ---- driver calls ----
+
+// One iteration of a loop that allocates the same sizes and frees them all; `plain(i)` says
+// whether allocation i of an iteration is freed with cudaFree (else cudaFreeAsync on one stream).
+template <typename Plain>
+void loop_iteration(Vmm& v, const std::vector<uint64_t>& sizes, Plain plain) {
+  std::vector<std::pair<void*, bool>> live;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const bool ordered = !plain(i);
+    void* p = v.alloc(sizes[i], ordered ? stream(0x100) : nullptr, ordered);
+    ASSERT_NE(p, nullptr);
+    live.emplace_back(p, ordered);
+  }
+  for (auto& [p, ordered] : live) ASSERT_EQ(v.free(p, ordered ? stream(0x100) : nullptr, ordered), CUDA_SUCCESS);
+}
+
+const std::vector<uint64_t> kLoopSizes = {3 * MiB, 17 * MiB + 4096, 64 * MiB, 5 * MiB + 1, 120 * MiB, 33 * MiB,
+                                          200 << 10, 1024, 9 * MiB};
+
+TEST(VmmPool, SteadyStateLoopDoesNotMapAgain) {
+  // Every allocation site frees the same way each time, as real programs do: all async, all
+  // cudaFree, and a fixed mix.
+  for (int mode = 0; mode < 3; ++mode) {
+    Vmm v;
+    auto plain = [&](size_t i) { return mode == 1 || (mode == 2 && i % 3 == 0); };
+    SimCounters warm;
+    uint64_t warm_reserved = 0;
+    for (int it = 0; it < 1000; ++it) {
+      loop_iteration(v, kLoopSizes, plain);
+      // All cudaFree: the small pool's quarantine (16 MiB) fills first, one 2 MiB segment every
+      // ten iterations, then one sync per iteration keeps it level.
+      if (it == 99) {
+        warm = v.sim.counters();
+        warm_reserved = v.fig().peak_reserved_bytes;
+      }
+    }
+    const SimCounters& c = v.sim.counters();
+    std::printf("steady state, %s: after 100 iterations %llu maps, %llu unmaps; after 1000 %llu maps, %llu unmaps, "
+                "%llu syncs; peak reserved %.0f MiB for 251.2 MiB allocated per iteration\n",
+                mode == 0 ? "all async" : mode == 1 ? "all cudaFree" : "mixed", (unsigned long long)warm.maps,
+                (unsigned long long)warm.unmaps, (unsigned long long)c.maps, (unsigned long long)c.unmaps,
+                (unsigned long long)c.synchronizes, v.fig().peak_reserved_bytes / double(MiB));
+    EXPECT_EQ(c.maps, warm.maps) << "mode " << mode << ": map calls do not grow with iterations";
+    EXPECT_EQ(c.unmaps, warm.unmaps) << "mode " << mode;
+    EXPECT_EQ(c.physical_creates, warm.physical_creates) << "mode " << mode;
+    EXPECT_EQ(v.fig().peak_reserved_bytes, warm_reserved) << "mode " << mode;
+    // 129 chunks for the loop's blocks, up to 8 small segments for the small pool's quarantine,
+    // and a few remaps while the first syncs settle the layout.
+    EXPECT_LE(warm.maps, 150u) << "mode " << mode << ": about one map per chunk the loop needs, no churn";
+    EXPECT_EQ(v.pool.check_invariants(), "");
+  }
+}
+
+TEST(VmmPool, LoopsOfManyShapesSettleWithoutRemapping) {
+  // Random loop shapes (sizes of every class, each allocation site always freed the same way,
+  // FIFO or LIFO). A pool this tight cannot absorb every shift of placement from one iteration to
+  // the next; the remap budget makes it grow a little instead of remapping forever.
+  std::mt19937_64 rng(5);
+  uint64_t moves_after_warmup = 0, loops_with_moves = 0;
+  double vmm_util = 0, caching_util = 0;
+  constexpr int kLoops = 20;
+  for (int loop = 0; loop < kLoops; ++loop) {
+    std::vector<uint64_t> sizes(4 + rng() % 12);
+    for (uint64_t& n : sizes) {
+      const int c = static_cast<int>(rng() % 3);
+      n = c == 0 ? 1 + rng() % MiB : c == 1 ? MiB + rng() % (8 * MiB) : 8 * MiB + rng() % (200 * MiB);
+    }
+    std::vector<bool> plain(sizes.size());
+    for (size_t i = 0; i < plain.size(); ++i) plain[i] = rng() % 3 == 0;
+    const bool lifo = rng() % 2;
+    uint64_t demand = 0;
+    for (uint64_t n : sizes) demand += n;
+    for (int policy = 0; policy < 2; ++policy) {
+      SimBackend sim(64 * GiB);
+      std::unique_ptr<DeviceMemoryResource> pool;
+      if (policy == 0) pool = std::make_unique<VmmPool>(sim, VmmPoolOptions{});
+      else pool = std::make_unique<CachingPool>(sim, CachingPoolOptions{});
+      uint64_t warm_unmaps = 0;
+      for (int it = 0; it < 500; ++it) {
+        std::vector<void*> live(sizes.size());
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          uint64_t got = 0;
+          ASSERT_EQ(pool->allocate(AllocRequest{sizes[i], plain[i] ? nullptr : stream(0x100), !plain[i]}, &live[i], &got),
+                    CUDA_SUCCESS);
+        }
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          const size_t i = lifo ? sizes.size() - 1 - k : k;
+          ASSERT_EQ(pool->deallocate(live[i], plain[i] ? nullptr : stream(0x100), !plain[i]), CUDA_SUCCESS);
+        }
+        if (it == 199) warm_unmaps = sim.counters().unmaps;
+      }
+      const double util = static_cast<double>(demand) / static_cast<double>(sim.peak_used());
+      if (policy == 0) {
+        moves_after_warmup += sim.counters().unmaps - warm_unmaps;
+        loops_with_moves += sim.counters().unmaps != warm_unmaps;
+        vmm_util += util / kLoops;
+      } else {
+        caching_util += util / kLoops;
+      }
+    }
+  }
+  std::printf("%d loop shapes: %llu chunk moves after warm-up (in %llu loops); mean utilization vmm %.3f, caching "
+              "%.3f\n",
+              kLoops, (unsigned long long)moves_after_warmup, (unsigned long long)loops_with_moves, vmm_util,
+              caching_util);
+  EXPECT_EQ(moves_after_warmup, 0u) << "steady loops stop remapping";
+  EXPECT_GT(vmm_util, caching_util);
+}
+
+TEST(VmmPool, LoopWithRandomFreeKindsSettlesWithinWhatCachingHolds) {
+  // Worse: every allocation is freed at random with cudaFree or cudaFreeAsync, so blocks land in
+  // different places every iteration. The pool remaps at first, then grows within its budget.
+  uint64_t peak[2] = {0, 0};
+  uint64_t late_maps = 0;
+  for (int policy = 0; policy < 2; ++policy) {
+    SimBackend sim(64 * GiB);
+    std::unique_ptr<DeviceMemoryResource> pool;
+    if (policy == 0) pool = std::make_unique<VmmPool>(sim, VmmPoolOptions{});
+    else pool = std::make_unique<CachingPool>(sim, CachingPoolOptions{});
+    std::mt19937_64 rng(11);
+    uint64_t warm_maps = 0;
+    for (int it = 0; it < 1000; ++it) {
+      std::vector<std::pair<void*, bool>> live;
+      for (uint64_t n : kLoopSizes) {
+        const bool ordered = rng() % 2;
+        void* p = nullptr;
+        uint64_t got = 0;
+        ASSERT_EQ(pool->allocate(AllocRequest{n, ordered ? stream(0x100) : nullptr, ordered}, &p, &got), CUDA_SUCCESS);
+        live.emplace_back(p, ordered);
+      }
+      for (auto& [p, ordered] : live) pool->deallocate(p, ordered ? stream(0x100) : nullptr, ordered);
+      if (it == 299) warm_maps = sim.counters().maps;
+    }
+    peak[policy] = sim.peak_used();
+    if (policy == 0) late_maps = sim.counters().maps - warm_maps;
+  }
+  std::printf("random free kinds: %.2f maps per iteration after warm-up; peak held vmm %.0f MiB, caching %.0f MiB\n",
+              late_maps / 700.0, peak[0] / double(MiB), peak[1] / double(MiB));
+  EXPECT_LE(peak[0], peak[1]);
+  EXPECT_LT(late_maps, 700u) << "less than one map call per iteration once settled";
+}
+
+// ---- randomized ----
+
+void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int ops, bool large_only = false) {
+  Vmm v(capacity, o);
+  v.sim.set_events_complete_at_once(false);
+  std::mt19937_64 rng(seed);
+  struct Live {
+    uint64_t size;
+    std::vector<std::pair<uint64_t, uint64_t>> backing;
+  };
+  std::map<uintptr_t, Live> live;
+  uint64_t allocated = 0, failures = 0;
+  for (int i = 0; i < ops; ++i) {
+    if (!live.empty() && rng() % 2) {
+      auto it = live.begin();
+      std::advance(it, static_cast<long>(rng() % live.size()));
+      ASSERT_EQ(backing(v.sim, it->first, it->second.size), it->second.backing) << "live memory moved, op " << i;
+      const bool ordered = rng() % 2;
+      ASSERT_EQ(v.free(reinterpret_cast<void*>(it->first), stream(0x100 + rng() % 3), ordered), CUDA_SUCCESS);
+      allocated -= it->second.size;
+      live.erase(it);
+    } else {
+      uint64_t size = 1 + (rng() % 3 == 0 ? rng() % (96 * MiB) : rng() % (3 * MiB));
+      if (large_only) size = std::max<uint64_t>(size, v.pool.options().medium_max + 1);
+      uint64_t got = 0;
+      void* ptr = v.alloc(size, stream(0x100 + rng() % 3), rng() % 2, &got);
+      if (ptr == nullptr) {
+        ++failures;
+        continue;
+      }
+      ASSERT_GE(got, size);
+      const uintptr_t a = addr(ptr);
+      auto next = live.lower_bound(a);
+      if (next != live.end()) {
+        ASSERT_LE(a + got, next->first) << "overlaps the next live block";
+      }
+      if (next != live.begin()) {
+        auto prev = std::prev(next);
+        ASSERT_LE(prev->first + prev->second.size, a) << "overlaps the previous live block";
+      }
+      live.emplace(a, Live{got, backing(v.sim, a, got)});
+      allocated += got;
+    }
+    if (i % 500 == 0) v.sim.complete_events();
+    if (i % 1000 == 0) v.sim.set_capturing(!v.sim.capture_active() && rng() % 4 == 0);
+    if (i % 250 == 0) {
+      ASSERT_EQ(v.pool.check_invariants(), "") << "op " << i;
+    }
+  }
+  v.sim.set_capturing(false);
+  const PoolFigures f = v.fig();
+  EXPECT_EQ(f.reserved_bytes, v.sim.used()) << "reserved is exactly the physical memory held";
+  EXPECT_EQ(f.mapped_bytes, v.sim.mapped_bytes());
+  EXPECT_EQ(f.cached_free_bytes, f.reserved_bytes - allocated);
+  EXPECT_EQ(f.peak_reserved_bytes, v.sim.peak_used());
+  std::printf("randomized seed %llu: %llu failures, %llu maps, %llu unmaps, peak %.0f MiB\n", (unsigned long long)seed,
+              (unsigned long long)failures, (unsigned long long)f.map_calls, (unsigned long long)f.unmap_calls,
+              f.peak_reserved_bytes / double(MiB));
+  for (auto& [a, l] : live) ASSERT_EQ(v.free(reinterpret_cast<void*>(a), nullptr, false), CUDA_SUCCESS);
+  v.pool.release_cached();
+  EXPECT_EQ(v.sim.used(), 0u) << "every chunk goes back once everything is free";
+  EXPECT_EQ(v.sim.mapped_bytes(), 0u);
+  EXPECT_EQ(v.sim.reservations(), 0u);
+  EXPECT_EQ(v.sim.live_events(), 0u) << "no event leaked";
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, RandomizedNoOverlapStableBackingAndExactReserved) { randomized(7, 64 * GiB, {}, 20000); }
+
+TEST(VmmPool, RandomizedLargeBlocksOnly) { randomized(9, 64 * GiB, {}, 20000, /*large_only=*/true); }
+
+TEST(VmmPool, RandomizedUnderMemoryPressure) {
+  VmmPoolOptions o;
+  o.reserve = 0;
+  o.piece = 16 * MiB;  // runs: pieces that pin, the harder case for stitching
+  randomized(8, 768 * MiB, o, 20000);
+}
+
+// ---- fragmentation ----
+
+struct Utilization {
+  double by_allocated = 0;  // peak of the pool's rounded sizes / peak physical memory held
+  double by_requested = 0;  // peak of the sizes asked for / peak physical memory held
+  uint64_t peak_allocated = 0, peak_requested = 0, peak_reserved = 0, maps = 0, unmaps = 0, syncs = 0;
+};
+
+Utilization replay(DeviceMemoryResource& pool, SimBackend& sim, const std::vector<workload::Op>& ops) {
+  std::vector<void*> ptr;
+  std::vector<uint64_t> got, req;
+  uint64_t alloc_now = 0, req_now = 0;
+  Utilization u;
+  for (const workload::Op& op : ops) {
+    const CUstream s = op.stream == 0 ? nullptr : stream(0x100 + op.stream);
+    if (op.kind == workload::Op::Kind::kAlloc) {
+      if (ptr.size() <= op.id) {
+        ptr.resize(op.id + 1);
+        got.resize(op.id + 1);
+        req.resize(op.id + 1);
+      }
+      EXPECT_EQ(pool.allocate(AllocRequest{op.size, s, op.stream_ordered}, &ptr[op.id], &got[op.id]), CUDA_SUCCESS);
+      req[op.id] = op.size;
+      alloc_now += got[op.id];
+      req_now += op.size;
+      u.peak_allocated = std::max(u.peak_allocated, alloc_now);
+      u.peak_requested = std::max(u.peak_requested, req_now);
+    } else {
+      EXPECT_EQ(pool.deallocate(ptr[op.id], s, op.stream_ordered), CUDA_SUCCESS);
+      alloc_now -= got[op.id];
+      req_now -= req[op.id];
+    }
+  }
+  u.peak_reserved = sim.peak_used();
+  u.by_allocated = static_cast<double>(u.peak_allocated) / static_cast<double>(u.peak_reserved);
+  u.by_requested = static_cast<double>(u.peak_requested) / static_cast<double>(u.peak_reserved);
+  u.maps = sim.counters().maps;
+  u.unmaps = sim.counters().unmaps;
+  u.syncs = sim.counters().synchronizes;
+  return u;
+}
+
+TEST(VmmPool, FragmentationWorkloadUtilization) {
+  for (uint64_t seed : {1, 2, 3, 4, 5}) {
+    workload::FragmentationOptions wo;
+    wo.seed = seed;
+    const std::vector<workload::Op> ops = workload::fragmentation_workload(wo);
+    Utilization caching, vmm;
+    {
+      SimBackend sim(256 * GiB);
+      CachingPool pool(sim, CachingPoolOptions{});
+      caching = replay(pool, sim, ops);
+    }
+    {
+      SimBackend sim(256 * GiB);
+      VmmPool pool(sim, VmmPoolOptions{});
+      vmm = replay(pool, sim, ops);
+      EXPECT_EQ(pool.check_invariants(), "");
+    }
+    std::printf("fragmentation seed %llu (%zu ops, peak allocated %.0f MiB): caching %.3f (requested %.3f, peak "
+                "reserved %.0f MiB, %llu syncs); vmm %.3f (requested %.3f, peak reserved %.0f MiB, %llu maps, "
+                "%llu unmaps, %llu syncs)\n",
+                (unsigned long long)seed, ops.size(), vmm.peak_allocated / double(MiB), caching.by_allocated,
+                caching.by_requested, caching.peak_reserved / double(MiB), (unsigned long long)caching.syncs,
+                vmm.by_allocated, vmm.by_requested, vmm.peak_reserved / double(MiB), (unsigned long long)vmm.maps,
+                (unsigned long long)vmm.unmaps, (unsigned long long)vmm.syncs);
+    EXPECT_GE(vmm.by_allocated, 0.97) << "seed " << seed;
+    EXPECT_LT(caching.by_allocated, 0.90) << "seed " << seed << ": the workload no longer fragments the caching pool";
+  }
+}
+
+uint64_t trace_hash(const std::vector<workload::Op>& ops) {
+  uint64_t h = 1469598103934665603ull;
+  for (const workload::Op& op : ops) {
+    for (uint64_t x : {uint64_t(op.kind), uint64_t(op.id), op.size, uint64_t(op.stream), uint64_t(op.stream_ordered)})
+      h = (h ^ x) * 1099511628211ull;
+  }
+  return h;
+}
+
+TEST(VmmPool, FragmentationWorkloadIsDeterministic) {
+  workload::FragmentationOptions wo;
+  const uint64_t first = trace_hash(workload::fragmentation_workload(wo));
+  EXPECT_EQ(trace_hash(workload::fragmentation_workload(wo)), first);
+  wo.seed = 2;
+  EXPECT_NE(trace_hash(workload::fragmentation_workload(wo)), first);
+}
+
+// ---- configuration ----
+
+TEST(VmmPool, ConfigSelectsTheVmmPolicyAndFallsBackWithoutVirtualMemory) {
+  const ConfigResult r = parse_config({{"GPUSHIM_POLICY", " VMM "}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.config.policy, PolicyKind::kVmm);
+  SimBackend sim(GiB);
+  auto pool = make_pool(r.config, sim);
+  ASSERT_NE(dynamic_cast<VmmPool*>(pool.get()), nullptr);
+  SimBackend no_vmm(GiB, /*granularity=*/0);
+  set_log_enabled(false);
+  auto fallback = make_pool(r.config, no_vmm);
+  set_log_enabled(true);
+  EXPECT_NE(dynamic_cast<CachingPool*>(fallback.get()), nullptr);
+  const ConfigResult bad = parse_config({{"GPUSHIM_POLICY", "fastest"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.errors[0].message().find("vmm"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpushim

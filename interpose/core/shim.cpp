@@ -12,6 +12,7 @@
 
 #include "cuda/capture_state.h"
 #include "cuda/driver_backend.h"
+#include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
 #include "policy/limited_backend.h"
 #include "policy/policy_factory.h"
@@ -126,7 +127,8 @@ Shim::Shim(Config config, std::string exe)
       exe_(std::move(exe)),
       start_ns_(now_ns()),
       pid_(getpid()),
-      timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples) {}
+      timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples),
+      usage_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull) {}
 
 // ---- fork: hold every lock across fork so that the child never inherits one mid-update ----
 
@@ -136,11 +138,15 @@ void Shim::fork_prepare() {
   s->devices_mu_.lock();
   s->stacks_.lock_all_for_fork();
   s->tracker_.lock_all_for_fork();
+  s->vmm_.lock_for_fork();
+  s->modules_.lock_for_fork();
 }
 
 void Shim::fork_parent() {
   Shim* s = existing();
   if (!s) return;
+  s->modules_.unlock_after_fork();
+  s->vmm_.unlock_after_fork();
   s->tracker_.unlock_all_after_fork();
   s->stacks_.unlock_all_after_fork();
   s->devices_mu_.unlock();
@@ -149,6 +155,8 @@ void Shim::fork_parent() {
 void Shim::fork_child() {
   Shim* s = existing();
   if (!s) return;
+  s->modules_.unlock_after_fork();
+  s->vmm_.unlock_after_fork();
   s->tracker_.unlock_all_after_fork();
   s->stacks_.unlock_all_after_fork();
   s->devices_mu_.unlock();
@@ -169,19 +177,16 @@ DeviceState* Shim::device(int ordinal) {
   if (d) return d;
   d = new DeviceState();
   d->ordinal = ordinal;
+  // Asked of the device, not of a context: a device first seen through a driver-API program's own
+  // context must not get a primary context created for it (that costs hundreds of MB).
+  d->capacity = device_total_memory(ordinal);
   if (config_.policy != PolicyKind::kPassthrough) {
     auto driver = std::make_unique<DriverBackend>(ordinal);
     if (driver_api() != nullptr) {
-      size_t free = 0, total = 0;
-      if (driver->mem_info(&free, &total) == CUDA_SUCCESS) d->capacity = total;
       d->limited = std::make_unique<LimitedBackend>(*driver, d->budget);
       d->pool = make_pool(config_, *d->limited);
       d->driver = std::move(driver);
     }
-  } else if (const RealRuntime& rt = real_runtime(); rt.cudaMemGetInfo) {
-    // Passthrough creates a device on its first allocation, which runs on that current device.
-    size_t free = 0, total = 0;
-    if (rt.cudaMemGetInfo(&free, &total) == cudaSuccess) d->capacity = total;
   }
   if (config_.limit.active()) {
     const uint64_t limit = config_.limit.resolve(d->capacity);
@@ -191,6 +196,8 @@ DeviceState* Shim::device(int ordinal) {
                format_bytes(limit).c_str(), ordinal, format_bytes(d->capacity).c_str());
   }
   devices_[ordinal].store(d, std::memory_order_release);
+  // The driver's view of a new device is sampled on its next allocation (unaccounted memory).
+  usage_pending_.fetch_or(1ull << ordinal, std::memory_order_relaxed);
   return d;
 }
 
@@ -216,6 +223,8 @@ MemoryCounters& Shim::counters_for(MemoryKind kind, int dev) {
   switch (kind) {
     case MemoryKind::kManaged: return managed_;
     case MemoryKind::kHost: return host_;
+    case MemoryKind::kGraph: return graph_;
+    case MemoryKind::kImported: return imported_;
     case MemoryKind::kDevice: break;
   }
   return device(dev)->counters;
@@ -240,14 +249,17 @@ cudaError_t Shim::mem_get_info(size_t* free, size_t* total) {
   if (limit == 0) return err;
   size_t real_free = 0, real_total = 0;
   if (rt.cudaMemGetInfo(&real_free, &real_total) != cudaSuccess) return err;
-  if (limit >= real_total) return err;
+  apply_cap(limit, d->budget.held(), real_free, real_total, free, total);
+  return err;
+}
+
+void Shim::apply_cap(uint64_t limit, uint64_t held, size_t real_free, size_t real_total, size_t* free, size_t* total) {
+  if (limit == 0 || limit >= real_total) return;
   // Under the cap the device looks `limit` big: free is what the cap still allows, and never
   // more than the device really has.
-  const uint64_t held = d->budget.held();
   const uint64_t allowed = held >= limit ? 0 : limit - held;
   if (free) *free = static_cast<size_t>(allowed < real_free ? allowed : real_free);
   if (total) *total = static_cast<size_t>(limit);
-  return err;
 }
 
 PoolFigures Shim::pool_figures(const DeviceState* d) const {
@@ -276,9 +288,14 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack) {
   rec.pool = pool_figures(d);
   rec.allocated = d->counters.live_bytes();
   size_t free = 0, total = 0;
+  int current = -1;
   if (d->driver && d->driver->mem_info(&free, &total) == CUDA_SUCCESS) rec.device_free = free;
+  else if (current_context_device(&current) && current == d->ordinal && real_driver().cuMemGetInfo_v2 &&
+           real_driver().cuMemGetInfo_v2(&free, &total) == CUDA_SUCCESS)
+    rec.device_free = free;  // the real driver: our cuMemGetInfo hook would show the capped figure
   else if (real_runtime().cudaMemGetInfo && real_runtime().cudaMemGetInfo(&free, &total) == cudaSuccess)
     rec.device_free = free;
+  if (total != 0) usage_.record(d->ordinal, UsageSample{true, now_ns(), total - free, d->budget.held()});
   log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
            "block %s), device free %s%s%s; returned cudaErrorMemoryAllocation",
            d->ordinal, format_bytes(requested).c_str(), format_bytes(rec.allocated).c_str(),
@@ -329,7 +346,8 @@ void Shim::warn_invalid_free(const void* ptr, const char* what) {
 void Shim::record_alloc(MemoryKind kind, int dev, void* ptr, uint64_t size, uint64_t requested) {
   if (ptr == nullptr) return;
   if (kind == MemoryKind::kDevice && device(dev) == nullptr) return;
-  const AllocationRecord rec{size, requested, now_ns(), capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded};
+  const AllocationRecord rec{size, requested, now_ns(), capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded,
+                             caller_module()};
   if (tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec)) counters_for(kind, dev).on_alloc(size, requested);
 }
 
@@ -369,9 +387,11 @@ ReportData Shim::build_report(const char* reason) {
     dr.limit_bytes = d->budget.limit();
     dr.pool = pool_figures(d);
     dr.peak_reserved_bytes = dr.pool.peak_reserved_bytes;
+    add_driver_usage(d->ordinal, &dr);
     r.devices.push_back(dr);
   }
-  const std::pair<const char*, const MemoryCounters*> others[] = {{"managed", &managed_}, {"host", &host_}};
+  const std::pair<const char*, const MemoryCounters*> others[] = {
+      {"managed", &managed_}, {"host", &host_}, {"graph", &graph_}, {"imported", &imported_}};
   for (const auto& [name, counters] : others) {
     const CounterSnapshot c = counters->snapshot();
     if (c.total_allocs == 0) continue;
@@ -449,6 +469,7 @@ ReportData Shim::build_report(const char* reason) {
   r.invalid_frees = invalid_frees_.load(std::memory_order_relaxed);
   r.distinct_stacks = stacks_.size();
   r.shim_host_bytes = stacks_.memory_bytes() + tracker_.memory_bytes();
+  add_modules(&r);
   return r;
 }
 

@@ -13,7 +13,8 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   DeviceState* d = current_device_state();
   if (d == nullptr || out == nullptr) return forward();  // CUDA decides the error for bad arguments
   // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime.
-  if (d->pool == nullptr || (stream_ordered && stream_capturing(stream))) {
+  const bool graph = stream_ordered && stream_capturing(stream);
+  if (d->pool == nullptr || graph) {
     const StackId stack = capture_stack();
     // Under a cap, forwarded memory counts against it like a pool's segments would.
     if (!d->budget.try_charge(size)) {
@@ -30,9 +31,10 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
       }
       return err;
     }
+    const MemoryKind kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
     const AllocationRecord rec{size, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
-                               MemoryKind::kDevice, Route::kForwarded};
-    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec)) d->counters.on_alloc(size, requested);
+                               kind, Route::kForwarded, caller_module()};
+    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec)) counters_for(kind, d->ordinal).on_alloc(size, requested);
     maybe_sample();
     return err;
   }
@@ -40,6 +42,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     *out = nullptr;
     return cudaSuccess;
   }
+  bind_thread_context(d->ordinal);
   const StackId stack = capture_stack();
   void* p = nullptr;
   uint64_t allocated = 0;
@@ -50,7 +53,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     return to_runtime_error(r);
   }
   const AllocationRecord rec{allocated, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
-                             MemoryKind::kDevice, Route::kPooled};
+                             MemoryKind::kDevice, Route::kPooled, caller_module()};
   tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
   d->counters.on_alloc(allocated, requested);
   *out = p;
@@ -79,7 +82,7 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
       tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec);
       return err;
     }
-    if (rec.kind == MemoryKind::kDevice) device(rec.device)->budget.uncharge(rec.size);
+    if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
   }
   counters.on_free(rec.size, rec.requested);
   maybe_sample();

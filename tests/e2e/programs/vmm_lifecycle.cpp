@@ -1,0 +1,115 @@
+// The virtual-memory API's lifetimes: physical memory exists from cuMemCreate until it is both
+// released (once per create or retain) and unmapped, in either order. After each step prints what
+// the shim counts live on device 0 and what the driver has charged the device beyond the context,
+// for the test to check they agree at every step. Also host-located memory made with no context.
+#include <cuda.h>
+
+#include <thread>
+
+#include "support/test_support.h"
+
+#define DRV(x)                                                                                     \
+  do {                                                                                             \
+    CUresult r_ = (x);                                                                             \
+    if (r_ != CUDA_SUCCESS) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #x, static_cast<int>(r_)); \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+namespace {
+
+constexpr size_t kChunk = 2 << 20;
+size_t (*g_used)(int) = nullptr;
+size_t g_context = 0;
+bool g_first = true;
+
+void step(const char* name) {
+  gpushim_device_stats st = {};
+  const bool have = testsupport::shim_stats(0, &st);
+  std::printf("%s\"%s\":[%llu,%zu]", g_first ? "" : ",", name, have ? static_cast<unsigned long long>(st.live_bytes) : 0ull,
+              g_used ? g_used(0) - g_context : 0);
+  g_first = false;
+}
+
+CUmemAllocationProp device_prop() {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  return prop;
+}
+
+}  // namespace
+
+int main() {
+  CHECK(cudaFree(nullptr));  // the runtime's context, current on this thread
+  g_used = reinterpret_cast<size_t (*)(int)>(dlsym(RTLD_DEFAULT, "fakecudaDeviceUsedBytes"));
+  g_context = g_used ? g_used(0) : 0;
+  const CUmemAllocationProp prop = device_prop();
+  CUmemAccessDesc access = {};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUdeviceptr va = 0;
+  DRV(cuMemAddressReserve(&va, 4 * kChunk, 0, 0, 0));
+  std::printf("{");
+  step("start");
+
+  // NCCL's order: release right after mapping; the mapping keeps the memory.
+  CUmemGenericAllocationHandle h = 0;
+  DRV(cuMemCreate(&h, kChunk, &prop, 0));
+  step("created");
+  DRV(cuMemMap(va, kChunk, 0, h, 0));
+  DRV(cuMemSetAccess(va, kChunk, &access, 1));
+  step("mapped");
+  DRV(cuMemRelease(h));
+  step("released_while_mapped");
+  DRV(cuMemUnmap(va, kChunk));
+  step("unmapped_after_release");
+
+  // Expandable segments' order: unmap first, release last.
+  DRV(cuMemCreate(&h, 2 * kChunk, &prop, 0));
+  DRV(cuMemMap(va, 2 * kChunk, 0, h, 0));
+  DRV(cuMemUnmap(va, 2 * kChunk));
+  step("unmapped_before_release");
+  DRV(cuMemRelease(h));
+  step("released_after_unmap");
+
+  // A retain is one more reference: the memory outlives the first release.
+  DRV(cuMemCreate(&h, kChunk, &prop, 0));
+  DRV(cuMemMap(va, kChunk, 0, h, 0));
+  CUmemGenericAllocationHandle again = 0;
+  DRV(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(va)));
+  DRV(cuMemRelease(h));
+  DRV(cuMemUnmap(va, kChunk));
+  step("retained_unmapped_released_once");
+  DRV(cuMemRelease(again));
+  step("released_twice");
+
+  // Two mappings of one allocation in one unmap call.
+  DRV(cuMemCreate(&h, kChunk, &prop, 0));
+  DRV(cuMemMap(va, kChunk, 0, h, 0));
+  DRV(cuMemMap(va + kChunk, kChunk, 0, h, 0));
+  DRV(cuMemRelease(h));
+  step("two_mappings");
+  DRV(cuMemUnmap(va, 2 * kChunk));
+  step("both_unmapped");
+
+  // Host memory, made on a thread with no current context (NCCL does this).
+  CUresult host_result = CUDA_ERROR_UNKNOWN;
+  std::thread([&] {
+    CUmemAllocationProp host = {};
+    host.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    host.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    CUmemGenericAllocationHandle hh = 0;
+    host_result = cuMemCreate(&hh, kChunk, &host, 0);
+  }).join();
+  std::printf(",\"host_create\":%d", static_cast<int>(host_result));
+
+  // A live one for the report.
+  DRV(cuMemCreate(&h, 3 * kChunk, &prop, 0));
+  step("live_at_exit");
+  DRV(cuMemAddressFree(va, 4 * kChunk));
+  std::printf("}\n");
+  return 0;
+}

@@ -38,7 +38,7 @@ struct Config {
   uint64_t small_segment = 2ull << 20;
   uint64_t large_segment = 20ull << 20;
   uint64_t max_split = UINT64_MAX;  // none
-  uint64_t quarantine_bytes = 64ull << 20;
+  uint64_t quarantine_bytes = 32ull << 20;
   // Allocations at least this large get a driver segment of their own (exact legacy IPC); 0: off.
   uint64_t own_segment_min = 0;
 };

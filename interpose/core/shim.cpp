@@ -326,7 +326,11 @@ StackId Shim::capture_stack() {
 }
 
 void Shim::warn_invalid_free(const void* ptr, const char* what) {
-  invalid_frees_.fetch_add(1, std::memory_order_relaxed);
+  // Each warning symbolizes its stack (milliseconds); a program that frees badly in a loop must
+  // not be slowed down by its own diagnostics, so only the first ones are printed.
+  constexpr uint64_t kMaxWarnings = 20;
+  const uint64_t n = invalid_frees_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n > kMaxWarnings) return;
   const StackId id = capture_stack();
   std::vector<uint64_t> words;
   stacks_.frames(id, &words);
@@ -339,6 +343,7 @@ void Shim::warn_invalid_free(const void* ptr, const char* what) {
   }
   log_line("invalid free of %p (%s); returned cudaErrorInvalidValue; caller: %s", ptr, what,
            where.empty() ? "unknown (stack capture off)" : where.c_str());
+  if (n == kMaxWarnings) log_line("further invalid frees are counted in the report but not printed");
 }
 
 // ---- memory the shim only accounts ----

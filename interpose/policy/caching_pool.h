@@ -29,7 +29,7 @@ struct CachingPoolOptions {
   uint64_t large_segment = 20ull << 20;
   uint64_t huge_round = 2ull << 20;         // larger requests get a segment of their own, this rounded
   uint64_t max_split = UINT64_MAX;          // blocks this large are never split for smaller requests
-  uint64_t quarantine_bytes = 64ull << 20;  // freed bytes that may wait before one sync releases them
+  uint64_t quarantine_bytes = 32ull << 20;  // freed bytes that may wait before one sync releases them
 };
 
 class CachingPool final : public DeviceMemoryResource {

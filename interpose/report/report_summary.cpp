@@ -132,7 +132,7 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
       append(&line, "%s%s %s", shown++ ? ", " : "", printable(base_name(m.module)).c_str(),
              format_bytes(m.live_bytes).c_str());
     }
-    if (more) append(&line, ", %s more holding %s", plural(more, "module").c_str(), format_bytes(more_bytes).c_str());
+    if (more) append(&line, ", %s holding %s", plural(more, "more module").c_str(), format_bytes(more_bytes).c_str());
     if (!line.empty()) append(&s, "gpushim: device %d live by module: %s\n", d.device, line.c_str());
     if (d.usage_sampled)
       append(&s,

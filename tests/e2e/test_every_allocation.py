@@ -283,7 +283,8 @@ class VirtualMemory(ShimTestCase):
         }
         for policy in POLICIES:
             with self.subTest(policy=policy):
-                r = run([program("e2e_vmm_lifecycle")], env={"GPUSHIM_POLICY": policy, "FAKECUDA_CONTEXT_MEM": "64MiB"})
+                r = run([program("e2e_vmm_lifecycle")], env={"GPUSHIM_POLICY": policy, "FAKECUDA_CONTEXT_MEM": "64MiB",
+                                                             "FAKECUDA_DEVICES": "2"})
                 self.assertRanOK(r)
                 out = last_json(r)
                 for step, want in expected.items():
@@ -297,8 +298,14 @@ class VirtualMemory(ShimTestCase):
                 self.assertEqual(r.device(0)["live_bytes"], 6 * MiB)
                 self.assertEqual(r.device(0)["total_allocs"], 5)
                 self.assertEqual(r.report["reserved_va_bytes"], 0)
-                self.assertEqual(modules(r.report)["e2e_vmm_lifecycle"]["live_bytes"], 6 * MiB)
+                self.assertEqual(modules(r.report, "device", 0)["e2e_vmm_lifecycle"]["live_bytes"], 6 * MiB)
+                self.assertEqual(modules(r.report, "device", 1)["e2e_vmm_lifecycle"]["live_bytes"], 2 * MiB)
                 self.assertEqual(r.device(0)["unaccounted_bytes"], 64 * MiB)
+                # Device 1's memory is accounted without a context created there to do it.
+                self.assertEqual(out["other_device_primary_active"], 0)
+                self.assertEqual(out["other_device_used"], 2 * MiB)
+                self.assertEqual(r.device(1)["live_bytes"], 2 * MiB)
+                self.assertIsNone(r.device(1)["usage_at_s"])
 
 
 class GraphMemory(ShimTestCase):

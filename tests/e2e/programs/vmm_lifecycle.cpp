@@ -106,6 +106,21 @@ int main() {
   }).join();
   std::printf(",\"host_create\":%d", static_cast<int>(host_result));
 
+  // Memory on another device, made from this device's context: the shim must not create a context
+  // on that device to account it (that would cost the program a context's worth of memory).
+  int devices = 0;
+  DRV(cuDeviceGetCount(&devices));
+  if (devices > 1) {
+    CUmemAllocationProp other = prop;
+    other.location.id = 1;
+    CUmemGenericAllocationHandle oh = 0;
+    DRV(cuMemCreate(&oh, kChunk, &other, 0));
+    unsigned int flags = 0;
+    int active = -1;
+    DRV(cuDevicePrimaryCtxGetState(1, &flags, &active));
+    std::printf(",\"other_device_primary_active\":%d,\"other_device_used\":%zu", active, g_used ? g_used(1) : 0);
+  }
+
   // A live one for the report.
   DRV(cuMemCreate(&h, 3 * kChunk, &prop, 0));
   step("live_at_exit");

@@ -289,10 +289,12 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack) {
   rec.allocated = d->counters.live_bytes();
   size_t free = 0, total = 0;
   int current = -1;
-  if (d->driver && d->driver->mem_info(&free, &total) == CUDA_SUCCESS) rec.device_free = free;
-  else if (current_context_device(&current) && current == d->ordinal && real_driver().cuMemGetInfo_v2 &&
-           real_driver().cuMemGetInfo_v2(&free, &total) == CUDA_SUCCESS)
-    rec.device_free = free;  // the real driver: our cuMemGetInfo hook would show the capped figure
+  // The caller's own context first (the real driver: our cuMemGetInfo hook would show the capped
+  // figure); the pool's context only after that, since asking through it may have to create it.
+  if (current_context_device(&current) && current == d->ordinal && real_driver().cuMemGetInfo_v2 &&
+      real_driver().cuMemGetInfo_v2(&free, &total) == CUDA_SUCCESS)
+    rec.device_free = free;
+  else if (d->driver && d->driver->mem_info(&free, &total) == CUDA_SUCCESS) rec.device_free = free;
   else if (real_runtime().cudaMemGetInfo && real_runtime().cudaMemGetInfo(&free, &total) == cudaSuccess)
     rec.device_free = free;
   if (total != 0) usage_.record(d->ordinal, UsageSample{true, now_ns(), total - free, d->budget.held()});

@@ -210,7 +210,11 @@ void Shim::after_hook() {
   for (int dev = 0; dev < kMaxDevices; ++dev) {
     const uint64_t bit = 1ull << dev;
     if (!due && (pending & bit) == 0) continue;
-    if (sample_driver_usage(dev, dev == current)) usage_pending_.fetch_and(~bit, std::memory_order_relaxed);
+    // One prompt attempt per new device (on the thread that just used it, almost always with its
+    // context current); after that it waits for the periodic samples, so a device nobody's thread
+    // is bound to does not cost every later call two driver queries.
+    if ((pending & bit) && (usage_pending_.fetch_and(~bit, std::memory_order_relaxed) & bit) == 0 && !due) continue;
+    sample_driver_usage(dev, dev == current);
   }
 }
 

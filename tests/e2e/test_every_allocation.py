@@ -279,7 +279,7 @@ class VirtualMemory(ShimTestCase):
             "start": 0, "created": 2 * MiB, "mapped": 2 * MiB, "released_while_mapped": 2 * MiB,
             "unmapped_after_release": 0, "unmapped_before_release": 4 * MiB, "released_after_unmap": 0,
             "retained_unmapped_released_once": 2 * MiB, "released_twice": 0, "two_mappings": 2 * MiB,
-            "both_unmapped": 0, "live_at_exit": 6 * MiB,
+            "both_unmapped": 0, "imported_mapped": 2 * MiB, "import_done": 0, "live_at_exit": 6 * MiB,
         }
         for policy in POLICIES:
             with self.subTest(policy=policy):
@@ -296,7 +296,10 @@ class VirtualMemory(ShimTestCase):
                 other = {o["kind"]: o for o in r.report["other_memory"]}
                 self.assertEqual(other["host"]["live_bytes"], 2 * MiB)
                 self.assertEqual(r.device(0)["live_bytes"], 6 * MiB)
-                self.assertEqual(r.device(0)["total_allocs"], 5)
+                self.assertEqual(r.device(0)["total_allocs"], 6)
+                imported = other["imported"]
+                self.assertEqual((imported["total_allocs"], imported["total_frees"], imported["live_bytes"],
+                                  imported["peak_bytes"]), (1, 1, 0, 2 * MiB))
                 self.assertEqual(r.report["reserved_va_bytes"], 0)
                 self.assertEqual(modules(r.report, "device", 0)["e2e_vmm_lifecycle"]["live_bytes"], 6 * MiB)
                 self.assertEqual(modules(r.report, "device", 1)["e2e_vmm_lifecycle"]["live_bytes"], 2 * MiB)

@@ -4,6 +4,8 @@
 // for the test to check they agree at every step. Also host-located memory made with no context.
 #include <cuda.h>
 
+#include <unistd.h>
+
 #include <thread>
 
 #include "support/test_support.h"
@@ -94,6 +96,27 @@ int main() {
   step("two_mappings");
   DRV(cuMemUnmap(va, 2 * kChunk));
   step("both_unmapped");
+
+  // Shared through a POSIX file descriptor and imported (here by the same process, which the driver
+  // allows): the importer's mapping is the exporter's memory, counted once as device memory and
+  // shown apart as imported memory while mapped.
+  {
+    CUmemAllocationProp shareable = prop;
+    shareable.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    DRV(cuMemCreate(&h, kChunk, &shareable, 0));
+    int fd = -1;
+    DRV(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    CUmemGenericAllocationHandle imported = 0;
+    DRV(cuMemImportFromShareableHandle(&imported, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    close(fd);
+    DRV(cuMemMap(va, kChunk, 0, imported, 0));
+    step("imported_mapped");
+    DRV(cuMemRelease(imported));
+    DRV(cuMemUnmap(va, kChunk));
+    DRV(cuMemRelease(h));
+    step("import_done");
+  }
 
   // Host memory, made on a thread with no current context (NCCL does this).
   CUresult host_result = CUDA_ERROR_UNKNOWN;

@@ -265,13 +265,12 @@ void Shim::apply_cap(uint64_t limit, uint64_t held, size_t real_free, size_t rea
 PoolFigures Shim::pool_figures(const DeviceState* d) const {
   PoolFigures f;
   const CounterSnapshot c = d->counters.snapshot();
-  if (d->pool) {
-    d->pool->figures(&f);
-  } else {
-    // Passthrough holds nothing back: what is allocated is what is reserved from the driver.
-    f.reserved_bytes = c.live_bytes;
-    f.peak_reserved_bytes = c.peak_bytes;
-  }
+  if (d->pool) d->pool->figures(&f);
+  // Reserved is everything held from the driver on the device: the pool's segments, and what was
+  // allocated past any pool (passthrough, the driver API, the virtual-memory API, graph memory).
+  // The budget counts exactly that, cap or no cap.
+  f.reserved_bytes = d->budget.held();
+  f.peak_reserved_bytes = d->budget.peak();
   f.requested_bytes = c.requested_bytes;
   f.peak_requested_bytes = c.peak_requested_bytes;
   f.ooms = d->ooms.load(std::memory_order_relaxed);  // every OOM a caller saw, pool or cap
@@ -353,9 +352,13 @@ void Shim::warn_invalid_free(const void* ptr, const char* what) {
 void Shim::record_alloc(MemoryKind kind, int dev, void* ptr, uint64_t size, uint64_t requested) {
   if (ptr == nullptr) return;
   if (kind == MemoryKind::kDevice && device(dev) == nullptr) return;
-  const AllocationRecord rec{size, requested, now_ns(), capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded,
-                             caller_module()};
-  if (tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec)) counters_for(kind, dev).on_alloc(size, requested);
+  const AllocationRecord rec{size, requested, now_ns(), capture_stack(), static_cast<int16_t>(dev),
+                             kind, Route::kForwarded, caller_module()};
+  if (!tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec)) return;
+  counters_for(kind, dev).on_alloc(size, requested);
+  // Already made (the size was known only afterwards): held from the driver whatever the cap says,
+  // and uncharged by the free like every forwarded device allocation.
+  if (on_device(kind)) device(dev)->budget.charge(size);
 }
 
 void Shim::record_failure(MemoryKind kind, int dev) {

@@ -103,7 +103,8 @@ void Shim::vmm_mapped(uintptr_t va, uint64_t size, uint64_t handle) {
   // Imported memory becomes visible with its first mapping (its size is unknown before).
   const AllocationRecord rec{sized.size, sized.size, now_ns(), capture_stack(), static_cast<int16_t>(sized.device),
                              sized.kind, Route::kForwarded, caller_module()};
-  if (tracker_.insert(VmmTracker::key_of(handle), rec)) counters_for(sized.kind, sized.device).on_alloc(sized.size, sized.size);
+  if (tracker_.insert(VmmTracker::key_of(handle), rec))
+    counters_for(sized.kind, sized.device).on_alloc(sized.size, sized.size);
 }
 
 void Shim::vmm_unmapped(uintptr_t va, uint64_t size) {

@@ -32,7 +32,7 @@ CUresult Shim::driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t
     }
     return r;
   }
-  const AllocationRecord rec{size,   requested,          now_ns(), stack, static_cast<int16_t>(device), kind,
+  const AllocationRecord rec{size, requested, now_ns(), stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};
   if (tracker_.insert(ptr, rec)) counters_for(kind, device).on_alloc(size, requested);
   maybe_sample();
@@ -52,7 +52,7 @@ CUresult Shim::account_after(MemoryKind kind, int device, uintptr_t ptr, uint64_
     on_oom(d, size, stack);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  const AllocationRecord rec{size,   requested,          now_ns(), stack, static_cast<int16_t>(device), kind,
+  const AllocationRecord rec{size, requested, now_ns(), stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};
   if (tracker_.insert(ptr, rec)) counters_for(kind, device).on_alloc(size, requested);
   maybe_sample();

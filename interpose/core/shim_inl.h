@@ -34,7 +34,8 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     const MemoryKind kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
     const AllocationRecord rec{size, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
                                kind, Route::kForwarded, caller_module()};
-    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec)) counters_for(kind, d->ordinal).on_alloc(size, requested);
+    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec))
+      counters_for(kind, d->ordinal).on_alloc(size, requested);
     maybe_sample();
     return err;
   }

@@ -67,8 +67,14 @@ void describe_unallocated(CUpointer_attribute attribute, void* data) {
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: put(data, 0ULL); break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: put(data, size_t{0}); break;
-    case CU_POINTER_ATTRIBUTE_P2P_TOKENS: break;  // a struct CUDA fills only for device memory
-    default: put(data, 0u); break;                // memory type, and every boolean
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: put(data, 0u); break;
+    default: break;  // P2P tokens, and attributes newer than this code: left as CUDA wrote them
   }
 }
 

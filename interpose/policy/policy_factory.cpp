@@ -31,7 +31,8 @@ std::unique_ptr<DeviceMemoryResource> with_own_segments(const Config& config, Ba
 }  // namespace
 
 std::unique_ptr<DeviceMemoryResource> make_pool(const Config& config, Backend& backend) {
-  if (config.own_segment_min != 0 && config.policy != PolicyKind::kPassthrough) return with_own_segments(config, backend);
+  if (config.own_segment_min != 0 && config.policy != PolicyKind::kPassthrough)
+    return with_own_segments(config, backend);
   switch (config.policy) {
     case PolicyKind::kPassthrough: return nullptr;
     case PolicyKind::kCaching: return std::make_unique<CachingPool>(backend, caching_options(config));

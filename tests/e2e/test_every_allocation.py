@@ -97,11 +97,13 @@ class EveryPath(ShimTestCase):
                 d = r.device(0)
                 # The last sample came after every allocation: the driver's figure is the fake's own.
                 self.assertEqual(d["driver_used_bytes"], out["device_used"])
-                # Held from the driver: under the pool its segments (for the two cudaMallocs it serves,
-                # 3 and 5 MiB) plus every allocation made past it; under passthrough, every allocation.
-                pooled_live = 8 * MiB if policy == "caching" else 0
-                reserved = d["pool"]["reserved_bytes"] if policy == "caching" else 0
-                self.assertEqual(d["held_bytes"], reserved + d["live_bytes"] - pooled_live)
+                # Held from the driver (reserved): under the pool its one 20 MiB segment (for the two
+                # cudaMallocs it serves, 3 and 5 MiB) plus every allocation made past it (32 MiB);
+                # under passthrough, every allocation. Nothing moved after the last sample.
+                self.assertEqual(d["pool"]["reserved_bytes"], (20 + 32) * MiB if policy == "caching" else d["live_bytes"])
+                self.assertEqual(d["held_bytes"], d["pool"]["reserved_bytes"])
+                self.assertLessEqual(d["peak_allocated_bytes"], d["peak_reserved_bytes"])
+                self.assertLessEqual(d["utilization"], 1.0)
                 self.assertEqual(d["unaccounted_bytes"], self.CONTEXT)
                 self.assertEqual(d["driver_used_bytes"] - d["held_bytes"], self.CONTEXT)
                 self.assertIsNotNone(d["usage_at_s"])
@@ -327,6 +329,21 @@ class GraphMemory(ShimTestCase):
                 self.assertEqual(graph["peak_bytes"], 8 * MiB)
                 self.assertEqual(modules(r.report, "graph")["e2e_graph_memory"]["live_bytes"], 2 * MiB)
                 self.assertEqual(r.device(0)["live_bytes"], 0)
+
+
+class Cap(ShimTestCase):
+    def test_memory_accounted_after_the_fact_leaves_the_cap_intact(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_pitch_then_cap")], env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "1GiB"})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["after"], "cudaSuccess")
+                self.assertGreaterEqual(out["pitch"], 1000)
+                d = r.device(0)
+                self.assertEqual(d["live_bytes"], 512 * MiB)
+                self.assertEqual(d["pool"]["reserved_bytes"], out["reserved"])
+                self.assertLess(out["reserved"], 1 << 30)  # no wrap-around of the held figure
 
 
 class Unaccounted(ShimTestCase):

@@ -16,7 +16,7 @@ __attribute__((noinline)) void probe_function() { asm volatile(""); }
 void BM_ModuleMapLookupHit(benchmark::State& state) {
   ModuleMap map;
   const uintptr_t self = reinterpret_cast<uintptr_t>(&probe_function);
-  const uintptr_t libc = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "malloc"));
+  const uintptr_t libc = reinterpret_cast<uintptr_t>(dlsym(dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD), "getpid"));
   map.lookup(self);
   bool flip = false;
   for (auto _ : state) {

@@ -33,6 +33,11 @@ std::string read_exe() {
 
 ModuleMap::ModuleMap() : names_(1), exe_(read_exe()) { names_.reserve(64); }
 
+ModuleMap::~ModuleMap() {
+  delete current_.load(std::memory_order_acquire);
+  for (const Snapshot* s : retired_) delete s;
+}
+
 ModuleId ModuleMap::find(const Snapshot& s, uintptr_t address) {
   auto it = std::upper_bound(s.ranges.begin(), s.ranges.end(), address,
                              [](uintptr_t a, const Range& r) { return a < r.begin; });
@@ -105,7 +110,8 @@ void ModuleMap::rebuild() {
   if (ctx.unchanged || ctx.fresh == nullptr) return;
   std::sort(ctx.fresh->ranges.begin(), ctx.fresh->ranges.end(),
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  current_.store(ctx.fresh, std::memory_order_release);  // `old` stays readable by anyone on it
+  current_.store(ctx.fresh, std::memory_order_release);
+  if (old != nullptr) retired_.push_back(old);  // stays readable by anyone still on it
 }
 
 std::string ModuleMap::name(ModuleId id) const {

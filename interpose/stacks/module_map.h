@@ -4,7 +4,8 @@
 // loader lock; this map answers from an immutable snapshot of the PT_LOAD ranges of every loaded
 // object (dl_iterate_phdr) with one binary search and no lock. A miss rebuilds the snapshot only if
 // objects were loaded or unloaded since it was taken. Old snapshots are kept (never freed), so a
-// reader never races a rebuild; there is one per change of the loaded set, which stays small.
+// reader never races a rebuild; there is one per change of the loaded set, which stays small
+// (the shim's map lives as long as the process; others free them all when destroyed).
 #pragma once
 
 #include <atomic>
@@ -24,6 +25,7 @@ constexpr ModuleId kUnknownModule = 0;  // an address in no loaded module (JIT c
 class ModuleMap {
  public:
   ModuleMap();
+  ~ModuleMap();
   ModuleMap(const ModuleMap&) = delete;
   ModuleMap& operator=(const ModuleMap&) = delete;
 
@@ -57,6 +59,7 @@ class ModuleMap {
 
   std::atomic<const Snapshot*> current_{nullptr};
   mutable std::mutex mu_;
+  std::vector<const Snapshot*> retired_;       // replaced snapshots: readers may still be on them
   std::vector<std::string> names_;             // by id; index 0 is the unknown module
   absl::flat_hash_map<std::string, ModuleId> ids_;
   std::atomic<uint8_t> plumbing_[kMaxModules] = {};

@@ -11,13 +11,14 @@ namespace {
 using DlsymFn = void* (*)(void*, const char*);
 
 // Never our own dlsym (hooks/dlsym.cpp): that one forwards here, so falling back to it would loop.
-void* no_dlsym(void*, const char*) { return nullptr; }
+GPUSHIM_EARLY void* no_dlsym(void*, const char*) { return nullptr; }
 
-DlsymFn find_real_dlsym() {
-  // glibc 2.34 moved dlsym into libc and gave it a new version; older ones only have the base
-  // version of their architecture (2.2.5 on x86-64, 2.17 on aarch64).
-  for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"})
-    if (void* f = dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFn>(f);
+// glibc 2.34 moved dlsym into libc and gave it a new version; older ones only have the base
+// version of their architecture (2.2.5 on x86-64, 2.17 on aarch64).
+GPUSHIM_EARLY DlsymFn find_real_dlsym() {
+  if (void* f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34")) return reinterpret_cast<DlsymFn>(f);
+  if (void* f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5")) return reinterpret_cast<DlsymFn>(f);
+  if (void* f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17")) return reinterpret_cast<DlsymFn>(f);
   return &no_dlsym;
 }
 
@@ -54,24 +55,27 @@ RealRuntime* resolve_runtime(void* lib) {
   return r;
 }
 
-// Not a function-local static: the first dlsym of the process may come from inside a library
-// constructor, and a guard variable there could be re-entered. Racing threads find the same value.
-std::atomic<DlsymFn> g_real_dlsym{nullptr};
-
-DlsymFn real_dlsym_fn() {
-  DlsymFn fn = g_real_dlsym.load(std::memory_order_acquire);
-  if (fn == nullptr) {
-    fn = find_real_dlsym();
-    g_real_dlsym.store(fn, std::memory_order_release);
-  }
-  return fn;
-}
-
 }  // namespace
 
-void* real_dlsym(void* handle, const char* name) { return real_dlsym_fn()(handle, name); }
+// Read by the assembly of hooks/dlsym.cpp. Not a function-local static: the first dlsym of the
+// process may come from inside a library constructor (or a sanitizer's start-up), and a guard
+// variable there could be re-entered. Racing threads store the same value.
+extern "C" {
+__attribute__((visibility("hidden"))) DlsymFn gpushim_real_dlsym_fn = nullptr;
+}
 
-void* real_dlsym_function() { return reinterpret_cast<void*>(real_dlsym_fn()); }
+GPUSHIM_EARLY void* real_dlsym_function() {
+  DlsymFn fn = __atomic_load_n(&gpushim_real_dlsym_fn, __ATOMIC_ACQUIRE);
+  if (fn == nullptr) {
+    fn = find_real_dlsym();
+    __atomic_store_n(&gpushim_real_dlsym_fn, fn, __ATOMIC_RELEASE);
+  }
+  return reinterpret_cast<void*>(fn);
+}
+
+GPUSHIM_EARLY void* real_dlsym(void* handle, const char* name) {
+  return reinterpret_cast<DlsymFn>(real_dlsym_function())(handle, name);
+}
 
 const RealRuntime& real_runtime() {
   // Resolved once libcudart is found, and looked for again until then: a process may call the

@@ -9,11 +9,16 @@
 
 namespace gpushim {
 
+// Code that our dlsym runs before it reaches glibc's. The first dlsym calls of a process can come
+// from a sanitizer runtime's start-up (ASan finds the functions it intercepts with
+// dlsym(RTLD_NEXT)), before its shadow memory exists: this code must carry no instrumentation.
+#define GPUSHIM_EARLY __attribute__((no_sanitize("address", "thread", "undefined")))
+
 // glibc's own dlsym, never our interposed one (taken with dlvsym so that interposing dlsym in
 // this library cannot recurse into itself).
-void* real_dlsym(void* handle, const char* name);
+GPUSHIM_EARLY void* real_dlsym(void* handle, const char* name);
 // That function itself (for the tail jump of our dlsym); never our interposed one.
-void* real_dlsym_function();
+GPUSHIM_EARLY void* real_dlsym_function();
 
 struct RealRuntime {
   cudaError_t (*cudaMalloc)(void**, size_t) = nullptr;

@@ -18,18 +18,19 @@
 #include "cuda/real_symbols.h"
 #include "hooks/substitution.h"
 
-// Used by the assembly below; hidden, so the jumps bind inside this library.
+// Used by the assembly below; hidden, so the jumps bind inside this library. gpushim_real_dlsym_fn
+// (cuda/real_symbols.cpp) holds glibc's dlsym once resolved.
 extern "C" {
-__attribute__((visibility("hidden"))) void* gpushim_real_dlsym_fn = nullptr;
-
-__attribute__((visibility("hidden"))) void* gpushim_resolve_real_dlsym() {
-  void* f = gpushim::real_dlsym_function();
-  __atomic_store_n(&gpushim_real_dlsym_fn, f, __ATOMIC_RELEASE);
-  return f;
+__attribute__((visibility("hidden"))) GPUSHIM_EARLY void* gpushim_resolve_real_dlsym() {
+  return gpushim::real_dlsym_function();
 }
 
-__attribute__((visibility("hidden"))) void* gpushim_dlsym_with_handle(void* handle, const char* name) {
-  return gpushim::substitute_by_name(name, gpushim::real_dlsym(handle, name));
+__attribute__((visibility("hidden"))) GPUSHIM_EARLY void* gpushim_dlsym_with_handle(void* handle, const char* name) {
+  void* found = gpushim::real_dlsym(handle, name);
+  // Only driver and runtime names can be substituted; everything else returns without touching
+  // instrumented code (see GPUSHIM_EARLY).
+  if (found == nullptr || name == nullptr || name[0] != 'c' || name[1] != 'u') return found;
+  return gpushim::substitute_by_name(name, found);
 }
 }
 

@@ -318,7 +318,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack) {
 
 StackId Shim::capture_stack() {
   if (config_.stack_depth == 0) return kEmptyStack;
-  constexpr size_t kSlack = 8;  // room for the shim's own frames, trimmed below
+  constexpr size_t kSlack = 4;  // room for the shim's own frames (2-3 with inlining), trimmed below
   uint64_t buf[256 + kSlack];
   const size_t n = capture_native_stack(buf, std::min<size_t>(config_.stack_depth + kSlack, 256 + kSlack), 0);
   size_t skip = 0;

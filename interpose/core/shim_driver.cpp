@@ -74,10 +74,11 @@ void Shim::vmm_uncharge(int dev, uint64_t size) {
 
 void Shim::vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int dev) {
   vmm_.created(VmmTracker::Physical{handle, size, dev, kind});
-  const AllocationRecord rec{size, size, now_ns(), capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded,
+  const uint64_t t = now_ns();
+  const AllocationRecord rec{size, size, t, capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded,
                              caller_module()};
   if (tracker_.insert(VmmTracker::key_of(handle), rec)) counters_for(kind, dev).on_alloc(size, size);
-  maybe_sample();
+  maybe_sample(t);
 }
 
 void Shim::vmm_imported(uint64_t handle, int dev) { vmm_.imported(handle, dev); }
@@ -89,7 +90,7 @@ void Shim::drop_vmm(const VmmTracker::Physical& p) {
   if (!tracker_.erase(VmmTracker::key_of(p.handle), &rec)) return;
   counters_for(rec.kind, rec.device).on_free(rec.size, rec.requested);
   if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
-  maybe_sample();
+  maybe_sample(now_ns());
 }
 
 void Shim::vmm_released(uint64_t handle) {

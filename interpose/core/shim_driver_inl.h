@@ -32,10 +32,11 @@ CUresult Shim::driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t
     }
     return r;
   }
-  const AllocationRecord rec{size, requested, now_ns(), stack, static_cast<int16_t>(device), kind,
+  const uint64_t t = now_ns();
+  const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};
   if (tracker_.insert(ptr, rec)) counters_for(kind, device).on_alloc(size, requested);
-  maybe_sample();
+  maybe_sample(t);
   return r;
 }
 
@@ -52,10 +53,11 @@ CUresult Shim::account_after(MemoryKind kind, int device, uintptr_t ptr, uint64_
     on_oom(d, size, stack);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  const AllocationRecord rec{size, requested, now_ns(), stack, static_cast<int16_t>(device), kind,
+  const uint64_t t = now_ns();
+  const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};
   if (tracker_.insert(ptr, rec)) counters_for(kind, device).on_alloc(size, requested);
-  maybe_sample();
+  maybe_sample(t);
   return CUDA_SUCCESS;
 }
 

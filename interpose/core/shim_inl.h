@@ -31,12 +31,13 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
       }
       return err;
     }
+    const uint64_t t = now_ns();
     const MemoryKind kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
-    const AllocationRecord rec{size, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
+    const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(d->ordinal),
                                kind, Route::kForwarded, caller_module()};
     if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec))
       counters_for(kind, d->ordinal).on_alloc(size, requested);
-    maybe_sample();
+    maybe_sample(t);
     return err;
   }
   if (size == 0) {
@@ -53,12 +54,13 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
     return to_runtime_error(r);
   }
-  const AllocationRecord rec{allocated, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
-                             MemoryKind::kDevice, Route::kPooled, caller_module()};
+  const uint64_t t = now_ns();
+  const AllocationRecord rec{allocated, requested, t, stack, static_cast<int16_t>(d->ordinal), MemoryKind::kDevice,
+                             Route::kPooled, caller_module()};
   tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
   d->counters.on_alloc(allocated, requested);
   *out = p;
-  maybe_sample();
+  maybe_sample(t);
   return cudaSuccess;
 }
 
@@ -86,7 +88,7 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
     if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
   }
   counters.on_free(rec.size, rec.requested);
-  maybe_sample();
+  maybe_sample(now_ns());
   return cudaSuccess;
 }
 

@@ -3,6 +3,7 @@
 // shim's device figures at each step for the test (the report shows graph memory on its own).
 #include <cuda.h>
 
+#include "support/driver_api.h"
 #include "support/test_support.h"
 
 #define DRV(x)                                                                                     \
@@ -15,16 +16,17 @@
   } while (0)
 
 int main() {
+  const testsupport::Driver& D = testsupport::driver();
   CHECK(cudaFree(nullptr));
   CUgraph graph = nullptr;
-  DRV(cuGraphCreate(&graph, 0));
+  DRV(D.GraphCreate(&graph, 0));
   CUDA_MEM_ALLOC_NODE_PARAMS params = {};
   params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
   params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   params.poolProps.location.id = 0;
   params.bytesize = 6 << 20;
   CUgraphNode node = nullptr;
-  DRV(cuGraphAddMemAllocNode(&node, graph, nullptr, 0, &params));
+  DRV(D.GraphAddMemAllocNode(&node, graph, nullptr, 0, &params));
   gpushim_device_stats st = {};
   const bool have = testsupport::shim_stats(0, &st);
   std::printf("{\"node_device_live\":%llu", have ? static_cast<unsigned long long>(st.live_bytes) : 0ull);
@@ -41,9 +43,9 @@ int main() {
   std::printf(",\"captured_device_live\":%llu", static_cast<unsigned long long>(st.live_bytes));
 
   // The node's memory is the program's to free once it no longer needs it.
-  DRV(cuMemFreeAsync(params.dptr, nullptr));
-  DRV(cuStreamSynchronize(nullptr));
-  DRV(cuGraphDestroy(graph));
+  DRV(D.MemFreeAsync(params.dptr, nullptr));
+  DRV(D.StreamSynchronize(nullptr));
+  DRV(D.GraphDestroy(graph));
   std::printf(",\"node_freed\":true}\n");
   return 0;
 }

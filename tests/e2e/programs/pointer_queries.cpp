@@ -3,6 +3,7 @@
 // caller was given, as plain CUDA does; printed relative to the pointers for the test to compare.
 #include <cuda.h>
 
+#include "support/driver_api.h"
 #include "support/test_support.h"
 
 namespace {
@@ -16,6 +17,7 @@ void field(const char* key, long long v) {
 }  // namespace
 
 int main() {
+  const testsupport::Driver& D = testsupport::driver();
   constexpr size_t kSize = 4096;
   char* a = nullptr;
   char* b = nullptr;
@@ -26,15 +28,15 @@ int main() {
 
   CUdeviceptr base = 0;
   size_t size = 0;
-  field("range_result", cuMemGetAddressRange(&base, &size, db + 100));
+  field("range_result", D.MemGetAddressRange(&base, &size, db + 100));
   field("range_base_offset", static_cast<long long>(base) - static_cast<long long>(db));
   field("range_size", static_cast<long long>(size));
 
   CUdeviceptr start = 0;
   size_t range = 0;
-  field("attr_start_result", cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, db + 100));
+  field("attr_start_result", D.PointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, db + 100));
   field("attr_start_offset", static_cast<long long>(start) - static_cast<long long>(db));
-  cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, db + 100);
+  D.PointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, db + 100);
   field("attr_range_size", static_cast<long long>(range));
 
   unsigned long long id_a = 0, id_b = 0;
@@ -46,13 +48,13 @@ int main() {
                                  CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
   void* data_b[] = {&id_b, &ipc_b, &type_b, &ordinal_b, &start_b, &size_b};
-  field("attrs_result", cuPointerGetAttributes(6, attrs, data_b, db + 8));
+  field("attrs_result", D.PointerGetAttributes(6, attrs, data_b, db + 8));
   void* data_a[] = {&id_a, &ipc_a, &type_b, &ordinal_b, &start_b, &size_b};
   CUdeviceptr unused_start = 0;
   size_t unused_size = 0;
   data_a[4] = &unused_start;
   data_a[5] = &unused_size;
-  cuPointerGetAttributes(6, attrs, data_a, da);
+  D.PointerGetAttributes(6, attrs, data_a, da);
   field("buffer_ids_differ", id_a != id_b);
   field("ipc_capable_a", ipc_a);
   field("ipc_capable_b", ipc_b);
@@ -69,12 +71,12 @@ int main() {
 
   // Freed: no allocation holds these bytes any more, whatever CUDA's segment around them.
   CHECK(cudaFree(b));
-  field("freed_range_result", cuMemGetAddressRange(&base, &size, db));
-  field("freed_attr_result", cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, db));
+  field("freed_range_result", D.MemGetAddressRange(&base, &size, db));
+  field("freed_attr_result", D.PointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, db));
   unsigned int freed_type = 99;
   CUpointer_attribute type_attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
   void* freed_data[] = {&freed_type};
-  field("freed_attrs_result", cuPointerGetAttributes(1, &type_attr, freed_data, db));
+  field("freed_attrs_result", D.PointerGetAttributes(1, &type_attr, freed_data, db));
   field("freed_memory_type", freed_type);
   std::printf("}\n");
   CHECK(cudaFree(a));

@@ -8,6 +8,7 @@
 
 #include <thread>
 
+#include "support/driver_api.h"
 #include "support/test_support.h"
 
 #define DRV(x)                                                                                     \
@@ -45,56 +46,57 @@ CUmemAllocationProp device_prop() {
 }  // namespace
 
 int main() {
+  const testsupport::Driver& D = testsupport::driver();
   CHECK(cudaFree(nullptr));  // the runtime's context, current on this thread
-  g_used = reinterpret_cast<size_t (*)(int)>(dlsym(RTLD_DEFAULT, "fakecudaDeviceUsedBytes"));
+  g_used = testsupport::driver_test_hook<size_t (*)(int)>("fakecudaDeviceUsedBytes");
   g_context = g_used ? g_used(0) : 0;
   const CUmemAllocationProp prop = device_prop();
   CUmemAccessDesc access = {};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   CUdeviceptr va = 0;
-  DRV(cuMemAddressReserve(&va, 4 * kChunk, 0, 0, 0));
+  DRV(D.MemAddressReserve(&va, 4 * kChunk, 0, 0, 0));
   std::printf("{");
   step("start");
 
   // NCCL's order: release right after mapping; the mapping keeps the memory.
   CUmemGenericAllocationHandle h = 0;
-  DRV(cuMemCreate(&h, kChunk, &prop, 0));
+  DRV(D.MemCreate(&h, kChunk, &prop, 0));
   step("created");
-  DRV(cuMemMap(va, kChunk, 0, h, 0));
-  DRV(cuMemSetAccess(va, kChunk, &access, 1));
+  DRV(D.MemMap(va, kChunk, 0, h, 0));
+  DRV(D.MemSetAccess(va, kChunk, &access, 1));
   step("mapped");
-  DRV(cuMemRelease(h));
+  DRV(D.MemRelease(h));
   step("released_while_mapped");
-  DRV(cuMemUnmap(va, kChunk));
+  DRV(D.MemUnmap(va, kChunk));
   step("unmapped_after_release");
 
   // Expandable segments' order: unmap first, release last.
-  DRV(cuMemCreate(&h, 2 * kChunk, &prop, 0));
-  DRV(cuMemMap(va, 2 * kChunk, 0, h, 0));
-  DRV(cuMemUnmap(va, 2 * kChunk));
+  DRV(D.MemCreate(&h, 2 * kChunk, &prop, 0));
+  DRV(D.MemMap(va, 2 * kChunk, 0, h, 0));
+  DRV(D.MemUnmap(va, 2 * kChunk));
   step("unmapped_before_release");
-  DRV(cuMemRelease(h));
+  DRV(D.MemRelease(h));
   step("released_after_unmap");
 
   // A retain is one more reference: the memory outlives the first release.
-  DRV(cuMemCreate(&h, kChunk, &prop, 0));
-  DRV(cuMemMap(va, kChunk, 0, h, 0));
+  DRV(D.MemCreate(&h, kChunk, &prop, 0));
+  DRV(D.MemMap(va, kChunk, 0, h, 0));
   CUmemGenericAllocationHandle again = 0;
-  DRV(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(va)));
-  DRV(cuMemRelease(h));
-  DRV(cuMemUnmap(va, kChunk));
+  DRV(D.MemRetainAllocationHandle(&again, reinterpret_cast<void*>(va)));
+  DRV(D.MemRelease(h));
+  DRV(D.MemUnmap(va, kChunk));
   step("retained_unmapped_released_once");
-  DRV(cuMemRelease(again));
+  DRV(D.MemRelease(again));
   step("released_twice");
 
   // Two mappings of one allocation in one unmap call.
-  DRV(cuMemCreate(&h, kChunk, &prop, 0));
-  DRV(cuMemMap(va, kChunk, 0, h, 0));
-  DRV(cuMemMap(va + kChunk, kChunk, 0, h, 0));
-  DRV(cuMemRelease(h));
+  DRV(D.MemCreate(&h, kChunk, &prop, 0));
+  DRV(D.MemMap(va, kChunk, 0, h, 0));
+  DRV(D.MemMap(va + kChunk, kChunk, 0, h, 0));
+  DRV(D.MemRelease(h));
   step("two_mappings");
-  DRV(cuMemUnmap(va, 2 * kChunk));
+  DRV(D.MemUnmap(va, 2 * kChunk));
   step("both_unmapped");
 
   // Shared through a POSIX file descriptor and imported (here by the same process, which the driver
@@ -103,18 +105,18 @@ int main() {
   {
     CUmemAllocationProp shareable = prop;
     shareable.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    DRV(cuMemCreate(&h, kChunk, &shareable, 0));
+    DRV(D.MemCreate(&h, kChunk, &shareable, 0));
     int fd = -1;
-    DRV(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    DRV(D.MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
     CUmemGenericAllocationHandle imported = 0;
-    DRV(cuMemImportFromShareableHandle(&imported, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+    DRV(D.MemImportFromShareableHandle(&imported, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
     close(fd);
-    DRV(cuMemMap(va, kChunk, 0, imported, 0));
+    DRV(D.MemMap(va, kChunk, 0, imported, 0));
     step("imported_mapped");
-    DRV(cuMemRelease(imported));
-    DRV(cuMemUnmap(va, kChunk));
-    DRV(cuMemRelease(h));
+    DRV(D.MemRelease(imported));
+    DRV(D.MemUnmap(va, kChunk));
+    DRV(D.MemRelease(h));
     step("import_done");
   }
 
@@ -125,29 +127,29 @@ int main() {
     host.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     host.location.type = CU_MEM_LOCATION_TYPE_HOST;
     CUmemGenericAllocationHandle hh = 0;
-    host_result = cuMemCreate(&hh, kChunk, &host, 0);
+    host_result = D.MemCreate(&hh, kChunk, &host, 0);
   }).join();
   std::printf(",\"host_create\":%d", static_cast<int>(host_result));
 
   // Memory on another device, made from this device's context: the shim must not create a context
   // on that device to account it (that would cost the program a context's worth of memory).
   int devices = 0;
-  DRV(cuDeviceGetCount(&devices));
+  DRV(D.DeviceGetCount(&devices));
   if (devices > 1) {
     CUmemAllocationProp other = prop;
     other.location.id = 1;
     CUmemGenericAllocationHandle oh = 0;
-    DRV(cuMemCreate(&oh, kChunk, &other, 0));
+    DRV(D.MemCreate(&oh, kChunk, &other, 0));
     unsigned int flags = 0;
     int active = -1;
-    DRV(cuDevicePrimaryCtxGetState(1, &flags, &active));
+    DRV(D.DevicePrimaryCtxGetState(1, &flags, &active));
     std::printf(",\"other_device_primary_active\":%d,\"other_device_used\":%zu", active, g_used ? g_used(1) : 0);
   }
 
   // A live one for the report.
-  DRV(cuMemCreate(&h, 3 * kChunk, &prop, 0));
+  DRV(D.MemCreate(&h, 3 * kChunk, &prop, 0));
   step("live_at_exit");
-  DRV(cuMemAddressFree(va, 4 * kChunk));
+  DRV(D.MemAddressFree(va, 4 * kChunk));
   std::printf("}\n");
   return 0;
 }

@@ -86,6 +86,10 @@ CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* al
     return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
   }
   b = split(b, size, small);
+  // Handed out: whatever stream and event it carried described its last free (the remainder of a
+  // split keeps them). Left on the block, a stale event would vouch for its next stream-ordered
+  // free on another stream, and the block would be reused while that stream still uses it.
+  clear_stream(b);
   b->state = State::kAllocated;
   allocated_.emplace(b->addr, b);
   allocated_bytes_ += b->size;

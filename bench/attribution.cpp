@@ -30,8 +30,8 @@ void BM_ModuleCountersAllocFree(benchmark::State& state) {
   static ModuleCounters counters;
   ModuleId m = static_cast<ModuleId>(1 + state.thread_index() % 8);
   for (auto _ : state) {
-    counters.at(m, 0, MemoryKind::kDevice).on_alloc(4096, 4000);
-    counters.at(m, 0, MemoryKind::kDevice).on_free(4096, 4000);
+    counters.at(m, 0, MemoryKind::kDevice).on_alloc(4096);
+    counters.at(m, 0, MemoryKind::kDevice).on_free(4096);
   }
 }
 BENCHMARK(BM_ModuleCountersAllocFree)->ThreadRange(1, 2);

@@ -4,7 +4,7 @@ namespace gpushim {
 
 AllocationTracker::AllocationTracker() : shards_(new Shard[kShards]) {}
 
-MemoryCounters& AllocationTracker::module_counters(const AllocationRecord& rec) {
+ModuleTotals& AllocationTracker::module_counters(const AllocationRecord& rec) {
   // Host and managed memory belong to no device: one row per module, whatever device was current.
   return modules_.at(rec.module, on_device(rec.kind) ? rec.device : -1, rec.kind);
 }
@@ -16,7 +16,7 @@ bool AllocationTracker::insert(uintptr_t ptr, const AllocationRecord& rec) {
   SiteTotals& t = s.sites[SiteKey{rec.stack, rec.device, rec.kind}];
   t.bytes += rec.size;
   t.count += 1;
-  module_counters(rec).on_alloc(rec.size, rec.requested);
+  module_counters(rec).on_alloc(rec.size);
   return true;
 }
 
@@ -34,7 +34,7 @@ bool AllocationTracker::erase(uintptr_t ptr, AllocationRecord* out) {
     site->second.bytes -= rec.size;
     if (site->second.count == 0) s.sites.erase(site);
   }
-  module_counters(rec).on_free(rec.size, rec.requested);
+  module_counters(rec).on_free(rec.size);
   if (out) *out = rec;
   s.live.erase(it);
   return true;

@@ -86,7 +86,7 @@ class AllocationTracker {
     uint64_t h = p * 0x9E3779B97F4A7C15ull;
     return shards_[h >> 60];
   }
-  MemoryCounters& module_counters(const AllocationRecord& rec);
+  ModuleTotals& module_counters(const AllocationRecord& rec);
 
   std::unique_ptr<Shard[]> shards_;
   ModuleCounters modules_;

@@ -2,8 +2,10 @@
 // saw the process hold on that device at the same instant, so the report can show "unaccounted"
 // memory: context, module images, local memory, the device heap, the driver's rounding.
 //
-// Samples are taken on the allocating thread, at most once per interval (and right away for a
-// device seen for the first time), never at exit: calling CUDA from exit handlers is unsafe.
+// Samples are taken on the allocating thread when the time series takes one (every
+// GPUSHIM_SAMPLE_MS at most), right away for a device seen for the first time, and whenever the
+// program itself asks for memory figures (cudaMemGetInfo); never at exit: calling CUDA from exit
+// handlers is unsafe.
 // A sample is kept only if the held figure did not move during the driver call, so the pair
 // describes one instant.
 //
@@ -28,24 +30,18 @@ class DriverUsage {
  public:
   static constexpr int kMaxDevices = 64;
 
-  explicit DriverUsage(uint64_t interval_ns) : interval_ns_(interval_ns) {}
-
-  // Cheap: whether a sample is due (the interval passed, or a new device asked for one).
-  bool due(uint64_t now_ns) const { return now_ns >= next_due_ns_.load(std::memory_order_relaxed); }
-  // Claims the due sample for this thread; false if another thread claimed it first.
-  bool claim(uint64_t now_ns) {
-    uint64_t due = next_due_ns_.load(std::memory_order_relaxed);
-    return now_ns >= due && next_due_ns_.compare_exchange_strong(due, now_ns + interval_ns_, std::memory_order_relaxed);
-  }
-  // The next opportunity samples (a device was just seen for the first time).
-  void request() { next_due_ns_.store(0, std::memory_order_relaxed); }
+  // Asks for a sample at the next opportunity (the time series just took one).
+  void request() { due_.store(true, std::memory_order_relaxed); }
+  // Cheap, on every call: whether a sample was asked for. No clock read on the hot path.
+  bool requested() const { return due_.load(std::memory_order_relaxed); }
+  // Claims the requested sample for this thread; false if another thread claimed it first.
+  bool claim() { return due_.exchange(false, std::memory_order_relaxed); }
 
   void record(int device, const UsageSample& s);
   UsageSample last(int device) const;
 
  private:
-  const uint64_t interval_ns_;
-  std::atomic<uint64_t> next_due_ns_{0};
+  std::atomic<bool> due_{false};
   mutable std::mutex mu_;
   UsageSample samples_[kMaxDevices];
 };

@@ -17,7 +17,7 @@ ModuleCounters::ModuleCounters() : slots_(new Slot[kSlots]) {
     slots_[k].key.store(pack(kOverflowModule, -1, static_cast<MemoryKind>(k)), std::memory_order_relaxed);
 }
 
-MemoryCounters& ModuleCounters::at(ModuleId module, int device, MemoryKind kind) {
+ModuleTotals& ModuleCounters::at(ModuleId module, int device, MemoryKind kind) {
   const uint64_t key = pack(module, device, kind);
   constexpr size_t kFirst = kMemoryKinds;
   constexpr size_t kProbeSlots = kSlots - kFirst;

@@ -11,11 +11,51 @@
 #include <cstdint>
 #include <memory>
 
-#include "accounting/memory_counters.h"
 #include "accounting/memory_kind.h"
 #include "stacks/module_map.h"
 
 namespace gpushim {
+
+struct ModuleSnapshot {
+  uint64_t live_bytes = 0;
+  uint64_t live_count = 0;
+  uint64_t peak_bytes = 0;
+  uint64_t total_allocs = 0;
+  uint64_t total_frees = 0;
+};
+
+// One row's counters, lighter than MemoryCounters because they move on every allocation and free
+// on top of the device's: two atomic additions each way (the live count is allocs - frees), and
+// the peak raised only when passed.
+class ModuleTotals {
+ public:
+  void on_alloc(uint64_t bytes) {
+    const uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    allocs_.fetch_add(1, std::memory_order_relaxed);
+    uint64_t peak = peak_bytes_.load(std::memory_order_relaxed);
+    while (live > peak && !peak_bytes_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+    }
+  }
+  void on_free(uint64_t bytes) {
+    live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    frees_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ModuleSnapshot snapshot() const {
+    ModuleSnapshot s;
+    s.total_frees = frees_.load(std::memory_order_relaxed);
+    s.total_allocs = allocs_.load(std::memory_order_relaxed);
+    s.live_bytes = live_bytes_.load(std::memory_order_relaxed);
+    s.peak_bytes = peak_bytes_.load(std::memory_order_relaxed);
+    s.live_count = s.total_allocs >= s.total_frees ? s.total_allocs - s.total_frees : 0;
+    return s;
+  }
+
+ private:
+  std::atomic<uint64_t> live_bytes_{0};
+  std::atomic<uint64_t> peak_bytes_{0};
+  std::atomic<uint64_t> allocs_{0};
+  std::atomic<uint64_t> frees_{0};
+};
 
 class ModuleCounters {
  public:
@@ -28,9 +68,9 @@ class ModuleCounters {
   ModuleCounters& operator=(const ModuleCounters&) = delete;
 
   // The counters of one combination; never null.
-  MemoryCounters& at(ModuleId module, int device, MemoryKind kind);
+  ModuleTotals& at(ModuleId module, int device, MemoryKind kind);
 
-  // Calls fn(module, device, kind, const MemoryCounters&) for every combination used so far
+  // Calls fn(module, device, kind, const ModuleTotals&) for every combination used so far
   // (overflow slots only once something landed there).
   template <typename Fn>
   void for_each(Fn&& fn) const {
@@ -47,7 +87,7 @@ class ModuleCounters {
  private:
   struct Slot {
     std::atomic<uint64_t> key{0};  // 0: free; otherwise 1 << 40 | module << 24 | device << 8 | kind
-    MemoryCounters counters;
+    ModuleTotals counters;
   };
   std::unique_ptr<Slot[]> slots_;
 };

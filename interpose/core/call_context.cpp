@@ -4,11 +4,6 @@
 
 namespace gpushim {
 
-CallFrame& this_thread_call_frame() {
-  thread_local CallFrame frame;
-  return frame;
-}
-
 CallScope::~CallScope() {
   if (api_ == HookApi::kRuntime) --frame_.runtime_depth;
   if (--frame_.depth != 0) return;

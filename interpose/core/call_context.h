@@ -19,7 +19,11 @@ struct CallFrame {
   uintptr_t caller = 0;        // return address into the code that called the outermost hook
 };
 
-CallFrame& this_thread_call_frame();
+inline CallFrame& this_thread_call_frame() {
+  // Inline: two hooks per allocation-and-free pair each touch it, on the hot path.
+  static thread_local CallFrame frame;
+  return frame;
+}
 
 // One per hook invocation, on the hook's stack. The outermost one records the caller.
 class CallScope {

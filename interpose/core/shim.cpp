@@ -127,8 +127,7 @@ Shim::Shim(Config config, std::string exe)
       exe_(std::move(exe)),
       start_ns_(now_ns()),
       pid_(getpid()),
-      timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples),
-      usage_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull) {}
+      timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples) {}
 
 // ---- fork: hold every lock across fork so that the child never inherits one mid-update ----
 

@@ -138,6 +138,9 @@ class Shim {
   bool ipc_export_allowed(uintptr_t ptr, const char* api);
   // Called when the outermost hook of a thread returns: samples the driver's usage when due.
   void after_hook();
+  // The program asked the driver for its memory figures (cudaMemGetInfo, cuMemGetInfo_v2): a good
+  // moment to take a sample of the current device, whatever the interval says.
+  void sample_usage_now();
 
   StackTable& stacks() { return stacks_; }
   AllocationTracker& tracker() { return tracker_; }

@@ -202,11 +202,11 @@ bool Shim::ipc_export_allowed(uintptr_t ptr, const char* api) {
 
 void Shim::after_hook() {
   if (forked_child_) return;
+  // Two relaxed loads on every call; the clock is read by the time series, not here.
   const uint64_t pending = usage_pending_.load(std::memory_order_relaxed);
-  const uint64_t now = now_ns();
-  const bool due = usage_.due(now);
+  if (pending == 0 && !usage_.requested()) return;
+  const bool due = usage_.claim();  // false: none asked for, or another thread took this round
   if (pending == 0 && !due) return;
-  if (due && !usage_.claim(now)) return;  // another thread takes this round
   int current = -1;
   if (!current_context_device(&current)) current = -1;
   for (int dev = 0; dev < kMaxDevices; ++dev) {
@@ -218,6 +218,12 @@ void Shim::after_hook() {
     if ((pending & bit) && (usage_pending_.fetch_and(~bit, std::memory_order_relaxed) & bit) == 0 && !due) continue;
     sample_driver_usage(dev, dev == current);
   }
+}
+
+void Shim::sample_usage_now() {
+  int dev = -1;
+  if (forked_child_ || !current_context_device(&dev) || dev < 0 || dev >= kMaxDevices) return;
+  sample_driver_usage(dev, true);
 }
 
 bool Shim::sample_driver_usage(int dev, bool current_context) {
@@ -259,8 +265,8 @@ void Shim::add_driver_usage(int dev, DeviceReport* out) const {
 }
 
 void Shim::add_modules(ReportData* out) {
-  tracker_.modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const MemoryCounters& c) {
-    const CounterSnapshot snap = c.snapshot();
+  tracker_.modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
+    const ModuleSnapshot snap = c.snapshot();
     if (snap.total_allocs == 0) return;
     ModuleReport m;
     if (id == ModuleCounters::kOverflowModule) m.module = "(other modules)";

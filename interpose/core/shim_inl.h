@@ -94,6 +94,7 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
 
 template <typename Append>
 void Shim::take_samples(Append&& append) {
+  usage_.request();  // the driver's view of usage follows the same clock (after_hook)
   const uint64_t t = now_ns() - start_ns_;
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);

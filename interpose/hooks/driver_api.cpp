@@ -215,6 +215,9 @@ GPUSHIM_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   // The real call first, with the caller's pointers, so that CUDA decides every error code.
   const CUresult r = call(real_driver().cuMemGetInfo_v2, free, total);
   Shim* s = accounting(scope);
-  if (r == CUDA_SUCCESS && s) s->cap_driver_mem_info(free, total);
+  if (r == CUDA_SUCCESS && s) {
+    s->cap_driver_mem_info(free, total);
+    s->sample_usage_now();
+  }
   return r;
 }

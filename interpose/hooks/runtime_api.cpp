@@ -118,7 +118,9 @@ GPUSHIM_EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   GPUSHIM_SCOPE;
   Shim* s = Shim::get();
   if (!s) return real_runtime().cudaMemGetInfo ? real_runtime().cudaMemGetInfo(free, total) : missing();
-  return s->mem_get_info(free, total);
+  const cudaError_t err = s->mem_get_info(free, total);
+  if (err == cudaSuccess) s->sample_usage_now();
+  return err;
 }
 
 GPUSHIM_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {

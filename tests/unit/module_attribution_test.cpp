@@ -85,18 +85,18 @@ TEST(ModuleMap, ConcurrentLookupsAgree) {
 
 TEST(ModuleCounters, OneSlotPerCombination) {
   ModuleCounters c;
-  c.at(3, 0, MemoryKind::kDevice).on_alloc(100, 100);
-  c.at(3, 0, MemoryKind::kDevice).on_alloc(50, 40);
-  c.at(3, 1, MemoryKind::kDevice).on_alloc(7, 7);
-  c.at(3, -1, MemoryKind::kHost).on_alloc(9, 9);
-  c.at(4, 0, MemoryKind::kDevice).on_alloc(11, 11);
-  c.at(3, 0, MemoryKind::kDevice).on_free(100, 100);
-  std::map<std::tuple<int, int, int>, CounterSnapshot> seen;
-  c.for_each([&](ModuleId m, int d, MemoryKind k, const MemoryCounters& mc) {
+  c.at(3, 0, MemoryKind::kDevice).on_alloc(100);
+  c.at(3, 0, MemoryKind::kDevice).on_alloc(50);
+  c.at(3, 1, MemoryKind::kDevice).on_alloc(7);
+  c.at(3, -1, MemoryKind::kHost).on_alloc(9);
+  c.at(4, 0, MemoryKind::kDevice).on_alloc(11);
+  c.at(3, 0, MemoryKind::kDevice).on_free(100);
+  std::map<std::tuple<int, int, int>, ModuleSnapshot> seen;
+  c.for_each([&](ModuleId m, int d, MemoryKind k, const ModuleTotals& mc) {
     seen[{m, d, static_cast<int>(k)}] = mc.snapshot();
   });
   ASSERT_EQ(seen.size(), 4u);
-  const CounterSnapshot s = seen[{3, 0, 0}];
+  const ModuleSnapshot s = seen[{3, 0, 0}];
   EXPECT_EQ(s.live_bytes, 50u);
   EXPECT_EQ(s.peak_bytes, 150u);
   EXPECT_EQ(s.total_allocs, 2u);
@@ -110,12 +110,12 @@ TEST(ModuleCounters, OverflowKeepsTotalsExact) {
   uint64_t total = 0;
   // Far more combinations than slots: the excess lands in the overflow row, nothing is lost.
   for (int m = 0; m < 3000; ++m) {
-    c.at(static_cast<ModuleId>(m + 1), 0, MemoryKind::kDevice).on_alloc(m + 1, m + 1);
+    c.at(static_cast<ModuleId>(m + 1), 0, MemoryKind::kDevice).on_alloc(m + 1);
     total += m + 1;
   }
   uint64_t seen = 0;
   bool overflow = false;
-  c.for_each([&](ModuleId m, int, MemoryKind, const MemoryCounters& mc) {
+  c.for_each([&](ModuleId m, int, MemoryKind, const ModuleTotals& mc) {
     seen += mc.snapshot().live_bytes;
     overflow |= m == ModuleCounters::kOverflowModule;
   });
@@ -129,13 +129,13 @@ TEST(ModuleCounters, ExactUnderConcurrency) {
   for (int t = 0; t < 8; ++t)
     threads.emplace_back([&, t] {
       for (int i = 0; i < 5000; ++i) {
-        c.at(static_cast<ModuleId>(1 + i % 16), t % 2, MemoryKind::kDevice).on_alloc(512, 500);
-        if (i % 2) c.at(static_cast<ModuleId>(1 + i % 16), t % 2, MemoryKind::kDevice).on_free(512, 500);
+        c.at(static_cast<ModuleId>(1 + i % 16), t % 2, MemoryKind::kDevice).on_alloc(512);
+        if (i % 2) c.at(static_cast<ModuleId>(1 + i % 16), t % 2, MemoryKind::kDevice).on_free(512);
       }
     });
   for (auto& t : threads) t.join();
   uint64_t live = 0, allocs = 0, rows = 0;
-  c.for_each([&](ModuleId, int, MemoryKind, const MemoryCounters& mc) {
+  c.for_each([&](ModuleId, int, MemoryKind, const ModuleTotals& mc) {
     live += mc.snapshot().live_bytes;
     allocs += mc.snapshot().total_allocs;
     ++rows;
@@ -161,15 +161,15 @@ TEST(AllocationTracker, KeepsPerModuleTotals) {
   ASSERT_TRUE(t.insert(0x3000, host2));
   ASSERT_FALSE(t.insert(0x1000, dev));  // already live: not counted again
   ASSERT_TRUE(t.erase(0x2000, nullptr));
-  std::map<std::pair<int, int>, CounterSnapshot> rows;
-  t.modules().for_each([&](ModuleId m, int d, MemoryKind k, const MemoryCounters& mc) {
+  std::map<std::pair<int, int>, ModuleSnapshot> rows;
+  t.modules().for_each([&](ModuleId m, int d, MemoryKind k, const ModuleTotals& mc) {
     EXPECT_EQ(m, 7);
     rows[{d, static_cast<int>(k)}] = mc.snapshot();
   });
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ((rows[{0, 0}].live_bytes), 4096u);
   EXPECT_EQ((rows[{0, 0}].total_allocs), 1u);
-  const CounterSnapshot h = rows[{-1, static_cast<int>(MemoryKind::kHost)}];
+  const ModuleSnapshot h = rows[{-1, static_cast<int>(MemoryKind::kHost)}];
   EXPECT_EQ(h.live_bytes, 4096u);
   EXPECT_EQ(h.total_allocs, 2u);
   EXPECT_EQ(h.total_frees, 1u);

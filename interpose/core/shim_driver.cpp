@@ -4,7 +4,6 @@
 
 #include "core/call_context.h"
 #include "core/shim.h"
-#include "cuda/capture_state.h"
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
 #include "stacks/native_stack.h"

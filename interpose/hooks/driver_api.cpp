@@ -9,8 +9,6 @@
 #define __CUDA_API_VERSION_INTERNAL 1  // every variant (_v2, _ptsz) under its real name
 #include <cuda.h>
 
-#include <cstring>
-
 #include "core/call_context.h"
 #include "core/shim.h"
 #include "cuda/real_driver.h"

@@ -2,16 +2,12 @@
 
 namespace gpushim {
 
-const char* memory_kind_name(MemoryKind k) {
-  switch (k) {
-    case MemoryKind::kDevice: return "device";
-    case MemoryKind::kManaged: return "managed";
-    case MemoryKind::kHost: return "host";
-  }
-  return "unknown";
-}
-
 AllocationTracker::AllocationTracker() : shards_(new Shard[kShards]) {}
+
+ModuleTotals& AllocationTracker::module_counters(const AllocationRecord& rec) {
+  // Host and managed memory belong to no device: one row per module, whatever device was current.
+  return modules_.at(rec.module, on_device(rec.kind) ? rec.device : -1, rec.kind);
+}
 
 bool AllocationTracker::insert(uintptr_t ptr, const AllocationRecord& rec) {
   Shard& s = shard_for(ptr);
@@ -20,6 +16,7 @@ bool AllocationTracker::insert(uintptr_t ptr, const AllocationRecord& rec) {
   SiteTotals& t = s.sites[SiteKey{rec.stack, rec.device, rec.kind}];
   t.bytes += rec.size;
   t.count += 1;
+  module_counters(rec).on_alloc(rec.size);
   return true;
 }
 
@@ -37,6 +34,7 @@ bool AllocationTracker::erase(uintptr_t ptr, AllocationRecord* out) {
     site->second.bytes -= rec.size;
     if (site->second.count == 0) s.sites.erase(site);
   }
+  module_counters(rec).on_free(rec.size);
   if (out) *out = rec;
   s.live.erase(it);
   return true;
@@ -89,7 +87,7 @@ size_t AllocationTracker::memory_bytes() const {
     n += shards_[i].live.capacity() * (sizeof(uintptr_t) + sizeof(AllocationRecord) + 1) +
          shards_[i].sites.capacity() * (sizeof(SiteKey) + sizeof(SiteTotals) + 1);
   }
-  return n;
+  return n + modules_.memory_bytes();
 }
 
 void AllocationTracker::lock_all_for_fork() {

@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "accounting/memory_kind.h"
+#include "accounting/module_counters.h"
+#include "stacks/module_map.h"
 #include "stacks/stack_table.h"
 
 namespace gpushim {
-
-enum class MemoryKind : uint8_t { kDevice = 0, kManaged = 1, kHost = 2 };
-const char* memory_kind_name(MemoryKind k);
 
 // How an allocation was served, so that the free goes back the same way.
 enum class Route : uint8_t {
@@ -31,6 +31,7 @@ struct AllocationRecord {
   int16_t device = 0;
   MemoryKind kind = MemoryKind::kDevice;
   Route route = Route::kForwarded;
+  ModuleId module = kUnknownModule;  // the library that called into CUDA
 };
 
 struct SiteKey {
@@ -67,6 +68,8 @@ class AllocationTracker {
   std::vector<std::pair<uintptr_t, AllocationRecord>> live() const;
   size_t live_count() const;
   size_t memory_bytes() const;
+  // Live/peak/total per (module, device, kind), moved by insert and erase.
+  const ModuleCounters& modules() const { return modules_; }
 
   void lock_all_for_fork();
   void unlock_all_after_fork();
@@ -83,7 +86,10 @@ class AllocationTracker {
     uint64_t h = p * 0x9E3779B97F4A7C15ull;
     return shards_[h >> 60];
   }
+  ModuleTotals& module_counters(const AllocationRecord& rec);
+
   std::unique_ptr<Shard[]> shards_;
+  ModuleCounters modules_;
 };
 
 }  // namespace gpushim

@@ -135,6 +135,17 @@ const std::vector<Variable>& variables() {
          c->quarantine_bytes = b;
          return true;
        }},
+      {"GPUSHIM_OWN_SEGMENT_MIN", "bytes with units (2MiB, 512KiB), or off", "off",
+       "Pooling policies: allocations at least this large get a driver segment of their own, never shared "
+       "or cached, so legacy CUDA IPC (cudaIpcGetMemHandle) exports exactly their bytes. Other blocks of a "
+       "pool are refused for IPC unless they start their segment.",
+       [](std::string_view v, Config* c) {
+         if (iequals(trim(v), "off")) return c->own_segment_min = 0, true;
+         uint64_t b = 0;
+         if (!parse_bytes(v, &b) || b == 0) return false;
+         c->own_segment_min = b;
+         return true;
+       }},
       {"GPUSHIM_SAMPLE_MS", "an integer 1..60000", "100",
        "Interval of the allocated/reserved time series in the report (samples are taken on allocation "
        "calls, at most this often; long runs are thinned to stay bounded).",

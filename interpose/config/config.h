@@ -49,6 +49,8 @@ struct Config {
   bool python_stacks = true;        // GPUSHIM_PYTHON_STACKS
   std::string iteration_site;       // GPUSHIM_ITERATION_SITE, "" for none
   FaultSpec fail;                   // GPUSHIM_FAIL: allocations failed on purpose
+  // Allocations at least this large get a driver segment of their own (exact legacy IPC); 0: off.
+  uint64_t own_segment_min = 0;
 };
 
 struct ConfigError {

@@ -12,6 +12,7 @@
 
 #include "cuda/capture_state.h"
 #include "cuda/driver_backend.h"
+#include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
 #include "policy/limited_backend.h"
 #include "policy/policy_factory.h"
@@ -198,25 +199,24 @@ DeviceState* Shim::device(int ordinal) {
   if (d) return d;  // another thread won; ours is dropped (its context retain is harmless)
   d = fresh.release();
   devices_[ordinal].store(d, std::memory_order_release);
+  // The driver's view of a new device is sampled on its next allocation (unaccounted memory).
+  usage_pending_.fetch_or(1ull << ordinal, std::memory_order_relaxed);
   return d;
 }
 
 std::unique_ptr<DeviceState> Shim::make_device(int ordinal) const {
   auto d = std::make_unique<DeviceState>();
   d->ordinal = ordinal;
+  // Asked of the device, not of a context: a device first seen through a driver-API program's own
+  // context must not get a primary context created for it (that costs hundreds of MB).
+  d->capacity = device_total_memory(ordinal);
   if (config_.policy != PolicyKind::kPassthrough) {
     auto driver = std::make_unique<DriverBackend>(ordinal);
     if (driver_api() != nullptr) {
-      size_t free = 0, total = 0;
-      if (driver->mem_info(&free, &total) == CUDA_SUCCESS) d->capacity = total;
       d->limited = std::make_unique<LimitedBackend>(*driver, d->budget);
       d->pool = make_pool(config_, *d->limited);
       d->driver = std::move(driver);
     }
-  } else if (const RealRuntime& rt = real_runtime(); rt.cudaMemGetInfo) {
-    // Passthrough creates a device on its first allocation, which runs on that current device.
-    size_t free = 0, total = 0;
-    if (rt.cudaMemGetInfo(&free, &total) == cudaSuccess) d->capacity = total;
   }
   if (config_.limit.active()) {
     const uint64_t limit = config_.limit.resolve(d->capacity);
@@ -250,6 +250,8 @@ MemoryCounters& Shim::counters_for(MemoryKind kind, int dev) {
   switch (kind) {
     case MemoryKind::kManaged: return managed_;
     case MemoryKind::kHost: return host_;
+    case MemoryKind::kGraph: return graph_;
+    case MemoryKind::kImported: return imported_;
     case MemoryKind::kDevice: break;
   }
   return device(dev)->counters;
@@ -274,26 +276,28 @@ cudaError_t Shim::mem_get_info(size_t* free, size_t* total) {
   if (limit == 0) return err;
   size_t real_free = 0, real_total = 0;
   if (rt.cudaMemGetInfo(&real_free, &real_total) != cudaSuccess) return err;
-  if (limit >= real_total) return err;
+  apply_cap(limit, d->budget.held(), real_free, real_total, free, total);
+  return err;
+}
+
+void Shim::apply_cap(uint64_t limit, uint64_t held, size_t real_free, size_t real_total, size_t* free, size_t* total) {
+  if (limit == 0 || limit >= real_total) return;
   // Under the cap the device looks `limit` big: free is what the cap still allows, and never
   // more than the device really has.
-  const uint64_t held = d->budget.held();
   const uint64_t allowed = held >= limit ? 0 : limit - held;
   if (free) *free = static_cast<size_t>(allowed < real_free ? allowed : real_free);
   if (total) *total = static_cast<size_t>(limit);
-  return err;
 }
 
 PoolFigures Shim::pool_figures(const DeviceState* d) const {
   PoolFigures f;
   const CounterSnapshot c = d->counters.snapshot();
-  if (d->pool) {
-    d->pool->figures(&f);
-  } else {
-    // Passthrough holds nothing back: what is allocated is what is reserved from the driver.
-    f.reserved_bytes = c.live_bytes;
-    f.peak_reserved_bytes = c.peak_bytes;
-  }
+  if (d->pool) d->pool->figures(&f);
+  // Reserved is everything held from the driver on the device: the pool's segments, and what was
+  // allocated past any pool (passthrough, the driver API, the virtual-memory API, graph memory).
+  // The budget counts exactly that, cap or no cap.
+  f.reserved_bytes = d->budget.held();
+  f.peak_reserved_bytes = d->budget.peak();
   f.requested_bytes = c.requested_bytes;
   f.peak_requested_bytes = c.peak_requested_bytes;
   f.ooms = d->ooms.load(std::memory_order_relaxed);  // every OOM a caller saw, pool or cap
@@ -326,9 +330,16 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
   rec.pool = pool_figures(d);
   rec.allocated = d->counters.live_bytes();
   size_t free = 0, total = 0;
-  if (d->driver && d->driver->mem_info(&free, &total) == CUDA_SUCCESS) rec.device_free = free;
+  int current = -1;
+  // The caller's own context first (the real driver: our cuMemGetInfo hook would show the capped
+  // figure); the pool's context only after that, since asking through it may have to create it.
+  if (current_context_device(&current) && current == d->ordinal && real_driver().cuMemGetInfo_v2 &&
+      real_driver().cuMemGetInfo_v2(&free, &total) == CUDA_SUCCESS)
+    rec.device_free = free;
+  else if (d->driver && d->driver->mem_info(&free, &total) == CUDA_SUCCESS) rec.device_free = free;
   else if (real_runtime().cudaMemGetInfo && real_runtime().cudaMemGetInfo(&free, &total) == cudaSuccess)
     rec.device_free = free;
+  if (total != 0) usage_.record(d->ordinal, UsageSample{true, now_ns(), total - free, d->budget.held()});
   if (!injected)
     log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
            "block %s), device free %s%s%s; returned cudaErrorMemoryAllocation",
@@ -378,8 +389,13 @@ void Shim::warn_invalid_free(const void* ptr, const char* what) {
 void Shim::record_alloc(MemoryKind kind, int dev, void* ptr, uint64_t size, uint64_t requested) {
   if (ptr == nullptr) return;
   if (kind == MemoryKind::kDevice && device(dev) == nullptr) return;
-  const AllocationRecord rec{size, requested, now_ns(), capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded};
-  if (tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec)) counters_for(kind, dev).on_alloc(size, requested);
+  const AllocationRecord rec{size, requested, now_ns(), capture_stack(), static_cast<int16_t>(dev),
+                             kind, Route::kForwarded, caller_module()};
+  if (!tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec)) return;
+  counters_for(kind, dev).on_alloc(size, requested);
+  // Already made (the size was known only afterwards): held from the driver whatever the cap says,
+  // and uncharged by the free like every forwarded device allocation.
+  if (on_device(kind)) device(dev)->budget.charge(size);
 }
 
 void Shim::record_failure(MemoryKind kind, int dev) {
@@ -419,9 +435,11 @@ ReportData Shim::build_report(const char* reason) {
     dr.limit_bytes = d->budget.limit();
     dr.pool = pool_figures(d);
     dr.peak_reserved_bytes = dr.pool.peak_reserved_bytes;
+    add_driver_usage(d->ordinal, &dr);
     r.devices.push_back(dr);
   }
-  const std::pair<const char*, const MemoryCounters*> others[] = {{"managed", &managed_}, {"host", &host_}};
+  const std::pair<const char*, const MemoryCounters*> others[] = {
+      {"managed", &managed_}, {"host", &host_}, {"graph", &graph_}, {"imported", &imported_}};
   for (const auto& [name, counters] : others) {
     const CounterSnapshot c = counters->snapshot();
     if (c.total_allocs == 0) continue;
@@ -505,6 +523,7 @@ ReportData Shim::build_report(const char* reason) {
   r.invalid_frees = invalid_frees_.load(std::memory_order_relaxed);
   r.distinct_stacks = stacks_.size();
   r.shim_host_bytes = host_bytes();
+  add_modules(&r);
   return r;
 }
 

@@ -16,9 +16,11 @@
 
 #include "accounting/allocation_tracker.h"
 #include "accounting/iteration_counter.h"
+#include "accounting/driver_usage.h"
 #include "accounting/memory_counters.h"
 #include "accounting/site_history.h"
 #include "accounting/time_series.h"
+#include "accounting/vmm_tracker.h"
 #include "config/config.h"
 #include "live/live_outputs.h"
 #include "policy/backend.h"
@@ -27,6 +29,7 @@
 #include "policy/fault_injector.h"
 #include "report/report_model.h"
 #include "stacks/stack_capturer.h"
+#include "stacks/module_map.h"
 #include "stacks/stack_table.h"
 
 namespace gpushim {
@@ -115,6 +118,55 @@ class Shim {
   std::optional<uint64_t> unaccounted_bytes(const DeviceState& d) const;
   // gpushim_mark_iteration(): returns the iteration count after this mark.
   uint64_t mark_iteration() { return iterations_.add(IterationCounter::kMark); }
+  // ---- driver API, virtual memory, IPC and pointer queries (core/shim_driver*.{h,cpp}) ----
+  // An allocation a driver hook forwards to CUDA and accounts. `device` -1 means the current
+  // context's. `forward()` makes the real call and returns its CUresult; `result()` then gives the
+  // address it produced (0: none).
+  template <typename Forward, typename Result>
+  CUresult driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t requested, Forward&& forward,
+                        Result&& result);
+  // For real calls whose size or device is known only once they succeeded (pitched memory, memory
+  // pools): accounts `ptr` then, and if the cap refuses it, calls `undo()` and returns out of memory.
+  template <typename Undo>
+  CUresult account_after(MemoryKind kind, int device, uintptr_t ptr, uint64_t size, uint64_t requested, Undo&& undo);
+  // cuMemFree*, cuMemFreeAsync*, cuMemFreeHost: blocks we pooled go back to their pool, everything
+  // else to `forward` (which returns the real CUresult).
+  template <typename Forward>
+  CUresult driver_free(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward);
+  // A driver-level allocation failed with `r`: counted, and an out-of-memory recorded as usual.
+  void driver_failure(MemoryKind kind, int device, CUresult r, uint64_t size);
+  // Virtual-memory API bookkeeping. Device memory is charged (the cap) before cuMemCreate and
+  // recorded after it succeeded; the others run after the real call succeeded.
+  bool vmm_charge(int device, uint64_t size);
+  void vmm_uncharge(int device, uint64_t size);
+  void vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int device);
+  void vmm_imported(uint64_t handle, int device);
+  void vmm_retained(uint64_t handle);
+  void vmm_released(uint64_t handle);
+  void vmm_mapped(uintptr_t va, uint64_t size, uint64_t handle);
+  void vmm_unmapped(uintptr_t va, uint64_t size);
+  void va_reserved(uintptr_t va, uint64_t size);
+  void va_freed(uintptr_t va);
+  // cuMemGetInfo_v2, after the real call succeeded: the cap of the current context's device.
+  void cap_driver_mem_info(size_t* free, size_t* total);
+  // What an address inside one of our pools is to the program: a live block (base, size and an
+  // id unique to this allocation), or memory it does not own (freed, or never handed out).
+  enum class PooledAddress { kNotPooled, kLiveBlock, kNotAllocated };
+  struct BlockView {
+    uintptr_t base = 0;
+    uint64_t size = 0;
+    uint64_t buffer_id = 0;
+    bool ipc_exportable = false;
+  };
+  PooledAddress pooled_address(uintptr_t ptr, BlockView* out);
+  // Legacy IPC on `ptr`: true if CUDA's handle would give an importer exactly the caller's
+  // bytes; otherwise logs why not (naming `api`, the policy and what works instead) and is false.
+  bool ipc_export_allowed(uintptr_t ptr, const char* api);
+  // Called when the outermost hook of a thread returns: samples the driver's usage when due.
+  void after_hook();
+  // The program asked the driver for its memory figures (cudaMemGetInfo, cuMemGetInfo_v2): a good
+  // moment to take a sample of the current device, whatever the interval says.
+  void sample_usage_now();
 
   StackTable& stacks() { return stacks_; }
   AllocationTracker& tracker() { return tracker_; }
@@ -157,6 +209,21 @@ class Shim {
   // At exit: stops the live thread, then writes the metrics file one last time from the exit
   // report's figures (null: no report was built; the live figures then).
   void finish_live_outputs(const ReportData* exit_report);
+  // A pool serves cudaMalloc without the real one running, which would have made the device's
+  // primary context current on the calling thread: programs that go on with driver calls (or
+  // pointer queries) rely on that. Done once per thread that has no current context.
+  void bind_thread_context(int device);
+  // The module that called into CUDA: the outermost hook's caller, or the first frame outside
+  // libcudart, libcuda and the shim when that caller is the runtime acting for someone.
+  ModuleId caller_module();
+  // Under the cap, the device looks `limit` big: free is what the cap still allows.
+  static void apply_cap(uint64_t limit, uint64_t held, size_t real_free, size_t real_total, size_t* free,
+                        size_t* total);
+  // True if a sample was recorded.
+  bool sample_driver_usage(int device, bool current_context);
+  void add_driver_usage(int device, DeviceReport* out) const;
+  void add_modules(ReportData* out);
+  void drop_vmm(const VmmTracker::Physical& p);
 
   static void fork_prepare();
   static void fork_parent();
@@ -186,8 +253,15 @@ class Shim {
   SiteHistory site_history_;
   StackCapturer capturer_;  // after stacks_ and iterations_, which it uses
   FaultInjector faults_;
+  ModuleMap modules_;
+  VmmTracker vmm_;
+  DriverUsage usage_;
+  std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet
+  MemoryCounters graph_;
+  MemoryCounters imported_;
 };
 
 }  // namespace gpushim
 
 #include "core/shim_inl.h"
+#include "core/shim_driver_inl.h"

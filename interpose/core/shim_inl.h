@@ -20,7 +20,8 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   if (faults_.active() && size != 0)
     if (const uint64_t number = faults_.select(size)) return injected_failure(d, size, number);
   // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime.
-  if (d->pool == nullptr || (stream_ordered && stream_capturing(stream))) {
+  const bool graph = stream_ordered && stream_capturing(stream);
+  if (d->pool == nullptr || graph) {
     const StackId stack = capture_stack();
     // Under a cap, forwarded memory counts against it like a pool's segments would.
     if (!d->budget.try_charge(size)) {
@@ -39,14 +40,17 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
       return err;
     }
     const uint64_t t = now_ns();
-    const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(d->ordinal), MemoryKind::kDevice,
-                               Route::kForwarded};
-    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec)) d->counters.on_alloc(size, requested);
+    const MemoryKind kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
+    const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(d->ordinal),
+                               kind, Route::kForwarded, caller_module()};
+    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec))
+      counters_for(kind, d->ordinal).on_alloc(size, requested);
     maybe_sample(t);
     return err;
   }
   // cudaMalloc(0) hands out nothing, cudaMallocAsync(0) is an error: CUDA decides.
   if (size == 0) return forward();
+  bind_thread_context(d->ordinal);
   const StackId stack = capture_stack();
   void* p = nullptr;
   uint64_t allocated = 0;
@@ -59,7 +63,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   }
   const uint64_t t = now_ns();
   const AllocationRecord rec{allocated, requested, t, stack, static_cast<int16_t>(d->ordinal), MemoryKind::kDevice,
-                             Route::kPooled};
+                             Route::kPooled, caller_module()};
   tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
   d->counters.on_alloc(allocated, requested);
   *out = p;
@@ -89,7 +93,7 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
       tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec);
       return err;
     }
-    if (rec.kind == MemoryKind::kDevice) device(rec.device)->budget.uncharge(rec.size);
+    if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
   }
   counters.on_free(rec.size, rec.requested);
   maybe_sample(now_ns());
@@ -98,6 +102,7 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
 
 template <typename Append>
 void Shim::take_samples(Append&& append) {
+  usage_.request();  // the driver's view of usage follows the same clock (after_hook)
   const uint64_t t = now_ns() - start_ns_;
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);

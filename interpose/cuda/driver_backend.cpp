@@ -83,13 +83,17 @@ const DriverApi* driver_api() {
   return api;
 }
 
-DriverBackend::DriverBackend(int device) : device_(device), api_(driver_api()) {
-  CUdevice dev;
-  if (api_ && api_->device_get(&dev, device) == CUDA_SUCCESS) api_->primary_retain(&primary_, dev);
-}
+DriverBackend::DriverBackend(int device) : device_(device), api_(driver_api()) {}
 
 template <typename F>
 CUresult DriverBackend::in_context(F&& fn) {
+  // Retained on first use, not at construction: a device first seen through the driver API may be
+  // used with the program's own context, and retaining would create a primary context it never
+  // asked for (device memory, and time).
+  std::call_once(retain_once_, [&] {
+    CUdevice dev;
+    if (api_ && api_->device_get(&dev, device_) == CUDA_SUCCESS) api_->primary_retain(&primary_, dev);
+  });
   if (primary_ == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   CUcontext cur = nullptr;
   api_->ctx_get_current(&cur);

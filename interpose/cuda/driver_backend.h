@@ -43,6 +43,7 @@ class DriverBackend final : public Backend {
 
   const int device_;
   const DriverApi* api_;
+  std::once_flag retain_once_;
   CUcontext primary_ = nullptr;
   std::mutex events_mu_;
   std::vector<CUevent> spare_events_;  // recycled: creating events costs driver time

@@ -24,4 +24,23 @@ inline cudaError_t to_runtime_error(CUresult r) {
   }
 }
 
+// The other direction, for driver hooks answering with what a pool (speaking runtime codes) said.
+inline CUresult to_driver_error(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return CUDA_SUCCESS;
+    case cudaErrorMemoryAllocation: return CUDA_ERROR_OUT_OF_MEMORY;
+    case cudaErrorInvalidValue: return CUDA_ERROR_INVALID_VALUE;
+    case cudaErrorInitializationError: return CUDA_ERROR_NOT_INITIALIZED;
+    case cudaErrorCudartUnloading: return CUDA_ERROR_DEINITIALIZED;
+    case cudaErrorDeviceUninitialized: return CUDA_ERROR_INVALID_CONTEXT;
+    case cudaErrorNoDevice: return CUDA_ERROR_NO_DEVICE;
+    case cudaErrorInvalidDevice: return CUDA_ERROR_INVALID_DEVICE;
+    case cudaErrorNotSupported: return CUDA_ERROR_NOT_SUPPORTED;
+    case cudaErrorStreamCaptureUnsupported: return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    case cudaErrorStreamCaptureInvalidated: return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    case cudaErrorInvalidResourceHandle: return CUDA_ERROR_INVALID_HANDLE;
+    default: return CUDA_ERROR_UNKNOWN;
+  }
+}
+
 }  // namespace gpushim

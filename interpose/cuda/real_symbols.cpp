@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <initializer_list>
 
 namespace gpushim {
@@ -9,52 +10,100 @@ namespace {
 
 using DlsymFn = void* (*)(void*, const char*);
 
-DlsymFn find_real_dlsym() {
-  // glibc 2.34 moved dlsym into libc and gave it a new version; older ones only have 2.2.5.
-  for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5"})
-    if (void* f = dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFn>(f);
-  return &dlsym;
+// Never our own dlsym (hooks/dlsym.cpp): that one forwards here, so falling back to it would loop.
+GPUSHIM_EARLY void* no_dlsym(void*, const char*) { return nullptr; }
+
+// glibc 2.34 moved dlsym into libc and gave it a new version; older ones only have the base
+// version of their architecture (2.2.5 on x86-64, 2.17 on aarch64).
+GPUSHIM_EARLY DlsymFn find_real_dlsym() {
+  if (void* f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34")) return reinterpret_cast<DlsymFn>(f);
+  if (void* f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5")) return reinterpret_cast<DlsymFn>(f);
+  if (void* f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17")) return reinterpret_cast<DlsymFn>(f);
+  return &no_dlsym;
 }
 
 template <typename F>
-void resolve(F*& slot, const char* name) {
+void resolve(void* lib, F*& slot, const char* name) {
   // A versioned lookup first: it is what the application itself bound to.
-  void* f = dlvsym(RTLD_NEXT, name, "libcudart.so.13");
-  if (f == nullptr) f = real_dlsym(RTLD_NEXT, name);
+  void* f = dlvsym(lib, name, "libcudart.so.13");
+  if (f == nullptr) f = real_dlsym(lib, name);
   slot = reinterpret_cast<F*>(f);
+}
+
+RealRuntime* resolve_runtime(void* lib) {
+  auto* r = new RealRuntime;
+  resolve(lib, r->cudaMalloc, "cudaMalloc");
+  resolve(lib, r->cudaFree, "cudaFree");
+  resolve(lib, r->cudaMallocAsync, "cudaMallocAsync");
+  resolve(lib, r->cudaMallocAsync_ptsz, "cudaMallocAsync_ptsz");
+  resolve(lib, r->cudaFreeAsync, "cudaFreeAsync");
+  resolve(lib, r->cudaFreeAsync_ptsz, "cudaFreeAsync_ptsz");
+  resolve(lib, r->cudaMallocPitch, "cudaMallocPitch");
+  resolve(lib, r->cudaMallocManaged, "cudaMallocManaged");
+  resolve(lib, r->cudaMallocHost, "cudaMallocHost");
+  resolve(lib, r->cudaHostAlloc, "cudaHostAlloc");
+  resolve(lib, r->cudaFreeHost, "cudaFreeHost");
+  resolve(lib, r->cudaMemGetInfo, "cudaMemGetInfo");
+  resolve(lib, r->cudaGetDevice, "cudaGetDevice");
+  resolve(lib, r->cudaSetDevice, "cudaSetDevice");
+  resolve(lib, r->cudaStreamBeginCapture, "cudaStreamBeginCapture");
+  resolve(lib, r->cudaStreamBeginCapture_ptsz, "cudaStreamBeginCapture_ptsz");
+  resolve(lib, r->cudaStreamEndCapture, "cudaStreamEndCapture");
+  resolve(lib, r->cudaStreamEndCapture_ptsz, "cudaStreamEndCapture_ptsz");
+  resolve(lib, r->cudaStreamIsCapturing, "cudaStreamIsCapturing");
+  resolve(lib, r->cudaIpcGetMemHandle, "cudaIpcGetMemHandle");
+  return r;
 }
 
 }  // namespace
 
-void* real_dlsym(void* handle, const char* name) {
-  static const DlsymFn fn = find_real_dlsym();
-  return fn(handle, name);
+// Read by the assembly of hooks/dlsym.cpp. Not a function-local static: the first dlsym of the
+// process may come from inside a library constructor (or a sanitizer's start-up), and a guard
+// variable there could be re-entered. Racing threads store the same value.
+extern "C" {
+__attribute__((visibility("hidden"))) DlsymFn gpushim_real_dlsym_fn = nullptr;
+}
+
+GPUSHIM_EARLY void* real_dlsym_function() {
+  DlsymFn fn = __atomic_load_n(&gpushim_real_dlsym_fn, __ATOMIC_ACQUIRE);
+  if (fn == nullptr) {
+    fn = find_real_dlsym();
+    __atomic_store_n(&gpushim_real_dlsym_fn, fn, __ATOMIC_RELEASE);
+  }
+  return reinterpret_cast<void*>(fn);
+}
+
+GPUSHIM_EARLY void* real_dlsym(void* handle, const char* name) {
+  return reinterpret_cast<DlsymFn>(real_dlsym_function())(handle, name);
 }
 
 const RealRuntime& real_runtime() {
-  static const RealRuntime rt = [] {
-    RealRuntime r;
-    resolve(r.cudaMalloc, "cudaMalloc");
-    resolve(r.cudaFree, "cudaFree");
-    resolve(r.cudaMallocAsync, "cudaMallocAsync");
-    resolve(r.cudaMallocAsync_ptsz, "cudaMallocAsync_ptsz");
-    resolve(r.cudaFreeAsync, "cudaFreeAsync");
-    resolve(r.cudaFreeAsync_ptsz, "cudaFreeAsync_ptsz");
-    resolve(r.cudaMallocPitch, "cudaMallocPitch");
-    resolve(r.cudaMallocManaged, "cudaMallocManaged");
-    resolve(r.cudaMallocHost, "cudaMallocHost");
-    resolve(r.cudaHostAlloc, "cudaHostAlloc");
-    resolve(r.cudaFreeHost, "cudaFreeHost");
-    resolve(r.cudaMemGetInfo, "cudaMemGetInfo");
-    resolve(r.cudaGetDevice, "cudaGetDevice");
-    resolve(r.cudaStreamBeginCapture, "cudaStreamBeginCapture");
-    resolve(r.cudaStreamBeginCapture_ptsz, "cudaStreamBeginCapture_ptsz");
-    resolve(r.cudaStreamEndCapture, "cudaStreamEndCapture");
-    resolve(r.cudaStreamEndCapture_ptsz, "cudaStreamEndCapture_ptsz");
-    resolve(r.cudaStreamIsCapturing, "cudaStreamIsCapturing");
-    return r;
-  }();
-  return rt;
+  // Resolved once libcudart is found, and looked for again until then: a process may call the
+  // driver first (our driver hooks then run before any runtime exists) and load libcudart later.
+  static std::atomic<const RealRuntime*> table{nullptr};
+  static const RealRuntime none;
+  if (const RealRuntime* t = table.load(std::memory_order_acquire)) return *t;
+  // The runtime the application bound to: the next definition after us in the global scope.
+  RealRuntime* r = resolve_runtime(RTLD_NEXT);
+  if (r->cudaMalloc == nullptr) {
+    // Not in the global scope: loaded with RTLD_LOCAL (ctypes.CDLL, or a plugin's dependency).
+    // Its callers reach our hooks through dlsym on its handle (hooks/dlsym.cpp).
+    delete r;
+    void* lib = dlopen("libcudart.so.13", RTLD_LAZY | RTLD_NOLOAD);
+    if (lib == nullptr) return none;
+    r = resolve_runtime(lib);
+    dlclose(lib);  // NOLOAD took a reference; the library stays loaded by whoever loaded it
+    if (r->cudaMalloc == nullptr) {
+      delete r;
+      return none;
+    }
+  }
+  const RealRuntime* expected = nullptr;
+  if (!table.compare_exchange_strong(expected, r, std::memory_order_acq_rel)) {
+    delete r;  // another thread won; identical contents
+    return *expected;
+  }
+  return *r;
 }
 
 }  // namespace gpushim

@@ -9,9 +9,16 @@
 
 namespace gpushim {
 
+// Code that our dlsym runs before it reaches glibc's. The first dlsym calls of a process can come
+// from a sanitizer runtime's start-up (ASan finds the functions it intercepts with
+// dlsym(RTLD_NEXT)), before its shadow memory exists: this code must carry no instrumentation.
+#define GPUSHIM_EARLY __attribute__((no_sanitize("address", "thread", "undefined")))
+
 // glibc's own dlsym, never our interposed one (taken with dlvsym so that interposing dlsym in
 // this library cannot recurse into itself).
-void* real_dlsym(void* handle, const char* name);
+GPUSHIM_EARLY void* real_dlsym(void* handle, const char* name);
+// That function itself (for the tail jump of our dlsym); never our interposed one.
+GPUSHIM_EARLY void* real_dlsym_function();
 
 struct RealRuntime {
   cudaError_t (*cudaMalloc)(void**, size_t) = nullptr;
@@ -27,14 +34,17 @@ struct RealRuntime {
   cudaError_t (*cudaFreeHost)(void*) = nullptr;
   cudaError_t (*cudaMemGetInfo)(size_t*, size_t*) = nullptr;
   cudaError_t (*cudaGetDevice)(int*) = nullptr;
+  cudaError_t (*cudaSetDevice)(int) = nullptr;
   cudaError_t (*cudaStreamBeginCapture)(cudaStream_t, cudaStreamCaptureMode) = nullptr;
   cudaError_t (*cudaStreamBeginCapture_ptsz)(cudaStream_t, cudaStreamCaptureMode) = nullptr;
   cudaError_t (*cudaStreamEndCapture)(cudaStream_t, cudaGraph_t*) = nullptr;
   cudaError_t (*cudaStreamEndCapture_ptsz)(cudaStream_t, cudaGraph_t*) = nullptr;
   cudaError_t (*cudaStreamIsCapturing)(cudaStream_t, cudaStreamCaptureStatus*) = nullptr;
+  cudaError_t (*cudaIpcGetMemHandle)(cudaIpcMemHandle_t*, void*) = nullptr;
 };
 
-// Resolved on first use (thread-safe). Entries are null when libcudart is not loaded.
+// Resolved on first use (thread-safe). Entries are null while libcudart is not loaded; it is then
+// looked for again on later calls.
 const RealRuntime& real_runtime();
 
 }  // namespace gpushim

@@ -5,10 +5,14 @@
 // reference to them anyway because LD_PRELOAD objects come first (design-notes §1).
 #include <cuda_runtime_api.h>
 
+#include "core/call_context.h"
 #include "core/shim.h"
 #include "cuda/real_symbols.h"
 
 #define GPUSHIM_EXPORT extern "C" __attribute__((visibility("default")))
+// Marks the thread as inside a runtime hook (the driver calls the real runtime makes for us are
+// then only forwarded) and notes who called, for attribution by module.
+#define GPUSHIM_SCOPE gpushim::CallScope scope(gpushim::HookApi::kRuntime, __builtin_return_address(0))
 
 using gpushim::MemoryKind;
 using gpushim::real_runtime;
@@ -32,6 +36,7 @@ int current_device() {
 }  // namespace
 
 GPUSHIM_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  GPUSHIM_SCOPE;
   auto forward = [&] { return real_runtime().cudaMalloc ? real_runtime().cudaMalloc(devPtr, size) : missing(); };
   Shim* s = Shim::get();
   if (!s) return forward();
@@ -39,6 +44,7 @@ GPUSHIM_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
 }
 
 GPUSHIM_EXPORT cudaError_t cudaFree(void* devPtr) {
+  GPUSHIM_SCOPE;
   auto forward = [&] { return real_runtime().cudaFree ? real_runtime().cudaFree(devPtr) : missing(); };
   Shim* s = Shim::get();
   if (!s) return forward();
@@ -46,6 +52,7 @@ GPUSHIM_EXPORT cudaError_t cudaFree(void* devPtr) {
 }
 
 GPUSHIM_EXPORT cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
+  GPUSHIM_SCOPE;
   auto forward = [&] {
     return real_runtime().cudaMallocAsync ? real_runtime().cudaMallocAsync(devPtr, size, stream) : missing();
   };
@@ -55,6 +62,7 @@ GPUSHIM_EXPORT cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStrea
 }
 
 GPUSHIM_EXPORT cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t stream) {
+  GPUSHIM_SCOPE;
   auto forward = [&] {
     return real_runtime().cudaMallocAsync_ptsz ? real_runtime().cudaMallocAsync_ptsz(devPtr, size, stream)
                                                : missing();
@@ -67,6 +75,7 @@ GPUSHIM_EXPORT cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cuda
 }
 
 GPUSHIM_EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
+  GPUSHIM_SCOPE;
   auto forward = [&] { return real_runtime().cudaFreeAsync ? real_runtime().cudaFreeAsync(devPtr, stream) : missing(); };
   Shim* s = Shim::get();
   if (!s) return forward();
@@ -74,6 +83,7 @@ GPUSHIM_EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
 }
 
 GPUSHIM_EXPORT cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream) {
+  GPUSHIM_SCOPE;
   auto forward = [&] {
     return real_runtime().cudaFreeAsync_ptsz ? real_runtime().cudaFreeAsync_ptsz(devPtr, stream) : missing();
   };
@@ -84,6 +94,7 @@ GPUSHIM_EXPORT cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream)
 }
 
 GPUSHIM_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
+  GPUSHIM_SCOPE;
   auto forward = [&] {
     return real_runtime().cudaMallocPitch ? real_runtime().cudaMallocPitch(devPtr, pitch, width, height) : missing();
   };
@@ -109,12 +120,16 @@ GPUSHIM_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t 
 }
 
 GPUSHIM_EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  GPUSHIM_SCOPE;
   Shim* s = Shim::get();
   if (!s) return real_runtime().cudaMemGetInfo ? real_runtime().cudaMemGetInfo(free, total) : missing();
-  return s->mem_get_info(free, total);
+  const cudaError_t err = s->mem_get_info(free, total);
+  if (err == cudaSuccess) s->sample_usage_now();
+  return err;
 }
 
 GPUSHIM_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
+  GPUSHIM_SCOPE;
   if (!real_runtime().cudaMallocManaged) return missing();
   const cudaError_t err = real_runtime().cudaMallocManaged(devPtr, size, flags);
   if (Shim* s = Shim::get()) {
@@ -125,6 +140,7 @@ GPUSHIM_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigne
 }
 
 GPUSHIM_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  GPUSHIM_SCOPE;
   if (!real_runtime().cudaMallocHost) return missing();
   const cudaError_t err = real_runtime().cudaMallocHost(ptr, size);
   if (Shim* s = Shim::get()) {
@@ -135,6 +151,7 @@ GPUSHIM_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
 }
 
 GPUSHIM_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  GPUSHIM_SCOPE;
   if (!real_runtime().cudaHostAlloc) return missing();
   const cudaError_t err = real_runtime().cudaHostAlloc(pHost, size, flags);
   if (Shim* s = Shim::get()) {
@@ -145,6 +162,7 @@ GPUSHIM_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int
 }
 
 GPUSHIM_EXPORT cudaError_t cudaFreeHost(void* ptr) {
+  GPUSHIM_SCOPE;
   auto forward = [&] { return real_runtime().cudaFreeHost ? real_runtime().cudaFreeHost(ptr) : missing(); };
   Shim* s = Shim::get();
   if (!s) return forward();

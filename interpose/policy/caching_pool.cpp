@@ -155,6 +155,7 @@ CachingPool::Block* CachingPool::grow(uint64_t size, bool small, CUresult* err) 
   b->addr = seg->base;
   b->size = seg_size;
   b->segment = seg;
+  seg->head = b;
   return b;
 }
 
@@ -207,6 +208,7 @@ CachingPool::Block* CachingPool::coalesce(Block* b) {
     b->size += p->size;
     b->prev = p->prev;
     if (p->prev) p->prev->next = b;
+    if (b->segment->head == p) b->segment->head = b;
     recycle(p);
   }
   if (compatible(b->next)) {
@@ -345,6 +347,34 @@ void CachingPool::figures(PoolFigures* out) const {
                     quarantine_.capacity() * sizeof(Block*) +
                     allocated_.capacity() * (sizeof(uintptr_t) + sizeof(Block*) + 1) +
                     segments_.size() * (sizeof(Segment) + kHeapOverhead + kMapNode);
+}
+
+bool CachingPool::find_block(const void* p, uintptr_t* base, uint64_t* size) const {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = segments_.upper_bound(a);
+  if (it == segments_.begin()) return false;
+  --it;
+  if (a >= it->first + it->second->size) return false;
+  // Linear in the segment's blocks; pointer queries are rare next to allocations.
+  for (const Block* b = it->second->head; b != nullptr; b = b->next) {
+    if (a >= b->addr + b->size) continue;
+    if (b->state != State::kAllocated) return false;
+    *base = b->addr;
+    *size = b->size;
+    return true;
+  }
+  return false;
+}
+
+const char* CachingPool::ipc_export_refusal(const void* block, uint64_t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocated_.find(reinterpret_cast<uintptr_t>(block));
+  if (it == allocated_.end()) return "not a live block of this pool";
+  // At the start of its segment, the importer maps the segment's start: the caller's own bytes.
+  if (it->second->addr == it->second->segment->base) return nullptr;
+  return "carved out of a pooled segment, not at its start: CUDA's handle describes the whole segment, so an "
+         "importing process would map the segment's start, i.e. other bytes";
 }
 
 void CachingPool::release_cached() {

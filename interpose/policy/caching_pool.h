@@ -42,6 +42,8 @@ class CachingPool final : public DeviceMemoryResource {
   bool contains(const void* p) const override;
   void figures(PoolFigures* out) const override;
   void release_cached() override;
+  bool find_block(const void* p, uintptr_t* base, uint64_t* size) const override;
+  const char* ipc_export_refusal(const void* block, uint64_t size) const override;
 
   const CachingPoolOptions& options() const { return opt_; }
   // Block size a request of `size` bytes is rounded to (before any splitting decision).
@@ -73,6 +75,7 @@ class CachingPool final : public DeviceMemoryResource {
     uintptr_t base = 0;
     uint64_t size = 0;
     bool small = false;
+    Block* head = nullptr;  // the block at `base`: the start of the address-ordered list
   };
 
   FreeSet& free_set(bool small) { return small ? small_free_ : large_free_; }

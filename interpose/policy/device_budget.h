@@ -26,6 +26,11 @@ class DeviceBudget {
     return true;
   }
   void uncharge(uint64_t bytes) { held_.fetch_sub(bytes, std::memory_order_relaxed); }
+  // For memory already taken (its size known only afterwards): counted even past the limit.
+  void charge(uint64_t bytes) {
+    const uint64_t now = held_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    raise_peak(now);
+  }
 
  private:
   void raise_peak(uint64_t v) {

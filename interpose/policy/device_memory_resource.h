@@ -35,6 +35,21 @@ class DeviceMemoryResource {
   virtual void figures(PoolFigures* out) const = 0;
   // Gives cached free memory back to the driver (after the synchronization reuse requires).
   virtual void release_cached() = 0;
+
+  // ---- what pointer queries and IPC need to stay truthful (the driver only sees segments) ----
+  // True if `p` lies inside a block currently handed out; sets its start and size.
+  virtual bool find_block(const void* p, uintptr_t* base, uint64_t* size) const {
+    (void)p, (void)base, (void)size;
+    return false;
+  }
+  // Null if legacy CUDA IPC (cuIpcGetMemHandle) on the live block at `block` gives an importing
+  // process exactly that block's bytes at the address it maps; otherwise why not, in words that
+  // complete "this block is ...". A resource that cannot tell must refuse.
+  virtual const char* ipc_export_refusal(const void* block, uint64_t size) const {
+    (void)block, (void)size;
+    return "carved out of a larger driver allocation: CUDA's handle describes that allocation, so an importing "
+           "process would map its start, i.e. other bytes";
+  }
 };
 
 }  // namespace gpushim

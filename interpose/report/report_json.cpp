@@ -192,6 +192,23 @@ void write_device(JsonOut& j, const DeviceReport& d) {
   j.kv_dbl("utilization", f.utilization);
   j.kv_dbl("external_fragmentation", f.external_fragmentation);
   j.kv("internal_waste_bytes", f.internal_waste_bytes);
+  j.kv_dbl("usage_at_s", d.usage_sampled ? d.usage_at_s : std::nan(""));
+  j.kv("driver_used_bytes", d.driver_used_bytes);
+  j.kv("held_bytes", d.held_bytes);
+  j.kv("unaccounted_bytes", d.unaccounted_bytes);
+  j.end('}');
+}
+
+void write_module(JsonOut& j, const ModuleReport& m) {
+  j.begin('{');
+  j.kv("module", m.module);
+  j.kv_int("device", m.device);
+  j.kv("kind", m.kind);
+  j.kv("live_bytes", m.live_bytes);
+  j.kv("live_count", m.live_count);
+  j.kv("peak_bytes", m.peak_bytes);
+  j.kv("total_allocs", m.total_allocs);
+  j.kv("total_frees", m.total_frees);
   j.end('}');
 }
 
@@ -349,6 +366,9 @@ std::string report_to_json(const ReportData& r) {
   j.kv("invalid_frees", r.invalid_frees);
   j.kv("distinct_stacks", r.distinct_stacks);
   j.kv("shim_host_bytes", r.shim_host_bytes);
+  j.kv("reserved_va_bytes", r.reserved_va_bytes);
+  j.next_line("");
+  write_array(j, "modules", r.modules, write_module);
   j.next_line("");
   write_array(j, "ooms", r.ooms, write_oom);
   j.next_line("");

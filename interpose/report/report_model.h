@@ -46,6 +46,24 @@ struct DeviceReport {
   uint64_t capacity_bytes = 0;          // device total as the driver reports it (0 if unknown)
   uint64_t limit_bytes = 0;             // GPUSHIM_LIMIT in bytes (0 = none)
   PoolFigures pool;
+  // The driver's view (issue: see every device allocation), from the last sample of cuMemGetInfo.
+  bool usage_sampled = false;
+  double usage_at_s = 0;                // when sampled, seconds since the shim started
+  uint64_t driver_used_bytes = 0;       // total - free as the driver reported it
+  uint64_t held_bytes = 0;              // what we saw the process hold from the driver then
+  uint64_t unaccounted_bytes = 0;       // driver_used - held (context, module images, rounding, ...)
+};
+
+// Memory per module: the library (or executable) whose code called into CUDA.
+struct ModuleReport {
+  std::string module;                   // path; "(unknown)" when no loaded module holds the caller
+  int device = 0;                       // -1 for kinds not tied to a device (host, managed)
+  std::string kind = "device";          // as in sites[].kind
+  uint64_t live_bytes = 0;
+  uint64_t live_count = 0;
+  uint64_t peak_bytes = 0;
+  uint64_t total_allocs = 0;
+  uint64_t total_frees = 0;
 };
 
 // Figures computed from a DeviceReport, so every renderer derives them the same way.
@@ -158,6 +176,8 @@ struct ReportData {
   uint64_t invalid_frees = 0;
   uint64_t distinct_stacks = 0;
   uint64_t shim_host_bytes = 0;         // the shim's own bookkeeping memory
+  std::vector<ModuleReport> modules;    // device memory first, largest live bytes first
+  uint64_t reserved_va_bytes = 0;       // address space held with cuMemAddressReserve (not memory)
 };
 
 }  // namespace gpushim

@@ -17,6 +17,8 @@ namespace {
 constexpr size_t kFramesShown = 6;
 // Out-of-memory events shown; the report keeps all it recorded.
 constexpr size_t kOomsShown = 3;
+// Modules named per device; the report keeps all of them.
+constexpr size_t kModulesShown = 4;
 
 void append(std::string* s, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void append(std::string* s, const char* fmt, ...) {
@@ -155,6 +157,30 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
            format_bytes(o.live_bytes).c_str(), plural(o.live_count, "allocation").c_str(),
            format_bytes(o.peak_bytes).c_str(), plural(o.total_allocs, "alloc").c_str(),
            plural(o.total_frees, "free").c_str());
+  }
+  for (const DeviceReport& d : r.devices) {
+    // Who holds the device memory, by library: the question "where did my memory go" starts here.
+    std::string line;
+    size_t shown = 0, more = 0;
+    uint64_t more_bytes = 0;
+    for (const ModuleReport& m : r.modules) {
+      if (m.kind != "device" || m.device != d.device || m.live_bytes == 0) continue;
+      if (shown == kModulesShown) {
+        ++more;
+        more_bytes += m.live_bytes;
+        continue;
+      }
+      append(&line, "%s%s %s", shown++ ? ", " : "", printable(base_name(m.module)).c_str(),
+             format_bytes(m.live_bytes).c_str());
+    }
+    if (more) append(&line, ", %s holding %s", plural(more, "more module").c_str(), format_bytes(more_bytes).c_str());
+    if (!line.empty()) append(&s, "gpushim: device %d live by module: %s\n", d.device, line.c_str());
+    if (d.usage_sampled)
+      append(&s,
+             "gpushim: device %d unaccounted: %s (the driver reported %s in use at %.2f s, of which the process "
+             "held %s; the rest is context, module images and other memory no call returns)\n",
+             d.device, format_bytes(d.unaccounted_bytes).c_str(), format_bytes(d.driver_used_bytes).c_str(),
+             d.usage_at_s, format_bytes(d.held_bytes).c_str());
   }
   for (size_t i = 0; i < r.ooms.size() && i < kOomsShown; ++i) {
     const OomReport& o = r.ooms[i];

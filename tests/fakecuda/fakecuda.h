@@ -42,8 +42,9 @@ size_t fakecudaDeviceUsedBytes(int device);
 
 /* Number of device-memory allocation calls that reached the driver so far (the counter that
  * FAKECUDA_FAIL_ALLOC indexes): cuMemAlloc_v2, cuMemAllocPitch_v2, cuMemAllocAsync(_ptsz),
- * cuMemAllocFromPoolAsync(_ptsz), device-located cuMemCreate, cuMemAllocManaged. Calls rejected
- * for invalid arguments or a missing context are not counted; injected failures are. */
+ * cuMemAllocFromPoolAsync(_ptsz), device-located cuMemCreate, cuMemAllocManaged,
+ * cuGraphAddMemAllocNode. Calls rejected for invalid arguments or a missing context are not
+ * counted; injected failures are. */
 unsigned long long fakecudaDriverAllocCount(void);
 
 /* Number of successful device-memory release calls: cuMemFree_v2, cuMemFreeAsync(_ptsz), and

@@ -325,10 +325,37 @@ CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   return GraphLaunch(hGraphExec, hStream, true);
 }
 
+// An explicit graph memory node. Like a cuMemAllocAsync captured into a graph, the fake reserves
+// the memory at once (CUDA may back it at any time before the launch) and charges the device; the
+// address is valid from now on. Not freed inside the graph, it stays allocated (also after the
+// graph is destroyed) until the program frees it with cuMemFreeAsync or cuMemFree.
 CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                         size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
-  (void)phGraphNode, (void)hGraph, (void)dependencies, (void)numDependencies, (void)nodeParams;
-  return CUDA_ERROR_NOT_SUPPORTED;  // explicit graph construction is out of scope for the fake
+  (void)dependencies, (void)numDependencies;
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Context* ctx = nullptr;
+  if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+  auto it = s.graphs.find(hGraph);
+  if (phGraphNode == nullptr || nodeParams == nullptr || it == s.graphs.end() || nodeParams->bytesize == 0 ||
+      nodeParams->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      nodeParams->poolProps.handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Device* d = nullptr;
+  if (GetDevice(s, nodeParams->poolProps.location.id, &d) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  if (CountAllocCallAndCheckFailure(s)) return CUDA_ERROR_OUT_OF_MEMORY;
+  Context* owner = ctx->device == d->ordinal ? ctx : &d->primary;
+  std::uintptr_t base = 0;
+  if (CUresult r = AllocateArenaRegion(s, owner, nodeParams->bytesize, RegionKind::kGraph, nullptr, &base);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  nodeParams->dptr = base;
+  // Nodes are not objects of their own in the fake: any unique non-null handle will do.
+  *phGraphNode = reinterpret_cast<CUgraphNode>(NextId(s));
+  return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {

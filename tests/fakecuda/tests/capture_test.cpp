@@ -308,14 +308,32 @@ TEST_F(Capture, DestroyingACapturingStreamAbandonsTheCapture) {
   ASSERT_CU(cuMemFree(graph_mem));
 }
 
-TEST_F(Capture, MemAllocNodeIsNotSupported) {
+TEST_F(Capture, MemAllocNodeReservesGraphMemoryUntilTheProgramFreesIt) {
   CUgraph g = nullptr;
   ASSERT_CU(cuGraphCreate(&g, 0));
   CUgraphNode node = nullptr;
   CUDA_MEM_ALLOC_NODE_PARAMS params{};
-  EXPECT_EQ(cuGraphAddMemAllocNode(&node, g, nullptr, 0, &params), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(cuGraphAddMemAllocNode(&node, g, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);  // no size, no location
+  params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  params.poolProps.location.id = 0;
+  params.bytesize = 1000;
+  EXPECT_EQ(cuGraphAddMemAllocNode(&node, nullptr, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);  // no graph
+  const size_t before = fakecudaDeviceUsedBytes(0);
+  const unsigned long long calls = fakecudaDriverAllocCount();
+  ASSERT_CU(cuGraphAddMemAllocNode(&node, g, nullptr, 0, &params));
+  EXPECT_NE(node, nullptr);
+  ASSERT_NE(params.dptr, 0u);
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + 1024);  // charged, rounded to 512 bytes
+  EXPECT_EQ(fakecudaDriverAllocCount(), calls + 1);
+  ASSERT_CU(cuMemsetD8(params.dptr, 7, 1000));  // device memory from now on
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(params.dptr)[999], 7);
+  // Not freed inside the graph: destroying the graph leaves it to the program.
   ASSERT_CU(cuGraphDestroy(g));
   EXPECT_EQ(cuGraphDestroy(g), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + 1024);
+  ASSERT_CU(cuMemFree(params.dptr));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);
 }
 
 }  // namespace

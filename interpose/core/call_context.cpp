@@ -1,0 +1,15 @@
+#include "core/call_context.h"
+
+#include "core/shim.h"
+
+namespace gpushim {
+
+CallScope::~CallScope() {
+  if (api_ == HookApi::kRuntime) --frame_.runtime_depth;
+  if (--frame_.depth != 0) return;
+  frame_.caller = 0;
+  // The allocation or free is complete: a good moment to ask the driver what it sees.
+  if (Shim* s = Shim::existing()) s->after_hook();
+}
+
+}  // namespace gpushim

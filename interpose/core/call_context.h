@@ -1,0 +1,52 @@
+// What the calling thread is doing inside our hooks, kept in one thread-local frame:
+//   - whether it is inside one of our runtime hooks: the real libcudart implements cudaMalloc &co
+//     by calling the driver through the cuGetProcAddress answers we substituted, and those driver
+//     calls must only be forwarded (the runtime hook accounts them; counting them again at the
+//     driver level would count every byte twice);
+//   - the return address of the outermost hook, i.e. the code that called into CUDA, which is how
+//     an allocation is attributed to a module without unwinding the stack.
+#pragma once
+
+#include <cstdint>
+
+namespace gpushim {
+
+enum class HookApi : uint8_t { kRuntime, kDriver };
+
+struct CallFrame {
+  uint32_t runtime_depth = 0;  // runtime hooks of ours on this thread's stack
+  uint32_t depth = 0;          // hooks of ours (runtime or driver) on this thread's stack
+  uintptr_t caller = 0;        // return address into the code that called the outermost hook
+};
+
+inline CallFrame& this_thread_call_frame() {
+  // Inline: two hooks per allocation-and-free pair each touch it, on the hot path.
+  static thread_local CallFrame frame;
+  return frame;
+}
+
+// One per hook invocation, on the hook's stack. The outermost one records the caller.
+class CallScope {
+ public:
+  CallScope(HookApi api, const void* return_address) : frame_(this_thread_call_frame()), api_(api) {
+    if (frame_.depth++ == 0) frame_.caller = reinterpret_cast<uintptr_t>(return_address);
+    if (api_ == HookApi::kRuntime) ++frame_.runtime_depth;
+  }
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+  // True when a runtime hook of ours encloses this call (the caller is libcudart acting for it).
+  bool nested_in_runtime_hook() const {
+    return frame_.runtime_depth > (api_ == HookApi::kRuntime ? 1u : 0u);
+  }
+
+ private:
+  CallFrame& frame_;
+  const HookApi api_;
+};
+
+// Return address of the outermost hook on this thread, 0 outside hooks.
+inline uintptr_t current_hook_caller() { return this_thread_call_frame().caller; }
+
+}  // namespace gpushim

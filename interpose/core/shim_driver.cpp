@@ -1,0 +1,293 @@
+// Shim: the driver API's allocations, the virtual-memory API, pointer and IPC queries on pooled
+// memory, module attribution and the driver's own view of device usage.
+#include <algorithm>
+
+#include "core/call_context.h"
+#include "core/shim.h"
+#include "cuda/real_driver.h"
+#include "cuda/real_symbols.h"
+#include "stacks/native_stack.h"
+#include "util/log.h"
+#include "util/units.h"
+
+namespace gpushim {
+
+// ---- the calling thread's context ----
+
+void Shim::bind_thread_context(int dev) {
+  thread_local bool checked = false;
+  if (checked) return;
+  checked = true;
+  const RealDriver& drv = real_driver();
+  CUcontext current = nullptr;
+  if (drv.cuCtxGetCurrent == nullptr || drv.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != nullptr) return;
+  // No context at all: exactly when the real cudaMalloc would have bound the primary one.
+  if (const RealRuntime& rt = real_runtime(); rt.cudaSetDevice) rt.cudaSetDevice(dev);
+}
+
+// ---- attribution ----
+
+ModuleId Shim::caller_module() {
+  // The outermost hook's return address is the caller in the common case (an application or a
+  // library calling cudaMalloc or cuMemAlloc): no unwinding at all. `- 1` keeps it inside the
+  // call instruction even when the call is the last instruction of its module.
+  const uintptr_t ra = current_hook_caller();
+  const ModuleId m = ra != 0 ? modules_.lookup(ra - 1) : kUnknownModule;
+  if (m != kUnknownModule && !modules_.is_cuda_plumbing(m)) return m;
+  // Called from inside libcudart or libcuda (the runtime serving cudaMallocFromPoolAsync, say):
+  // the first frame outside them. Unwound here even with stack capture off.
+  uint64_t frames[64];
+  const size_t n = capture_native_stack(frames, 64, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (frames[i] == 0) continue;
+    const ModuleId f = modules_.lookup(static_cast<uintptr_t>(frames[i]) - 1);
+    if (f != kUnknownModule && !modules_.is_cuda_plumbing(f)) return f;
+  }
+  return m;
+}
+
+void Shim::driver_failure(MemoryKind kind, int dev, CUresult r, uint64_t size) {
+  if (!on_device(kind)) {
+    record_failure(kind, dev);
+    return;
+  }
+  DeviceState* d = device(dev);
+  if (d == nullptr) return;
+  d->counters.on_failed();
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, capture_stack());
+}
+
+// ---- virtual-memory API ----
+
+bool Shim::vmm_charge(int dev, uint64_t size) {
+  DeviceState* d = device(dev);
+  if (d == nullptr || d->budget.try_charge(size)) return true;
+  d->counters.on_failed();
+  on_oom(d, size, capture_stack());
+  return false;
+}
+
+void Shim::vmm_uncharge(int dev, uint64_t size) {
+  if (DeviceState* d = device(dev)) d->budget.uncharge(size);
+}
+
+void Shim::vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int dev) {
+  vmm_.created(VmmTracker::Physical{handle, size, dev, kind});
+  const uint64_t t = now_ns();
+  const AllocationRecord rec{size, size, t, capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded,
+                             caller_module()};
+  if (tracker_.insert(VmmTracker::key_of(handle), rec)) counters_for(kind, dev).on_alloc(size, size);
+  maybe_sample(t);
+}
+
+void Shim::vmm_imported(uint64_t handle, int dev) { vmm_.imported(handle, dev); }
+
+void Shim::vmm_retained(uint64_t handle) { vmm_.retained(handle); }
+
+void Shim::drop_vmm(const VmmTracker::Physical& p) {
+  AllocationRecord rec;
+  if (!tracker_.erase(VmmTracker::key_of(p.handle), &rec)) return;
+  counters_for(rec.kind, rec.device).on_free(rec.size, rec.requested);
+  if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
+  maybe_sample(now_ns());
+}
+
+void Shim::vmm_released(uint64_t handle) {
+  VmmTracker::Physical gone;
+  if (vmm_.released(handle, &gone)) drop_vmm(gone);
+}
+
+void Shim::vmm_mapped(uintptr_t va, uint64_t size, uint64_t handle) {
+  VmmTracker::Physical sized;
+  if (!vmm_.mapped(va, size, handle, &sized)) return;
+  // Imported memory becomes visible with its first mapping (its size is unknown before).
+  const AllocationRecord rec{sized.size, sized.size, now_ns(), capture_stack(), static_cast<int16_t>(sized.device),
+                             sized.kind, Route::kForwarded, caller_module()};
+  if (tracker_.insert(VmmTracker::key_of(handle), rec))
+    counters_for(sized.kind, sized.device).on_alloc(sized.size, sized.size);
+}
+
+void Shim::vmm_unmapped(uintptr_t va, uint64_t size) {
+  std::vector<VmmTracker::Physical> gone;
+  vmm_.unmapped(va, size, &gone);
+  for (const auto& p : gone) drop_vmm(p);
+}
+
+void Shim::va_reserved(uintptr_t va, uint64_t size) { vmm_.address_reserved(va, size); }
+
+void Shim::va_freed(uintptr_t va) {
+  std::vector<VmmTracker::Physical> gone;
+  vmm_.address_freed(va, &gone);
+  for (const auto& p : gone) drop_vmm(p);
+}
+
+// ---- queries ----
+
+void Shim::cap_driver_mem_info(size_t* free, size_t* total) {
+  int dev = 0;
+  if (!current_context_device(&dev)) return;
+  DeviceState* d = device(dev);
+  if (d == nullptr || d->budget.limit() == 0) return;
+  size_t real_free = 0, real_total = 0;
+  const RealDriver& drv = real_driver();
+  if (drv.cuMemGetInfo_v2 == nullptr || drv.cuMemGetInfo_v2(&real_free, &real_total) != CUDA_SUCCESS) return;
+  apply_cap(d->budget.limit(), d->budget.held(), real_free, real_total, free, total);
+}
+
+Shim::PooledAddress Shim::pooled_address(uintptr_t ptr, BlockView* out) {
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (d == nullptr || d->pool == nullptr || !d->pool->contains(reinterpret_cast<const void*>(ptr))) continue;
+    // CUDA describes the whole segment; the program owns only the block it was given.
+    AllocationRecord rec;
+    uintptr_t base = ptr;
+    uint64_t size = 0;
+    if (tracker_.find(ptr, &rec) && rec.route == Route::kPooled) {
+      size = rec.size;
+    } else if (!d->pool->find_block(reinterpret_cast<const void*>(ptr), &base, &size) || !tracker_.find(base, &rec)) {
+      return PooledAddress::kNotAllocated;  // freed, cached, or never handed out
+    }
+    out->base = base;
+    out->size = size;
+    // CUDA's buffer id names the segment, shared by every block and kept across reuse; libraries
+    // that cache registrations by it (UCX, for one) need one per allocation.
+    out->buffer_id = (1ull << 63) | ((base ^ (rec.time_ns * 0x9E3779B97F4A7C15ull)) >> 1);
+    out->ipc_exportable = d->pool->ipc_export_refusal(reinterpret_cast<const void*>(base), size) == nullptr;
+    return PooledAddress::kLiveBlock;
+  }
+  return PooledAddress::kNotPooled;
+}
+
+namespace {
+
+// A GPUSHIM_OWN_SEGMENT_MIN value (as the variable accepts it) that `bytes` reaches.
+std::string setting_at_most(uint64_t bytes) {
+  if (bytes >= (1ull << 20)) return std::to_string(bytes >> 20) + "MiB";
+  if (bytes >= (1ull << 10)) return std::to_string(bytes >> 10) + "KiB";
+  return std::to_string(bytes);
+}
+
+}  // namespace
+
+bool Shim::ipc_export_allowed(uintptr_t ptr, const char* api) {
+  const void* p = reinterpret_cast<const void*>(ptr);
+  BlockView v;
+  switch (pooled_address(ptr, &v)) {
+    case PooledAddress::kNotPooled:
+      return true;  // memory CUDA handed out directly: its handle is exact
+    case PooledAddress::kNotAllocated:
+      log_line("%s(%p) refused: the address is inside memory the %s policy holds but not in a live allocation "
+               "(freed, or never handed out); returned an invalid-value error",
+               api, p, policy_name(config_.policy));
+      return false;
+    case PooledAddress::kLiveBlock:
+      break;
+  }
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (d == nullptr || d->pool == nullptr || !d->pool->contains(p)) continue;
+    const char* why = d->pool->ipc_export_refusal(reinterpret_cast<const void*>(v.base), v.size);
+    if (why == nullptr) return true;
+    log_line("%s(%p) refused: under GPUSHIM_POLICY=%s this %s block is %s; for memory to share with legacy IPC "
+             "set GPUSHIM_OWN_SEGMENT_MIN=%s (allocations that large get a driver segment of their own, which "
+             "IPC exports exactly) or GPUSHIM_POLICY=passthrough; returned an invalid-value error",
+             api, p, policy_name(config_.policy), format_bytes(v.size).c_str(), why, setting_at_most(v.size).c_str());
+    return false;
+  }
+  return true;
+}
+
+// ---- the driver's view of device usage ----
+
+void Shim::after_hook() {
+  if (forked_child_) return;
+  // Two relaxed loads on every call; the clock is read by the time series, not here.
+  const uint64_t pending = usage_pending_.load(std::memory_order_relaxed);
+  if (pending == 0 && !usage_.requested()) return;
+  const bool due = usage_.claim();  // false: none asked for, or another thread took this round
+  if (pending == 0 && !due) return;
+  int current = -1;
+  if (!current_context_device(&current)) current = -1;
+  for (int dev = 0; dev < kMaxDevices; ++dev) {
+    const uint64_t bit = 1ull << dev;
+    if (!due && (pending & bit) == 0) continue;
+    // One prompt attempt per new device (on the thread that just used it, almost always with its
+    // context current); after that it waits for the periodic samples, so a device nobody's thread
+    // is bound to does not cost every later call two driver queries.
+    if ((pending & bit) && (usage_pending_.fetch_and(~bit, std::memory_order_relaxed) & bit) == 0 && !due) continue;
+    sample_driver_usage(dev, dev == current);
+  }
+}
+
+void Shim::sample_usage_now() {
+  int dev = -1;
+  if (forked_child_ || !current_context_device(&dev) || dev < 0 || dev >= kMaxDevices) return;
+  sample_driver_usage(dev, true);
+}
+
+bool Shim::sample_driver_usage(int dev, bool current_context) {
+  DeviceState* d = devices_[dev].load(std::memory_order_acquire);
+  if (d == nullptr) return false;
+  // Through the calling thread's context when it is on this device; otherwise through the pool's
+  // primary context, but only once the pool has used it: asking the driver must never create a
+  // context the program did not (a driver-API program may use its own).
+  const RealDriver& drv = real_driver();
+  PoolFigures f;
+  if (!current_context && (d->pool == nullptr || d->driver == nullptr || (d->pool->figures(&f), f.segment_allocs == 0)))
+    return false;
+  auto mem_info = [&](size_t* free, size_t* total) {
+    if (current_context) return drv.cuMemGetInfo_v2 ? drv.cuMemGetInfo_v2(free, total) : CUDA_ERROR_NOT_INITIALIZED;
+    return d->driver->mem_info(free, total);
+  };
+  // The pair must describe one instant: retry when an allocation moved our figure meanwhile.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const uint64_t held = d->budget.held();
+    size_t free = 0, total = 0;
+    if (mem_info(&free, &total) != CUDA_SUCCESS) return false;
+    if (d->budget.held() != held) continue;
+    usage_.record(dev, UsageSample{true, now_ns(), total >= free ? total - free : 0, held});
+    return true;
+  }
+  return false;
+}
+
+// ---- report sections ----
+
+void Shim::add_driver_usage(int dev, DeviceReport* out) const {
+  const UsageSample u = usage_.last(dev);
+  if (!u.valid) return;
+  out->usage_sampled = true;
+  out->usage_at_s = u.t_ns > start_ns_ ? static_cast<double>(u.t_ns - start_ns_) / 1e9 : 0;
+  out->driver_used_bytes = u.used;
+  out->held_bytes = u.held;
+  out->unaccounted_bytes = u.used > u.held ? u.used - u.held : 0;
+}
+
+void Shim::add_modules(ReportData* out) {
+  tracker_.modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
+    const ModuleSnapshot snap = c.snapshot();
+    if (snap.total_allocs == 0) return;
+    ModuleReport m;
+    if (id == ModuleCounters::kOverflowModule) m.module = "(other modules)";
+    else if (id == kUnknownModule) m.module = "(unknown)";
+    else m.module = modules_.name(id);
+    m.device = on_device(kind) ? dev : -1;
+    m.kind = memory_kind_name(kind);
+    m.live_bytes = snap.live_bytes;
+    m.live_count = snap.live_count;
+    m.peak_bytes = snap.peak_bytes;
+    m.total_allocs = snap.total_allocs;
+    m.total_frees = snap.total_frees;
+    out->modules.push_back(std::move(m));
+  });
+  std::sort(out->modules.begin(), out->modules.end(), [](const ModuleReport& a, const ModuleReport& b) {
+    if ((a.kind == "device") != (b.kind == "device")) return a.kind == "device";
+    if (a.kind != b.kind) return a.kind < b.kind;
+    if (a.device != b.device) return a.device < b.device;
+    if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
+    return a.module < b.module;
+  });
+  out->reserved_va_bytes = vmm_.reserved_va_bytes();
+}
+
+}  // namespace gpushim

@@ -1,0 +1,384 @@
+"""End-to-end tests of the issue "see every device allocation": the three paths to the driver
+(exported symbols, dlsym on a libcuda handle, cuGetProcAddress), libraries with a static runtime,
+the virtual-memory API, graph memory, per-module attribution, unaccounted memory per device, and
+pointer and IPC queries that stay truthful for pooled memory."""
+import json
+import os
+import subprocess
+import sys
+
+from shimtest import BUILD, POLICIES, ShimTestCase, base_env, program, run
+
+MiB = 1 << 20
+LIBS = os.path.join(BUILD, "e2e-libs")
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
+CU_MEMORYTYPE_DEVICE = 2
+CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_INVALID_VALUE = 1
+
+
+def last_json(r):
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def with_libs(env=None):
+    """The test libraries on the library path (programs that link them need it)."""
+    extra = dict(env or {})
+    extra["LD_LIBRARY_PATH"] = LIBS + ":" + base_env()["LD_LIBRARY_PATH"] if "LD_LIBRARY_PATH" in base_env() else LIBS
+    return extra
+
+
+def modules(report, kind="device", device=None):
+    """{module base name: row} of the report's per-module table."""
+    out = {}
+    for m in report["modules"]:
+        if m["kind"] != kind or (device is not None and m["device"] != device):
+            continue
+        name = os.path.basename(m["module"])
+        if name in out:
+            raise AssertionError(f"module {name} twice for kind {kind}: {report['modules']}")
+        out[name] = m
+    return out
+
+
+class EveryPath(ShimTestCase):
+    """One process allocating through every path; the per-module table must account for all of it."""
+
+    CONTEXT = 256 * MiB
+
+    def run_all_paths(self, policy, depth):
+        r = run([program("e2e_all_paths"), LIBS],
+                env={"GPUSHIM_POLICY": policy, "GPUSHIM_STACK_DEPTH": str(depth), "GPUSHIM_SAMPLE_MS": "1",
+                     "FAKECUDA_CONTEXT_MEM": str(self.CONTEXT)})
+        self.assertRanOK(r)
+        return r, last_json(r)
+
+    def test_per_module_totals_match_what_each_part_allocated(self):
+        for policy in POLICIES:
+            for depth in (32, 0):
+                with self.subTest(policy=policy, stack_depth=depth):
+                    r, out = self.run_all_paths(policy, depth)
+                    dev = modules(r.report, "device", 0)
+                    expected = {
+                        "e2e_all_paths": (out["program"], 1, 1),
+                        "libe2e_dynamic_runtime.so": (out["dynamic_runtime"], 2, 2),
+                        "libe2e_direct_driver.so": (out["direct_driver"], 1, 2),
+                        "libe2e_nccl_like.so": (out["nccl_like"], 2, 2),
+                        "libe2e_blas_like.so": (out["blas_like"], 1, 2),
+                    }
+                    # Exactly these modules: no frame of libcudart, libcuda or the shim, nothing unknown.
+                    self.assertEqual(sorted(dev), sorted(expected), json.dumps(r.report["modules"], indent=1))
+                    for name, (live, count, allocs) in expected.items():
+                        self.assertEqual(dev[name]["live_bytes"], live, name)
+                        self.assertEqual(dev[name]["live_count"], count, name)
+                        self.assertEqual(dev[name]["total_allocs"], allocs, name)
+                        self.assertEqual(dev[name]["total_frees"], allocs - count, name)
+                    # Nothing counted twice: the device totals are the sum of the parts.
+                    d = r.device(0)
+                    self.assertEqual(d["live_bytes"], sum(v[0] for v in expected.values()))
+                    self.assertEqual(d["live_count"], sum(v[1] for v in expected.values()))
+                    self.assertEqual(d["total_allocs"], sum(v[2] for v in expected.values()))
+                    host = modules(r.report, "host")
+                    self.assertEqual(host["libe2e_direct_driver.so"]["live_bytes"], out["host_direct"])
+                    self.assertEqual(host["libe2e_nccl_like.so"]["live_bytes"], out["host_nccl"])
+                    self.assertEqual(host["libe2e_nccl_like.so"]["device"], -1)
+                    managed = modules(r.report, "managed")
+                    self.assertEqual(managed["libe2e_direct_driver.so"]["live_bytes"], out["managed"])
+                    other = {o["kind"]: o for o in r.report["other_memory"]}
+                    self.assertEqual(other["host"]["live_bytes"], out["host_direct"] + out["host_nccl"])
+                    self.assertEqual(other["managed"]["live_bytes"], out["managed"])
+                    self.assertNotIn("graph", other)
+                    self.assertEqual(r.report["reserved_va_bytes"], 4 * MiB)  # the NCCL-like mapping's
+
+    def test_unaccounted_is_what_the_driver_holds_beyond_every_allocation(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r, out = self.run_all_paths(policy, 32)
+                d = r.device(0)
+                # The last sample came after every allocation: the driver's figure is the fake's own.
+                self.assertEqual(d["driver_used_bytes"], out["device_used"])
+                # Held from the driver (reserved): under the pool its one 20 MiB segment (for the two
+                # cudaMallocs it serves, 3 and 5 MiB) plus every allocation made past it (32 MiB);
+                # under passthrough, every allocation. Nothing moved after the last sample.
+                self.assertEqual(d["pool"]["reserved_bytes"], (20 + 32) * MiB if policy == "caching" else d["live_bytes"])
+                self.assertEqual(d["held_bytes"], d["pool"]["reserved_bytes"])
+                self.assertLessEqual(d["peak_allocated_bytes"], d["peak_reserved_bytes"])
+                self.assertLessEqual(d["utilization"], 1.0)
+                self.assertEqual(d["unaccounted_bytes"], self.CONTEXT)
+                self.assertEqual(d["driver_used_bytes"] - d["held_bytes"], self.CONTEXT)
+                self.assertIsNotNone(d["usage_at_s"])
+
+    def test_summary_shows_modules_and_unaccounted(self):
+        r, _ = self.run_all_paths("caching", 32)
+        summary = "\n".join(r.shim_lines())
+        self.assertRegex(summary, r"device 0 live by module: .*libe2e_nccl_like\.so 13\.0 MiB")
+        self.assertIn("device 0 unaccounted: 256.0 MiB", summary)
+
+
+class ProcAddress(ShimTestCase):
+    WRAPPED = {
+        "alloc": "cuMemAlloc_v2",
+        "alloc_async_legacy": "cuMemAllocAsync",
+        "alloc_async_ptsz": "cuMemAllocAsync_ptsz",
+        "free_async_ptsz": "cuMemFreeAsync_ptsz",
+        "from_pool_ptsz": "cuMemAllocFromPoolAsync_ptsz",
+        "get_proc_4": "cuGetProcAddress",
+        "get_proc_5": "cuGetProcAddress_v2",
+    }
+    PASSED = {"memcpy_ptds": "cuMemcpy_ptds", "export_table": "cuGetExportTable"}
+
+    def test_each_caller_gets_the_variant_it_asked_for(self):
+        plain = run([program("e2e_proc_address")], preload=False, expect_report=False)
+        self.assertRanOK(plain)
+        shim = run([program("e2e_proc_address")])
+        self.assertRanOK(shim)
+        want, got = last_json(plain), last_json(shim)
+        for key, variant in self.WRAPPED.items():
+            self.assertEqual(want[key]["fn"], "libcuda.so.1:" + variant, key)  # what the driver itself gives
+            self.assertEqual(got[key]["fn"], "libgpushim.so:" + variant, key)  # ours, for exactly that variant
+        for key, variant in self.PASSED.items():
+            self.assertEqual(got[key]["fn"], "libcuda.so.1:" + variant, key)
+        for key in want:
+            if isinstance(want[key], dict) and "status" in want[key]:
+                # Same result and status, and the driver saw the caller's exact name, version and flags.
+                self.assertEqual(got[key]["result"], want[key]["result"], key)
+                self.assertEqual(got[key]["status"], want[key]["status"], key)
+                self.assertEqual(got[key]["driver_saw_exact_query"], 1, key)
+        for key in ("probe", "unknown", "too_new", "not_a_driver_name"):
+            self.assertEqual(got[key]["fn"], "null", key)
+        self.assertEqual(got["via_4_arg_ptsz"]["fn"], "libgpushim.so:cuMemAllocAsync_ptsz")
+        self.assertEqual(got["export_table_call"], want["export_table_call"])
+        self.assertEqual(got["runtime_entry_point_ptsz"], "libgpushim.so:cuMemAllocAsync_ptsz")
+        self.assertEqual(got["runtime_entry_point_by_version"], "libgpushim.so:cuMemAlloc_v2")
+        self.assertEqual(got["ptsz_alloc"], 0)
+        # The allocation made through the _ptsz hook is accounted, to the program that made it.
+        self.assertEqual(modules(shim.report)["e2e_proc_address"]["live_bytes"], 3 * MiB)
+        self.assertEqual(shim.device(0)["live_bytes"], 3 * MiB)
+
+
+class Dlsym(ShimTestCase):
+    def test_rtld_next_and_default_keep_meaning_relative_to_the_caller(self):
+        for preload in (False, True):
+            with self.subTest(preload=preload):
+                r = run([program("e2e_dlsym_paths"), LIBS], env=with_libs(), preload=preload, expect_report=preload)
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["next_chain"], "A>B")
+                self.assertTrue(out["next_malloc_is_libc"])
+                self.assertEqual(out["default_from_local_scope"], 42)
+                self.assertTrue(out["missing_is_null"])
+                self.assertTrue(out["missing_sets_dlerror"])
+                self.assertTrue(out["found_leaves_dlerror_clear"])
+
+    def test_lookups_on_cuda_handles_give_hooks_for_hooked_names_only(self):
+        r = run([program("e2e_dlsym_paths"), LIBS], env=with_libs())
+        self.assertRanOK(r)
+        out = last_json(r)
+        for name in ("cuMemAlloc_v2", "cuMemAllocAsync_ptsz", "cuGetProcAddress_v2"):
+            self.assertEqual(out["cuda:" + name], "libgpushim.so:" + name)
+        for name in ("cuMemcpy", "cuInit"):
+            self.assertEqual(out["cuda:" + name], "libcuda.so.1:" + name)
+        for name in ("cudaMalloc", "cudaFree"):
+            self.assertEqual(out["cudart:" + name], "libgpushim.so:" + name)
+        for name in ("cudaMemcpy", "cudaGetDevice"):
+            self.assertEqual(out["cudart:" + name], "libcudart.so.13:" + name)
+        self.assertEqual(out["default:cudaMalloc"], "libgpushim.so:cudaMalloc")
+        # The allocation made through the handle's cudaMalloc is seen.
+        self.assertEqual(r.device(0)["live_bytes"], MiB)
+
+    def test_python_ctypes_allocations_are_seen(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([sys.executable, os.path.join(SCRIPTS, "ctypes_cudart.py")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                out = last_json(r)
+                d = r.device(0)
+                self.assertEqual(d["live_bytes"], out["kept_bytes"])
+                self.assertEqual(d["live_count"], out["kept_count"])
+                self.assertEqual(d["total_allocs"], out["allocs"])
+                self.assertEqual(d["total_frees"], out["frees"])
+                mods = modules(r.report)
+                self.assertEqual(len(mods), 1, mods)
+                (name,) = mods
+                self.assertFalse(name.startswith(("libcudart", "libcuda.so", "libgpushim")), name)
+                self.assertNotEqual(name, "(unknown)")
+
+
+class PointerQueries(ShimTestCase):
+    def test_queries_describe_the_block_the_caller_was_given(self):
+        outs = {}
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_pointer_queries")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                out = last_json(r)
+                outs[policy] = out
+                for key in ("range_result", "attr_start_result", "attrs_result", "freed_attrs_result"):
+                    self.assertEqual(out[key], 0, key)
+                for key in ("range_base_offset", "attr_start_offset", "attrs_start_offset_b",
+                            "runtime_device_pointer_offset"):
+                    self.assertEqual(out[key], 0, key)
+                for key in ("range_size", "attr_range_size", "attrs_size_b"):
+                    self.assertEqual(out[key], 4096, key)
+                self.assertEqual(out["buffer_ids_differ"], 1)
+                self.assertEqual(out["memory_type_b"], CU_MEMORYTYPE_DEVICE)
+                self.assertEqual(out["device_b"], 0)
+                self.assertEqual(out["runtime_type"], 2)  # cudaMemoryTypeDevice
+                self.assertEqual(out["ipc_capable_a"], 1)
+                # Freed memory belongs to no allocation, even when a pool keeps its segment.
+                self.assertEqual(out["freed_range_result"], CUDA_ERROR_NOT_FOUND)
+                self.assertEqual(out["freed_attr_result"], CUDA_ERROR_INVALID_VALUE)
+                self.assertEqual(out["freed_memory_type"], 0)
+        # Legacy IPC on the second block cannot be exact under the pool, and the attribute says so.
+        self.assertEqual(outs["passthrough"]["ipc_capable_b"], 1)
+        self.assertEqual(outs["caching"]["ipc_capable_b"], 0)
+        differing = {k for k in outs["caching"] if outs["caching"][k] != outs["passthrough"][k]}
+        self.assertEqual(differing, {"ipc_capable_b"})
+
+
+class Ipc(ShimTestCase):
+    """Legacy IPC between two processes, the importer checking every byte it maps."""
+
+    def test_pooled_blocks_are_exported_exactly_or_refused(self):
+        r = run([program("e2e_ipc")], env={"GPUSHIM_POLICY": "caching"})
+        self.assertRanOK(r)
+        out = last_json(r)
+        # A block that starts its segment: the importer maps exactly its bytes.
+        for name in ("large", "small_first"):
+            self.assertEqual(out[name], {"get": "cudaSuccess", "importer_exit": 0}, name)
+        # A block inside a segment: refused, with one line naming the policy and what works.
+        self.assertEqual(out["small_second"]["get"], "cudaErrorInvalidValue")
+        lines = [l for l in r.shim_lines() if "cudaIpcGetMemHandle" in l]
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn("GPUSHIM_POLICY=caching", lines[0])
+        self.assertIn("GPUSHIM_OWN_SEGMENT_MIN=4KiB", lines[0])
+        self.assertIn("GPUSHIM_POLICY=passthrough", lines[0])
+
+    def test_the_alternatives_the_message_names_work(self):
+        for env in ({"GPUSHIM_POLICY": "passthrough"}, {"GPUSHIM_POLICY": "caching", "GPUSHIM_OWN_SEGMENT_MIN": "4KiB"}):
+            with self.subTest(**env):
+                r = run([program("e2e_ipc")], env=env)
+                self.assertRanOK(r)
+                out = last_json(r)
+                for name in ("large", "small_first", "small_second"):
+                    self.assertEqual(out[name], {"get": "cudaSuccess", "importer_exit": 0}, name)
+                self.assertFalse([l for l in r.shim_lines() if "refused" in l], r.stderr)
+
+    def test_own_segments_keep_exact_accounting(self):
+        r = run([program("e2e_ipc")], env={"GPUSHIM_OWN_SEGMENT_MIN": "4KiB"})
+        self.assertRanOK(r)
+        d = r.device(0)
+        self.assertEqual(d["live_bytes"], 32 * MiB + 2 * 4096)
+        # Every block has a segment of its own: all of it is reserved and handed out.
+        self.assertEqual(d["pool"]["reserved_bytes"], d["live_bytes"])
+        self.assertEqual(d["pool"]["cached_free_bytes"], 0)
+        self.assertEqual(d["pool"]["segment_allocs"], 3)
+
+
+class VirtualMemory(ShimTestCase):
+    def test_physical_memory_counted_once_until_released_and_unmapped(self):
+        expected = {
+            "start": 0, "created": 2 * MiB, "mapped": 2 * MiB, "released_while_mapped": 2 * MiB,
+            "unmapped_after_release": 0, "unmapped_before_release": 4 * MiB, "released_after_unmap": 0,
+            "retained_unmapped_released_once": 2 * MiB, "released_twice": 0, "two_mappings": 2 * MiB,
+            "both_unmapped": 0, "imported_mapped": 2 * MiB, "import_done": 0, "live_at_exit": 6 * MiB,
+        }
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_vmm_lifecycle")], env={"GPUSHIM_POLICY": policy, "FAKECUDA_CONTEXT_MEM": "64MiB",
+                                                             "FAKECUDA_DEVICES": "2"})
+                self.assertRanOK(r)
+                out = last_json(r)
+                for step, want in expected.items():
+                    shim, driver = out[step]
+                    self.assertEqual(driver, want, f"{step}: the driver's own figure")
+                    self.assertEqual(shim, want, f"{step}: what the shim counts")
+                # Host memory made with no current context: host memory, and no device created for it.
+                self.assertEqual(out["host_create"], 0)
+                other = {o["kind"]: o for o in r.report["other_memory"]}
+                self.assertEqual(other["host"]["live_bytes"], 2 * MiB)
+                self.assertEqual(r.device(0)["live_bytes"], 6 * MiB)
+                self.assertEqual(r.device(0)["total_allocs"], 6)
+                imported = other["imported"]
+                self.assertEqual((imported["total_allocs"], imported["total_frees"], imported["live_bytes"],
+                                  imported["peak_bytes"]), (1, 1, 0, 2 * MiB))
+                self.assertEqual(r.report["reserved_va_bytes"], 0)
+                self.assertEqual(modules(r.report, "device", 0)["e2e_vmm_lifecycle"]["live_bytes"], 6 * MiB)
+                self.assertEqual(modules(r.report, "device", 1)["e2e_vmm_lifecycle"]["live_bytes"], 2 * MiB)
+                self.assertEqual(r.device(0)["unaccounted_bytes"], 64 * MiB)
+                # Device 1's memory is accounted without a context created there to do it.
+                self.assertEqual(out["other_device_primary_active"], 0)
+                self.assertEqual(out["other_device_used"], 2 * MiB)
+                self.assertEqual(r.device(1)["live_bytes"], 2 * MiB)
+                self.assertIsNone(r.device(1)["usage_at_s"])
+
+
+class GraphMemory(ShimTestCase):
+    def test_graph_memory_is_accounted_apart(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_graph_memory")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["node_device_live"], 0)
+                self.assertEqual(out["captured_device_live"], 0)
+                graph = {o["kind"]: o for o in r.report["other_memory"]}["graph"]
+                self.assertEqual(graph["total_allocs"], 2)  # the node and the captured allocation
+                self.assertEqual(graph["total_frees"], 1)
+                self.assertEqual(graph["live_bytes"], 2 * MiB)
+                self.assertEqual(graph["peak_bytes"], 8 * MiB)
+                self.assertEqual(modules(r.report, "graph")["e2e_graph_memory"]["live_bytes"], 2 * MiB)
+                self.assertEqual(r.device(0)["live_bytes"], 0)
+
+
+class Cap(ShimTestCase):
+    def test_memory_accounted_after_the_fact_leaves_the_cap_intact(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_pitch_then_cap")], env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "1GiB"})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["after"], "cudaSuccess")
+                self.assertGreaterEqual(out["pitch"], 1000)
+                d = r.device(0)
+                self.assertEqual(d["live_bytes"], 512 * MiB)
+                self.assertEqual(d["pool"]["reserved_bytes"], out["reserved"])
+                self.assertLess(out["reserved"], 1 << 30)  # no wrap-around of the held figure
+
+
+class Unaccounted(ShimTestCase):
+    def test_every_device_shows_its_context_as_unaccounted(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_unaccounted")], env={"GPUSHIM_POLICY": policy, "FAKECUDA_DEVICES": "2",
+                                                           "FAKECUDA_CONTEXT_MEM": "128MiB", "GPUSHIM_SAMPLE_MS": "1"})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["devices"], 2)
+                for dev in (0, 1):
+                    d = r.device(dev)
+                    self.assertEqual(d["unaccounted_bytes"], 128 * MiB, dev)
+                    self.assertEqual(d["driver_used_bytes"] - d["held_bytes"], 128 * MiB, dev)
+                    # Both allocations of this device (runtime and driver API) are live, nothing twice.
+                    self.assertEqual(d["live_bytes"], (dev + 1) * MiB + (dev + 3) * MiB, dev)
+                d0 = r.device(0)
+                self.assertEqual(d0["driver_used_bytes"], out["used0"])  # sampled after everything
+
+    def test_cu_mem_get_info_is_capped_like_cuda_mem_get_info(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_unaccounted")], env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "1GiB",
+                                                           "FAKECUDA_CONTEXT_MEM": "128MiB"})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["total0"], 1 << 30)
+                # Free is what the cap still allows: the limit less what the process holds (the
+                # driver's figure less the context; these sizes need no rounding).
+                self.assertEqual(out["free0"], (1 << 30) - (out["used0"] - 128 * MiB))
+        r = run([program("e2e_unaccounted")], env={"FAKECUDA_CONTEXT_MEM": "128MiB"})
+        self.assertEqual(last_json(r)["total0"], 16 << 30)  # uncapped: the device's own figure
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()

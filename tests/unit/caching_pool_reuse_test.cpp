@@ -1,0 +1,41 @@
+// A block reused on the stream that freed it, then freed on another stream, must wait for that
+// other stream: the event recorded for its first free says nothing about its second.
+#include <gtest/gtest.h>
+
+#include "policy/caching_pool.h"
+#include "policy/sim_backend.h"
+
+namespace gpushim {
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
+
+TEST(CachingPoolReuse, AnEventOfAnEarlierFreeNeverVouchesForALaterOne) {
+  SimBackend sim(1024 * MiB);
+  sim.set_events_complete_at_once(false);  // recorded events stay pending until complete_events()
+  CachingPool pool(sim, {});
+  auto alloc = [&](CUstream s) {
+    void* p = nullptr;
+    uint64_t got = 0;
+    EXPECT_EQ(pool.allocate(AllocRequest{4096, s, true}, &p, &got), CUDA_SUCCESS);
+    return p;
+  };
+  void* a = alloc(stream(1));
+  ASSERT_EQ(pool.deallocate(a, stream(1), true), CUDA_SUCCESS);
+  // Another stream wants it: an event is recorded on stream 1, still pending, so not this block.
+  void* other = alloc(stream(2));
+  EXPECT_NE(other, a);
+  sim.complete_events();  // stream 1's work is done
+  // Stream 1 takes its own block back, uses it, and frees it on stream 3 (whose work is pending).
+  EXPECT_EQ(alloc(stream(1)), a);
+  ASSERT_EQ(pool.deallocate(a, stream(3), true), CUDA_SUCCESS);
+  // Stream 4 must not get it on the strength of the old, completed event of stream 1.
+  void* fourth = alloc(stream(4));
+  EXPECT_NE(fourth, a);
+  sim.complete_events();
+  EXPECT_EQ(alloc(stream(5)), a);
+}
+
+}  // namespace
+}  // namespace gpushim

@@ -1,0 +1,98 @@
+// The report's per-module table and the driver's view of each device, in JSON and in the summary.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "report/report_writer.h"
+
+namespace gpushim {
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+
+ReportData sample() {
+  ReportData r;
+  r.pid = 7;
+  r.exe = "/bin/prog";
+  r.policy = "caching";
+  DeviceReport d;
+  d.device = 0;
+  d.live_bytes = 40 * MiB;
+  d.usage_sampled = true;
+  d.usage_at_s = 1.5;
+  d.driver_used_bytes = 364 * MiB;
+  d.held_bytes = 64 * MiB;
+  d.unaccounted_bytes = 300 * MiB;
+  r.devices.push_back(d);
+  DeviceReport never = d;
+  never.device = 1;
+  never.usage_sampled = false;
+  never.driver_used_bytes = never.held_bytes = never.unaccounted_bytes = 0;
+  r.devices.push_back(never);
+  const char* names[] = {"/usr/lib/libnccl.so.2", "/opt/torch/lib/libtorch_cuda.so", "/bin/prog",
+                         "/usr/lib/libcublasLt.so.13", "/usr/lib/libcudnn.so.9", "/usr/lib/libextra.so"};
+  uint64_t size = 12 * MiB;
+  for (const char* n : names) {
+    ModuleReport m;
+    m.module = n;
+    m.device = 0;
+    m.live_bytes = size;
+    m.live_count = 1;
+    m.peak_bytes = size;
+    m.total_allocs = 2;
+    m.total_frees = 1;
+    r.modules.push_back(m);
+    size -= 2 * MiB;
+  }
+  ModuleReport host;
+  host.module = "/usr/lib/libnccl.so.2";
+  host.device = -1;
+  host.kind = "host";
+  host.live_bytes = 4096;
+  r.modules.push_back(host);
+  r.reserved_va_bytes = 8 * MiB;
+  return r;
+}
+
+TEST(ReportModules, JsonHasTheModulesTableAndTheDriversView) {
+  const std::string j = report_to_json(sample());
+  EXPECT_NE(j.find("\"reserved_va_bytes\":8388608,\n\"modules\":[\n {\"module\":\"/usr/lib/libnccl.so.2\",\"device\":0,"
+                   "\"kind\":\"device\",\"live_bytes\":12582912,\"live_count\":1,\"peak_bytes\":12582912,"
+                   "\"total_allocs\":2,\"total_frees\":1}"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("{\"module\":\"/usr/lib/libnccl.so.2\",\"device\":-1,\"kind\":\"host\",\"live_bytes\":4096"),
+            std::string::npos);
+  EXPECT_NE(j.find("\"usage_at_s\":1.5,\"driver_used_bytes\":381681664,\"held_bytes\":67108864,"
+                   "\"unaccounted_bytes\":314572800}"),
+            std::string::npos)
+      << j;
+  // Never sampled: null time, zero figures.
+  EXPECT_NE(j.find("\"usage_at_s\":null,\"driver_used_bytes\":0,\"held_bytes\":0,\"unaccounted_bytes\":0}"),
+            std::string::npos);
+}
+
+TEST(ReportModules, SummaryNamesTheLargestModulesAndUnaccounted) {
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* out = open_memstream(&buf, &len);
+  ASSERT_NE(out, nullptr);
+  write_summary(sample(), "", 5, out);
+  std::fclose(out);
+  const std::string s(buf, len);
+  free(buf);
+  EXPECT_NE(s.find("gpushim: device 0 live by module: libnccl.so.2 12.0 MiB, libtorch_cuda.so 10.0 MiB, prog 8.0 MiB, "
+                   "libcublasLt.so.13 6.0 MiB, 2 more modules holding 6.0 MiB\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("gpushim: device 0 unaccounted: 300.0 MiB (the driver reported 364.0 MiB in use at 1.50 s, of which "
+                   "the process held 64.0 MiB;"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(s.find("device 1 unaccounted"), std::string::npos) << "a device never sampled has no such line";
+  EXPECT_EQ(s.find("device 1 live by module"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpushim

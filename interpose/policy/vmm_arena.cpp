@@ -713,6 +713,15 @@ bool VmmArena::contains(const void* p) const {
   return a < it->first + it->second->size;
 }
 
+bool VmmArena::find_user_block(const void* p, uintptr_t* base, uint64_t* size) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Block* b = containing(reinterpret_cast<uintptr_t>(p));
+  if (b == nullptr || b->state != State::kAllocated || b->owner != Owner::kUser) return false;
+  *base = b->addr;
+  *size = b->size;
+  return true;
+}
+
 void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* segment_bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
   out->reserved_bytes = held_;

@@ -137,6 +137,8 @@ class VmmArena {
   void count_oom();
 
   bool contains(const void* p) const;
+  // A live user block containing `p` (not a sub-allocator segment); sets its start and size.
+  bool find_user_block(const void* p, uintptr_t* base, uint64_t* size) const;
   // Fills reserved/cached/quarantine/largest/segment/retry/oom/sync/map figures for the arena
   // alone; `user_allocated` receives the bytes of live kUser blocks.
   void figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* segment_bytes) const;

@@ -138,6 +138,15 @@ CUresult VmmPool::deallocate(void* p, CUstream stream, bool stream_ordered) {
 
 bool VmmPool::contains(const void* p) const { return arena_.contains(p); }
 
+bool VmmPool::find_block(const void* p, uintptr_t* base, uint64_t* size) const {
+  // Small blocks live inside sub-allocator segments, which the arena does not list as user blocks.
+  return small_->find_block(p, base, size) || arena_.find_user_block(p, base, size);
+}
+
+const char* VmmPool::ipc_export_refusal(const void*, uint64_t) const {
+  return "memory the vmm policy mapped with cuMemMap, which legacy CUDA IPC cannot share at all (a CUDA rule)";
+}
+
 void VmmPool::figures(PoolFigures* out) const {
   // Lock order small -> arena is respected: each figures() call takes one lock at a time.
   PoolFigures small;

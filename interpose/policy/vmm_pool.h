@@ -40,6 +40,8 @@ class VmmPool final : public DeviceMemoryResource {
   CUresult allocate(const AllocRequest& req, void** out, uint64_t* allocated) override;
   CUresult deallocate(void* p, CUstream stream, bool stream_ordered) override;
   bool contains(const void* p) const override;
+  bool find_block(const void* p, uintptr_t* base, uint64_t* size) const override;
+  const char* ipc_export_refusal(const void* block, uint64_t size) const override;
   void figures(PoolFigures* out) const override;
   void release_cached() override;
 

@@ -224,7 +224,8 @@ class PointerQueries(ShimTestCase):
                 self.assertEqual(out["memory_type_b"], CU_MEMORYTYPE_DEVICE)
                 self.assertEqual(out["device_b"], 0)
                 self.assertEqual(out["runtime_type"], 2)  # cudaMemoryTypeDevice
-                self.assertEqual(out["ipc_capable_a"], 1)
+                # Memory the vmm policy maps with cuMemMap cannot use legacy IPC (a CUDA rule).
+                self.assertEqual(out["ipc_capable_a"], 0 if policy == "vmm" else 1)
                 # Freed memory belongs to no allocation, even when a pool keeps its segment.
                 self.assertEqual(out["freed_range_result"], CUDA_ERROR_NOT_FOUND)
                 self.assertEqual(out["freed_attr_result"], CUDA_ERROR_INVALID_VALUE)

@@ -126,7 +126,9 @@ Shim::Shim(Config config, std::string exe)
       exe_(std::move(exe)),
       start_ns_(now_ns()),
       pid_(getpid()),
-      timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples) {}
+      timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples) {
+  if (config_.trace_enabled) start_trace();
+}
 
 // ---- fork: hold every lock across fork so that the child never inherits one mid-update ----
 
@@ -156,6 +158,7 @@ void Shim::fork_child() {
   // parent's to write: the child (a DataLoader worker, say) writes nothing.
   s->forked_child_ = true;
   s->pid_ = getpid();
+  if (s->trace_) s->trace_->disable_in_child();
 }
 
 // ---- devices ----
@@ -175,7 +178,7 @@ DeviceState* Shim::device(int ordinal) {
       size_t free = 0, total = 0;
       if (driver->mem_info(&free, &total) == CUDA_SUCCESS) d->capacity = total;
       d->limited = std::make_unique<LimitedBackend>(*driver, d->budget);
-      d->pool = make_pool(config_, *d->limited);
+      d->pool = trace_ ? make_traced_pool(d) : make_pool(config_, *d->limited);
       d->driver = std::move(driver);
     }
   } else if (const RealRuntime& rt = real_runtime(); rt.cudaMemGetInfo) {
@@ -190,6 +193,7 @@ DeviceState* Shim::device(int ordinal) {
       log_line("GPUSHIM_LIMIT (%s) is above device %d's capacity (%s); the device is the limit",
                format_bytes(limit).c_str(), ordinal, format_bytes(d->capacity).c_str());
   }
+  if (trace_) trace_device(d);
   devices_[ordinal].store(d, std::memory_order_release);
   return d;
 }
@@ -285,6 +289,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack) {
            format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),
            format_bytes(rec.pool.largest_free_block).c_str(), format_bytes(rec.device_free).c_str(),
            d->budget.limit() ? ", cap " : "", d->budget.limit() ? format_bytes(d->budget.limit()).c_str() : "");
+  if (trace_) trace_oom(rec);
   std::lock_guard<std::mutex> lock(ooms_mu_);
   if (ooms_.size() >= kMaxOomRecords) return;
   auto sites = tracker_.sites();
@@ -330,7 +335,10 @@ void Shim::record_alloc(MemoryKind kind, int dev, void* ptr, uint64_t size, uint
   if (ptr == nullptr) return;
   if (kind == MemoryKind::kDevice && device(dev) == nullptr) return;
   const AllocationRecord rec{size, requested, now_ns(), capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded};
-  if (tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec)) counters_for(kind, dev).on_alloc(size, requested);
+  if (tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec)) {
+    counters_for(kind, dev).on_alloc(size, requested);
+    if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(ptr), rec, size, nullptr, false);
+  }
 }
 
 void Shim::record_failure(MemoryKind kind, int dev) {
@@ -464,6 +472,8 @@ void Shim::write_exit_report() {
 
 void Shim::on_unload() {
   write_exit_report();
+  // After the report: frees made during teardown still go into the trace.
+  if (trace_) finish_trace();
   const uint64_t late = late_frees_.load(std::memory_order_relaxed);
   if (late && !forked_child_)
     log_line("%llu frees arrived after the report was written (during teardown); accepted",

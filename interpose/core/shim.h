@@ -21,8 +21,10 @@
 #include "policy/backend.h"
 #include "policy/device_budget.h"
 #include "policy/device_memory_resource.h"
+#include "policy/observed_backend.h"
 #include "report/report_model.h"
 #include "stacks/stack_table.h"
+#include "trace/trace_recorder.h"
 
 namespace gpushim {
 
@@ -39,6 +41,9 @@ struct DeviceState {
   std::unique_ptr<Backend> limited;
   std::unique_ptr<DeviceMemoryResource> pool;   // null under passthrough
   std::atomic<uint64_t> ooms{0};                // out-of-memory errors returned to callers
+  // GPUSHIM_TRACE only: the pool's backend becomes pool -> observed -> limited -> driver.
+  std::unique_ptr<SegmentObserver> segment_tracer;
+  std::unique_ptr<Backend> observed;
 };
 
 // An OOM as recorded on the failing path; symbolized only when a report is written.
@@ -89,6 +94,10 @@ class Shim {
   // Called from the library destructor, after everything else.
   void on_unload();
 
+  // ---- traces (core/shim_trace.cpp) ----
+  // An iteration mark (gpushim_mark_iteration): recorded in the trace. Returns its number (1, 2, ...).
+  uint64_t on_iteration_mark();
+
   StackTable& stacks() { return stacks_; }
   AllocationTracker& tracker() { return tracker_; }
   DeviceState* device(int ordinal);  // null for an invalid ordinal; creates it on first use
@@ -116,6 +125,17 @@ class Shim {
   // One line with the caller's stack; counts the invalid free.
   void warn_invalid_free(const void* ptr, const char* what);
 
+  // GPUSHIM_TRACE (core/shim_trace.cpp). Each is called only when trace_ is set.
+  void start_trace();
+  // `request` is the size the policy was asked for (differs from rec.requested for pitched memory).
+  void trace_alloc(uintptr_t ptr, const AllocationRecord& rec, uint64_t request, CUstream stream, bool stream_ordered);
+  void trace_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream, bool stream_ordered);
+  void trace_oom(const OomRecord& oom);
+  void trace_device(DeviceState* d);
+  // The device's pool built to report segments and to order the trace as the pool orders its work.
+  std::unique_ptr<DeviceMemoryResource> make_traced_pool(DeviceState* d);
+  void finish_trace();
+
   static void fork_prepare();
   static void fork_parent();
   static void fork_child();
@@ -137,6 +157,9 @@ class Shim {
   std::mutex ooms_mu_;
   std::vector<OomRecord> ooms_;
   bool forked_child_ = false;
+  std::unique_ptr<trace::TraceRecorder> trace_owner_;
+  trace::TraceRecorder* trace_ = nullptr;  // null unless GPUSHIM_TRACE is on and the file opened
+  std::atomic<uint64_t> iterations_{0};
 };
 
 }  // namespace gpushim

@@ -32,7 +32,10 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     }
     const AllocationRecord rec{size, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
                                MemoryKind::kDevice, Route::kForwarded};
-    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec)) d->counters.on_alloc(size, requested);
+    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec)) {
+      d->counters.on_alloc(size, requested);
+      if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(*out), rec, size, stream, stream_ordered);
+    }
     maybe_sample();
     return err;
   }
@@ -53,6 +56,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
                              MemoryKind::kDevice, Route::kPooled};
   tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
   d->counters.on_alloc(allocated, requested);
+  if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
   *out = p;
   maybe_sample();
   return cudaSuccess;
@@ -66,6 +70,10 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
   // same address and must be able to record it.
   if (!tracker_.erase(reinterpret_cast<uintptr_t>(ptr), &rec)) return unknown_free(ptr, forward);
   if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
+  // Forwarded frees are timed before CUDA releases the memory: once it does, another thread may
+  // be handed the same address, and its alloc event must come after this free in the trace.
+  // (Pooled ones are timed inside the pool's order; see trace/trace_ordered_resource.h.)
+  const uint64_t free_t = trace_ && rec.route == Route::kForwarded ? now_ns() : 0;
   MemoryCounters& counters = counters_for(rec.kind, rec.device);
   if (rec.route == Route::kPooled) {
     const CUresult r = device(rec.device)->pool->deallocate(ptr, stream, stream_ordered);
@@ -82,6 +90,7 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
     if (rec.kind == MemoryKind::kDevice) device(rec.device)->budget.uncharge(rec.size);
   }
   counters.on_free(rec.size, rec.requested);
+  if (trace_) trace_free(free_t, reinterpret_cast<uintptr_t>(ptr), rec, stream, stream_ordered);
   maybe_sample();
   return cudaSuccess;
 }

@@ -148,7 +148,9 @@ int cmd_replay(const std::vector<std::string>& args) {
              ",\"allocs\":" + std::to_string(d.allocs) + ",\"frees\":" + std::to_string(d.frees) +
              ",\"peak_allocated\":" + std::to_string(d.peak_allocated) +
              ",\"peak_reserved\":" + std::to_string(d.peak_reserved) + ",\"utilization\":" + std::to_string(d.utilization()) +
-             ",\"ooms\":" + std::to_string(d.ooms) + ",\"oom\":" + (d.ooms ? "true" : "false");
+             ",\"ooms\":" + std::to_string(d.ooms) + ",\"oom\":" + (d.ooms ? "true" : "false") +
+             ",\"recorded_ooms\":" + std::to_string(d.recorded_ooms) + ",\"recorded_ooms_avoided\":" +
+             std::to_string(d.recorded_ooms_avoided);
         if (d.ooms) {
           j += ",\"oom_event\":" + std::to_string(d.oom_event) + ",\"oom_t_s\":" + std::to_string(trace.seconds(d.oom_t_ns)) +
                ",\"oom_requested\":" + std::to_string(d.oom_requested) + ",\"oom_allocated\":" +
@@ -204,6 +206,9 @@ int cmd_replay(const std::vector<std::string>& args) {
         oom += " (" + first_site(sym, d.oom_stack) + ")";
         if (d.ooms > 1) oom += "; " + std::to_string(d.ooms) + " refused in all";
       }
+      if (d.recorded_ooms_avoided)
+        oom += (d.ooms ? "; " : " (") + std::to_string(d.recorded_ooms_avoided) + " of the " +
+               std::to_string(d.recorded_ooms) + " recorded OOMs would not happen" + (d.ooms ? "" : ")");
       char util[32];
       std::snprintf(util, sizeof(util), "%.1f%%", 100 * d.utilization());
       std::snprintf(line, sizeof(line), "%-12s %-6d %15s %15s %11s %13" PRIu64 " %10s  %s\n", r.policy.c_str(), d.device,

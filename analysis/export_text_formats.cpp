@@ -154,7 +154,8 @@ std::string timeline_json(const RunView& run, const std::vector<TimelineSample>&
     j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(d.device) + ",\"capacity\":" +
          std::to_string(d.capacity_bytes) + ",\"limit\":" + std::to_string(d.limit_bytes) + ",\"peak_allocated\":" +
          std::to_string(d.peak_allocated_bytes) + ",\"peak_allocated_at_s\":" + number(d.peak_allocated_at_s) +
-         ",\"peak_reserved\":" + std::to_string(d.peak_reserved_bytes) + ",\"samples\":[";
+         ",\"peak_reserved\":" + std::to_string(d.peak_reserved_bytes) + ",\"live_at_end\":" +
+         std::to_string(d.live_bytes) + ",\"reserved_at_end\":" + std::to_string(d.pool.reserved_bytes) + ",\"samples\":[";
     bool first = true;
     for (const TimelineSample& s : timeline) {
       if (s.device != d.device) continue;
@@ -170,10 +171,25 @@ std::string timeline_json(const RunView& run, const std::vector<TimelineSample>&
   for (size_t i = 0; i < m.ooms.size(); ++i) {
     const OomReport& o = m.ooms[i];
     j += std::string(i ? "," : "") + "{\"t_s\":" + number(o.t_s) + ",\"device\":" + std::to_string(o.device) +
-         ",\"requested\":" + std::to_string(o.requested) + "}";
+         ",\"requested\":" + std::to_string(o.requested) + ",\"allocated\":" + std::to_string(o.allocated) + "}";
   }
   j += "],\"iterations\":[";
   for (size_t i = 0; i < run.iterations_s.size(); ++i) j += (i ? "," : "") + number(run.iterations_s[i]);
+  // The strongest growth suspects, named by their first frame outside the shim and CUDA.
+  j += "],\"growth\":[";
+  for (size_t i = 0; i < run.growth.size() && i < 3; ++i) {
+    const GrowthSuspect& g = run.growth[i];
+    std::string site = "unknown";
+    for (const FrameInfo& f : g.frames)
+      if (!is_plumbing_frame(f)) {
+        site = describe_frame(f);
+        break;
+      }
+    j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(g.device) + ",\"grew_bytes\":" +
+         std::to_string(g.grew_bytes) + ",\"bytes_per_iteration\":" + number(g.bytes_per_iteration) + ",\"site\":";
+    append_json_string(&j, site);
+    j += "}";
+  }
   j += "]}\n";
   return j;
 }

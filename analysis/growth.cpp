@@ -6,8 +6,14 @@ namespace gpushim::analysis {
 
 GrowthVerdict judge_growth(const std::vector<uint64_t>& values, const std::vector<double>& times_s) {
   GrowthVerdict v;
-  const size_t n = std::min(values.size(), times_s.size());
+  size_t n = std::min(values.size(), times_s.size());
   if (n < 4) return v;
+  // A program that exits cleanly frees its leaks too: ignore a final descent from the highest
+  // value, as long as the rise to it spans most of the run.
+  size_t top = 0;
+  for (size_t k = 0; k < n; ++k)
+    if (values[k] >= values[top]) top = k;
+  if (top + 1 < n && top >= 3 && 5 * top >= 3 * (n - 1)) n = top + 1;
   int up = 0, down = 0;
   bool left_baseline = false;
   for (size_t k = 1; k < n; ++k) {

@@ -18,7 +18,8 @@ struct GrowthVerdict {
 // `values[k]` is the site's live bytes at checkpoint k, `times_s[k]` when that was; only the
 // checkpoints from the site's first allocation on. Suspect when there are at least 4 of them, the
 // last is above the first, at least half of the steps go up, at most a tenth go down, and once above
-// the first value it never falls back to it.
+// the first value it never falls back to it. A final descent after the highest value (the program's
+// teardown) is ignored when the rise to that value spans at least 60% of the checkpoints.
 GrowthVerdict judge_growth(const std::vector<uint64_t>& values, const std::vector<double>& times_s);
 
 }  // namespace gpushim::analysis

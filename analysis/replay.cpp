@@ -150,13 +150,15 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
   const auto start = std::chrono::steady_clock::now();
   for (uint64_t i = 0; i < trace.events.size(); ++i) {
     const TraceEvent& e = trace.events[i];
-    if (e.kind != EventKind::kAlloc && e.kind != EventKind::kFree) continue;
+    const bool refused = e.kind == EventKind::kOom;
+    if (e.kind != EventKind::kAlloc && e.kind != EventKind::kFree && !refused) continue;
     if ((e.flags & trace::kFlagKindMask) != static_cast<uint8_t>(MemoryKind::kDevice)) continue;
     SimDevice& d = device(e.device);
     ++result.events;
     const bool ordered = (e.flags & trace::kFlagStreamOrdered) != 0;
     const CUstream stream = reinterpret_cast<CUstream>(e.stream);
-    if (e.kind == EventKind::kAlloc) {
+    if (e.kind == EventKind::kAlloc || refused) {
+      if (refused) ++d.result.recorded_ooms;
       Block b;
       const bool forward =
           d.pool == nullptr || (!recorded_passthrough && (e.flags & trace::kFlagForwarded) != 0);
@@ -193,6 +195,18 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
         ++d.result.allocs;
         d.allocated += b.size;
         d.result.peak_allocated = std::max(d.result.peak_allocated, d.allocated);
+      }
+      if (refused) {
+        // The recorded program never got this memory: give it back at once if the replay did.
+        if (b.ptr != nullptr) {
+          ++d.result.recorded_ooms_avoided;
+          d.result.peak_reserved = std::max(d.result.peak_reserved, d.sim.used() + d.forwarded);
+          --d.result.allocs;
+          d.allocated -= b.size;
+          if (b.forwarded) d.forwarded -= b.size, d.budget.uncharge(b.size);
+          else d.pool->deallocate(b.ptr, stream, false);
+        }
+        continue;
       }
       d.blocks[e.addr] = b;
     } else {

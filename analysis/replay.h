@@ -32,6 +32,9 @@ struct ReplayDevice {
   uint64_t oom_event = 0;  // 1-based index into TraceData::events
   uint64_t oom_t_ns = 0, oom_requested = 0, oom_allocated = 0, oom_reserved = 0;
   uint32_t oom_stack = 0;
+  // Allocations the recorded run was refused (its OOM events) are tried again: under another
+  // policy or cap they may fit. One that fits is released at once (the program never had it).
+  uint64_t recorded_ooms = 0, recorded_ooms_avoided = 0;
   SimCounters driver;      // calls the pool made to the (simulated) driver
   uint64_t forwarded_calls = 0;  // allocations and frees served by CUDA directly (passthrough, capture)
   uint64_t driver_calls() const { return driver.driver_calls() + forwarded_calls; }

@@ -31,8 +31,9 @@ namespace {
 constexpr size_t kChunkTarget = 64 * 1024;
 // Written output is flushed to the file past this size even within one drain.
 constexpr size_t kWriteTarget = 512 * 1024;
-// An idle writer backs off to this interval, so an idle process pays almost nothing.
-constexpr unsigned kMaxIdleIntervalMs = 1000;
+// An idle writer backs off to this interval, so an idle process pays almost nothing; short enough
+// that a burst after a quiet spell is on disk soon (a crash loses at most this much).
+constexpr unsigned kMaxIdleIntervalMs = 250;
 
 std::atomic<uint64_t> g_next_generation{1};
 

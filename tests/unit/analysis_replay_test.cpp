@@ -146,6 +146,16 @@ TEST(Growth, FlatCyclicOrShortSeriesAreNot) {
   EXPECT_TRUE(judge_growth({10, 10, 20, 20, 30, 30, 40}, {0, 1, 2, 3, 4, 5, 6}).suspect);  // every other step
 }
 
+TEST(Growth, TeardownAfterASteadyRiseIsIgnored) {
+  // A leak the program frees at exit: the rise over most of the run still makes it a suspect.
+  const GrowthVerdict v = judge_growth({10, 20, 30, 40, 50, 60, 70, 0}, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_TRUE(v.suspect);
+  EXPECT_EQ(v.grew_bytes, 60u);
+  EXPECT_EQ(v.steps, 6);
+  // A rise over only the first part of the run, then a fall, is a phase, not a leak.
+  EXPECT_FALSE(judge_growth({10, 20, 30, 40, 0, 0, 0, 0, 0, 0}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}).suspect);
+}
+
 TEST(Pickle, EncodesWithTheSimpleOpcodes) {
   PickleWriter p;
   p.begin_dict();

@@ -119,6 +119,7 @@ bool decode_events(ByteReader& r, std::vector<TraceEvent>* out) {
   uint32_t stack = 0;
   int16_t device = 0;
   uint8_t flags = 0;
+  std::vector<std::pair<int16_t, uint64_t>> seqs;
   for (uint64_t i = 0; i < count; ++i) {
     uint8_t tag = 0;
     uint64_t v = 0;
@@ -176,9 +177,38 @@ bool decode_events(ByteReader& r, std::vector<TraceEvent>* out) {
         if (!r.varint(&e.size)) return false;
         break;
     }
+    if (flags & trace::kFlagSequenced) {
+      if (!r.varint(&v)) return false;
+      // Peek the device's previous number, then store this one.
+      const uint64_t prev = trace::exchange_seq(&seqs, device, 0);
+      e.seq = prev + static_cast<uint64_t>(trace::unzigzag(v));
+      trace::exchange_seq(&seqs, device, e.seq);
+    }
     out->push_back(e);
   }
   return r.done();
+}
+
+// A device's pool events carry their number in the pool's order; timestamps of concurrent
+// operations, taken outside the pool's lock, may be inverted. Keep the places that the time order
+// gives a device's sequenced events, and fill them in sequence order; then keep times monotone.
+void order_pool_events(std::vector<TraceEvent>* events) {
+  std::map<int16_t, std::vector<size_t>> places;
+  for (size_t i = 0; i < events->size(); ++i)
+    if ((*events)[i].flags & trace::kFlagSequenced) places[(*events)[i].device].push_back(i);
+  bool moved = false;
+  for (auto& [device, idx] : places) {
+    std::vector<TraceEvent> ordered;
+    ordered.reserve(idx.size());
+    for (size_t i : idx) ordered.push_back((*events)[i]);
+    if (std::is_sorted(ordered.begin(), ordered.end(), [](const TraceEvent& a, const TraceEvent& b) { return a.seq < b.seq; }))
+      continue;
+    std::stable_sort(ordered.begin(), ordered.end(), [](const TraceEvent& a, const TraceEvent& b) { return a.seq < b.seq; });
+    for (size_t k = 0; k < idx.size(); ++k) (*events)[idx[k]] = ordered[k];
+    moved = true;
+  }
+  if (!moved) return;
+  for (size_t i = 1; i < events->size(); ++i) (*events)[i].t_ns = std::max((*events)[i].t_ns, (*events)[i - 1].t_ns);
 }
 
 // Completes frees with what their allocation said, and drops frees that match nothing.
@@ -299,6 +329,7 @@ bool parse_trace(const std::string& bytes, TraceData* out, std::string* error) {
   // events keep their order even at equal times).
   std::stable_sort(t.events.begin(), t.events.end(),
                    [](const TraceEvent& a, const TraceEvent& b) { return a.t_ns < b.t_ns; });
+  order_pool_events(&t.events);
   for (const TraceEvent& e : t.events)
     if (e.kind == EventKind::kDropped) marker_drops += e.size;
   t.dropped = t.end ? std::max(t.end->events_dropped, marker_drops) : marker_drops;

@@ -114,8 +114,9 @@ class Shim {
   MemoryCounters& counters_for(MemoryKind kind, int device);
   static bool stream_capturing(CUstream stream);
   void on_oom(DeviceState* d, uint64_t requested, StackId stack);
-  void maybe_sample() {
-    timeline_.maybe_sample(now_ns(), [&](auto&& append) { take_samples(append); });
+  void maybe_sample() { maybe_sample(now_ns()); }
+  void maybe_sample(uint64_t now) {
+    timeline_.maybe_sample(now, [&](auto&& append) { take_samples(append); });
   }
   template <typename Append>
   void take_samples(Append&& append);

@@ -72,7 +72,7 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
   if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
   // Forwarded frees are timed before CUDA releases the memory: once it does, another thread may
   // be handed the same address, and its alloc event must come after this free in the trace.
-  // (Pooled ones are timed inside the pool's order; see trace/trace_ordered_resource.h.)
+  // (Pooled ones are ordered by the pool itself; see trace/trace_ordered_resource.h.)
   const uint64_t free_t = trace_ && rec.route == Route::kForwarded ? now_ns() : 0;
   MemoryCounters& counters = counters_for(rec.kind, rec.device);
   if (rec.route == Route::kPooled) {
@@ -90,8 +90,10 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
     if (rec.kind == MemoryKind::kDevice) device(rec.device)->budget.uncharge(rec.size);
   }
   counters.on_free(rec.size, rec.requested);
-  if (trace_) trace_free(free_t, reinterpret_cast<uintptr_t>(ptr), rec, stream, stream_ordered);
-  maybe_sample();
+  const uint64_t now = now_ns();
+  if (trace_) trace_free(rec.route == Route::kForwarded ? free_t : now, reinterpret_cast<uintptr_t>(ptr), rec, stream,
+                         stream_ordered);
+  maybe_sample(now);
   return cudaSuccess;
 }
 

@@ -31,16 +31,22 @@ std::string file_name_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// Reports the pool's segments (and vmm mappings) of one device as trace events.
+// Reports the pool's segments (and vmm mappings) of one device as trace events, numbered in the
+// pool's order like its allocations (the pool calls in while the ordering wrapper holds its lock).
 class SegmentTracer final : public SegmentObserver {
  public:
   SegmentTracer(trace::TraceRecorder& recorder, int device) : recorder_(recorder), device_(device) {}
+  void set_order(trace::TraceOrderedResource* order) { order_ = order; }
   void on_segment(Change change, uintptr_t addr, uint64_t bytes) override {
     TraceEvent e;
     e.t_ns = now_ns();
     e.addr = addr;
     e.size = bytes;
     e.device = static_cast<int16_t>(device_);
+    if (order_) {
+      e.seq = order_->next_seq_locked();
+      e.flags = trace::kFlagSequenced;
+    }
     switch (change) {
       case Change::kAlloc: e.kind = EventKind::kSegmentAlloc; break;
       case Change::kFree: e.kind = EventKind::kSegmentFree; break;
@@ -53,6 +59,7 @@ class SegmentTracer final : public SegmentObserver {
  private:
   trace::TraceRecorder& recorder_;
   const int device_;
+  trace::TraceOrderedResource* order_ = nullptr;
 };
 
 }  // namespace
@@ -84,9 +91,9 @@ void Shim::start_trace() {
 void Shim::trace_alloc(uintptr_t ptr, const AllocationRecord& rec, uint64_t request, CUstream stream,
                        bool stream_ordered) {
   TraceEvent e;
-  // Pooled: when the pool did it, in the pool's own order. Forwarded: after CUDA returned the
-  // memory, so after the free (timed before CUDA released it) of any earlier holder.
-  e.t_ns = rec.route == Route::kPooled ? trace::TraceOrderedResource::last_op_ns() : rec.time_ns;
+  // After the memory was obtained, so after the free (timed before the memory was released) of
+  // any earlier holder of the address. Pool operations also carry their number in the pool's order.
+  e.t_ns = rec.time_ns;
   e.addr = ptr;
   e.size = rec.size;
   // What the policy was asked for, so a replay asks the same: for cudaMallocPitch that is the
@@ -98,13 +105,17 @@ void Shim::trace_alloc(uintptr_t ptr, const AllocationRecord& rec, uint64_t requ
   e.kind = EventKind::kAlloc;
   e.flags = event_flags(rec, stream_ordered);
   if (request != rec.requested) e.flags |= trace::kFlagPitched;
+  if (rec.route == Route::kPooled) {
+    e.seq = trace::TraceOrderedResource::last_op_seq();
+    e.flags |= trace::kFlagSequenced;
+  }
   trace_->record(e);
 }
 
 void Shim::trace_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream,
                       bool stream_ordered) {
   TraceEvent e;
-  e.t_ns = rec.route == Route::kPooled ? trace::TraceOrderedResource::last_op_ns() : t_ns;
+  e.t_ns = t_ns;
   e.addr = ptr;
   e.size = rec.size;
   e.requested = rec.requested;
@@ -113,6 +124,10 @@ void Shim::trace_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec,
   e.device = rec.device;
   e.kind = EventKind::kFree;
   e.flags = event_flags(rec, stream_ordered);
+  if (rec.route == Route::kPooled) {
+    e.seq = trace::TraceOrderedResource::last_op_seq();
+    e.flags |= trace::kFlagSequenced;
+  }
   trace_->record(e);
 }
 
@@ -132,11 +147,15 @@ void Shim::trace_device(DeviceState* d) {
 }
 
 std::unique_ptr<DeviceMemoryResource> Shim::make_traced_pool(DeviceState* d) {
-  d->segment_tracer = std::make_unique<SegmentTracer>(*trace_, d->ordinal);
+  auto tracer = std::make_unique<SegmentTracer>(*trace_, d->ordinal);
+  SegmentTracer* segments = tracer.get();
+  d->segment_tracer = std::move(tracer);
   d->observed = std::make_unique<ObservedBackend>(*d->limited, *d->segment_tracer);
   std::unique_ptr<DeviceMemoryResource> pool = make_pool(config_, *d->observed);
   if (pool == nullptr) return nullptr;
-  return std::make_unique<trace::TraceOrderedResource>(std::move(pool));
+  auto ordered = std::make_unique<trace::TraceOrderedResource>(std::move(pool));
+  segments->set_order(ordered.get());
+  return ordered;
 }
 
 uint64_t Shim::on_iteration_mark() {

@@ -32,6 +32,9 @@ class EventRing {
     const uint64_t head = head_.load(std::memory_order_relaxed);
     slots_[head & mask_] = e;
     head_.store(head + 1, std::memory_order_release);
+    // Events come hundreds of nanoseconds apart, with the program's own work in between: fetch the
+    // next slot now, so the next push does not wait for memory.
+    __builtin_prefetch(&slots_[(head + 1) & mask_], 1, 3);
     return head + 1 - cached_tail_;
   }
 

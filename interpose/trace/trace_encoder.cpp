@@ -134,7 +134,20 @@ void EventEncoder::add(const TraceEvent& e) {
       put_varint(&body_, e.size);
       break;
   }
+  if (e.flags & kFlagSequenced)
+    put_varint(&body_, zigzag(static_cast<int64_t>(e.seq - exchange_seq(&prev_seq_, e.device, e.seq))));
   ++count_;
+}
+
+uint64_t exchange_seq(std::vector<std::pair<int16_t, uint64_t>>* state, int16_t device, uint64_t seq) {
+  for (auto& [d, s] : *state) {
+    if (d != device) continue;
+    const uint64_t prev = s;
+    s = seq;
+    return prev;
+  }
+  state->emplace_back(device, seq);
+  return 0;
 }
 
 void EventEncoder::finish() {

@@ -93,6 +93,10 @@ class EventEncoder {
   uint32_t prev_stack_ = 0;
   int16_t prev_device_ = 0;
   uint8_t prev_flags_ = 0;
+  std::vector<std::pair<int16_t, uint64_t>> prev_seq_;  // per device, for kFlagSequenced
 };
+
+// The previous sequence number of `device` in `state` (0 if none yet), updated to `seq`.
+uint64_t exchange_seq(std::vector<std::pair<int16_t, uint64_t>>* state, int16_t device, uint64_t seq);
 
 }  // namespace gpushim::trace

@@ -14,11 +14,14 @@ struct TraceEvent {
   uint64_t size = 0;       // policy size; segment size; oom: device free; iteration: number; dropped: count
   uint64_t requested = 0;  // bytes the caller asked for (alloc, oom)
   uint64_t stream = 0;     // CUstream handle value
+  // Pool events only (kFlagSequenced): the operation's number in its device's pool order, which
+  // readers follow over timestamps for those events (trace/trace_ordered_resource.h).
+  uint64_t seq = 0;
   uint32_t stack = 0;      // StackId (alloc, oom)
   int16_t device = 0;
   EventKind kind = EventKind::kAlloc;
   uint8_t flags = 0;       // kFlag* in trace_format.h
 };
-static_assert(sizeof(TraceEvent) == 48, "one ring slot; keep it small");
+static_assert(sizeof(TraceEvent) == 56, "one ring slot; keep it small");
 
 }  // namespace gpushim::trace

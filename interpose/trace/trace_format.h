@@ -57,6 +57,10 @@ inline constexpr uint8_t kFlagKindMask = 0x3;
 inline constexpr uint8_t kFlagStreamOrdered = 0x4;  // cudaMallocAsync / cudaFreeAsync
 inline constexpr uint8_t kFlagForwarded = 0x8;      // served by CUDA itself, not by the pool
 inline constexpr uint8_t kFlagPitched = 0x10;       // cudaMallocPitch: requested is pitch x height
+// The event carries its number in its device's pool order (a zigzag varint delta from the previous
+// such number of the same device in the chunk, after the kind's fields). Readers order a device's
+// sequenced events by it: timestamps of concurrent pool operations can be inverted, these cannot.
+inline constexpr uint8_t kFlagSequenced = 0x20;
 
 // Tag byte of an event in a kEvents chunk: kind in the low nibble, then which fields changed from
 // the previous event of the chunk (unchanged fields are not written).

@@ -4,15 +4,15 @@
 // A pool hands out blocks whose size depends on its state (a free block may be larger than the
 // request and not worth splitting), and its state depends on the order of operations. Timestamps
 // taken outside the pool's lock can invert two concurrent operations, and a replay of the trace
-// would then hand out different sizes. Here each operation runs under one more lock and is timed
-// inside it: the trace's order is the pool's order, and a replay reproduces it.
+// would then hand out different sizes. Here each operation runs under one more lock and takes a
+// sequence number inside it: the reader orders a device's pool events by it, so the trace's order
+// is the pool's order and a replay reproduces it. A counter, not a clock read, keeps the lock short.
 #pragma once
 
 #include <memory>
 #include <mutex>
 
 #include "policy/device_memory_resource.h"
-#include "util/clock.h"
 
 namespace gpushim::trace {
 
@@ -23,13 +23,13 @@ class TraceOrderedResource final : public DeviceMemoryResource {
   CUresult allocate(const AllocRequest& req, void** out, uint64_t* allocated) override {
     std::lock_guard<std::mutex> lock(mu_);
     const CUresult r = pool_->allocate(req, out, allocated);
-    t_last_op_ns = now_ns();
+    t_last_op_seq = ++seq_;
     return r;
   }
   CUresult deallocate(void* p, CUstream stream, bool stream_ordered) override {
     std::lock_guard<std::mutex> lock(mu_);
     const CUresult r = pool_->deallocate(p, stream, stream_ordered);
-    t_last_op_ns = now_ns();
+    t_last_op_seq = ++seq_;
     return r;
   }
   bool contains(const void* p) const override { return pool_->contains(p); }
@@ -39,13 +39,18 @@ class TraceOrderedResource final : public DeviceMemoryResource {
     pool_->release_cached();
   }
 
-  // When the calling thread's last allocate or deallocate took effect (in the pool's order).
-  static uint64_t last_op_ns() { return t_last_op_ns; }
+  // The calling thread's last allocate or deallocate, as numbered in the pool's order (from 1).
+  static uint64_t last_op_seq() { return t_last_op_seq; }
+  // For what the pool does inside an operation (segments it takes or returns): the next number.
+  // Only while the pool is working, i.e. under the lock this class holds.
+  uint64_t next_seq_locked() { return ++seq_; }
 
  private:
-  static inline thread_local uint64_t t_last_op_ns = 0;
+  // initial-exec: written and read once per traced operation; the shim is preloaded at startup.
+  __attribute__((tls_model("initial-exec"))) static inline thread_local uint64_t t_last_op_seq = 0;
   std::unique_ptr<DeviceMemoryResource> pool_;
   std::mutex mu_;
+  uint64_t seq_ = 0;  // under mu_
 };
 
 }  // namespace gpushim::trace

@@ -1,7 +1,7 @@
 // GPUSHIM_TRACE: records every allocation event of the process into a compact binary file
 // (docs/trace-format.md).
 //
-// The allocating thread only copies a 48-byte event into its own ring (no lock, no system call,
+// The allocating thread only copies a 56-byte event into its own ring (no lock, no system call,
 // no allocation after the thread's first event). A background writer thread, started with the
 // recorder, drains the rings, writes new modules and stacks before the events that use them, and
 // appends delta-coded event chunks. When the disk cannot keep up the rings fill and events are
@@ -28,7 +28,7 @@
 namespace gpushim::trace {
 
 struct RecorderOptions {
-  size_t ring_events = 4096;        // per thread, a power of two: 192 KiB
+  size_t ring_events = 4096;        // per thread, a power of two: 224 KiB
   unsigned flush_interval_ms = 50;  // the writer also wakes when a ring is half full
 };
 

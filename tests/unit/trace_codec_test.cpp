@@ -69,6 +69,7 @@ TEST(TraceFormat, ChunkHeaderAndChecksum) {
 std::vector<TraceEvent> sample_events(size_t n, uint32_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<TraceEvent> out;
+  uint64_t pool_seq = 0;
   std::vector<TraceEvent> live;
   uint64_t t = 1'000'000'000;
   uint64_t next_addr = 0x7f0000000000ull;
@@ -87,6 +88,7 @@ std::vector<TraceEvent> sample_events(size_t n, uint32_t seed) {
       e.device = static_cast<int16_t>(rng() % 2);
       e.stream = rng() % 3 == 0 ? 0x55550000ull + rng() % 2 : 0;
       e.flags = e.stream ? kFlagStreamOrdered : 0;
+      if (e.device == 0) e.flags |= kFlagSequenced;  // pool events of device 0 carry pool numbers
       live.push_back(e);
     } else if (pick < 90) {
       const size_t k = rng() % live.size();
@@ -112,6 +114,7 @@ std::vector<TraceEvent> sample_events(size_t n, uint32_t seed) {
       e.kind = EventKind::kDropped;
       e.size = 1 + rng() % 10;
     }
+    if (e.flags & kFlagSequenced) e.seq = ++pool_seq;
     out.push_back(e);
   }
   return out;
@@ -169,6 +172,7 @@ void expect_same_event(const TraceEvent& got, const TraceEvent& want, size_t i) 
   EXPECT_EQ(got.device, want.device);
   EXPECT_EQ(got.stream, want.stream);
   EXPECT_EQ(got.flags, want.flags);
+  EXPECT_EQ(got.seq, want.seq);
   switch (want.kind) {
     case EventKind::kAlloc:
     case EventKind::kFree:  // frees carry their allocation's figures after reading
@@ -290,6 +294,45 @@ TEST(TraceReader, CorruptionStopsReadingCleanly) {
     EXPECT_LE(t.bytes_used, at);
     EXPECT_LE(t.events.size(), events.size());
   }
+}
+
+TEST(TraceReader, PoolOrderBeatsTimestampsOfConcurrentOperations) {
+  // Thread A freed block X (pool operation 7) and thread B then got X (operation 8), but B read
+  // the clock first. The reader must follow the pool's numbers for device 0's pool events, leave
+  // device 1's and the forwarded events where their times put them, and keep times monotone.
+  auto pooled = [](EventKind kind, uint64_t t, uint64_t addr, uint64_t seq, int16_t device = 0) {
+    TraceEvent e;
+    e.kind = kind;
+    e.t_ns = t;
+    e.addr = addr;
+    e.size = e.requested = 512;
+    e.seq = seq;
+    e.device = device;
+    e.flags = kFlagSequenced;
+    return e;
+  };
+  TraceEvent forwarded;
+  forwarded.kind = EventKind::kAlloc;
+  forwarded.t_ns = 1005;
+  forwarded.addr = 0x9000;
+  forwarded.size = forwarded.requested = 4096;
+  forwarded.flags = kFlagForwarded;
+  const std::vector<TraceEvent> written = {
+      pooled(EventKind::kAlloc, 1000, 0x1000, 6), pooled(EventKind::kAlloc, 1001, 0x5000, 3, 1), forwarded,
+      pooled(EventKind::kAlloc, 1010, 0x1000 /* X again */, 8), pooled(EventKind::kFree, 1020, 0x1000, 7),
+      pooled(EventKind::kFree, 1030, 0x5000, 4, 1)};
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(build_trace(written, 100, true), &t, &err)) << err;
+  ASSERT_EQ(t.events.size(), written.size());
+  EXPECT_EQ(t.unmatched_frees, 0u);
+  EXPECT_EQ(t.repeated_allocs, 0u);
+  std::vector<uint64_t> seqs;
+  for (const TraceEvent& e : t.events) seqs.push_back(e.seq);
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{6, 3, 0, 7, 8, 4}));
+  EXPECT_EQ(t.events[3].kind, EventKind::kFree);
+  EXPECT_EQ(t.events[4].kind, EventKind::kAlloc);
+  for (size_t i = 1; i < t.events.size(); ++i) EXPECT_LE(t.events[i - 1].t_ns, t.events[i].t_ns);
 }
 
 TEST(TraceReader, GarbageIsNotATrace) {

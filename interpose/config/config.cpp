@@ -122,7 +122,7 @@ const std::vector<Variable>& variables() {
          c->max_split = b;
          return true;
        }},
-      {"GPUSHIM_QUARANTINE", "bytes with units, 0 to 1TiB", "64MiB",
+      {"GPUSHIM_QUARANTINE", "bytes with units, 0 to 1TiB", "32MiB",
        "Caching policy: memory freed with cudaFree waits, up to this much, for one device synchronization "
        "that makes all of it reusable at once. 0 synchronizes whenever freed memory is needed.",
        [](std::string_view v, Config* c) {

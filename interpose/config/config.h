@@ -38,7 +38,7 @@ struct Config {
   uint64_t small_segment = 2ull << 20;
   uint64_t large_segment = 20ull << 20;
   uint64_t max_split = UINT64_MAX;  // none
-  uint64_t quarantine_bytes = 64ull << 20;
+  uint64_t quarantine_bytes = 32ull << 20;
   // GPUSHIM_TRACE: record every allocation event to a binary trace (docs/trace-format.md).
   bool trace_enabled = false;
   std::string trace_template;       // "" -> gpushim.<exe>.<pid>.trace

@@ -305,7 +305,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack) {
 
 StackId Shim::capture_stack() {
   if (config_.stack_depth == 0) return kEmptyStack;
-  constexpr size_t kSlack = 8;  // room for the shim's own frames, trimmed below
+  constexpr size_t kSlack = 4;  // room for the shim's own frames (2-3 with inlining), trimmed below
   uint64_t buf[256 + kSlack];
   const size_t n = capture_native_stack(buf, std::min<size_t>(config_.stack_depth + kSlack, 256 + kSlack), 0);
   size_t skip = 0;
@@ -314,7 +314,11 @@ StackId Shim::capture_stack() {
 }
 
 void Shim::warn_invalid_free(const void* ptr, const char* what) {
-  invalid_frees_.fetch_add(1, std::memory_order_relaxed);
+  // Each warning symbolizes its stack (milliseconds); a program that frees badly in a loop must
+  // not be slowed down by its own diagnostics, so only the first ones are printed.
+  constexpr uint64_t kMaxWarnings = 20;
+  const uint64_t n = invalid_frees_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n > kMaxWarnings) return;
   const StackId id = capture_stack();
   std::vector<uint64_t> words;
   stacks_.frames(id, &words);
@@ -327,6 +331,7 @@ void Shim::warn_invalid_free(const void* ptr, const char* what) {
   }
   log_line("invalid free of %p (%s); returned cudaErrorInvalidValue; caller: %s", ptr, what,
            where.empty() ? "unknown (stack capture off)" : where.c_str());
+  if (n == kMaxWarnings) log_line("further invalid frees are counted in the report but not printed");
 }
 
 // ---- memory the shim only accounts ----

@@ -114,7 +114,6 @@ class Shim {
   MemoryCounters& counters_for(MemoryKind kind, int device);
   static bool stream_capturing(CUstream stream);
   void on_oom(DeviceState* d, uint64_t requested, StackId stack);
-  void maybe_sample() { maybe_sample(now_ns()); }
   void maybe_sample(uint64_t now) {
     timeline_.maybe_sample(now, [&](auto&& append) { take_samples(append); });
   }

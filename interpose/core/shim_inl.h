@@ -30,13 +30,14 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
       }
       return err;
     }
-    const AllocationRecord rec{size, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
-                               MemoryKind::kDevice, Route::kForwarded};
+    const uint64_t t = now_ns();
+    const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(d->ordinal), MemoryKind::kDevice,
+                               Route::kForwarded};
     if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec)) {
       d->counters.on_alloc(size, requested);
       if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(*out), rec, size, stream, stream_ordered);
     }
-    maybe_sample();
+    maybe_sample(t);
     return err;
   }
   if (size == 0) {
@@ -52,13 +53,14 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
     return to_runtime_error(r);
   }
-  const AllocationRecord rec{allocated, requested, now_ns(), stack, static_cast<int16_t>(d->ordinal),
-                             MemoryKind::kDevice, Route::kPooled};
+  const uint64_t t = now_ns();
+  const AllocationRecord rec{allocated, requested, t, stack, static_cast<int16_t>(d->ordinal), MemoryKind::kDevice,
+                             Route::kPooled};
   tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
   d->counters.on_alloc(allocated, requested);
   if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
   *out = p;
-  maybe_sample();
+  maybe_sample(t);
   return cudaSuccess;
 }
 

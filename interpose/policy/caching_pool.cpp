@@ -30,13 +30,28 @@ CachingPool::~CachingPool() {
     delete seg;
   }
   auto delete_list = [&](Block* b) {
-    drop_event(b);
+    clear_stream(b);
     delete b;
   };
   for (Block* b : small_free_) delete_list(b);
   for (Block* b : large_free_) delete_list(b);
   for (Block* b : quarantine_) delete_list(b);
   for (auto& [addr, b] : allocated_) delete_list(b);
+  for (Block* b : spare_blocks_) delete b;
+}
+
+CachingPool::Block* CachingPool::new_block() {
+  if (spare_blocks_.empty()) return new Block;
+  Block* b = spare_blocks_.back();
+  spare_blocks_.pop_back();
+  *b = Block{};
+  return b;
+}
+
+void CachingPool::recycle(Block* b) {
+  // Bounded so that a burst of splits does not pin memory forever.
+  if (spare_blocks_.size() < 4096) spare_blocks_.push_back(b);
+  else delete b;
 }
 
 uint64_t CachingPool::rounded_size(uint64_t size) const { return round_up(std::max<uint64_t>(size, 1), opt_.round); }
@@ -80,11 +95,19 @@ CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* al
 }
 
 bool CachingPool::usable(Block* b, const AllocRequest& req) {
-  if (b->event == nullptr) return true;
+  if (b->stream == nullptr) return true;  // ready for anyone
   if (req.stream_ordered && same_stream(b->stream, normalize(req.stream))) return true;
   if (backend_.capture_active()) return false;
+  if (b->event == nullptr) {
+    // The event is recorded now, on first need, not at the free: most stream-ordered reuse is on
+    // the same stream and never needs one. Recording later is only more conservative (it also
+    // waits for work queued after the free), never less safe.
+    const uint64_t e = backend_.record_event(b->stream);
+    if (e == 0) return false;
+    b->event = new Event{e, 1};
+  }
   if (!backend_.event_done(b->event->handle)) return false;
-  drop_event(b);
+  clear_stream(b);
   return true;
 }
 
@@ -123,7 +146,7 @@ CachingPool::Block* CachingPool::grow(uint64_t size, bool small, CUresult* err) 
   reserved_ += seg_size;
   peak_reserved_ = std::max(peak_reserved_, reserved_);
   ++segment_allocs_;
-  auto* b = new Block;
+  Block* b = new_block();
   b->addr = seg->base;
   b->size = seg_size;
   b->segment = seg;
@@ -136,7 +159,7 @@ CachingPool::Block* CachingPool::split(Block* b, uint64_t size, bool small) {
   // request, so large segments are not shredded into pieces only small requests could use.
   const bool worth_it = small ? rest >= opt_.round : rest > opt_.small_max;
   if (!worth_it || b->size >= opt_.max_split) return b;
-  auto* r = new Block;
+  Block* r = new_block();
   r->addr = b->addr + size;
   r->size = rest;
   r->segment = b->segment;
@@ -163,28 +186,33 @@ CachingPool::Block* CachingPool::coalesce(Block* b) {
   // both ready for anyone, or both freed on the same stream (b's event, the newest, covers both).
   auto compatible = [&](Block* n) {
     if (n == nullptr || n->state != State::kFree) return false;
-    if (n->event == nullptr && b->event == nullptr) return true;
-    return n->event && b->event && same_stream(n->stream, b->stream);
+    if (n->stream == nullptr && b->stream == nullptr) return true;
+    // Same stream: the merged block is safe to reuse once work up to b's (later) free is done.
+    // b's event, if any, may predate n's free, so it cannot stand for both: drop it.
+    return n->stream && b->stream && same_stream(n->stream, b->stream);
   };
   FreeSet& set = free_set(b->segment->small);
+  const bool tagged = b->stream != nullptr;
   if (compatible(b->prev)) {
     Block* p = b->prev;
     set.erase(p);
-    drop_event(p);
+    clear_stream(p);
+    if (tagged) drop_event_keep_stream(b);
     b->addr = p->addr;
     b->size += p->size;
     b->prev = p->prev;
     if (p->prev) p->prev->next = b;
-    delete p;
+    recycle(p);
   }
   if (compatible(b->next)) {
     Block* n = b->next;
     set.erase(n);
-    drop_event(n);
+    clear_stream(n);
+    if (tagged) drop_event_keep_stream(b);
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
-    delete n;
+    recycle(n);
   }
   return b;
 }
@@ -196,13 +224,10 @@ CUresult CachingPool::deallocate(void* p, CUstream stream, bool stream_ordered) 
   Block* b = it->second;
   allocated_.erase(it);
   allocated_bytes_ -= b->size;
-  uint64_t event = 0;
   // During capture the free belongs to the graph being built: keep the block out of reach until a
   // later synchronization, as for a plain cudaFree.
-  if (stream_ordered && !backend_.capture_active()) event = backend_.record_event(normalize(stream));
-  if (event != 0) {
+  if (stream_ordered && !backend_.capture_active()) {
     b->stream = normalize(stream);
-    b->event = new Event{event, 1};
     b->state = State::kFree;
     insert_free(coalesce(b));
   } else {
@@ -229,7 +254,7 @@ void CachingPool::settle_after_sync() {
     set->clear();
   }
   for (Block* b : blocks) {
-    drop_event(b);
+    clear_stream(b);
     b->state = State::kFree;
     insert_free(coalesce(b));
   }
@@ -255,11 +280,11 @@ void CachingPool::free_empty_segments() {
     auto bit = set.find(&key);
     if (bit == set.end()) continue;
     Block* b = *bit;
-    if (b->event && (backend_.capture_active() || !backend_.event_done(b->event->handle))) continue;
+    if (b->stream && (backend_.capture_active() || !b->event || !backend_.event_done(b->event->handle))) continue;
     if (backend_.segment_free(reinterpret_cast<void*>(seg->base), seg->size) != CUDA_SUCCESS) continue;
     set.erase(bit);
-    drop_event(b);
-    delete b;
+    clear_stream(b);
+    recycle(b);
     segments_.erase(seg->base);
     reserved_ -= seg->size;
     ++segment_frees_;
@@ -267,12 +292,16 @@ void CachingPool::free_empty_segments() {
   }
 }
 
-void CachingPool::drop_event(Block* b) {
+void CachingPool::drop_event_keep_stream(Block* b) {
   if (b->event && --b->event->refs == 0) {
     backend_.release_event(b->event->handle);
     delete b->event;
   }
   b->event = nullptr;
+}
+
+void CachingPool::clear_stream(Block* b) {
+  drop_event_keep_stream(b);
   b->stream = nullptr;
 }
 

@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <set>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "policy/backend.h"
 #include "policy/device_memory_resource.h"
@@ -29,7 +29,7 @@ struct CachingPoolOptions {
   uint64_t large_segment = 20ull << 20;
   uint64_t huge_round = 2ull << 20;         // larger requests get a segment of their own, this rounded
   uint64_t max_split = UINT64_MAX;          // blocks this large are never split for smaller requests
-  uint64_t quarantine_bytes = 64ull << 20;  // freed bytes that may wait before one sync releases them
+  uint64_t quarantine_bytes = 32ull << 20;  // freed bytes that may wait before one sync releases them
 };
 
 class CachingPool final : public DeviceMemoryResource {
@@ -59,14 +59,16 @@ class CachingPool final : public DeviceMemoryResource {
     Block* next = nullptr;
     State state = State::kFree;
     CUstream stream = nullptr;  // for stream-ordered frees: the stream it was freed on
-    Event* event = nullptr;     // completes when work before that free is done
+    Event* event = nullptr;     // completes when work before that free is done; recorded lazily
   };
   struct BySizeThenAddress {
     bool operator()(const Block* a, const Block* b) const {
       return a->size != b->size ? a->size < b->size : a->addr < b->addr;
     }
   };
-  using FreeSet = std::set<Block*, BySizeThenAddress>;
+  // A B-tree rather than std::set: one node holds many blocks, so inserts and erases rarely
+  // allocate and lookups touch few cache lines (the free sets are on every allocation's path).
+  using FreeSet = absl::btree_set<Block*, BySizeThenAddress>;
   struct Segment {
     uintptr_t base = 0;
     uint64_t size = 0;
@@ -84,13 +86,18 @@ class CachingPool final : public DeviceMemoryResource {
   void settle_after_sync();  // requires that the device was just synchronized
   bool sync_and_release();    // false if a capture forbids it
   void free_empty_segments();
-  void drop_event(Block* b);
+  void clear_stream(Block* b);            // the block becomes ready for anyone
+  void drop_event_keep_stream(Block* b);  // forget the event; the block stays tied to its stream
+  // Blocks are recycled: a split or merge on every allocation must not cost a heap allocation.
+  Block* new_block();
+  void recycle(Block* b);
 
   Backend& backend_;
   const CachingPoolOptions opt_;
   mutable std::mutex mu_;
   FreeSet small_free_, large_free_;
   std::vector<Block*> quarantine_;
+  std::vector<Block*> spare_blocks_;
   uint64_t quarantine_bytes_ = 0;
   absl::flat_hash_map<uintptr_t, Block*> allocated_;
   std::map<uintptr_t, Segment*> segments_;  // by base, for contains() and release

@@ -183,6 +183,10 @@ void write_device(JsonOut& j, const DeviceReport& d) {
   j.kv("capacity_bytes", d.capacity_bytes);
   j.kv("limit_bytes", d.limit_bytes);
   write_pool(j, d.pool);
+  const DerivedFigures f = derive(d);
+  j.kv_dbl("utilization", f.utilization);
+  j.kv_dbl("external_fragmentation", f.external_fragmentation);
+  j.kv("internal_waste_bytes", f.internal_waste_bytes);
   j.end('}');
 }
 

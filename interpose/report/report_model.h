@@ -46,6 +46,24 @@ struct DeviceReport {
   PoolFigures pool;
 };
 
+// Figures computed from a DeviceReport, so every renderer derives them the same way.
+struct DerivedFigures {
+  double utilization = 0;             // peak allocated / peak reserved (1 when nothing was reserved)
+  double external_fragmentation = 0;  // 1 - largest free block / cached free (0 when nothing is cached)
+  uint64_t internal_waste_bytes = 0;  // allocated (rounded) - requested, live now
+};
+inline DerivedFigures derive(const DeviceReport& d) {
+  DerivedFigures f;
+  f.utilization = d.peak_reserved_bytes
+                      ? static_cast<double>(d.peak_allocated_bytes) / static_cast<double>(d.peak_reserved_bytes)
+                      : 1.0;
+  if (d.pool.cached_free_bytes)
+    f.external_fragmentation = 1.0 - static_cast<double>(d.pool.largest_free_block) /
+                                         static_cast<double>(d.pool.cached_free_bytes);
+  f.internal_waste_bytes = d.live_bytes > d.pool.requested_bytes ? d.live_bytes - d.pool.requested_bytes : 0;
+  return f;
+}
+
 // Memory that is not device memory proper but passes through the shim: managed and pinned host.
 struct OtherMemoryReport {
   std::string kind;                     // "managed" or "host"

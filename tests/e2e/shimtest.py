@@ -59,6 +59,9 @@ def program(name):
 
 def run(args, env=None, preload=True, timeout=120, expect_report=True, workdir=None):
     """Runs `args` under the shim in a fresh working directory; returns a Run with the parsed report."""
+    if REAL_GPU and any(k.startswith("FAKECUDA_") for k in (env or {})):
+        # FAKECUDA_* (capacity, fault injection) only steer the simulated device.
+        raise unittest.SkipTest("needs the simulated device: " + ", ".join(k for k in env if k.startswith("FAKECUDA_")))
     workdir = workdir or tempfile.mkdtemp(prefix="gpushim-e2e-")
     report_path = os.path.join(workdir, "report.json")
     extra = {"GPUSHIM_REPORT": report_path}

@@ -152,6 +152,11 @@ class ReportFigures(ShimTestCase):
         self.assertGreaterEqual(dev["peak_reserved_bytes"], dev["peak_allocated_bytes"])
         self.assertGreater(pool["segment_allocs"], 0)
         self.assertGreaterEqual(dev["live_bytes"], pool["requested_bytes"])
+        self.assertAlmostEqual(dev["utilization"], dev["peak_allocated_bytes"] / dev["peak_reserved_bytes"], places=9)
+        self.assertEqual(dev["internal_waste_bytes"], dev["live_bytes"] - pool["requested_bytes"])
+        if pool["cached_free_bytes"]:
+            self.assertAlmostEqual(dev["external_fragmentation"],
+                                   1 - pool["largest_free_block"] / pool["cached_free_bytes"], places=9)
         self.assertTrue(r.report["timeline"])
         for s in r.report["timeline"]:
             self.assertGreaterEqual(s["reserved"], s["allocated"])

@@ -78,12 +78,25 @@ void MaybeReleaseGraph(State& s, const std::shared_ptr<Graph>& graph) {
   graph->nodes.clear();
 }
 
+// `capture` is taken by value: callers pass members (Stream::capture) that this resets.
+void AbandonCapture(State& s, std::shared_ptr<Capture> capture) {
+  EndSequence(s, capture);
+  // A capture that produced no graph never frees anything: the captured frees are void.
+  for (const auto& [base, buffer_id] : capture->graph->deferred_frees) {
+    auto it = s.regions.find(base);
+    if (it != s.regions.end() && it->second.buffer_id == buffer_id) it->second.free_pending = false;
+  }
+  capture->graph->deferred_frees.clear();
+  capture->graph->user_handle_alive = false;
+  MaybeReleaseGraph(s, capture->graph);
+}
+
 void DropCapturesOfContext(State& s, Context* ctx) {
   std::vector<std::shared_ptr<Capture>> doomed;
   for (const auto& cap : s.captures) {
     if (cap->origin->ctx == ctx) doomed.push_back(cap);
   }
-  for (const auto& cap : doomed) EndSequence(s, cap);
+  for (const auto& cap : doomed) AbandonCapture(s, cap);
 }
 
 }  // namespace fakecuda
@@ -124,24 +137,19 @@ CUresult EndCapture(CUstream hStream, CUgraph* phGraph, bool ptsz) {
   if (cap->mode != CU_STREAM_CAPTURE_MODE_RELAXED && cap->thread != std::this_thread::get_id()) {
     return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
   }
-  EndSequence(s, cap);
   if (cap->invalidated) {
+    AbandonCapture(s, cap);
     *phGraph = nullptr;
-    cap->graph->user_handle_alive = false;
-    MaybeReleaseGraph(s, cap->graph);
     return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
+  EndSequence(s, cap);
   s.graphs[cap->graph.get()] = cap->graph;
   *phGraph = reinterpret_cast<CUgraph>(cap->graph.get());
   return CUDA_SUCCESS;
 }
 
-CUresult IsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus, bool ptsz) {
-  State& s = GetState();
-  std::lock_guard lk(s.mu);
-  Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
-  if (captureStatus == nullptr) return CUDA_ERROR_INVALID_VALUE;
+CUresult CaptureStatus(Stream* st, CUstreamCaptureStatus* status) {
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (st->kind == StreamKind::kLegacy) {
     // Asking about the legacy stream while a blocking stream captures is itself an implicit
     // dependency on the capture.
@@ -150,21 +158,29 @@ CUresult IsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus, boo
     }
   }
   if (!st->capture) {
-    *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
   } else {
-    *captureStatus = st->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    *status = st->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   }
   return CUDA_SUCCESS;
 }
 
-CUresult GetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
-                        const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* num_deps, bool ptsz) {
-  CUresult r = IsCapturing(hStream, status, ptsz);
-  if (r != CUDA_SUCCESS) return r;
+CUresult IsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus, bool ptsz) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult rr = ResolveStream(s, hStream, ptsz, &st); rr != CUDA_SUCCESS) return rr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  return CaptureStatus(st, captureStatus);
+}
+
+// The fake records no graph nodes, so the dependency set is always empty.
+CUresult GetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                        const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* num_deps, bool ptsz) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  Stream* st = nullptr;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CaptureStatus(st, status); r != CUDA_SUCCESS) return r;
   if (id != nullptr && st->capture) *id = st->capture->id;
   if (graph != nullptr) *graph = st->capture ? reinterpret_cast<CUgraph>(st->capture->graph.get()) : nullptr;
   if (deps != nullptr) *deps = nullptr;

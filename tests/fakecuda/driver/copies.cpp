@@ -19,16 +19,23 @@ CUresult CheckSide(State& s, Side side, std::uintptr_t p, std::size_t n) {
   return side == Side::kDevice ? CheckDeviceRange(s, p, n) : CheckAnyRange(s, p, n);
 }
 
-// Runs `run` in the order of stream `hStream` (async) or of the default stream (sync), after
-// validating the pointers involved.
 struct Range {
   Side side;
   std::uintptr_t p;
   std::size_t n;
 };
 
+// The operation to enqueue, built once the pointers are validated (under the state lock).
+struct PreparedOp {
+  std::function<void()> run;
+  bool wait = false;  // the call returns only once the op has run
+};
+using Prepare = std::function<PreparedOp(State&)>;
+
+// Validates `ranges`, then enqueues the op in the order of stream `hStream` (asynchronous APIs) or
+// of the default stream (synchronous APIs, which also wait for it).
 CUresult Launch(std::initializer_list<Range> ranges, bool sync, CUstream hStream, bool per_thread,
-                std::function<void()> run) {
+                const Prepare& prepare) {
   State& s = GetState();
   std::unique_lock lk(s.mu);
   Stream* st = nullptr;
@@ -44,19 +51,37 @@ CUresult Launch(std::initializer_list<Range> ranges, bool sync, CUstream hStream
     if (CUresult r = CheckSide(s, range.side, range.p, range.n); r != CUDA_SUCCESS) return r;
   }
   if (std::all_of(ranges.begin(), ranges.end(), [](const Range& r) { return r.n == 0; })) return CUDA_SUCCESS;
-  if (!sync) {
-    SubmitOptions opts;
-    opts.replayable = true;
-    return Submit(s, st, std::move(run), std::move(opts));
+  if (sync) {
+    if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+    return SubmitAndWait(s, lk, st, prepare(s).run);
   }
-  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
-  return SubmitAndWait(s, lk, st, std::move(run));
+  PreparedOp op = prepare(s);
+  SubmitOptions opts;
+  opts.replayable = true;
+  if (!op.wait || st->capture) return Submit(s, st, std::move(op.run), std::move(opts));
+  return SubmitAndWait(s, lk, st, std::move(op.run));
 }
 
+bool IsPageable(State& s, std::uintptr_t p) { return FindRegion(s, p) == nullptr; }
+
+// Asynchronous copies involving pageable (not page-locked) host memory behave as in CUDA: the
+// source is staged at call time, so the caller may reuse its buffer once the call returns, and a
+// copy into pageable memory completes before the call returns.
 CUresult Copy(Side dst_side, std::uintptr_t dst, Side src_side, std::uintptr_t src, std::size_t n, bool sync,
               CUstream h, bool per_thread) {
-  return Launch({{dst_side, dst, n}, {src_side, src, n}}, sync, h, per_thread, [dst, src, n] {
-    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  return Launch({{dst_side, dst, n}, {src_side, src, n}}, sync, h, per_thread, [=](State& s) {
+    PreparedOp op;
+    if (!sync && IsPageable(s, src) && !IsPageable(s, dst)) {
+      auto staged = std::make_shared<std::vector<unsigned char>>(n);
+      std::memcpy(staged->data(), reinterpret_cast<const void*>(src), n);
+      op.run = DeviceWork([dst, staged] { std::memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size()); });
+      return op;
+    }
+    op.run = DeviceWork([dst, src, n] {
+      std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+    });
+    op.wait = IsPageable(s, dst);
+    return op;
   });
 }
 
@@ -64,12 +89,14 @@ template <typename T>
 CUresult Memset(CUdeviceptr dst, T value, std::size_t count, bool sync, CUstream h, bool per_thread) {
   if (dst % sizeof(T) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (count > SIZE_MAX / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
-  return Launch({{Side::kDevice, dst, count * sizeof(T)}}, sync, h, per_thread, [dst, value, count] {
-    if constexpr (sizeof(T) == 1) {
-      std::memset(reinterpret_cast<void*>(dst), value, count);
-    } else {
-      std::fill_n(reinterpret_cast<T*>(dst), count, value);
-    }
+  return Launch({{Side::kDevice, dst, count * sizeof(T)}}, sync, h, per_thread, [=](State&) {
+    return PreparedOp{DeviceWork([dst, value, count] {
+      if constexpr (sizeof(T) == 1) {
+        std::memset(reinterpret_cast<void*>(dst), value, count);
+      } else {
+        std::fill_n(reinterpret_cast<T*>(dst), count, value);
+      }
+    })};
   });
 }
 
@@ -86,9 +113,11 @@ CUresult LaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData, bool ptsz
 
 CUresult DelayedFill(CUdeviceptr dst, int value, size_t bytes, unsigned int delay_us, CUstream h, bool ptsz) {
   // Sleeps on the stream's worker, so everything queued behind it waits too, like a slow kernel.
-  return Launch({{Side::kDevice, dst, bytes}}, false, h, ptsz, [dst, value, bytes, delay_us] {
-    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-    std::memset(reinterpret_cast<void*>(dst), value, bytes);
+  return Launch({{Side::kDevice, dst, bytes}}, false, h, ptsz, [=](State&) {
+    return PreparedOp{DeviceWork([dst, value, bytes, delay_us] {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      std::memset(reinterpret_cast<void*>(dst), value, bytes);
+    })};
   });
 }
 

@@ -33,6 +33,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "config.h"
@@ -46,6 +47,34 @@ inline constexpr std::size_t kAllocAlignment = 512;
 inline constexpr std::size_t kGranularity = std::size_t{2} << 20;
 
 inline constexpr std::size_t RoundUp(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+// Work done "by the device" (copies, memsets, fills) races with host threads by design, exactly
+// as DMA would: a test may deliberately let a late fill land in reused memory. ThreadSanitizer
+// builds therefore do not track the memory accesses of such work.
+#if defined(__SANITIZE_THREAD__)
+#define FAKECUDA_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FAKECUDA_TSAN 1
+#endif
+#endif
+#ifdef FAKECUDA_TSAN
+extern "C" void __tsan_ignore_thread_begin(void);
+extern "C" void __tsan_ignore_thread_end(void);
+#endif
+
+template <typename F>
+auto DeviceWork(F&& fn) {
+  return [fn = std::forward<F>(fn)]() {
+#ifdef FAKECUDA_TSAN
+    __tsan_ignore_thread_begin();
+#endif
+    fn();
+#ifdef FAKECUDA_TSAN
+    __tsan_ignore_thread_end();
+#endif
+  };
+}
 
 struct Context;
 struct Stream;
@@ -172,6 +201,9 @@ struct Event {
 struct Graph {
   std::vector<std::function<void()>> nodes;
   std::vector<std::uintptr_t> owned_allocations;
+  // Allocations from outside the graph whose free was captured (freed when the graph launches):
+  // (base, buffer id).
+  std::vector<std::pair<std::uintptr_t, std::uint64_t>> deferred_frees;
   bool user_handle_alive = true;
   int execs = 0;
 };
@@ -351,6 +383,8 @@ CUresult CheckLegacyImplicitDependency(State& s, Context* ctx);
 void MaybeReleaseGraph(State& s, const std::shared_ptr<Graph>& graph);
 // Ends every capture sequence that involves a stream of `ctx` (context reset).
 void DropCapturesOfContext(State& s, Context* ctx);
+// Ends a capture sequence without producing a graph (its origin stream is being destroyed).
+void AbandonCapture(State& s, std::shared_ptr<Capture> capture);
 
 // ---- context.cpp ----
 // Frees everything owned by a primary context (streams, events, memory) and marks it inactive.

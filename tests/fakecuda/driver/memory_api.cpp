@@ -79,6 +79,7 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream hStream, bool ptsz) {
     } else {
       // Memory from outside the graph is freed when the graph is launched.
       cap->graph->nodes.push_back(release);
+      cap->graph->deferred_frees.emplace_back(base, buffer_id);
     }
     return CUDA_SUCCESS;
   }

@@ -182,9 +182,13 @@ void RetireStream(State& s, const std::shared_ptr<Stream>& stream) {
   stream->retired = true;
   s.streams.erase(stream.get());
   if (stream->capture) {
-    auto& members = stream->capture->streams;
-    members.erase(std::remove(members.begin(), members.end(), stream), members.end());
-    stream->capture.reset();
+    if (stream->capture->origin == stream.get()) {
+      AbandonCapture(s, stream->capture);  // nobody can end it any more
+    } else {
+      auto& members = stream->capture->streams;
+      members.erase(std::remove(members.begin(), members.end(), stream), members.end());
+      stream->capture.reset();
+    }
   }
   if (!stream->worker_started) {
     ForgetStream(stream->ctx, stream.get());

@@ -147,6 +147,9 @@ TEST(ProcAddress, RuntimeResolvesTheDriverThroughGetProcAddress) {
   EXPECT_EQ(count("cuMemAlloc_v2@-1/any"), 0);
 }
 
+// cudaGetDriverEntryPoint is deprecated in CUDA 13 but still exported and used.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 TEST(ProcAddress, RuntimeEntryPointsMapFlags) {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult st = cudaDriverEntryPointSymbolNotFound;
@@ -155,12 +158,8 @@ TEST(ProcAddress, RuntimeEntryPointsMapFlags) {
   EXPECT_EQ(SymbolOf(fn), "cuMemAllocAsync");
   ASSERT_RT(cudaGetDriverEntryPoint("cuMemAllocAsync", &fn, cudaEnablePerThreadDefaultStream, &st));
   EXPECT_EQ(SymbolOf(fn), "cuMemAllocAsync_ptsz");
-  ASSERT_RT(cudaGetDriverEntryPoint_ptsz("cuMemAllocAsync", &fn, cudaEnableDefault, &st));
-  EXPECT_EQ(SymbolOf(fn), "cuMemAllocAsync_ptsz");
   ASSERT_RT(cudaGetDriverEntryPointByVersion("cuMemCreate", &fn, 12000, cudaEnableDefault, &st));
   EXPECT_EQ(SymbolOf(fn), "cuMemCreate");
-  ASSERT_RT(cudaGetDriverEntryPointByVersion_ptsz("cuMemFreeAsync", &fn, 12000, cudaEnableDefault, &st));
-  EXPECT_EQ(SymbolOf(fn), "cuMemFreeAsync_ptsz");
   // Missing symbols are not errors; the status says why.
   ASSERT_RT(cudaGetDriverEntryPoint("cuDoesNotExist", &fn, cudaEnableDefault, &st));
   EXPECT_EQ(fn, nullptr);
@@ -172,6 +171,7 @@ TEST(ProcAddress, RuntimeEntryPointsMapFlags) {
   EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuMemAlloc", &fn, 99000, cudaEnableDefault, &st), cudaErrorInvalidValue);
   cudaGetLastError();
 }
+#pragma GCC diagnostic pop
 
 }  // namespace
 }  // namespace fakecuda_test

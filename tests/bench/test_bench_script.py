@@ -1,0 +1,76 @@
+"""scripts/bench, run quickly against this build: it measures every policy the shim accepts and
+writes every section of the markdown report, keeping the hand-written part of an existing file."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.abspath(os.environ.get("GPUSHIM_BUILD_DIR") or os.path.join(ROOT, "build"))
+
+
+def sanitizer_build():
+    """GPUSHIM_SANITIZE of the build tree ("" for a normal build)."""
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("GPUSHIM_SANITIZE:"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+@unittest.skipIf(sanitizer_build(), "benchmarks are measured on release builds")
+class BenchScript(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.out = os.path.join(tempfile.mkdtemp(prefix="gpushim-bench-test-"), "benchmarks.md")
+        with open(cls.out, "w") as f:
+            f.write("old numbers\n<!-- Everything below this line is hand-written and kept by scripts/bench. -->\n"
+                    "\nAnalysis that must survive.\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSHIM_", "FAKECUDA_")) and k != "LD_PRELOAD"}
+        cls.proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench"), "--quick", "--no-build",
+                                   "--build-dir", BUILD, "--out", cls.out], env=env, capture_output=True, text=True,
+                                  timeout=600)
+        with open(cls.out) as f:
+            cls.text = f.read()
+        cls.policies = subprocess.run([os.path.join(BUILD, "bin", "gpushim_bench_policies")], capture_output=True,
+                                      text=True, check=True).stdout.split()
+
+    def test_runs_and_keeps_the_hand_written_part(self):
+        self.assertEqual(self.proc.returncode, 0, self.proc.stderr[-3000:])
+        self.assertNotIn("old numbers", self.text)
+        self.assertTrue(self.text.rstrip().endswith("Analysis that must survive."), self.text[-300:])
+
+    def test_every_policy_at_every_depth_has_latencies(self):
+        self.assertGreaterEqual(len(self.policies), 2)
+        for p in self.policies:
+            for depth in ("off", "32", "64"):
+                rows = re.findall(rf"^\| {p}, stacks {depth} \| (.*)$", self.text, re.M)
+                # Two pair tables (sync, async) and the replay table.
+                self.assertEqual(len(rows), 3, (p, depth))
+                for r in rows[:2]:
+                    self.assertRegex(r, r"^\d+(\.\d)?( µs| ms)? / \d+(\.\d)?( µs| ms)? \|")
+
+    def test_every_section_is_filled(self):
+        for heading in ("## Targets", "## Interposition overhead", "## Alloc+free pair latency: cudaMalloc+cudaFree",
+                        "## Replay of a mixed-size pattern", "## Replay throughput of `gpushim-analyze replay`",
+                        "## Utilization on fragmentation workloads", "## Host memory of the shim",
+                        "## Start-up cost of the preload"):
+            self.assertIn(heading, self.text)
+        self.assertRegex(self.text, r"\| pair ≤ 100 ns, stacks off \| \d+ ns \| \*\*(yes|no)\*\* \|")
+        self.assertRegex(self.text, r"\| cudaMalloc\+cudaFree 4 KiB \| \d+ ns \| \d+ ns \| -?\d+ ns \| -?\d+ ns \|")
+        for p in self.policies:
+            self.assertRegex(self.text, rf"\| {p} \| -?\d+ B \| -?\d+ B \| -?\d+ B \| -?\d+ B \|")
+        self.assertRegex(self.text, r"\| \d+ µs \| \d+ µs \| \d+\.\d\d× \| \d+ \|")
+        frag = re.findall(r"^\| (varying_length_training|growing_buffer|random_churn) \| \d+ MiB \| (.*)$", self.text, re.M)
+        self.assertEqual(len(frag), 3)
+        for _, cells in frag:
+            self.assertEqual(len(re.findall(r"\d+\.\d%", cells)), 1 + 2 * len(self.policies), cells)
+
+
+if __name__ == "__main__":
+    unittest.main()

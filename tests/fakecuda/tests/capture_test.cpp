@@ -1,0 +1,322 @@
+// Stream capture: recorded-not-executed work, the legality rules that let tests catch a pool that
+// synchronizes or allocates during capture, graph memory, and the minimal graph objects.
+#include <thread>
+
+#include "test_util.h"
+
+namespace fakecuda_test {
+namespace {
+
+constexpr size_t kBytes = 4096;
+
+class Capture : public DriverTest {
+ protected:
+  void SetUp() override {
+    DriverTest::SetUp();
+    ASSERT_CU(cuMemAlloc(&buf_, kBytes));
+    ASSERT_CU(cuMemsetD8(buf_, 0, kBytes));
+    ASSERT_CU(cuStreamCreate(&s_, CU_STREAM_DEFAULT));
+  }
+  void TearDown() override {
+    CUstreamCaptureStatus st;
+    if (cuStreamIsCapturing(s_, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) {
+      CUgraph g = nullptr;
+      cuStreamEndCapture(s_, &g);
+      if (g != nullptr) cuGraphDestroy(g);
+    }
+    cuStreamDestroy(s_);
+    cuMemFree(buf_);
+    DriverTest::TearDown();
+  }
+  unsigned char At(size_t i) const { return reinterpret_cast<const unsigned char*>(buf_)[i]; }
+  CUstreamCaptureStatus Status(CUstream s) {
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    EXPECT_CU(cuStreamIsCapturing(s, &st));
+    return st;
+  }
+
+  CUdeviceptr buf_ = 0;
+  CUstream s_ = nullptr;
+};
+
+TEST_F(Capture, WorkIsRecordedNotExecutedAndReplayedByLaunch) {
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_EQ(Status(s_), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  ASSERT_CU(cuMemsetD8Async(buf_, 5, kBytes, s_));
+  ASSERT_CU(fakecuLaunchDelayedFill(buf_, 6, 16, 0, s_));
+  CUstreamCaptureStatus st;
+  cuuint64_t id = 0;
+  CUgraph during = nullptr;
+  ASSERT_CU(cuStreamGetCaptureInfo(s_, &st, &id, &during, nullptr, nullptr, nullptr));
+  EXPECT_EQ(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_NE(id, 0u);
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(Status(s_), CU_STREAM_CAPTURE_STATUS_NONE);
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(At(0), 0);  // nothing ran
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(At(0), 6);
+  EXPECT_EQ(At(100), 5);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+}
+
+TEST_F(Capture, LegacyStreamCannotCaptureAndDoubleBeginFails) {
+  EXPECT_EQ(cuStreamBeginCapture(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_RELAXED));
+  EXPECT_EQ(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_ERROR_ILLEGAL_STATE);
+  CUgraph g = nullptr;
+  CUstream other = nullptr;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  EXPECT_EQ(cuStreamEndCapture(other, &g), CUDA_ERROR_ILLEGAL_STATE);
+  ASSERT_CU(cuStreamDestroy(other));
+}
+
+TEST_F(Capture, DeviceSynchronizeDuringGlobalCaptureInvalidatesIt) {
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemsetD8Async(buf_, 5, kBytes, s_));
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(Status(s_), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  EXPECT_EQ(cuMemsetD8Async(buf_, 5, kBytes, s_), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  CUgraph g = reinterpret_cast<CUgraph>(0x1);
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(g, nullptr);
+  EXPECT_EQ(Status(s_), CU_STREAM_CAPTURE_STATUS_NONE);
+  ASSERT_CU(cuCtxSynchronize());  // legal again once the capture ended
+}
+
+TEST_F(Capture, SynchronizingOrQueryingTheCapturingStreamFails) {
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_RELAXED));
+  EXPECT_EQ(cuStreamSynchronize(s_), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(Status(s_), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  CUgraph g = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_RELAXED));
+  EXPECT_EQ(cuStreamQuery(s_), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+}
+
+TEST_F(Capture, EventsRecordedInCaptureCannotBeObserved) {
+  CUevent e = nullptr;
+  ASSERT_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  // Global mode: any event query by the capturing thread is prohibited.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuEventRecord(e, s_));
+  EXPECT_EQ(cuEventQuery(e), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph g = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  // Relaxed mode: the query is allowed, but the event belongs to the capture.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_RELAXED));
+  ASSERT_CU(cuEventRecord(e, s_));
+  EXPECT_EQ(cuEventQuery(e), CUDA_ERROR_CAPTURED_EVENT);
+  EXPECT_EQ(cuEventSynchronize(e), CUDA_ERROR_CAPTURED_EVENT);
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  // Recorded again outside capture, it is an ordinary event.
+  ASSERT_CU(cuEventRecord(e, s_));
+  ASSERT_CU(cuEventSynchronize(e));
+  ASSERT_CU(cuEventDestroy(e));
+}
+
+TEST_F(Capture, MemAllocAndFreeFollowTheCaptureMode) {
+  const auto allocs = fakecudaDriverAllocCount();
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_EQ(cuMemAlloc(&p, 1024), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(fakecudaDriverAllocCount(), allocs);
+  CUgraph g = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  // Relaxed mode (what PyTorch uses) permits cuMemAlloc and cuMemFree.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_RELAXED));
+  ASSERT_CU(cuMemAlloc(&p, 1024));
+  ASSERT_CU(cuMemFree(p));
+  ASSERT_CU(cuStreamEndCapture(s_, &g));
+  ASSERT_CU(cuGraphDestroy(g));
+  // So does a thread that switched itself to relaxed.
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  EXPECT_EQ(mode, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemAlloc(&p, 1024));
+  ASSERT_CU(cuMemFree(p));
+  ASSERT_CU(cuStreamEndCapture(s_, &g));
+  ASSERT_CU(cuGraphDestroy(g));
+  ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  EXPECT_EQ(mode, CU_STREAM_CAPTURE_MODE_RELAXED);
+}
+
+TEST_F(Capture, GlobalCaptureRestrictsOtherThreadsThreadLocalDoesNot) {
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  std::thread([this] {
+    cuCtxSetCurrent(ctx_);
+    EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  }).join();
+  CUgraph g = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  std::thread([this] {
+    cuCtxSetCurrent(ctx_);
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+    EXPECT_CU(cuCtxSynchronize());
+  }).join();
+  ASSERT_CU(cuStreamEndCapture(s_, &g));
+  ASSERT_CU(cuGraphDestroy(g));
+
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  std::thread([this] {
+    cuCtxSetCurrent(ctx_);
+    EXPECT_CU(cuCtxSynchronize());
+    CUdeviceptr p = 0;
+    EXPECT_CU(cuMemAlloc(&p, 64));
+    EXPECT_CU(cuMemFree(p));
+  }).join();
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);  // but this thread may not
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+}
+
+TEST_F(Capture, EndingFromAnotherThreadFails) {
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  std::thread([this] {
+    cuCtxSetCurrent(ctx_);
+    CUgraph g = nullptr;
+    EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+  }).join();
+  CUgraph g = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &g));
+  ASSERT_CU(cuGraphDestroy(g));
+}
+
+TEST_F(Capture, AllocAsyncDuringCaptureIsGraphMemory) {
+  const size_t used = fakecudaDeviceUsedBytes(0);
+  const auto allocs = fakecudaDriverAllocCount();
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUdeviceptr kept = 0, scratch = 0;
+  ASSERT_CU(cuMemAllocAsync(&kept, 1 << 20, s_));
+  ASSERT_CU(cuMemAllocAsync(&scratch, 1 << 20, s_));
+  EXPECT_NE(kept, 0u);
+  EXPECT_NE(kept, scratch);
+  EXPECT_EQ(fakecudaDriverAllocCount(), allocs + 2);
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (2 << 20));
+  ASSERT_CU(cuMemsetD8Async(scratch, 1, 1 << 20, s_));
+  ASSERT_CU(cuMemFreeAsync(scratch, s_));  // freed inside the graph: the graph owns it
+  CUgraph g = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &g));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (2 << 20));
+  ASSERT_CU(cuGraphDestroy(g));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (1 << 20));
+  // Graph memory not freed by the graph stays with the program.
+  ASSERT_CU(cuMemFreeAsync(kept, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);
+}
+
+TEST_F(Capture, LegacyStreamWorkConflictsWithABlockingCapture) {
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_RELAXED));
+  EXPECT_EQ(cuMemsetD8Async(buf_, 1, kBytes, nullptr), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  EXPECT_EQ(Status(s_), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  CUgraph g = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  // A non-blocking capturing stream does not conflict with the legacy stream.
+  CUstream nb = nullptr;
+  ASSERT_CU(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamBeginCapture(nb, CU_STREAM_CAPTURE_MODE_RELAXED));
+  ASSERT_CU(cuMemsetD8Async(buf_, 1, kBytes, nullptr));
+  ASSERT_CU(cuStreamEndCapture(nb, &g));
+  ASSERT_CU(cuGraphDestroy(g));
+  ASSERT_CU(cuStreamDestroy(nb));
+}
+
+TEST_F(Capture, ForkAndJoinThroughEvents) {
+  CUstream side = nullptr;
+  CUevent fork = nullptr, join = nullptr;
+  ASSERT_CU(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuEventRecord(fork, s_));
+  ASSERT_CU(cuStreamWaitEvent(side, fork, 0));
+  EXPECT_EQ(Status(side), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  ASSERT_CU(cuMemsetD8Async(buf_, 3, kBytes, side));  // recorded, not run
+  ASSERT_CU(cuEventRecord(join, side));
+  ASSERT_CU(cuStreamWaitEvent(s_, join, 0));
+  // Only the origin stream can end the capture.
+  CUgraph g = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(side, &g), CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+  ASSERT_CU(cuStreamEndCapture(s_, &g));
+  EXPECT_EQ(Status(side), CU_STREAM_CAPTURE_STATUS_NONE);
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(At(0), 0);
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, g, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(At(0), 3);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(g));
+  // Waiting inside a capture on an event recorded outside it breaks isolation.
+  ASSERT_CU(cuEventRecord(fork, side));
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_EQ(cuStreamWaitEvent(s_, fork, 0), CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  ASSERT_CU(cuEventDestroy(fork));
+  ASSERT_CU(cuEventDestroy(join));
+  ASSERT_CU(cuStreamDestroy(side));
+}
+
+TEST_F(Capture, FreeOfOutsideMemoryHappensWhenTheGraphLaunches) {
+  const size_t used = fakecudaDeviceUsedBytes(0);
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuMemAlloc(&p, 1 << 20));
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemFreeAsync(p, s_));
+  CUgraph g = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &g));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (1 << 20));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, g, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(g));
+  // In a capture that gets invalidated, the captured free never happens: free it normally.
+  ASSERT_CU(cuMemAlloc(&p, 1 << 20));
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemFreeAsync(p, s_));
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  ASSERT_CU(cuMemFree(p));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);
+}
+
+TEST_F(Capture, DestroyingACapturingStreamAbandonsTheCapture) {
+  CUstream doomed = nullptr;
+  ASSERT_CU(cuStreamCreate(&doomed, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamBeginCapture(doomed, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUdeviceptr graph_mem = 0;
+  ASSERT_CU(cuMemAllocAsync(&graph_mem, 4096, doomed));
+  ASSERT_CU(cuMemsetD8Async(buf_, 1, kBytes, doomed));
+  ASSERT_CU(cuStreamDestroy(doomed));
+  ASSERT_CU(cuCtxSynchronize());  // no capture in progress any more
+  EXPECT_EQ(At(0), 0);
+  ASSERT_CU(cuMemFree(graph_mem));
+}
+
+TEST_F(Capture, MemAllocNodeIsNotSupported) {
+  CUgraph g = nullptr;
+  ASSERT_CU(cuGraphCreate(&g, 0));
+  CUgraphNode node = nullptr;
+  CUDA_MEM_ALLOC_NODE_PARAMS params{};
+  EXPECT_EQ(cuGraphAddMemAllocNode(&node, g, nullptr, 0, &params), CUDA_ERROR_NOT_SUPPORTED);
+  ASSERT_CU(cuGraphDestroy(g));
+  EXPECT_EQ(cuGraphDestroy(g), CUDA_ERROR_INVALID_VALUE);
+}
+
+}  // namespace
+}  // namespace fakecuda_test

@@ -1,0 +1,316 @@
+// Streams and events: asynchronous execution, stream order, legacy default stream semantics,
+// per-thread default streams, implicit synchronization of cuMemFree, stream-ordered free.
+//
+// The delayed fill is the probe: it holds its stream for a while and then writes a value, so the
+// final contents of a buffer tell which operation ran last.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "test_util.h"
+
+namespace fakecuda_test {
+namespace {
+
+constexpr unsigned kDelayUs = 200000;  // 200 ms
+constexpr size_t kBytes = 64 << 10;
+
+class Streams : public DriverTest {
+ protected:
+  void SetUp() override {
+    DriverTest::SetUp();
+    ASSERT_CU(cuMemAlloc(&buf_, kBytes));
+    ASSERT_CU(cuMemsetD8(buf_, 0, kBytes));
+  }
+  void TearDown() override {
+    cuCtxSynchronize();
+    cuMemFree(buf_);
+    DriverTest::TearDown();
+  }
+  unsigned char At(size_t i) const { return reinterpret_cast<const unsigned char*>(buf_)[i]; }
+  bool AllEqual(unsigned char v) const {
+    for (size_t i = 0; i < kBytes; i += 997) {
+      if (At(i) != v) return false;
+    }
+    return At(kBytes - 1) == v;
+  }
+  CUresult Fill(unsigned char v, unsigned delay_us, CUstream s) { return fakecuLaunchDelayedFill(buf_, v, kBytes, delay_us, s); }
+
+  CUdeviceptr buf_ = 0;
+};
+
+TEST_F(Streams, WorkIsAsynchronousAndInOrder) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_CU(Fill(1, kDelayUs, s));
+  ASSERT_CU(cuMemsetD8Async(buf_, 2, kBytes, s));
+  EXPECT_LT(Seconds(start), 0.1);  // returned before the work ran
+  EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(At(0), 0);
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_GE(Seconds(start), 0.15);
+  EXPECT_EQ(cuStreamQuery(s), CUDA_SUCCESS);
+  EXPECT_TRUE(AllEqual(2));  // the memset ran after the fill
+  ASSERT_CU(cuStreamDestroy(s));
+}
+
+TEST_F(Streams, LegacyStreamWaitsForBlockingStreams) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+  ASSERT_CU(Fill(1, kDelayUs, s));
+  ASSERT_CU(cuMemsetD8Async(buf_, 2, kBytes, nullptr));  // legacy default stream
+  ASSERT_CU(cuStreamSynchronize(CU_STREAM_LEGACY));
+  EXPECT_TRUE(AllEqual(2));
+  EXPECT_EQ(cuStreamQuery(s), CUDA_SUCCESS);  // legacy work waited for s
+  ASSERT_CU(cuStreamDestroy(s));
+}
+
+TEST_F(Streams, BlockingStreamWaitsForLegacyStream) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+  ASSERT_CU(Fill(1, kDelayUs, CU_STREAM_LEGACY));
+  ASSERT_CU(cuMemsetD8Async(buf_, 2, kBytes, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_TRUE(AllEqual(2));
+  ASSERT_CU(cuStreamDestroy(s));
+}
+
+TEST_F(Streams, NonBlockingStreamsAreExempt) {
+  CUstream nb = nullptr;
+  ASSERT_CU(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING));
+  unsigned flags = 0;
+  ASSERT_CU(cuStreamGetFlags(nb, &flags));
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
+  // Non-blocking work does not wait for the legacy stream...
+  ASSERT_CU(Fill(1, kDelayUs, nullptr));
+  ASSERT_CU(cuMemsetD8Async(buf_, 2, kBytes, nb));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_CU(cuStreamSynchronize(nb));
+  EXPECT_LT(Seconds(start), 0.15);
+  EXPECT_TRUE(AllEqual(2));
+  ASSERT_CU(cuStreamSynchronize(nullptr));
+  EXPECT_TRUE(AllEqual(1));
+  // ...and the legacy stream does not wait for non-blocking work.
+  ASSERT_CU(Fill(3, kDelayUs, nb));
+  ASSERT_CU(cuMemsetD8Async(buf_, 4, kBytes, nullptr));
+  const auto start2 = std::chrono::steady_clock::now();
+  ASSERT_CU(cuStreamSynchronize(nullptr));
+  EXPECT_LT(Seconds(start2), 0.15);
+  EXPECT_TRUE(AllEqual(4));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_TRUE(AllEqual(3));
+  ASSERT_CU(cuStreamDestroy(nb));
+}
+
+TEST_F(Streams, SynchronousCopiesWaitForBlockingStreams) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+  ASSERT_CU(Fill(5, kDelayUs, s));
+  std::vector<unsigned char> out(kBytes);
+  ASSERT_CU(cuMemcpyDtoH(out.data(), buf_, kBytes));  // legacy stream: after the fill
+  EXPECT_EQ(out[0], 5);
+  EXPECT_EQ(out[kBytes - 1], 5);
+  ASSERT_CU(cuStreamDestroy(s));
+}
+
+TEST_F(Streams, EventsRecordQuerySynchronizeElapsed) {
+  CUstream s = nullptr;
+  CUevent start = nullptr, end = nullptr, untimed = nullptr, never = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuEventCreate(&start, CU_EVENT_DEFAULT));
+  ASSERT_CU(cuEventCreate(&end, CU_EVENT_DEFAULT));
+  ASSERT_CU(cuEventCreate(&untimed, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventCreate(&never, CU_EVENT_DEFAULT));
+  EXPECT_EQ(cuEventQuery(never), CUDA_SUCCESS);  // never recorded: complete
+  ASSERT_CU(cuEventRecord(start, s));
+  ASSERT_CU(Fill(1, kDelayUs, s));
+  ASSERT_CU(cuEventRecord(end, s));
+  ASSERT_CU(cuEventRecord(untimed, s));
+  EXPECT_EQ(cuEventQuery(end), CUDA_ERROR_NOT_READY);
+  float ms = 0;
+  EXPECT_EQ(cuEventElapsedTime(&ms, start, end), CUDA_ERROR_NOT_READY);
+  ASSERT_CU(cuEventSynchronize(end));
+  EXPECT_EQ(cuEventQuery(end), CUDA_SUCCESS);
+  EXPECT_TRUE(AllEqual(1));
+  ASSERT_CU(cuEventElapsedTime(&ms, start, end));
+  EXPECT_GE(ms, 150.0f);
+  EXPECT_LT(ms, 5000.0f);
+  EXPECT_EQ(cuEventElapsedTime(&ms, start, untimed), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuEventElapsedTime(&ms, start, never), CUDA_ERROR_INVALID_HANDLE);
+  for (CUevent e : {start, end, untimed, never}) ASSERT_CU(cuEventDestroy(e));
+  EXPECT_EQ(cuEventQuery(start), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_CU(cuStreamDestroy(s));
+}
+
+TEST_F(Streams, StreamWaitEventOrdersAcrossStreams) {
+  CUstream a = nullptr, b = nullptr;
+  CUevent e = nullptr;
+  ASSERT_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(Fill(1, kDelayUs, a));
+  ASSERT_CU(cuEventRecord(e, a));
+  ASSERT_CU(cuStreamWaitEvent(b, e, 0));
+  ASSERT_CU(cuMemsetD8Async(buf_, 2, kBytes, b));
+  EXPECT_EQ(cuStreamQuery(b), CUDA_ERROR_NOT_READY);
+  ASSERT_CU(cuStreamSynchronize(b));
+  EXPECT_TRUE(AllEqual(2));  // without the wait the fill would have landed last
+  ASSERT_CU(cuEventDestroy(e));
+  ASSERT_CU(cuStreamDestroy(a));
+  ASSERT_CU(cuStreamDestroy(b));
+}
+
+TEST_F(Streams, CtxSynchronizeWaitsForEveryStream) {
+  std::vector<CUstream> streams(4);
+  std::vector<CUdeviceptr> bufs(4);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_CU(cuStreamCreate(&streams[i], i % 2 ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT));
+    ASSERT_CU(cuMemAlloc(&bufs[i], 4096));
+    ASSERT_CU(fakecuLaunchDelayedFill(bufs[i], 10 + i, 4096, 50000 * (i + 1), streams[i]));
+  }
+  const auto syncs = fakecudaDeviceSyncCount();
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(fakecudaDeviceSyncCount(), syncs + 1);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(reinterpret_cast<unsigned char*>(bufs[i])[4095], 10 + i);
+    EXPECT_EQ(cuStreamQuery(streams[i]), CUDA_SUCCESS);
+    ASSERT_CU(cuStreamDestroy(streams[i]));
+    ASSERT_CU(cuMemFree(bufs[i]));
+  }
+}
+
+TEST_F(Streams, MemFreeSynchronizesTheDevice) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr victim = 0;
+  ASSERT_CU(cuMemAlloc(&victim, 4096));
+  ASSERT_CU(Fill(7, kDelayUs, s));  // unrelated work still running
+  const auto syncs = fakecudaDeviceSyncCount();
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_CU(cuMemFree(victim));
+  EXPECT_GE(Seconds(start), 0.15);
+  EXPECT_EQ(cuStreamQuery(s), CUDA_SUCCESS);
+  EXPECT_EQ(fakecudaDeviceSyncCount(), syncs + 1);
+  EXPECT_TRUE(AllEqual(7));
+  ASSERT_CU(cuStreamDestroy(s));
+}
+
+TEST_F(Streams, FreeAsyncIsStreamOrdered) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  const size_t used = fakecudaDeviceUsedBytes(0);
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuMemAllocAsync(&p, 1 << 20, s));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (1 << 20));
+  ASSERT_CU(fakecuLaunchDelayedFill(p, 1, 1 << 20, kDelayUs, s));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_CU(cuMemFreeAsync(p, s));
+  EXPECT_LT(Seconds(start), 0.1);                              // does not synchronize
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (1 << 20));     // not released yet
+  EXPECT_EQ(cuMemFreeAsync(p, s), CUDA_ERROR_INVALID_VALUE);   // already being freed
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);
+  ASSERT_CU(cuStreamDestroy(s));
+}
+
+// What a buggy pool does: hand memory freed on one stream to another stream without waiting.
+// The late fill then lands in the new owner's data, and the fake makes that visible.
+TEST_F(Streams, ReuseWithoutWaitingCorruptsTheNewOwner) {
+  CUstream a = nullptr, b = nullptr;
+  ASSERT_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p = 0, q = 0;
+  ASSERT_CU(cuMemAllocAsync(&p, 1 << 16, a));
+  ASSERT_CU(fakecuLaunchDelayedFill(p, 0xEE, 1 << 16, kDelayUs, a));
+  ASSERT_CU(cuMemFreeAsync(p, b));  // wrong stream: released at once
+  ASSERT_CU(cuStreamSynchronize(b));
+  ASSERT_CU(cuMemAllocAsync(&q, 1 << 16, b));
+  // First fit hands (part of) the same range out again.
+  ASSERT_LE(q, p);
+  ASSERT_GT(q + (1 << 16), p);
+  ASSERT_CU(cuMemsetD8Async(q, 0, 1 << 16, b));
+  ASSERT_CU(cuStreamSynchronize(b));
+  EXPECT_EQ(reinterpret_cast<unsigned char*>(p)[0], 0);
+  ASSERT_CU(cuStreamSynchronize(a));
+  EXPECT_EQ(reinterpret_cast<unsigned char*>(p)[0], 0xEE);  // the stale fill landed in q's data
+  ASSERT_CU(cuMemFreeAsync(q, b));
+  ASSERT_CU(cuStreamDestroy(a));
+  ASSERT_CU(cuStreamDestroy(b));
+}
+
+// As in CUDA: an async copy from pageable memory stages the source before returning (the caller may
+// reuse its buffer at once); an async copy into pageable memory completes before returning; copies
+// to and from page-locked memory stay asynchronous.
+TEST_F(Streams, PageableHostMemoryIsStagedOrWaitedFor) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  std::vector<unsigned char> pageable(kBytes, 0x11);
+  ASSERT_CU(Fill(1, kDelayUs, s));
+  ASSERT_CU(cuMemcpyHtoDAsync(buf_, pageable.data(), kBytes, s));
+  std::fill(pageable.begin(), pageable.end(), 0x22);  // reused right away
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_TRUE(AllEqual(0x11));
+
+  ASSERT_CU(Fill(3, kDelayUs, s));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_CU(cuMemcpyDtoHAsync(pageable.data(), buf_, kBytes, s));
+  EXPECT_GE(Seconds(start), 0.15);  // waited for the fill, then copied
+  EXPECT_EQ(pageable[0], 3);
+  EXPECT_EQ(pageable[kBytes - 1], 3);
+
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemAllocHost(&pinned, kBytes));
+  std::memset(pinned, 0, kBytes);
+  ASSERT_CU(Fill(4, kDelayUs, s));
+  const auto start2 = std::chrono::steady_clock::now();
+  ASSERT_CU(cuMemcpyDtoHAsync(pinned, buf_, kBytes, s));
+  EXPECT_LT(Seconds(start2), 0.1);
+  EXPECT_EQ(static_cast<unsigned char*>(pinned)[0], 0);
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_EQ(static_cast<unsigned char*>(pinned)[0], 4);
+  ASSERT_CU(cuMemFreeHost(pinned));
+  ASSERT_CU(cuStreamDestroy(s));
+}
+
+TEST_F(Streams, HostFunctionsRunInStreamOrder) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+  struct Probe {
+    const unsigned char* buf;
+    std::atomic<int> seen{-1};
+  } probe{reinterpret_cast<const unsigned char*>(buf_)};
+  ASSERT_CU(Fill(6, kDelayUs / 2, s));
+  ASSERT_CU(cuLaunchHostFunc(s, [](void* p) {
+    auto* pr = static_cast<Probe*>(p);
+    pr->seen = pr->buf[0];
+  }, &probe));
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_EQ(probe.seen.load(), 6);
+  ASSERT_CU(cuStreamDestroy(s));
+}
+
+TEST_F(Streams, DestroyingAStreamLetsItsWorkFinish) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(Fill(8, kDelayUs / 2, s));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_CU(cuStreamDestroy(s));
+  EXPECT_LT(Seconds(start), 0.05);
+  EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_CU(cuCtxSynchronize());  // still waits for the destroyed stream's work
+  EXPECT_TRUE(AllEqual(8));
+}
+
+TEST_F(Streams, InvalidHandles) {
+  EXPECT_EQ(cuStreamSynchronize(reinterpret_cast<CUstream>(0x1234)), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuStreamDestroy(nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuEventRecord(reinterpret_cast<CUevent>(0x1234), nullptr), CUDA_ERROR_INVALID_HANDLE);
+  CUstream s = nullptr;
+  EXPECT_EQ(cuStreamCreate(&s, 0x10), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fakecuLaunchDelayedFill(buf_ + kBytes - 16, 0, 32, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+}
+
+}  // namespace
+}  // namespace fakecuda_test

@@ -66,9 +66,8 @@ struct ModuleRow {
   uint64_t live = 0, at_peak = 0, sites = 0;
 };
 
-double utilization(const DeviceReport& d) {
-  return d.peak_reserved_bytes ? static_cast<double>(d.peak_allocated_bytes) / static_cast<double>(d.peak_reserved_bytes) : 1.0;
-}
+// The report's own definitions (report_model.h), so the summary and the report agree.
+double utilization(const DeviceReport& d) { return derive(d).utilization; }
 
 void json_frames(std::string* j, const std::vector<FrameInfo>& frames, size_t max) {
   *j += "[";
@@ -150,7 +149,9 @@ int cmd_summary(const std::vector<std::string>& args) {
            ",\"peak_reserved\":" + num(d.peak_reserved_bytes) + ",\"utilization\":" + num(utilization(d)) +
            ",\"live_bytes\":" + num(d.live_bytes) + ",\"live_count\":" + num(d.live_count) +
            ",\"reserved\":" + num(d.pool.reserved_bytes) + ",\"cached_free\":" + num(d.pool.cached_free_bytes) +
-           ",\"largest_free_block\":" + num(d.pool.largest_free_block) + ",\"total_allocs\":" + num(d.total_allocs) +
+           ",\"largest_free_block\":" + num(d.pool.largest_free_block) +
+           ",\"external_fragmentation\":" + num(derive(d).external_fragmentation) +
+           ",\"internal_waste_bytes\":" + num(derive(d).internal_waste_bytes) + ",\"total_allocs\":" + num(d.total_allocs) +
            ",\"total_frees\":" + num(d.total_frees) + ",\"failed_allocs\":" + num(d.failed_allocs) +
            ",\"capacity\":" + num(d.capacity_bytes) + ",\"limit\":" + num(d.limit_bytes) + "}";
     }
@@ -241,8 +242,12 @@ int cmd_summary(const std::vector<std::string>& args) {
                     human_bytes(d.peak_reserved_bytes - std::min(d.peak_reserved_bytes, d.peak_allocated_bytes)) +
                     "; at the end reserved " + human_bytes(d.pool.reserved_bytes) + ", of it cached free " +
                     human_bytes(d.pool.cached_free_bytes);
-    if (d.pool.largest_free_block) l += " (largest free block " + human_bytes(d.pool.largest_free_block) + ")";
+    if (d.pool.largest_free_block)
+      l += " (largest free block " + human_bytes(d.pool.largest_free_block) + ", external fragmentation " +
+           fmt("%.0f", 100 * derive(d).external_fragmentation) + "%)";
     if (d.pool.quarantined_bytes) l += ", waiting for a sync " + human_bytes(d.pool.quarantined_bytes);
+    if (derive(d).internal_waste_bytes)
+      l += "; rounding waste in live blocks " + human_bytes(derive(d).internal_waste_bytes);
     line(l);
   }
 

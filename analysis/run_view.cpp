@@ -51,7 +51,7 @@ struct SiteState {
 };
 
 struct DeviceState {
-  uint64_t allocated = 0, count = 0, reserved = 0;
+  uint64_t allocated = 0, count = 0, reserved = 0, requested = 0;
   uint64_t peak_allocated = 0, peak_reserved = 0;
   uint64_t peak_event = 0;  // index of the event that set peak_allocated
   double peak_t = 0;
@@ -249,6 +249,9 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
         }
         DeviceState& d = devs[e.device];
         ++(alloc ? d.allocs : d.frees);
+        // What the program asked for (a pitched allocation asked for all of its pitch x height).
+        if (alloc) d.requested += e.requested;
+        else d.requested -= std::min(d.requested, e.requested);
         break;
       }
       case EventKind::kSegmentAlloc:
@@ -321,6 +324,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     r.failed_allocs = d.ooms;
     if (const trace::DeviceInfo* info = t.device(ord)) r.capacity_bytes = info->capacity, r.limit_bytes = info->limit;
     r.pool.reserved_bytes = d.reserved;
+    r.pool.requested_bytes = d.requested;
     r.pool.peak_reserved_bytes = d.peak_reserved;
     r.pool.cached_free_bytes = d.reserved - std::min(d.reserved, d.allocated);
     r.pool.segment_allocs = d.segment_allocs;

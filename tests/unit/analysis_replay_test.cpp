@@ -6,6 +6,7 @@
 #include "growth.h"
 #include "pickle_writer.h"
 #include "replay.h"
+#include "run_view.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -154,6 +155,65 @@ TEST(Growth, TeardownAfterASteadyRiseIsIgnored) {
   EXPECT_EQ(v.steps, 6);
   // A rise over only the first part of the run, then a fall, is a phase, not a leak.
   EXPECT_FALSE(judge_growth({10, 20, 30, 40, 0, 0, 0, 0, 0, 0}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}).suspect);
+}
+
+// A training run in events: weights loaded once (stack 16), activations allocated and freed every
+// iteration (stack 32), one 1 MiB block kept per iteration (stack 48), an iteration mark after
+// each, and the teardown freeing everything.
+TraceData training_trace(int iterations) {
+  TraceData t;
+  t.header.policy = "caching";
+  t.devices.push_back(trace::DeviceInfo{0, 16ull << 30, 0});
+  uint64_t clock = 1000, addr = 0x10000000;
+  auto add = [&](EventKind k, uint64_t a, uint64_t size, uint32_t stack) {
+    TraceEvent e = ev(k, clock += 1000, a, size);
+    e.stack = stack;
+    t.events.push_back(e);
+  };
+  std::vector<uint64_t> weights, kept;
+  for (int i = 0; i < 4; ++i) add(EventKind::kAlloc, weights.emplace_back(addr += 64 * kMiB), 32 * kMiB, 16);
+  for (int it = 0; it < iterations; ++it) {
+    const uint64_t act = addr += 64 * kMiB;
+    add(EventKind::kAlloc, act, 40 * kMiB, 32);
+    add(EventKind::kAlloc, kept.emplace_back(addr += 64 * kMiB), kMiB, 48);
+    add(EventKind::kFree, act, 40 * kMiB, 32);
+    TraceEvent mark = ev(EventKind::kIteration, clock += 1000, 0, static_cast<uint64_t>(it + 1));
+    t.events.push_back(mark);
+  }
+  for (uint64_t a : kept) add(EventKind::kFree, a, kMiB, 48);
+  for (uint64_t a : weights) add(EventKind::kFree, a, 32 * kMiB, 16);
+  return t;
+}
+
+TEST(Growth, IterationMarksFindThePlantedLeakAndNotTheWeights) {
+  RunView run;
+  run_from_trace(training_trace(20), "t", &run);
+  EXPECT_EQ(run.iterations_s.size(), 20u);
+  ASSERT_TRUE(run.growth_known);
+  ASSERT_EQ(run.growth.size(), 1u);
+  const GrowthSuspect& g = run.growth[0];
+  EXPECT_EQ(g.grew_bytes, 19 * kMiB);  // from the first mark to the last
+  EXPECT_DOUBLE_EQ(g.bytes_per_iteration, static_cast<double>(kMiB));
+  EXPECT_EQ(g.checkpoints, 20);
+  const DeviceReport* d = run.device(0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->peak_allocated_bytes, 4 * 32 * kMiB + 40 * kMiB + 20 * kMiB);
+  EXPECT_EQ(d->live_bytes, 0u);
+  // At the peak: the weights, the last activation and all 20 leaked blocks.
+  uint64_t at_peak = 0;
+  for (const SiteView& s : run.sites) at_peak += s.at_device_peak_bytes;
+  EXPECT_EQ(at_peak, d->peak_allocated_bytes);
+}
+
+TEST(Growth, WithoutMarksTimeCheckpointsStillFindTheLeak) {
+  TraceData t = training_trace(40);
+  std::erase_if(t.events, [](const TraceEvent& e) { return e.kind == EventKind::kIteration; });
+  RunView run;
+  run_from_trace(t, "t", &run);
+  ASSERT_EQ(run.growth.size(), 1u);
+  EXPECT_EQ(run.growth[0].bytes_per_iteration, 0.0);
+  EXPECT_GT(run.growth[0].bytes_per_s, 0.0);
+  EXPECT_GT(run.growth[0].grew_bytes, 20 * kMiB);
 }
 
 TEST(Pickle, EncodesWithTheSimpleOpcodes) {

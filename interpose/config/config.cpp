@@ -173,6 +173,18 @@ const std::vector<Variable>& variables() {
          c->report_template = std::string(v);
          return true;
        }},
+      {"GPUSHIM_TRACE", "a path template (%p pid, %h host, %r RANK, %% percent), on, or off", "off",
+       "Records every allocation, free, segment, OOM and iteration mark to a compact binary trace for "
+       "gpushim-analyze (replay, export, plots). on: gpushim.<exe>.<pid>.trace in the working directory. "
+       "An existing file is never overwritten: a suffix is added.",
+       [](std::string_view v, Config* c) {
+         std::string_view t = trim(v);
+         if (t.empty()) return false;
+         if (iequals(t, "off") || t == "0") return c->trace_enabled = false, true;
+         c->trace_enabled = true;
+         c->trace_template = (iequals(t, "on") || t == "1") ? std::string() : std::string(v);
+         return true;
+       }},
       {"GPUSHIM_SUMMARY", "an integer 0..1000", "5",
        "Live sites shown in the stderr summary at exit; 0 turns the summary off.",
        [](std::string_view v, Config* c) {

@@ -51,6 +51,9 @@ struct Config {
   FaultSpec fail;                   // GPUSHIM_FAIL: allocations failed on purpose
   // Allocations at least this large get a driver segment of their own (exact legacy IPC); 0: off.
   uint64_t own_segment_min = 0;
+  // GPUSHIM_TRACE: record every allocation event to a binary trace (docs/trace-format.md).
+  bool trace_enabled = false;
+  std::string trace_template;       // "" -> gpushim.<exe>.<pid>.trace
 };
 
 struct ConfigError {

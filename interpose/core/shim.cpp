@@ -140,7 +140,9 @@ Shim::Shim(Config config, std::string exe)
       capturer_(StackCaptureOptions{config_.stack_depth, config_.python_stacks, config_.iteration_site, g_self_begin,
                                     g_self_end},
                 &stacks_, &iterations_),
-      faults_(config_.fail) {}
+      faults_(config_.fail) {
+  if (config_.trace_enabled) start_trace();
+}
 
 // ---- fork ----
 //
@@ -161,6 +163,7 @@ void Shim::fork_child() {
   Shim* s = existing();
   if (s == nullptr) return;  // never initialized, disabled, or detached already
   s->live_.abandon_in_fork_child();  // its thread does not exist here
+  if (s->trace_) s->trace_->disable_in_child();  // the parent's trace is the parent's to write
   g_instance.store(nullptr, std::memory_order_release);
   if (s->touched_cuda()) {
     s->forked_child_ = true;
@@ -198,13 +201,14 @@ DeviceState* Shim::device(int ordinal) {
   d = devices_[ordinal].load(std::memory_order_relaxed);
   if (d) return d;  // another thread won; ours is dropped (its context retain is harmless)
   d = fresh.release();
+  if (trace_) trace_device(d);
   devices_[ordinal].store(d, std::memory_order_release);
   // The driver's view of a new device is sampled on its next allocation (unaccounted memory).
   usage_pending_.fetch_or(1ull << ordinal, std::memory_order_relaxed);
   return d;
 }
 
-std::unique_ptr<DeviceState> Shim::make_device(int ordinal) const {
+std::unique_ptr<DeviceState> Shim::make_device(int ordinal) {
   auto d = std::make_unique<DeviceState>();
   d->ordinal = ordinal;
   // Asked of the device, not of a context: a device first seen through a driver-API program's own
@@ -214,7 +218,7 @@ std::unique_ptr<DeviceState> Shim::make_device(int ordinal) const {
     auto driver = std::make_unique<DriverBackend>(ordinal);
     if (driver_api() != nullptr) {
       d->limited = std::make_unique<LimitedBackend>(*driver, d->budget);
-      d->pool = make_pool(config_, *d->limited);
+      d->pool = trace_ ? make_traced_pool(d.get()) : make_pool(config_, *d->limited);
       d->driver = std::move(driver);
     }
   }
@@ -347,6 +351,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
            format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),
            format_bytes(rec.pool.largest_free_block).c_str(), format_bytes(rec.device_free).c_str(),
            d->budget.limit() ? ", cap " : "", d->budget.limit() ? format_bytes(d->budget.limit()).c_str() : "");
+  if (trace_) trace_oom(rec);
   std::lock_guard<std::mutex> lock(ooms_mu_);
   if (ooms_.size() >= kMaxOomRecords) return;
   auto sites = tracker_.sites();
@@ -393,6 +398,7 @@ void Shim::record_alloc(MemoryKind kind, int dev, void* ptr, uint64_t size, uint
                              kind, Route::kForwarded, caller_module()};
   if (!tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec)) return;
   counters_for(kind, dev).on_alloc(size, requested);
+  if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(ptr), rec, size, nullptr, false);
   // Already made (the size was known only afterwards): held from the driver whatever the cap says,
   // and uncharged by the free like every forwarded device allocation.
   if (on_device(kind)) device(dev)->budget.charge(size);
@@ -541,6 +547,8 @@ void Shim::write_exit_report() {
 
 void Shim::on_unload() {
   write_exit_report();
+  // After the report: frees made during teardown still go into the trace.
+  if (trace_) finish_trace();
   const uint64_t late = late_frees_.load(std::memory_order_relaxed);
   if (late && !forked_child_)
     log_line("%llu frees arrived after the report was written (during teardown); accepted",

@@ -27,10 +27,12 @@
 #include "policy/device_budget.h"
 #include "policy/device_memory_resource.h"
 #include "policy/fault_injector.h"
+#include "policy/observed_backend.h"
 #include "report/report_model.h"
 #include "stacks/stack_capturer.h"
 #include "stacks/module_map.h"
 #include "stacks/stack_table.h"
+#include "trace/trace_recorder.h"
 
 namespace gpushim {
 
@@ -48,6 +50,9 @@ struct DeviceState {
   std::unique_ptr<DeviceMemoryResource> pool;   // null under passthrough
   std::atomic<uint64_t> ooms{0};                // out-of-memory errors returned to callers
   std::atomic<uint64_t> injected_failures{0};   // of those, failed on purpose by GPUSHIM_FAIL
+  // GPUSHIM_TRACE only: the pool's backend becomes pool -> observed -> limited -> driver.
+  std::unique_ptr<SegmentObserver> segment_tracer;
+  std::unique_ptr<Backend> observed;
 };
 
 // An OOM as recorded on the failing path; symbolized only when a report is written.
@@ -117,7 +122,8 @@ class Shim {
   // it must stay cheap and must not need a current CUDA context.
   std::optional<uint64_t> unaccounted_bytes(const DeviceState& d) const;
   // gpushim_mark_iteration(): returns the iteration count after this mark.
-  uint64_t mark_iteration() { return iterations_.add(IterationCounter::kMark); }
+  // Also recorded in the trace when one is on (core/shim_trace.cpp).
+  uint64_t mark_iteration() { return on_iteration_mark(); }
   // ---- driver API, virtual memory, IPC and pointer queries (core/shim_driver*.{h,cpp}) ----
   // An allocation a driver hook forwards to CUDA and accounts. `device` -1 means the current
   // context's. `forward()` makes the real call and returns its CUresult; `result()` then gives the
@@ -167,6 +173,9 @@ class Shim {
   // The program asked the driver for its memory figures (cudaMemGetInfo, cuMemGetInfo_v2): a good
   // moment to take a sample of the current device, whatever the interval says.
   void sample_usage_now();
+  // ---- traces (core/shim_trace.cpp) ----
+  // An iteration mark (gpushim_mark_iteration): recorded in the trace. Returns its number (1, 2, ...).
+  uint64_t on_iteration_mark();
 
   StackTable& stacks() { return stacks_; }
   AllocationTracker& tracker() { return tracker_; }
@@ -179,7 +188,7 @@ class Shim {
   Shim(Config config, std::string exe);
   static Shim* slow_init();
 
-  std::unique_ptr<DeviceState> make_device(int ordinal) const;
+  std::unique_ptr<DeviceState> make_device(int ordinal);
   StackId capture_stack();
   DeviceState* current_device_state();
   MemoryCounters& counters_for(MemoryKind kind, int device);
@@ -224,6 +233,16 @@ class Shim {
   void add_driver_usage(int device, DeviceReport* out) const;
   void add_modules(ReportData* out);
   void drop_vmm(const VmmTracker::Physical& p);
+  // GPUSHIM_TRACE (core/shim_trace.cpp). Each is called only when trace_ is set.
+  void start_trace();
+  // `request` is the size the policy was asked for (differs from rec.requested for pitched memory).
+  void trace_alloc(uintptr_t ptr, const AllocationRecord& rec, uint64_t request, CUstream stream, bool stream_ordered);
+  void trace_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream, bool stream_ordered);
+  void trace_oom(const OomRecord& oom);
+  void trace_device(DeviceState* d);
+  // The device's pool built to report segments and to order the trace as the pool orders its work.
+  std::unique_ptr<DeviceMemoryResource> make_traced_pool(DeviceState* d);
+  void finish_trace();
 
   static void fork_prepare();
   static void fork_parent();
@@ -259,6 +278,8 @@ class Shim {
   std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet
   MemoryCounters graph_;
   MemoryCounters imported_;
+  std::unique_ptr<trace::TraceRecorder> trace_owner_;
+  trace::TraceRecorder* trace_ = nullptr;  // null unless GPUSHIM_TRACE is on and the file opened
 };
 
 }  // namespace gpushim

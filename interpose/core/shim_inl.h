@@ -43,8 +43,10 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     const MemoryKind kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
     const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(d->ordinal),
                                kind, Route::kForwarded, caller_module()};
-    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec))
+    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec)) {
       counters_for(kind, d->ordinal).on_alloc(size, requested);
+      if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(*out), rec, size, stream, stream_ordered);
+    }
     maybe_sample(t);
     return err;
   }
@@ -66,6 +68,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
                              Route::kPooled, caller_module()};
   tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
   d->counters.on_alloc(allocated, requested);
+  if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
   *out = p;
   maybe_sample(t);
   return cudaSuccess;
@@ -80,6 +83,10 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
   if (!tracker_.erase(reinterpret_cast<uintptr_t>(ptr), &rec)) return unknown_free(ptr, forward);
   if ((api == FreeApi::kHost) != (rec.kind == MemoryKind::kHost)) return mismatched_free(ptr, rec, forward);
   if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
+  // Forwarded frees are timed before CUDA releases the memory: once it does, another thread may
+  // be handed the same address, and its alloc event must come after this free in the trace.
+  // (Pooled ones are ordered by the pool itself; see trace/trace_ordered_resource.h.)
+  const uint64_t free_t = trace_ && rec.route == Route::kForwarded ? now_ns() : 0;
   MemoryCounters& counters = counters_for(rec.kind, rec.device);
   if (rec.route == Route::kPooled) {
     const CUresult r = device(rec.device)->pool->deallocate(ptr, stream, stream_ordered);
@@ -96,7 +103,10 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
     if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
   }
   counters.on_free(rec.size, rec.requested);
-  maybe_sample(now_ns());
+  const uint64_t now = now_ns();
+  if (trace_) trace_free(rec.route == Route::kForwarded ? free_t : now, reinterpret_cast<uintptr_t>(ptr), rec, stream,
+                         stream_ordered);
+  maybe_sample(now);
   return cudaSuccess;
 }
 

@@ -255,3 +255,66 @@ std::string write_new_file(const std::string& path, const std::string& data) {
 }
 
 }  // namespace gpushim
+
+namespace gpushim {
+namespace {
+
+enum class OpenResult { kOpened, kDirectoryError, kFailed };
+
+OpenResult open_in_dir(const std::string& path, int* fd_out, std::string* written, int* err) {
+  for (int n = 0; n <= kMaxSuffix; ++n) {
+    const std::string candidate = n == 0 ? path : with_suffix(path, n);
+    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      *fd_out = fd;
+      *written = candidate;
+      return OpenResult::kOpened;
+    }
+    const int e = errno;
+    if (is_exists_error(e)) continue;
+    if (e == EINTR) {
+      --n;
+      continue;
+    }
+    *err = e;
+    if (is_directory_error(e)) return OpenResult::kDirectoryError;
+    log_line("cannot create %s: %s", candidate.c_str(), std::strerror(e));
+    return OpenResult::kFailed;
+  }
+  *err = EEXIST;
+  log_line("cannot create %s: %d suffixed names already exist", path.c_str(), kMaxSuffix);
+  return OpenResult::kFailed;
+}
+
+}  // namespace
+
+int create_new_file(const std::string& path, std::string* written) {
+  if (path.empty()) {
+    log_line("cannot create a file: empty output path");
+    return -1;
+  }
+  int fd = -1, err = 0;
+  OpenResult r = open_in_dir(path, &fd, written, &err);
+  if (r == OpenResult::kOpened) return fd;
+  if (r == OpenResult::kFailed) return -1;
+  const char* tmpdir = getenv("TMPDIR");
+  std::string fallback_dir = (tmpdir != nullptr && tmpdir[0] != '\0') ? tmpdir : "/tmp";
+  while (fallback_dir.size() > 1 && fallback_dir.back() == '/') fallback_dir.pop_back();
+  const std::string fallback = (fallback_dir == "/" ? "/" : fallback_dir + "/") + base_name(path);
+  if (dir_name(path) == fallback_dir || fallback == path) {
+    log_line("cannot create %s: %s", path.c_str(), std::strerror(err));
+    return -1;
+  }
+  const int first_err = err;
+  r = open_in_dir(fallback, &fd, written, &err);
+  if (r == OpenResult::kOpened) {
+    log_line("cannot create %s (%s); writing %s instead", path.c_str(), std::strerror(first_err), written->c_str());
+    return fd;
+  }
+  if (r == OpenResult::kDirectoryError)
+    log_line("cannot create %s (%s) nor %s (%s)", path.c_str(), std::strerror(first_err), fallback.c_str(),
+             std::strerror(err));
+  return -1;
+}
+
+}  // namespace gpushim

@@ -18,3 +18,12 @@ std::string expand_path_template(const std::string& tmpl, const std::string& exe
 std::string write_new_file(const std::string& path, const std::string& data);
 
 }  // namespace gpushim
+
+namespace gpushim {
+
+// Like write_new_file, for a file written over time (the trace): creates `path` (or a suffixed
+// name, or the same name under $TMPDIR) and returns the open descriptor (O_WRONLY|O_CLOEXEC), or
+// -1 after a one-line message. *written receives the name actually created.
+int create_new_file(const std::string& path, std::string* written);
+
+}  // namespace gpushim

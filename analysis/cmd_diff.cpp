@@ -1,0 +1,168 @@
+// gpushim-analyze diff: what changed between two runs, per device and per allocation site.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdlib>
+#include <map>
+
+#include "cli.h"
+#include "json.h"
+#include "offline_symbolizer.h"
+#include "run_view.h"
+
+namespace gpushim::analysis {
+namespace {
+
+constexpr char kHelp[] = R"(usage: gpushim-analyze diff A B [--top N] [--all] [--json]
+
+Compares two runs (reports, snapshots or traces; A is the baseline):
+  - per device: peak allocated, peak reserved and live memory at the end, and their change;
+  - per allocation site: live bytes at the end in A and B and the change, and (when both inputs
+    are traces, which know each site's history) the site's peak live bytes and its change.
+Sites are matched by their symbolized stacks (function, file, line, module name), so runs of
+different processes and builds compare; a site only in B is "new", only in A "gone".
+
+options:
+  --top N   sites shown, largest change first (default 20)
+  --all     also list sites that did not change
+  --json    machine-readable output
+)";
+
+struct Row {
+  const SiteView* a = nullptr;
+  const SiteView* b = nullptr;
+  int64_t live_delta() const {
+    return static_cast<int64_t>(b ? b->live_bytes : 0) - static_cast<int64_t>(a ? a->live_bytes : 0);
+  }
+  bool peak_known() const { return (!a || a->has_history) && (!b || b->has_history); }
+  int64_t peak_delta() const {
+    return static_cast<int64_t>(b ? b->peak_bytes : 0) - static_cast<int64_t>(a ? a->peak_bytes : 0);
+  }
+  const char* status() const {
+    if (!a) return "new";
+    if (!b) return "gone";
+    return live_delta() != 0 || (peak_known() && peak_delta() != 0) ? "changed" : "same";
+  }
+  const SiteView& any() const { return b ? *b : *a; }
+};
+
+uint64_t mag(int64_t v) { return v < 0 ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v); }
+
+std::vector<std::string> frames_of(const SiteView& s, size_t max) {
+  std::vector<std::string> out;
+  for (const FrameInfo& f : s.frames) {
+    if (is_plumbing_frame(f)) continue;
+    if (out.size() == max) break;
+    out.push_back(describe_frame(f));
+  }
+  if (out.empty()) out.push_back("(no stack captured)");
+  return out;
+}
+
+}  // namespace
+
+int cmd_diff(const std::vector<std::string>& args) {
+  Cli cli;
+  std::string err;
+  if (!parse_cli(args, {"--top"}, {"--json", "--all", "--help"}, &cli, &err)) return usage_error("diff", err);
+  if (cli.has("--help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  if (cli.positional.size() != 2) return usage_error("diff", "expects two inputs, A and B");
+  const size_t top = static_cast<size_t>(std::max(1, std::atoi(cli.get("--top", "20").c_str())));
+  RunView a, b;
+  if (!load_run(cli.positional[0], &a, &err) || !load_run(cli.positional[1], &b, &err)) {
+    std::fprintf(stderr, "gpushim-analyze diff: %s\n", err.c_str());
+    return 1;
+  }
+
+  std::map<std::string, Row> by_id;
+  for (const SiteView& s : a.sites) by_id[site_identity(s)].a = &s;
+  for (const SiteView& s : b.sites) by_id[site_identity(s)].b = &s;
+  std::vector<Row> rows;
+  for (const auto& [id, row] : by_id)
+    if (cli.has("--all") || std::string(row.status()) != "same") rows.push_back(row);
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) {
+    if (mag(x.live_delta()) != mag(y.live_delta())) return mag(x.live_delta()) > mag(y.live_delta());
+    return mag(x.peak_delta()) > mag(y.peak_delta());
+  });
+
+  std::map<int, std::pair<const DeviceReport*, const DeviceReport*>> devices;
+  for (const DeviceReport& d : a.meta.devices) devices[d.device].first = &d;
+  for (const DeviceReport& d : b.meta.devices) devices[d.device].second = &d;
+  auto field = [](const DeviceReport* d, uint64_t DeviceReport::*f) -> uint64_t { return d ? d->*f : 0; };
+
+  if (cli.has("--json")) {
+    std::string j = "{\"a\":";
+    append_json_string(&j, a.path);
+    j += ",\"b\":";
+    append_json_string(&j, b.path);
+    j += ",\"devices\":[";
+    bool first = true;
+    for (const auto& [ord, pair] : devices) {
+      j += first ? "" : ",";
+      first = false;
+      j += "{\"device\":" + std::to_string(ord);
+      for (auto [name, f] : {std::pair{"peak_allocated", &DeviceReport::peak_allocated_bytes},
+                             std::pair{"peak_reserved", &DeviceReport::peak_reserved_bytes},
+                             std::pair{"live", &DeviceReport::live_bytes}}) {
+        const uint64_t va = field(pair.first, f), vb = field(pair.second, f);
+        j += std::string(",\"") + name + "_a\":" + std::to_string(va) + ",\"" + name + "_b\":" + std::to_string(vb) +
+             ",\"" + name + "_delta\":" + std::to_string(static_cast<int64_t>(vb) - static_cast<int64_t>(va));
+      }
+      j += "}";
+    }
+    j += "],\"sites\":[";
+    for (size_t i = 0; i < rows.size() && i < top; ++i) {
+      const Row& r = rows[i];
+      j += std::string(i ? "," : "") + "{\"status\":\"" + r.status() + "\",\"device\":" + std::to_string(r.any().device) +
+           ",\"kind\":";
+      append_json_string(&j, r.any().kind);
+      j += ",\"live_a\":" + std::to_string(r.a ? r.a->live_bytes : 0) + ",\"live_b\":" +
+           std::to_string(r.b ? r.b->live_bytes : 0) + ",\"live_delta\":" + std::to_string(r.live_delta());
+      if (r.peak_known())
+        j += ",\"peak_a\":" + std::to_string(r.a ? r.a->peak_bytes : 0) + ",\"peak_b\":" +
+             std::to_string(r.b ? r.b->peak_bytes : 0) + ",\"peak_delta\":" + std::to_string(r.peak_delta());
+      else
+        j += ",\"peak_a\":null,\"peak_b\":null,\"peak_delta\":null";
+      j += ",\"frames\":[";
+      const auto fr = frames_of(r.any(), 8);
+      for (size_t k = 0; k < fr.size(); ++k) {
+        j += k ? "," : "";
+        append_json_string(&j, fr[k]);
+      }
+      j += "]}";
+    }
+    j += "]}\n";
+    return write_output("-", j, &err) ? 0 : 1;
+  }
+
+  std::string o = "gpushim diff\n  A: " + a.path + " (" + a.source + ", pid " + std::to_string(a.meta.pid) + ")\n  B: " +
+                  b.path + " (" + b.source + ", pid " + std::to_string(b.meta.pid) + ")\n\nDevices\n";
+  for (const auto& [ord, pair] : devices) {
+    auto one = [&](const char* name, uint64_t DeviceReport::*f) {
+      const uint64_t va = field(pair.first, f), vb = field(pair.second, f);
+      return std::string(name) + " " + human_bytes(va) + " -> " + human_bytes(vb) + " (" +
+             human_delta(static_cast<int64_t>(vb) - static_cast<int64_t>(va)) + ")";
+    };
+    o += "  device " + std::to_string(ord) + ": " + one("peak allocated", &DeviceReport::peak_allocated_bytes) + "; " +
+         one("peak reserved", &DeviceReport::peak_reserved_bytes) + "; " + one("live", &DeviceReport::live_bytes) + "\n";
+  }
+  const bool peaks = a.source == "trace" && b.source == "trace";
+  o += "\nSites (largest change first" + std::string(peaks ? "" : "; per-site peaks need two traces") + ")\n";
+  if (rows.empty()) o += "  no site changed\n";
+  for (size_t i = 0; i < rows.size() && i < top; ++i) {
+    const Row& r = rows[i];
+    std::string l = "  " + std::string(r.status()) + ": live " + human_bytes(r.a ? r.a->live_bytes : 0) + " -> " +
+                    human_bytes(r.b ? r.b->live_bytes : 0) + " (" + human_delta(r.live_delta()) + ")";
+    if (r.peak_known())
+      l += ", site peak " + human_bytes(r.a ? r.a->peak_bytes : 0) + " -> " + human_bytes(r.b ? r.b->peak_bytes : 0) + " (" +
+           human_delta(r.peak_delta()) + ")";
+    o += l + "\n";
+    for (const std::string& f : frames_of(r.any(), 6)) o += "      at " + f + "\n";
+  }
+  if (rows.size() > top) o += "  ... " + std::to_string(rows.size() - top) + " more\n";
+  return write_output("-", o, &err) ? 0 : 1;
+}
+
+}  // namespace gpushim::analysis

@@ -1,0 +1,111 @@
+// gpushim-analyze export: a report or trace in the formats other viewers read.
+#include <cstdlib>
+
+#include "cli.h"
+#include "exports.h"
+#include "offline_symbolizer.h"
+#include "run_view.h"
+
+namespace gpushim::analysis {
+namespace {
+
+constexpr char kHelp[] = R"(usage: gpushim-analyze export --format FORMAT TRACE|REPORT -o FILE [options]
+
+formats:
+  memory-viz  A PyTorch memory snapshot pickle: drop it on https://pytorch.org/memory_viz.
+              From a trace: "segments" is the state at the end (every segment with blocks tiling
+              it exactly), "device_traces" every alloc, free, segment and OOM event, which the
+              viewer replays backwards. Memory CUDA served directly (passthrough, graph capture)
+              appears as one segment per allocation, as PyTorch shows cudaMalloc'd memory.
+              From a report: only what is live is known, by site and without addresses, so each
+              live site becomes one block in a segment of its own, with no history.
+  folded      Folded stacks ("outer;...;inner bytes") for flamegraph.pl, speedscope, inferno.
+              Weight: bytes live at the end (reports), or bytes held at the device's peak
+              allocated (traces; --metric live for bytes live at the end).
+  perfetto    Chrome Trace Event JSON for https://ui.perfetto.dev (and chrome://tracing):
+              counter tracks of allocated and reserved per device, the cap, instant events for
+              OOMs and iteration marks. From a report: its sampled timeline.
+  timeline    JSON of allocated/reserved over time, OOMs and iteration marks (what
+              scripts/gpushim-plot draws).
+
+options:
+  -o, --output FILE    where to write ("-" for stdout); required
+  --metric live|peak   folded: what weighs a site (default: peak for traces, live for reports)
+  --max-events N       memory-viz: keep the newest N events per device (default 200000; 0: all)
+  --max-points N       perfetto, timeline: thin each device's track to about N points, keeping
+                       peaks (default 200000 for perfetto, 5000 for timeline; 0: all)
+)";
+
+}  // namespace
+
+int cmd_export(const std::vector<std::string>& args) {
+  Cli cli;
+  std::string err;
+  if (!parse_cli(args, {"--format", "--output", "--metric", "--max-events", "--max-points"}, {"--help"}, &cli, &err))
+    return usage_error("export", err);
+  if (cli.has("--help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  if (cli.positional.size() != 1) return usage_error("export", "expects one TRACE or REPORT");
+  if (!cli.has("--output")) return usage_error("export", "-o FILE is required");
+  const std::string format = cli.get("--format");
+  if (format != "memory-viz" && format != "folded" && format != "perfetto" && format != "timeline")
+    return usage_error("export", "--format must be memory-viz, folded, perfetto or timeline");
+  const std::string metric = cli.get("--metric");
+  if (!metric.empty() && metric != "live" && metric != "peak")
+    return usage_error("export", "--metric must be live or peak");
+
+  const std::string path = cli.positional[0];
+  std::string bytes;
+  if (!read_file(path, &bytes, &err)) {
+    std::fprintf(stderr, "gpushim-analyze export: %s\n", err.c_str());
+    return 1;
+  }
+  std::vector<std::string> notes;
+  std::string out;
+  if (looks_like_trace(bytes)) {
+    TraceData trace;
+    if (!parse_trace(bytes, &trace, &err)) {
+      std::fprintf(stderr, "gpushim-analyze export: %s: %s\n", path.c_str(), err.c_str());
+      return 1;
+    }
+    bytes.clear();
+    if (trace.truncated) notes.push_back("the trace is cut short (" + trace.stop_reason + "): exported what it holds");
+    if (format == "memory-viz") {
+      OfflineSymbolizer sym(trace);
+      out = memory_viz_from_trace(trace, sym, std::strtoull(cli.get("--max-events", "200000").c_str(), nullptr, 10),
+                                  &notes);
+      for (const std::string& n : sym.notes()) notes.push_back(n);
+    } else if (format == "perfetto") {
+      out = perfetto_from_trace(trace, std::strtoull(cli.get("--max-points", "200000").c_str(), nullptr, 10));
+    } else {
+      RunView run;
+      run_from_trace(trace, path, &run);
+      if (format == "folded") out = folded_from_run(run, metric != "live");
+      else out = timeline_json(run, trace_timeline(trace, std::strtoull(cli.get("--max-points", "5000").c_str(), nullptr, 10)));
+    }
+  } else {
+    ReportFile report;
+    if (!parse_report(bytes, &report, &err)) {
+      std::fprintf(stderr, "gpushim-analyze export: %s: %s\n", path.c_str(), err.c_str());
+      return 1;
+    }
+    RunView run;
+    run_from_report(report, path, &run);
+    if (format == "memory-viz") out = memory_viz_from_run(run);
+    else if (format == "folded") {
+      if (metric == "peak") return usage_error("export", "--metric peak needs a trace (a report knows only live memory)");
+      out = folded_from_run(run, false);
+    } else if (format == "perfetto") out = perfetto_from_run(run);
+    else out = timeline_json(run, run.meta.timeline);
+  }
+  for (const std::string& n : notes) std::fprintf(stderr, "gpushim-analyze export: note: %s\n", n.c_str());
+  if (!write_output(cli.get("--output"), out, &err)) {
+    std::fprintf(stderr, "gpushim-analyze export: %s\n", err.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace gpushim::analysis

@@ -1,0 +1,241 @@
+// gpushim-analyze merge: one table across the ranks (or processes) of a job, with outliers flagged.
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdlib>
+
+#include "cli.h"
+#include "json.h"
+#include "offline_symbolizer.h"
+#include "run_view.h"
+
+namespace gpushim::analysis {
+namespace {
+
+constexpr char kHelp[] = R"(usage: gpushim-analyze merge DIR|FILE... [--threshold PCT] [--json]
+
+One table across the ranks or processes of a job: for each report, snapshot or trace (a directory
+stands for every report and trace in it), one row with the rank (or pid), peak allocated, peak
+reserved, live at the end, and the top suspect (the strongest growth suspect when the input knows
+growth, else the largest live site).
+
+A value is flagged as an outlier when it is far from the median of all rows: more than 3.5 robust
+standard deviations (1.4826 x the median absolute deviation) and more than PCT percent (default
+10) and at least 1 MiB away. With fewer than 3 rows nothing is flagged.
+
+options:
+  --threshold PCT   relative distance from the median below which nothing is flagged (default 10)
+  --json            machine-readable output
+)";
+
+struct RowData {
+  RunView run;
+  std::string label;
+  uint64_t peak_allocated = 0, peak_reserved = 0, live = 0;
+  int peak_device = 0;
+  std::string suspect;  // one line
+  std::string suspect_kind;  // "growth" or "live"
+  std::vector<std::string> outliers;
+};
+
+bool is_dir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      const std::string p = dir + (dir.back() == '/' ? "" : "/") + name;
+      struct stat st;
+      if (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) out.push_back(p);
+    }
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string top_frame(const std::vector<FrameInfo>& frames) {
+  for (const FrameInfo& f : frames)
+    if (!is_plumbing_frame(f)) return describe_frame(f);
+  return "(no stack)";
+}
+
+bool numeric(const std::string& s, long* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  *out = std::strtol(s.c_str(), &end, 10);
+  return *end == '\0';
+}
+
+}  // namespace
+
+int cmd_merge(const std::vector<std::string>& args) {
+  Cli cli;
+  std::string err;
+  if (!parse_cli(args, {"--threshold"}, {"--json", "--help"}, &cli, &err)) return usage_error("merge", err);
+  if (cli.has("--help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  if (cli.positional.empty()) return usage_error("merge", "expects a directory or files");
+  const double threshold = std::atof(cli.get("--threshold", "10").c_str()) / 100.0;
+
+  std::vector<RowData> rows;
+  std::vector<std::string> skipped;
+  for (const std::string& arg : cli.positional) {
+    const bool dir = is_dir(arg);
+    const std::vector<std::string> files = dir ? list_dir(arg) : std::vector<std::string>{arg};
+    for (const std::string& f : files) {
+      RowData r;
+      if (!load_run(f, &r.run, &err)) {
+        if (!dir) {
+          std::fprintf(stderr, "gpushim-analyze merge: %s\n", err.c_str());
+          return 1;
+        }
+        skipped.push_back(f);  // not a report or trace: other files may share the directory
+        continue;
+      }
+      rows.push_back(std::move(r));
+    }
+  }
+  if (rows.empty()) {
+    std::fprintf(stderr, "gpushim-analyze merge: no reports or traces found\n");
+    return 1;
+  }
+  for (RowData& r : rows) {
+    const ReportData& m = r.run.meta;
+    r.label = !m.rank.empty() ? "rank " + m.rank : "pid " + std::to_string(m.pid);
+    for (const DeviceReport& d : m.devices) {
+      if (d.peak_allocated_bytes >= r.peak_allocated) r.peak_allocated = d.peak_allocated_bytes, r.peak_device = d.device;
+      r.peak_reserved = std::max(r.peak_reserved, d.peak_reserved_bytes);
+      r.live += d.live_bytes;
+    }
+    if (!r.run.growth.empty()) {
+      r.suspect_kind = "growth";
+      r.suspect = "grew " + human_bytes(r.run.growth[0].grew_bytes) + " at " + top_frame(r.run.growth[0].frames);
+    } else if (!r.run.sites.empty() && r.run.sites[0].live_bytes) {
+      r.suspect_kind = "live";
+      r.suspect = human_bytes(r.run.sites[0].live_bytes) + " live at " + top_frame(r.run.sites[0].frames);
+    }
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const RowData& a, const RowData& b) {
+    long ra, rb;
+    const bool na = numeric(a.run.meta.rank, &ra), nb = numeric(b.run.meta.rank, &rb);
+    if (na && nb && ra != rb) return ra < rb;
+    if (na != nb) return na;
+    return a.label < b.label;
+  });
+
+  struct Metric {
+    const char* name;
+    uint64_t RowData::*field;
+    double median = 0, mad = 0;
+  };
+  Metric metrics[] = {{"peak allocated", &RowData::peak_allocated},
+                      {"peak reserved", &RowData::peak_reserved},
+                      {"live at end", &RowData::live}};
+  for (Metric& mt : metrics) {
+    std::vector<double> v;
+    for (const RowData& r : rows) v.push_back(static_cast<double>(r.*mt.field));
+    mt.median = median(v);
+    std::vector<double> dev;
+    for (double x : v) dev.push_back(std::fabs(x - mt.median));
+    mt.mad = median(dev);
+    if (rows.size() < 3) continue;
+    for (RowData& r : rows) {
+      const double x = static_cast<double>(r.*mt.field), d = std::fabs(x - mt.median);
+      if (d > 3.5 * 1.4826 * mt.mad && d > threshold * mt.median && d >= 1048576.0) {
+        char buf[160];
+        if (mt.median > 0)
+          std::snprintf(buf, sizeof(buf), "%s %s%.0f%% vs median", mt.name, x > mt.median ? "+" : "-", 100 * d / mt.median);
+        else
+          std::snprintf(buf, sizeof(buf), "%s %s vs median 0", mt.name, human_bytes(static_cast<uint64_t>(x)).c_str());
+        r.outliers.push_back(buf);
+      }
+    }
+  }
+
+  if (cli.has("--json")) {
+    std::string j = "{\"rows\":[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const RowData& r = rows[i];
+      j += std::string(i ? "," : "") + "{\"path\":";
+      append_json_string(&j, r.run.path);
+      j += ",\"label\":";
+      append_json_string(&j, r.label);
+      j += ",\"rank\":";
+      append_json_string(&j, r.run.meta.rank);
+      j += ",\"pid\":" + std::to_string(r.run.meta.pid) + ",\"host\":";
+      append_json_string(&j, r.run.meta.host);
+      j += ",\"source\":";
+      append_json_string(&j, r.run.source);
+      j += ",\"reason\":";
+      append_json_string(&j, r.run.meta.reason);
+      j += ",\"peak_allocated\":" + std::to_string(r.peak_allocated) + ",\"peak_device\":" + std::to_string(r.peak_device) +
+           ",\"peak_reserved\":" + std::to_string(r.peak_reserved) + ",\"live\":" + std::to_string(r.live) +
+           ",\"suspect_kind\":";
+      append_json_string(&j, r.suspect_kind);
+      j += ",\"suspect\":";
+      append_json_string(&j, r.suspect);
+      j += ",\"outlier\":" + std::string(r.outliers.empty() ? "false" : "true") + ",\"outliers\":[";
+      for (size_t k = 0; k < r.outliers.size(); ++k) {
+        j += k ? "," : "";
+        append_json_string(&j, r.outliers[k]);
+      }
+      j += "]}";
+    }
+    j += "],\"medians\":{";
+    for (size_t k = 0; k < 3; ++k)
+      j += std::string(k ? "," : "") + "\"" + metrics[k].name + "\":" + std::to_string(static_cast<uint64_t>(metrics[k].median));
+    j += "},\"skipped\":[";
+    for (size_t k = 0; k < skipped.size(); ++k) {
+      j += k ? "," : "";
+      append_json_string(&j, skipped[k]);
+    }
+    j += "]}\n";
+    return write_output("-", j, &err) ? 0 : 1;
+  }
+
+  std::string o = "gpushim merge: " + std::to_string(rows.size()) + " runs; median peak allocated " +
+                  human_bytes(static_cast<uint64_t>(metrics[0].median)) + ", median live at end " +
+                  human_bytes(static_cast<uint64_t>(metrics[2].median)) + "\n";
+  char line[512];
+  std::snprintf(line, sizeof(line), "%-14s %-12s %15s %15s %15s  %s\n", "run", "host", "peak allocated", "peak reserved",
+                "live at end", "top suspect");
+  o += line;
+  size_t flagged = 0;
+  for (const RowData& r : rows) {
+    std::snprintf(line, sizeof(line), "%-14s %-12s %15s %15s %15s  %s%s\n", r.label.substr(0, 14).c_str(),
+                  r.run.meta.host.substr(0, 12).c_str(), human_bytes(r.peak_allocated).c_str(),
+                  human_bytes(r.peak_reserved).c_str(), human_bytes(r.live).c_str(),
+                  r.suspect.empty() ? "-" : r.suspect.c_str(),
+                  r.run.meta.reason == "snapshot" ? " [snapshot]" : "");
+    o += line;
+    if (!r.outliers.empty()) {
+      ++flagged;
+      std::string l = "    ^ outlier:";
+      for (const std::string& x : r.outliers) l += " " + x + ";";
+      l.pop_back();
+      o += l + "\n";
+    }
+  }
+  o += flagged ? std::to_string(flagged) + " outlier run(s)\n" : "no outliers\n";
+  for (const std::string& s : skipped) o += "skipped (not a report or trace): " + s + "\n";
+  return write_output("-", o, &err) ? 0 : 1;
+}
+
+}  // namespace gpushim::analysis

@@ -1,0 +1,322 @@
+// gpushim-analyze summary: the human report of one run (report or trace).
+#include <algorithm>
+#include <cinttypes>
+#include <map>
+
+#include "cli.h"
+#include "json.h"
+#include "offline_symbolizer.h"
+#include "run_view.h"
+
+namespace gpushim::analysis {
+namespace {
+
+constexpr char kHelp[] = R"(usage: gpushim-analyze summary REPORT|TRACE [--top N] [--frames N] [--json]
+
+The human report of one run, from a JSON report (exit or snapshot) or a trace:
+  - per device: peak allocated and when, peak reserved, utilization (peak allocated / peak
+    reserved) and fragmentation, live memory at the end, OOMs;
+  - fragmentation: reserved but unallocated memory at the end, largest free block;
+  - out-of-memory events with the failing call's stack;
+  - growth suspects: sites whose live memory rose steadily through the run (traces: computed at
+    iteration marks, or at 32 evenly spaced instants without them; reports: the report's growth
+    section, when the shim that wrote it tracks growth);
+  - top sites: live at the end, and for traces also what each held at the device's peak;
+  - per-module table: bytes by the innermost module outside the shim and the CUDA runtime.
+
+options:
+  --top N      sites and suspects shown (default 10)
+  --frames N   frames shown per site (default 6; frames of the shim and the CUDA runtime are skipped)
+  --json       machine-readable output instead of text
+)";
+
+std::string base_name(const std::string& p) {
+  const size_t s = p.find_last_of('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+std::vector<std::string> shown_frames(const std::vector<FrameInfo>& frames, size_t max) {
+  std::vector<std::string> out;
+  for (const FrameInfo& f : frames) {
+    if (is_plumbing_frame(f)) continue;
+    if (out.size() == max) break;
+    out.push_back(describe_frame(f));
+  }
+  if (out.empty()) out.push_back(frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
+  return out;
+}
+
+// The module a site is charged to: its innermost frame outside the shim and the CUDA runtime.
+std::string charged_module(const std::vector<FrameInfo>& frames) {
+  for (const FrameInfo& f : frames) {
+    if (is_plumbing_frame(f)) continue;
+    if (f.python) return f.file.empty() ? "(python)" : base_name(f.file);
+    if (!f.module.empty()) return base_name(f.module);
+  }
+  return "(unknown)";
+}
+
+struct ModuleRow {
+  uint64_t live = 0, at_peak = 0, sites = 0;
+};
+
+// The report's own definitions (report_model.h), so the summary and the report agree.
+double utilization(const DeviceReport& d) { return derive(d).utilization; }
+
+void json_frames(std::string* j, const std::vector<FrameInfo>& frames, size_t max) {
+  *j += "[";
+  bool first = true;
+  for (const std::string& f : shown_frames(frames, max)) {
+    if (!first) *j += ",";
+    first = false;
+    append_json_string(j, f);
+  }
+  *j += "]";
+}
+
+std::string num(uint64_t v) { return std::to_string(v); }
+std::string num(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+int cmd_summary(const std::vector<std::string>& args) {
+  Cli cli;
+  std::string err;
+  if (!parse_cli(args, {"--top", "--frames"}, {"--json", "--help"}, &cli, &err)) return usage_error("summary", err);
+  if (cli.has("--help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  if (cli.positional.size() != 1) return usage_error("summary", "expects one REPORT or TRACE");
+  const size_t top = static_cast<size_t>(std::max(1, std::atoi(cli.get("--top", "10").c_str())));
+  const size_t max_frames = static_cast<size_t>(std::max(1, std::atoi(cli.get("--frames", "6").c_str())));
+  RunView run;
+  if (!load_run(cli.positional[0], &run, &err)) {
+    std::fprintf(stderr, "gpushim-analyze summary: %s\n", err.c_str());
+    return 1;
+  }
+  const ReportData& m = run.meta;
+  std::map<std::string, ModuleRow> modules;
+  for (const SiteView& s : run.sites) {
+    ModuleRow& r = modules[charged_module(s.frames)];
+    r.live += s.live_bytes;
+    r.at_peak += s.at_device_peak_bytes;
+    ++r.sites;
+  }
+  std::vector<std::pair<std::string, ModuleRow>> module_rows(modules.begin(), modules.end());
+  const bool trace = run.source == "trace";
+  std::sort(module_rows.begin(), module_rows.end(), [&](const auto& a, const auto& b) {
+    const uint64_t ka = trace ? a.second.at_peak : a.second.live, kb = trace ? b.second.at_peak : b.second.live;
+    return ka != kb ? ka > kb : a.second.live > b.second.live;
+  });
+  std::vector<const SiteView*> at_peak;
+  for (const SiteView& s : run.sites)
+    if (s.at_device_peak_bytes) at_peak.push_back(&s);
+  std::sort(at_peak.begin(), at_peak.end(),
+            [](const SiteView* a, const SiteView* b) { return a->at_device_peak_bytes > b->at_device_peak_bytes; });
+  std::vector<const SiteView*> live;
+  for (const SiteView& s : run.sites)
+    if (s.live_bytes) live.push_back(&s);
+
+  if (cli.has("--json")) {
+    std::string j = "{\"source\":";
+    append_json_string(&j, run.source);
+    j += ",\"path\":";
+    append_json_string(&j, run.path);
+    j += ",\"pid\":" + std::to_string(m.pid) + ",\"exe\":";
+    append_json_string(&j, m.exe);
+    j += ",\"rank\":";
+    append_json_string(&j, m.rank);
+    j += ",\"policy\":";
+    append_json_string(&j, m.policy);
+    j += ",\"reason\":";
+    append_json_string(&j, m.reason);
+    j += ",\"duration_s\":" + num(m.duration_s) + ",\"devices\":[";
+    for (size_t i = 0; i < m.devices.size(); ++i) {
+      const DeviceReport& d = m.devices[i];
+      j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(d.device) +
+           ",\"peak_allocated\":" + num(d.peak_allocated_bytes) + ",\"peak_allocated_at_s\":" + num(d.peak_allocated_at_s) +
+           ",\"peak_reserved\":" + num(d.peak_reserved_bytes) + ",\"utilization\":" + num(utilization(d)) +
+           ",\"live_bytes\":" + num(d.live_bytes) + ",\"live_count\":" + num(d.live_count) +
+           ",\"reserved\":" + num(d.pool.reserved_bytes) + ",\"cached_free\":" + num(d.pool.cached_free_bytes) +
+           ",\"largest_free_block\":" + num(d.pool.largest_free_block) +
+           ",\"external_fragmentation\":" + num(derive(d).external_fragmentation) +
+           ",\"internal_waste_bytes\":" + num(derive(d).internal_waste_bytes) + ",\"total_allocs\":" + num(d.total_allocs) +
+           ",\"total_frees\":" + num(d.total_frees) + ",\"failed_allocs\":" + num(d.failed_allocs) +
+           ",\"capacity\":" + num(d.capacity_bytes) + ",\"limit\":" + num(d.limit_bytes) + "}";
+    }
+    j += "],\"top_sites\":[";
+    for (size_t i = 0; i < live.size() && i < top; ++i) {
+      const SiteView& s = *live[i];
+      j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(s.device) + ",\"kind\":";
+      append_json_string(&j, s.kind);
+      j += ",\"live_bytes\":" + num(s.live_bytes) + ",\"live_count\":" + num(s.live_count);
+      if (s.has_history) j += ",\"peak_bytes\":" + num(s.peak_bytes) + ",\"at_peak_bytes\":" + num(s.at_device_peak_bytes);
+      j += ",\"frames\":";
+      json_frames(&j, s.frames, max_frames);
+      j += "}";
+    }
+    j += "],\"at_peak_sites\":[";
+    for (size_t i = 0; i < at_peak.size() && i < top; ++i) {
+      const SiteView& s = *at_peak[i];
+      j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(s.device) +
+           ",\"at_peak_bytes\":" + num(s.at_device_peak_bytes) + ",\"frames\":";
+      json_frames(&j, s.frames, max_frames);
+      j += "}";
+    }
+    j += "],\"growth_known\":" + std::string(run.growth_known ? "true" : "false") + ",\"growth\":[";
+    for (size_t i = 0; i < run.growth.size() && i < top; ++i) {
+      const GrowthSuspect& g = run.growth[i];
+      j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(g.device) + ",\"grew_bytes\":" + num(g.grew_bytes) +
+           ",\"bytes_per_s\":" + num(g.bytes_per_s) + ",\"bytes_per_iteration\":" + num(g.bytes_per_iteration) +
+           ",\"live_bytes\":" + num(g.live_bytes) + ",\"live_count\":" + num(g.live_count) +
+           ",\"checkpoints\":" + std::to_string(g.checkpoints) + ",\"frames\":";
+      json_frames(&j, g.frames, max_frames);
+      j += "}";
+    }
+    j += "],\"modules\":[";
+    for (size_t i = 0; i < module_rows.size(); ++i) {
+      j += i ? "," : "";
+      j += "{\"module\":";
+      append_json_string(&j, module_rows[i].first);
+      j += ",\"live_bytes\":" + num(module_rows[i].second.live) + ",\"at_peak_bytes\":" + num(module_rows[i].second.at_peak) +
+           ",\"sites\":" + num(module_rows[i].second.sites) + "}";
+    }
+    j += "],\"ooms\":[";
+    for (size_t i = 0; i < m.ooms.size(); ++i) {
+      const OomReport& o = m.ooms[i];
+      j += std::string(i ? "," : "") + "{\"t_s\":" + num(o.t_s) + ",\"device\":" + std::to_string(o.device) +
+           ",\"requested\":" + num(o.requested) + ",\"allocated\":" + num(o.allocated) + ",\"reserved\":" + num(o.reserved) +
+           ",\"device_free\":" + num(o.device_free) + ",\"frames\":";
+      json_frames(&j, o.frames, max_frames);
+      j += "}";
+    }
+    j += "],\"iterations\":" + std::to_string(run.iterations_s.size()) + ",\"notes\":[";
+    for (size_t i = 0; i < run.notes.size(); ++i) {
+      j += i ? "," : "";
+      append_json_string(&j, run.notes[i]);
+    }
+    j += "]}\n";
+    return write_output("-", j, &err) ? 0 : 1;
+  }
+
+  std::string o;
+  auto line = [&](const std::string& s) { o += s + "\n"; };
+  line("gpushim summary of " + run.source + " " + run.path);
+  line("  " + m.exe + " (pid " + std::to_string(m.pid) + (m.rank.empty() ? "" : ", rank " + m.rank) +
+       (m.host.empty() ? "" : ", host " + m.host) + "), policy " + m.policy + ", " +
+       (m.reason == "snapshot" ? "snapshot" : m.reason == "exit" ? "exited" : m.reason) + " after " +
+       fmt("%.2f", m.duration_s) + " s" +
+       (run.iterations_s.empty() ? "" : ", " + std::to_string(run.iterations_s.size()) + " iteration marks"));
+  for (const std::string& n : run.notes) line("  note: " + n);
+
+  line("");
+  line("Devices");
+  for (const DeviceReport& d : m.devices) {
+    line("  device " + std::to_string(d.device) + ": peak allocated " + human_bytes(d.peak_allocated_bytes) + " at " +
+         fmt("%.2f", d.peak_allocated_at_s) + " s, peak reserved " + human_bytes(d.peak_reserved_bytes) +
+         ", utilization " + fmt("%.1f", 100 * utilization(d)) + "% (fragmentation " +
+         fmt("%.1f", 100 * (1 - utilization(d))) + "%)");
+    std::string l2 = "            live at the end " + human_bytes(d.live_bytes) + " in " + std::to_string(d.live_count) +
+                     " allocations; " + std::to_string(d.total_allocs) + " allocs, " + std::to_string(d.total_frees) +
+                     " frees, " + std::to_string(d.failed_allocs) + " failed";
+    if (d.capacity_bytes) l2 += "; capacity " + human_bytes(d.capacity_bytes);
+    if (d.limit_bytes) l2 += ", cap " + human_bytes(d.limit_bytes);
+    line(l2);
+  }
+
+  line("");
+  line("Fragmentation");
+  for (const DeviceReport& d : m.devices) {
+    std::string l = "  device " + std::to_string(d.device) + ": peak reserved - peak allocated = " +
+                    human_bytes(d.peak_reserved_bytes - std::min(d.peak_reserved_bytes, d.peak_allocated_bytes)) +
+                    "; at the end reserved " + human_bytes(d.pool.reserved_bytes) + ", of it cached free " +
+                    human_bytes(d.pool.cached_free_bytes);
+    if (d.pool.largest_free_block)
+      l += " (largest free block " + human_bytes(d.pool.largest_free_block) + ", external fragmentation " +
+           fmt("%.0f", 100 * derive(d).external_fragmentation) + "%)";
+    if (d.pool.quarantined_bytes) l += ", waiting for a sync " + human_bytes(d.pool.quarantined_bytes);
+    if (derive(d).internal_waste_bytes)
+      l += "; rounding waste in live blocks " + human_bytes(derive(d).internal_waste_bytes);
+    line(l);
+  }
+
+  if (!m.ooms.empty()) {
+    line("");
+    line("Out of memory (" + std::to_string(m.ooms.size()) + ")");
+    for (const OomReport& oom : m.ooms) {
+      line("  at " + fmt("%.3f", oom.t_s) + " s on device " + std::to_string(oom.device) + ": requested " +
+           human_bytes(oom.requested) + "; allocated " + human_bytes(oom.allocated) + ", reserved " +
+           human_bytes(oom.reserved) + ", device free " + human_bytes(oom.device_free) +
+           (oom.limit ? ", cap " + human_bytes(oom.limit) : ""));
+      for (const std::string& f : shown_frames(oom.frames, max_frames)) line("      at " + f);
+    }
+  }
+
+  line("");
+  line("Growth suspects");
+  if (!run.growth_known) line("  (unknown: this " + run.source + " carries no growth information)");
+  else if (run.growth.empty()) line("  none: no site's live memory rose steadily through the run");
+  for (size_t i = 0; i < run.growth.size() && i < top; ++i) {
+    const GrowthSuspect& g = run.growth[i];
+    std::string l = "  #" + std::to_string(i + 1) + " grew " + human_bytes(g.grew_bytes);
+    if (g.bytes_per_iteration > 0) l += " (" + human_bytes(static_cast<uint64_t>(g.bytes_per_iteration)) + " per iteration)";
+    if (g.bytes_per_s > 0) l += ", " + human_bytes(static_cast<uint64_t>(g.bytes_per_s)) + "/s";
+    l += "; live " + human_bytes(g.live_bytes) + " in " + std::to_string(g.live_count) + " allocations, device " +
+         std::to_string(g.device);
+    line(l);
+    for (const std::string& f : shown_frames(g.frames, max_frames)) line("      at " + f);
+  }
+
+  if (!at_peak.empty()) {
+    line("");
+    line("Top sites at peak allocated (what to cut to lower the peak)");
+    for (size_t i = 0; i < at_peak.size() && i < top; ++i) {
+      const SiteView& s = *at_peak[i];
+      line("  #" + std::to_string(i + 1) + " " + human_bytes(s.at_device_peak_bytes) + " at the peak of device " +
+           std::to_string(s.device) + " (site peak " + human_bytes(s.peak_bytes) + ", " +
+           std::to_string(s.total_allocs) + " allocations over the run)");
+      for (const std::string& f : shown_frames(s.frames, max_frames)) line("      at " + f);
+    }
+  }
+
+  line("");
+  line(std::string("Top sites live at the ") + (m.reason == "snapshot" ? "snapshot" : "end"));
+  if (live.empty()) line("  none: everything was freed");
+  for (size_t i = 0; i < live.size() && i < top; ++i) {
+    const SiteView& s = *live[i];
+    line("  #" + std::to_string(i + 1) + " " + human_bytes(s.live_bytes) + " in " + std::to_string(s.live_count) +
+         " allocations (" + (s.kind == "device" ? "device " + std::to_string(s.device) : s.kind + " memory") + ")");
+    for (const std::string& f : shown_frames(s.frames, max_frames)) line("      at " + f);
+  }
+  if (live.size() > top) {
+    uint64_t rest = 0;
+    for (size_t i = top; i < live.size(); ++i) rest += live[i]->live_bytes;
+    line("  ... " + std::to_string(live.size() - top) + " more sites holding " + human_bytes(rest));
+  }
+
+  line("");
+  line("Modules (innermost frame outside the shim and the CUDA runtime)");
+  char head[160];
+  std::snprintf(head, sizeof(head), "  %-36s %14s %14s %6s", "module", "live", trace ? "at peak" : "", "sites");
+  line(head);
+  for (const auto& [name, r] : module_rows) {
+    char row[256];
+    std::snprintf(row, sizeof(row), "  %-36s %14s %14s %6" PRIu64, name.substr(0, 36).c_str(), human_bytes(r.live).c_str(),
+                  trace ? human_bytes(r.at_peak).c_str() : "", r.sites);
+    line(row);
+  }
+  return write_output("-", o, &err) ? 0 : 1;
+}
+
+}  // namespace gpushim::analysis

@@ -1,0 +1,197 @@
+// Folded stacks, Chrome Trace Event JSON (Perfetto) and the plot timeline.
+#include <algorithm>
+#include <cinttypes>
+#include <map>
+
+#include "exports.h"
+#include "json.h"
+#include "offline_symbolizer.h"
+
+namespace gpushim::analysis {
+namespace {
+
+std::string base_name(const std::string& p) {
+  const size_t s = p.find_last_of('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+// One frame of a folded line: the function name (or module+offset), Python frames with their
+// file and line. ';' separates frames and a line ends with " <count>", so neither may appear raw.
+std::string folded_frame(const FrameInfo& f) {
+  std::string s;
+  if (f.python) {
+    s = (f.function.empty() ? "<python>" : f.function) + " (" + base_name(f.file) + ":" + std::to_string(f.line) + ")";
+  } else if (!f.function.empty()) {
+    s = f.function;
+  } else {
+    FrameInfo bare = f;
+    bare.file.clear();
+    s = describe_frame(bare);
+  }
+  for (char& c : s)
+    if (c == ';' || c == '\n' || c == '\r') c = ':';
+  return s;
+}
+
+std::string number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.3f", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string folded_from_run(const RunView& run, bool at_peak) {
+  std::map<std::string, uint64_t> lines;
+  for (const SiteView& s : run.sites) {
+    const uint64_t weight = at_peak ? s.at_device_peak_bytes : s.live_bytes;
+    if (weight == 0) continue;
+    std::string line;
+    for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {  // outermost first
+      if (is_plumbing_frame(*it)) continue;
+      if (!line.empty()) line += ';';
+      line += folded_frame(*it);
+    }
+    if (line.empty()) line = "(no stack)";
+    lines[line] += weight;
+  }
+  std::string out;
+  for (const auto& [stack, bytes] : lines) out += stack + " " + std::to_string(bytes) + "\n";
+  return out;
+}
+
+namespace {
+
+// Chrome Trace Event Format pieces.
+void begin_event(std::string* j, bool* first) {
+  if (!*first) *j += ",\n";
+  *first = false;
+}
+
+std::string perfetto_document(const ReportData& m, const std::vector<TimelineSample>& timeline,
+                              const std::vector<OomReport>& ooms, const std::vector<double>& iterations) {
+  std::string j = "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"gpushim-analyze\",\"policy\":";
+  append_json_string(&j, m.policy);
+  j += ",\"exe\":";
+  append_json_string(&j, m.exe);
+  j += "},\"traceEvents\":[\n";
+  bool first = true;
+  const std::string pid = std::to_string(m.pid);
+  begin_event(&j, &first);
+  j += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"name\":";
+  append_json_string(&j, base_name(m.exe) + " (gpushim)");
+  j += "}}";
+  std::map<int, uint64_t> limits;
+  for (const DeviceReport& d : m.devices)
+    if (d.limit_bytes) limits[d.device] = d.limit_bytes;
+  std::map<int, double> last_t;
+  for (const TimelineSample& s : timeline) {
+    begin_event(&j, &first);
+    j += "{\"name\":\"device " + std::to_string(s.device) + " memory\",\"ph\":\"C\",\"ts\":" + number(s.t_s * 1e6) +
+         ",\"pid\":" + pid + ",\"args\":{\"allocated\":" + std::to_string(s.allocated) +
+         ",\"reserved\":" + std::to_string(s.reserved) + "}}";
+    last_t[s.device] = s.t_s;
+  }
+  // The cap as its own track, flat over the run.
+  for (const auto& [dev, limit] : limits) {
+    for (double t : {0.0, std::max(last_t[dev], m.duration_s)}) {
+      begin_event(&j, &first);
+      j += "{\"name\":\"device " + std::to_string(dev) + " cap\",\"ph\":\"C\",\"ts\":" + number(t * 1e6) + ",\"pid\":" + pid +
+           ",\"args\":{\"cap\":" + std::to_string(limit) + "}}";
+    }
+  }
+  for (const OomReport& o : ooms) {
+    begin_event(&j, &first);
+    j += "{\"name\":\"OOM on device " + std::to_string(o.device) + "\",\"ph\":\"i\",\"s\":\"p\",\"ts\":" +
+         number(o.t_s * 1e6) + ",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"requested\":" + std::to_string(o.requested) +
+         ",\"allocated\":" + std::to_string(o.allocated) + ",\"reserved\":" + std::to_string(o.reserved) +
+         ",\"device_free\":" + std::to_string(o.device_free) + ",\"site\":";
+    std::string site = "unknown";
+    for (const FrameInfo& f : o.frames)
+      if (!is_plumbing_frame(f)) {
+        site = describe_frame(f);
+        break;
+      }
+    append_json_string(&j, site);
+    j += "}}";
+  }
+  for (size_t i = 0; i < iterations.size(); ++i) {
+    begin_event(&j, &first);
+    j += "{\"name\":\"iteration " + std::to_string(i + 1) + "\",\"ph\":\"i\",\"s\":\"p\",\"ts\":" +
+         number(iterations[i] * 1e6) + ",\"pid\":" + pid + ",\"tid\":0}";
+  }
+  j += "\n]}\n";
+  return j;
+}
+
+}  // namespace
+
+std::string perfetto_from_trace(const TraceData& trace, size_t max_points_per_device) {
+  RunView run;
+  run_from_trace(trace, "", &run);
+  return perfetto_document(run.meta, trace_timeline(trace, max_points_per_device), run.meta.ooms, run.iterations_s);
+}
+
+std::string perfetto_from_run(const RunView& run) {
+  return perfetto_document(run.meta, run.meta.timeline, run.meta.ooms, run.iterations_s);
+}
+
+std::string timeline_json(const RunView& run, const std::vector<TimelineSample>& timeline) {
+  const ReportData& m = run.meta;
+  std::string j = "{\"source\":";
+  append_json_string(&j, run.source);
+  j += ",\"path\":";
+  append_json_string(&j, run.path);
+  j += ",\"exe\":";
+  append_json_string(&j, m.exe);
+  j += ",\"pid\":" + std::to_string(m.pid) + ",\"rank\":";
+  append_json_string(&j, m.rank);
+  j += ",\"policy\":";
+  append_json_string(&j, m.policy);
+  j += ",\"duration_s\":" + number(m.duration_s) + ",\"devices\":[";
+  for (size_t i = 0; i < m.devices.size(); ++i) {
+    const DeviceReport& d = m.devices[i];
+    j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(d.device) + ",\"capacity\":" +
+         std::to_string(d.capacity_bytes) + ",\"limit\":" + std::to_string(d.limit_bytes) + ",\"peak_allocated\":" +
+         std::to_string(d.peak_allocated_bytes) + ",\"peak_allocated_at_s\":" + number(d.peak_allocated_at_s) +
+         ",\"peak_reserved\":" + std::to_string(d.peak_reserved_bytes) + ",\"live_at_end\":" +
+         std::to_string(d.live_bytes) + ",\"reserved_at_end\":" + std::to_string(d.pool.reserved_bytes) + ",\"samples\":[";
+    bool first = true;
+    for (const TimelineSample& s : timeline) {
+      if (s.device != d.device) continue;
+      j += first ? "" : ",";
+      first = false;
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), "[%.6f,%" PRIu64 ",%" PRIu64 "]", s.t_s, s.allocated, s.reserved);
+      j += buf;
+    }
+    j += "]}";
+  }
+  j += "],\"ooms\":[";
+  for (size_t i = 0; i < m.ooms.size(); ++i) {
+    const OomReport& o = m.ooms[i];
+    j += std::string(i ? "," : "") + "{\"t_s\":" + number(o.t_s) + ",\"device\":" + std::to_string(o.device) +
+         ",\"requested\":" + std::to_string(o.requested) + ",\"allocated\":" + std::to_string(o.allocated) + "}";
+  }
+  j += "],\"iterations\":[";
+  for (size_t i = 0; i < run.iterations_s.size(); ++i) j += (i ? "," : "") + number(run.iterations_s[i]);
+  // The strongest growth suspects, named by their first frame outside the shim and CUDA.
+  j += "],\"growth\":[";
+  for (size_t i = 0; i < run.growth.size() && i < 3; ++i) {
+    const GrowthSuspect& g = run.growth[i];
+    std::string site = "unknown";
+    for (const FrameInfo& f : g.frames)
+      if (!is_plumbing_frame(f)) {
+        site = describe_frame(f);
+        break;
+      }
+    j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(g.device) + ",\"grew_bytes\":" +
+         std::to_string(g.grew_bytes) + ",\"bytes_per_iteration\":" + number(g.bytes_per_iteration) + ",\"site\":";
+    append_json_string(&j, site);
+    j += "}";
+  }
+  j += "]}\n";
+  return j;
+}
+
+}  // namespace gpushim::analysis

@@ -1,0 +1,57 @@
+// A small JSON reader for gpushim's own documents (reports). Hand-written rather than a library:
+// it keeps 64-bit integers exact, bounds nesting depth, and never throws or crashes on bad input
+// (the readers are fuzzed), which is all the analysis tools need.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace gpushim::analysis {
+
+class JsonValue {
+ public:
+  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
+
+  Type type() const { return type_; }
+  bool is_null() const { return type_ == Type::kNull; }
+  bool is_object() const { return type_ == Type::kObject; }
+  bool is_array() const { return type_ == Type::kArray; }
+  bool is_string() const { return type_ == Type::kString; }
+  bool is_number() const { return type_ == Type::kNumber; }
+  bool is_bool() const { return type_ == Type::kBool; }
+
+  // Object member by key (the first if repeated), or null when absent or not an object.
+  const JsonValue* get(std::string_view key) const;
+  const std::vector<JsonValue>& items() const { return array_; }
+  const std::vector<std::pair<std::string, JsonValue>>& members() const { return object_; }
+  const std::string& str() const { return text_; }  // string value (unescaped)
+  bool boolean() const { return bool_; }
+
+  // Numbers, exactly: false unless the number is an integer that fits.
+  bool to_u64(uint64_t* out) const;
+  bool to_i64(int64_t* out) const;
+  bool to_double(double* out) const;  // any number
+
+  JsonValue() = default;  // null
+
+ private:
+  friend class JsonParser;
+  Type type_ = Type::kNull;
+  bool bool_ = false;
+  std::string text_;  // string value, or the number's literal text
+  std::vector<JsonValue> array_;
+  std::vector<std::pair<std::string, JsonValue>> object_;
+};
+
+// Parses one JSON document (RFC 8259; surrounding whitespace allowed, nothing after it). On failure
+// returns false with a one-line message naming line and column; never throws or crashes.
+bool parse_json(const std::string& bytes, JsonValue* out, std::string* error);
+
+// Writes `s` as a JSON string literal (quotes included), escaping as needed; bytes that are not
+// UTF-8 become U+FFFD so the output always parses.
+void append_json_string(std::string* out, std::string_view s);
+
+}  // namespace gpushim::analysis

@@ -1,0 +1,51 @@
+// gpushim-analyze: offline analysis of gpushim reports and traces.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+
+namespace {
+
+constexpr char kUsage[] = R"(usage: gpushim-analyze COMMAND [ARGS] (COMMAND --help for details)
+
+commands:
+  summary REPORT|TRACE          the human report: peaks, fragmentation, OOMs, growth suspects,
+                                top sites, per-module table
+  replay TRACE [--policy P]...  the trace's allocations through each policy on a simulated
+         [--limit BYTES]        device: peak reserved, utilization, OOMs, driver calls
+  diff A B                      per-site change in live and peak bytes between two runs
+  merge DIR|FILES               one table across ranks or processes, outliers flagged
+  export --format memory-viz|folded|perfetto|timeline TRACE|REPORT -o FILE
+
+REPORT is a JSON report written by libgpushim.so (GPUSHIM_REPORT, at exit or on a snapshot);
+TRACE a binary trace (GPUSHIM_TRACE). Inputs are recognized by content.
+)";
+
+struct Command {
+  const char* name;
+  int (*run)(const std::vector<std::string>&);
+};
+
+constexpr Command kCommands[] = {
+    {"summary", gpushim::analysis::cmd_summary}, {"replay", gpushim::analysis::cmd_replay},
+    {"diff", gpushim::analysis::cmd_diff},       {"merge", gpushim::analysis::cmd_merge},
+    {"export", gpushim::analysis::cmd_export},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  for (const Command& c : kCommands)
+    if (std::strcmp(argv[1], c.name) == 0) return c.run(args);
+  std::fprintf(stderr, "gpushim-analyze: unknown command '%s'\n%s", argv[1], kUsage);
+  return 2;
+}

@@ -1,0 +1,239 @@
+#include "replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "accounting/allocation_tracker.h"
+#include "memory_levels.h"
+#include "policy/device_budget.h"
+#include "policy/limited_backend.h"
+#include "policy/policy_factory.h"
+
+namespace gpushim::analysis {
+namespace {
+
+constexpr uint64_t kUnknownCapacity = 1ull << 50;  // 1 PiB: "no device limit" for the simulation
+
+struct Block {
+  void* ptr = nullptr;  // null: the allocation failed in the replay; its free is skipped
+  uint64_t size = 0;
+  bool forwarded = false;
+};
+
+// One simulated device: SimBackend <- LimitedBackend (the cap) <- pool, as in the shim.
+struct SimDevice {
+  SimDevice(const Config& config, uint64_t capacity, uint64_t limit) : sim(capacity), limited(sim, budget) {
+    budget.set_limit(limit);
+    pool = make_pool(config, limited);
+  }
+  ~SimDevice() { pool.reset(); }  // before the backends it uses
+
+  SimBackend sim;
+  DeviceBudget budget;
+  LimitedBackend limited;
+  std::unique_ptr<DeviceMemoryResource> pool;
+  absl::flat_hash_map<uint64_t, Block> blocks;  // recorded address -> replayed block
+  uint64_t allocated = 0, forwarded = 0;
+  uintptr_t next_forwarded_addr = 0x200000000000ull;
+  ReplayDevice result;
+};
+
+}  // namespace
+
+std::map<int, uint64_t> recorded_peak_allocated(const TraceData& trace) {
+  MemoryLevels levels;
+  std::map<int, uint64_t> peaks;
+  for (const TraceEvent& e : trace.events)
+    if (const MemoryLevels::Device* d = levels.apply(e)) peaks[e.device] = std::max(peaks[e.device], d->allocated);
+  return peaks;
+}
+
+bool parse_policy_name(const std::string& name, PolicyKind* out) {
+  const ConfigResult r = parse_config(std::vector<std::pair<std::string, std::string>>{{"GPUSHIM_POLICY", name}});
+  if (!r.ok()) return false;
+  *out = r.config.policy;
+  return true;
+}
+
+std::vector<PolicyKind> available_policies() {
+  std::vector<PolicyKind> out;
+  for (const char* name : {"passthrough", "caching", "vmm"}) {
+    PolicyKind p;
+    if (!parse_policy_name(name, &p)) continue;
+    if (p != PolicyKind::kPassthrough) {
+      // A policy the configuration accepts but the factory cannot build yet is not offered.
+      Config c;
+      c.policy = p;
+      SimBackend sim(kUnknownCapacity);
+      if (make_pool(c, sim) == nullptr) continue;
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+bool recorded_config(const TraceData& trace, const std::vector<std::string>& overrides, Config* out,
+                     std::vector<std::string>* notes, std::string* error) {
+  // Entries that do not shape the pools (files, output) are left out: a replay writes nothing.
+  auto relevant = [](const std::string& name) {
+    return name != "GPUSHIM_REPORT" && name != "GPUSHIM_TRACE" && name != "GPUSHIM_SUMMARY";
+  };
+  std::vector<std::pair<std::string, std::string>> vars;
+  for (const std::string& c : trace.header.config) {
+    const size_t eq = c.find('=');
+    if (eq == std::string::npos || !relevant(c.substr(0, eq))) continue;
+    std::vector<std::pair<std::string, std::string>> one{{c.substr(0, eq), c.substr(eq + 1)}};
+    if (!parse_config(one).ok()) {
+      notes->push_back("recorded setting " + c + " is not understood by this build; ignored");
+      continue;
+    }
+    vars.push_back(one[0]);
+  }
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    if (eq == std::string::npos) {
+      *error = "--set expects NAME=value, got '" + o + "'";
+      return false;
+    }
+    std::vector<std::pair<std::string, std::string>> one{{o.substr(0, eq), o.substr(eq + 1)}};
+    const ConfigResult r = parse_config(one);
+    if (!r.ok()) {
+      *error = r.errors.front().message();
+      return false;
+    }
+    vars.push_back(one[0]);
+  }
+  const ConfigResult r = parse_config(vars);
+  if (!r.ok()) {
+    *error = r.errors.front().message();
+    return false;
+  }
+  *out = r.config;
+  PolicyKind recorded;
+  if (parse_policy_name(trace.header.policy, &recorded)) out->policy = recorded;
+  return true;
+}
+
+ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings) {
+  ReplayResult result;
+  result.policy = policy_name(settings.config.policy);
+  if (settings.config.policy != PolicyKind::kPassthrough) {
+    SimBackend probe(kUnknownCapacity);
+    if (make_pool(settings.config, probe) == nullptr) {
+      result.available = false;
+      return result;
+    }
+  }
+  // Memory the recording forwarded under a pooling policy was graph-capture memory, which belongs
+  // to CUDA under every policy. Under a recorded passthrough, everything was forwarded by policy.
+  PolicyKind recorded_policy = PolicyKind::kCaching;
+  const bool recorded_passthrough =
+      parse_policy_name(trace.header.policy, &recorded_policy) && recorded_policy == PolicyKind::kPassthrough;
+
+  std::map<int, std::unique_ptr<SimDevice>> devices;
+  auto device = [&](int ordinal) -> SimDevice& {
+    auto it = devices.find(ordinal);
+    if (it != devices.end()) return *it->second;
+    const trace::DeviceInfo* info = trace.device(ordinal);
+    uint64_t capacity = settings.capacity ? settings.capacity : info && info->capacity ? info->capacity : kUnknownCapacity;
+    const uint64_t limit = settings.limit_given ? settings.limit.resolve(capacity) : info ? info->limit : 0;
+    auto d = std::make_unique<SimDevice>(settings.config, capacity, limit);
+    d->result.device = ordinal;
+    d->result.capacity = capacity;
+    d->result.limit = limit;
+    return *devices.emplace(ordinal, std::move(d)).first->second;
+  };
+
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < trace.events.size(); ++i) {
+    const TraceEvent& e = trace.events[i];
+    const bool refused = e.kind == EventKind::kOom;
+    if (e.kind != EventKind::kAlloc && e.kind != EventKind::kFree && !refused) continue;
+    if ((e.flags & trace::kFlagKindMask) != static_cast<uint8_t>(MemoryKind::kDevice)) continue;
+    SimDevice& d = device(e.device);
+    ++result.events;
+    const bool ordered = (e.flags & trace::kFlagStreamOrdered) != 0;
+    const CUstream stream = reinterpret_cast<CUstream>(e.stream);
+    if (e.kind == EventKind::kAlloc || refused) {
+      if (refused) ++d.result.recorded_ooms;
+      Block b;
+      const bool forward =
+          d.pool == nullptr || (!recorded_passthrough && (e.flags & trace::kFlagForwarded) != 0);
+      CUresult r = CUDA_SUCCESS;
+      if (forward) {
+        // CUDA serves it; the cap and the device size still apply, as in the shim.
+        b.forwarded = true;
+        b.size = e.requested;
+        const bool fits = d.sim.used() + d.forwarded + b.size <= d.sim.capacity();
+        if (!fits || !d.budget.try_charge(b.size)) {
+          r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+          b.ptr = reinterpret_cast<void*>(d.next_forwarded_addr);
+          d.next_forwarded_addr += (b.size + 511) / 512 * 512 + 512;
+          d.forwarded += b.size;
+          ++d.result.forwarded_calls;
+        }
+      } else {
+        uint64_t allocated = 0;
+        r = d.pool->allocate(AllocRequest{e.requested, stream, ordered}, &b.ptr, &allocated);
+        b.size = allocated;
+      }
+      if (r != CUDA_SUCCESS) {
+        b.ptr = nullptr;
+        if (d.result.ooms++ == 0) {
+          d.result.oom_event = i + 1;
+          d.result.oom_t_ns = e.t_ns;
+          d.result.oom_requested = e.requested;
+          d.result.oom_allocated = d.allocated;
+          d.result.oom_reserved = d.sim.used() + d.forwarded;
+          d.result.oom_stack = e.stack;
+        }
+      } else {
+        ++d.result.allocs;
+        d.allocated += b.size;
+        d.result.peak_allocated = std::max(d.result.peak_allocated, d.allocated);
+      }
+      if (refused) {
+        // The recorded program never got this memory: give it back at once if the replay did.
+        if (b.ptr != nullptr) {
+          ++d.result.recorded_ooms_avoided;
+          d.result.peak_reserved = std::max(d.result.peak_reserved, d.sim.used() + d.forwarded);
+          --d.result.allocs;
+          d.allocated -= b.size;
+          if (b.forwarded) d.forwarded -= b.size, d.budget.uncharge(b.size);
+          else d.pool->deallocate(b.ptr, stream, false);
+        }
+        continue;
+      }
+      d.blocks[e.addr] = b;
+    } else {
+      auto it = d.blocks.find(e.addr);
+      if (it == d.blocks.end()) continue;
+      const Block b = it->second;
+      d.blocks.erase(it);
+      if (b.ptr == nullptr) continue;  // its allocation failed in the replay
+      ++d.result.frees;
+      d.allocated -= b.size;
+      if (b.forwarded) {
+        d.forwarded -= b.size;
+        d.budget.uncharge(b.size);
+        ++d.result.forwarded_calls;
+      } else {
+        d.pool->deallocate(b.ptr, stream, ordered);
+      }
+    }
+    d.result.peak_reserved = std::max(d.result.peak_reserved, d.sim.used() + d.forwarded);
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (auto& [ord, d] : devices) {
+    d->result.end_allocated = d->allocated;
+    d->result.driver = d->sim.counters();
+    result.devices.push_back(d->result);
+  }
+  return result;
+}
+
+}  // namespace gpushim::analysis

@@ -1,0 +1,69 @@
+// Replays the allocations of a trace through a policy on a simulated device: the pools are built by
+// policy/policy_factory.h over policy/sim_backend.h, the very code the shim runs, so "what if this
+// job had run with the vmm policy on a 40 GB card" gets the answer the shim would have given.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "policy/sim_backend.h"
+#include "trace_reader.h"
+
+namespace gpushim::analysis {
+
+struct ReplaySettings {
+  Config config;                // policy and its knobs
+  bool limit_given = false;     // else each device keeps the cap it was recorded with
+  LimitSpec limit;              // when limit_given; inactive = no cap
+  uint64_t capacity = 0;        // simulated device size; 0: the recorded capacity (else 1 PiB)
+};
+
+struct ReplayDevice {
+  int device = 0;
+  uint64_t capacity = 0, limit = 0;
+  uint64_t allocs = 0, frees = 0;
+  uint64_t peak_allocated = 0, peak_reserved = 0;
+  uint64_t end_allocated = 0;
+  // The first allocation the simulated device (or the cap) refused.
+  uint64_t ooms = 0;
+  uint64_t oom_event = 0;  // 1-based index into TraceData::events
+  uint64_t oom_t_ns = 0, oom_requested = 0, oom_allocated = 0, oom_reserved = 0;
+  uint32_t oom_stack = 0;
+  // Allocations the recorded run was refused (its OOM events) are tried again: under another
+  // policy or cap they may fit. One that fits is released at once (the program never had it).
+  uint64_t recorded_ooms = 0, recorded_ooms_avoided = 0;
+  SimCounters driver;      // calls the pool made to the (simulated) driver
+  uint64_t forwarded_calls = 0;  // allocations and frees served by CUDA directly (passthrough, capture)
+  uint64_t driver_calls() const { return driver.driver_calls() + forwarded_calls; }
+  double utilization() const {
+    return peak_reserved ? static_cast<double>(peak_allocated) / static_cast<double>(peak_reserved) : 1.0;
+  }
+};
+
+struct ReplayResult {
+  std::string policy;
+  bool available = true;  // false: this build has no such policy (make_pool gave nothing)
+  uint64_t events = 0;    // device-memory events replayed
+  double seconds = 0;     // wall time of the replay loop
+  std::vector<ReplayDevice> devices;
+};
+
+ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings);
+
+// Peak allocated device memory per device as the trace records it: the sizes the shim handed out,
+// summed in the trace's order. A replay under the recorded policy must give exactly this.
+std::map<int, uint64_t> recorded_peak_allocated(const TraceData& trace);
+
+// The configuration a trace was recorded with (its GPUSHIM_* assignments), with `overrides`
+// ("NAME=value") applied on top. Unknown or invalid recorded entries are skipped with a note.
+bool recorded_config(const TraceData& trace, const std::vector<std::string>& overrides, Config* out,
+                     std::vector<std::string>* notes, std::string* error);
+
+// Policies this build can replay, in order: passthrough, caching, then vmm when it exists.
+std::vector<PolicyKind> available_policies();
+bool parse_policy_name(const std::string& name, PolicyKind* out);
+
+}  // namespace gpushim::analysis

@@ -1,0 +1,434 @@
+#include "run_view.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "absl/container/flat_hash_map.h"
+#include "accounting/allocation_tracker.h"
+#include "growth.h"
+#include "memory_levels.h"
+#include "offline_symbolizer.h"
+#include "util/units.h"
+
+namespace gpushim::analysis {
+namespace {
+
+constexpr size_t kTimelinePointsPerDevice = 4000;
+constexpr int kTimeCheckpoints = 32;
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+uint8_t memory_kind(const TraceEvent& e) { return e.flags & trace::kFlagKindMask; }
+const char* kind_name(uint8_t k) { return memory_kind_name(static_cast<MemoryKind>(k)); }
+
+struct SiteKey {
+  uint32_t stack;
+  int16_t device;
+  uint8_t kind;
+  bool operator==(const SiteKey& o) const { return stack == o.stack && device == o.device && kind == o.kind; }
+  template <typename H>
+  friend H AbslHashValue(H h, const SiteKey& k) {
+    return H::combine(std::move(h), k.stack, k.device, k.kind);
+  }
+};
+SiteKey key_of(const TraceEvent& e) { return SiteKey{e.stack, e.device, memory_kind(e)}; }
+
+struct SiteState {
+  uint64_t live = 0, count = 0, peak = 0, allocs = 0;
+  uint64_t at_peak = 0;
+  int first_checkpoint = -1;        // checkpoint index of its first allocation
+  std::vector<uint64_t> samples;    // live bytes at checkpoints from first_checkpoint on
+};
+
+struct DeviceState {
+  uint64_t allocated = 0, count = 0, reserved = 0, requested = 0;
+  uint64_t peak_allocated = 0, peak_reserved = 0;
+  uint64_t peak_event = 0;  // index of the event that set peak_allocated
+  double peak_t = 0;
+  uint64_t allocs = 0, frees = 0, ooms = 0, segment_allocs = 0, segment_frees = 0;
+};
+
+// Keeps at most ~max points of a step series: per time bucket the first point and the one with the
+// highest allocated, so peaks survive thinning.
+std::vector<TimelineSample> thin(const std::vector<TimelineSample>& pts, size_t max) {
+  if (pts.size() <= max || max < 4) return pts;
+  std::vector<TimelineSample> out;
+  const double t0 = pts.front().t_s, t1 = pts.back().t_s;
+  const size_t buckets = max / 2;
+  const double width = (t1 - t0) / static_cast<double>(buckets);
+  size_t i = 0;
+  while (i < pts.size()) {
+    const double end = width > 0 ? t0 + width * (std::floor((pts[i].t_s - t0) / width) + 1) : t1 + 1;
+    const size_t first = i;
+    size_t best = i;
+    while (i < pts.size() && pts[i].t_s < end) {
+      if (pts[i].allocated > pts[best].allocated) best = i;
+      ++i;
+    }
+    if (i == first) ++i;
+    out.push_back(pts[first]);
+    if (best != first) out.push_back(pts[best]);
+  }
+  if (out.back().t_s != pts.back().t_s || out.back().allocated != pts.back().allocated) out.push_back(pts.back());
+  return out;
+}
+
+}  // namespace
+
+const DeviceReport* RunView::device(int ordinal) const {
+  for (const DeviceReport& d : meta.devices)
+    if (d.device == ordinal) return &d;
+  return nullptr;
+}
+
+bool read_file(const std::string& path, std::string* out, std::string* error) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = "cannot open " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  out->clear();
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      *error = "cannot read " + path + ": " + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    out->append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return true;
+}
+
+std::string human_bytes(uint64_t b) { return format_bytes(b); }
+
+std::string human_delta(int64_t d) {
+  if (d == 0) return "0 B";
+  const uint64_t mag = d < 0 ? static_cast<uint64_t>(-(d + 1)) + 1 : static_cast<uint64_t>(d);
+  return (d < 0 ? "-" : "+") + human_bytes(mag);
+}
+
+std::string site_identity(const SiteView& s) {
+  std::string id = std::to_string(s.device) + "|" + s.kind;
+  for (const FrameInfo& f : s.frames) {
+    id += "|" + base_name(f.module) + "|" + f.function + "|" + f.file + ":" + std::to_string(f.line);
+    // Without a name, the offset inside the module is all that tells frames apart.
+    if (f.function.empty() && f.file.empty() && !f.python) id += "@" + std::to_string(f.module_offset);
+  }
+  return id;
+}
+
+bool run_from_report(const ReportFile& file, const std::string& path, RunView* out) {
+  RunView v;
+  v.path = path;
+  v.source = "report";
+  v.meta = file.report;
+  for (const SiteReport& s : file.report.sites) {
+    SiteView sv;
+    sv.device = s.device;
+    sv.kind = s.kind;
+    sv.live_bytes = s.live_bytes;
+    sv.live_count = s.live_count;
+    sv.frames = s.frames;
+    v.sites.push_back(std::move(sv));
+  }
+  v.meta.sites.clear();
+  v.growth_known = file.has_growth;
+  for (const GrowthEntry& g : file.growth) {
+    GrowthSuspect gs;
+    gs.device = g.device;
+    gs.frames = g.frames;
+    auto fig = [&](const char* k) {
+      auto it = g.figures.find(k);
+      return it == g.figures.end() ? 0.0 : it->second;
+    };
+    gs.bytes_per_s = fig("bytes_per_s");
+    gs.bytes_per_iteration = fig("bytes_per_iteration");
+    gs.live_bytes = static_cast<uint64_t>(fig("live_bytes"));
+    gs.live_count = static_cast<uint64_t>(fig("live_count"));
+    gs.grew_bytes = static_cast<uint64_t>(fig("grew_bytes"));
+    gs.checkpoints = static_cast<int>(fig("samples"));
+    v.growth.push_back(std::move(gs));
+  }
+  if (file.report.reason == "snapshot")
+    v.notes.push_back("a snapshot taken while the process ran, " + std::to_string(file.report.duration_s) +
+                      " s after the shim started: live means live at that moment");
+  *out = std::move(v);
+  return true;
+}
+
+void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
+  RunView v;
+  v.path = path;
+  v.source = "trace";
+  ReportData& m = v.meta;
+  m.pid = t.header.pid;
+  m.exe = t.header.exe;
+  m.host = t.header.host;
+  m.rank = t.header.rank;
+  m.policy = t.header.policy;
+  m.reason = t.end ? "exit" : "truncated";
+  m.stack_depth = static_cast<int>(t.header.stack_depth);
+  m.wall_time_s = static_cast<double>(t.header.start_wall_ns) / 1e9;
+  const uint64_t last_t = t.end ? t.end->end_mono_ns : (t.events.empty() ? t.header.start_mono_ns : t.events.back().t_ns);
+  m.duration_s = t.seconds(last_t);
+  if (t.truncated) v.notes.push_back("the trace is cut short (" + t.stop_reason + "): figures cover what was recorded");
+  else if (!t.end) v.notes.push_back("the trace has no end record (the process did not exit cleanly)");
+  if (t.dropped) v.notes.push_back(std::to_string(t.dropped) + " events were dropped while recording (disk too slow): totals are approximate");
+  if (t.unmatched_frees) v.notes.push_back(std::to_string(t.unmatched_frees) + " frees of allocations the trace does not contain were ignored");
+
+  // Iteration marks decide the checkpoints for growth; without enough of them, evenly spaced times.
+  for (const TraceEvent& e : t.events)
+    if (e.kind == EventKind::kIteration) v.iterations_s.push_back(t.seconds(e.t_ns));
+  std::vector<uint64_t> checkpoints;  // times (ns)
+  const bool by_iteration = v.iterations_s.size() >= 4;
+  if (by_iteration) {
+    for (const TraceEvent& e : t.events)
+      if (e.kind == EventKind::kIteration) checkpoints.push_back(e.t_ns);
+  } else if (!t.events.empty()) {
+    const uint64_t t0 = t.events.front().t_ns, t1 = t.events.back().t_ns;
+    for (int k = 1; k <= kTimeCheckpoints; ++k)
+      checkpoints.push_back(t0 + (t1 - t0) * static_cast<uint64_t>(k) / kTimeCheckpoints);
+  }
+
+  std::map<int, DeviceState> devs;
+  for (const auto& d : t.devices) devs[d.ordinal];
+  MemoryLevels levels;
+  absl::flat_hash_map<SiteKey, SiteState> sites;
+  std::map<uint8_t, OtherMemoryReport> other;
+  std::vector<double> checkpoint_s;
+  size_t next_cp = 0;
+  auto take_checkpoint = [&] {
+    checkpoint_s.push_back(t.seconds(checkpoints[next_cp]));
+    for (auto& [k, s] : sites) {
+      if (s.first_checkpoint < 0) s.first_checkpoint = static_cast<int>(next_cp);
+      s.samples.push_back(s.live);
+    }
+    ++next_cp;
+  };
+  for (uint64_t i = 0; i < t.events.size(); ++i) {
+    const TraceEvent& e = t.events[i];
+    // A checkpoint at time T sees every event up to T; an iteration mark sees the events before it.
+    while (next_cp < checkpoints.size() &&
+           (checkpoints[next_cp] < e.t_ns || (by_iteration && e.kind == EventKind::kIteration && checkpoints[next_cp] == e.t_ns)))
+      take_checkpoint();
+    const double ts = t.seconds(e.t_ns);
+    const uint8_t kind = memory_kind(e);
+    const MemoryLevels::Device* level = levels.apply(e);
+    switch (e.kind) {
+      case EventKind::kAlloc:
+      case EventKind::kFree: {
+        const bool alloc = e.kind == EventKind::kAlloc;
+        SiteState& s = sites[key_of(e)];
+        if (alloc) {
+          s.live += e.size, ++s.count, ++s.allocs;
+          s.peak = std::max(s.peak, s.live);
+        } else {
+          s.live -= std::min(s.live, e.size), s.count -= s.count ? 1 : 0;
+        }
+        if (kind != static_cast<uint8_t>(MemoryKind::kDevice)) {
+          OtherMemoryReport& o = other[kind];
+          o.kind = kind_name(kind);
+          if (alloc) o.live_bytes += e.size, ++o.live_count, ++o.total_allocs, o.peak_bytes = std::max(o.peak_bytes, o.live_bytes);
+          else o.live_bytes -= std::min(o.live_bytes, e.size), o.live_count -= o.live_count ? 1 : 0, ++o.total_frees;
+          break;
+        }
+        DeviceState& d = devs[e.device];
+        ++(alloc ? d.allocs : d.frees);
+        // What the program asked for (a pitched allocation asked for all of its pitch x height).
+        if (alloc) d.requested += e.requested;
+        else d.requested -= std::min(d.requested, e.requested);
+        break;
+      }
+      case EventKind::kSegmentAlloc:
+      case EventKind::kSegmentMap: ++devs[e.device].segment_allocs; break;
+      case EventKind::kSegmentFree:
+      case EventKind::kSegmentUnmap: ++devs[e.device].segment_frees; break;
+      case EventKind::kOom: {
+        DeviceState& d = devs[e.device];
+        ++d.ooms;
+        OomReport o;
+        o.t_s = ts;
+        o.device = e.device;
+        o.requested = e.requested;
+        o.device_free = e.size;
+        o.allocated = d.allocated;
+        o.reserved = d.reserved;
+        o.cached_free = o.reserved - std::min(o.reserved, o.allocated);
+        if (const trace::DeviceInfo* info = t.device(e.device)) o.capacity = info->capacity, o.limit = info->limit;
+        m.ooms.push_back(std::move(o));
+        break;
+      }
+      default: break;
+    }
+    if (level == nullptr) continue;
+    DeviceState& d = devs[e.device];
+    d.allocated = level->allocated;
+    d.count = level->count;
+    d.reserved = level->reserved();
+    if (d.allocated > d.peak_allocated) d.peak_allocated = d.allocated, d.peak_event = i, d.peak_t = ts;
+    d.peak_reserved = std::max(d.peak_reserved, d.reserved);
+  }
+  while (next_cp < checkpoints.size()) take_checkpoint();
+
+  // Second pass: what each site held when its device was at its peak.
+  {
+    absl::flat_hash_map<SiteKey, uint64_t> live;
+    std::map<int, uint64_t> remaining;  // devices whose peak is still ahead
+    for (auto& [ord, d] : devs)
+      if (d.peak_allocated) remaining[ord] = d.peak_event;
+    for (uint64_t i = 0; i < t.events.size() && !remaining.empty(); ++i) {
+      const TraceEvent& e = t.events[i];
+      if (e.kind == EventKind::kAlloc) live[key_of(e)] += e.size;
+      else if (e.kind == EventKind::kFree) {
+        uint64_t& l = live[key_of(e)];
+        l -= std::min(l, e.size);
+      }
+      for (auto it = remaining.begin(); it != remaining.end();) {
+        if (it->second != i) {
+          ++it;
+          continue;
+        }
+        for (const auto& [k, bytes] : live)
+          if (k.device == it->first && k.kind == static_cast<uint8_t>(MemoryKind::kDevice)) sites[k].at_peak = bytes;
+        it = remaining.erase(it);
+      }
+    }
+  }
+
+  OfflineSymbolizer sym(t);
+  for (auto& [ord, d] : devs) {
+    DeviceReport r;
+    r.device = ord;
+    r.live_bytes = d.allocated;
+    r.live_count = d.count;
+    r.peak_allocated_bytes = d.peak_allocated;
+    r.peak_allocated_at_s = d.peak_t;
+    r.peak_reserved_bytes = d.peak_reserved;
+    r.total_allocs = d.allocs;
+    r.total_frees = d.frees;
+    r.failed_allocs = d.ooms;
+    if (const trace::DeviceInfo* info = t.device(ord)) r.capacity_bytes = info->capacity, r.limit_bytes = info->limit;
+    r.pool.reserved_bytes = d.reserved;
+    r.pool.requested_bytes = d.requested;
+    r.pool.peak_reserved_bytes = d.peak_reserved;
+    r.pool.cached_free_bytes = d.reserved - std::min(d.reserved, d.allocated);
+    r.pool.segment_allocs = d.segment_allocs;
+    r.pool.segment_frees = d.segment_frees;
+    r.pool.ooms = d.ooms;
+    m.devices.push_back(r);
+  }
+  m.timeline = trace_timeline(t, kTimelinePointsPerDevice);
+  for (auto& [k, o] : other) m.other_memory.push_back(o);
+
+  // OOM stacks, in the order they happened.
+  {
+    size_t n = 0;
+    for (const TraceEvent& e : t.events)
+      if (e.kind == EventKind::kOom && n < m.ooms.size()) m.ooms[n++].frames = sym.stack(e.stack);
+  }
+
+  // Sites: symbolize, and merge those that symbolize the same (as the shim's report does).
+  std::map<std::string, size_t> by_identity;
+  for (const auto& [k, s] : sites) {
+    SiteView sv;
+    sv.device = k.device;
+    sv.kind = kind_name(k.kind);
+    sv.live_bytes = s.live;
+    sv.live_count = s.count;
+    sv.has_history = true;
+    sv.peak_bytes = s.peak;
+    sv.at_device_peak_bytes = s.at_peak;
+    sv.total_allocs = s.allocs;
+    sv.frames = sym.stack(k.stack);
+    const std::string id = site_identity(sv);
+    auto [it, fresh] = by_identity.emplace(id, v.sites.size());
+    if (fresh) {
+      v.sites.push_back(std::move(sv));
+      continue;
+    }
+    SiteView& into = v.sites[it->second];
+    into.live_bytes += sv.live_bytes;
+    into.live_count += sv.live_count;
+    into.peak_bytes += sv.peak_bytes;  // an upper bound once merged
+    into.at_device_peak_bytes += sv.at_device_peak_bytes;
+    into.total_allocs += sv.total_allocs;
+  }
+  std::sort(v.sites.begin(), v.sites.end(), [](const SiteView& a, const SiteView& b) {
+    if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
+    if (a.at_device_peak_bytes != b.at_device_peak_bytes) return a.at_device_peak_bytes > b.at_device_peak_bytes;
+    return a.peak_bytes > b.peak_bytes;
+  });
+
+  // Growth suspects.
+  v.growth_known = !checkpoints.empty();
+  for (const auto& [k, s] : sites) {
+    if (k.kind != static_cast<uint8_t>(MemoryKind::kDevice) || s.first_checkpoint < 0) continue;
+    const std::vector<double> times(checkpoint_s.begin() + s.first_checkpoint, checkpoint_s.end());
+    const GrowthVerdict g = judge_growth(s.samples, times);
+    if (!g.suspect) continue;
+    GrowthSuspect gs;
+    gs.device = k.device;
+    gs.frames = sym.stack(k.stack);
+    gs.grew_bytes = g.grew_bytes;
+    gs.bytes_per_s = g.seconds > 0 ? static_cast<double>(g.grew_bytes) / g.seconds : 0;
+    gs.bytes_per_iteration = by_iteration && g.steps > 0 ? static_cast<double>(g.grew_bytes) / g.steps : 0;
+    gs.live_bytes = s.live;
+    gs.live_count = s.count;
+    gs.checkpoints = g.steps + 1;
+    v.growth.push_back(std::move(gs));
+  }
+  std::sort(v.growth.begin(), v.growth.end(),
+            [](const GrowthSuspect& a, const GrowthSuspect& b) { return a.grew_bytes > b.grew_bytes; });
+  for (const std::string& n : sym.notes()) v.notes.push_back(n);
+  *out = std::move(v);
+}
+
+std::vector<TimelineSample> trace_timeline(const TraceData& t, size_t max_points_per_device) {
+  MemoryLevels levels;
+  std::map<int, std::vector<TimelineSample>> points;
+  for (const TraceEvent& e : t.events)
+    if (const MemoryLevels::Device* d = levels.apply(e))
+      points[e.device].push_back(TimelineSample{t.seconds(e.t_ns), e.device, d->allocated, d->reserved()});
+  std::vector<TimelineSample> out;
+  for (const auto& [dev, pts] : points)
+    for (const TimelineSample& p : max_points_per_device ? thin(pts, max_points_per_device) : pts) out.push_back(p);
+  std::stable_sort(out.begin(), out.end(), [](const TimelineSample& a, const TimelineSample& b) { return a.t_s < b.t_s; });
+  return out;
+}
+
+bool load_run(const std::string& path, RunView* out, std::string* error) {
+  std::string bytes;
+  if (!read_file(path, &bytes, error)) return false;
+  if (looks_like_trace(bytes)) {
+    TraceData t;
+    if (!parse_trace(bytes, &t, error)) {
+      *error = path + ": " + *error;
+      return false;
+    }
+    run_from_trace(t, path, out);
+    return true;
+  }
+  ReportFile r;
+  if (!parse_report(bytes, &r, error)) {
+    *error = path + ": " + *error;
+    return false;
+  }
+  return run_from_report(r, path, out);
+}
+
+}  // namespace gpushim::analysis

@@ -1,0 +1,73 @@
+// One run as the analysis commands see it, whether it comes from a report (the state at exit or
+// at a snapshot) or from a trace (every event, so also peaks per site and growth over time).
+// summary, diff, merge and the folded export all work on this.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report/report_model.h"
+#include "report_reader.h"
+#include "trace_reader.h"
+
+namespace gpushim::analysis {
+
+struct SiteView {
+  int device = 0;
+  std::string kind = "device";
+  uint64_t live_bytes = 0;  // at the end of the run (exit, snapshot, or the trace's last event)
+  uint64_t live_count = 0;
+  // Traces only (has_history): the site's own highest live bytes, and its bytes at the moment its
+  // device reached peak allocated (what to cut to lower the peak).
+  bool has_history = false;
+  uint64_t peak_bytes = 0;
+  uint64_t at_device_peak_bytes = 0;
+  uint64_t total_allocs = 0;
+  std::vector<FrameInfo> frames;  // innermost first
+};
+
+struct GrowthSuspect {
+  int device = 0;
+  std::vector<FrameInfo> frames;
+  uint64_t grew_bytes = 0;        // from first to last checkpoint
+  double bytes_per_s = 0;
+  double bytes_per_iteration = 0;  // 0 without iteration marks
+  uint64_t live_bytes = 0, live_count = 0;
+  int checkpoints = 0;             // samples the verdict rests on
+};
+
+struct RunView {
+  std::string path;
+  std::string source;  // "report" or "trace"
+  ReportData meta;     // pid, exe, host, rank, policy, reason, duration, devices, other_memory, ooms, timeline
+  std::vector<SiteView> sites;  // largest live_bytes first
+  std::vector<GrowthSuspect> growth;  // strongest first
+  bool growth_known = false;          // false: the source carries no growth information
+  std::vector<double> iterations_s;   // iteration marks (traces)
+  std::vector<std::string> notes;     // incompleteness worth telling the user about
+  const DeviceReport* device(int ordinal) const;
+};
+
+// Loads a report or a trace (told apart by content, not by name). Traces are symbolized offline.
+bool load_run(const std::string& path, RunView* out, std::string* error);
+bool run_from_report(const ReportFile& report, const std::string& path, RunView* out);
+void run_from_trace(const TraceData& trace, const std::string& path, RunView* out);
+
+// Allocated/reserved per device after every event of a trace, oldest first; with max_points
+// non-zero, thinned per device to about that many points, keeping each stretch's highest value.
+std::vector<TimelineSample> trace_timeline(const TraceData& trace, size_t max_points_per_device);
+
+// Reads a whole file; false with a message on error.
+bool read_file(const std::string& path, std::string* out, std::string* error);
+
+// A stable identity for a site across runs: device, kind and the symbolized frames (function,
+// file, line, module name), never raw addresses, which change with ASLR.
+std::string site_identity(const SiteView& s);
+
+// "12.0 MiB"-style bytes, and signed deltas ("+1.5 GiB").
+std::string human_bytes(uint64_t b);
+std::string human_delta(int64_t d);
+
+}  // namespace gpushim::analysis

@@ -1,0 +1,56 @@
+// Reads a GPUSHIM_TRACE file (docs/trace-format.md) into memory. A trace cut short (crash, kill -9,
+// full disk) reads up to its last complete chunk; a corrupt one up to the damage.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "trace/trace_encoder.h"
+#include "trace/trace_event.h"
+
+namespace gpushim::analysis {
+
+using trace::EventKind;
+using trace::TraceEvent;
+
+struct TraceData {
+  trace::HeaderInfo header;
+  uint32_t version_minor = 0;
+  std::vector<trace::DeviceInfo> devices;
+  std::map<uint32_t, trace::ModuleInfo> modules;
+  absl::flat_hash_map<uint32_t, std::vector<trace::FrameCode>> stacks;
+  std::map<uint32_t, trace::PyFrameInfo> pyframes;
+  // Every event in time order. Frees carry the size, requested size and stack of the allocation
+  // they free. Frees of addresses the trace never saw allocated (lost to drops, or allocated
+  // before the trace began) are not in this list; see unmatched_frees.
+  std::vector<TraceEvent> events;
+  std::optional<trace::EndInfo> end;  // absent if the process did not exit cleanly
+
+  // Reading notes: how complete the trace is.
+  bool truncated = false;   // stopped before the end of the file (torn or corrupt chunk)
+  std::string stop_reason;  // why, with the byte offset
+  uint64_t bytes_used = 0;  // bytes of the file that were read as complete chunks
+  uint64_t dropped = 0;     // events the shim dropped (sum of kDropped markers, or the end chunk's total)
+  uint64_t unmatched_frees = 0;
+  uint64_t repeated_allocs = 0;  // alloc of an address already live (a free was dropped)
+
+  const trace::DeviceInfo* device(int ordinal) const;
+  // Seconds since the shim started, for an event time.
+  double seconds(uint64_t t_ns) const {
+    return t_ns >= header.start_mono_ns ? static_cast<double>(t_ns - header.start_mono_ns) / 1e9 : 0.0;
+  }
+};
+
+// Returns false with a one-line message only when `bytes` is not a trace at all (wrong magic,
+// unsupported major version, missing header). Damage after the header is not an error: reading
+// stops there and `truncated` says so. Never crashes on any input.
+bool parse_trace(const std::string& bytes, TraceData* out, std::string* error);
+
+// True if `bytes` starts like a trace (for telling traces from reports).
+bool looks_like_trace(const std::string& bytes);
+
+}  // namespace gpushim::analysis

@@ -1,0 +1,102 @@
+// Encodes the payloads of trace chunks (trace_format.h). Pure functions of their input: the writer
+// thread calls them, and unit tests round-trip them through analysis/trace_reader.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trace/trace_event.h"
+
+namespace gpushim::trace {
+
+struct HeaderInfo {
+  int pid = 0;
+  std::string exe, host, rank, policy;
+  uint64_t start_mono_ns = 0;  // the shim's start: event times are relative to it in reports
+  uint64_t start_wall_ns = 0;
+  uint32_t stack_depth = 0;
+  // The GPUSHIM_* assignments the shim was configured with ("NAME=value"), so that a replay
+  // rebuilds exactly the recorded configuration through config/config.h.
+  std::vector<std::string> config;
+};
+
+struct DeviceInfo {
+  int ordinal = 0;
+  uint64_t capacity = 0;
+  uint64_t limit = 0;  // 0: none
+};
+
+struct ModuleInfo {
+  uint32_t id = 0;
+  std::string path;
+  uint64_t bias = 0;         // load bias (l_addr): ELF virtual address = runtime address - bias
+  uint64_t begin = 0, end = 0;  // runtime address range of its PT_LOAD segments
+  std::string build_id;      // raw bytes of NT_GNU_BUILD_ID, "" if none
+};
+
+// A frame word of a stack, coded against the module map.
+struct FrameCode {
+  uint64_t selector = kFrameRaw;  // kFrameRaw, kFramePython or kFrameModule0 + module id
+  uint64_t value = 0;             // address, Python frame id, or offset from the module's bias
+};
+
+struct StackInfo {
+  uint32_t id = 0;
+  std::vector<FrameCode> frames;  // innermost first
+};
+
+struct PyFrameInfo {
+  uint32_t id = 0;
+  std::string function, file;
+  int line = 0;
+};
+
+struct DeviceTotals {
+  int ordinal = 0;
+  uint64_t live_bytes = 0, live_count = 0;
+  uint64_t peak_allocated = 0, peak_reserved = 0;
+  uint64_t total_allocs = 0, total_frees = 0, failed_allocs = 0, ooms = 0;
+};
+
+struct EndInfo {
+  uint64_t end_mono_ns = 0;
+  uint64_t events_written = 0;
+  uint64_t events_dropped = 0;
+  std::vector<DeviceTotals> devices;  // the shim's own counters at the end
+};
+
+std::string encode_header(const HeaderInfo& h);
+std::string encode_device(const DeviceInfo& d);
+std::string encode_modules(const std::vector<ModuleInfo>& modules);
+std::string encode_stacks(const std::vector<StackInfo>& stacks);
+std::string encode_pyframes(const std::vector<PyFrameInfo>& frames);
+std::string encode_end(const EndInfo& e);
+
+// Delta-codes events into one kEvents payload. Deltas restart with every payload, so each chunk
+// decodes on its own.
+class EventEncoder {
+ public:
+  explicit EventEncoder(std::string* payload) : out_(payload) {}
+  void add(const TraceEvent& e);
+  // Writes the payload: base time, count, then the events added so far.
+  void finish();
+  size_t count() const { return count_; }
+  size_t bytes() const { return body_.size(); }
+
+ private:
+  std::string* out_;
+  std::string body_;
+  size_t count_ = 0;
+  bool first_ = true;
+  uint64_t base_t_ = 0, prev_t_ = 0, prev_addr_ = 0, prev_stream_ = 0;
+  uint32_t prev_stack_ = 0;
+  int16_t prev_device_ = 0;
+  uint8_t prev_flags_ = 0;
+  std::vector<std::pair<int16_t, uint64_t>> prev_seq_;  // per device, for kFlagSequenced
+};
+
+// The previous sequence number of `device` in `state` (0 if none yet), updated to `seq`.
+uint64_t exchange_seq(std::vector<std::pair<int16_t, uint64_t>>* state, int16_t device, uint64_t seq);
+
+}  // namespace gpushim::trace

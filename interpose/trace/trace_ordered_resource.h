@@ -1,0 +1,56 @@
+// Wraps a device's pool while a trace is recorded, so that the trace orders pool operations
+// exactly as the pool performed them.
+//
+// A pool hands out blocks whose size depends on its state (a free block may be larger than the
+// request and not worth splitting), and its state depends on the order of operations. Timestamps
+// taken outside the pool's lock can invert two concurrent operations, and a replay of the trace
+// would then hand out different sizes. Here each operation runs under one more lock and takes a
+// sequence number inside it: the reader orders a device's pool events by it, so the trace's order
+// is the pool's order and a replay reproduces it. A counter, not a clock read, keeps the lock short.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "policy/device_memory_resource.h"
+
+namespace gpushim::trace {
+
+class TraceOrderedResource final : public DeviceMemoryResource {
+ public:
+  explicit TraceOrderedResource(std::unique_ptr<DeviceMemoryResource> pool) : pool_(std::move(pool)) {}
+
+  CUresult allocate(const AllocRequest& req, void** out, uint64_t* allocated) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const CUresult r = pool_->allocate(req, out, allocated);
+    t_last_op_seq = ++seq_;
+    return r;
+  }
+  CUresult deallocate(void* p, CUstream stream, bool stream_ordered) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const CUresult r = pool_->deallocate(p, stream, stream_ordered);
+    t_last_op_seq = ++seq_;
+    return r;
+  }
+  bool contains(const void* p) const override { return pool_->contains(p); }
+  void figures(PoolFigures* out) const override { pool_->figures(out); }
+  void release_cached() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_->release_cached();
+  }
+
+  // The calling thread's last allocate or deallocate, as numbered in the pool's order (from 1).
+  static uint64_t last_op_seq() { return t_last_op_seq; }
+  // For what the pool does inside an operation (segments it takes or returns): the next number.
+  // Only while the pool is working, i.e. under the lock this class holds.
+  uint64_t next_seq_locked() { return ++seq_; }
+
+ private:
+  // initial-exec: written and read once per traced operation; the shim is preloaded at startup.
+  __attribute__((tls_model("initial-exec"))) static inline thread_local uint64_t t_last_op_seq = 0;
+  std::unique_ptr<DeviceMemoryResource> pool_;
+  std::mutex mu_;
+  uint64_t seq_ = 0;  // under mu_
+};
+
+}  // namespace gpushim::trace

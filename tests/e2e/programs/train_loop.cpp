@@ -1,0 +1,101 @@
+// A training job in miniature, for traces, replays and plots: model weights loaded once and kept,
+// activations allocated and freed every iteration (some stream-ordered), and a planted leak that
+// keeps some memory per iteration in leaky_step(). Marks each iteration through
+// gpushim_mark_iteration when the shim exports it. An out-of-memory error ends the loop the way it
+// ends a training job, but cleanly: the program reports it and frees what it holds.
+//
+// Usage: e2e_train_loop [iterations] [--leak-mib N] [--hang]
+//   --leak-mib N: leak N MiB per iteration (default 1)
+//   --hang: after the last iteration print "ready" and wait to be killed (kill -9 tests).
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "support/test_support.h"
+
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+
+std::vector<void*> load_model() {
+  std::vector<void*> weights;
+  for (int i = 0; i < 8; ++i) {
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, 16 * kMiB));
+    weights.push_back(p);
+  }
+  return weights;
+}
+
+// False on out-of-memory (after freeing what it took); any other error ends the program.
+bool forward_backward(cudaStream_t stream, int iteration) {
+  std::vector<void*> activations;
+  bool ok = true;
+  for (int layer = 0; layer < 6 && ok; ++layer) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, (4 + layer + iteration % 3) * kMiB);
+    if (e == cudaErrorMemoryAllocation) ok = false;
+    else CHECK(e);
+    if (ok) activations.push_back(p);
+  }
+  if (ok) {
+    void* scratch = nullptr;
+    CHECK(cudaMallocAsync(&scratch, 3 * kMiB, stream));
+    CHECK(cudaFreeAsync(scratch, stream));
+  }
+  for (auto it = activations.rbegin(); it != activations.rend(); ++it) CHECK(cudaFree(*it));
+  return ok;
+}
+
+bool leaky_step(std::vector<void*>* kept, size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) return false;
+  CHECK(e);
+  kept->push_back(p);  // the planted leak: one block more every iteration
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iterations = 20;
+  size_t leak = kMiB;
+  bool hang = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--hang") == 0) hang = true;
+    else if (std::strcmp(argv[i], "--leak-mib") == 0 && i + 1 < argc) leak = static_cast<size_t>(std::atoi(argv[++i])) * kMiB;
+    else iterations = std::atoi(argv[i]);
+  }
+  using MarkFn = void (*)();
+  auto mark = reinterpret_cast<MarkFn>(dlsym(RTLD_DEFAULT, "gpushim_mark_iteration"));
+  cudaStream_t stream = nullptr;
+  CHECK(cudaStreamCreate(&stream));
+  std::vector<void*> weights = load_model();
+  std::vector<void*> leaked;
+  int done = 0, oom_at = -1;
+  for (int it = 0; it < iterations; ++it) {
+    if (!forward_backward(stream, it) || !leaky_step(&leaked, leak)) {
+      oom_at = it;
+      break;
+    }
+    CHECK(cudaStreamSynchronize(stream));
+    if (mark) mark();
+    ++done;
+    usleep(2000);  // iterations take time, so time-based views spread them out
+  }
+  std::printf("{\"iterations\":%d,\"leaked\":%zu,\"oom_at\":%d,\"marks\":%s}\n", done, leaked.size(), oom_at,
+              mark ? "true" : "false");
+  std::fflush(stdout);
+  if (hang) {
+    std::printf("ready\n");
+    std::fflush(stdout);
+    for (;;) pause();
+  }
+  for (void* p : weights) CHECK(cudaFree(p));
+  if (oom_at >= 0)
+    for (void* p : leaked) CHECK(cudaFree(p));  // a job that died of OOM leaves nothing behind
+  CHECK(cudaStreamDestroy(stream));
+  return 0;
+}

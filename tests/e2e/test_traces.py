@@ -1,0 +1,483 @@
+"""End-to-end tests of GPUSHIM_TRACE and gpushim-analyze: traces recorded from the e2e programs,
+replayed through every policy, exported to the formats viewers read, and plotted."""
+import io
+import json
+import os
+import pickle
+import pickletools
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from shimtest import BIN, POLICIES, ShimTestCase, base_env, program, run
+
+MiB = 1 << 20
+ANALYZE = os.path.join(BIN, "gpushim-analyze")
+PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpushim-plot")
+
+
+def analyze(*args, check=True):
+    proc = subprocess.run([ANALYZE, *args], capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"gpushim-analyze {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def analyze_json(*args):
+    return json.loads(analyze(*args, "--json").stdout)
+
+
+def traced(args, env=None, **kw):
+    """Runs a program under the shim with a trace; returns (Run, trace path)."""
+    workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
+    path = os.path.join(workdir, "run.trace")
+    extra = {"GPUSHIM_TRACE": path, "GPUSHIM_SUMMARY": "0"}
+    extra.update(env or {})
+    r = run(args, env=extra, workdir=workdir, **kw)
+    return r, path
+
+
+class SafeUnpickler(pickle.Unpickler):
+    """Loads the memory-viz pickle without letting it name any class or function."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"the pickle asked for {module}.{name}")
+
+
+# The opcodes PyTorch's memory_viz.js unpickler implements.
+VIEWER_OPCODES = {"PROTO", "FRAME", "STOP", "EMPTY_DICT", "EMPTY_LIST", "EMPTY_TUPLE", "MARK", "SETITEM", "SETITEMS",
+                  "APPEND", "APPENDS", "DICT", "LIST", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "BININT", "BININT1",
+                  "BININT2", "LONG1", "BINFLOAT", "SHORT_BINUNICODE", "BINUNICODE", "NONE", "NEWTRUE", "NEWFALSE",
+                  "MEMOIZE", "BINGET", "LONG_BINGET", "BINPUT", "LONG_BINPUT"}
+
+
+def load_memory_viz(testcase, path):
+    with open(path, "rb") as f:
+        data = f.read()
+    used = {op.name for op, _, _ in pickletools.genops(data)}
+    testcase.assertLessEqual(used, VIEWER_OPCODES, "opcodes the viewer cannot read")
+    return SafeUnpickler(io.BytesIO(data)).load()
+
+
+def check_memory_viz(testcase, snap, expect_history=True):
+    """The structural invariants the viewer relies on: blocks tile their segments exactly, every live
+    block's alloc is in the trace, and walking device_traces backwards from the segments (as the
+    viewer does) never meets an inconsistency."""
+    testcase.assertEqual(set(snap), {"segments", "device_traces"})
+    segs_by_dev = {}
+    for seg in snap["segments"]:
+        at = seg["address"]
+        for b in seg["blocks"]:
+            testcase.assertEqual(b["address"], at, "blocks must tile the segment with no gap or overlap")
+            testcase.assertIn(b["state"], ("active_allocated", "active_pending_free", "inactive"))
+            testcase.assertGreater(b["size"], 0)
+            testcase.assertLessEqual(b["requested_size"], b["size"])
+            for f in b["frames"]:
+                testcase.assertEqual(set(f), {"filename", "line", "name"})
+            at += b["size"]
+        testcase.assertEqual(at, seg["address"] + seg["total_size"], "blocks must cover the whole segment")
+        testcase.assertEqual(seg["allocated_size"], sum(b["size"] for b in seg["blocks"] if b["state"] != "inactive"))
+        segs_by_dev.setdefault(seg["device"], []).append(seg)
+    for dev, trace in enumerate(snap["device_traces"]):
+        for e in trace:
+            testcase.assertIn(e["action"], ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+                                            "segment_map", "segment_unmap", "oom", "snapshot"))
+        segments = {s["address"]: s["total_size"] for s in segs_by_dev.get(dev, [])}
+        blocks = {b["address"]: b["size"] for s in segs_by_dev.get(dev, []) for b in s["blocks"]
+                  if b["state"] == "active_allocated"}
+        if expect_history:
+            allocated_last = {}
+            for e in trace:
+                if e["action"] == "alloc":
+                    allocated_last[e["addr"]] = True
+                elif e["action"] == "free_completed":
+                    allocated_last[e["addr"]] = False
+            for addr in blocks:
+                testcase.assertTrue(allocated_last.get(addr), f"live block {addr:#x} has no alloc event")
+
+        def inside(addr, size):
+            return any(s <= addr and addr + size <= s + n for s, n in segments.items())
+
+        for b, size in blocks.items():
+            testcase.assertTrue(inside(b, size))
+        for e in reversed(trace):  # the viewer's walk
+            a = e["action"]
+            if a == "alloc":
+                testcase.assertIn(e["addr"], blocks, "alloc of a block that is not there")
+                del blocks[e["addr"]]
+            elif a == "free_completed":
+                testcase.assertNotIn(e["addr"], blocks)
+                blocks[e["addr"]] = e["size"]
+                testcase.assertTrue(inside(e["addr"], e["size"]), "freed block outside every segment")
+            elif a == "segment_free":
+                testcase.assertNotIn(e["addr"], segments)
+                segments[e["addr"]] = e["size"]
+            elif a == "segment_alloc":
+                testcase.assertIn(e["addr"], segments)
+                testcase.assertFalse(any(e["addr"] <= b < e["addr"] + e["size"] for b in blocks),
+                                     "segment allocated under live blocks")
+                del segments[e["addr"]]
+        if expect_history:
+            testcase.assertEqual(blocks, {}, "the walk back must end with nothing allocated")
+            testcase.assertEqual(segments, {}, "the walk back must end with no segment")
+
+
+class Recording(ShimTestCase):
+    def test_replay_reproduces_the_recorded_peak_exactly(self):
+        programs = [["e2e_leak_two_sites"], ["e2e_free_everything"], ["e2e_train_loop", "15"],
+                    ["e2e_cap_and_oom", "64", "8"], ["e2e_graph_capture"], ["e2e_invalid_frees"]]
+        for policy in POLICIES:
+            for args in programs:
+                with self.subTest(policy=policy, program=args[0]):
+                    r, path = traced([program(args[0])] + args[1:], env={"GPUSHIM_POLICY": policy})
+                    self.assertRanOK(r)
+                    out = analyze_json("replay", path, "--policy", policy)
+                    self.assertEqual(out["recorded_policy"], policy)
+                    for dev in out["policies"][0]["devices"]:
+                        report_dev = r.device(dev["device"])
+                        # Single-threaded programs: the shim's counters, the trace and the replay agree.
+                        self.assertEqual(dev["peak_allocated"], report_dev["peak_allocated_bytes"])
+                        self.assertTrue(dev["reproduces_recorded_peak"])
+                        self.assertEqual(dev["shim_peak_allocated"], report_dev["peak_allocated_bytes"])
+                        self.assertEqual(dev["allocs"], report_dev["total_allocs"])
+
+    def test_concurrent_threads_replay_the_pools_own_order(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r, path = traced([program("e2e_threads_alloc"), "8", "1000"], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                held = json.loads(r.stdout.strip().splitlines()[-1])
+                summary = analyze_json("summary", path)
+                dev = summary["devices"][0]
+                self.assertEqual(dev["total_allocs"], held["allocs"])
+                self.assertEqual(dev["total_frees"], held["frees"])
+                self.assertEqual(dev["live_count"], held["live_count"])
+                self.assertEqual(dev["live_bytes"], r.device(0)["live_bytes"])
+                replay = analyze_json("replay", path, "--policy", policy)["policies"][0]["devices"][0]
+                # The replay hands out exactly the sizes the pool handed out, in the pool's order.
+                self.assertTrue(replay["reproduces_recorded_peak"], replay)
+                self.assertEqual(replay["peak_allocated"], dev["peak_allocated"])
+
+    def test_trace_names_the_same_sites_and_lines_as_the_report(self):
+        r, path = traced([program("e2e_leak_two_sites")])
+        self.assertRanOK(r)
+        summary = analyze_json("summary", path, "--frames", "1")
+        live = {s["frames"][0]: s["live_bytes"] for s in summary["top_sites"]}
+        for site in r.report["sites"]:
+            frame = next(f for f in site["frames"] if "leak_from" in f["function"])
+            key = next(k for k in live if k.startswith(frame["function"]))
+            self.assertIn(f"leak_two_sites.cpp:{frame['line']}", key)
+            self.assertEqual(live[key], site["live_bytes"])
+
+    def test_a_process_that_never_uses_cuda_writes_no_trace(self):
+        workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
+        r = run(["/bin/true"], env={"GPUSHIM_TRACE": os.path.join(workdir, "t.trace")}, expect_report=False,
+                workdir=workdir)
+        self.assertRanOK(r)
+        self.assertEqual(os.listdir(workdir), [])
+        self.assertEqual(r.stderr, "")
+
+    def test_default_name_and_never_overwrite(self):
+        workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
+        for _ in range(2):
+            r = run([program("e2e_free_everything")], env={"GPUSHIM_TRACE": "on", "GPUSHIM_SUMMARY": "0"},
+                    workdir=workdir)
+            self.assertRanOK(r)
+        traces = sorted(f for f in os.listdir(workdir) if f.endswith(".trace"))
+        self.assertEqual(len(traces), 2, traces)
+        for t in traces:
+            self.assertRegex(t, r"^gpushim\.e2e_free_everything\.\d+\.trace$")
+
+    def test_trace_is_compact(self):
+        r, path = traced([program("e2e_threads_alloc"), "4", "3000"], env={"GPUSHIM_POLICY": "passthrough"})
+        self.assertRanOK(r)
+        dev = analyze_json("summary", path)["devices"][0]
+        events = dev["total_allocs"] + dev["total_frees"]
+        self.assertGreater(events, 10000)
+        # Everything included: header, module map and stacks.
+        self.assertLess(os.path.getsize(path) / events, 16.0)
+
+    def test_kill_9_leaves_a_trace_readable_up_to_its_last_complete_chunk(self):
+        workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
+        path = os.path.join(workdir, "killed.trace")
+        env = base_env({"GPUSHIM_TRACE": path, "GPUSHIM_REPORT": os.path.join(workdir, "r.json")})
+        proc = subprocess.Popen([program("e2e_train_loop"), "10", "--hang"], env=env, cwd=workdir,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            first = proc.stdout.readline()
+            self.assertIn("iterations", first)
+            self.assertEqual(proc.stdout.readline().strip(), "ready")
+            time.sleep(0.3)  # the writer flushes every 50 ms
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=30)
+        summary = analyze_json("summary", path)
+        self.assertEqual(summary["reason"], "truncated")
+        self.assertTrue(any("end record" in n or "cut short" in n for n in summary["notes"]), summary["notes"])
+        dev = summary["devices"][0]
+        self.assertEqual(dev["total_allocs"], 8 + 10 * 8)  # weights, then 6 + scratch + leak per iteration
+        self.assertEqual(dev["live_bytes"], 8 * 16 * MiB + 10 * MiB)
+        # Cut anywhere, the trace still reads.
+        with open(path, "rb") as f:
+            data = f.read()
+        cut = os.path.join(workdir, "cut.trace")
+        for n in sorted({len(data) // 3, len(data) // 2, len(data) - 1, len(data) - 17}):
+            with open(cut, "wb") as f:
+                f.write(data[:n])
+            out = analyze_json("summary", cut)
+            self.assertLessEqual(out["devices"][0]["total_allocs"], dev["total_allocs"])
+            self.assertTrue(any("cut short" in note for note in out["notes"]), out["notes"])
+
+    def test_corrupt_inputs_get_one_clear_line(self):
+        workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
+        junk = os.path.join(workdir, "junk")
+        with open(junk, "wb") as f:
+            f.write(b"GPUSHIMT" + os.urandom(64))
+        bad_report = os.path.join(workdir, "bad.json")
+        with open(bad_report, "w") as f:
+            f.write('{"schema":"gpushim-report/1","devices":[{"device":"zero"}],"sites":[]}')
+        for cmd in (["summary", junk], ["replay", junk], ["summary", bad_report], ["export", "--format", "folded",
+                                                                                  bad_report, "-o", "-"]):
+            p = analyze(*cmd, check=False)
+            self.assertEqual(p.returncode, 1, cmd)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn("devices[0].device: expected an integer", analyze("summary", bad_report, check=False).stderr)
+
+
+class ReplayUnderALimit(ShimTestCase):
+    def test_oom_is_reported_at_the_right_event(self):
+        # Ten 64 MiB blocks, then ten frees: under a 200 MiB cap the 4th allocation is refused.
+        r, path = traced([program("e2e_cap_and_oom"), "64", "10"], env={"GPUSHIM_POLICY": "passthrough"})
+        self.assertRanOK(r)
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                out = analyze_json("replay", path, "--policy", policy, "--limit", "200MiB")
+                dev = out["policies"][0]["devices"][0]
+                self.assertTrue(dev["oom"])
+                self.assertEqual(dev["oom_event"], 4)
+                self.assertEqual(dev["oom_requested"], 64 * MiB)
+                self.assertEqual(dev["oom_allocated"], 3 * 64 * MiB)
+                self.assertEqual(dev["ooms"], 7)  # the 4th to 10th
+                self.assertIn("cap_and_oom.cpp", dev["oom_site"])
+                self.assertFalse(analyze_json("replay", path, "--policy", policy)["policies"][0]["devices"][0]["oom"])
+        text = analyze("replay", path, "--limit", "200MiB").stdout
+        self.assertIn("yes: event 4", text)
+
+    def test_a_recorded_oom_replays_where_it_happened(self):
+        r, path = traced([program("e2e_train_loop"), "100", "--leak-mib", "6"],
+                         env={"GPUSHIM_LIMIT": "400MiB", "GPUSHIM_POLICY": "caching"})
+        self.assertRanOK(r)
+        self.assertGreaterEqual(json.loads(r.stdout.splitlines()[0])["oom_at"], 0)
+        summary = analyze_json("summary", path)
+        self.assertEqual(len(summary["ooms"]), 1)
+        self.assertEqual(summary["ooms"][0]["requested"], r.report["ooms"][0]["requested"])
+        caching = analyze_json("replay", path, "--policy", "caching")["policies"][0]["devices"][0]
+        self.assertTrue(caching["oom"])
+        self.assertEqual(caching["recorded_ooms"], 1)
+        self.assertEqual(caching["recorded_ooms_avoided"], 0)
+        self.assertEqual(caching["oom_requested"], r.report["ooms"][0]["requested"])
+        # The growth suspect is the planted leak, not the weights.
+        growth = summary["growth"]
+        self.assertTrue(growth and "leaky_step" in growth[0]["frames"][0], growth)
+        self.assertFalse(any("load_model" in g["frames"][0] for g in growth))
+        # With a larger cap the refused request would have fit.
+        bigger = analyze_json("replay", path, "--policy", "caching", "--limit", "2GiB")["policies"][0]["devices"][0]
+        self.assertFalse(bigger["oom"])
+        self.assertEqual(bigger["recorded_ooms_avoided"], 1)
+
+
+def report_doc(pid, rank, devices, sites, reason="exit"):
+    """A minimal report as the shim writes it (docs/report-format.md)."""
+    return {"schema": "gpushim-report/1", "pid": pid, "exe": "/opt/train", "host": f"node{pid % 4}", "rank": rank,
+            "policy": "caching", "reason": reason, "wall_time_s": 1.0e9, "duration_s": 100.0, "stack_depth": 32,
+            "devices": [{"device": d, "live_bytes": live, "live_count": 1, "peak_allocated_bytes": peak,
+                         "peak_allocated_at_s": 1.0, "peak_reserved_bytes": reserved, "total_allocs": 10,
+                         "total_frees": 9, "failed_allocs": 0, "capacity_bytes": 80 << 30, "limit_bytes": 0,
+                         "pool": {"reserved_bytes": reserved}} for d, live, peak, reserved in devices],
+            "other_memory": [], "invalid_frees": 0, "distinct_stacks": 3, "shim_host_bytes": 1000, "ooms": [],
+            "sites": [{"device": 0, "kind": "device", "live_bytes": live, "live_count": 1, "stack_id": i + 1,
+                       "frames": [{"function": fn, "file": "/src/train.cpp", "line": line, "module": "/opt/train",
+                                   "address": 0x1000 + i, "module_offset": 0x10 + i, "kind": "native"}]}
+                      for i, (fn, line, live) in enumerate(sites)], "timeline": []}
+
+
+class DiffAndMerge(ShimTestCase):
+    def write(self, doc):
+        fd, path = tempfile.mkstemp(suffix=".json", dir=self.dir)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        return path
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gpushim-merge-")
+
+    def test_diff_gives_known_per_site_changes(self):
+        a = self.write(report_doc(1, "0", [(0, 45 * MiB, 100 * MiB, 128 * MiB)],
+                                  [("grow()", 10, 10 * MiB), ("gone()", 20, 5 * MiB), ("same()", 30, 30 * MiB)]))
+        b = self.write(report_doc(2, "0", [(0, 67 * MiB, 120 * MiB, 160 * MiB)],
+                                  [("grow()", 10, 30 * MiB), ("new()", 40, 7 * MiB), ("same()", 30, 30 * MiB)]))
+        out = analyze_json("diff", a, b)
+        dev = out["devices"][0]
+        self.assertEqual(dev["peak_allocated_delta"], 20 * MiB)
+        self.assertEqual(dev["peak_reserved_delta"], 32 * MiB)
+        self.assertEqual(dev["live_delta"], 22 * MiB)
+        sites = {s["frames"][0].split()[0]: s for s in out["sites"]}
+        self.assertEqual(set(sites), {"grow()", "gone()", "new()"})  # unchanged sites are left out
+        self.assertEqual(sites["grow()"]["status"], "changed")
+        self.assertEqual(sites["grow()"]["live_delta"], 20 * MiB)
+        self.assertEqual(sites["gone()"]["status"], "gone")
+        self.assertEqual(sites["gone()"]["live_delta"], -5 * MiB)
+        self.assertEqual(sites["new()"]["status"], "new")
+        self.assertEqual(sites["new()"]["live_delta"], 7 * MiB)
+        self.assertIsNone(sites["grow()"]["peak_delta"])  # reports keep no per-site peaks
+        self.assertEqual([s["frames"][0].split()[0] for s in out["sites"]], ["grow()", "new()", "gone()"])
+        text = analyze("diff", a, b).stdout
+        self.assertIn("+20.0 MiB", text)
+
+    def test_diff_of_two_traces_has_site_peaks(self):
+        _, a = traced([program("e2e_train_loop"), "5"])
+        _, b = traced([program("e2e_train_loop"), "12"])
+        out = analyze_json("diff", a, b)
+        leak = next(s for s in out["sites"] if "leaky_step" in s["frames"][0])
+        self.assertEqual(leak["live_delta"], 7 * MiB)
+        self.assertEqual(leak["peak_delta"], 7 * MiB)
+
+    def test_merge_flags_the_odd_rank(self):
+        noise = [0, 3, -2, 1, -1, 2, 0, -3]
+        for rank in range(8):
+            peak = (10 << 30) + noise[rank] * MiB + (4 << 30 if rank == 5 else 0)
+            live = 2 << 30 if rank != 2 else 6 << 30
+            self.write(report_doc(100 + rank, str(rank), [(0, live, peak, peak + (1 << 30))],
+                                  [("model()", 10, live)], reason="snapshot" if rank == 7 else "exit"))
+        with open(os.path.join(self.dir, "notes.txt"), "w") as f:
+            f.write("not a report\n")
+        out = analyze_json("merge", self.dir)
+        rows = {r["rank"]: r for r in out["rows"]}
+        self.assertEqual(sorted(rows), [str(r) for r in range(8)])
+        self.assertEqual([r["rank"] for r in out["rows"]], [str(r) for r in range(8)])
+        flagged = {r["rank"]: r["outliers"] for r in out["rows"] if r["outlier"]}
+        self.assertEqual(set(flagged), {"2", "5"})
+        self.assertTrue(any(o.startswith("peak allocated +40%") for o in flagged["5"]), flagged)
+        self.assertTrue(any(o.startswith("live at end +200%") for o in flagged["2"]), flagged)
+        self.assertEqual(rows["7"]["reason"], "snapshot")
+        self.assertIn("model()", rows["0"]["suspect"])
+        self.assertEqual(len(out["skipped"]), 1)
+        text = analyze("merge", self.dir).stdout
+        self.assertIn("2 outlier run(s)", text)
+        self.assertIn("[snapshot]", text)
+
+    def test_summary_reads_a_snapshot(self):
+        path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
+        out = analyze_json("summary", path)
+        self.assertEqual(out["reason"], "snapshot")
+        self.assertTrue(any("snapshot" in n for n in out["notes"]))
+        self.assertIn("snapshot", analyze("summary", path).stdout)
+
+
+class Exports(ShimTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.run_caching, cls.trace_caching = traced([program("e2e_train_loop"), "8"], env={"GPUSHIM_POLICY": "caching"})
+        cls.run_pass, cls.trace_pass = traced([program("e2e_leak_two_sites")], env={"GPUSHIM_POLICY": "passthrough"})
+        cls.out = tempfile.mkdtemp(prefix="gpushim-export-")
+
+    def test_memory_viz_from_traces_keeps_the_viewers_invariants(self):
+        for trace in (self.trace_caching, self.trace_pass):
+            with self.subTest(trace=trace):
+                out = os.path.join(self.out, "snap.pickle")
+                analyze("export", "--format", "memory-viz", trace, "-o", out)
+                snap = load_memory_viz(self, out)
+                check_memory_viz(self, snap)
+                allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+                frees = [e for e in snap["device_traces"][0] if e["action"] == "free_completed"]
+                summary = analyze_json("summary", trace)["devices"][0]
+                self.assertEqual(len(allocs), summary["total_allocs"])
+                self.assertEqual(len(frees), summary["total_frees"])
+                live = sum(b["size"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+                self.assertEqual(live, summary["live_bytes"])
+                self.assertTrue(any(f["name"].startswith(("leak_from", "(anonymous namespace)::leaky_step"))
+                                    for e in allocs for f in e["frames"]))
+
+    def test_memory_viz_from_a_report_has_one_block_per_live_site(self):
+        out = os.path.join(self.out, "report.pickle")
+        analyze("export", "--format", "memory-viz", self.run_pass.report_path, "-o", out)
+        snap = load_memory_viz(self, out)
+        check_memory_viz(self, snap, expect_history=False)
+        self.assertEqual(snap["device_traces"], [[]])
+        sizes = sorted(b["size"] for s in snap["segments"] for b in s["blocks"])
+        self.assertEqual(sizes, sorted(s["live_bytes"] for s in self.run_pass.report["sites"]))
+
+    def test_folded_stacks_parse_and_add_up(self):
+        out = os.path.join(self.out, "stacks.folded")
+        analyze("export", "--format", "folded", self.run_pass.report_path, "-o", out)
+        with open(out) as f:
+            lines = f.read().splitlines()
+        total = 0
+        for line in lines:
+            m = re.fullmatch(r"(.+) (\d+)", line)
+            self.assertIsNotNone(m, line)
+            frames = m.group(1).split(";")
+            self.assertTrue(all(frames), line)
+            self.assertNotIn("cudaMalloc", m.group(1))  # the shim's own frames are left out
+            total += int(m.group(2))
+        self.assertEqual(total, sum(s["live_bytes"] for s in self.run_pass.report["sites"]))
+        self.assertTrue(lines[0].startswith("_start;"), lines[0])  # outermost first
+        # From a trace, weighed at the peak: the temporary 64 MiB buffer dominates.
+        analyze("export", "--format", "folded", self.trace_pass, "-o", out)
+        with open(out) as f:
+            weights = {l.rsplit(" ", 1)[0].split(";")[-1]: int(l.rsplit(" ", 1)[1]) for l in f}
+        self.assertEqual(weights["temporary_work()"], 64 * MiB)
+
+    def test_perfetto_json_has_counter_tracks_that_reach_the_peak(self):
+        out = os.path.join(self.out, "trace.json")
+        analyze("export", "--format", "perfetto", self.trace_caching, "-o", out)
+        with open(out) as f:
+            doc = json.load(f)
+        counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+        self.assertTrue(counters)
+        for e in counters:
+            self.assertEqual(set(e["args"]), {"allocated", "reserved"})
+            self.assertLessEqual(e["args"]["allocated"], e["args"]["reserved"])
+        ts = [e["ts"] for e in counters]
+        self.assertEqual(ts, sorted(ts))
+        summary = analyze_json("summary", self.trace_caching)["devices"][0]
+        self.assertEqual(max(e["args"]["allocated"] for e in counters), summary["peak_allocated"])
+        self.assertEqual(max(e["args"]["reserved"] for e in counters), summary["peak_reserved"])
+        self.assertTrue(any(e["ph"] == "M" and e["name"] == "process_name" for e in doc["traceEvents"]))
+        # A report's sampled timeline exports too.
+        analyze("export", "--format", "perfetto", self.run_caching.report_path, "-o", out)
+        with open(out) as f:
+            self.assertIn("traceEvents", json.load(f))
+
+    def test_plot_draws_reports_and_traces(self):
+        for source in (self.trace_caching, self.run_caching.report_path):
+            with self.subTest(source=source):
+                png = os.path.join(self.out, "plot.png")
+                if os.path.exists(png):
+                    os.unlink(png)
+                proc = subprocess.run([PLOT, source, "-o", png], capture_output=True, text=True, timeout=120,
+                                      env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                with open(png, "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+                self.assertGreater(os.path.getsize(png), 10000)
+        proc = subprocess.run([PLOT, ANALYZE, "-o", os.path.join(self.out, "x.png")], capture_output=True, text=True,
+                              timeout=120)
+        self.assertEqual(proc.returncode, 1)
+        self.assertTrue(proc.stderr.startswith("gpushim-plot: "), proc.stderr)
+
+    def test_every_subcommand_has_help(self):
+        for cmd in ("summary", "replay", "diff", "merge", "export"):
+            p = analyze(cmd, "--help")
+            self.assertIn(f"usage: gpushim-analyze {cmd}", p.stdout)
+        self.assertIn("commands:", analyze("--help").stdout)
+        self.assertEqual(analyze("frobnicate", check=False).returncode, 2)
+        self.assertEqual(analyze("replay", "--bogus", check=False).returncode, 2)
+
+
+if __name__ == "__main__":
+    unittest.main()

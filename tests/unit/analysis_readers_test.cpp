@@ -1,0 +1,213 @@
+// The analysis tool's readers: JSON, and reports written by the shim's own writer.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "json.h"
+#include "report/report_writer.h"
+#include "report_reader.h"
+
+namespace gpushim::analysis {
+namespace {
+
+TEST(Json, ParsesDocumentsAndKeepsIntegersExact) {
+  JsonValue v;
+  std::string err;
+  ASSERT_TRUE(parse_json(R"( {"a": [1, -2, 3.5e2, true, false, null], "big": 18446744073709551615,
+                             "s": "x\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00"} )",
+                         &v, &err))
+      << err;
+  ASSERT_TRUE(v.is_object());
+  const JsonValue* a = v.get("a");
+  ASSERT_TRUE(a && a->is_array());
+  ASSERT_EQ(a->items().size(), 6u);
+  int64_t i = 0;
+  EXPECT_TRUE(a->items()[1].to_i64(&i));
+  EXPECT_EQ(i, -2);
+  uint64_t u = 0;
+  EXPECT_FALSE(a->items()[1].to_u64(&u));  // negative
+  EXPECT_FALSE(a->items()[2].to_u64(&u));  // not an integer
+  double d = 0;
+  EXPECT_TRUE(a->items()[2].to_double(&d));
+  EXPECT_EQ(d, 350.0);
+  EXPECT_TRUE(a->items()[3].boolean());
+  EXPECT_TRUE(a->items()[5].is_null());
+  ASSERT_TRUE(v.get("big")->to_u64(&u));
+  EXPECT_EQ(u, UINT64_MAX);
+  EXPECT_EQ(v.get("s")->str(), "x\"\\/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_EQ(v.get("missing"), nullptr);
+}
+
+TEST(Json, RejectsMalformedInputWithAPosition) {
+  const char* bad[] = {"",        "{",          "[1,]",       "{\"a\" 1}", "{\"a\":1,}", "tru",
+                       "01",      "1.",         "-",          "\"\\x\"",   "\"abc",      "[1] 2",
+                       "{\"a\"}", "\"\x01\"",   "1e",         "[\"\\u12\"]"};
+  for (const char* s : bad) {
+    JsonValue v;
+    std::string err;
+    EXPECT_FALSE(parse_json(s, &v, &err)) << s;
+    EXPECT_NE(err.find("line"), std::string::npos) << s;
+  }
+}
+
+TEST(Json, DeepNestingIsRefusedNotFatal) {
+  const std::string deep(100000, '[');
+  JsonValue v;
+  std::string err;
+  EXPECT_FALSE(parse_json(deep, &v, &err));
+  EXPECT_NE(err.find("deep"), std::string::npos) << err;
+}
+
+TEST(Json, WriterEscapesAndReplacesInvalidUtf8) {
+  std::string out;
+  append_json_string(&out, std::string("a\"\n\x01\xff\xc3\xa9", 7));
+  EXPECT_EQ(out, "\"a\\\"\\n\\u0001\\ufffd\xc3\xa9\"");
+  JsonValue v;
+  std::string err;
+  ASSERT_TRUE(parse_json(out, &v, &err)) << err;
+}
+
+ReportData sample_report() {
+  ReportData r;
+  r.pid = 99;
+  r.exe = "/bin/prog";
+  r.host = "h";
+  r.rank = "2";
+  r.policy = "caching";
+  r.reason = "snapshot";
+  r.wall_time_s = 1718000000.25;
+  r.duration_s = 3.5;
+  r.stack_depth = 16;
+  DeviceReport d;
+  d.device = 1;
+  d.live_bytes = 5;
+  d.live_count = 1;
+  d.peak_allocated_bytes = UINT64_MAX;
+  d.peak_allocated_at_s = 1.25;
+  d.peak_reserved_bytes = 7;
+  d.capacity_bytes = 80ull << 30;
+  d.pool.largest_free_block = 11;
+  d.pool.map_calls = 3;
+  r.devices.push_back(d);
+  SiteReport s;
+  s.device = 1;
+  s.live_bytes = 5;
+  s.live_count = 1;
+  s.stack_id = 33;
+  FrameInfo f;
+  f.function = "leak()";
+  f.file = "/src/x.cpp";
+  f.line = 12;
+  f.module = "/bin/prog";
+  f.address = 0x5555deadbeefull;
+  f.module_offset = 0xbeef;
+  s.frames.push_back(f);
+  FrameInfo py;
+  py.python = true;
+  py.function = "step";
+  py.file = "train.py";
+  py.line = 7;
+  s.frames.push_back(py);
+  r.sites.push_back(s);
+  r.timeline.push_back(TimelineSample{0.5, 1, 4, 8});
+  OomReport o;
+  o.t_s = 2.0;
+  o.device = 1;
+  o.requested = 1ull << 40;
+  o.advice = "lower the batch size";
+  o.frames.push_back(f);
+  o.top_sites.push_back(s);
+  r.ooms.push_back(o);
+  r.other_memory.push_back(OtherMemoryReport{"host", 4096, 1, 8192, 2, 1});
+  r.invalid_frees = 4;
+  return r;
+}
+
+TEST(ReportReader, ReadsBackWhatTheShimWrites) {
+  const ReportData want = sample_report();
+  ReportFile got;
+  std::string err;
+  ASSERT_TRUE(parse_report(report_to_json(want), &got, &err)) << err;
+  const ReportData& r = got.report;
+  EXPECT_EQ(r.pid, 99);
+  EXPECT_EQ(r.rank, "2");
+  EXPECT_EQ(r.reason, "snapshot");
+  EXPECT_EQ(r.wall_time_s, want.wall_time_s);
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_EQ(r.devices[0].peak_allocated_bytes, UINT64_MAX);
+  EXPECT_EQ(r.devices[0].pool.largest_free_block, 11u);
+  EXPECT_EQ(r.devices[0].pool.map_calls, 3u);
+  ASSERT_EQ(r.sites.size(), 1u);
+  EXPECT_EQ(r.sites[0].stack_id, 33u);
+  ASSERT_EQ(r.sites[0].frames.size(), 2u);
+  EXPECT_EQ(r.sites[0].frames[0].function, "leak()");
+  EXPECT_EQ(r.sites[0].frames[0].address, 0x5555deadbeefull);
+  EXPECT_TRUE(r.sites[0].frames[1].python);
+  ASSERT_EQ(r.ooms.size(), 1u);
+  EXPECT_EQ(r.ooms[0].requested, 1ull << 40);
+  EXPECT_EQ(r.ooms[0].top_sites.size(), 1u);
+  ASSERT_EQ(r.timeline.size(), 1u);
+  EXPECT_EQ(r.timeline[0].reserved, 8u);
+  ASSERT_EQ(r.other_memory.size(), 1u);
+  EXPECT_EQ(r.other_memory[0].peak_bytes, 8192u);
+  EXPECT_EQ(r.invalid_frees, 4u);
+  EXPECT_FALSE(got.has_growth);
+}
+
+TEST(ReportReader, NamesTheFieldThatIsWrong) {
+  std::string json = report_to_json(sample_report());
+  const std::string key = "\"live_bytes\":5";
+  json.replace(json.find(key), key.size(), "\"live_bytes\":\"five\"");
+  ReportFile got;
+  std::string err;
+  EXPECT_FALSE(parse_report(json, &got, &err));
+  EXPECT_EQ(err, "devices[0].live_bytes: expected an unsigned integer");
+}
+
+TEST(ReportReader, RefusesOtherDocuments) {
+  ReportFile got;
+  std::string err;
+  EXPECT_FALSE(parse_report("[1,2]", &got, &err));
+  EXPECT_FALSE(parse_report("{\"schema\":\"gpushim-report/2\",\"devices\":[],\"sites\":[]}", &got, &err));
+  EXPECT_NE(err.find("unsupported"), std::string::npos) << err;
+  EXPECT_FALSE(parse_report("{\"schema\":\"other/1\"}", &got, &err));
+  EXPECT_FALSE(parse_report("{\"schema\":\"gpushim-report/1\",\"sites\":[]}", &got, &err));
+  EXPECT_EQ(err, "devices: missing");
+}
+
+TEST(ReportReader, ReadsAGrowthSectionOfEitherShape) {
+  for (const char* growth : {R"([{"device":0,"bytes_per_s":100.5,"frames":[{"function":"leaky_step"}]}])",
+                             R"({"suspects":[{"device":0,"bytes_per_s":100.5,"frames":[{"function":"leaky_step"}]}]})"}) {
+    const std::string doc = std::string("{\"schema\":\"gpushim-report/1\",\"devices\":[],\"sites\":[],\"growth\":") +
+                            growth + "}";
+    ReportFile got;
+    std::string err;
+    ASSERT_TRUE(parse_report(doc, &got, &err)) << err;
+    EXPECT_TRUE(got.has_growth);
+    ASSERT_EQ(got.growth.size(), 1u) << growth;
+    EXPECT_EQ(got.growth[0].figures.at("bytes_per_s"), 100.5);
+    EXPECT_EQ(got.growth[0].frames.at(0).function, "leaky_step");
+  }
+}
+
+TEST(ReportReader, NeverCrashesOnDamagedReports) {
+  const std::string good = report_to_json(sample_report());
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 1500; ++i) {
+    std::string bad = good;
+    switch (i % 3) {
+      case 0: bad.resize(rng() % bad.size()); break;
+      case 1: bad[rng() % bad.size()] = static_cast<char>(rng()); break;
+      default: bad.insert(rng() % bad.size(), std::string(1 + rng() % 4, "{}[]\",:0"[rng() % 8]));
+    }
+    ReportFile got;
+    std::string err;
+    if (!parse_report(bad, &got, &err)) {
+      EXPECT_FALSE(err.empty());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpushim::analysis

@@ -1,0 +1,253 @@
+// Replay through the shim's own pools, growth verdicts, and the pickle encoding.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "growth.h"
+#include "pickle_writer.h"
+#include "replay.h"
+#include "run_view.h"
+
+namespace gpushim::analysis {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+TraceEvent ev(EventKind kind, uint64_t t, uint64_t addr, uint64_t size, uint8_t flags = 0) {
+  TraceEvent e;
+  e.kind = kind;
+  e.t_ns = t;
+  e.addr = addr;
+  e.size = e.requested = size;
+  e.flags = flags;
+  return e;
+}
+
+// alloc A 100 MiB, alloc B 50 MiB, free A, alloc C 80 MiB, free B, free C: peak 150 MiB (A+B).
+TraceData three_blocks(const char* policy) {
+  TraceData t;
+  t.header.policy = policy;
+  t.devices.push_back(trace::DeviceInfo{0, 1ull << 30, 0});
+  t.events = {ev(EventKind::kAlloc, 1, 0xA000000, 100 * kMiB), ev(EventKind::kAlloc, 2, 0xB000000, 50 * kMiB),
+              ev(EventKind::kFree, 3, 0xA000000, 100 * kMiB),  ev(EventKind::kAlloc, 4, 0xC000000, 80 * kMiB),
+              ev(EventKind::kFree, 5, 0xB000000, 50 * kMiB),   ev(EventKind::kFree, 6, 0xC000000, 80 * kMiB)};
+  return t;
+}
+
+ReplaySettings settings(PolicyKind p) {
+  ReplaySettings s;
+  s.config.policy = p;
+  return s;
+}
+
+TEST(Replay, PassthroughReproducesTheRecordedPeak) {
+  const TraceData t = three_blocks("passthrough");
+  EXPECT_EQ(recorded_peak_allocated(t).at(0), 150 * kMiB);
+  const ReplayResult r = replay_trace(t, settings(PolicyKind::kPassthrough));
+  ASSERT_EQ(r.devices.size(), 1u);
+  const ReplayDevice& d = r.devices[0];
+  EXPECT_EQ(r.events, 6u);
+  EXPECT_EQ(d.peak_allocated, 150 * kMiB);
+  EXPECT_EQ(d.peak_reserved, 150 * kMiB);
+  EXPECT_EQ(d.allocs, 3u);
+  EXPECT_EQ(d.frees, 3u);
+  EXPECT_EQ(d.ooms, 0u);
+  EXPECT_EQ(d.driver_calls(), 6u);
+  EXPECT_EQ(d.end_allocated, 0u);
+}
+
+TEST(Replay, CachingRunsTheRealPool) {
+  const ReplayResult r = replay_trace(three_blocks("passthrough"), settings(PolicyKind::kCaching));
+  ASSERT_EQ(r.devices.size(), 1u);
+  const ReplayDevice& d = r.devices[0];
+  EXPECT_EQ(d.peak_allocated, 150 * kMiB);
+  // C (80 MiB) reuses A's 100 MiB segment after the quarantine sync: nothing more is reserved.
+  EXPECT_EQ(d.peak_reserved, 150 * kMiB);
+  EXPECT_EQ(d.driver.segment_allocs, 2u);
+  EXPECT_EQ(d.driver.synchronizes, 1u);
+  EXPECT_DOUBLE_EQ(d.utilization(), 1.0);
+}
+
+TEST(Replay, ALimitRefusesTheRightEvent) {
+  for (PolicyKind p : {PolicyKind::kPassthrough, PolicyKind::kCaching}) {
+    ReplaySettings s = settings(p);
+    s.limit_given = true;
+    s.limit.bytes = 140 * kMiB;
+    const ReplayResult r = replay_trace(three_blocks("passthrough"), s);
+    const ReplayDevice& d = r.devices.at(0);
+    SCOPED_TRACE(policy_name(p));
+    EXPECT_EQ(d.ooms, 1u);
+    EXPECT_EQ(d.oom_event, 2u);  // B: 100 + 50 MiB is past the cap
+    EXPECT_EQ(d.oom_requested, 50 * kMiB);
+    EXPECT_EQ(d.oom_allocated, 100 * kMiB);
+    EXPECT_EQ(d.limit, 140 * kMiB);
+    EXPECT_EQ(d.allocs, 2u);  // A and C
+    EXPECT_EQ(d.frees, 2u);   // B's free is skipped: B never existed in the replay
+    EXPECT_EQ(d.peak_allocated, 100 * kMiB);
+  }
+}
+
+TEST(Replay, KeepsTheRecordedCapUnlessToldOtherwise) {
+  TraceData t = three_blocks("caching");
+  t.devices[0].limit = 120 * kMiB;
+  EXPECT_EQ(replay_trace(t, settings(PolicyKind::kCaching)).devices[0].ooms, 1u);
+  ReplaySettings none = settings(PolicyKind::kCaching);
+  none.limit_given = true;  // --limit none
+  EXPECT_EQ(replay_trace(t, none).devices[0].ooms, 0u);
+}
+
+TEST(Replay, GraphCaptureMemoryStaysWithCuda) {
+  // Recorded under caching, B was forwarded (allocated during a graph capture): every policy
+  // leaves it to CUDA.
+  TraceData t = three_blocks("caching");
+  t.events[1].flags = trace::kFlagForwarded;
+  t.events[4].flags = trace::kFlagForwarded;
+  const ReplayResult r = replay_trace(t, settings(PolicyKind::kCaching));
+  EXPECT_EQ(r.devices[0].forwarded_calls, 2u);
+  EXPECT_EQ(r.devices[0].driver.segment_allocs, 1u);  // only A's
+}
+
+TEST(Replay, RecordedConfigurationIsRebuilt) {
+  TraceData t = three_blocks("caching");
+  t.header.config = {"GPUSHIM_ROUND=4096", "GPUSHIM_REPORT=/x.json", "GPUSHIM_FROM_THE_FUTURE=1"};
+  Config c;
+  std::vector<std::string> notes;
+  std::string err;
+  ASSERT_TRUE(recorded_config(t, {"GPUSHIM_QUARANTINE=0"}, &c, &notes, &err)) << err;
+  EXPECT_EQ(c.round_bytes, 4096u);
+  EXPECT_EQ(c.quarantine_bytes, 0u);
+  EXPECT_EQ(c.policy, PolicyKind::kCaching);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("GPUSHIM_FROM_THE_FUTURE"), std::string::npos);
+  EXPECT_FALSE(recorded_config(t, {"GPUSHIM_ROUND=3"}, &c, &notes, &err));
+  EXPECT_NE(err.find("GPUSHIM_ROUND"), std::string::npos);
+}
+
+TEST(Replay, OffersThePoliciesTheFactoryBuilds) {
+  const auto policies = available_policies();
+  ASSERT_GE(policies.size(), 2u);
+  EXPECT_EQ(policies[0], PolicyKind::kPassthrough);
+  EXPECT_EQ(policies[1], PolicyKind::kCaching);
+}
+
+TEST(Growth, SteadyRiseIsASuspect) {
+  const GrowthVerdict v = judge_growth({10, 20, 30, 40, 50, 60}, {0, 1, 2, 3, 4, 5});
+  EXPECT_TRUE(v.suspect);
+  EXPECT_EQ(v.grew_bytes, 50u);
+  EXPECT_EQ(v.steps, 5);
+  EXPECT_DOUBLE_EQ(v.seconds, 5.0);
+}
+
+TEST(Growth, FlatCyclicOrShortSeriesAreNot) {
+  EXPECT_FALSE(judge_growth({100, 100, 100, 100, 100}, {0, 1, 2, 3, 4}).suspect);       // weights
+  EXPECT_FALSE(judge_growth({0, 50, 0, 50, 0, 50, 0}, {0, 1, 2, 3, 4, 5, 6}).suspect);  // activations
+  EXPECT_FALSE(judge_growth({10, 20, 30}, {0, 1, 2}).suspect);                          // too few samples
+  EXPECT_FALSE(judge_growth({10, 20, 30, 40, 10, 60}, {0, 1, 2, 3, 4, 5}).suspect);     // back to baseline
+  EXPECT_FALSE(judge_growth({10, 40, 30, 50, 40, 60, 50, 70}, {0, 1, 2, 3, 4, 5, 6, 7}).suspect);  // too many drops
+  EXPECT_TRUE(judge_growth({10, 10, 20, 20, 30, 30, 40}, {0, 1, 2, 3, 4, 5, 6}).suspect);  // every other step
+}
+
+TEST(Growth, TeardownAfterASteadyRiseIsIgnored) {
+  // A leak the program frees at exit: the rise over most of the run still makes it a suspect.
+  const GrowthVerdict v = judge_growth({10, 20, 30, 40, 50, 60, 70, 0}, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_TRUE(v.suspect);
+  EXPECT_EQ(v.grew_bytes, 60u);
+  EXPECT_EQ(v.steps, 6);
+  // A rise over only the first part of the run, then a fall, is a phase, not a leak.
+  EXPECT_FALSE(judge_growth({10, 20, 30, 40, 0, 0, 0, 0, 0, 0}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}).suspect);
+}
+
+// A training run in events: weights loaded once (stack 16), activations allocated and freed every
+// iteration (stack 32), one 1 MiB block kept per iteration (stack 48), an iteration mark after
+// each, and the teardown freeing everything.
+TraceData training_trace(int iterations) {
+  TraceData t;
+  t.header.policy = "caching";
+  t.devices.push_back(trace::DeviceInfo{0, 16ull << 30, 0});
+  uint64_t clock = 1000, addr = 0x10000000;
+  auto add = [&](EventKind k, uint64_t a, uint64_t size, uint32_t stack) {
+    TraceEvent e = ev(k, clock += 1000, a, size);
+    e.stack = stack;
+    t.events.push_back(e);
+  };
+  std::vector<uint64_t> weights, kept;
+  for (int i = 0; i < 4; ++i) add(EventKind::kAlloc, weights.emplace_back(addr += 64 * kMiB), 32 * kMiB, 16);
+  for (int it = 0; it < iterations; ++it) {
+    const uint64_t act = addr += 64 * kMiB;
+    add(EventKind::kAlloc, act, 40 * kMiB, 32);
+    add(EventKind::kAlloc, kept.emplace_back(addr += 64 * kMiB), kMiB, 48);
+    add(EventKind::kFree, act, 40 * kMiB, 32);
+    TraceEvent mark = ev(EventKind::kIteration, clock += 1000, 0, static_cast<uint64_t>(it + 1));
+    t.events.push_back(mark);
+  }
+  for (uint64_t a : kept) add(EventKind::kFree, a, kMiB, 48);
+  for (uint64_t a : weights) add(EventKind::kFree, a, 32 * kMiB, 16);
+  return t;
+}
+
+TEST(Growth, IterationMarksFindThePlantedLeakAndNotTheWeights) {
+  RunView run;
+  run_from_trace(training_trace(20), "t", &run);
+  EXPECT_EQ(run.iterations_s.size(), 20u);
+  ASSERT_TRUE(run.growth_known);
+  ASSERT_EQ(run.growth.size(), 1u);
+  const GrowthSuspect& g = run.growth[0];
+  EXPECT_EQ(g.grew_bytes, 19 * kMiB);  // from the first mark to the last
+  EXPECT_DOUBLE_EQ(g.bytes_per_iteration, static_cast<double>(kMiB));
+  EXPECT_EQ(g.checkpoints, 20);
+  const DeviceReport* d = run.device(0);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->peak_allocated_bytes, 4 * 32 * kMiB + 40 * kMiB + 20 * kMiB);
+  EXPECT_EQ(d->live_bytes, 0u);
+  // At the peak: the weights, the last activation and all 20 leaked blocks.
+  uint64_t at_peak = 0;
+  for (const SiteView& s : run.sites) at_peak += s.at_device_peak_bytes;
+  EXPECT_EQ(at_peak, d->peak_allocated_bytes);
+}
+
+TEST(Growth, WithoutMarksTimeCheckpointsStillFindTheLeak) {
+  TraceData t = training_trace(40);
+  std::erase_if(t.events, [](const TraceEvent& e) { return e.kind == EventKind::kIteration; });
+  RunView run;
+  run_from_trace(t, "t", &run);
+  ASSERT_EQ(run.growth.size(), 1u);
+  EXPECT_EQ(run.growth[0].bytes_per_iteration, 0.0);
+  EXPECT_GT(run.growth[0].bytes_per_s, 0.0);
+  EXPECT_GT(run.growth[0].grew_bytes, 20 * kMiB);
+}
+
+TEST(Pickle, EncodesWithTheSimpleOpcodes) {
+  PickleWriter p;
+  p.begin_dict();
+  p.interned("a");
+  p.integer(1);
+  p.interned("b");
+  p.begin_list();
+  p.integer(300);
+  p.integer(-1);
+  p.unsigned_integer(1ull << 40);
+  p.unsigned_integer(UINT64_MAX);
+  p.interned("a");
+  p.end_list();
+  p.end_dict();
+  const std::string bytes = p.finish();
+  const std::string want = std::string("\x80\x04}(", 4) + "\x8c\x01" "a\x94" "K\x01" "\x8c\x01" "b\x94" "](" +
+                           "M\x2c\x01" + "J\xff\xff\xff\xff" + std::string("\x8a\x06\x00\x00\x00\x00\x00\x01", 8) +
+                           std::string("\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00", 11) + std::string("h\x00", 2) + "eu.";
+  EXPECT_EQ(bytes, want);
+}
+
+TEST(Pickle, BatchesLongContainers) {
+  PickleWriter p;
+  p.begin_list();
+  for (int i = 0; i < 2500; ++i) p.none();
+  p.end_list();
+  const std::string bytes = p.finish();
+  size_t appends = 0, marks = 0;
+  for (char c : bytes) appends += c == 'e', marks += c == '(';
+  EXPECT_EQ(appends, 3u);  // 1000 + 1000 + 500
+  EXPECT_EQ(marks, 3u);
+}
+
+}  // namespace
+}  // namespace gpushim::analysis

@@ -1,0 +1,380 @@
+// The trace file format: byte coding, chunk framing, and the reader's behaviour on complete,
+// truncated and corrupted files.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "trace/trace_encoder.h"
+#include "trace/trace_format.h"
+#include "trace_reader.h"
+
+namespace gpushim::trace {
+namespace {
+
+using analysis::parse_trace;
+using analysis::TraceData;
+
+TEST(TraceFormat, VarintsRoundTripAtEveryWidth) {
+  std::vector<uint64_t> values = {0, 1, 127, 128, 16383, 16384, (1ull << 32) - 1, 1ull << 32, UINT64_MAX - 1, UINT64_MAX};
+  for (int b = 0; b < 64; ++b) values.push_back(1ull << b);
+  std::string bytes;
+  for (uint64_t v : values) put_varint(&bytes, v);
+  ByteReader r(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  for (uint64_t v : values) {
+    uint64_t got = 0;
+    ASSERT_TRUE(r.varint(&got));
+    EXPECT_EQ(got, v);
+  }
+  EXPECT_TRUE(r.done());
+  uint64_t dummy;
+  EXPECT_FALSE(r.varint(&dummy));
+}
+
+TEST(TraceFormat, OverlongVarintIsRefused) {
+  const std::string eleven(11, '\xff');
+  ByteReader r(reinterpret_cast<const uint8_t*>(eleven.data()), eleven.size());
+  uint64_t v;
+  EXPECT_FALSE(r.varint(&v));
+}
+
+TEST(TraceFormat, ZigzagKeepsSmallMagnitudesSmall) {
+  for (int64_t v : std::initializer_list<int64_t>{0, -1, 1, -2, 1000, -1000, INT64_MIN, INT64_MAX}) EXPECT_EQ(unzigzag(zigzag(v)), v);
+  EXPECT_EQ(zigzag(-1), 1u);
+  EXPECT_EQ(zigzag(1), 2u);
+}
+
+TEST(TraceFormat, Crc32IsTheZlibOne) {
+  EXPECT_EQ(crc32("123456789", 9), 0xCBF43926u);  // the standard check value
+  EXPECT_EQ(crc32("", 0), 0u);
+}
+
+TEST(TraceFormat, ChunkHeaderAndChecksum) {
+  std::string out;
+  append_chunk(&out, ChunkType::kEvents, "payload");
+  ASSERT_EQ(out.size(), kChunkHeaderSize + 7);
+  ChunkHeader h;
+  const auto* p = reinterpret_cast<const uint8_t*>(out.data());
+  ASSERT_TRUE(parse_chunk_header(p, &h));
+  EXPECT_EQ(h.type, ChunkType::kEvents);
+  EXPECT_EQ(h.length, 7u);
+  EXPECT_TRUE(chunk_crc_ok(p, p + kChunkHeaderSize, h.length, h.crc));
+  out.back() ^= 1;
+  EXPECT_FALSE(chunk_crc_ok(p, p + kChunkHeaderSize, h.length, h.crc));
+}
+
+// A realistic stream: allocations and frees of varied sizes on two devices and two streams,
+// segments, an OOM, marks and a drop marker, in time order.
+std::vector<TraceEvent> sample_events(size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<TraceEvent> out;
+  uint64_t pool_seq = 0;
+  std::vector<TraceEvent> live;
+  uint64_t t = 1'000'000'000;
+  uint64_t next_addr = 0x7f0000000000ull;
+  for (size_t i = 0; i < n; ++i) {
+    t += 200 + rng() % 5000;
+    TraceEvent e;
+    e.t_ns = t;
+    const unsigned pick = rng() % 100;
+    if (pick < 45 || live.empty()) {
+      e.kind = EventKind::kAlloc;
+      e.requested = 1 + rng() % (8 << 20);
+      e.size = (e.requested + 511) / 512 * 512;
+      e.addr = next_addr;
+      next_addr += e.size + 512 * (rng() % 4);
+      e.stack = static_cast<uint32_t>(16 + rng() % 40);
+      e.device = static_cast<int16_t>(rng() % 2);
+      e.stream = rng() % 3 == 0 ? 0x55550000ull + rng() % 2 : 0;
+      e.flags = e.stream ? kFlagStreamOrdered : 0;
+      if (e.device == 0) e.flags |= kFlagSequenced;  // pool events of device 0 carry pool numbers
+      live.push_back(e);
+    } else if (pick < 90) {
+      const size_t k = rng() % live.size();
+      e = live[k];
+      live[k] = live.back();
+      live.pop_back();
+      e.t_ns = t;
+      e.kind = EventKind::kFree;
+    } else if (pick < 94) {
+      e.kind = rng() % 2 ? EventKind::kSegmentAlloc : EventKind::kSegmentFree;
+      e.addr = 0x7e0000000000ull + (rng() % 64) * (2ull << 20);
+      e.size = 20ull << 20;
+      e.device = static_cast<int16_t>(rng() % 2);
+    } else if (pick < 96) {
+      e.kind = EventKind::kOom;
+      e.requested = 1ull << 34;
+      e.size = 12345678;  // device free
+      e.stack = 99;
+    } else if (pick < 99) {
+      e.kind = EventKind::kIteration;
+      e.size = i;
+    } else {
+      e.kind = EventKind::kDropped;
+      e.size = 1 + rng() % 10;
+    }
+    if (e.flags & kFlagSequenced) e.seq = ++pool_seq;
+    out.push_back(e);
+  }
+  return out;
+}
+
+std::string build_trace(const std::vector<TraceEvent>& events, size_t per_chunk, bool with_end) {
+  std::string f(kFileMagic, sizeof(kFileMagic));
+  HeaderInfo h;
+  h.pid = 77;
+  h.exe = "/opt/prog";
+  h.host = "node";
+  h.rank = "5";
+  h.policy = "caching";
+  h.start_mono_ns = 1'000'000'000;
+  h.start_wall_ns = 1'700'000'000'000'000'000ull;
+  h.stack_depth = 32;
+  h.config = {"GPUSHIM_POLICY=caching", "GPUSHIM_ROUND=1024"};
+  append_chunk(&f, ChunkType::kHeader, encode_header(h));
+  append_chunk(&f, ChunkType::kDevice, encode_device(DeviceInfo{0, 16ull << 30, 0}));
+  append_chunk(&f, ChunkType::kDevice, encode_device(DeviceInfo{1, 16ull << 30, 8ull << 30}));
+  ModuleInfo m;
+  m.id = 0;
+  m.path = "/opt/prog";
+  m.bias = 0x555500000000ull;
+  m.begin = m.bias;
+  m.end = m.bias + 0x10000;
+  m.build_id = std::string("\x01\x02\x03", 3);
+  append_chunk(&f, ChunkType::kModules, encode_modules({m}));
+  std::vector<StackInfo> stacks;
+  for (uint32_t id = 16; id < 100; ++id)
+    stacks.push_back(StackInfo{id, {FrameCode{kFrameModule0, 0x1234 + id}, FrameCode{kFrameRaw, 0xdead0000ull + id},
+                                    FrameCode{kFramePython, id}}});
+  append_chunk(&f, ChunkType::kStacks, encode_stacks(stacks));
+  for (size_t i = 0; i < events.size(); i += per_chunk) {
+    std::string payload;
+    EventEncoder enc(&payload);
+    for (size_t k = i; k < events.size() && k < i + per_chunk; ++k) enc.add(events[k]);
+    enc.finish();
+    append_chunk(&f, ChunkType::kEvents, payload);
+  }
+  if (with_end) {
+    EndInfo e;
+    e.end_mono_ns = events.empty() ? 0 : events.back().t_ns;
+    e.events_written = events.size();
+    e.devices.push_back(DeviceTotals{0, 1, 2, 3, 4, 5, 6, 7, 8});
+    append_chunk(&f, ChunkType::kEnd, encode_end(e));
+  }
+  return f;
+}
+
+void expect_same_event(const TraceEvent& got, const TraceEvent& want, size_t i) {
+  SCOPED_TRACE(i);
+  EXPECT_EQ(got.kind, want.kind);
+  EXPECT_EQ(got.t_ns, want.t_ns);
+  EXPECT_EQ(got.device, want.device);
+  EXPECT_EQ(got.stream, want.stream);
+  EXPECT_EQ(got.flags, want.flags);
+  EXPECT_EQ(got.seq, want.seq);
+  switch (want.kind) {
+    case EventKind::kAlloc:
+    case EventKind::kFree:  // frees carry their allocation's figures after reading
+      EXPECT_EQ(got.addr, want.addr);
+      EXPECT_EQ(got.size, want.size);
+      EXPECT_EQ(got.requested, want.requested);
+      EXPECT_EQ(got.stack, want.stack);
+      break;
+    case EventKind::kSegmentAlloc:
+    case EventKind::kSegmentFree:
+      EXPECT_EQ(got.addr, want.addr);
+      EXPECT_EQ(got.size, want.size);
+      break;
+    case EventKind::kOom:
+      EXPECT_EQ(got.requested, want.requested);
+      EXPECT_EQ(got.size, want.size);
+      EXPECT_EQ(got.stack, want.stack);
+      break;
+    default: EXPECT_EQ(got.size, want.size);
+  }
+}
+
+TEST(TraceReader, ReadsBackEverythingWritten) {
+  const auto events = sample_events(5000, 1);
+  const std::string file = build_trace(events, 700, true);
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(file, &t, &err)) << err;
+  EXPECT_FALSE(t.truncated) << t.stop_reason;
+  EXPECT_EQ(t.bytes_used, file.size());
+  EXPECT_EQ(t.header.pid, 77);
+  EXPECT_EQ(t.header.exe, "/opt/prog");
+  EXPECT_EQ(t.header.rank, "5");
+  EXPECT_EQ(t.header.policy, "caching");
+  EXPECT_EQ(t.header.config.size(), 2u);
+  ASSERT_EQ(t.devices.size(), 2u);
+  EXPECT_EQ(t.devices[1].limit, 8ull << 30);
+  ASSERT_EQ(t.modules.count(0), 1u);
+  EXPECT_EQ(t.modules.at(0).build_id, std::string("\x01\x02\x03", 3));
+  ASSERT_EQ(t.stacks.count(20), 1u);
+  EXPECT_EQ(t.stacks.at(20)[0].value, 0x1234u + 20);
+  ASSERT_TRUE(t.end.has_value());
+  EXPECT_EQ(t.end->devices[0].peak_allocated, 3u);
+  EXPECT_EQ(t.unmatched_frees, 0u);
+  ASSERT_EQ(t.events.size(), events.size());
+  for (size_t i = 0; i < events.size(); ++i) expect_same_event(t.events[i], events[i], i);
+}
+
+TEST(TraceReader, CompactOnDisk) {
+  // Allocation/free traffic only: the coding goal is at most 16 bytes per event.
+  std::vector<TraceEvent> events;
+  for (const TraceEvent& e : sample_events(20000, 2))
+    if (e.kind == EventKind::kAlloc || e.kind == EventKind::kFree) events.push_back(e);
+  std::string payload;
+  EventEncoder enc(&payload);
+  for (const TraceEvent& e : events) enc.add(e);
+  enc.finish();
+  const double per_event = static_cast<double>(payload.size()) / static_cast<double>(events.size());
+  EXPECT_LT(per_event, 16.0);
+}
+
+TEST(TraceReader, TruncatedAnywhereReadsTheCompleteChunks) {
+  const auto events = sample_events(200, 3);  // every prefix is read: keep the file small
+  const std::string file = build_trace(events, 20, true);
+  // Where each chunk ends, to know how many events a prefix must give.
+  size_t header_end = 0;
+  {
+    TraceData t;
+    std::string err;
+    for (size_t n = 8; n <= file.size(); ++n) {
+      if (parse_trace(file.substr(0, n), &t, &err)) {
+        header_end = n;
+        break;
+      }
+    }
+  }
+  ASSERT_GT(header_end, 8u);
+  size_t previous_events = 0;
+  for (size_t n = 0; n <= file.size(); ++n) {
+    TraceData t;
+    std::string err;
+    const bool ok = parse_trace(file.substr(0, n), &t, &err);
+    if (n < header_end) {
+      EXPECT_FALSE(ok) << n;
+      EXPECT_FALSE(err.empty());
+      continue;
+    }
+    ASSERT_TRUE(ok) << n << ": " << err;
+    EXPECT_EQ(t.truncated, n != t.bytes_used) << n;
+    EXPECT_LE(t.bytes_used, n);
+    // Events come in whole chunks, in order; a longer prefix never loses any. (Frees whose
+    // allocation is cut off cannot happen: a prefix is a prefix of time.)
+    EXPECT_GE(t.events.size(), previous_events) << n;
+    previous_events = t.events.size();
+    for (size_t i = 0; i < t.events.size(); ++i)
+      if (t.events[i].kind != events[i].kind || t.events[i].t_ns != events[i].t_ns) {
+        ADD_FAILURE() << "prefix " << n << " event " << i << " differs";
+        break;
+      }
+  }
+  EXPECT_EQ(previous_events, events.size());
+}
+
+TEST(TraceReader, CorruptionStopsReadingCleanly) {
+  const auto events = sample_events(2000, 4);
+  const std::string file = build_trace(events, 100, true);
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string bad = file;
+    const size_t at = 8 + rng() % (bad.size() - 8);
+    bad[at] = static_cast<char>(bad[at] ^ (1 + rng() % 255));
+    TraceData t;
+    std::string err;
+    if (!parse_trace(bad, &t, &err)) {
+      EXPECT_FALSE(err.empty());
+      continue;  // the header chunk itself was hit
+    }
+    EXPECT_TRUE(t.truncated) << "flip at " << at << " went unnoticed";
+    EXPECT_LE(t.bytes_used, at);
+    EXPECT_LE(t.events.size(), events.size());
+  }
+}
+
+TEST(TraceReader, PoolOrderBeatsTimestampsOfConcurrentOperations) {
+  // Thread A freed block X (pool operation 7) and thread B then got X (operation 8), but B read
+  // the clock first. The reader must follow the pool's numbers for device 0's pool events, leave
+  // device 1's and the forwarded events where their times put them, and keep times monotone.
+  auto pooled = [](EventKind kind, uint64_t t, uint64_t addr, uint64_t seq, int16_t device = 0) {
+    TraceEvent e;
+    e.kind = kind;
+    e.t_ns = t;
+    e.addr = addr;
+    e.size = e.requested = 512;
+    e.seq = seq;
+    e.device = device;
+    e.flags = kFlagSequenced;
+    return e;
+  };
+  TraceEvent forwarded;
+  forwarded.kind = EventKind::kAlloc;
+  forwarded.t_ns = 1005;
+  forwarded.addr = 0x9000;
+  forwarded.size = forwarded.requested = 4096;
+  forwarded.flags = kFlagForwarded;
+  const std::vector<TraceEvent> written = {
+      pooled(EventKind::kAlloc, 1000, 0x1000, 6), pooled(EventKind::kAlloc, 1001, 0x5000, 3, 1), forwarded,
+      pooled(EventKind::kAlloc, 1010, 0x1000 /* X again */, 8), pooled(EventKind::kFree, 1020, 0x1000, 7),
+      pooled(EventKind::kFree, 1030, 0x5000, 4, 1)};
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(build_trace(written, 100, true), &t, &err)) << err;
+  ASSERT_EQ(t.events.size(), written.size());
+  EXPECT_EQ(t.unmatched_frees, 0u);
+  EXPECT_EQ(t.repeated_allocs, 0u);
+  std::vector<uint64_t> seqs;
+  for (const TraceEvent& e : t.events) seqs.push_back(e.seq);
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{6, 3, 0, 7, 8, 4}));
+  EXPECT_EQ(t.events[3].kind, EventKind::kFree);
+  EXPECT_EQ(t.events[4].kind, EventKind::kAlloc);
+  for (size_t i = 1; i < t.events.size(); ++i) EXPECT_LE(t.events[i - 1].t_ns, t.events[i].t_ns);
+}
+
+TEST(TraceReader, GarbageIsNotATrace) {
+  TraceData t;
+  std::string err;
+  EXPECT_FALSE(parse_trace("", &t, &err));
+  EXPECT_FALSE(parse_trace("{\"schema\":\"gpushim-report/1\"}", &t, &err));
+  EXPECT_NE(err.find("not a gpushim trace"), std::string::npos);
+  std::string only_magic(kFileMagic, sizeof(kFileMagic));
+  EXPECT_FALSE(parse_trace(only_magic, &t, &err));
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 2000; ++i) {
+    std::string junk = only_magic;
+    const size_t n = rng() % 200;
+    for (size_t k = 0; k < n; ++k) junk.push_back(static_cast<char>(rng()));
+    parse_trace(junk, &t, &err);  // must not crash, whatever it returns
+  }
+}
+
+TEST(TraceReader, RefusesANewerMajorVersion) {
+  std::string f(kFileMagic, sizeof(kFileMagic));
+  std::string header;
+  put_varint(&header, kVersionMajor + 1);
+  put_varint(&header, 0);
+  append_chunk(&f, ChunkType::kHeader, header);
+  TraceData t;
+  std::string err;
+  EXPECT_FALSE(parse_trace(f, &t, &err));
+  EXPECT_NE(err.find("version"), std::string::npos) << err;
+}
+
+TEST(TraceReader, SkipsChunkTypesItDoesNotKnow) {
+  const auto events = sample_events(100, 6);
+  std::string file = build_trace(events, 100, false);
+  append_chunk(&file, static_cast<ChunkType>(200), "from a newer writer");
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(file, &t, &err)) << err;
+  EXPECT_FALSE(t.truncated);
+  EXPECT_EQ(t.events.size(), events.size());
+  EXPECT_FALSE(t.end.has_value());
+}
+
+}  // namespace
+}  // namespace gpushim::trace

@@ -247,7 +247,11 @@ void TraceRecorder::encode_new_stacks(const std::vector<uint32_t>& ids, std::str
   std::vector<StackInfo> stacks;
   std::vector<PyFrameInfo> pyframes;
   std::vector<uint64_t> words;
-  const Symbolizer::PythonResolver resolve_python = python_resolver_.load(std::memory_order_acquire);
+  Symbolizer::PythonResolver resolve_python;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    resolve_python = python_resolver_;
+  }
   size_t payload_estimate = 0;
   auto flush_stacks = [&] {
     if (!pyframes.empty()) append_chunk(out, ChunkType::kPyFrames, encode_pyframes(pyframes));

@@ -49,7 +49,10 @@ class TraceRecorder {
   // A device the shim started using; written before the next events.
   void add_device(const DeviceInfo& d);
   // Resolves Python frame words of stacks (stacks/stack_table.h) to source locations when set.
-  void set_python_resolver(Symbolizer::PythonResolver r) { python_resolver_.store(r, std::memory_order_release); }
+  void set_python_resolver(Symbolizer::PythonResolver r) {
+    std::lock_guard<std::mutex> lock(registry_mu_);
+    python_resolver_ = std::move(r);
+  }
 
   // Writes everything recorded so far, then the end chunk, and closes the file. Events recorded
   // afterwards are ignored. Idempotent; does nothing in a forked child.
@@ -84,7 +87,7 @@ class TraceRecorder {
   const RecorderOptions options_;
   const uint64_t generation_;  // tells this recorder's thread buffers from an earlier one's
   std::atomic<bool> accepting_{true};
-  std::atomic<Symbolizer::PythonResolver> python_resolver_{nullptr};
+  Symbolizer::PythonResolver python_resolver_;  // guarded by registry_mu_
 
   // Thread buffers: created on a thread's first event, recycled after the thread exits.
   mutable std::mutex registry_mu_;

@@ -92,9 +92,13 @@ CUresult DriverBackend::in_context(F&& fn) {
   // asked for (device memory, and time).
   std::call_once(retain_once_, [&] {
     CUdevice dev;
-    if (api_ && api_->device_get(&dev, device_) == CUDA_SUCCESS) api_->primary_retain(&primary_, dev);
+    if (api_ == nullptr) return;
+    retain_result_ = api_->device_get(&dev, device_);
+    if (retain_result_ == CUDA_SUCCESS) retain_result_ = api_->primary_retain(&primary_, dev);
   });
-  if (primary_ == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  // The driver's own reason (e.g. CUDA_ERROR_NOT_INITIALIZED in a fork child), so the caller gets
+  // the code the real runtime would have given.
+  if (primary_ == nullptr) return retain_result_ != CUDA_SUCCESS ? retain_result_ : CUDA_ERROR_INVALID_CONTEXT;
   CUcontext cur = nullptr;
   api_->ctx_get_current(&cur);
   if (cur == primary_) return fn();

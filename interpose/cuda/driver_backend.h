@@ -45,6 +45,7 @@ class DriverBackend final : public Backend {
   const DriverApi* api_;
   std::once_flag retain_once_;
   CUcontext primary_ = nullptr;
+  CUresult retain_result_ = CUDA_ERROR_NOT_INITIALIZED;  // why primary_ is null, if it is
   std::mutex events_mu_;
   std::vector<CUevent> spare_events_;  // recycled: creating events costs driver time
 };

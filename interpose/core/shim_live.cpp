@@ -35,7 +35,13 @@ std::vector<DeviceMetrics> Shim::live_device_metrics() const {
   return out;
 }
 
-std::optional<uint64_t> Shim::unaccounted_bytes(const DeviceState&) const { return std::nullopt; }
+std::optional<uint64_t> Shim::unaccounted_bytes(const DeviceState& d) const {
+  // The last driver-usage sample (taken on the allocating threads, never here: this runs on the
+  // gpushim-live thread, which must not need a CUDA context).
+  const UsageSample u = usage_.last(d.ordinal);
+  if (!u.valid) return std::nullopt;
+  return u.used > u.held ? u.used - u.held : 0;
+}
 
 void Shim::finish_live_outputs(const ReportData* exit_report) {
   if (!live_.metrics_enabled()) return;

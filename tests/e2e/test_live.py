@@ -68,9 +68,9 @@ def assert_metrics_match_report(test, fams, report, running):
         }
         for name, value in expect.items():
             test.assertEqual(fams[name].value(device=dev), value, f"{name} device {dev}")
-        # Issue 5 measures "unaccounted"; until then the core says unknown and the family is absent.
-        if "gpushim_unaccounted_bytes" in fams:
-            test.assertGreaterEqual(fams["gpushim_unaccounted_bytes"].value(device=dev), 0)
+        # "Unaccounted" is the driver's used memory minus everything the shim saw, as sampled last.
+        if d.get("usage_sampled"):
+            test.assertEqual(fams["gpushim_unaccounted_bytes"].value(device=dev), d["unaccounted_bytes"])
 
 
 def wait_for_json(path, reason="snapshot"):
@@ -302,6 +302,8 @@ class Metrics(ShimTestCase):
         cases += [(policy, [program("e2e_cap_and_oom"), "64", "8"], {"GPUSHIM_LIMIT": "256MiB", "FAKECUDA_MEM": "1GiB"})
                   for policy in POLICIES]
         cases += [("caching", [program("e2e_threads_alloc"), "4", "300"], {"FAKECUDA_DEVICES": "2"})]
+        # Context memory no hook sees: it must show up as unaccounted, in the report and the file.
+        cases += [("caching", [program("e2e_leak_two_sites")], {"FAKECUDA_CONTEXT_MEM": "96MiB"})]
         for policy, args, env in cases:
             with self.subTest(policy=policy, program=os.path.basename(args[0])):
                 wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
@@ -311,6 +313,8 @@ class Metrics(ShimTestCase):
                 fams = read_metrics(os.path.join(wd, "m.prom"))
                 assert_metrics_match_report(self, fams, r.report, running=False)
                 self.assertEqual(fams["gpushim_allocated_bytes"].samples[0][0]["rank"], "5")
+                if env.get("FAKECUDA_CONTEXT_MEM"):
+                    self.assertEqual(fams["gpushim_unaccounted_bytes"].value(device="0"), 96 * MiB)
                 if "cap_and_oom" in args[0]:
                     self.assertGreater(fams["gpushim_ooms_total"].value(device="0"), 0)
                     self.assertEqual(fams["gpushim_cap_bytes"].value(device="0"), 256 * MiB)

@@ -29,8 +29,8 @@ extern char** environ;
 namespace gpushim {
 namespace {
 
-// kDetached: a fork child of a process that used CUDA memory. CUDA cannot work there and the
-// inherited state belongs to the parent, so every call forwards and the child writes nothing.
+// kDetached: a fork child of a process that used CUDA. CUDA cannot work there and the inherited
+// state belongs to the parent, so every call forwards and the child writes nothing.
 enum State : int { kUninitialized = 0, kReady = 1, kDisabled = 2, kDetached = 3 };
 std::atomic<int> g_state{kUninitialized};
 std::atomic<Shim*> g_instance{nullptr};
@@ -149,10 +149,12 @@ Shim::Shim(Config config, std::string exe)
 // No lock of the shim's is held across fork. Taking them in a prepare handler would make fork wait
 // for threads inside the shim, and those may be waiting for the CUDA driver, whose own prepare
 // handler (registered after ours, so run before it) already holds the driver's locks: the parent
-// would deadlock. Instead the child never touches the parent's state: it either detaches (the
-// parent used CUDA memory, so CUDA cannot work in the child) or starts over with a fresh shim (the
-// parent never did, so the child is a CUDA process of its own and gets its own report). Only the
-// initialization lock is held across fork; it is never held around a CUDA call.
+// would deadlock. Instead the child never touches the parent's state. The shim exists only in a
+// process that made a CUDA call, and CUDA cannot work in the fork child of such a process, so the
+// child detaches: every call forwards (CUDA answers with its own error) and nothing is written. A
+// child forked before its parent's first CUDA call finds no shim and builds its own, like any
+// process after exec. Only the initialization lock is held across fork; it is never held around a
+// CUDA call.
 
 void Shim::fork_prepare() { g_init_mu.lock(); }
 
@@ -164,27 +166,9 @@ void Shim::fork_child() {
   if (s == nullptr) return;  // never initialized, disabled, or detached already
   s->live_.abandon_in_fork_child();  // its thread does not exist here
   if (s->trace_) s->trace_->disable_in_child();  // the parent's trace is the parent's to write
+  s->forked_child_ = true;
   g_instance.store(nullptr, std::memory_order_release);
-  if (s->touched_cuda()) {
-    s->forked_child_ = true;
-    g_state.store(kDetached, std::memory_order_release);
-  } else {
-    // The parent's object stays in g_storage, abandoned; the child's first CUDA call builds anew.
-    g_state.store(kUninitialized, std::memory_order_release);
-  }
-}
-
-bool Shim::touched_cuda() {
-  // A device being created by another thread of the parent holds devices_mu_: CUDA was in use.
-  if (!devices_mu_.try_lock()) return true;
-  devices_mu_.unlock();
-  for (const auto& slot : devices_)
-    if (slot.load(std::memory_order_acquire) != nullptr) return true;
-  for (const MemoryCounters* c : {&managed_, &host_}) {
-    const CounterSnapshot snap = c->snapshot();
-    if (snap.total_allocs != 0 || snap.failed_allocs != 0) return true;
-  }
-  return false;
+  g_state.store(kDetached, std::memory_order_release);
 }
 
 // ---- devices ----

@@ -247,8 +247,6 @@ class Shim {
   static void fork_prepare();
   static void fork_parent();
   static void fork_child();
-  // Whether this process used CUDA memory through the shim (decides what a fork child becomes).
-  bool touched_cuda();
 
   const Config config_;
   const std::string exe_;

@@ -125,6 +125,8 @@ class GpuValidateWithoutGpu(unittest.TestCase):
         self.assertRegex(proc.stdout, r"^SKIPPED: gpu-validate needs an NVIDIA GPU: ")
         self.assertNotIn("Traceback", proc.stderr)
 
+    @unittest.skipIf(sanitizer_build(), "the simulated driver of a sanitizer build needs the sanitizer runtime, "
+                                        "which this Python process does not carry")
     def test_simulated_driver_is_not_taken_for_a_gpu(self):
         proc = self.run_validate(LD_LIBRARY_PATH=os.path.join(BUILD, "fakecuda"))
         self.assertEqual(proc.returncode, 77, proc.stdout + proc.stderr)
@@ -220,6 +222,7 @@ class Verdicts(unittest.TestCase):
         self.assertIn("n/a", self.gv.module_view({}))
 
 
+@unittest.skipIf(sanitizer_build(), "the GPU suite runs release builds; sanitizer builds do not build the benchmarks")
 class NvidiaRuntimeLinkage(unittest.TestCase):
     """The programs the GPU suite runs are the ones built here, linked to the simulated libcudart: on a
     GPU they must bind to NVIDIA's libcudart.so.13 unchanged. Where NVIDIA's runtime is installed (the

@@ -2,8 +2,9 @@
 // the shim, holding its locks) while the main thread forks again and again. Each child asks the
 // shim for its figures and tries a cudaMalloc (CUDA cannot work in the child of a CUDA process, so
 // it must get CUDA's own error, not a block from the parent's pool), then exits, half of them with
-// exit() (atexit handlers run) and half with _exit(). A child that does not finish within 20 s is
-// counted as hung and killed. At the end the workers free everything; the shim must agree exactly.
+// exit() (atexit handlers run) and half with _exit(); the first fork comes before any device memory
+// exists. A child that does not finish within 20 s is counted as hung and killed. At the end the
+// workers free everything; the shim must agree exactly.
 //
 // Usage: e2e_fork_stress THREADS FORKS
 #include <signal.h>
@@ -87,15 +88,13 @@ int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 8;
   const int forks = argc > 2 ? std::atoi(argv[2]) : 100;
   CHECK(cudaFree(nullptr));
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) pool.emplace_back(worker, t);
   int hung = 0, bad_exit = 0;
   std::set<std::string> answers;
-  for (int i = 0; i < forks; ++i) {
+  auto fork_once = [&](int i) {
     int fds[2];
-    if (pipe(fds) != 0) return 2;
+    if (pipe(fds) != 0) std::exit(2);
     const pid_t pid = fork();
-    if (pid < 0) return 2;
+    if (pid < 0) std::exit(2);
     if (pid == 0) {
       g_in_child = true;
       close(fds[0]);
@@ -118,7 +117,12 @@ int main(int argc, char** argv) {
     const ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
     close(fds[0]);
     if (n > 0) answers.insert(std::string(buf, static_cast<size_t>(n) - 1));
-  }
+  };
+  // The first fork comes after CUDA is initialized but before any device memory exists.
+  fork_once(0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker, t);
+  for (int i = 1; i < forks; ++i) fork_once(i);
   g_stop = true;
   for (auto& th : pool) th.join();
   std::printf("{\"forks\":%d,\"hung\":%d,\"bad_exit\":%d,\"allocs\":%ld,\"frees\":%ld,\"errors\":%ld,\"child_answers\":[",

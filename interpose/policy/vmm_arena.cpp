@@ -334,7 +334,10 @@ bool VmmArena::make_plan(uint64_t size, Plan* best) {
     Kind kind;
   };
   std::vector<Span> spans;
-  for (auto& [base, r] : reservations_) {
+  for (auto& entry : reservations_) {
+    // A plain variable, not a structured binding: lambdas below capture it, which C++20 compilers
+    // before clang 16 reject for bindings.
+    Reservation* const r = entry.second;
     // Address-ordered spans of the reservation: idle free blocks, walls (every other block) that
     // separate windows, and holes, which are the gaps between blocks since blocks tile the pieces.
     spans.clear();

@@ -68,6 +68,10 @@ State& GetState() {
       dev->default_pool.is_default = true;
       s->devices.push_back(std::move(dev));
     }
+    // Registered with the state, not at cuInit: calls before cuInit take the mutex too (the
+    // runtime's cuGetProcAddress lookups while it loads the driver), and a fork then must not
+    // leave it locked in the child.
+    pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
     return s;
   }();
   return *state;
@@ -144,10 +148,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
   std::lock_guard lk(s.mu);
   if (s.unusable_after_fork) return CUDA_ERROR_NOT_INITIALIZED;
   if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (!s.initialized) {
-    pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
-    s.initialized = true;
-  }
+  s.initialized = true;
   return CUDA_SUCCESS;
 }
 

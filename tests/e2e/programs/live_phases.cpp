@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -85,7 +88,14 @@ void report_and_wait(int phase, int child_status) {
     std::printf("null}\n");
   std::fflush(stdout);
   char line[64];
-  if (std::fgets(line, sizeof(line), stdin) == nullptr) std::exit(2);  // the test went away
+  for (;;) {
+    errno = 0;
+    if (std::fgets(line, sizeof(line), stdin) != nullptr) break;
+    // The program's own handler (--own-usr2) has no SA_RESTART: a signal arriving while we wait
+    // interrupts the read, which is no reason to stop waiting.
+    if (!std::ferror(stdin) || errno != EINTR) std::exit(2);  // the test went away
+    std::clearerr(stdin);
+  }
 }
 
 int fork_child_and_wait() {

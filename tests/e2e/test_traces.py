@@ -13,7 +13,7 @@ import tempfile
 import time
 import unittest
 
-from shimtest import BIN, POLICIES, ShimTestCase, base_env, program, run
+from shimtest import BIN, POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run
 
 MiB = 1 << 20
 ANALYZE = os.path.join(BIN, "gpushim-analyze")
@@ -22,6 +22,7 @@ PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scr
 
 def analyze(*args, check=True):
     proc = subprocess.run([ANALYZE, *args], capture_output=True, text=True, timeout=120)
+    check_sanitizer_clean(proc.stderr, "gpushim-analyze")
     if check and proc.returncode != 0:
         raise AssertionError(f"gpushim-analyze {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
@@ -214,7 +215,8 @@ class Recording(ShimTestCase):
             time.sleep(0.3)  # the writer flushes every 50 ms
         finally:
             proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=30)
+            _, stderr = proc.communicate(timeout=30)
+        check_sanitizer_clean(stderr, "e2e_train_loop")
         summary = analyze_json("summary", path)
         self.assertEqual(summary["reason"], "truncated")
         self.assertTrue(any("end record" in n or "cut short" in n for n in summary["notes"]), summary["notes"])

@@ -13,7 +13,7 @@ import tempfile
 import time
 import unittest
 
-from shimtest import BIN, POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run
+from shimtest import BIN, NO_CUDA_PROGRAM, POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run
 
 MiB = 1 << 20
 ANALYZE = os.path.join(BIN, "gpushim-analyze")
@@ -176,7 +176,7 @@ class Recording(ShimTestCase):
 
     def test_a_process_that_never_uses_cuda_writes_no_trace(self):
         workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
-        r = run(["/bin/true"], env={"GPUSHIM_TRACE": os.path.join(workdir, "t.trace")}, expect_report=False,
+        r = run([NO_CUDA_PROGRAM], env={"GPUSHIM_TRACE": os.path.join(workdir, "t.trace")}, expect_report=False,
                 workdir=workdir)
         self.assertRanOK(r)
         self.assertEqual(os.listdir(workdir), [])

@@ -27,6 +27,14 @@ def worker(base):
         n += 2
 
 
+# The runtime loads the driver before the first fork. Under ThreadSanitizer, a fork while another
+# thread loads it leaves the child's first CUDA call waiting forever: TSan's own pthread_once and
+# dlopen interceptors stay locked in fork children (glibc resets its own). This call makes no
+# allocation: the shim still starts in the threads' first ones, while the main thread forks.
+count = ctypes.c_int()
+if cuda.cudaGetDeviceCount(ctypes.byref(count)) != 0:
+    sys.exit("cudaGetDeviceCount failed")
+
 threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
 for t in threads:
     t.start()

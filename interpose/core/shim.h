@@ -144,7 +144,7 @@ class Shim {
   // Virtual-memory API bookkeeping. Device memory is charged (the cap) before cuMemCreate and
   // recorded after it succeeded; the others run after the real call succeeded.
   bool vmm_charge(int device, uint64_t size);
-  void vmm_uncharge(int device, uint64_t size);
+  void vmm_uncharge(int device, uint64_t size);  // cuMemCreate refused: the charge is cancelled
   void vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int device);
   void vmm_imported(uint64_t handle, int device);
   void vmm_retained(uint64_t handle);

@@ -68,10 +68,12 @@ bool Shim::vmm_charge(int dev, uint64_t size) {
 }
 
 void Shim::vmm_uncharge(int dev, uint64_t size) {
-  if (DeviceState* d = device(dev)) d->budget.uncharge(size);
+  if (DeviceState* d = device(dev)) d->budget.cancel(size);
 }
 
 void Shim::vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int dev) {
+  if (kind == MemoryKind::kDevice)
+    if (DeviceState* d = device(dev)) d->budget.commit(size);  // charged by vmm_charge
   vmm_.created(VmmTracker::Physical{handle, size, dev, kind});
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, size, t, capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded,

@@ -24,7 +24,7 @@ CUresult Shim::driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t
   const CUresult r = forward();
   const uintptr_t ptr = r == CUDA_SUCCESS ? static_cast<uintptr_t>(result()) : 0;
   if (r != CUDA_SUCCESS || ptr == 0) {
-    if (d) d->budget.uncharge(size);
+    if (d) d->budget.cancel(size);
     if (r != CUDA_SUCCESS) {
       if (d) d->counters.on_failed();
       else record_failure(kind, device);
@@ -32,6 +32,7 @@ CUresult Shim::driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t
     }
     return r;
   }
+  if (d) d->budget.commit(size);
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};
@@ -53,6 +54,7 @@ CUresult Shim::account_after(MemoryKind kind, int device, uintptr_t ptr, uint64_
     on_oom(d, size, stack);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  if (d) d->budget.commit(size);  // the memory exists already
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};

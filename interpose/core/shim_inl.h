@@ -32,13 +32,14 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     }
     const cudaError_t err = forward();
     if (err != cudaSuccess || *out == nullptr) {  // *out null: size 0, CUDA hands out nothing
-      d->budget.uncharge(size);
+      d->budget.cancel(size);
       if (err != cudaSuccess) {
         d->counters.on_failed();
         if (err == cudaErrorMemoryAllocation) on_oom(d, size, stack);
       }
       return err;
     }
+    d->budget.commit(size);
     const uint64_t t = now_ns();
     const MemoryKind kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
     const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(d->ordinal),

@@ -14,7 +14,8 @@ class LimitedBackend final : public Backend {
   CUresult segment_alloc(size_t bytes, void** out) override {
     if (!budget_.try_charge(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     const CUresult r = up_.segment_alloc(bytes, out);
-    if (r != CUDA_SUCCESS) budget_.uncharge(bytes);
+    if (r == CUDA_SUCCESS) budget_.commit(bytes);
+    else budget_.cancel(bytes);
     return r;
   }
   CUresult segment_free(void* p, size_t bytes) override {
@@ -25,7 +26,8 @@ class LimitedBackend final : public Backend {
   CUresult physical_create(size_t bytes, uint64_t* handle) override {
     if (!budget_.try_charge(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
     const CUresult r = up_.physical_create(bytes, handle);
-    if (r != CUDA_SUCCESS) budget_.uncharge(bytes);
+    if (r == CUDA_SUCCESS) budget_.commit(bytes);
+    else budget_.cancel(bytes);
     return r;
   }
   CUresult physical_release(uint64_t handle, size_t bytes) override {

@@ -41,6 +41,7 @@ CachingPool::~CachingPool() {
 }
 
 CachingPool::Block* CachingPool::new_block() {
+  peak_blocks_ = std::max(peak_blocks_, ++blocks_);
   if (spare_blocks_.empty()) return new Block;
   Block* b = spare_blocks_.back();
   spare_blocks_.pop_back();
@@ -49,8 +50,11 @@ CachingPool::Block* CachingPool::new_block() {
 }
 
 void CachingPool::recycle(Block* b) {
-  // Bounded so that a burst of splits does not pin memory forever.
-  if (spare_blocks_.size() < 4096) spare_blocks_.push_back(b);
+  --blocks_;
+  // Bounded so that a burst of splits does not pin memory forever, but by the most blocks the
+  // pool ever had, not a constant: a settle merges a whole quarantine (thousands of splits) back
+  // at once, and the same number of splits follows; below that, half of them would go to malloc.
+  if (spare_blocks_.size() < std::max<uint64_t>(kMinSpareBlocks, peak_blocks_)) spare_blocks_.push_back(b);
   else delete b;
 }
 

@@ -101,6 +101,8 @@ class CachingPool final : public DeviceMemoryResource {
   FreeSet small_free_, large_free_;
   std::vector<Block*> quarantine_;
   std::vector<Block*> spare_blocks_;
+  static constexpr uint64_t kMinSpareBlocks = 4096;
+  uint64_t blocks_ = 0, peak_blocks_ = 0;  // blocks in use (not spare), and their most
   uint64_t quarantine_bytes_ = 0;
   absl::flat_hash_map<uintptr_t, Block*> allocated_;
   std::map<uintptr_t, Segment*> segments_;  // by base, for contains() and release

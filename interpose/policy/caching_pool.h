@@ -84,6 +84,10 @@ class CachingPool final : public DeviceMemoryResource {
   bool usable(Block* b, const AllocRequest& req);
   Block* grow(uint64_t size, bool small, CUresult* err);
   Block* split(Block* b, uint64_t size, bool small);
+  bool worth_splitting(const Block* b, uint64_t size, bool small) const;
+  // Takes `size` bytes from the free block at `it` (usable for the request): the block itself,
+  // out of the set, or its front when it is worth splitting.
+  Block* take(FreeSet& set, FreeSet::iterator it, uint64_t size, bool small);
   void insert_free(Block* b);
   Block* coalesce(Block* b);
   void settle_after_sync();  // requires that the device was just synchronized

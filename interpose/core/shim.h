@@ -33,6 +33,7 @@
 #include "stacks/module_map.h"
 #include "stacks/stack_table.h"
 #include "trace/trace_recorder.h"
+#include "util/clock.h"
 
 namespace gpushim {
 
@@ -196,6 +197,11 @@ class Shim {
   void on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected = false);
   // GPUSHIM_FAIL selected this allocation: account and report it like an OOM (core/shim_faults.cpp).
   cudaError_t injected_failure(DeviceState* d, uint64_t requested, uint64_t number);
+  // The time of an allocation or free as the hot path records it: precise while a trace is
+  // recorded (its events are ordered by it), otherwise coarse. Without a trace the time only
+  // decides whether a sample is due (a sample may then come up to one kernel tick late; its own
+  // timestamp is precise, see take_samples) and dates the record (AllocationRecord::time_ns).
+  uint64_t record_time_ns() const { return trace_ ? now_ns() : coarse_now_ns(); }
   void maybe_sample(uint64_t now) {
     timeline_.maybe_sample(now, [&](auto&& append) { take_samples(append); });
   }

@@ -40,7 +40,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
       return err;
     }
     d->budget.commit(size);
-    const uint64_t t = now_ns();
+    const uint64_t t = record_time_ns();
     const MemoryKind kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
     const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(d->ordinal),
                                kind, Route::kForwarded, caller_module()};
@@ -64,7 +64,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     set_runtime_last_error(to_runtime_error(r));
     return to_runtime_error(r);
   }
-  const uint64_t t = now_ns();
+  const uint64_t t = record_time_ns();
   const AllocationRecord rec{allocated, requested, t, stack, static_cast<int16_t>(d->ordinal), MemoryKind::kDevice,
                              Route::kPooled, caller_module()};
   tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
@@ -104,7 +104,7 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
     if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
   }
   counters.on_free(rec.size, rec.requested);
-  const uint64_t now = now_ns();
+  const uint64_t now = record_time_ns();
   if (trace_) trace_free(rec.route == Route::kForwarded ? free_t : now, reinterpret_cast<uintptr_t>(ptr), rec, stream,
                          stream_ordered);
   maybe_sample(now);

@@ -68,6 +68,10 @@ State& GetState() {
       dev->default_pool.is_default = true;
       s->devices.push_back(std::move(dev));
     }
+    // From the state's birth, not from cuInit: the mutex is taken before cuInit too (symbol
+    // lookups while the runtime loads us), and a fork() while another thread held it then left
+    // the child blocked forever on a lock nobody would release.
+    pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
     return s;
   }();
   return *state;
@@ -144,10 +148,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
   std::lock_guard lk(s.mu);
   if (s.unusable_after_fork) return CUDA_ERROR_NOT_INITIALIZED;
   if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (!s.initialized) {
-    pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
-    s.initialized = true;
-  }
+  s.initialized = true;
   return CUDA_SUCCESS;
 }
 

@@ -4,7 +4,7 @@ after the report), and abnormal ends lose the report without harming the host or
 import json
 import os
 import signal
-
+import subprocess
 import tempfile
 
 from shimtest import POLICIES, ShimTestCase, program, run, scaled, shim_knows
@@ -123,23 +123,32 @@ class AbnormalEnds(ShimTestCase):
 
 
 class FatalSignalWithTracing(ShimTestCase):
-    def test_fatal_signal_leaves_a_trace_when_tracing_is_on(self):
+    def test_fatal_signal_leaves_a_readable_trace_when_tracing_is_on(self):
         wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
         if not shim_knows("GPUSHIM_TRACE", os.path.join(wd, "probe.trace")):
             self.skipTest("GPUSHIM_TRACE (traces, issue 7) is not in this build yet")
+        analyze = program("gpushim-analyze")
         env = crash_as_without_sanitizers()
         for mode, sig in (("segv", signal.SIGSEGV), ("abort", signal.SIGABRT)):
-            with self.subTest(mode=mode):
-                trace = os.path.join(wd, mode + ".trace")
-                r = run([program("e2e_exit_paths"), mode], env=dict(env, GPUSHIM_TRACE=trace), expect_report=False,
-                        timeout=60)
-                self.assertEqual(r.returncode, -sig, r.stderr)
-                written = [f for f in os.listdir(wd) if f.startswith(mode)]
-                self.assertTrue(written, "no trace left by a crash with tracing on")
-                self.assertGreater(os.path.getsize(os.path.join(wd, written[0])), 0)
-                # Still to add with issue 7: gpushim-analyze reads this trace without error and
-                # finds the 2 MiB allocation that leak_at_exit made before the crash.
-
+            # At once: the trace holds at least its header. After 300 ms: the trace writer (every
+            # 50 ms) has written the allocation made before the crash.
+            for delay, live in (("0", None), ("300", 1)):
+                with self.subTest(mode=mode, delay_ms=delay):
+                    trace = os.path.join(wd, f"{mode}.{delay}.trace")
+                    r = run([program("e2e_exit_paths"), mode, delay], env=dict(env, GPUSHIM_TRACE=trace),
+                            expect_report=False, timeout=60)
+                    self.assertEqual(r.returncode, -sig, r.stderr)
+                    self.assertTrue(os.path.exists(trace), os.listdir(wd))
+                    proc = subprocess.run([analyze, "summary", trace, "--json"], capture_output=True, text=True,
+                                          timeout=60)
+                    self.assertEqual(proc.returncode, 0, proc.stderr)
+                    summary = json.loads(proc.stdout)
+                    self.assertEqual(summary["reason"], "truncated")
+                    self.assertTrue(summary["exe"].endswith("e2e_exit_paths"), summary["exe"])
+                    if live is not None:
+                        dev = summary["devices"][0]
+                        self.assertEqual(dev["live_count"], live)
+                        self.assertEqual(dev["live_bytes"], 2 * MiB)
 
 if __name__ == "__main__":
     import unittest

@@ -10,7 +10,8 @@
 //   both            runtime-first and static-dtor together: the late free reaches a reset device
 //   _exit           _exit(0) after allocating
 //   sigkill         SIGKILL after allocating
-//   segv / abort    a fatal signal in the host after allocating
+//   segv / abort    a fatal signal in the host after allocating (THREADS, if given, is a delay in
+//                   ms before it: time for a trace writer to have written what came before)
 #include <signal.h>
 #include <unistd.h>
 
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "runtime-first") return 0;
+  if ((mode == "segv" || mode == "abort") && argc > 2) usleep(static_cast<useconds_t>(std::atoi(argv[2])) * 1000);
   if (mode == "_exit") _exit(0);
   if (mode == "sigkill") raise(SIGKILL);
   if (mode == "segv") raise(SIGSEGV);

@@ -49,6 +49,9 @@ class CallScope {
   const HookApi api_;
 };
 
+// True inside one of our runtime hooks (the call has a runtime last error to keep up to date).
+inline bool in_runtime_hook() { return this_thread_call_frame().runtime_depth != 0; }
+
 // Return address of the outermost hook on this thread, 0 outside hooks.
 inline uintptr_t current_hook_caller() { return this_thread_call_frame().caller; }
 

@@ -139,7 +139,12 @@ class Shim {
   // cuMemFree*, cuMemFreeAsync*, cuMemFreeHost: blocks we pooled go back to their pool, everything
   // else to `forward` (which returns the real CUresult).
   template <typename Forward>
-  CUresult driver_free(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward);
+  CUresult driver_free(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward,
+                       FreeApi api = FreeApi::kDevice);
+  // GPUSHIM_FAIL for device memory allocated through the driver API (driver_alloc, and pitched
+  // memory, whose hook can only ask before the real call): CUDA_SUCCESS to proceed, or
+  // CUDA_ERROR_OUT_OF_MEMORY, already accounted like a real one.
+  CUresult driver_inject_if_chosen(int device, uint64_t requested);
   // A driver-level allocation failed with `r`: counted, and an out-of-memory recorded as usual.
   void driver_failure(MemoryKind kind, int device, CUresult r, uint64_t size);
   // Virtual-memory API bookkeeping. Device memory is charged (the cap) before cuMemCreate and
@@ -202,6 +207,8 @@ class Shim {
   // decides whether a sample is due (a sample may then come up to one kernel tick late; its own
   // timestamp is precise, see take_samples) and dates the record (AllocationRecord::time_ns).
   uint64_t record_time_ns() const { return trace_ ? now_ns() : coarse_now_ns(); }
+  // The accounting and the line of an injected failure; `returned` names the code the caller gets.
+  void note_injected_failure(DeviceState* d, uint64_t requested, uint64_t number, const char* returned);
   void maybe_sample(uint64_t now) {
     timeline_.maybe_sample(now, [&](auto&& append) { take_samples(append); });
   }

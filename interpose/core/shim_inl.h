@@ -2,6 +2,7 @@
 // hook passes costs nothing.
 #pragma once
 
+#include "core/call_context.h"
 #include "cuda/error_codes.h"
 #include "cuda/runtime_last_error.h"
 #include "util/clock.h"
@@ -141,7 +142,8 @@ cudaError_t Shim::unknown_free(void* ptr, Forward&& forward) {
   // whole segment under other live blocks, so refuse it.
   if (pool_contains(ptr)) {
     warn_invalid_free(ptr, "a double free, or a pointer inside a block");
-    set_runtime_last_error(cudaErrorInvalidValue);
+    // Only the runtime keeps a last error: a refused cuMemFree must leave the runtime's untouched.
+    if (in_runtime_hook()) set_runtime_last_error(cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
   }
   // Possibly memory from a path we did not see (the driver API); CUDA decides.

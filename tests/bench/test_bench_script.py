@@ -11,19 +11,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.path.abspath(os.environ.get("GPUSHIM_BUILD_DIR") or os.path.join(ROOT, "build"))
 
 
-def sanitizer_build():
-    """GPUSHIM_SANITIZE of the build tree ("" for a normal build)."""
-    try:
-        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-            for line in f:
-                if line.startswith("GPUSHIM_SANITIZE:"):
-                    return line.split("=", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
-@unittest.skipIf(sanitizer_build(), "benchmarks are measured on release builds")
 class BenchScript(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -260,6 +260,8 @@ class Shim {
   static void fork_prepare();
   static void fork_parent();
   static void fork_child();
+  // Set when the library is loaded, by registering the three above (shim.cpp says why then).
+  static const bool fork_handlers_registered_;
 
   const Config config_;
   const std::string exe_;

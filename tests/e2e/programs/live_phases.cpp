@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -85,7 +86,12 @@ void report_and_wait(int phase, int child_status) {
     std::printf("null}\n");
   std::fflush(stdout);
   char line[64];
-  if (std::fgets(line, sizeof(line), stdin) == nullptr) std::exit(2);  // the test went away
+  // The program's own SIGUSR2 handler has no SA_RESTART: a signal that lands on this thread while
+  // it waits here interrupts the read, which is not the test going away.
+  while (std::fgets(line, sizeof(line), stdin) == nullptr) {
+    if (!std::ferror(stdin) || errno != EINTR) std::exit(2);  // the test went away
+    std::clearerr(stdin);
+  }
 }
 
 int fork_child_and_wait() {

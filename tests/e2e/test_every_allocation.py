@@ -164,7 +164,7 @@ class Dlsym(ShimTestCase):
                 self.assertRanOK(r)
                 out = last_json(r)
                 self.assertEqual(out["next_chain"], "A>B")
-                self.assertTrue(out["next_malloc_is_libc"])
+                self.assertTrue(out["next_malloc_is_the_first_definition"])
                 self.assertEqual(out["default_from_local_scope"], 42)
                 self.assertTrue(out["missing_is_null"])
                 self.assertTrue(out["missing_sets_dlerror"])

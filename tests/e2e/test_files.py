@@ -80,6 +80,7 @@ class Creation(ShimTestCase):
                  for _ in range(6)]
         for p in procs:
             _, err = p.communicate(timeout=120)
+            check_sanitizer_clean(err, LEAK)
             self.assertEqual(p.returncode, 0, err)
         names = sorted(os.listdir(self.dir))
         self.assertEqual(len(names), 6, names)

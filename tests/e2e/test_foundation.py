@@ -4,7 +4,7 @@ import os
 import subprocess
 import unittest
 
-from shimtest import NO_CUDA_PROGRAM, POLICIES, SHIM, ShimTestCase, base_env, program, run
+from shimtest import NO_CUDA_PROGRAM, POLICIES, SHIM, ShimTestCase, base_env, check_sanitizer_clean, program, run
 
 MiB = 1 << 20
 
@@ -118,6 +118,7 @@ class Quiet(ShimTestCase):
         import tempfile
         wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
         proc = subprocess.run([program("e2e_leak_two_sites")], env=env, cwd=wd, capture_output=True, text=True)
+        check_sanitizer_clean(proc.stderr, "e2e_leak_two_sites")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         files = os.listdir(wd)
         self.assertEqual(len(files), 1, files)

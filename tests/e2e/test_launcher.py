@@ -9,7 +9,7 @@ import tempfile
 import unittest
 
 from pythons import interpreters
-from shimtest import BIN, SHIM, base_env
+from shimtest import BIN, PRELOAD_FIRST, SHIM, base_env, check_sanitizer_clean
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCHER = os.path.join(BIN, "gpushim")                                  # build tree: finds ../lib
@@ -17,13 +17,28 @@ SOURCE_LAUNCHER = os.path.join(HERE, "..", "..", "scripts", "gpushim")  # source
 SHOW_ENV = os.path.join(HERE, "python", "show_env.py")
 
 
+def existing_preloads(preload=""):
+    """LD_PRELOAD as the launcher finds it: `preload`, behind the sanitizer runtime in ASan builds."""
+    return ":".join(p for p in (PRELOAD_FIRST, preload) if p)
+
+
 def launch(args, env_extra=None, launcher=LAUNCHER, drop=()):
     env = base_env(preload=False)  # the launcher sets LD_PRELOAD itself
     for k in drop:
         env.pop(k, None)
     env.update(env_extra or {})
+    if PRELOAD_FIRST:
+        # ASan builds: the instrumented shim needs the ASan runtime in the program's preload list,
+        # and the launcher puts the shim first (what these tests check), ahead of preloads already
+        # there. The shim depends on that runtime, which is thus initialized before it, and defines
+        # none of the runtime's symbols: the order is sound, so ASan's own check of it is turned
+        # off. The launcher is a bash script, and bash does not free its memory at exit: no leak
+        # check in these tests (the shim's leaks are checked everywhere else).
+        env["LD_PRELOAD"] = existing_preloads(env.get("LD_PRELOAD", ""))
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0:detect_leaks=0"
     wd = tempfile.mkdtemp(prefix="gpushim-launcher-")
     proc = subprocess.run([launcher] + args, env=env, cwd=wd, capture_output=True, text=True, timeout=120)
+    check_sanitizer_clean(proc.stderr, launcher)
     return proc, wd
 
 
@@ -83,7 +98,7 @@ class Launcher(unittest.TestCase):
         proc, wd = launch(["run", "--report", "off", "--", "/usr/bin/env"], {"LD_PRELOAD": "libm.so.6"})
         self.assertEqual(proc.returncode, 0, proc.stderr)
         env = dict(l.split("=", 1) for l in proc.stdout.splitlines() if "=" in l)
-        self.assertEqual(env["LD_PRELOAD"], os.path.realpath(SHIM) + ":libm.so.6")
+        self.assertEqual(env["LD_PRELOAD"], os.path.realpath(SHIM) + ":" + existing_preloads("libm.so.6"))
         self.assertEqual(env["GPUSHIM_REPORT"], "off")
         self.assertNotIn("PYTORCH_NO_CUDA_MEMORY_CACHING", env)
         self.assertEqual(os.listdir(wd), [])  # no CUDA, no report, no output from the shim

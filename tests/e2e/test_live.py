@@ -11,7 +11,7 @@ import time
 import unittest
 
 import promtext
-from shimtest import POLICIES, ShimTestCase, base_env, program, run
+from shimtest import POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run
 
 MiB = 1 << 20
 DEADLINE_S = 30
@@ -136,6 +136,7 @@ class Phased:
         rc = self.proc.wait(timeout=DEADLINE_S)
         self.proc.stdout.close()
         self._stderr.close()
+        check_sanitizer_clean(self.stderr(), "e2e_live_phases")
         return rc
 
     def stderr(self):
@@ -375,6 +376,7 @@ class Metrics(ShimTestCase):
                 continue  # before the first update
             reads += 1
         stderr = proc.stderr.read().decode()
+        check_sanitizer_clean(stderr, "e2e_threads_alloc")
         self.assertEqual(proc.returncode, 0, stderr)
         errors = []
         for data in contents:

@@ -14,7 +14,7 @@ import time
 import unittest
 
 from pythons import interpreters
-from shimtest import BIN, POLICIES, ShimTestCase, base_env, program, run
+from shimtest import BIN, POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run
 from test_python_stacks import markers
 
 MiB = 1 << 20
@@ -25,6 +25,7 @@ LEAK_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "pl
 
 def analyze(*args, check=True):
     proc = subprocess.run([ANALYZE, *args], capture_output=True, text=True, timeout=120)
+    check_sanitizer_clean(proc.stderr, "gpushim-analyze")
     if check and proc.returncode != 0:
         raise AssertionError(f"gpushim-analyze {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
@@ -217,7 +218,8 @@ class Recording(ShimTestCase):
             time.sleep(0.3)  # the writer flushes every 50 ms
         finally:
             proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=30)
+            _, stderr = proc.communicate(timeout=30)
+        check_sanitizer_clean(stderr, "e2e_train_loop")
         summary = analyze_json("summary", path)
         self.assertEqual(summary["reason"], "truncated")
         self.assertTrue(any("end record" in n or "cut short" in n for n in summary["notes"]), summary["notes"])

@@ -30,8 +30,12 @@ int main(int argc, char** argv) {
   auto probe = a ? reinterpret_cast<const char* (*)()>(dlsym(a, "e2e_next_probe")) : nullptr;
   std::printf("{\"next_chain\":\"%s\"", probe ? probe() : "(libe2e_next_a not loaded)");
 
-  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
-  std::printf(",\"next_malloc_is_libc\":%s", dlsym(RTLD_NEXT, "malloc") == dlsym(libc, "malloc") ? "true" : "false");
+  // The main program defines no malloc, so the next definition after it is the first one in the
+  // global scope: libc's, or a sanitizer runtime's when one is loaded ahead of libc (ASan). A hook
+  // resolving RTLD_NEXT relative to itself would skip whatever precedes libgpushim.so.
+  void* next_malloc = dlsym(RTLD_NEXT, "malloc");
+  std::printf(",\"next_malloc_is_the_first_definition\":%s",
+              next_malloc != nullptr && next_malloc == dlsym(RTLD_DEFAULT, "malloc") ? "true" : "false");
 
   void* user = dlopen((dir + "/libe2e_local_user.so").c_str(), RTLD_NOW | RTLD_LOCAL);
   if (user == nullptr) {

@@ -50,7 +50,6 @@ void teardown_device() {
 }
 
 std::atomic<long> g_ops{0};
-bool g_threads_still_running_at_exit = false;
 
 [[noreturn]] void allocate_until_exit(int id, bool exits) {
   std::vector<void*> held;
@@ -75,12 +74,6 @@ bool g_threads_still_running_at_exit = false;
 
 }  // namespace
 
-// LeakSanitizer (ASan builds) calls this at exit. Its final check stops every thread with ptrace
-// to scan their stacks; with threads still allocating inside the CUDA runtime while exit() runs,
-// its tracer crashes ("LeakSanitizer has encountered a fatal error", clang-14). The leak check is
-// skipped in that one mode; ASan's checks of every access still run, and every other mode (and
-// every other test) keeps the leak check.
-extern "C" int __lsan_is_turned_off() { return g_threads_still_running_at_exit ? 1 : 0; }
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
@@ -90,7 +83,6 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (mode == "return") return 0;
   if (mode == "thread-exit") {
-    g_threads_still_running_at_exit = true;
     const int threads = argc > 2 ? std::atoi(argv[2]) : 4;
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) pool.emplace_back(allocate_until_exit, t, t == threads - 1);

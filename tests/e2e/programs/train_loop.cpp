@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--leak-mib") == 0 && i + 1 < argc) leak = static_cast<size_t>(std::atoi(argv[++i])) * kMiB;
     else iterations = std::atoi(argv[i]);
   }
-  using MarkFn = void (*)();
+  using MarkFn = unsigned long long (*)();  // gpushim_mark_iteration, as gpushim.h declares it
   auto mark = reinterpret_cast<MarkFn>(dlsym(RTLD_DEFAULT, "gpushim_mark_iteration"));
   cudaStream_t stream = nullptr;
   CHECK(cudaStreamCreate(&stream));

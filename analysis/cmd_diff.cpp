@@ -139,9 +139,11 @@ int cmd_diff(const std::vector<std::string>& args) {
 
   std::string o = "gpushim diff\n  A: " + a.path + " (" + a.source + ", pid " + std::to_string(a.meta.pid) + ")\n  B: " +
                   b.path + " (" + b.source + ", pid " + std::to_string(b.meta.pid) + ")\n\nDevices\n";
-  for (const auto& device : devices) {
-    const int ord = device.first;
-    const auto& pair = device.second;  // named, not a structured binding: clang 14 cannot capture those
+  for (const auto& entry : devices) {
+    // Plain variables, not a structured binding: the lambda captures them, which C++20 compilers
+    // before clang 16 reject for bindings.
+    const int ord = entry.first;
+    const auto& pair = entry.second;
     auto one = [&](const char* name, uint64_t DeviceReport::*f) {
       const uint64_t va = field(pair.first, f), vb = field(pair.second, f);
       return std::string(name) + " " + human_bytes(va) + " -> " + human_bytes(vb) + " (" +

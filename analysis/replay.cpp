@@ -171,6 +171,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
         if (!fits || !d.budget.try_charge(b.size)) {
           r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
+          d.budget.commit(b.size);
           b.ptr = reinterpret_cast<void*>(d.next_forwarded_addr);
           d.next_forwarded_addr += (b.size + 511) / 512 * 512 + 512;
           d.forwarded += b.size;

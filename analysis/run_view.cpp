@@ -146,6 +146,10 @@ bool run_from_report(const ReportFile& file, const std::string& path, RunView* o
     sv.frames = s.frames;
     v.sites.push_back(std::move(sv));
   }
+  // The shim writes sites largest first, but a report edited, merged by another tool or cut down
+  // by hand need not be; every command relies on the order.
+  std::stable_sort(v.sites.begin(), v.sites.end(),
+                   [](const SiteView& a, const SiteView& b) { return a.live_bytes > b.live_bytes; });
   v.meta.sites.clear();
   v.growth_known = file.has_growth;
   for (const GrowthEntry& g : file.growth) {

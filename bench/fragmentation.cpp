@@ -5,6 +5,10 @@
 //                       (simulated device only: fakecudaDeviceUsedBytes; 0 elsewhere)
 //   shim_peak_allocated / shim_peak_reserved   the shim's peaks (gpushim_get_device_stats), when
 //                       run under the preload
+//   driver_allocs / driver_frees / device_syncs   calls the workload caused at the simulated
+//                       driver: allocations (cuMemAlloc, cuMemCreate), releases (cuMemFree,
+//                       cuMemRelease) and device-wide synchronizations, explicit or implied by
+//                       cuMemFree and cuMemUnmap (0 on a GPU: the counters are the simulator's)
 // so that utilization can be compared across policies and against no shim at all:
 //   device utilization = peak_requested / peak_device_used
 //   shim utilization   = shim_peak_allocated / shim_peak_reserved (what the report calls it)
@@ -46,6 +50,9 @@ int main(int argc, char** argv) {
   }
   CHECK(cudaFree(nullptr));
   const size_t base_used = device_used();  // the context's own memory, if the device charges any
+  const unsigned long long base_allocs = gpushim_bench::simulated_driver_allocs(),
+                           base_frees = gpushim_bench::simulated_driver_frees(),
+                           base_syncs = gpushim_bench::simulated_device_syncs();
   std::vector<void*> slots(seq.slots(), nullptr);
   std::vector<uint64_t> sizes(seq.slots(), 0);
   uint64_t held = 0, peak_held = 0, peak_used = 0;
@@ -61,13 +68,17 @@ int main(int argc, char** argv) {
       held -= sizes[ev.slot];
     }
   }
+  const unsigned long long allocs = gpushim_bench::simulated_driver_allocs() - base_allocs,
+                           frees = gpushim_bench::simulated_driver_frees() - base_frees,
+                           syncs = gpushim_bench::simulated_device_syncs() - base_syncs;
   gpushim_device_stats st{};
   const bool shim = testsupport::shim_stats(0, &st);
   std::printf("{\"workload\":\"%s\",\"events\":%zu,\"peak_requested\":%llu,\"peak_device_used\":%llu,"
-              "\"shim\":%s,\"shim_peak_allocated\":%llu,\"shim_peak_reserved\":%llu,\"reuse_syncs\":%llu}\n",
+              "\"shim\":%s,\"shim_peak_allocated\":%llu,\"shim_peak_reserved\":%llu,\"reuse_syncs\":%llu,"
+              "\"driver_allocs\":%llu,\"driver_frees\":%llu,\"device_syncs\":%llu}\n",
               name.c_str(), seq.events().size(), static_cast<unsigned long long>(peak_held),
               static_cast<unsigned long long>(peak_used), shim ? "true" : "false",
               shim ? st.peak_allocated_bytes : 0ull, shim ? st.peak_reserved_bytes : 0ull,
-              shim ? st.reuse_syncs : 0ull);
+              shim ? st.reuse_syncs : 0ull, allocs, frees, syncs);
   return 0;
 }

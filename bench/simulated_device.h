@@ -22,10 +22,26 @@ inline size_t simulated_device_used(int device) {
   return fn ? fn(device) : 0;
 }
 
-// Allocation calls that reached the simulated driver so far; 0 on a real GPU.
+// Allocation calls that reached the simulated driver so far (cuMemAlloc*, device cuMemCreate...);
+// 0 on a real GPU.
 inline unsigned long long simulated_driver_allocs() {
   using Fn = unsigned long long (*)();
   static Fn fn = reinterpret_cast<Fn>(simulated_driver_symbol("fakecudaDriverAllocCount"));
+  return fn ? fn() : 0;
+}
+
+// Successful release calls (cuMemFree*, cuMemRelease of device memory) so far; 0 on a real GPU.
+inline unsigned long long simulated_driver_frees() {
+  using Fn = unsigned long long (*)();
+  static Fn fn = reinterpret_cast<Fn>(simulated_driver_symbol("fakecudaDriverFreeCount"));
+  return fn ? fn() : 0;
+}
+
+// Device-wide synchronizations so far: explicit ones and those implied by cuMemFree and
+// cuMemUnmap; 0 on a real GPU.
+inline unsigned long long simulated_device_syncs() {
+  using Fn = unsigned long long (*)();
+  static Fn fn = reinterpret_cast<Fn>(simulated_driver_symbol("fakecudaDeviceSyncCount"));
   return fn ? fn() : 0;
 }
 

@@ -12,7 +12,10 @@ ModuleTotals& AllocationTracker::module_counters(const AllocationRecord& rec) {
 bool AllocationTracker::insert(uintptr_t ptr, const AllocationRecord& rec) {
   Shard& s = shard_for(ptr);
   std::lock_guard<std::mutex> lock(s.mu);
-  if (!s.live.try_emplace(ptr, rec).second) return false;
+  auto [it, inserted] = s.live.try_emplace(ptr, rec);
+  if (!inserted) return false;
+  // A record put back (a free that CUDA or the pool refused) is the same allocation: same serial.
+  if (rec.serial == 0) it->second.serial = ++s.serial != 0 ? s.serial : ++s.serial;
   SiteTotals& t = s.sites[SiteKey{rec.stack, rec.device, rec.kind}];
   t.bytes += rec.size;
   t.count += 1;
@@ -27,17 +30,24 @@ bool AllocationTracker::erase(uintptr_t ptr, AllocationRecord* out) {
   if (it == s.live.end()) return false;
   const AllocationRecord& rec = it->second;
   auto site = s.sites.find(SiteKey{rec.stack, rec.device, rec.kind});
-  // Sites with nothing live are dropped so that the per-shard site map stays proportional to
-  // what is live, not to every stack ever seen.
   if (site != s.sites.end()) {
     site->second.count -= 1;
     site->second.bytes -= rec.size;
-    if (site->second.count == 0) s.sites.erase(site);
+    // Sites with nothing live are dropped so that the per-shard site map stays proportional to
+    // what is live, not to every stack ever seen; but in batches, not at once: a site emptied by
+    // this free is most often refilled by the next allocation (a loop allocating and freeing),
+    // and erasing it would cost that allocation a fresh insert.
+    if (site->second.count == 0 && ++s.empty_sites > s.live.size() + kEmptySitesKept) sweep_empty_sites(s);
   }
   module_counters(rec).on_free(rec.size);
   if (out) *out = rec;
   s.live.erase(it);
   return true;
+}
+
+void AllocationTracker::sweep_empty_sites(Shard& s) {
+  absl::erase_if(s.sites, [](const auto& kv) { return kv.second.count == 0; });
+  s.empty_sites = 0;
 }
 
 bool AllocationTracker::find(uintptr_t ptr, AllocationRecord* out) const {
@@ -54,6 +64,7 @@ std::vector<std::pair<SiteKey, SiteTotals>> AllocationTracker::sites() const {
   for (unsigned i = 0; i < kShards; ++i) {
     std::lock_guard<std::mutex> lock(shards_[i].mu);
     for (const auto& [k, v] : shards_[i].sites) {
+      if (v.count == 0) continue;
       SiteTotals& t = merged[k];
       t.bytes += v.bytes;
       t.count += v.count;

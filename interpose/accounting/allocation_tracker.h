@@ -26,13 +26,20 @@ enum class Route : uint8_t {
 struct AllocationRecord {
   uint64_t size = 0;        // bytes it occupies under the policy (rounded): "allocated"
   uint64_t requested = 0;   // bytes the caller asked for
+  // When it was allocated. Precise (now_ns) while a trace is recorded, which orders events by it;
+  // otherwise the allocation path reads the coarse clock (coarse_now_ns): nothing else needs better.
   uint64_t time_ns = 0;
   StackId stack = kEmptyStack;
   int16_t device = 0;
   MemoryKind kind = MemoryKind::kDevice;
   Route route = Route::kForwarded;
   ModuleId module = kUnknownModule;  // the library that called into CUDA
+  // Set by AllocationTracker::insert: distinct for every allocation made at the same address
+  // (until 2^32 more allocations reuse it), which the coarse time_ns is not. Costs no space: it
+  // fills the record's padding.
+  uint32_t serial = 0;
 };
+static_assert(sizeof(AllocationRecord) == 40, "the live map holds one per allocation: keep it small");
 
 struct SiteKey {
   StackId stack;
@@ -57,6 +64,7 @@ class AllocationTracker {
   AllocationTracker& operator=(const AllocationTracker&) = delete;
 
   // Returns false (and records nothing) if `ptr` is already live: our view would be wrong.
+  // A new record (serial 0) gets its serial here; one put back after a refused free keeps its own.
   bool insert(uintptr_t ptr, const AllocationRecord& rec);
   // Removes `ptr`; returns false if it was not live.
   bool erase(uintptr_t ptr, AllocationRecord* out);
@@ -80,7 +88,12 @@ class AllocationTracker {
     mutable std::mutex mu;
     absl::flat_hash_map<uintptr_t, AllocationRecord> live;
     absl::flat_hash_map<SiteKey, SiteTotals> sites;
+    uint32_t serial = 0;  // of the last insert; a pointer always maps to the same shard
+    size_t empty_sites = 0;  // sites whose count reached 0 since the last sweep (an upper bound)
   };
+  // Empty sites a shard may keep beyond its live allocations before they are swept out.
+  static constexpr size_t kEmptySitesKept = 64;
+  static void sweep_empty_sites(Shard& s);  // requires s.mu
   Shard& shard_for(uintptr_t p) const {
     // Device pointers are aligned, so mix the bits before picking a shard.
     uint64_t h = p * 0x9E3779B97F4A7C15ull;

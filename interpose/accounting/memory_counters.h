@@ -2,6 +2,8 @@
 //
 // Updated on every allocation and free from any thread; exact because every update is one atomic
 // read-modify-write, and the peak is raised with a CAS loop right after the live total moves.
+// The live count is allocations minus frees rather than a counter of its own: one atomic
+// read-modify-write less each way on the hot path.
 #pragma once
 
 #include <atomic>
@@ -28,15 +30,15 @@ class MemoryCounters {
   void on_alloc(uint64_t bytes, uint64_t requested) {
     const uint64_t live = live_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     const uint64_t req = requested_bytes_.fetch_add(requested, std::memory_order_relaxed) + requested;
-    live_count_.fetch_add(1, std::memory_order_relaxed);
     total_allocs_.fetch_add(1, std::memory_order_relaxed);
     raise(peak_requested_bytes_, req);
-    if (raise(peak_bytes_, live)) peak_time_ns_.store(now_ns(), std::memory_order_relaxed);
+    // Coarse: a growing program raises the peak on every allocation, and the report gives its
+    // time in seconds.
+    if (raise(peak_bytes_, live)) peak_time_ns_.store(coarse_now_ns(), std::memory_order_relaxed);
   }
   void on_free(uint64_t bytes, uint64_t requested) {
     live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
     requested_bytes_.fetch_sub(requested, std::memory_order_relaxed);
-    live_count_.fetch_sub(1, std::memory_order_relaxed);
     total_frees_.fetch_add(1, std::memory_order_relaxed);
   }
   void on_failed() { failed_allocs_.fetch_add(1, std::memory_order_relaxed); }
@@ -46,13 +48,14 @@ class MemoryCounters {
   CounterSnapshot snapshot() const {
     CounterSnapshot s;
     s.live_bytes = live_bytes_.load(std::memory_order_relaxed);
-    s.live_count = live_count_.load(std::memory_order_relaxed);
     s.requested_bytes = requested_bytes_.load(std::memory_order_relaxed);
     s.peak_bytes = peak_bytes_.load(std::memory_order_relaxed);
     s.peak_requested_bytes = peak_requested_bytes_.load(std::memory_order_relaxed);
     s.peak_time_ns = peak_time_ns_.load(std::memory_order_relaxed);
-    s.total_allocs = total_allocs_.load(std::memory_order_relaxed);
+    // Frees first: every free follows its allocation, so the count read after cannot be smaller.
     s.total_frees = total_frees_.load(std::memory_order_relaxed);
+    s.total_allocs = total_allocs_.load(std::memory_order_relaxed);
+    s.live_count = s.total_allocs >= s.total_frees ? s.total_allocs - s.total_frees : 0;
     s.failed_allocs = failed_allocs_.load(std::memory_order_relaxed);
     return s;
   }
@@ -67,7 +70,6 @@ class MemoryCounters {
   }
 
   std::atomic<uint64_t> live_bytes_{0};
-  std::atomic<uint64_t> live_count_{0};
   std::atomic<uint64_t> requested_bytes_{0};
   std::atomic<uint64_t> peak_bytes_{0};
   std::atomic<uint64_t> peak_requested_bytes_{0};

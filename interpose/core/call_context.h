@@ -21,7 +21,10 @@ struct CallFrame {
 
 inline CallFrame& this_thread_call_frame() {
   // Inline: two hooks per allocation-and-free pair each touch it, on the hot path.
-  static thread_local CallFrame frame;
+  // initial-exec: a fixed offset from the thread pointer instead of a __tls_get_addr call. The
+  // library is preloaded, i.e. in the static TLS block; a later dlopen of it (ctypes) takes the
+  // few bytes from glibc's static TLS surplus, as trace/trace_recorder.cpp's slot already does.
+  __attribute__((tls_model("initial-exec"))) static thread_local CallFrame frame;
   return frame;
 }
 
@@ -45,6 +48,9 @@ class CallScope {
   CallFrame& frame_;
   const HookApi api_;
 };
+
+// True inside one of our runtime hooks (the call has a runtime last error to keep up to date).
+inline bool in_runtime_hook() { return this_thread_call_frame().runtime_depth != 0; }
 
 // Return address of the outermost hook on this thread, 0 outside hooks.
 inline uintptr_t current_hook_caller() { return this_thread_call_frame().caller; }

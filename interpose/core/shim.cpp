@@ -99,14 +99,9 @@ Shim* Shim::get() {
 }
 
 Shim* Shim::slow_init() {
+  // The fork handlers are registered already (at load), so a fork during initialization waits
+  // for this lock in its prepare handler instead of copying it held.
   std::lock_guard<std::mutex> lock(g_init_mu);
-  // First thing under the lock, so that a fork during the rest of initialization waits for it.
-  // Inherited by fork children, so registered once per process image.
-  static bool fork_handlers_registered = false;
-  if (!fork_handlers_registered) {
-    pthread_atfork(&Shim::fork_prepare, &Shim::fork_parent, &Shim::fork_child);
-    fork_handlers_registered = true;
-  }
   const int state = g_state.load(std::memory_order_acquire);
   if (state == kReady) return g_instance.load(std::memory_order_relaxed);
   if (state == kDisabled || state == kDetached) return nullptr;
@@ -155,6 +150,14 @@ Shim::Shim(Config config, std::string exe)
 // child forked before its parent's first CUDA call finds no shim and builds its own, like any
 // process after exec. Only the initialization lock is held across fork; it is never held around a
 // CUDA call.
+
+// Registered when the library is loaded (before main, one thread), not at the first CUDA call:
+// registered under the initialization lock there, a fork that another thread began just before
+// the registration ran no handler and copied the lock held, and the child's first CUDA call then
+// waited for it forever (tests/e2e/programs/fork_during_init.cpp). Before the first CUDA call the
+// handlers only lock and unlock an idle mutex. Inherited by fork children: registered once.
+const bool Shim::fork_handlers_registered_ =
+    pthread_atfork(&Shim::fork_prepare, &Shim::fork_parent, &Shim::fork_child) == 0;
 
 void Shim::fork_prepare() { g_init_mu.lock(); }
 

@@ -33,6 +33,7 @@
 #include "stacks/module_map.h"
 #include "stacks/stack_table.h"
 #include "trace/trace_recorder.h"
+#include "util/clock.h"
 
 namespace gpushim {
 
@@ -138,13 +139,18 @@ class Shim {
   // cuMemFree*, cuMemFreeAsync*, cuMemFreeHost: blocks we pooled go back to their pool, everything
   // else to `forward` (which returns the real CUresult).
   template <typename Forward>
-  CUresult driver_free(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward);
+  CUresult driver_free(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward,
+                       FreeApi api = FreeApi::kDevice);
+  // GPUSHIM_FAIL for device memory allocated through the driver API (driver_alloc, and pitched
+  // memory, whose hook can only ask before the real call): CUDA_SUCCESS to proceed, or
+  // CUDA_ERROR_OUT_OF_MEMORY, already accounted like a real one.
+  CUresult driver_inject_if_chosen(int device, uint64_t requested);
   // A driver-level allocation failed with `r`: counted, and an out-of-memory recorded as usual.
   void driver_failure(MemoryKind kind, int device, CUresult r, uint64_t size);
   // Virtual-memory API bookkeeping. Device memory is charged (the cap) before cuMemCreate and
   // recorded after it succeeded; the others run after the real call succeeded.
   bool vmm_charge(int device, uint64_t size);
-  void vmm_uncharge(int device, uint64_t size);
+  void vmm_uncharge(int device, uint64_t size);  // cuMemCreate refused: the charge is cancelled
   void vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int device);
   void vmm_imported(uint64_t handle, int device);
   void vmm_retained(uint64_t handle);
@@ -196,6 +202,13 @@ class Shim {
   void on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected = false);
   // GPUSHIM_FAIL selected this allocation: account and report it like an OOM (core/shim_faults.cpp).
   cudaError_t injected_failure(DeviceState* d, uint64_t requested, uint64_t number);
+  // The time of an allocation or free as the hot path records it: precise while a trace is
+  // recorded (its events are ordered by it), otherwise coarse. Without a trace the time only
+  // decides whether a sample is due (a sample may then come up to one kernel tick late; its own
+  // timestamp is precise, see take_samples) and dates the record (AllocationRecord::time_ns).
+  uint64_t record_time_ns() const { return trace_ ? now_ns() : coarse_now_ns(); }
+  // The accounting and the line of an injected failure; `returned` names the code the caller gets.
+  void note_injected_failure(DeviceState* d, uint64_t requested, uint64_t number, const char* returned);
   void maybe_sample(uint64_t now) {
     timeline_.maybe_sample(now, [&](auto&& append) { take_samples(append); });
   }
@@ -247,6 +260,8 @@ class Shim {
   static void fork_prepare();
   static void fork_parent();
   static void fork_child();
+  // Set when the library is loaded, by registering the three above (shim.cpp says why then).
+  static const bool fork_handlers_registered_;
 
   const Config config_;
   const std::string exe_;

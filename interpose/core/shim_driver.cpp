@@ -15,7 +15,7 @@ namespace gpushim {
 // ---- the calling thread's context ----
 
 void Shim::bind_thread_context(int dev) {
-  thread_local bool checked = false;
+  __attribute__((tls_model("initial-exec"))) thread_local bool checked = false;  // every allocation reads it
   if (checked) return;
   checked = true;
   const RealDriver& drv = real_driver();
@@ -32,8 +32,21 @@ ModuleId Shim::caller_module() {
   // library calling cudaMalloc or cuMemAlloc): no unwinding at all. `- 1` keeps it inside the
   // call instruction even when the call is the last instruction of its module.
   const uintptr_t ra = current_hook_caller();
+  // A thread allocates from the same few call sites over and over: remember the last answer, for
+  // as long as the module map answers from the same snapshot (snapshots are never freed, so a
+  // generation is never reused).
+  struct LastCaller {
+    uintptr_t ra, generation;
+    ModuleId module;
+  };
+  __attribute__((tls_model("initial-exec"))) thread_local LastCaller last{0, 0, kUnknownModule};
+  const uintptr_t generation = modules_.generation();
+  if (ra != 0 && ra == last.ra && generation == last.generation) return last.module;
   const ModuleId m = ra != 0 ? modules_.lookup(ra - 1) : kUnknownModule;
-  if (m != kUnknownModule && !modules_.is_cuda_plumbing(m)) return m;
+  if (m != kUnknownModule && !modules_.is_cuda_plumbing(m)) {
+    last = LastCaller{ra, generation, m};  // the generation before the lookup: conservative
+    return m;
+  }
   // Called from inside libcudart or libcuda (the runtime serving cudaMallocFromPoolAsync, say):
   // the first frame outside them. Unwound here even with stack capture off.
   uint64_t frames[64];
@@ -68,10 +81,12 @@ bool Shim::vmm_charge(int dev, uint64_t size) {
 }
 
 void Shim::vmm_uncharge(int dev, uint64_t size) {
-  if (DeviceState* d = device(dev)) d->budget.uncharge(size);
+  if (DeviceState* d = device(dev)) d->budget.cancel(size);
 }
 
 void Shim::vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int dev) {
+  if (kind == MemoryKind::kDevice)
+    if (DeviceState* d = device(dev)) d->budget.commit(size);  // charged by vmm_charge
   vmm_.created(VmmTracker::Physical{handle, size, dev, kind});
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, size, t, capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded,
@@ -150,8 +165,9 @@ Shim::PooledAddress Shim::pooled_address(uintptr_t ptr, BlockView* out) {
     out->base = base;
     out->size = size;
     // CUDA's buffer id names the segment, shared by every block and kept across reuse; libraries
-    // that cache registrations by it (UCX, for one) need one per allocation.
-    out->buffer_id = (1ull << 63) | ((base ^ (rec.time_ns * 0x9E3779B97F4A7C15ull)) >> 1);
+    // that cache registrations by it (UCX, for one) need one per allocation: the address and the
+    // tracker's serial, which differs between any two allocations made at one address.
+    out->buffer_id = (1ull << 63) | ((base ^ ((uint64_t{rec.serial} + 1) * 0x9E3779B97F4A7C15ull)) >> 1);
     out->ipc_exportable = d->pool->ipc_export_refusal(reinterpret_cast<const void*>(base), size) == nullptr;
     return PooledAddress::kLiveBlock;
   }

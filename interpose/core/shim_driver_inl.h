@@ -14,6 +14,8 @@ CUresult Shim::driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t
   if (on_device(kind) && device < 0 && !current_context_device(&device)) return forward();  // no context: CUDA says
   DeviceState* d = on_device(kind) ? this->device(device) : nullptr;
   if (on_device(kind) && d == nullptr) return forward();
+  if (kind == MemoryKind::kDevice)
+    if (const CUresult injected = driver_inject_if_chosen(device, size); injected != CUDA_SUCCESS) return injected;
   const StackId stack = capture_stack();
   // Memory the driver charges to the device counts against the cap like a pool's segments.
   if (d && !d->budget.try_charge(size)) {
@@ -24,7 +26,7 @@ CUresult Shim::driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t
   const CUresult r = forward();
   const uintptr_t ptr = r == CUDA_SUCCESS ? static_cast<uintptr_t>(result()) : 0;
   if (r != CUDA_SUCCESS || ptr == 0) {
-    if (d) d->budget.uncharge(size);
+    if (d) d->budget.cancel(size);
     if (r != CUDA_SUCCESS) {
       if (d) d->counters.on_failed();
       else record_failure(kind, device);
@@ -32,6 +34,7 @@ CUresult Shim::driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t
     }
     return r;
   }
+  if (d) d->budget.commit(size);
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};
@@ -53,6 +56,7 @@ CUresult Shim::account_after(MemoryKind kind, int device, uintptr_t ptr, uint64_
     on_oom(d, size, stack);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  if (d) d->budget.commit(size);  // the memory exists already
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};
@@ -62,7 +66,7 @@ CUresult Shim::account_after(MemoryKind kind, int device, uintptr_t ptr, uint64_
 }
 
 template <typename Forward>
-CUresult Shim::driver_free(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward) {
+CUresult Shim::driver_free(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward, FreeApi api) {
   // deallocate() speaks the runtime's error codes; keep the driver's own answer when it forwards.
   bool forwarded = false;
   CUresult real = CUDA_SUCCESS;
@@ -70,7 +74,7 @@ CUresult Shim::driver_free(void* ptr, CUstream stream, bool stream_ordered, Forw
     forwarded = true;
     real = forward();
     return real == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown;
-  });
+  }, api);
   if (forwarded) return real;
   return err == cudaSuccess ? CUDA_SUCCESS : to_driver_error(err);
 }

@@ -2,6 +2,7 @@
 // hook passes costs nothing.
 #pragma once
 
+#include "core/call_context.h"
 #include "cuda/error_codes.h"
 #include "cuda/runtime_last_error.h"
 #include "util/clock.h"
@@ -32,14 +33,15 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     }
     const cudaError_t err = forward();
     if (err != cudaSuccess || *out == nullptr) {  // *out null: size 0, CUDA hands out nothing
-      d->budget.uncharge(size);
+      d->budget.cancel(size);
       if (err != cudaSuccess) {
         d->counters.on_failed();
         if (err == cudaErrorMemoryAllocation) on_oom(d, size, stack);
       }
       return err;
     }
-    const uint64_t t = now_ns();
+    d->budget.commit(size);
+    const uint64_t t = record_time_ns();
     const MemoryKind kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
     const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(d->ordinal),
                                kind, Route::kForwarded, caller_module()};
@@ -63,7 +65,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     set_runtime_last_error(to_runtime_error(r));
     return to_runtime_error(r);
   }
-  const uint64_t t = now_ns();
+  const uint64_t t = record_time_ns();
   const AllocationRecord rec{allocated, requested, t, stack, static_cast<int16_t>(d->ordinal), MemoryKind::kDevice,
                              Route::kPooled, caller_module()};
   tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
@@ -103,7 +105,7 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
     if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
   }
   counters.on_free(rec.size, rec.requested);
-  const uint64_t now = now_ns();
+  const uint64_t now = record_time_ns();
   if (trace_) trace_free(rec.route == Route::kForwarded ? free_t : now, reinterpret_cast<uintptr_t>(ptr), rec, stream,
                          stream_ordered);
   maybe_sample(now);
@@ -140,7 +142,8 @@ cudaError_t Shim::unknown_free(void* ptr, Forward&& forward) {
   // whole segment under other live blocks, so refuse it.
   if (pool_contains(ptr)) {
     warn_invalid_free(ptr, "a double free, or a pointer inside a block");
-    set_runtime_last_error(cudaErrorInvalidValue);
+    // Only the runtime keeps a last error: a refused cuMemFree must leave the runtime's untouched.
+    if (in_runtime_hook()) set_runtime_last_error(cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
   }
   // Possibly memory from a path we did not see (the driver API); CUDA decides.

@@ -86,6 +86,11 @@ void Shim::start_trace() {
     if (std::strncmp(*e, "GPUSHIM_", 8) == 0) h.config.emplace_back(*e);
   trace_owner_ = trace::TraceRecorder::start(fd, created, h, &stacks_);
   trace_ = trace_owner_.get();
+  // Python frame words mean nothing outside this process: the writer thread resolves each one
+  // once, from the locations the capturer copied at allocation time (no interpreter access, so no
+  // GIL), and writes it before the first stack that uses it, as the report does at exit.
+  if (trace_)
+    trace_->set_python_resolver([this](uint32_t id, FrameInfo* f) { return capturer_.resolve_python(id, f); });
 }
 
 void Shim::trace_alloc(uintptr_t ptr, const AllocationRecord& rec, uint64_t request, CUstream stream,

@@ -109,10 +109,21 @@ GPUSHIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 GPUSHIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
                                            unsigned int ElementSizeBytes) {
   GPUSHIM_SCOPE;
-  const CUresult r = call(real_driver().cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   Shim* s = accounting(scope);
   int device = 0;
-  if (!s || dptr == nullptr || pPitch == nullptr || !gpushim::current_context_device(&device)) return r;
+  const bool ours = s && dptr != nullptr && pPitch != nullptr && gpushim::current_context_device(&device);
+  // GPUSHIM_FAIL, asked before the call (the pitch is known only after it); arguments CUDA refuses
+  // get CUDA's own answer.
+  uint64_t asked = 0;
+  if (ours && WidthInBytes != 0 && Height != 0 &&
+      (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16)) {
+    if (__builtin_mul_overflow(static_cast<uint64_t>(WidthInBytes), static_cast<uint64_t>(Height), &asked))
+      asked = UINT64_MAX;
+    if (const CUresult injected = s->driver_inject_if_chosen(device, asked); injected != CUDA_SUCCESS)
+      return injected;
+  }
+  const CUresult r = call(real_driver().cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  if (!ours) return r;
   // The driver picks the pitch: the size is known only now.
   if (r != CUDA_SUCCESS) {
     s->driver_failure(MemoryKind::kDevice, device, r, WidthInBytes * Height);
@@ -153,7 +164,7 @@ GPUSHIM_EXPORT CUresult cuMemFreeHost(void* p) {
   auto forward = [&] { return call(real_driver().cuMemFreeHost, p); };
   Shim* s = accounting(scope);
   if (!s) return forward();
-  return s->driver_free(p, nullptr, false, forward);
+  return s->driver_free(p, nullptr, false, forward, gpushim::FreeApi::kHost);
 }
 
 // ---- stream-ordered allocation ----

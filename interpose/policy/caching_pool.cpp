@@ -41,6 +41,7 @@ CachingPool::~CachingPool() {
 }
 
 CachingPool::Block* CachingPool::new_block() {
+  peak_blocks_ = std::max(peak_blocks_, ++blocks_);
   if (spare_blocks_.empty()) return new Block;
   Block* b = spare_blocks_.back();
   spare_blocks_.pop_back();
@@ -49,8 +50,11 @@ CachingPool::Block* CachingPool::new_block() {
 }
 
 void CachingPool::recycle(Block* b) {
-  // Bounded so that a burst of splits does not pin memory forever.
-  if (spare_blocks_.size() < 4096) spare_blocks_.push_back(b);
+  --blocks_;
+  // Bounded so that a burst of splits does not pin memory forever, but by the most blocks the
+  // pool ever had, not a constant: a settle merges a whole quarantine (thousands of splits) back
+  // at once, and the same number of splits follows; below that, half of them would go to malloc.
+  if (spare_blocks_.size() < std::max<uint64_t>(kMinSpareBlocks, peak_blocks_)) spare_blocks_.push_back(b);
   else delete b;
 }
 
@@ -85,7 +89,7 @@ CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* al
     ++ooms_;
     return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
   }
-  b = split(b, size, small);
+  b = split(b, size, small);  // a fresh segment; free blocks were taken to size by find_free
   // A block reused at once on its own stream still carries that stream and possibly an event
   // recorded for an earlier free. An allocated block carries neither: left there, the stale event
   // would vouch for the block after its next stream-ordered free (work queued after the event
@@ -129,12 +133,52 @@ CachingPool::Block* CachingPool::find_free(uint64_t size, bool small, const Allo
     // Oversize blocks are kept whole for requests of their own size class (max_split).
     if (size < opt_.max_split && b->size >= opt_.max_split) break;
     if (size >= opt_.max_split && b->size >= size + opt_.large_segment) break;
-    if (usable(b, req)) {
-      set.erase(it);
-      return b;
-    }
+    if (usable(b, req)) return take(set, it, size, small);
   }
   return nullptr;
+}
+
+bool CachingPool::worth_splitting(const Block* b, uint64_t size, bool small) const {
+  const uint64_t rest = b->size - size;
+  // Small blocks split down to the rounding; large ones only when the rest could serve a large
+  // request, so large segments are not shredded into pieces only small requests could use.
+  const bool worth_it = small ? rest >= opt_.round : rest > opt_.small_max;
+  return worth_it && b->size < opt_.max_split;
+}
+
+CachingPool::Block* CachingPool::take(FreeSet& set, FreeSet::iterator it, uint64_t size, bool small) {
+  Block* b = *it;
+  if (!worth_splitting(b, size, small)) {
+    set.erase(it);
+    return b;
+  }
+  // Most allocations carve from a large free block. The remainder is that block's end, and it
+  // sorts before the block (smaller, or as large and further on) but after everything before
+  // it, unless the previous element is at least as large: then the free block can stay in the
+  // set, shrunk from the front, instead of an erase and an insert (the B-tree's costliest
+  // operations, on every allocation). The front becomes a new block.
+  const uint64_t rest = b->size - size;
+  if (it != set.begin()) {
+    const Block* before = *std::prev(it);
+    if (before->size > rest || (before->size == rest && before->addr > b->addr + size)) {
+      set.erase(it);
+      return split(b, size, small);
+    }
+  }
+  Block* front = new_block();
+  front->addr = b->addr;
+  front->size = size;
+  front->segment = b->segment;
+  front->prev = b->prev;
+  front->next = b;
+  if (b->prev) b->prev->next = front;
+  b->prev = front;
+  if (b->segment->head == b) b->segment->head = front;
+  // Keys change in place, order kept (checked above). The remainder keeps its stream and event,
+  // as split() would give them; the front has neither, as an allocated block must.
+  b->addr += size;
+  b->size = rest;
+  return front;
 }
 
 CachingPool::Block* CachingPool::grow(uint64_t size, bool small, CUresult* err) {
@@ -160,11 +204,8 @@ CachingPool::Block* CachingPool::grow(uint64_t size, bool small, CUresult* err) 
 }
 
 CachingPool::Block* CachingPool::split(Block* b, uint64_t size, bool small) {
+  if (!worth_splitting(b, size, small)) return b;
   const uint64_t rest = b->size - size;
-  // Small blocks split down to the rounding; large ones only when the rest could serve a large
-  // request, so large segments are not shredded into pieces only small requests could use.
-  const bool worth_it = small ? rest >= opt_.round : rest > opt_.small_max;
-  if (!worth_it || b->size >= opt_.max_split) return b;
   Block* r = new_block();
   r->addr = b->addr + size;
   r->size = rest;

@@ -84,6 +84,10 @@ class CachingPool final : public DeviceMemoryResource {
   bool usable(Block* b, const AllocRequest& req);
   Block* grow(uint64_t size, bool small, CUresult* err);
   Block* split(Block* b, uint64_t size, bool small);
+  bool worth_splitting(const Block* b, uint64_t size, bool small) const;
+  // Takes `size` bytes from the free block at `it` (usable for the request): the block itself,
+  // out of the set, or its front when it is worth splitting.
+  Block* take(FreeSet& set, FreeSet::iterator it, uint64_t size, bool small);
   void insert_free(Block* b);
   Block* coalesce(Block* b);
   void settle_after_sync();  // requires that the device was just synchronized
@@ -101,6 +105,8 @@ class CachingPool final : public DeviceMemoryResource {
   FreeSet small_free_, large_free_;
   std::vector<Block*> quarantine_;
   std::vector<Block*> spare_blocks_;
+  static constexpr uint64_t kMinSpareBlocks = 4096;
+  uint64_t blocks_ = 0, peak_blocks_ = 0;  // blocks in use (not spare), and their most
   uint64_t quarantine_bytes_ = 0;
   absl::flat_hash_map<uintptr_t, Block*> allocated_;
   std::map<uintptr_t, Segment*> segments_;  // by base, for contains() and release

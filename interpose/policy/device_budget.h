@@ -1,6 +1,7 @@
 // The per-device cap (GPUSHIM_LIMIT): one counter of bytes held from the driver, shared by
 // whatever takes memory on the device (a pool's segments, or forwarded allocations under
 // passthrough). try_charge is atomic, so concurrent callers can never overshoot the cap.
+// Charging happens before the driver is asked, committing after it answered yes.
 #pragma once
 
 #include <atomic>
@@ -12,24 +13,35 @@ class DeviceBudget {
  public:
   void set_limit(uint64_t bytes) { limit_.store(bytes, std::memory_order_relaxed); }
   uint64_t limit() const { return limit_.load(std::memory_order_relaxed); }  // 0: none
+  // Bytes held from the driver plus those being asked for right now: what the cap is checked
+  // against, so that concurrent callers can never overshoot it together.
+  uint64_t charged() const { return charged_.load(std::memory_order_relaxed); }
+  // Bytes the driver actually handed over and we still hold: "reserved". An attempt the driver
+  // refuses never shows here, so the peak never exceeds what the device really gave us.
   uint64_t held() const { return held_.load(std::memory_order_relaxed); }
   uint64_t peak() const { return peak_.load(std::memory_order_relaxed); }
 
-  // Returns false, charging nothing, if `bytes` would take the device past its limit.
+  // Before asking the driver: returns false, charging nothing, if `bytes` would take the device
+  // past its limit. Must be followed by commit() (the driver gave it) or cancel() (it refused).
   bool try_charge(uint64_t bytes) {
     const uint64_t lim = limit();
-    uint64_t cur = held_.load(std::memory_order_relaxed);
+    uint64_t cur = charged_.load(std::memory_order_relaxed);
     do {
       if (lim && (bytes > lim || cur > lim - bytes)) return false;
-    } while (!held_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
-    raise_peak(cur + bytes);
+    } while (!charged_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
     return true;
   }
-  void uncharge(uint64_t bytes) { held_.fetch_sub(bytes, std::memory_order_relaxed); }
+  void commit(uint64_t bytes) { raise_peak(held_.fetch_add(bytes, std::memory_order_relaxed) + bytes); }
+  void cancel(uint64_t bytes) { charged_.fetch_sub(bytes, std::memory_order_relaxed); }
+  // Memory given back to the driver.
+  void uncharge(uint64_t bytes) {
+    held_.fetch_sub(bytes, std::memory_order_relaxed);
+    charged_.fetch_sub(bytes, std::memory_order_relaxed);
+  }
   // For memory already taken (its size known only afterwards): counted even past the limit.
   void charge(uint64_t bytes) {
-    const uint64_t now = held_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    raise_peak(now);
+    charged_.fetch_add(bytes, std::memory_order_relaxed);
+    commit(bytes);
   }
 
  private:
@@ -39,6 +51,7 @@ class DeviceBudget {
     }
   }
   std::atomic<uint64_t> limit_{0};
+  std::atomic<uint64_t> charged_{0};
   std::atomic<uint64_t> held_{0};
   std::atomic<uint64_t> peak_{0};
 };

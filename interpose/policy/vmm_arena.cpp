@@ -740,6 +740,19 @@ void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* seg
   out->map_calls = maps_;
   out->unmap_calls = unmaps_;
   out->mapped_bytes = mapped_;
+  // The shim's own host memory for this arena (it is reported per live allocation): blocks and
+  // pieces are heap nodes indexed by ordered maps, free blocks also sit in a set, live ones in
+  // hash maps. Same estimate as CachingPool's.
+  constexpr uint64_t kHeapOverhead = 16;
+  constexpr uint64_t kTreeNode = 4 * sizeof(void*) + 2 * sizeof(uintptr_t) + kHeapOverhead;
+  constexpr uint64_t kHashSlot = sizeof(uintptr_t) + sizeof(Block*) + 1;
+  uint64_t reservation_bytes = 0;
+  for (const auto& [base, r] : reservations_)
+    reservation_bytes += sizeof(Reservation) + kHeapOverhead + kTreeNode + r->parts.capacity() * sizeof(r->parts[0]);
+  out->host_bytes = blocks_.size() * (sizeof(Block) + kHeapOverhead + kTreeNode) + free_.size() * kTreeNode +
+                    quarantine_.capacity() * sizeof(Block*) + (user_.capacity() + segments_.capacity()) * kHashSlot +
+                    pieces_.size() * (sizeof(Piece) + kHeapOverhead + kTreeNode) + reservation_bytes +
+                    loose_.capacity() * sizeof(Piece*);
   *user_allocated = user_allocated_;
   *segment_bytes = segment_bytes_;
 }

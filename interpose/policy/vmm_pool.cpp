@@ -163,6 +163,7 @@ void VmmPool::figures(PoolFigures* out) const {
   out->alloc_retries += small.alloc_retries;
   out->ooms += small.ooms;
   out->reuse_syncs += small.reuse_syncs;
+  out->host_bytes += small.host_bytes + sizeof(VmmPool);
 }
 
 void VmmPool::release_cached() {

@@ -32,6 +32,10 @@ class ModuleMap {
   // Thread-safe, lock-free on a hit.
   ModuleId lookup(uintptr_t address);
 
+  // Changes whenever lookup() answers from a different set of loaded objects (a rebuild after a
+  // dlopen or dlclose), never back to an earlier value: lets a caller cache lookup's answers.
+  uintptr_t generation() const { return reinterpret_cast<uintptr_t>(current_.load(std::memory_order_acquire)); }
+
   // The module's path ("" for kUnknownModule); the main program by its real path.
   std::string name(ModuleId id) const;
   // libcudart, libcuda and the shim itself: frames there do not say who allocated.

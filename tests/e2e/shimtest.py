@@ -105,14 +105,6 @@ def run(args, env=None, preload=True, timeout=120, expect_report=True, workdir=N
     return Run(proc, report, report_path, workdir)
 
 
-def shim_knows(variable, value):
-    """Whether this build's shim accepts `variable` at all. Features still being built land as new
-    GPUSHIM_* variables; tests of them skip, saying so, until the variable exists."""
-    r = run([program("e2e_free_everything")], env={variable: value, "GPUSHIM_SUMMARY": "0", "GPUSHIM_REPORT": "off"},
-            expect_report=False)
-    return not any(l.startswith(f"gpushim: {variable} is not a gpushim variable") for l in r.shim_lines())
-
-
 def policies_the_shim_accepts():
     """POLICIES plus any policy still being built that this build's shim already accepts (vmm), so
     that tests looping over it pick a new policy up the day it lands."""

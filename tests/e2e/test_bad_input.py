@@ -34,6 +34,28 @@ class BadArguments(ShimTestCase):
         self.assertTrue(base["malloc_size_max"].startswith("cudaErrorMemoryAllocation/cudaErrorMemoryAllocation"))
         self.assertTrue(base["free_other_device"].startswith("cudaSuccess/"), base["free_other_device"])
 
+    def test_driver_calls_get_what_cuda_documents(self):
+        # The answers every policy is compared with above are the simulated driver's; here those that
+        # CUDA documents for the driver API are held to it (the same checks run on a GPU): NULL out
+        # pointers, size 0, cuMemFree(0) and frees of host pointers are CUDA_ERROR_INVALID_VALUE.
+        _, base = answers(preload=False)
+        invalid, oom, ok = "CUresult 1", "CUresult 2", "CUresult 0"  # CUDA_ERROR_INVALID_VALUE, ..._OUT_OF_MEMORY
+        expected = {
+            "cu_alloc_null_out": invalid,
+            "cu_alloc_zero": invalid,
+            "cu_alloc_size_max": oom,
+            "cu_free_zero": invalid,
+            "cu_free_host_heap": invalid,  # a host pointer to cuMemFree
+            "cu_free_host_of_device_ptr": invalid,
+            "cu_free_host_of_heap": invalid,  # memory cuMemAllocHost did not give
+            "cu_pitch_null_pitch": invalid,  # NULL pitch out pointer
+            "cu_free_first": ok,
+            "cu_free_second": invalid,
+            "cu_free_of_pinned_host": invalid,  # pinned host memory to cuMemFree
+            "cu_free_host_of_pinned": ok,
+        }
+        self.assertEqual({k: base.get(k) for k in expected}, expected)
+
 
 if __name__ == "__main__":
     import unittest

@@ -2,7 +2,7 @@
 report, fault injection, invalid frees and graph capture, all on the simulated device."""
 import json
 
-from shimtest import ShimTestCase, program, run
+from shimtest import POLICIES, ShimTestCase, program, run
 
 MiB = 1 << 20
 
@@ -67,12 +67,18 @@ class Cap(ShimTestCase):
                     self.assertLessEqual(dev["peak_reserved_bytes"], 256 * MiB)
 
     def test_device_capacity_without_cap(self):
-        r = run([program("e2e_cap_and_oom"), "64"], env={"FAKECUDA_MEM": "512MiB"})
-        self.assertRanOK(r)
-        out = last_json(r)
-        self.assertEqual(out["blocks"], 8)
-        self.assertEqual(out["error"], "cudaErrorMemoryAllocation")
-        self.assertTrue(out["recovered"])
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_cap_and_oom"), "64"], env={"FAKECUDA_MEM": "512MiB", "GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["blocks"], 8)
+                self.assertEqual(out["error"], "cudaErrorMemoryAllocation")
+                self.assertTrue(out["recovered"])
+                # The request the device refused was never reserved: the peak is what it gave.
+                dev = r.device(0)
+                self.assertEqual(dev["peak_reserved_bytes"], 512 * MiB)
+                self.assertEqual(dev["peak_allocated_bytes"], 512 * MiB)
 
     def test_oom_section_in_report_and_line_on_stderr(self):
         r = run([program("e2e_cap_and_oom"), "64"], env={"GPUSHIM_LIMIT": "200MiB", "FAKECUDA_MEM": "1GiB"})

@@ -4,10 +4,11 @@ after the report), and abnormal ends lose the report without harming the host or
 import json
 import os
 import signal
-
+import subprocess
 import tempfile
+import time
 
-from shimtest import POLICIES, ShimTestCase, program, run, scaled, shim_knows
+from shimtest import POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run, scaled
 
 MiB = 1 << 20
 
@@ -123,10 +124,28 @@ class AbnormalEnds(ShimTestCase):
 
 
 class FatalSignalWithTracing(ShimTestCase):
-    def test_fatal_signal_leaves_a_trace_when_tracing_is_on(self):
+    """A crash with tracing on leaves a trace that gpushim-analyze reads, holding what was written
+    before the crash."""
+
+    def summary(self, trace):
+        proc = subprocess.run([program("gpushim-analyze"), "summary", trace, "--json"], capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return json.loads(proc.stdout)
+
+    def check_crashed_trace(self, trace, live):
+        self.assertTrue(os.path.exists(trace), os.listdir(os.path.dirname(trace)))
+        summary = self.summary(trace)
+        self.assertEqual(summary["reason"], "truncated")  # no end record: the process did not exit
+        self.assertTrue(summary["exe"].endswith("e2e_exit_paths"), summary["exe"])
+        if live:
+            dev = summary["devices"][0]
+            self.assertEqual(dev["live_count"], 1)
+            self.assertEqual(dev["live_bytes"], 2 * MiB)
+
+    def test_crash_at_once_leaves_a_readable_trace(self):
+        # The header is written when tracing starts, so even an immediate crash leaves a trace.
         wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
-        if not shim_knows("GPUSHIM_TRACE", os.path.join(wd, "probe.trace")):
-            self.skipTest("GPUSHIM_TRACE (traces, issue 7) is not in this build yet")
         env = crash_as_without_sanitizers()
         for mode, sig in (("segv", signal.SIGSEGV), ("abort", signal.SIGABRT)):
             with self.subTest(mode=mode):
@@ -134,11 +153,41 @@ class FatalSignalWithTracing(ShimTestCase):
                 r = run([program("e2e_exit_paths"), mode], env=dict(env, GPUSHIM_TRACE=trace), expect_report=False,
                         timeout=60)
                 self.assertEqual(r.returncode, -sig, r.stderr)
-                written = [f for f in os.listdir(wd) if f.startswith(mode)]
-                self.assertTrue(written, "no trace left by a crash with tracing on")
-                self.assertGreater(os.path.getsize(os.path.join(wd, written[0])), 0)
-                # Still to add with issue 7: gpushim-analyze reads this trace without error and
-                # finds the 2 MiB allocation that leak_at_exit made before the crash.
+                self.check_crashed_trace(trace, live=False)
+
+    def test_crash_keeps_what_the_trace_already_holds(self):
+        # The program allocates 2 MiB and waits; once the writer thread has put that allocation in
+        # the file (seen by reading the trace while it is written), the program crashes. The crash
+        # must leave that part of the trace readable.
+        wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        env = base_env(dict(crash_as_without_sanitizers(), GPUSHIM_REPORT=os.path.join(wd, "report.json")))
+        for mode, sig in (("segv", signal.SIGSEGV), ("abort", signal.SIGABRT)):
+            with self.subTest(mode=mode):
+                trace = os.path.join(wd, mode + ".wait.trace")
+                proc = subprocess.Popen([program("e2e_exit_paths"), mode, "wait"], env=dict(env, GPUSHIM_TRACE=trace),
+                                        cwd=wd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+                try:
+                    deadline = time.monotonic() + 60
+                    seen = False
+                    while not seen and time.monotonic() < deadline and proc.poll() is None:
+                        if os.path.exists(trace):
+                            # The file may be caught before its header is complete: keep polling.
+                            p = subprocess.run([program("gpushim-analyze"), "summary", trace, "--json"],
+                                               capture_output=True, text=True, timeout=60)
+                            devices = json.loads(p.stdout)["devices"] if p.returncode == 0 else []
+                            seen = bool(devices) and devices[0]["live_count"] == 1
+                        if not seen:
+                            time.sleep(0.05)
+                    self.assertTrue(seen, "the trace never showed the allocation while the program ran")
+                    _, err = proc.communicate("crash\n", timeout=60)
+                finally:
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.communicate()
+                check_sanitizer_clean(err, "e2e_exit_paths")
+                self.assertEqual(proc.returncode, -sig, err)
+                self.check_crashed_trace(trace, live=True)
 
 
 if __name__ == "__main__":

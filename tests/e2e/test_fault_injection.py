@@ -59,6 +59,54 @@ class Modes(ShimTestCase):
                 self.assertEqual(out["failed"], [2, 3, 5, 6, 8, 9])
 
 
+class DriverApi(ShimTestCase):
+    """Device memory allocated through the driver API (cuMemAlloc_v2, cuMemAllocPitch_v2, as
+    libraries with their own runtime allocate) is chosen like any other: one numbering across both
+    APIs, and the failure is the driver's out-of-memory code, with no runtime last error."""
+
+    def test_every_nth_selects_driver_allocations(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                # m d m d ...: every:2 picks exactly the cuMemAlloc_v2 calls.
+                r, out = sequence(8, [4096], "md", {"GPUSHIM_POLICY": policy, "GPUSHIM_FAIL": "every:2",
+                                                    "GPUSHIM_SUMMARY": "0"})
+                self.assertRanOK(r)
+                self.assertEqual(out["failed"], [2, 4, 6, 8])
+                self.assertEqual(out["errors"], ["CUresult 2"])  # CUDA_ERROR_OUT_OF_MEMORY
+                self.assertTrue(out["last_error_matches"], "a driver failure must leave no runtime last error")
+                dev = r.device(0)
+                self.assertEqual(dev["injected_failures"], 4)
+                self.assertEqual(dev["failed_allocs"], 4)
+                self.assertTrue(all(o["injected"] for o in r.report["ooms"]), r.report["ooms"])
+                lines = [l for l in r.shim_lines() if "injected allocation failure" in l]
+                self.assertEqual(len(lines), 4, r.stderr)
+                self.assertIn("allocation 2, 4.0 KiB on device 0; returned CUDA_ERROR_OUT_OF_MEMORY", lines[0])
+
+    def test_nth_and_above_on_cu_mem_alloc_pitch(self):
+        r, out = sequence(6, [4096, 8 * MiB], "q", {"GPUSHIM_FAIL": "nth:1,above:1MiB"})
+        self.assertRanOK(r)
+        self.assertEqual(out["failed"], [1, 2, 4, 6])
+        self.assertEqual(out["errors"], ["CUresult 2"])
+
+    def test_same_code_as_a_real_driver_oom(self):
+        _, real = sequence(4, [4096], "d", {"FAKECUDA_FAIL_ALLOC": "3"}, preload=False)
+        self.assertEqual(real["failed"], [3])
+        r, out = sequence(4, [4096], "d", {"GPUSHIM_FAIL": "nth:3"})
+        self.assertRanOK(r)
+        self.assertEqual(out["failed"], [3])
+        self.assertEqual(out["errors"], real["errors"])
+
+    def test_size_zero_keeps_cudas_own_answer(self):
+        # Size 0 is never an allocation GPUSHIM_FAIL counts: CUDA's CUDA_ERROR_INVALID_VALUE stays.
+        _, real = sequence(2, [0], "d", preload=False)
+        r, out = sequence(2, [0], "d", {"GPUSHIM_FAIL": "every:1", "GPUSHIM_SUMMARY": "0"})
+        self.assertRanOK(r)
+        self.assertEqual(out["errors"], real["errors"])
+        self.assertEqual(out["errors"], ["CUresult 1"])
+        self.assertEqual(sum(d["injected_failures"] for d in r.report["devices"]), 0)
+        self.assertEqual(r.shim_lines(), [])
+
+
 class LooksLikeARealOom(ShimTestCase):
     def test_same_code_and_last_error_as_a_real_oom(self):
         # A real OOM from the simulated device, without the shim.

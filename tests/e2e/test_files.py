@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from shimtest import SHIM, PRELOAD_FIRST, ShimTestCase, base_env, check_sanitizer_clean, program, shim_knows
+from shimtest import SHIM, PRELOAD_FIRST, ShimTestCase, base_env, check_sanitizer_clean, program
 
 LEAK = program("e2e_leak_two_sites")
 
@@ -132,41 +132,65 @@ def can_mount_tmpfs():
                           capture_output=True).returncode == 0
 
 
-@unittest.skipUnless(can_mount_tmpfs(), "needs unshare -rm and tmpfs (a user and mount namespace) for a full disk")
+FULL_DISK_STAND_IN = os.path.join(os.path.dirname(SHIM), "..", "e2e-libs", "libgpushim_test_full_disk.so")
+
+
+def on_full_disk(how, mnt, room, argv, env):
+    """Runs argv with LD_PRELOAD of the shim while `mnt` has only `room` bytes left. `how`: "tmpfs"
+    (a real 8 KiB tmpfs, in a user and mount namespace) or "stand-in" (write() interposed, for
+    machines without namespaces). Returns the process and the names left in `mnt` afterwards."""
+    preload = SHIM if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + SHIM
+    if how == "tmpfs":
+        script = ('m="$1"; fill="$2"; pre="$3"; shift 3; '
+                  'mount -t tmpfs -o size=8k none "$m" || exit 99; head -c "$fill" /dev/zero > "$m/filler"; '
+                  'env LD_PRELOAD="$pre" "$@"; rc=$?; echo; ls -A "$m" | tr "\\n" " "; echo; exit $rc')
+        proc = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", mnt, str(8192 - room), preload] + argv,
+                              env=env, capture_output=True, text=True, timeout=300)
+        out = proc.stdout.splitlines()
+        left = out[-1].split() if out else []
+        proc.stdout = "\n".join(out[:-2])
+        return proc, sorted(n for n in left if n != "filler")
+    env = dict(env, FULLDISK_DIR=os.path.realpath(mnt), FULLDISK_BYTES=str(room),
+               LD_PRELOAD=(PRELOAD_FIRST + ":" if PRELOAD_FIRST else "") + FULL_DISK_STAND_IN + ":" + SHIM)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    return proc, sorted(os.listdir(mnt))
+
+
+# The stand-in always runs; a real tmpfs too where the machine allows one.
+FULL_DISKS = ["stand-in"] + (["tmpfs"] if can_mount_tmpfs() else [])
+
+
 class DiskFull(ShimTestCase):
     def test_full_disk_costs_the_report_not_the_job(self):
-        # A 4 KiB tmpfs, almost filled first: the report (several KiB) cannot fit.
-        mnt = tempfile.mkdtemp(prefix="gpushim-full-")
-        preload = SHIM if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + SHIM
-        env = base_env({"GPUSHIM_REPORT": os.path.join(mnt, "r.json"), "GPUSHIM_SUMMARY": "0"}, preload=False)
-        script = ('mount -t tmpfs -o size=8k none "$1" && head -c 6000 /dev/zero > "$1/filler" && '
-                  'env LD_PRELOAD="$2" "$3"; rc=$?; ls -A "$1"; exit $rc')
-        proc = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", mnt, preload, LEAK], env=env,
-                              capture_output=True, text=True, timeout=120)
-        check_sanitizer_clean(proc.stderr, LEAK)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        lines = shim_lines(proc)
-        self.assertEqual(len(lines), 1, proc.stderr)
-        self.assertTrue(lines[0].startswith(f"gpushim: no space left writing {mnt}/r.json ("), lines[0])
-        self.assertTrue(lines[0].endswith("; partial file removed"), lines[0])
-        # Only the filler is left on the full filesystem (ls runs after the program): no partial report.
-        self.assertEqual(proc.stdout.splitlines()[-1], "filler")
+        for how in FULL_DISKS:
+            with self.subTest(how=how):
+                mnt = os.path.realpath(tempfile.mkdtemp(prefix="gpushim-full-"))
+                env = base_env({"GPUSHIM_REPORT": os.path.join(mnt, "r.json"), "GPUSHIM_SUMMARY": "0"}, preload=False)
+                # About 2 KiB of room: the report (several KiB) cannot fit.
+                proc, left = on_full_disk(how, mnt, 2192, [LEAK], env)
+                check_sanitizer_clean(proc.stderr, LEAK)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                lines = shim_lines(proc)
+                self.assertEqual(len(lines), 1, proc.stderr)
+                self.assertTrue(lines[0].startswith(f"gpushim: no space left writing {mnt}/r.json ("), lines[0])
+                self.assertTrue(lines[0].endswith("; partial file removed"), lines[0])
+                self.assertEqual(left, [], "no partial report may be left behind")
 
     def test_full_disk_stops_tracing_and_keeps_the_job(self):
-        mnt = tempfile.mkdtemp(prefix="gpushim-full-")
-        if not shim_knows("GPUSHIM_TRACE", os.path.join(mnt, "probe.trace")):
-            self.skipTest("GPUSHIM_TRACE (traces, issue 7) is not in this build yet")
-        preload = SHIM if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + SHIM
-        env = base_env({"GPUSHIM_TRACE": os.path.join(mnt, "t.trace"), "GPUSHIM_REPORT": "off",
-                        "GPUSHIM_SUMMARY": "0"}, preload=False)
-        script = ('mount -t tmpfs -o size=8k none "$1" && head -c 8192 /dev/zero > "$1/filler"; '
-                  'env LD_PRELOAD="$2" "$3" 4 2 20000 1 1000 8')
-        proc = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", mnt, preload, program("e2e_soak")],
-                              env=env, capture_output=True, text=True, timeout=300)
-        check_sanitizer_clean(proc.stderr, "e2e_soak")
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        lines = [l for l in shim_lines(proc) if "trac" in l]
-        self.assertEqual(len(lines), 1, proc.stderr)
+        for how in FULL_DISKS:
+            with self.subTest(how=how):
+                mnt = os.path.realpath(tempfile.mkdtemp(prefix="gpushim-full-"))
+                env = base_env({"GPUSHIM_TRACE": os.path.join(mnt, "t.trace"), "GPUSHIM_REPORT": "off",
+                                "GPUSHIM_SUMMARY": "0"}, preload=False)
+                proc, _ = on_full_disk(how, mnt, 0, [program("e2e_soak"), "4", "2", "20000", "1", "1000", "8"], env)
+                check_sanitizer_clean(proc.stderr, "e2e_soak")
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                # One notice, however many events follow; the soak itself finished and checked its data.
+                lines = shim_lines(proc)
+                self.assertEqual(len(lines), 1, proc.stderr)
+                self.assertIn(f"cannot write the trace {mnt}/t.trace: No space left on device; recording stopped",
+                              lines[0])
+                self.assertEqual(json.loads(proc.stdout.splitlines()[-1])["corruptions"], 0)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,17 @@ def reports_in(d):
 
 
 class ForkAtAnyMoment(ShimTestCase):
+    def test_fork_while_another_thread_makes_the_first_cuda_call(self):
+        # Without the shim no round hangs (CUDA is up before the race); with the handlers
+        # registered at the first call, about 3 rounds in 100 did.
+        rounds = scaled(400, 50)
+        for preload in (False, True):
+            with self.subTest(preload=preload):
+                r = run([program("e2e_fork_during_init"), str(rounds)], preload=preload,
+                        env={"GPUSHIM_REPORT": "off", "GPUSHIM_SUMMARY": "0"}, expect_report=False, timeout=600)
+                self.assertRanOK(r)
+                self.assertEqual(last_json(r), {"rounds": rounds, "hung": 0, "failed": 0})
+
     def test_many_threads_allocating_while_main_forks(self):
         # What CUDA itself answers in such a child, without the shim.
         base = run([program("e2e_fork_stress"), "2", "4"], preload=False, expect_report=False)

@@ -13,11 +13,14 @@ import tempfile
 import time
 import unittest
 
+from pythons import interpreters
 from shimtest import BIN, NO_CUDA_PROGRAM, POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run
+from test_python_stacks import markers
 
 MiB = 1 << 20
 ANALYZE = os.path.join(BIN, "gpushim-analyze")
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "gpushim-plot")
+LEAK_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "planted_leak.py")
 
 
 def analyze(*args, check=True):
@@ -248,6 +251,74 @@ class Recording(ShimTestCase):
             self.assertEqual(p.returncode, 1, cmd)
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
         self.assertIn("devices[0].device: expected an integer", analyze("summary", bad_report, check=False).stderr)
+
+
+class PythonFrames(ShimTestCase):
+    """A trace of a Python program carries the Python frames the report shows, and every reading of
+    the trace (summary, folded stacks, memory-viz) names their file and line."""
+    STEPS = 6
+
+    @classmethod
+    def setUpClass(cls):
+        cls.lines = markers(LEAK_PY)
+        cls.run_py, cls.trace = traced([interpreters()[0][0], LEAK_PY, str(cls.STEPS)])
+        cls.out = tempfile.mkdtemp(prefix="gpushim-pyframes-")
+
+    def folded(self, source):
+        """{chain of Python frames, outermost first: weight} from a folded export of `source`."""
+        out = os.path.join(self.out, "stacks.folded")
+        analyze("export", "--format", "folded", source, "-o", out)
+        chains = {}
+        with open(out) as f:
+            for line in f:
+                stack, weight = line.rsplit(" ", 1)
+                self.assertNotIn("<python frame", stack, "a Python frame the trace did not resolve")
+                chain = tuple(fr for fr in stack.split(";") if fr.endswith(")") and "(planted_leak.py:" in fr)
+                chains[chain] = chains.get(chain, 0) + int(weight)
+        return chains
+
+    def test_the_trace_has_the_reports_python_frames(self):
+        self.assertRanOK(self.run_py)
+        # From the report: each live site's Python frames, as the folded export writes them.
+        expected = set()
+        for site in self.run_py.report["sites"]:
+            frames = [f for f in site["frames"] if f["kind"] == "python"]
+            self.assertTrue(frames, site)
+            expected.add(tuple(f"{f['function']} ({os.path.basename(f['file'])}:{f['line']})" for f in reversed(frames)))
+        self.assertEqual(set(self.folded(self.run_py.report_path)), expected)
+        # From the trace, weighed at the peak (the last step, its scratch buffer live): the same
+        # chains, plus the scratch buffer's, which is no longer live at exit.
+        at_peak = self.folded(self.trace)
+        self.assertLessEqual(expected, set(at_peak))
+        lines = self.lines
+        by_line = {}  # (caller, allocating line): bytes at the peak
+        for chain, weight in at_peak.items():
+            by_line[chain[-2:]] = by_line.get(chain[-2:], 0) + weight
+        main = f"main (planted_leak.py:{lines['step_call']})"
+        self.assertEqual(by_line[(main, f"leaky_step (planted_leak.py:{lines['leak']})")], self.STEPS * MiB)
+        self.assertEqual(by_line[(main, f"leaky_step (planted_leak.py:{lines['scratch']})")], 8 * MiB)
+        weights = [w for chain, w in by_line.items() if chain[-1] == f"load_model (planted_leak.py:{lines['weights']})"]
+        self.assertEqual(weights, [4 * 64 * MiB])
+
+    def test_summary_of_the_trace_names_python_file_and_line(self):
+        summary = analyze_json("summary", self.trace, "--frames", "64")
+        self.assertTrue(summary["at_peak_sites"])
+        frames = [f for part in ("top_sites", "at_peak_sites") for s in summary[part] for f in s["frames"]]
+        for function, tag in (("leaky_step", "leak"), ("leaky_step", "scratch"), ("load_model", "weights"),
+                              ("main", "step_call")):
+            self.assertIn(f"{function} planted_leak.py:{self.lines[tag]}", frames)
+        self.assertFalse([f for f in frames if f.startswith("<python frame")], frames)
+        text = analyze("summary", self.trace).stdout
+        self.assertIn(f"planted_leak.py:{self.lines['weights']}", text)
+
+    def test_memory_viz_frames_have_python_file_and_line(self):
+        out = os.path.join(self.out, "snap.pickle")
+        analyze("export", "--format", "memory-viz", self.trace, "-o", out)
+        snap = load_memory_viz(self, out)
+        allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+        leak_line = self.lines["leak"]
+        leaks = [e for e in allocs if {"filename": LEAK_PY, "line": leak_line, "name": "leaky_step"} in e["frames"]]
+        self.assertEqual(len(leaks), self.STEPS, [e["frames"] for e in allocs[:3]])
 
 
 class ReplayUnderALimit(ShimTestCase):

@@ -54,6 +54,43 @@ TEST(CachingPool, SmallRequestNeverSplitsALargeSegment) {
                reinterpret_cast<uintptr_t>(small) < reinterpret_cast<uintptr_t>(big) + 960 * MiB);
 }
 
+// Allocations carve the front of a free block, shrinking it inside the free set when that keeps
+// the set's order and erasing and re-inserting it when not: best fit must hold either way, and
+// the blocks must still merge back into whole segments.
+TEST(CachingPool, CarvingKeepsBestFitAndMergesBack) {
+  constexpr uint64_t KiB = 1024;
+  Pool p;
+  auto at = [](void* q) { return reinterpret_cast<uintptr_t>(q); };
+  auto alloc = [&](uint64_t n) { return p.alloc(n, nullptr, true); };  // stream-ordered: reusable at once
+  auto free_now = [&](void* q) { ASSERT_EQ(p.pool.deallocate(q, nullptr, true), CUDA_SUCCESS); };
+  void* a1 = alloc(64 * KiB);
+  void* a2 = alloc(4 * KiB);  // keeps a1's and a3's blocks apart when freed
+  void* a3 = alloc(256 * KiB);
+  void* a4 = alloc(4 * KiB);
+  ASSERT_TRUE(a1 && a2 && a3 && a4);
+  const uintptr_t rest_start = at(a4) + 4 * KiB;
+  free_now(a1);
+  free_now(a3);
+  // Free: 64 KiB at a1, 256 KiB at a3, the segment's remainder. The 256 KiB block fits best, and
+  // what it leaves (32 KiB) sorts before the 64 KiB block: it has to move in the set.
+  void* b = alloc(224 * KiB);
+  EXPECT_EQ(at(b), at(a3));
+  void* c = alloc(48 * KiB);  // best fit: the 64 KiB block, not the 32 KiB rest nor the remainder
+  EXPECT_EQ(at(c), at(a1));
+  void* d = alloc(16 * KiB);  // best fit: the 16 KiB left of the 64 KiB block
+  EXPECT_EQ(at(d), at(a1) + 48 * KiB);
+  void* e = alloc(100 * KiB);  // only the segment's remainder fits: shrunk in place
+  EXPECT_EQ(at(e), rest_start);
+  void* f = alloc(20 * KiB);  // best fit: the 32 KiB left of the 256 KiB block
+  EXPECT_EQ(at(f), at(a3) + 224 * KiB);
+  EXPECT_EQ(p.fig().largest_free_block, 2 * MiB - (rest_start - at(a1)) - 100 * KiB);
+  for (void* q : {a2, a4, b, c, d, e, f}) free_now(q);
+  EXPECT_EQ(p.sim.counters().segment_allocs, 1u);
+  // After a synchronization every block merges back into the whole segment, which goes back.
+  p.pool.release_cached();
+  EXPECT_EQ(p.fig().reserved_bytes, 0u) << "the blocks no longer merge into the whole segment";
+}
+
 TEST(CachingPool, SegmentSizesPerClass) {
   Pool p;
   p.alloc(11 * MiB);  // large: a segment of its own, rounded to 2 MiB

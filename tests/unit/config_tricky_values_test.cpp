@@ -1,6 +1,6 @@
 // Tricky values for every GPUSHIM_* variable: whatever the environment holds, parsing never
 // crashes, and each rejected value yields exactly one clear, single-line, bounded message.
-// (The libFuzzer target in fuzz/ explores the same parser without a list.)
+// (The libFuzzer target in tests/fuzz/ explores the same parser without a list.)
 #include <gtest/gtest.h>
 
 #include <string>

@@ -153,7 +153,7 @@ TEST(ReportJson, FieldsPresentAndOrdered) {
 }
 
 TEST(ReportJson, ParsesBackWithExactValues) {
-  if (!HavePython()) GTEST_SKIP() << "python3 not available";
+  ASSERT_TRUE(HavePython()) << "python3 is a build dependency (scripts/setup)";
   const std::string j = report_to_json(SampleReport());
   std::string out;
   ASSERT_TRUE(RunPython(j,
@@ -198,7 +198,7 @@ TEST(ReportJson, EscapingKeepsDocumentValid) {
   EXPECT_NE(j.find("|\\ufffd|\\ufffd|\\ufffd\\ufffd|\\ufffd\\ufffd|\\ufffd\\ufffd\\ufffd|\\ufffd\\ufffd\\ufffd\\ufffd|"),
             std::string::npos)
       << j;
-  if (!HavePython()) GTEST_SKIP() << "python3 not available";
+  ASSERT_TRUE(HavePython()) << "python3 is a build dependency (scripts/setup)";
   std::string out;
   ASSERT_TRUE(RunPython(j, "print(ascii(doc['exe']), ascii(doc['sites'][0]['frames'][1]['file']))", &out)) << out;
   std::string expected_exe = "'q\"b\\\\s/\\n\\r\\t\\x08\\x0c";
@@ -236,7 +236,7 @@ TEST(ReportJson, DoublesRoundTrip) {
   const std::string j = report_to_json(r);
   EXPECT_NE(j.find("\"duration_s\":0.30000000000000004"), std::string::npos) << j;
   EXPECT_NE(j.find("\"wall_time_s\":3.0"), std::string::npos) << j;
-  if (!HavePython()) GTEST_SKIP() << "python3 not available";
+  ASSERT_TRUE(HavePython()) << "python3 is a build dependency (scripts/setup)";
   std::string out;
   ASSERT_TRUE(RunPython(j,
                         "print(doc['duration_s'] == 0.1 + 0.2, doc['devices'][0]['peak_allocated_at_s'] == 1e-7,"
@@ -251,7 +251,7 @@ TEST(ReportJson, EmptyReportIsValid) {
   const std::string j = report_to_json(r);
   EXPECT_NE(j.find("\"devices\":[]"), std::string::npos) << j;
   EXPECT_NE(j.find("\"sites\":[]"), std::string::npos) << j;
-  if (!HavePython()) GTEST_SKIP() << "python3 not available";
+  ASSERT_TRUE(HavePython()) << "python3 is a build dependency (scripts/setup)";
   std::string out;
   ASSERT_TRUE(RunPython(j, "print(doc['schema'], doc['reason'], doc['sites'])", &out)) << out;
   EXPECT_EQ(out, "gpushim-report/1 exit []\n");

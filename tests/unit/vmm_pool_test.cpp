@@ -65,6 +65,28 @@ std::vector<std::pair<uint64_t, uint64_t>> backing(const SimBackend& sim, uintpt
   return out;
 }
 
+// ---- the shim's own memory ----
+
+TEST(VmmPool, CountsItsOwnHostMemoryAndItFollowsWhatItHolds) {
+  Vmm v;
+  const uint64_t empty = v.fig().host_bytes;
+  EXPECT_GT(empty, 0u);
+  std::vector<void*> live;
+  for (int i = 0; i < 200; ++i) live.push_back(v.alloc((i % 2 ? 3 : 5) * MiB + 4096 * i));
+  for (int i = 0; i < 200; ++i) live.push_back(v.alloc(1000 + 64 * i));  // small: sub-allocated
+  const uint64_t busy = v.fig().host_bytes;
+  EXPECT_GT(busy, empty + 200 * 64) << "each live block costs metadata";
+  EXPECT_LT(busy, empty + 400 * 2048) << "a few hundred bytes per block, not more";
+  for (void* p : live) ASSERT_EQ(v.free(p), CUDA_SUCCESS);
+  // Repeating the same work reuses what the pool holds: its metadata does not keep growing.
+  for (int round = 0; round < 5; ++round) {
+    live.clear();
+    for (int i = 0; i < 200; ++i) live.push_back(v.alloc((i % 2 ? 3 : 5) * MiB + 4096 * i));
+    for (void* p : live) ASSERT_EQ(v.free(p), CUDA_SUCCESS);
+  }
+  EXPECT_LT(v.fig().host_bytes, busy * 2);
+}
+
 // ---- basics ----
 
 TEST(VmmPool, AllocatesMapsAndReusesABlockAsIs) {

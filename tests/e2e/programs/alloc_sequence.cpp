@@ -4,14 +4,18 @@
 //
 // Usage: e2e_alloc_sequence COUNT SIZES [APIS]
 //   SIZES  comma-separated byte counts, used in turn ("4096,2097152")
-//   APIS   letters used in turn: m cudaMalloc, a cudaMallocAsync, p cudaMallocPitch (default "m")
-// Prints one JSON line: the 1-based numbers of the failed allocations, the error names seen, and
-// whether every failure left the same error in cudaPeekAtLastError/cudaGetLastError.
+//   APIS   letters used in turn: m cudaMalloc, a cudaMallocAsync, p cudaMallocPitch, and through
+//          the driver API (dlsym on libcuda.so.1): d cuMemAlloc_v2, q cuMemAllocPitch_v2 (default "m")
+// Prints one JSON line: the 1-based numbers of the failed allocations, the error names seen
+// (driver errors as "CUresult N"), and whether every failure left the expected last error: the
+// runtime's own error for a runtime call (cudaPeekAtLastError/cudaGetLastError), none for a driver
+// call (the driver keeps no last error, and the runtime's must not change).
 #include <cstring>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "support/driver_api.h"
 #include "support/test_support.h"
 
 int main(int argc, char** argv) {
@@ -23,14 +27,30 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CHECK(cudaStreamCreate(&stream));
   std::vector<void*> held;
+  std::vector<CUdeviceptr> held_driver;
   std::vector<long> failed;
   std::set<std::string> errors;
   bool last_error_matches = true;
   for (long i = 1; i <= count; ++i) {
     const size_t size = sizes[(i - 1) % sizes.size()];
+    const char api = apis[(i - 1) % apis.size()];
+    if (api == 'd' || api == 'q') {
+      CUdeviceptr d = 0;
+      size_t pitch = 0;
+      const CUresult r = api == 'd' ? testsupport::driver().MemAlloc(&d, size)
+                                    : testsupport::driver().MemAllocPitch(&d, &pitch, size, 1, 4);
+      if (r == CUDA_SUCCESS) {
+        held_driver.push_back(d);
+        continue;
+      }
+      failed.push_back(i);
+      errors.insert("CUresult " + std::to_string(r));
+      if (cudaPeekAtLastError() != cudaSuccess) last_error_matches = false;
+      continue;
+    }
     void* p = nullptr;
     cudaError_t e;
-    switch (apis[(i - 1) % apis.size()]) {
+    switch (api) {
       case 'a': e = cudaMallocAsync(&p, size, stream); break;
       case 'p': {
         size_t pitch = 0;
@@ -51,6 +71,8 @@ int main(int argc, char** argv) {
   }
   CHECK(cudaStreamSynchronize(stream));
   for (void* p : held) CHECK(cudaFree(p));
+  for (CUdeviceptr d : held_driver)
+    if (testsupport::driver().MemFree(d) != CUDA_SUCCESS) return 4;
   std::printf("{\"failed\":[");
   for (size_t i = 0; i < failed.size(); ++i) std::printf("%s%ld", i ? "," : "", failed[i]);
   std::printf("],\"errors\":[");

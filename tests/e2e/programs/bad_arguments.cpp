@@ -1,11 +1,14 @@
 // CUDA calls with bad arguments, each followed by cudaGetLastError. Prints every result as JSON so
 // a test can compare the answers with and without the shim: they must be identical, return code
-// and last error alike. Needs two devices (FAKECUDA_DEVICES=2 on the simulated device).
+// and last error alike. Then the same for driver-API calls (their code only: the driver keeps no
+// last error), reached the way libraries reach them (dlopen + dlsym on libcuda.so.1). Needs two
+// devices (FAKECUDA_DEVICES=2 on the simulated device).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "support/driver_api.h"
 #include "support/test_support.h"
 
 namespace {
@@ -20,6 +23,38 @@ void note(const char* what, cudaError_t e, const std::string& extra = "") {
 }
 
 std::string null_or_not(const void* p) { return p == nullptr ? "null" : "set"; }
+
+void note_driver(const char* what, CUresult r) { g_results.emplace_back(what, "CUresult " + std::to_string(r)); }
+
+// Bad calls straight to the driver API; `keep` is a live device block that must survive them.
+void driver_calls(void* keep) {
+  const testsupport::Driver& cu = testsupport::driver();
+  const CUdeviceptr k = reinterpret_cast<CUdeviceptr>(keep);
+  CUdeviceptr d = 0;
+  size_t p = 0;
+  void* heap = std::malloc(64);
+  note_driver("cu_alloc_null_out", cu.MemAlloc(nullptr, 16));
+  note_driver("cu_alloc_zero", cu.MemAlloc(&d, 0));
+  note_driver("cu_alloc_size_max", cu.MemAlloc(&d, SIZE_MAX));
+  note_driver("cu_free_zero", cu.MemFree(0));
+  note_driver("cu_free_host_heap", cu.MemFree(reinterpret_cast<CUdeviceptr>(heap)));
+  note_driver("cu_free_interior_of_runtime_block", cu.MemFree(k + 4096));
+  note_driver("cu_free_host_of_device_ptr", cu.MemFreeHost(keep));
+  note_driver("cu_free_host_of_heap", cu.MemFreeHost(heap));
+  note_driver("cu_pitch_null_pitch", cu.MemAllocPitch(&d, nullptr, 16, 16, 4));
+  note_driver("cu_pitch_zero_width", cu.MemAllocPitch(&d, &p, 0, 16, 4));
+  note_driver("cu_pitch_bad_element", cu.MemAllocPitch(&d, &p, 16, 16, 3));
+  note_driver("cu_mem_get_info_null", cu.MemGetInfo(nullptr, nullptr));
+  CUdeviceptr twice = 0;
+  CHECK_CU(cu.MemAlloc(&twice, 8192));
+  note_driver("cu_free_first", cu.MemFree(twice));
+  note_driver("cu_free_second", cu.MemFree(twice));
+  void* pinned = nullptr;
+  CHECK_CU(cu.MemAllocHost(&pinned, 4096));
+  note_driver("cu_free_of_pinned_host", cu.MemFree(reinterpret_cast<CUdeviceptr>(pinned)));
+  note_driver("cu_free_host_of_pinned", cu.MemFreeHost(pinned));
+  std::free(heap);
+}
 
 }  // namespace
 
@@ -97,6 +132,8 @@ int main() {
     CHECK(cudaSetDevice(0));
     note("free_async_other_device", cudaFreeAsync(other_async, nullptr));
   }
+
+  driver_calls(keep);
 
   size_t free_b = 0, total_b = 0;
   note("mem_get_info_null_null", cudaMemGetInfo(nullptr, nullptr));

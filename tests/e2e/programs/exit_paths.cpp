@@ -10,7 +10,9 @@
 //   both            runtime-first and static-dtor together: the late free reaches a reset device
 //   _exit           _exit(0) after allocating
 //   sigkill         SIGKILL after allocating
-//   segv / abort    a fatal signal in the host after allocating
+//   segv / abort    a fatal signal in the host after allocating; with a second argument `wait`,
+//                   only once a line arrives on stdin (so a test can first see the allocation in
+//                   the trace being written, and then crash the program)
 #include <signal.h>
 #include <unistd.h>
 
@@ -93,6 +95,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "runtime-first") return 0;
+  if ((mode == "segv" || mode == "abort") && argc > 2 && std::string(argv[2]) == "wait") {
+    char line[16];
+    if (std::fgets(line, sizeof line, stdin) == nullptr) return 3;
+  }
   if (mode == "_exit") _exit(0);
   if (mode == "sigkill") raise(SIGKILL);
   if (mode == "segv") raise(SIGSEGV);

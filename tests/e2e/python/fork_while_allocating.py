@@ -27,14 +27,13 @@ def worker(base):
         n += 2
 
 
-# The runtime loads the driver before the first fork. Under ThreadSanitizer, a fork while another
-# thread loads it leaves the child's first CUDA call waiting forever: TSan's own pthread_once and
-# dlopen interceptors stay locked in fork children (glibc resets its own). This call makes no
-# allocation: the shim still starts in the threads' first ones, while the main thread forks.
-count = ctypes.c_int()
-if cuda.cudaGetDeviceCount(ctypes.byref(count)) != 0:
-    sys.exit("cudaGetDeviceCount failed")
-
+# CUDA starts before the threads do, through calls the shim does not hook: a fork while another
+# thread initializes CUDA itself leaves the child waiting on CUDA's own state (the simulated
+# device's static initialization; real CUDA makes no promise either; under ThreadSanitizer, its
+# own pthread_once and dlopen interceptors, which stay locked in fork children). A fork during the
+# shim's initialization is still possible here, and is what e2e_fork_during_init tests on purpose.
+cuda.cudaSetDevice(0)
+cuda.cudaDeviceSynchronize()
 threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
 for t in threads:
     t.start()

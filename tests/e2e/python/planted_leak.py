@@ -14,7 +14,7 @@ LEAKED = []
 def load_model():
     for _ in range(4):
         p = ctypes.c_void_p()
-        check(cuda.cudaMalloc(ctypes.byref(p), 64 * MiB))
+        check(cuda.cudaMalloc(ctypes.byref(p), 64 * MiB))  # @weights
         WEIGHTS.append(p)
 
 
@@ -23,7 +23,7 @@ def leaky_step(step):
     check(cuda.cudaMalloc(ctypes.byref(kept), 1 * MiB))  # @leak
     LEAKED.append(kept)  # the bug: kept past the step
     scratch = ctypes.c_void_p()
-    check(cuda.cudaMalloc(ctypes.byref(scratch), 8 * MiB))
+    check(cuda.cudaMalloc(ctypes.byref(scratch), 8 * MiB))  # @scratch
     check(cuda.cudaFree(scratch))
     return step
 
@@ -33,7 +33,7 @@ def main():
     marks = "marks" in sys.argv[2:]
     load_model()
     for step in range(iterations):
-        leaky_step(step)
+        leaky_step(step)  # @step_call
         if marks:
             mark_iteration()
         time.sleep(0.004)

@@ -68,9 +68,9 @@ State& GetState() {
       dev->default_pool.is_default = true;
       s->devices.push_back(std::move(dev));
     }
-    // Registered with the state, not at cuInit: calls before cuInit take the mutex too (the
-    // runtime's cuGetProcAddress lookups while it loads the driver), and a fork then must not
-    // leave it locked in the child.
+    // From the state's birth, not from cuInit: the mutex is taken before cuInit too (symbol
+    // lookups while the runtime loads us), and a fork() while another thread held it then left
+    // the child blocked forever on a lock nobody would release.
     pthread_atfork(AtForkPrepare, AtForkParent, AtForkChild);
     return s;
   }();

@@ -11,6 +11,16 @@
 #include <cstdio>
 #include <cstdlib>
 
+// A driver call that must succeed; otherwise the program ends with its CUresult.
+#define CHECK_CU(x)                                                                                \
+  do {                                                                                             \
+    const CUresult r_ = (x);                                                                       \
+    if (r_ != CUDA_SUCCESS) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s failed: CUresult %d\n", __FILE__, __LINE__, #x, static_cast<int>(r_)); \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
 namespace testsupport {
 
 inline void* libcuda() {
@@ -38,7 +48,10 @@ F driver_function(const char* name) {
 
 struct Driver {
   TESTSUPPORT_DRIVER(MemAlloc, cuMemAlloc_v2)
+  TESTSUPPORT_DRIVER(MemAllocPitch, cuMemAllocPitch_v2)
   TESTSUPPORT_DRIVER(MemFree, cuMemFree_v2)
+  TESTSUPPORT_DRIVER(MemAllocHost, cuMemAllocHost_v2)
+  TESTSUPPORT_DRIVER(MemFreeHost, cuMemFreeHost)
   TESTSUPPORT_DRIVER(MemFreeAsync, cuMemFreeAsync)
   TESTSUPPORT_DRIVER(MemGetInfo, cuMemGetInfo_v2)
   TESTSUPPORT_DRIVER(MemGetAddressRange, cuMemGetAddressRange_v2)

@@ -1,0 +1,69 @@
+// The device budget: the cap is checked against memory held plus memory being asked for, while
+// "reserved" and its peak count only what the driver actually gave.
+#include "policy/device_budget.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+namespace gpushim {
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+
+TEST(DeviceBudget, ARefusedRequestNeverShowsInReservedOrItsPeak) {
+  DeviceBudget b;
+  ASSERT_TRUE(b.try_charge(100 * MiB));
+  b.commit(100 * MiB);
+  ASSERT_TRUE(b.try_charge(64 * MiB));  // the driver is asked ...
+  EXPECT_EQ(b.charged(), 164 * MiB);    // ... and the cap sees the request in flight,
+  EXPECT_EQ(b.held(), 100 * MiB);       // but reserved does not,
+  b.cancel(64 * MiB);                   // ... and the driver says no.
+  EXPECT_EQ(b.held(), 100 * MiB);
+  EXPECT_EQ(b.charged(), 100 * MiB);
+  EXPECT_EQ(b.peak(), 100 * MiB);
+  b.uncharge(100 * MiB);
+  EXPECT_EQ(b.held(), 0u);
+  EXPECT_EQ(b.charged(), 0u);
+  EXPECT_EQ(b.peak(), 100 * MiB);
+}
+
+TEST(DeviceBudget, RequestsInFlightCountAgainstTheCap) {
+  DeviceBudget b;
+  b.set_limit(100 * MiB);
+  ASSERT_TRUE(b.try_charge(60 * MiB));
+  EXPECT_FALSE(b.try_charge(60 * MiB));  // the first is not committed yet, but it is asked for
+  b.cancel(60 * MiB);
+  EXPECT_TRUE(b.try_charge(60 * MiB));
+}
+
+TEST(DeviceBudget, MemoryTakenBeforeItsSizeWasKnownCountsPastTheCap) {
+  DeviceBudget b;
+  b.set_limit(10 * MiB);
+  b.charge(16 * MiB);
+  EXPECT_EQ(b.held(), 16 * MiB);
+  EXPECT_EQ(b.peak(), 16 * MiB);
+  EXPECT_FALSE(b.try_charge(1));
+}
+
+TEST(DeviceBudget, ConcurrentCallersNeverOvershootTheCapTogether) {
+  DeviceBudget b;
+  b.set_limit(64 * MiB);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20000; ++i) {
+        if (!b.try_charge(3 * MiB)) continue;
+        b.commit(3 * MiB);
+        b.uncharge(3 * MiB);
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_LE(b.peak(), 64 * MiB);
+  EXPECT_EQ(b.held(), 0u);
+  EXPECT_EQ(b.charged(), 0u);
+}
+
+}  // namespace
+}  // namespace gpushim

@@ -5,7 +5,7 @@
 #include "cuda/capture_state.h"
 #include "cuda/real_symbols.h"
 
-#define GPUSHIM_EXPORT extern "C" __attribute__((visibility("default")))
+#include "hooks/export.h"
 
 using gpushim::active_captures;
 using gpushim::real_runtime;

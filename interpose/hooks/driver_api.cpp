@@ -12,24 +12,15 @@
 #include "core/call_context.h"
 #include "core/shim.h"
 #include "cuda/real_driver.h"
-
-#define GPUSHIM_EXPORT extern "C" __attribute__((visibility("default")))
-#define GPUSHIM_SCOPE gpushim::CallScope scope(gpushim::HookApi::kDriver, __builtin_return_address(0))
+#include "hooks/driver_hook.h"
 
 using gpushim::MemoryKind;
 using gpushim::real_driver;
 using gpushim::Shim;
+using gpushim::driver_hook::accounting;
+using gpushim::driver_hook::call;
 
 namespace {
-
-// The shim, when this call is ours to account: not when a runtime hook of ours made it, not when
-// the shim is off.
-Shim* accounting(const gpushim::CallScope& scope) { return scope.nested_in_runtime_hook() ? nullptr : Shim::get(); }
-
-template <typename F, typename... Args>
-CUresult call(F* real, Args... args) {
-  return real ? real(args...) : CUDA_ERROR_NOT_INITIALIZED;
-}
 
 // Whether `stream` is capturing a graph: allocations there are graph memory, owned by the graph.
 bool capturing(CUstream stream, bool per_thread) {

@@ -13,19 +13,15 @@
 #include "core/shim.h"
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
+#include "hooks/driver_hook.h"
 
-#define GPUSHIM_EXPORT extern "C" __attribute__((visibility("default")))
 
 using gpushim::real_driver;
 using gpushim::Shim;
+using gpushim::driver_hook::call;
 using Pooled = gpushim::Shim::PooledAddress;
 
 namespace {
-
-template <typename F, typename... Args>
-CUresult call(F* real, Args... args) {
-  return real ? real(args...) : CUDA_ERROR_NOT_INITIALIZED;
-}
 
 template <typename T>
 void put(void* data, T value) {

@@ -13,7 +13,7 @@
 #include "cuda/real_driver.h"
 #include "hooks/substitution.h"
 
-#define GPUSHIM_EXPORT extern "C" __attribute__((visibility("default")))
+#include "hooks/export.h"
 
 GPUSHIM_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
   const auto real = gpushim::real_driver().get_proc_address_v1;

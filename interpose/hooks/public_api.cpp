@@ -5,7 +5,7 @@
 
 #include "core/shim.h"
 
-#define GPUSHIM_EXPORT extern "C" __attribute__((visibility("default")))
+#include "hooks/export.h"
 
 GPUSHIM_EXPORT int gpushim_get_device_stats(int device, struct gpushim_device_stats* out) {
   if (out == nullptr || out->struct_size < sizeof(struct gpushim_device_stats)) return -1;

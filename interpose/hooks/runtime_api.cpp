@@ -9,7 +9,7 @@
 #include "core/shim.h"
 #include "cuda/real_symbols.h"
 
-#define GPUSHIM_EXPORT extern "C" __attribute__((visibility("default")))
+#include "hooks/export.h"
 // Marks the thread as inside a runtime hook (the driver calls the real runtime makes for us are
 // then only forwarded) and notes who called, for attribution by module.
 #define GPUSHIM_SCOPE gpushim::CallScope scope(gpushim::HookApi::kRuntime, __builtin_return_address(0))

@@ -8,24 +8,13 @@
 #include "core/call_context.h"
 #include "core/shim.h"
 #include "cuda/real_driver.h"
-
-#define GPUSHIM_EXPORT extern "C" __attribute__((visibility("default")))
-#define GPUSHIM_SCOPE gpushim::CallScope scope(gpushim::HookApi::kDriver, __builtin_return_address(0))
+#include "hooks/driver_hook.h"
 
 using gpushim::MemoryKind;
 using gpushim::real_driver;
 using gpushim::Shim;
-
-namespace {
-
-Shim* accounting(const gpushim::CallScope& scope) { return scope.nested_in_runtime_hook() ? nullptr : Shim::get(); }
-
-template <typename F, typename... Args>
-CUresult call(F* real, Args... args) {
-  return real ? real(args...) : CUDA_ERROR_NOT_INITIALIZED;
-}
-
-}  // namespace
+using gpushim::driver_hook::accounting;
+using gpushim::driver_hook::call;
 
 GPUSHIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                                     unsigned long long flags) {

@@ -24,13 +24,15 @@ int LiveWorker::start(uint64_t interval_ns, Task periodic, Task on_wake) {
   const int err = pthread_create(&thread_, nullptr, &LiveWorker::thread_main, this);
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (err != 0) return err;
+  // Named here, before the program's next instruction, not from the thread itself: whoever looks
+  // right after the first CUDA call (top -H, gdb, /proc/<pid>/task/*/comm, the tests) must find
+  // it by name, and the new thread may not have run yet.
+  pthread_setname_np(thread_, "gpushim-live");
   started_.store(true, std::memory_order_release);
   return 0;
 }
 
 void* LiveWorker::thread_main(void* self) {
-  // Named from inside, before any task runs: shows in top -H, gdb and /proc/<pid>/task/*/comm.
-  pthread_setname_np(pthread_self(), "gpushim-live");
   static_cast<LiveWorker*>(self)->loop();
   return nullptr;
 }

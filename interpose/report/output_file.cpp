@@ -178,6 +178,28 @@ Result write_in_dir(const std::string& path, const std::string& data, std::strin
   return Result::kFailed;
 }
 
+// A path naming an existing character device (/dev/null, a terminal) is where the user wants
+// the output, not a file to keep: writing there overwrites nothing, and adding a suffix would
+// create /dev/null.1 instead. lstat does not follow links, so /dev/stderr (a symlink) and any
+// link planted at the name still take the safe path below; FIFOs do too (opening one for writing
+// could block the host's exit until a reader comes). Returns the descriptor, or -1 when `path`
+// is not such a device or cannot be opened.
+int open_existing_char_device(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) return -1;
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return -1;
+  // Checked again on the open descriptor: the name may have been replaced since the lstat.
+  if (::fstat(fd, &st) != 0 || !S_ISCHR(st.st_mode)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 std::string expand_path_template(const std::string& tmpl, const std::string& exe_name, int pid,
@@ -226,6 +248,15 @@ std::string expand_path_template(const std::string& tmpl, const std::string& exe
 std::string write_new_file(const std::string& path, const std::string& data) {
   if (path.empty()) {
     log_line("cannot write a report: empty output path");
+    return "";
+  }
+  if (const int fd = open_existing_char_device(path); fd >= 0) {
+    const ScopedNoSigxfsz no_sigxfsz;
+    const bool ok = write_all(fd, data.data(), data.size());
+    const int e = errno;
+    ::close(fd);
+    if (ok) return path;
+    log_line("cannot write %s: %s", path.c_str(), std::strerror(e));
     return "";
   }
   std::string written;
@@ -292,6 +323,10 @@ int create_new_file(const std::string& path, std::string* written) {
   if (path.empty()) {
     log_line("cannot create a file: empty output path");
     return -1;
+  }
+  if (const int dev = open_existing_char_device(path); dev >= 0) {
+    *written = path;
+    return dev;
   }
   int fd = -1, err = 0;
   OpenResult r = open_in_dir(path, &fd, written, &err);

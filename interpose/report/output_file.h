@@ -15,6 +15,8 @@ std::string expand_path_template(const std::string& tmpl, const std::string& exe
 // file is never overwritten: ".1", ".2", ... is inserted before the extension instead. If the
 // directory is not writable, falls back to $TMPDIR (else /tmp) with a one-line notice. Returns the
 // path actually written, or "" on failure (after a one-line message).
+// A path naming an existing character device (/dev/null, a terminal; not a symlink to one) is
+// written to as it is.
 std::string write_new_file(const std::string& path, const std::string& data);
 
 }  // namespace gpushim

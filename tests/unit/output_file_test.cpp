@@ -1,5 +1,6 @@
 #include "report/output_file.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -23,6 +24,16 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Names in /dev that start with "null.": what a suffixed report next to /dev/null would add.
+int NullSiblings() {
+  int n = 0;
+  if (DIR* d = opendir("/dev")) {
+    while (const dirent* e = readdir(d)) n += std::string(e->d_name).rfind("null.", 0) == 0;
+    closedir(d);
+  }
+  return n;
 }
 
 bool Exists(const std::string& path) {
@@ -135,6 +146,31 @@ TEST_F(OutputFileTest, SymlinkIsNotFollowed) {
 
   EXPECT_EQ(write_new_file(dangling, "report"), dir_ + "/dangling.1.json");
   EXPECT_FALSE(Exists(dir_ + "/would_be_created")) << "a dangling symlink must not be followed either";
+}
+
+TEST_F(OutputFileTest, CharacterDeviceIsWrittenNotSuffixed) {
+  // GPUSHIM_REPORT=/dev/null means "discard", not "create /dev/null.1 next to it".
+  struct stat before;
+  ASSERT_EQ(lstat("/dev/null", &before), 0);
+  ASSERT_TRUE(S_ISCHR(before.st_mode));
+  const int siblings = NullSiblings();
+  EXPECT_EQ(write_new_file("/dev/null", "report"), "/dev/null");
+  std::string written;
+  const int fd = create_new_file("/dev/null", &written);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(written, "/dev/null");
+  struct stat st;
+  ASSERT_EQ(fstat(fd, &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(st.st_rdev, before.st_rdev);
+  close(fd);
+  EXPECT_EQ(NullSiblings(), siblings);
+
+  // A symlink to a device is still never followed: the safe path adds a suffix.
+  const std::string link = dir_ + "/to_null.json";
+  ASSERT_EQ(symlink("/dev/null", link.c_str()), 0);
+  EXPECT_EQ(write_new_file(link, "report"), dir_ + "/to_null.1.json");
+  EXPECT_EQ(ReadFile(dir_ + "/to_null.1.json"), "report");
 }
 
 TEST_F(OutputFileTest, ExistingDirectoryAtPathGetsSuffix) {

@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 
-from shimtest import POLICIES, ShimTestCase, program, run, scaled
+from shimtest import POLICIES, SANITIZER, ShimTestCase, check_sanitizer_clean, program, run, scaled
 
 MiB = 1 << 20
 
@@ -33,6 +33,18 @@ class ForkAtAnyMoment(ShimTestCase):
             with self.subTest(preload=preload):
                 r = run([program("e2e_fork_during_init"), str(rounds)], preload=preload,
                         env={"GPUSHIM_REPORT": "off", "GPUSHIM_SUMMARY": "0"}, expect_report=False, timeout=600)
+                if preload and SANITIZER == "address":
+                    # clang-14's ASan allocator has no fork handlers (added in LLVM 18,
+                    # llvm/llvm-project#75290; the hang is llvm/llvm-project#63224): a child forked
+                    # while another thread is inside ASan's malloc waits forever at its first
+                    # allocation, and here the child builds its own shim, which allocates. The
+                    # hung children's stacks (gdb) are all in ASan's allocator lock. glibc's malloc
+                    # is fork-safe, so the normal run asserts no hang at all; this one still
+                    # asserts that every round ran, that none failed, and no sanitizer report.
+                    result = last_json(r)
+                    self.assertEqual((result["rounds"], result["failed"]), (rounds, 0), r.stderr)
+                    check_sanitizer_clean(r.stderr)
+                    continue
                 self.assertRanOK(r)
                 self.assertEqual(last_json(r), {"rounds": rounds, "hung": 0, "failed": 0})
 

@@ -22,6 +22,7 @@
 #include "stacks/native_stack.h"
 #include "stacks/symbolizer.h"
 #include "util/log.h"
+#include "util/paths.h"
 #include "util/units.h"
 
 extern char** environ;
@@ -76,11 +77,6 @@ std::string read_exe() {
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) return "unknown";
   return std::string(buf, static_cast<size_t>(n));
-}
-
-std::string base_name(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 void exit_handler() {
@@ -369,7 +365,7 @@ void Shim::warn_invalid_free(const void* ptr, const char* what) {
   for (size_t i = 0; i < words.size() && i < 4; ++i) {
     const FrameInfo& f = sym.resolve(words[i]);
     where += (i ? " <- " : "") + (f.function.empty() ? std::string("??") : f.function);
-    if (!f.file.empty()) where += " (" + base_name(f.file) + ":" + std::to_string(f.line) + ")";
+    if (!f.file.empty()) where += " (" + std::string(base_name(f.file)) + ":" + std::to_string(f.line) + ")";
   }
   log_line("invalid free of %p (%s); returned cudaErrorInvalidValue; caller: %s", ptr, what,
            where.empty() ? "unknown (stack capture off)" : where.c_str());
@@ -528,7 +524,7 @@ void Shim::write_exit_report() {
   finish_live_outputs(&report);
   std::string path;
   if (config_.report_enabled)
-    path = write_new_file(expand_path_template(config_.report_template, base_name(exe_), pid_), report_to_json(report));
+    path = write_new_file(expand_path_template(config_.report_template, std::string(base_name(exe_)), pid_), report_to_json(report));
   if (config_.summary_sites > 0) write_summary(report, path, config_.summary_sites, stderr);
 }
 

@@ -11,14 +11,10 @@
 #include "report/report_writer.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/paths.h"
 
 namespace gpushim {
 namespace {
-
-std::string base_name(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 // The program may chdir later; the metrics file must stay where it was first put.
 std::string absolute(const std::string& path) {
@@ -46,7 +42,7 @@ void LiveOutputs::start(const Config& config, const std::string& exe, int pid, c
   const char* rank = getenv("RANK");  // read once: the worker must not race a later setenv
   id_.rank = rank ? rank : "";
   id_.pid = pid;
-  id_.exe_name = base_name(exe);
+  id_.exe_name = std::string(base_name(exe));
   id_.policy = policy;
   exe_ = exe;
   report_template_ = config.report_enabled ? config.report_template : "";

@@ -8,6 +8,10 @@
 
 namespace gpushim {
 
+namespace {
+constexpr char kThreadName[] = "gpushim-live";  // at most 15 characters: the kernel's limit
+}  // namespace
+
 LiveWorker::LiveWorker() { sem_init(&wake_, 0, 0); }
 
 int LiveWorker::start(uint64_t interval_ns, Task periodic, Task on_wake) {
@@ -24,15 +28,16 @@ int LiveWorker::start(uint64_t interval_ns, Task periodic, Task on_wake) {
   const int err = pthread_create(&thread_, nullptr, &LiveWorker::thread_main, this);
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (err != 0) return err;
-  // Named here, before the program's next instruction, not from the thread itself: whoever looks
-  // right after the first CUDA call (top -H, gdb, /proc/<pid>/task/*/comm, the tests) must find
-  // it by name, and the new thread may not have run yet.
-  pthread_setname_np(thread_, "gpushim-live");
+  // Named here too, not only by the thread itself: whoever looks right after the first CUDA call
+  // (top -H, gdb, /proc/<pid>/task/*/comm) must find it by name, and it may not have run yet.
+  pthread_setname_np(thread_, kThreadName);
   started_.store(true, std::memory_order_release);
   return 0;
 }
 
 void* LiveWorker::thread_main(void* self) {
+  // And here, before its first task: the creator's naming may come after that task has run.
+  pthread_setname_np(pthread_self(), kThreadName);
   static_cast<LiveWorker*>(self)->loop();
   return nullptr;
 }

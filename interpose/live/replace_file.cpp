@@ -6,25 +6,9 @@
 
 #include <cstdio>
 
+#include "util/write_fully.h"
+
 namespace gpushim {
-namespace {
-
-int write_all(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (w == 0) return EIO;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return 0;
-}
-
-}  // namespace
-
 std::string replacement_temp_path(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
@@ -43,7 +27,7 @@ int replace_file_atomically(const std::string& path, const std::string& data) {
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return errno;
-  int err = write_all(fd, data.data(), data.size());
+  int err = write_fully(fd, data.data(), data.size());
   // close() is where NFS reports deferred write errors.
   if (::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;
   if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;

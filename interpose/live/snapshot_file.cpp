@@ -9,32 +9,17 @@
 #include "live/replace_file.h"
 #include "report/output_file.h"
 #include "util/log.h"
+#include "util/paths.h"
 
 namespace gpushim {
 namespace {
 
 constexpr int kMaxSuffix = 10000;  // as write_new_file
 
-// "dir/r.snapshot.1.json" + 2 -> "dir/r.snapshot.1.2.json", like write_new_file's suffixes.
-std::string with_suffix(const std::string& path, int n) {
-  const size_t slash = path.find_last_of('/');
-  const size_t name_start = slash == std::string::npos ? 0 : slash + 1;
-  const size_t dot = path.find_last_of('.');
-  const std::string tag = "." + std::to_string(n);
-  if (dot == std::string::npos || dot <= name_start) return path + tag;
-  return path.substr(0, dot) + tag + path.substr(dot);
-}
-
 }  // namespace
 
 std::string snapshot_path(const std::string& report_path, uint64_t n) {
-  const size_t slash = report_path.find_last_of('/');
-  const size_t name_start = slash == std::string::npos ? 0 : slash + 1;
-  const size_t dot = report_path.find_last_of('.');
-  const std::string tag = ".snapshot." + std::to_string(n);
-  // A dot that starts the name (".hidden") is not an extension.
-  if (dot == std::string::npos || dot <= name_start) return report_path + tag;
-  return report_path.substr(0, dot) + tag + report_path.substr(dot);
+  return insert_before_extension(report_path, ".snapshot." + std::to_string(n));
 }
 
 std::string publish_new_file(const std::string& path, const std::string& data) {
@@ -48,7 +33,7 @@ std::string publish_new_file(const std::string& path, const std::string& data) {
   const std::string dir = tmp_slash == std::string::npos ? "" : tmp.substr(0, tmp_slash + 1);
   const std::string name = path_slash == std::string::npos ? path : path.substr(path_slash + 1);
   for (int n = 0; n <= kMaxSuffix; ++n) {
-    const std::string candidate = n == 0 ? dir + name : with_suffix(dir + name, n);
+    const std::string candidate = n == 0 ? dir + name : insert_before_extension(dir + name, "." + std::to_string(n));
     // link() fails with EEXIST instead of replacing: the never-overwrite rule, atomically.
     if (::link(tmp.c_str(), candidate.c_str()) == 0) {
       ::unlink(tmp.c_str());

@@ -10,6 +10,8 @@
 
 #include "util/log.h"
 #include "util/no_sigxfsz.h"
+#include "util/paths.h"
+#include "util/write_fully.h"
 
 namespace gpushim {
 namespace {
@@ -25,27 +27,9 @@ std::string host_name() {
   return buf[0] != '\0' ? buf : "unknownhost";
 }
 
-std::string base_name(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-std::string dir_name(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-// "dir/gpushim.prog.12.json" + 3 -> "dir/gpushim.prog.12.3.json". The extension is the last dot
-// of the file name unless that dot starts the name (".hidden" has none).
+// "dir/gpushim.prog.12.json" + 3 -> "dir/gpushim.prog.12.3.json".
 std::string with_suffix(const std::string& path, int n) {
-  const size_t slash = path.find_last_of('/');
-  const size_t name_start = slash == std::string::npos ? 0 : slash + 1;
-  const size_t dot = path.find_last_of('.');
-  const std::string tag = "." + std::to_string(n);
-  if (dot == std::string::npos || dot <= name_start) return path + tag;
-  return path.substr(0, dot) + tag + path.substr(dot);
+  return insert_before_extension(path, "." + std::to_string(n));
 }
 
 // Errors that say the directory, not the name, is the problem: worth trying $TMPDIR.
@@ -57,22 +41,7 @@ bool is_directory_error(int err) {
 // symlink (some kernels and filesystems answer that one first), EISDIR for a directory.
 bool is_exists_error(int err) { return err == EEXIST || err == ELOOP || err == EISDIR; }
 
-bool write_all(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (w == 0) {  // cannot happen for regular files; do not spin if it does
-      errno = EIO;
-      return false;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
+bool write_all(int fd, const char* p, size_t n) { return write_fully(fd, p, n) == 0; }
 
 enum class Result { kWritten, kDirectoryError, kFailed, kUnsupported };
 
@@ -81,6 +50,20 @@ void log_write_failure(const std::string& path, size_t bytes, int e) {
     log_line("no space left writing %s (%zu bytes); partial file removed", path.c_str(), bytes);
   else
     log_line("cannot write %s: %s; partial file removed", path.c_str(), std::strerror(e));
+}
+
+// The same file name in $TMPDIR (else /tmp), for when `path`'s directory refused it with `err`.
+// False, after the one-line message, when that is where `path` already was.
+bool fallback_in_tmpdir(const std::string& path, int err, std::string* fallback) {
+  const char* tmpdir = getenv("TMPDIR");
+  std::string dir = (tmpdir != nullptr && tmpdir[0] != '\0') ? tmpdir : "/tmp";
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  *fallback = (dir == "/" ? "/" : dir + "/") + std::string(base_name(path));
+  if (dir_name(path) == dir || *fallback == path) {
+    log_line("cannot create %s: %s", path.c_str(), std::strerror(err));
+    return false;
+  }
+  return true;
 }
 
 // Preferred: the whole file is written unnamed (O_TMPFILE, mode 0600) and linked under its name
@@ -204,7 +187,7 @@ int open_existing_char_device(const std::string& path) {
 
 std::string expand_path_template(const std::string& tmpl, const std::string& exe_name, int pid,
                                  const char* default_suffix) {
-  std::string exe = base_name(exe_name);
+  std::string exe(base_name(exe_name));
   if (exe.empty()) exe = "unknown";
   const std::string default_name =
       "gpushim." + exe + "." + std::to_string(pid) + (default_suffix != nullptr ? default_suffix : "");
@@ -265,14 +248,8 @@ std::string write_new_file(const std::string& path, const std::string& data) {
   if (r == Result::kWritten) return written;
   if (r == Result::kFailed) return "";
 
-  const char* tmpdir = getenv("TMPDIR");
-  std::string fallback_dir = (tmpdir != nullptr && tmpdir[0] != '\0') ? tmpdir : "/tmp";
-  while (fallback_dir.size() > 1 && fallback_dir.back() == '/') fallback_dir.pop_back();
-  const std::string fallback = (fallback_dir == "/" ? "/" : fallback_dir + "/") + base_name(path);
-  if (dir_name(path) == fallback_dir || fallback == path) {
-    log_line("cannot create %s: %s", path.c_str(), std::strerror(err));
-    return "";
-  }
+  std::string fallback;
+  if (!fallback_in_tmpdir(path, err, &fallback)) return "";
   const int first_err = err;
   r = write_in_dir(fallback, data, &written, &err);
   if (r == Result::kWritten) {
@@ -332,14 +309,8 @@ int create_new_file(const std::string& path, std::string* written) {
   OpenResult r = open_in_dir(path, &fd, written, &err);
   if (r == OpenResult::kOpened) return fd;
   if (r == OpenResult::kFailed) return -1;
-  const char* tmpdir = getenv("TMPDIR");
-  std::string fallback_dir = (tmpdir != nullptr && tmpdir[0] != '\0') ? tmpdir : "/tmp";
-  while (fallback_dir.size() > 1 && fallback_dir.back() == '/') fallback_dir.pop_back();
-  const std::string fallback = (fallback_dir == "/" ? "/" : fallback_dir + "/") + base_name(path);
-  if (dir_name(path) == fallback_dir || fallback == path) {
-    log_line("cannot create %s: %s", path.c_str(), std::strerror(err));
-    return -1;
-  }
+  std::string fallback;
+  if (!fallback_in_tmpdir(path, err, &fallback)) return -1;
   const int first_err = err;
   r = open_in_dir(fallback, &fd, written, &err);
   if (r == OpenResult::kOpened) {

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "report/report_writer.h"
+#include "util/paths.h"
 #include "util/units.h"
 
 namespace gpushim {
@@ -37,11 +38,6 @@ void append(std::string* s, const char* fmt, ...) {
   std::vsnprintf(big.data(), big.size(), fmt, ap);
   va_end(ap);
   s->append(big.data(), static_cast<size_t>(n));
-}
-
-std::string_view base_name(std::string_view path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
 // Names from symbols and Python files may hold anything; each summary line must stay one line.

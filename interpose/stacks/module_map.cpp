@@ -6,13 +6,10 @@
 #include <algorithm>
 #include <string_view>
 
+#include "util/paths.h"
+
 namespace gpushim {
 namespace {
-
-std::string_view base_name(std::string_view path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
 
 // Where this library itself is loaded: the shim is plumbing whatever its file is called.
 void own_anchor() {}

@@ -12,6 +12,7 @@
 
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/write_fully.h"
 
 namespace gpushim::trace {
 
@@ -47,23 +48,6 @@ __attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot{0, nul
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, timeout, nullptr, 0);
-}
-
-bool write_all(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (w == 0) {
-      errno = EIO;
-      return false;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
 }
 
 }  // namespace
@@ -234,8 +218,8 @@ void* TraceRecorder::writer_main(void* self) {
 
 bool TraceRecorder::write_out(const std::string& bytes) {
   if (io_failed_) return false;
-  if (write_all(fd_, bytes.data(), bytes.size())) return true;
-  const int e = errno;
+  const int e = write_fully(fd_, bytes.data(), bytes.size());
+  if (e == 0) return true;
   io_failed_ = true;
   accepting_.store(false, std::memory_order_relaxed);
   log_line("cannot write the trace %s: %s; recording stopped (the file stays readable up to here)", path_.c_str(),

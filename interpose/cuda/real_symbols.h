@@ -10,9 +10,19 @@
 namespace gpushim {
 
 // Code that our dlsym runs before it reaches glibc's. The first dlsym calls of a process can come
-// from a sanitizer runtime's start-up (ASan finds the functions it intercepts with
+// from a sanitizer runtime's start-up (ASan and TSan find the functions they intercept with
 // dlsym(RTLD_NEXT)), before its shadow memory exists: this code must carry no instrumentation.
-#define GPUSHIM_EARLY __attribute__((no_sanitize("address", "thread", "undefined")))
+// no_sanitize("thread") still leaves TSan's function entry/exit hooks, which crash before TSan is
+// initialized; clang's disable_sanitizer_instrumentation removes those too (gcc lacks it).
+#if defined(__has_attribute)
+#if __has_attribute(disable_sanitizer_instrumentation)
+#define GPUSHIM_NO_INSTRUMENTATION disable_sanitizer_instrumentation,
+#endif
+#endif
+#ifndef GPUSHIM_NO_INSTRUMENTATION
+#define GPUSHIM_NO_INSTRUMENTATION
+#endif
+#define GPUSHIM_EARLY __attribute__((GPUSHIM_NO_INSTRUMENTATION no_sanitize("address", "thread", "undefined")))
 
 // glibc's own dlsym, never our interposed one (taken with dlvsym so that interposing dlsym in
 // this library cannot recurse into itself).

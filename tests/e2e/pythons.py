@@ -1,13 +1,25 @@
 """The Python interpreters the Python e2e tests run with: `python3` from PATH first (the one CI
 has), then every other CPython 3.9-3.13 found as python3.X on PATH or under pyenv, plus any
-listed in GPUSHIM_TEST_PYTHONS (colon-separated paths). Each interpreter once."""
+listed in GPUSHIM_TEST_PYTHONS (colon-separated paths). Each interpreter once.
+
+TSan builds: a TSan-built shim can only be preloaded into a program that carries the TSan runtime,
+which no interpreter does. There the tests run python3's interpreter, from its shared library,
+inside an instrumented stand-in (tests/e2e/stand_ins/python.cpp, build/stand-ins/python3), with
+the environment that `stand_in_env()` gives (shimtest.base_env adds it). Only that one interpreter:
+the other versions differ in layouts, which the normal and ASan runs cover, not in threading."""
 import glob
 import os
 import shutil
 import subprocess
 
+from shimtest import BUILD, SANITIZER
 
-_PROBE = "import sys; print(sys.version_info[0], sys.version_info[1], sys.executable)"
+STAND_IN = os.path.join(BUILD, "stand-ins", "python3")
+
+# Line 1: version and executable; line 2: the prefix (PYTHONHOME); line 3: the shared library.
+_PROBE = ("import os, sys, sysconfig; print(sys.version_info[0], sys.version_info[1], sys.executable); "
+          "print(sys.base_prefix); "
+          "print(os.path.join(sysconfig.get_config_var('LIBDIR') or '', sysconfig.get_config_var('INSTSONAME') or ''))")
 
 
 def _probe_all(paths):
@@ -28,18 +40,25 @@ def _probe_all(paths):
             proc.communicate()
             continue
         if proc.returncode == 0:
-            major, minor, exe = stdout.split(maxsplit=2)
-            out[path] = ((int(major), int(minor)), exe.strip())
+            first, prefix, libpython = stdout.splitlines()[:3]
+            major, minor, exe = first.split(maxsplit=2)
+            out[path] = ((int(major), int(minor)), exe.strip(), prefix, libpython)
     return out
 
 
 _cache = None
+_python3 = None  # python3 from PATH: (version, executable, prefix, shared library)
 
 
 def interpreters():
-    """[(path, (major, minor))], python3 from PATH first; raises if there is no python3."""
+    """[(path, (major, minor))], python3 from PATH first; raises if there is no python3. TSan
+    builds: [(the stand-in, python3's version)]."""
     global _cache
     if _cache is not None:
+        return _cache
+    if SANITIZER == "thread":
+        stand_in_env()  # raises if python3 has no shared library
+        _cache = [(STAND_IN, _probe_python3()[0])]
         return _cache
     first = shutil.which("python3")
     if first is None:
@@ -58,7 +77,7 @@ def interpreters():
         probed = probed_all.get(path)
         if probed is None:
             continue
-        version, exe = probed
+        version, exe = probed[:2]
         if not (3, 9) <= version <= (3, 13) and path != first:
             continue
         real = os.path.realpath(exe)
@@ -68,3 +87,28 @@ def interpreters():
         found.append((exe, version))
     _cache = found
     return found
+
+
+def _probe_python3():
+    global _python3
+    if _python3 is None:
+        first = shutil.which("python3")
+        if first is None:
+            raise RuntimeError("no python3 on PATH")
+        probed = _probe_all([first]).get(first)
+        if probed is None:
+            raise RuntimeError(f"{first} does not run")
+        _python3 = probed
+    return _python3
+
+
+def stand_in_env(required=True):
+    """TSan builds: what the stand-in needs to run python3's interpreter (see above). When python3
+    has no shared library: raises, or gives nothing if not `required`."""
+    _, exe, prefix, libpython = _probe_python3()
+    if not os.path.isfile(libpython):
+        if not required:
+            return {}
+        raise RuntimeError(f"TSan builds run {exe} from its shared library, and {libpython} does not exist "
+                           "(Debian: apt-get install libpython3.11)")
+    return {"STAND_IN_LIBPYTHON": libpython, "PYTHONHOME": prefix}

@@ -72,6 +72,9 @@ def base_env(extra=None, preload=True):
         env["LD_LIBRARY_PATH"] = FAKECUDA + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     if preload:
         env["LD_PRELOAD"] = SHIM if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + SHIM
+    if SANITIZER == "thread":
+        from pythons import stand_in_env  # the Python stand-in's interpreter (pythons.py)
+        env.update(stand_in_env(required=False))  # interpreters() says when it is missing
     env.update(extra or {})
     return env
 

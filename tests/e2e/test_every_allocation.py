@@ -5,8 +5,8 @@ pointer and IPC queries that stay truthful for pooled memory."""
 import json
 import os
 import subprocess
-import sys
 
+from pythons import interpreters
 from shimtest import BUILD, POLICIES, ShimTestCase, base_env, program, run
 
 MiB = 1 << 20
@@ -164,7 +164,7 @@ class Dlsym(ShimTestCase):
                 self.assertRanOK(r)
                 out = last_json(r)
                 self.assertEqual(out["next_chain"], "A>B")
-                self.assertTrue(out["next_malloc_is_the_first_definition"])
+                self.assertTrue(out["next_malloc_is_the_first_after_the_program"])
                 self.assertEqual(out["default_from_local_scope"], 42)
                 self.assertTrue(out["missing_is_null"])
                 self.assertTrue(out["missing_sets_dlerror"])
@@ -189,7 +189,7 @@ class Dlsym(ShimTestCase):
     def test_python_ctypes_allocations_are_seen(self):
         for policy in POLICIES:
             with self.subTest(policy=policy):
-                r = run([sys.executable, os.path.join(SCRIPTS, "ctypes_cudart.py")], env={"GPUSHIM_POLICY": policy})
+                r = run([interpreters()[0][0], os.path.join(SCRIPTS, "ctypes_cudart.py")], env={"GPUSHIM_POLICY": policy})
                 self.assertRanOK(r)
                 out = last_json(r)
                 d = r.device(0)

@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 
-from shimtest import POLICIES, ShimTestCase, program, run, scaled
+from shimtest import POLICIES, SANITIZER, ShimTestCase, check_sanitizer_clean, program, run, scaled
 
 MiB = 1 << 20
 
@@ -29,10 +29,29 @@ class ForkAtAnyMoment(ShimTestCase):
         # Without the shim no round hangs (CUDA is up before the race); with the handlers
         # registered at the first call, about 3 rounds in 100 did.
         rounds = scaled(400, 50)
+        env = {"GPUSHIM_REPORT": "off", "GPUSHIM_SUMMARY": "0"}
+        if SANITIZER == "thread":
+            # TSan cannot follow a fork of a multi-threaded process: by default it kills a child
+            # that starts a thread (this child builds its own shim, whose gpushim-live thread
+            # starts), and at the child's exit it reports the parent's threads, which do not
+            # exist there, as leaked. TSan's own options turn both off; races are still checked.
+            env["TSAN_OPTIONS"] = os.environ.get("TSAN_OPTIONS", "") + ":die_after_fork=0:report_thread_leaks=0"
         for preload in (False, True):
             with self.subTest(preload=preload):
-                r = run([program("e2e_fork_during_init"), str(rounds)], preload=preload,
-                        env={"GPUSHIM_REPORT": "off", "GPUSHIM_SUMMARY": "0"}, expect_report=False, timeout=600)
+                r = run([program("e2e_fork_during_init"), str(rounds)], preload=preload, env=env,
+                        expect_report=False, timeout=600)
+                if preload and SANITIZER == "address":
+                    # clang-14's ASan allocator has no fork handlers (added in LLVM 18,
+                    # llvm/llvm-project#75290; the hang is llvm/llvm-project#63224): a child forked
+                    # while another thread is inside ASan's malloc waits forever at its first
+                    # allocation, and here the child builds its own shim, which allocates. The
+                    # hung children's stacks (gdb) are all in ASan's allocator lock. glibc's malloc
+                    # is fork-safe, so the normal run asserts no hang at all; this one still
+                    # asserts that every round ran, that none failed, and no sanitizer report.
+                    result = last_json(r)
+                    self.assertEqual((result["rounds"], result["failed"]), (rounds, 0), r.stderr)
+                    check_sanitizer_clean(r.stderr)
+                    continue
                 self.assertRanOK(r)
                 self.assertEqual(last_json(r), {"rounds": rounds, "hung": 0, "failed": 0})
 

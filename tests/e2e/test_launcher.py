@@ -9,12 +9,15 @@ import tempfile
 import unittest
 
 from pythons import interpreters
-from shimtest import BIN, PRELOAD_FIRST, SHIM, base_env, check_sanitizer_clean
+from shimtest import BIN, BUILD, PRELOAD_FIRST, SANITIZER, SHIM, base_env, check_sanitizer_clean
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCHER = os.path.join(BIN, "gpushim")                                  # build tree: finds ../lib
 SOURCE_LAUNCHER = os.path.join(HERE, "..", "..", "scripts", "gpushim")  # source tree
 SHOW_ENV = os.path.join(HERE, "python", "show_env.py")
+# A native command that prints its environment. TSan builds: an instrumented stand-in, as a
+# TSan-built shim loads into no other program (stand_ins/env.cpp).
+ENV_PROGRAM = os.path.join(BUILD, "stand-ins", "env") if SANITIZER == "thread" else "/usr/bin/env"
 
 
 def existing_preloads(preload=""):
@@ -95,7 +98,7 @@ class Launcher(unittest.TestCase):
         self.assertIn("PYTORCH_NO_CUDA_MEMORY_CACHING=1", proc.stdout.splitlines())
 
     def test_native_command_and_existing_preloads(self):
-        proc, wd = launch(["run", "--report", "off", "--", "/usr/bin/env"], {"LD_PRELOAD": "libm.so.6"})
+        proc, wd = launch(["run", "--report", "off", "--", ENV_PROGRAM], {"LD_PRELOAD": "libm.so.6"})
         self.assertEqual(proc.returncode, 0, proc.stderr)
         env = dict(l.split("=", 1) for l in proc.stdout.splitlines() if "=" in l)
         self.assertEqual(env["LD_PRELOAD"], os.path.realpath(SHIM) + ":" + existing_preloads("libm.so.6"))

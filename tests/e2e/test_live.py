@@ -11,6 +11,7 @@ import time
 import unittest
 
 import promtext
+from pythons import interpreters
 from shimtest import POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run
 
 MiB = 1 << 20
@@ -289,7 +290,7 @@ class Snapshots(ShimTestCase):
         code = ("import os, signal; print(signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL, "
                 "len(os.listdir('/proc/self/task')))")
         wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
-        r = run(["python3", "-c", code], env={"GPUSHIM_METRICS": os.path.join(wd, "m.prom")}, expect_report=False,
+        r = run([interpreters()[0][0], "-c", code], env={"GPUSHIM_METRICS": os.path.join(wd, "m.prom")}, expect_report=False,
                 workdir=wd)
         self.assertRanOK(r)
         self.assertEqual(r.stdout.split(), ["True", "1"])

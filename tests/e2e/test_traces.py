@@ -14,7 +14,7 @@ import time
 import unittest
 
 from pythons import interpreters
-from shimtest import BIN, POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run
+from shimtest import BIN, NO_CUDA_PROGRAM, POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run
 from test_python_stacks import markers
 
 MiB = 1 << 20
@@ -179,7 +179,7 @@ class Recording(ShimTestCase):
 
     def test_a_process_that_never_uses_cuda_writes_no_trace(self):
         workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
-        r = run(["/bin/true"], env={"GPUSHIM_TRACE": os.path.join(workdir, "t.trace")}, expect_report=False,
+        r = run([NO_CUDA_PROGRAM], env={"GPUSHIM_TRACE": os.path.join(workdir, "t.trace")}, expect_report=False,
                 workdir=workdir)
         self.assertRanOK(r)
         self.assertEqual(os.listdir(workdir), [])

@@ -3,9 +3,11 @@
 // functions for the rest), and errors are reported as glibc reports them.
 //   argv[1]: the directory holding the test libraries (libe2e_*.so)
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "support/test_support.h"
 
@@ -20,6 +22,29 @@ std::string where(void* p) {
   return std::string(base ? base + 1 : info.dli_fname) + ":" + (info.dli_sname ? info.dli_sname : "?");
 }
 
+// The first object after the main program, in load order (the order of the global scope for the
+// objects loaded at start-up), that defines `name` itself, and its definition. Not simply
+// RTLD_DEFAULT's answer: the program may define it too (TSan links its runtime into it).
+void* first_definition_after_the_program(const char* name) {
+  std::vector<std::string> objects;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        static_cast<std::vector<std::string>*>(out)->push_back(info->dlpi_name ? info->dlpi_name : "");
+        return 0;
+      },
+      &objects);
+  for (size_t i = 1; i < objects.size(); ++i) {  // 0 is the program
+    void* h = dlopen(objects[i].c_str(), RTLD_LAZY | RTLD_NOLOAD);
+    if (h == nullptr) continue;  // the vDSO
+    void* f = dlsym(h, name);    // this object first, then its dependencies
+    Dl_info info;
+    const bool own = f != nullptr && dladdr(f, &info) != 0 && info.dli_fname != nullptr && objects[i] == info.dli_fname;
+    dlclose(h);
+    if (own) return f;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -30,12 +55,13 @@ int main(int argc, char** argv) {
   auto probe = a ? reinterpret_cast<const char* (*)()>(dlsym(a, "e2e_next_probe")) : nullptr;
   std::printf("{\"next_chain\":\"%s\"", probe ? probe() : "(libe2e_next_a not loaded)");
 
-  // The main program defines no malloc, so the next definition after it is the first one in the
-  // global scope: libc's, or a sanitizer runtime's when one is loaded ahead of libc (ASan). A hook
-  // resolving RTLD_NEXT relative to itself would skip whatever precedes libgpushim.so.
+  // RTLD_NEXT from the program: the first malloc defined after it (libc's; a sanitizer runtime's
+  // when one is preloaded ahead of libc, as under ASan). A hook resolving RTLD_NEXT relative to
+  // itself would skip whatever precedes libgpushim.so.
   void* next_malloc = dlsym(RTLD_NEXT, "malloc");
-  std::printf(",\"next_malloc_is_the_first_definition\":%s",
-              next_malloc != nullptr && next_malloc == dlsym(RTLD_DEFAULT, "malloc") ? "true" : "false");
+  void* expected = first_definition_after_the_program("malloc");
+  std::printf(",\"next_malloc_is_the_first_after_the_program\":%s",
+              next_malloc != nullptr && next_malloc == expected ? "true" : "false");
 
   void* user = dlopen((dir + "/libe2e_local_user.so").c_str(), RTLD_NOW | RTLD_LOCAL);
   if (user == nullptr) {

@@ -9,6 +9,7 @@
 //   --own-usr2  installs the program's own SIGUSR2 handler before its first CUDA call
 //   --fork      after phase one, forks a child that checks its SIGUSR2 disposition and leaves
 //               through exit(); the exit status says what it saw (0: the default disposition)
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,6 +70,31 @@ __attribute__((noinline)) void finish() {
   for (void* p : g_phase_one) release(p, 1 * kMiB);
 }
 
+// Waits for the test's next line on stdin. poll() before read(): ThreadSanitizer runs a handler
+// for a signal that arrives while the thread blocks in poll() at once, but holds it back until
+// read() returns, which would delay the snapshot the test asks for until its next line. A signal
+// can interrupt either call (the program's own handler, --own-usr2, has no SA_RESTART): wait on.
+void wait_for_line() {
+  static std::string pending;
+  for (;;) {
+    const size_t newline = pending.find('\n');
+    if (newline != std::string::npos) {
+      pending.erase(0, newline + 1);
+      return;
+    }
+    pollfd in{STDIN_FILENO, POLLIN, 0};
+    if (poll(&in, 1, -1) < 0) {
+      if (errno == EINTR) continue;
+      std::exit(2);
+    }
+    char buf[64];
+    const ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) std::exit(2);  // the test went away
+    pending.append(buf, static_cast<size_t>(n));
+  }
+}
+
 void report_and_wait(int phase, int child_status) {
   gpushim_device_stats s{};
   const bool shim = testsupport::shim_stats(0, &s);
@@ -85,13 +111,7 @@ void report_and_wait(int phase, int child_status) {
   else
     std::printf("null}\n");
   std::fflush(stdout);
-  char line[64];
-  // The program's own SIGUSR2 handler has no SA_RESTART: a signal that lands on this thread while
-  // it waits here interrupts the read, which is not the test going away.
-  while (std::fgets(line, sizeof(line), stdin) == nullptr) {
-    if (!std::ferror(stdin) || errno != EINTR) std::exit(2);  // the test went away
-    std::clearerr(stdin);
-  }
+  wait_for_line();
 }
 
 int fork_child_and_wait() {

@@ -29,8 +29,9 @@ def worker(base):
 
 # CUDA starts before the threads do, through calls the shim does not hook: a fork while another
 # thread initializes CUDA itself leaves the child waiting on CUDA's own state (the simulated
-# device's static initialization; real CUDA makes no promise either). A fork during the shim's
-# initialization is still possible here, and is what e2e_fork_during_init tests on purpose.
+# device's static initialization; real CUDA makes no promise either; under ThreadSanitizer, its
+# own pthread_once and dlopen interceptors, which stay locked in fork children). A fork during the
+# shim's initialization is still possible here, and is what e2e_fork_during_init tests on purpose.
 cuda.cudaSetDevice(0)
 cuda.cudaDeviceSynchronize()
 threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]

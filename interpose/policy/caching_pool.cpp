@@ -67,10 +67,30 @@ uint64_t CachingPool::segment_size_for(uint64_t rounded) const {
 }
 
 CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* allocated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Block* b = nullptr;
+  const CUresult r = allocate_locked(req, &b);
+  if (r != CUDA_SUCCESS) return r;
+  *out = reinterpret_cast<void*>(b->addr);
+  *allocated = b->size;
+  return CUDA_SUCCESS;
+}
+
+CUresult CachingPool::allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Block* b = nullptr;
+  const CUresult r = allocate_locked(req, &b);
+  if (r != CUDA_SUCCESS) return r;
+  hooks.on_allocated(b->addr, b->size, b->payload);
+  *out = reinterpret_cast<void*>(b->addr);
+  *allocated = b->size;
+  return CUDA_SUCCESS;
+}
+
+CUresult CachingPool::allocate_locked(const AllocRequest& req, Block** out) {
   const uint64_t size = rounded_size(req.size);
   if (size == 0) return CUDA_ERROR_OUT_OF_MEMORY;  // a size near 2^64 cannot be rounded
   const bool small = size <= opt_.small_max;
-  std::lock_guard<std::mutex> lock(mu_);
   Block* b = find_free(size, small, req);
   // A large quarantine is memory the pool holds for nothing: one sync makes all of it reusable.
   if (b == nullptr && quarantine_bytes_ > 0 && quarantine_bytes_ >= opt_.quarantine_bytes && sync_and_release()) b = find_free(size, small, req);
@@ -98,8 +118,7 @@ CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* al
   b->state = State::kAllocated;
   allocated_.emplace(b->addr, b);
   allocated_bytes_ += b->size;
-  *out = reinterpret_cast<void*>(b->addr);
-  *allocated = b->size;
+  *out = b;
   return CUDA_SUCCESS;
 }
 
@@ -271,6 +290,35 @@ CUresult CachingPool::deallocate(void* p, CUstream stream, bool stream_ordered) 
   if (it == allocated_.end()) return CUDA_ERROR_INVALID_VALUE;
   Block* b = it->second;
   allocated_.erase(it);
+  deallocate_locked(b, stream, stream_ordered);
+  return CUDA_SUCCESS;
+}
+
+CUresult CachingPool::deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocated_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == allocated_.end()) return CUDA_ERROR_NOT_FOUND;
+  Block* b = it->second;
+  if (!hooks.on_freeing(b->addr, b->size, b->payload)) return CUDA_ERROR_NOT_PERMITTED;
+  allocated_.erase(it);
+  deallocate_locked(b, stream, stream_ordered);
+  return CUDA_SUCCESS;
+}
+
+bool CachingPool::find_payload(const void* p, BlockPayload* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocated_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == allocated_.end()) return false;
+  *out = it->second->payload;
+  return true;
+}
+
+void CachingPool::with_lock(absl::FunctionRef<void()> fn) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  fn();
+}
+
+void CachingPool::deallocate_locked(Block* b, CUstream stream, bool stream_ordered) {
   allocated_bytes_ -= b->size;
   // During capture the free belongs to the graph being built: keep the block out of reach until a
   // later synchronization, as for a plain cudaFree.
@@ -283,7 +331,6 @@ CUresult CachingPool::deallocate(void* p, CUstream stream, bool stream_ordered) 
     quarantine_.push_back(b);
     quarantine_bytes_ += b->size;
   }
-  return CUDA_SUCCESS;
 }
 
 void CachingPool::settle_after_sync() {

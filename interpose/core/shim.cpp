@@ -268,6 +268,8 @@ bool Shim::untrack(uintptr_t ptr, AllocationRecord* rec) {
   // find and the erase another thread could free the address and have it handed out again, but
   // only to the same kind of memory on the same device (an address belongs to one device or the
   // host), whose lock is the same.
+  // Without such pools no lock is needed: one lookup.
+  if (record_pool_count_.load(std::memory_order_acquire) == 0) return tracker_.erase(ptr, rec);
   AllocationRecord found;
   if (!tracker_.find(ptr, &found)) return false;
   bool erased = false;

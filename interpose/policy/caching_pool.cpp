@@ -335,9 +335,9 @@ void CachingPool::deallocate_locked(Block* b, CUstream stream, bool stream_order
 
 void CachingPool::settle_after_sync() {
   // Everything freed before the synchronization is now idle: the quarantine, and blocks still
-  // tagged with a stream's event. Re-insert all of them one at a time; a block merges only with
-  // neighbours already re-inserted (state kFree), which are behind us in the list, so no block
-  // still to be visited is ever deleted by a merge.
+  // tagged with a stream's event. With all of them out of the free sets, every run of
+  // address-adjacent idle blocks becomes one free block: merged once and inserted once, rather
+  // than a B-tree erase and insert for every merge (thousands per settle).
   std::vector<Block*> blocks;
   blocks.swap(quarantine_);
   quarantine_bytes_ = 0;
@@ -348,11 +348,25 @@ void CachingPool::settle_after_sync() {
     }
     set->clear();
   }
+  for (Block* b : blocks) clear_stream(b);
   for (Block* b : blocks) {
-    clear_stream(b);
-    b->state = State::kFree;
-    insert_free(coalesce(b));
+    if (b->state != State::kQuarantined) continue;  // already part of an earlier run
+    Block* head = b;
+    while (head->prev && head->prev->state == State::kQuarantined) head = head->prev;
+    while (head->next && head->next->state == State::kQuarantined) {
+      Block* n = head->next;
+      head->size += n->size;
+      head->next = n->next;
+      if (n->next) n->next->prev = head;
+      n->state = State::kMerged;  // recycled below: `blocks` may still name it
+    }
+    insert_free(head);
   }
+  for (Block* b : blocks)
+    if (b->state == State::kMerged) recycle(b);
+  // The quarantine's storage is reused: it fills up to the same size before the next settle.
+  blocks.clear();
+  quarantine_.swap(blocks);
 }
 
 bool CachingPool::sync_and_release() {

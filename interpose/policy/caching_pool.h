@@ -55,7 +55,7 @@ class CachingPool final : public DeviceMemoryResource {
   uint64_t rounded_size(uint64_t size) const;
 
  private:
-  enum class State : uint8_t { kAllocated, kFree, kQuarantined };
+  enum class State : uint8_t { kAllocated, kFree, kQuarantined, kMerged };
   struct Event;  // a completion event shared by blocks split from one stream-ordered free
   struct Segment;
   struct Block {

@@ -348,7 +348,8 @@ void CachingPool::settle_after_sync() {
     }
     set->clear();
   }
-  for (Block* b : blocks) clear_stream(b);
+  for (Block* b : blocks)
+    if (b->stream != nullptr || b->event != nullptr) clear_stream(b);
   for (Block* b : blocks) {
     if (b->state != State::kQuarantined) continue;  // already part of an earlier run
     Block* head = b;

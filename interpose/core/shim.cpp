@@ -189,12 +189,14 @@ DeviceState* Shim::device(int ordinal) {
   if (d) return d;  // another thread won; ours is dropped (its context retain is harmless)
   d = fresh.release();
   if (trace_) trace_device(d);
-  devices_[ordinal].store(d, std::memory_order_release);
+  // Listed before it is published: whoever can reach the device (and so hold a record of it) then
+  // also sees that its pool keeps records, and takes its lock (under_device_lock, untrack).
   if (d->pool_keeps_records) {
     const int n = record_pool_count_.load(std::memory_order_relaxed);
     record_pools_[n].store(d, std::memory_order_release);
     record_pool_count_.store(n + 1, std::memory_order_release);
   }
+  devices_[ordinal].store(d, std::memory_order_release);
   // The driver's view of a new device is sampled on its next allocation (unaccounted memory).
   usage_pending_.fetch_or(1ull << ordinal, std::memory_order_relaxed);
   return d;
@@ -275,11 +277,6 @@ bool Shim::untrack(uintptr_t ptr, AllocationRecord* rec) {
   bool erased = false;
   under_device_lock(found.kind, found.device, [&] { erased = tracker_.erase(ptr, rec); });
   return erased;
-}
-
-void Shim::count_free(const AllocationRecord& rec) {
-  under_device_lock(rec.kind, rec.device,
-                    [&] { counters_for(rec.kind, rec.device).on_free(rec.size, rec.requested); });
 }
 
 void Shim::retrack(uintptr_t ptr, const AllocationRecord& rec) {

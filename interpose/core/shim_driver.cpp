@@ -158,11 +158,12 @@ Shim::PooledAddress Shim::pooled_address(uintptr_t ptr, BlockView* out) {
     uint64_t size = 0;
     // The record: in the pool's block where the pool keeps it, else in the tracker.
     auto find_record = [&](uintptr_t p) {
-      if (!d->pool_keeps_records) return tracker_.find(p, &rec) && rec.route == Route::kPooled;
       BlockPayload payload;
-      if (!d->pool->find_payload(reinterpret_cast<const void*>(p), &payload)) return false;
-      rec = load_record(payload);
-      return true;
+      if (d->pool_keeps_records && d->pool->find_payload(reinterpret_cast<const void*>(p), &payload)) {
+        rec = load_record(payload);
+        return true;
+      }
+      return tracker_.find(p, &rec) && rec.route == Route::kPooled;
     };
     if (find_record(ptr)) {
       size = rec.size;

@@ -60,26 +60,29 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   const AllocRequest req{size, stream, stream_ordered};
   AllocationRecord rec{0, requested, trace_ ? 0 : coarse_now_ns(), stack, static_cast<int16_t>(d->ordinal),
                        MemoryKind::kDevice, Route::kPooled, caller_module()};
-  CUresult r;
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  bool in_block = false;  // the record went into the pool's block
   if (d->pool_keeps_records) {
     // One lock, one lookup: the record and every figure move with the block (pooled_records.h).
     PooledAlloc hooks(d->counters, d->pooled_sites, tracker_, rec, trace_ != nullptr);
     r = d->pool->allocate_with(req, &p, &allocated, hooks);
-    rec = hooks.record();
-  } else {
-    r = d->pool->allocate(req, &p, &allocated);
+    in_block = r != CUDA_ERROR_NOT_SUPPORTED;
+    if (r == CUDA_SUCCESS) rec = hooks.record();
   }
+  if (!in_block) r = d->pool->allocate(req, &p, &allocated);
   if (r != CUDA_SUCCESS) {
     d->counters.on_failed();
     if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
     set_runtime_last_error(to_runtime_error(r));
     return to_runtime_error(r);
   }
-  if (!d->pool_keeps_records) {
+  if (!in_block) {
     rec.size = allocated;
     if (trace_) rec.time_ns = now_ns();
-    tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
-    d->counters.on_alloc(allocated, requested);
+    under_device_lock(MemoryKind::kDevice, d->ordinal, [&] {
+      tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
+      d->counters.on_alloc(allocated, requested);
+    });
   }
   if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
   *out = p;
@@ -175,9 +178,16 @@ cudaError_t Shim::mismatched_pooled_free(DeviceState* d, void* ptr, CUstream str
   return err;
 }
 
+inline void Shim::count_free(const AllocationRecord& rec) {
+  MemoryCounters& counters = counters_for(rec.kind, rec.device);
+  under_device_lock(rec.kind, rec.device, [&] { counters.on_free(rec.size, rec.requested); });
+}
+
 template <typename F>
 void Shim::under_device_lock(MemoryKind kind, int device, F&& f) const {
-  const DeviceState* d = kind == MemoryKind::kDevice ? existing_device(device) : nullptr;
+  const DeviceState* d = kind == MemoryKind::kDevice && record_pool_count_.load(std::memory_order_relaxed) != 0
+                             ? existing_device(device)
+                             : nullptr;
   if (d != nullptr && d->pool_keeps_records) d->pool->with_lock(f);
   else f();
 }

@@ -69,7 +69,9 @@ class DeviceMemoryResource {
   // complete "this block is ...". A resource that cannot tell must refuse.
   // ---- blocks that carry the caller's payload (only where holds_payloads()) ----
   virtual bool holds_payloads() const { return false; }
-  // allocate() that also calls hooks.on_allocated under the lock.
+  // allocate() that also calls hooks.on_allocated under the lock. CUDA_ERROR_NOT_SUPPORTED (nothing
+  // happened): this request's block could carry no payload; allocate() serves it, and the caller
+  // keeps its record itself.
   virtual CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) {
     (void)req, (void)out, (void)allocated, (void)hooks;
     return CUDA_ERROR_NOT_SUPPORTED;

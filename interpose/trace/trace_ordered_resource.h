@@ -36,7 +36,8 @@ class TraceOrderedResource final : public DeviceMemoryResource {
   CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override {
     std::lock_guard<std::mutex> lock(mu_);
     const CUresult r = pool_->allocate_with(req, out, allocated, hooks);
-    t_last_op_seq = ++seq_;
+    // Refused (allocate() will serve it): the pool did nothing, so no number is used up.
+    if (r != CUDA_ERROR_NOT_SUPPORTED) t_last_op_seq = ++seq_;
     return r;
   }
   CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) override {

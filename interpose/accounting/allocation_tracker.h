@@ -78,6 +78,9 @@ class AllocationTracker {
   size_t memory_bytes() const;
   // Live/peak/total per (module, device, kind), moved by insert and erase.
   const ModuleCounters& modules() const { return modules_; }
+  // The row `rec` counts in, for allocations whose records live elsewhere (a pool's blocks; see
+  // PooledSites): the table stays one, so the report's rows and peaks stay exact.
+  ModuleTotals& module_row(const AllocationRecord& rec) { return module_counters(rec); }
 
   void lock_all_for_fork();
   void unlock_all_after_fork();

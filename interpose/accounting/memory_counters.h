@@ -2,6 +2,8 @@
 //
 // Updated on every allocation and free from any thread; exact because every update is one atomic
 // read-modify-write, and the peak is raised with a CAS loop right after the live total moves.
+// Or, for a device whose pool keeps the records, every writer holds the pool's lock and the
+// pooled path uses the *_locked variants (plain loads and stores; readers still need no lock).
 // The live count is allocations minus frees rather than a counter of its own: one atomic
 // read-modify-write less each way on the hot path.
 #pragma once
@@ -41,6 +43,26 @@ class MemoryCounters {
     requested_bytes_.fetch_sub(requested, std::memory_order_relaxed);
     total_frees_.fetch_add(1, std::memory_order_relaxed);
   }
+  // The same under a lock that every writer of these counters holds (a pool's, for a device whose
+  // pool keeps the records: see Shim::under_device_lock): plain loads and stores, no lock-prefixed
+  // read-modify-writes; still atomics, so that readers need no lock. on_failed is not covered: it
+  // stays a read-modify-write, written without the lock.
+  void on_alloc_locked(uint64_t bytes, uint64_t requested) {
+    const uint64_t live = add(live_bytes_, bytes);
+    const uint64_t req = add(requested_bytes_, requested);
+    add(total_allocs_, 1);
+    if (req > peak_requested_bytes_.load(std::memory_order_relaxed))
+      peak_requested_bytes_.store(req, std::memory_order_relaxed);
+    if (live > peak_bytes_.load(std::memory_order_relaxed)) {
+      peak_bytes_.store(live, std::memory_order_relaxed);
+      peak_time_ns_.store(coarse_now_ns(), std::memory_order_relaxed);
+    }
+  }
+  void on_free_locked(uint64_t bytes, uint64_t requested) {
+    add(live_bytes_, 0 - bytes);
+    add(requested_bytes_, 0 - requested);
+    add(total_frees_, 1);
+  }
   void on_failed() { failed_allocs_.fetch_add(1, std::memory_order_relaxed); }
 
   uint64_t live_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
@@ -61,6 +83,11 @@ class MemoryCounters {
   }
 
  private:
+  static uint64_t add(std::atomic<uint64_t>& v, uint64_t delta) {
+    const uint64_t now = v.load(std::memory_order_relaxed) + delta;
+    v.store(now, std::memory_order_relaxed);
+    return now;
+  }
   // Returns true if `value` became the new maximum.
   static bool raise(std::atomic<uint64_t>& max, uint64_t value) {
     uint64_t cur = max.load(std::memory_order_relaxed);

@@ -40,6 +40,17 @@ class ModuleTotals {
     live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
     frees_.fetch_add(1, std::memory_order_relaxed);
   }
+  // The same under a lock every writer of this row holds (see MemoryCounters::on_alloc_locked).
+  void on_alloc_locked(uint64_t bytes) {
+    const uint64_t live = live_bytes_.load(std::memory_order_relaxed) + bytes;
+    live_bytes_.store(live, std::memory_order_relaxed);
+    allocs_.store(allocs_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (live > peak_bytes_.load(std::memory_order_relaxed)) peak_bytes_.store(live, std::memory_order_relaxed);
+  }
+  void on_free_locked(uint64_t bytes) {
+    live_bytes_.store(live_bytes_.load(std::memory_order_relaxed) - bytes, std::memory_order_relaxed);
+    frees_.store(frees_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   ModuleSnapshot snapshot() const {
     ModuleSnapshot s;
     s.total_frees = frees_.load(std::memory_order_relaxed);

@@ -185,6 +185,13 @@ DeviceState* Shim::device(int ordinal) {
   if (d) return d;  // another thread won; ours is dropped (its context retain is harmless)
   d = fresh.release();
   if (trace_) trace_device(d);
+  // Listed before it is published: whoever can reach the device (and so hold a record of it) then
+  // also sees that its pool keeps records, and takes its lock (under_device_lock, untrack).
+  if (d->pool_keeps_records) {
+    const int n = record_pool_count_.load(std::memory_order_relaxed);
+    record_pools_[n].store(d, std::memory_order_release);
+    record_pool_count_.store(n + 1, std::memory_order_release);
+  }
   devices_[ordinal].store(d, std::memory_order_release);
   // The driver's view of a new device is sampled on its next allocation (unaccounted memory).
   usage_pending_.fetch_or(1ull << ordinal, std::memory_order_relaxed);
@@ -202,6 +209,7 @@ std::unique_ptr<DeviceState> Shim::make_device(int ordinal) {
     if (driver_api() != nullptr) {
       d->limited = std::make_unique<LimitedBackend>(*driver, d->budget);
       d->pool = trace_ ? make_traced_pool(d.get()) : make_pool(config_, *d->limited);
+      d->pool_keeps_records = d->pool != nullptr && d->pool->holds_payloads();
       d->driver = std::move(driver);
     }
   }
@@ -242,6 +250,54 @@ MemoryCounters& Shim::counters_for(MemoryKind kind, int dev) {
     case MemoryKind::kDevice: break;
   }
   return device(dev)->counters;
+}
+
+bool Shim::track(uintptr_t ptr, const AllocationRecord& rec) {
+  bool inserted = false;
+  under_device_lock(rec.kind, rec.device, [&] {
+    inserted = tracker_.insert(ptr, rec);
+    if (inserted) counters_for(rec.kind, rec.device).on_alloc(rec.size, rec.requested);
+  });
+  return inserted;
+}
+
+bool Shim::untrack(uintptr_t ptr, AllocationRecord* rec) {
+  // The record says which lock guards its figures (the erase moves its module row). Between the
+  // find and the erase another thread could free the address and have it handed out again, but
+  // only to the same kind of memory on the same device (an address belongs to one device or the
+  // host), whose lock is the same.
+  // Without such pools no lock is needed: one lookup.
+  if (record_pool_count_.load(std::memory_order_acquire) == 0) return tracker_.erase(ptr, rec);
+  AllocationRecord found;
+  if (!tracker_.find(ptr, &found)) return false;
+  bool erased = false;
+  under_device_lock(found.kind, found.device, [&] { erased = tracker_.erase(ptr, rec); });
+  return erased;
+}
+
+void Shim::retrack(uintptr_t ptr, const AllocationRecord& rec) {
+  under_device_lock(rec.kind, rec.device, [&] { tracker_.insert(ptr, rec); });
+}
+
+std::vector<std::pair<SiteKey, SiteTotals>> Shim::sites() const {
+  std::vector<std::pair<SiteKey, SiteTotals>> out = tracker_.sites();
+  const int n = record_pool_count_.load(std::memory_order_acquire);
+  if (n == 0) return out;
+  const size_t tracked = out.size();
+  for (int i = 0; i < n; ++i) {
+    const DeviceState* d = record_pools_[i].load(std::memory_order_acquire);
+    d->pool->with_lock(
+        [&] { d->pooled_sites.append_to(static_cast<int16_t>(d->ordinal), MemoryKind::kDevice, &out); });
+  }
+  if (tracked == 0) return out;
+  // A site may have both forwarded and pooled allocations live (the driver API next to cudaMalloc).
+  absl::flat_hash_map<SiteKey, SiteTotals> merged;
+  for (const auto& [key, totals] : out) {
+    SiteTotals& t = merged[key];
+    t.bytes += totals.bytes;
+    t.count += totals.count;
+  }
+  return {merged.begin(), merged.end()};
 }
 
 bool Shim::pool_contains(const void* ptr) const {
@@ -301,6 +357,7 @@ uint64_t Shim::host_bytes() const {
       PoolFigures f;
       d->pool->figures(&f);
       n += f.host_bytes;
+      if (d->pool_keeps_records) d->pool->with_lock([&] { n += d->pooled_sites.memory_bytes(); });
     }
   }
   return n;
@@ -337,7 +394,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
   if (trace_) trace_oom(rec);
   std::lock_guard<std::mutex> lock(ooms_mu_);
   if (ooms_.size() >= kMaxOomRecords) return;
-  auto sites = tracker_.sites();
+  auto sites = this->sites();
   std::partial_sort(sites.begin(), sites.begin() + std::min<size_t>(5, sites.size()), sites.end(),
                     [](const auto& a, const auto& b) { return a.second.bytes > b.second.bytes; });
   for (size_t i = 0; i < sites.size() && i < 5; ++i)
@@ -379,8 +436,7 @@ void Shim::record_alloc(MemoryKind kind, int dev, void* ptr, uint64_t size, uint
   if (kind == MemoryKind::kDevice && device(dev) == nullptr) return;
   const AllocationRecord rec{size, requested, now_ns(), capture_stack(), static_cast<int16_t>(dev),
                              kind, Route::kForwarded, caller_module()};
-  if (!tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec)) return;
-  counters_for(kind, dev).on_alloc(size, requested);
+  if (!track(reinterpret_cast<uintptr_t>(ptr), rec)) return;
   if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(ptr), rec, size, nullptr, false);
   // Already made (the size was known only afterwards): held from the driver whatever the cap says,
   // and uncharged by the free like every forwarded device allocation.
@@ -441,7 +497,7 @@ ReportData Shim::build_report(const char* reason) {
   r.python = capturer_.python_status();
   std::vector<uint64_t> words;
   absl::flat_hash_map<std::string, size_t> by_frames;
-  for (const auto& [key, totals] : tracker_.sites()) {
+  for (const auto& [key, totals] : sites()) {
     stacks_.frames(key.stack, &words);
     std::vector<FrameInfo> frames;
     std::string identity = std::to_string(key.device) + "|" + memory_kind_name(key.kind);

@@ -18,6 +18,7 @@
 #include "accounting/iteration_counter.h"
 #include "accounting/driver_usage.h"
 #include "accounting/memory_counters.h"
+#include "accounting/pooled_sites.h"
 #include "accounting/site_history.h"
 #include "accounting/time_series.h"
 #include "accounting/vmm_tracker.h"
@@ -49,6 +50,11 @@ struct DeviceState {
   std::unique_ptr<Backend> driver;
   std::unique_ptr<Backend> limited;
   std::unique_ptr<DeviceMemoryResource> pool;   // null under passthrough
+  // The pool keeps the records of what it hands out (pool->holds_payloads()). Then the pool's
+  // lock guards `pooled_sites`, and every write to `counters` (but on_failed) and to this
+  // device's device-memory rows of the module table happens under it (Shim::under_device_lock).
+  bool pool_keeps_records = false;
+  PooledSites pooled_sites;
   std::atomic<uint64_t> ooms{0};                // out-of-memory errors returned to callers
   std::atomic<uint64_t> injected_failures{0};   // of those, failed on purpose by GPUSHIM_FAIL
   // GPUSHIM_TRACE only: the pool's backend becomes pool -> observed -> limited -> driver.
@@ -219,6 +225,23 @@ class Shim {
   void sample_sites(uint64_t t_ns);
   void add_growth(ReportData* r, Symbolizer& sym);
   bool pool_contains(const void* ptr) const;
+  // Live totals per site: the tracker's (forwarded allocations, and pooled ones of pools that keep
+  // no records) with those of every pool that keeps its own.
+  std::vector<std::pair<SiteKey, SiteTotals>> sites() const;
+  // Runs `f` under the lock that guards the figures of `kind` memory on `device`: the pool's when
+  // it keeps the records (see DeviceState::pool_keeps_records), none otherwise.
+  template <typename F>
+  void under_device_lock(MemoryKind kind, int device, F&& f) const;
+  // Allocations whose records the tracker keeps (forwarded ones, and pooled ones of pools that
+  // keep none): insert and count; erase (counted by count_free once the memory is gone); put back.
+  bool track(uintptr_t ptr, const AllocationRecord& rec);
+  bool untrack(uintptr_t ptr, AllocationRecord* rec);
+  void count_free(const AllocationRecord& rec);
+  void retrack(uintptr_t ptr, const AllocationRecord& rec);
+  // A free of a block that a pool keeping records refused: the wrong free function for it.
+  template <typename Forward>
+  cudaError_t mismatched_pooled_free(DeviceState* d, void* ptr, CUstream stream, bool stream_ordered,
+                                     Forward&& forward);
   template <typename Forward>
   cudaError_t unknown_free(void* ptr, Forward&& forward);
   template <typename Forward>
@@ -272,6 +295,9 @@ class Shim {
   MemoryCounters managed_;
   MemoryCounters host_;
   std::atomic<DeviceState*> devices_[kMaxDevices] = {};
+  // The devices whose pools keep their records, in creation order: a free asks each of them first.
+  std::atomic<DeviceState*> record_pools_[kMaxDevices] = {};
+  std::atomic<int> record_pool_count_{0};
   std::mutex devices_mu_;  // only for creating DeviceState
   std::atomic<uint64_t> invalid_frees_{0};
   std::atomic<uint64_t> late_frees_{0};

@@ -91,7 +91,7 @@ void Shim::vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int dev)
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, size, t, capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded,
                              caller_module()};
-  if (tracker_.insert(VmmTracker::key_of(handle), rec)) counters_for(kind, dev).on_alloc(size, size);
+  track(VmmTracker::key_of(handle), rec);
   maybe_sample(t);
 }
 
@@ -101,8 +101,8 @@ void Shim::vmm_retained(uint64_t handle) { vmm_.retained(handle); }
 
 void Shim::drop_vmm(const VmmTracker::Physical& p) {
   AllocationRecord rec;
-  if (!tracker_.erase(VmmTracker::key_of(p.handle), &rec)) return;
-  counters_for(rec.kind, rec.device).on_free(rec.size, rec.requested);
+  if (!untrack(VmmTracker::key_of(p.handle), &rec)) return;
+  count_free(rec);
   if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
   maybe_sample(now_ns());
 }
@@ -118,8 +118,7 @@ void Shim::vmm_mapped(uintptr_t va, uint64_t size, uint64_t handle) {
   // Imported memory becomes visible with its first mapping (its size is unknown before).
   const AllocationRecord rec{sized.size, sized.size, now_ns(), capture_stack(), static_cast<int16_t>(sized.device),
                              sized.kind, Route::kForwarded, caller_module()};
-  if (tracker_.insert(VmmTracker::key_of(handle), rec))
-    counters_for(sized.kind, sized.device).on_alloc(sized.size, sized.size);
+  track(VmmTracker::key_of(handle), rec);
 }
 
 void Shim::vmm_unmapped(uintptr_t va, uint64_t size) {
@@ -157,9 +156,18 @@ Shim::PooledAddress Shim::pooled_address(uintptr_t ptr, BlockView* out) {
     AllocationRecord rec;
     uintptr_t base = ptr;
     uint64_t size = 0;
-    if (tracker_.find(ptr, &rec) && rec.route == Route::kPooled) {
+    // The record: in the pool's block where the pool keeps it, else in the tracker.
+    auto find_record = [&](uintptr_t p) {
+      BlockPayload payload;
+      if (d->pool_keeps_records && d->pool->find_payload(reinterpret_cast<const void*>(p), &payload)) {
+        rec = load_record(payload);
+        return true;
+      }
+      return tracker_.find(p, &rec) && rec.route == Route::kPooled;
+    };
+    if (find_record(ptr)) {
       size = rec.size;
-    } else if (!d->pool->find_block(reinterpret_cast<const void*>(ptr), &base, &size) || !tracker_.find(base, &rec)) {
+    } else if (!d->pool->find_block(reinterpret_cast<const void*>(ptr), &base, &size) || !find_record(base)) {
       return PooledAddress::kNotAllocated;  // freed, cached, or never handed out
     }
     out->base = base;

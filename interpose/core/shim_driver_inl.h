@@ -38,7 +38,7 @@ CUresult Shim::driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};
-  if (tracker_.insert(ptr, rec)) counters_for(kind, device).on_alloc(size, requested);
+  track(ptr, rec);
   maybe_sample(t);
   return r;
 }
@@ -60,7 +60,7 @@ CUresult Shim::account_after(MemoryKind kind, int device, uintptr_t ptr, uint64_
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};
-  if (tracker_.insert(ptr, rec)) counters_for(kind, device).on_alloc(size, requested);
+  track(ptr, rec);
   maybe_sample(t);
   return CUDA_SUCCESS;
 }

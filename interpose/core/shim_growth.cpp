@@ -9,7 +9,7 @@
 
 namespace gpushim {
 
-void Shim::sample_sites(uint64_t t_ns) { site_history_.sample(t_ns, iterations_.count(), tracker_.sites()); }
+void Shim::sample_sites(uint64_t t_ns) { site_history_.sample(t_ns, iterations_.count(), sites()); }
 
 void Shim::add_growth(ReportData* r, Symbolizer& sym) {
   GrowthReport& g = r->growth;
@@ -20,7 +20,7 @@ void Shim::add_growth(ReportData* r, Symbolizer& sym) {
   // The present is the last point of every series, so that the verdict covers the run up to
   // this report; a series whose site has nothing live any more has returned to zero.
   absl::flat_hash_map<SiteKey, SiteTotals> now;
-  for (const auto& [key, totals] : tracker_.sites()) now.emplace(key, totals);
+  for (const auto& [key, totals] : sites()) now.emplace(key, totals);
   const uint64_t t = now_ns() - start_ns_;
   const uint64_t iteration = iterations_.count();
   std::vector<SiteSeries> series = site_history_.series();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/call_context.h"
+#include "core/pooled_records.h"
 #include "cuda/error_codes.h"
 #include "cuda/runtime_last_error.h"
 #include "util/clock.h"
@@ -45,10 +46,8 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     const MemoryKind kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
     const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(d->ordinal),
                                kind, Route::kForwarded, caller_module()};
-    if (tracker_.insert(reinterpret_cast<uintptr_t>(*out), rec)) {
-      counters_for(kind, d->ordinal).on_alloc(size, requested);
-      if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(*out), rec, size, stream, stream_ordered);
-    }
+    if (track(reinterpret_cast<uintptr_t>(*out), rec) && trace_)
+      trace_alloc(reinterpret_cast<uintptr_t>(*out), rec, size, stream, stream_ordered);
     maybe_sample(t);
     return err;
   }
@@ -58,53 +57,82 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   const StackId stack = capture_stack();
   void* p = nullptr;
   uint64_t allocated = 0;
-  const CUresult r = d->pool->allocate(AllocRequest{size, stream, stream_ordered}, &p, &allocated);
+  const AllocRequest req{size, stream, stream_ordered};
+  AllocationRecord rec{0, requested, trace_ ? 0 : coarse_now_ns(), stack, static_cast<int16_t>(d->ordinal),
+                       MemoryKind::kDevice, Route::kPooled, caller_module()};
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  bool in_block = false;  // the record went into the pool's block
+  if (d->pool_keeps_records) {
+    // One lock, one lookup: the record and every figure move with the block (pooled_records.h).
+    PooledAlloc hooks(d->counters, d->pooled_sites, tracker_, rec, trace_ != nullptr);
+    r = d->pool->allocate_with(req, &p, &allocated, hooks);
+    in_block = r != CUDA_ERROR_NOT_SUPPORTED;
+    if (r == CUDA_SUCCESS) rec = hooks.record();
+  }
+  if (!in_block) r = d->pool->allocate(req, &p, &allocated);
   if (r != CUDA_SUCCESS) {
     d->counters.on_failed();
     if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
     set_runtime_last_error(to_runtime_error(r));
     return to_runtime_error(r);
   }
-  const uint64_t t = record_time_ns();
-  const AllocationRecord rec{allocated, requested, t, stack, static_cast<int16_t>(d->ordinal), MemoryKind::kDevice,
-                             Route::kPooled, caller_module()};
-  tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
-  d->counters.on_alloc(allocated, requested);
+  if (!in_block) {
+    rec.size = allocated;
+    if (trace_) rec.time_ns = now_ns();
+    under_device_lock(MemoryKind::kDevice, d->ordinal, [&] {
+      tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
+      d->counters.on_alloc(allocated, requested);
+    });
+  }
   if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
   *out = p;
-  maybe_sample(t);
+  maybe_sample(rec.time_ns);
   return cudaSuccess;
 }
 
 template <typename Forward>
 cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward, FreeApi api) {
   if (ptr == nullptr) return forward();  // legal no-op (and context initialization) in CUDA
+  // Blocks of pools that keep their records: found, and their figures moved, in one lock and
+  // one lookup. Anything else is in the tracker.
+  for (int i = 0, n = record_pool_count_.load(std::memory_order_acquire); i < n; ++i) {
+    DeviceState* d = record_pools_[i].load(std::memory_order_acquire);
+    PooledFree hooks(d->counters, d->pooled_sites, tracker_, api == FreeApi::kHost);
+    const CUresult r = d->pool->deallocate_with(ptr, stream, stream_ordered, hooks);
+    if (r == CUDA_ERROR_NOT_FOUND) continue;
+    if (r == CUDA_ERROR_NOT_PERMITTED) return mismatched_pooled_free(d, ptr, stream, stream_ordered, forward);
+    if (r != CUDA_SUCCESS) return to_runtime_error(r);
+    if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t now = record_time_ns();
+    if (trace_) trace_free(now, reinterpret_cast<uintptr_t>(ptr), hooks.record(), stream, stream_ordered);
+    maybe_sample(now);
+    return cudaSuccess;
+  }
   AllocationRecord rec;
   // Forget the pointer before the real free: once CUDA frees it, another thread may be handed the
   // same address and must be able to record it.
-  if (!tracker_.erase(reinterpret_cast<uintptr_t>(ptr), &rec)) return unknown_free(ptr, forward);
+  if (!untrack(reinterpret_cast<uintptr_t>(ptr), &rec)) return unknown_free(ptr, forward);
   if ((api == FreeApi::kHost) != (rec.kind == MemoryKind::kHost)) return mismatched_free(ptr, rec, forward);
   if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
   // Forwarded frees are timed before CUDA releases the memory: once it does, another thread may
   // be handed the same address, and its alloc event must come after this free in the trace.
   // (Pooled ones are ordered by the pool itself; see trace/trace_ordered_resource.h.)
   const uint64_t free_t = trace_ && rec.route == Route::kForwarded ? now_ns() : 0;
-  MemoryCounters& counters = counters_for(rec.kind, rec.device);
   if (rec.route == Route::kPooled) {
     const CUresult r = device(rec.device)->pool->deallocate(ptr, stream, stream_ordered);
     if (r != CUDA_SUCCESS) {
-      tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec);
+      retrack(reinterpret_cast<uintptr_t>(ptr), rec);
       return to_runtime_error(r);
     }
   } else {
     const cudaError_t err = forward();
     if (err != cudaSuccess) {
-      tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec);
+      retrack(reinterpret_cast<uintptr_t>(ptr), rec);
       return err;
     }
     if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
   }
-  counters.on_free(rec.size, rec.requested);
+  count_free(rec);
   const uint64_t now = record_time_ns();
   if (trace_) trace_free(rec.route == Route::kForwarded ? free_t : now, reinterpret_cast<uintptr_t>(ptr), rec, stream,
                          stream_ordered);
@@ -128,12 +156,40 @@ template <typename Forward>
 cudaError_t Shim::mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward) {
   // cudaFreeHost of device memory, or cudaFree of pinned host memory: CUDA refuses it and keeps
   // the memory, so the record stays. Should CUDA accept it after all, the memory is gone.
-  tracker_.insert(reinterpret_cast<uintptr_t>(ptr), rec);
+  retrack(reinterpret_cast<uintptr_t>(ptr), rec);
   const cudaError_t err = forward();
   AllocationRecord gone;
-  if (err == cudaSuccess && tracker_.erase(reinterpret_cast<uintptr_t>(ptr), &gone))
-    counters_for(gone.kind, gone.device).on_free(gone.size, gone.requested);
+  if (err == cudaSuccess && untrack(reinterpret_cast<uintptr_t>(ptr), &gone)) count_free(gone);
   return err;
+}
+
+template <typename Forward>
+cudaError_t Shim::mismatched_pooled_free(DeviceState* d, void* ptr, CUstream stream, bool stream_ordered,
+                                         Forward&& forward) {
+  // As mismatched_free, for a block whose record its pool keeps: the block stays live while CUDA
+  // answers. Should CUDA accept the free after all, the allocation is over: it goes back to the
+  // pool with its figures, as a free by the right function would.
+  const cudaError_t err = forward();
+  if (err == cudaSuccess) {
+    PooledFree hooks(d->counters, d->pooled_sites, tracker_, /*host_api=*/false);
+    if (d->pool->deallocate_with(ptr, stream, stream_ordered, hooks) == CUDA_SUCCESS && trace_)
+      trace_free(record_time_ns(), reinterpret_cast<uintptr_t>(ptr), hooks.record(), stream, stream_ordered);
+  }
+  return err;
+}
+
+inline void Shim::count_free(const AllocationRecord& rec) {
+  MemoryCounters& counters = counters_for(rec.kind, rec.device);
+  under_device_lock(rec.kind, rec.device, [&] { counters.on_free(rec.size, rec.requested); });
+}
+
+template <typename F>
+void Shim::under_device_lock(MemoryKind kind, int device, F&& f) const {
+  const DeviceState* d = kind == MemoryKind::kDevice && record_pool_count_.load(std::memory_order_relaxed) != 0
+                             ? existing_device(device)
+                             : nullptr;
+  if (d != nullptr && d->pool_keeps_records) d->pool->with_lock(f);
+  else f();
 }
 
 template <typename Forward>

@@ -67,10 +67,30 @@ uint64_t CachingPool::segment_size_for(uint64_t rounded) const {
 }
 
 CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* allocated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Block* b = nullptr;
+  const CUresult r = allocate_locked(req, &b);
+  if (r != CUDA_SUCCESS) return r;
+  *out = reinterpret_cast<void*>(b->addr);
+  *allocated = b->size;
+  return CUDA_SUCCESS;
+}
+
+CUresult CachingPool::allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Block* b = nullptr;
+  const CUresult r = allocate_locked(req, &b);
+  if (r != CUDA_SUCCESS) return r;
+  hooks.on_allocated(b->addr, b->size, b->payload);
+  *out = reinterpret_cast<void*>(b->addr);
+  *allocated = b->size;
+  return CUDA_SUCCESS;
+}
+
+CUresult CachingPool::allocate_locked(const AllocRequest& req, Block** out) {
   const uint64_t size = rounded_size(req.size);
   if (size == 0) return CUDA_ERROR_OUT_OF_MEMORY;  // a size near 2^64 cannot be rounded
   const bool small = size <= opt_.small_max;
-  std::lock_guard<std::mutex> lock(mu_);
   Block* b = find_free(size, small, req);
   // A large quarantine is memory the pool holds for nothing: one sync makes all of it reusable.
   if (b == nullptr && quarantine_bytes_ > 0 && quarantine_bytes_ >= opt_.quarantine_bytes && sync_and_release()) b = find_free(size, small, req);
@@ -98,8 +118,7 @@ CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* al
   b->state = State::kAllocated;
   allocated_.emplace(b->addr, b);
   allocated_bytes_ += b->size;
-  *out = reinterpret_cast<void*>(b->addr);
-  *allocated = b->size;
+  *out = b;
   return CUDA_SUCCESS;
 }
 
@@ -271,6 +290,35 @@ CUresult CachingPool::deallocate(void* p, CUstream stream, bool stream_ordered) 
   if (it == allocated_.end()) return CUDA_ERROR_INVALID_VALUE;
   Block* b = it->second;
   allocated_.erase(it);
+  deallocate_locked(b, stream, stream_ordered);
+  return CUDA_SUCCESS;
+}
+
+CUresult CachingPool::deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocated_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == allocated_.end()) return CUDA_ERROR_NOT_FOUND;
+  Block* b = it->second;
+  if (!hooks.on_freeing(b->addr, b->size, b->payload)) return CUDA_ERROR_NOT_PERMITTED;
+  allocated_.erase(it);
+  deallocate_locked(b, stream, stream_ordered);
+  return CUDA_SUCCESS;
+}
+
+bool CachingPool::find_payload(const void* p, BlockPayload* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocated_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == allocated_.end()) return false;
+  *out = it->second->payload;
+  return true;
+}
+
+void CachingPool::with_lock(absl::FunctionRef<void()> fn) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  fn();
+}
+
+void CachingPool::deallocate_locked(Block* b, CUstream stream, bool stream_ordered) {
   allocated_bytes_ -= b->size;
   // During capture the free belongs to the graph being built: keep the block out of reach until a
   // later synchronization, as for a plain cudaFree.
@@ -283,14 +331,13 @@ CUresult CachingPool::deallocate(void* p, CUstream stream, bool stream_ordered) 
     quarantine_.push_back(b);
     quarantine_bytes_ += b->size;
   }
-  return CUDA_SUCCESS;
 }
 
 void CachingPool::settle_after_sync() {
   // Everything freed before the synchronization is now idle: the quarantine, and blocks still
-  // tagged with a stream's event. Re-insert all of them one at a time; a block merges only with
-  // neighbours already re-inserted (state kFree), which are behind us in the list, so no block
-  // still to be visited is ever deleted by a merge.
+  // tagged with a stream's event. With all of them out of the free sets, every run of
+  // address-adjacent idle blocks becomes one free block: merged once and inserted once, rather
+  // than a B-tree erase and insert for every merge (thousands per settle).
   std::vector<Block*> blocks;
   blocks.swap(quarantine_);
   quarantine_bytes_ = 0;
@@ -301,11 +348,26 @@ void CachingPool::settle_after_sync() {
     }
     set->clear();
   }
+  for (Block* b : blocks)
+    if (b->stream != nullptr || b->event != nullptr) clear_stream(b);
   for (Block* b : blocks) {
-    clear_stream(b);
-    b->state = State::kFree;
-    insert_free(coalesce(b));
+    if (b->state != State::kQuarantined) continue;  // already part of an earlier run
+    Block* head = b;
+    while (head->prev && head->prev->state == State::kQuarantined) head = head->prev;
+    while (head->next && head->next->state == State::kQuarantined) {
+      Block* n = head->next;
+      head->size += n->size;
+      head->next = n->next;
+      if (n->next) n->next->prev = head;
+      n->state = State::kMerged;  // recycled below: `blocks` may still name it
+    }
+    insert_free(head);
   }
+  for (Block* b : blocks)
+    if (b->state == State::kMerged) recycle(b);
+  // The quarantine's storage is reused: it fills up to the same size before the next settle.
+  blocks.clear();
+  quarantine_.swap(blocks);
 }
 
 bool CachingPool::sync_and_release() {

@@ -44,13 +44,18 @@ class CachingPool final : public DeviceMemoryResource {
   void release_cached() override;
   bool find_block(const void* p, uintptr_t* base, uint64_t* size) const override;
   const char* ipc_export_refusal(const void* block, uint64_t size) const override;
+  bool holds_payloads() const override { return true; }
+  CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override;
+  CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) override;
+  bool find_payload(const void* p, BlockPayload* out) const override;
+  void with_lock(absl::FunctionRef<void()> fn) const override;
 
   const CachingPoolOptions& options() const { return opt_; }
   // Block size a request of `size` bytes is rounded to (before any splitting decision).
   uint64_t rounded_size(uint64_t size) const;
 
  private:
-  enum class State : uint8_t { kAllocated, kFree, kQuarantined };
+  enum class State : uint8_t { kAllocated, kFree, kQuarantined, kMerged };
   struct Event;  // a completion event shared by blocks split from one stream-ordered free
   struct Segment;
   struct Block {
@@ -62,6 +67,7 @@ class CachingPool final : public DeviceMemoryResource {
     State state = State::kFree;
     CUstream stream = nullptr;  // for stream-ordered frees: the stream it was freed on
     Event* event = nullptr;     // completes when work before that free is done; recorded lazily
+    BlockPayload payload;       // the caller's, while allocated through allocate_with
   };
   struct BySizeThenAddress {
     bool operator()(const Block* a, const Block* b) const {
@@ -77,6 +83,10 @@ class CachingPool final : public DeviceMemoryResource {
     bool small = false;
     Block* head = nullptr;  // the block at `base`: the start of the address-ordered list
   };
+
+  // allocate/deallocate with mu_ held.
+  CUresult allocate_locked(const AllocRequest& req, Block** out);
+  void deallocate_locked(Block* b, CUstream stream, bool stream_ordered);
 
   FreeSet& free_set(bool small) { return small ? small_free_ : large_free_; }
   uint64_t segment_size_for(uint64_t rounded) const;

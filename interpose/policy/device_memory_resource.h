@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "report/report_model.h"
 
 namespace gpushim {
@@ -18,6 +19,27 @@ struct AllocRequest {
   size_t size = 0;
   CUstream stream = nullptr;
   bool stream_ordered = false;  // cudaMallocAsync: reuse follows stream order, not device syncs
+};
+
+// What a caller keeps with each block of a resource that holds it (holds_payloads()): opaque to
+// the resource, stored in the block, so that the block and the caller's record of it are found by
+// one lookup and move together under the resource's one lock.
+struct BlockPayload {
+  static constexpr size_t kBytes = 40;
+  alignas(8) unsigned char bytes[kBytes];
+};
+
+// Called by allocate_with/deallocate_with under the resource's lock: what the caller does here is
+// atomic with the block changing hands. Must not call back into the resource.
+class PayloadHooks {
+ public:
+  // The block of `bytes` at `p` was just handed out: fill `payload`.
+  virtual void on_allocated(uintptr_t p, uint64_t bytes, BlockPayload& payload) = 0;
+  // The live block at `p` is about to be freed. False refuses the free: the block stays live.
+  virtual bool on_freeing(uintptr_t p, uint64_t bytes, const BlockPayload& payload) = 0;
+
+ protected:
+  ~PayloadHooks() = default;
 };
 
 class DeviceMemoryResource {
@@ -45,6 +67,31 @@ class DeviceMemoryResource {
   // Null if legacy CUDA IPC (cuIpcGetMemHandle) on the live block at `block` gives an importing
   // process exactly that block's bytes at the address it maps; otherwise why not, in words that
   // complete "this block is ...". A resource that cannot tell must refuse.
+  // ---- blocks that carry the caller's payload (only where holds_payloads()) ----
+  virtual bool holds_payloads() const { return false; }
+  // allocate() that also calls hooks.on_allocated under the lock. CUDA_ERROR_NOT_SUPPORTED (nothing
+  // happened): this request's block could carry no payload; allocate() serves it, and the caller
+  // keeps its record itself.
+  virtual CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) {
+    (void)req, (void)out, (void)allocated, (void)hooks;
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  // deallocate() of a block that allocate_with handed out, after hooks.on_freeing agreed.
+  // CUDA_ERROR_NOT_FOUND: `p` is not the start of a live block (nothing happened);
+  // CUDA_ERROR_NOT_PERMITTED: on_freeing refused (nothing happened).
+  virtual CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) {
+    (void)p, (void)stream, (void)stream_ordered, (void)hooks;
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  // The payload of the live block starting at `p`.
+  virtual bool find_payload(const void* p, BlockPayload* out) const {
+    (void)p, (void)out;
+    return false;
+  }
+  // Runs `fn` under the lock the hooks run under: for state the caller moves in its hooks and
+  // must also change, or read consistently, from elsewhere. `fn` must not call the resource.
+  virtual void with_lock(absl::FunctionRef<void()> fn) const { fn(); }
+
   virtual const char* ipc_export_refusal(const void* block, uint64_t size) const {
     (void)block, (void)size;
     return "carved out of a larger driver allocation: CUDA's handle describes that allocation, so an importing "

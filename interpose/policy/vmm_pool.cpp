@@ -128,6 +128,11 @@ CUresult VmmPool::allocate(const AllocRequest& req, void** out, uint64_t* alloca
   return r;
 }
 
+CUresult VmmPool::allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) {
+  if (req.size > std::max(opt_.small_max, opt_.medium_max)) return CUDA_ERROR_NOT_SUPPORTED;
+  return small_->allocate_with(req, out, allocated, hooks);
+}
+
 CUresult VmmPool::deallocate(void* p, CUstream stream, bool stream_ordered) {
   // Small blocks are the common case. The two address sets are disjoint: small blocks lie inside
   // segments, which the arena never lists as live user blocks.

@@ -44,6 +44,15 @@ class VmmPool final : public DeviceMemoryResource {
   const char* ipc_export_refusal(const void* block, uint64_t size) const override;
   void figures(PoolFigures* out) const override;
   void release_cached() override;
+  // The small pool's blocks carry the caller's payload; the arena's (above medium_max) do not:
+  // allocate_with refuses those (CUDA_ERROR_NOT_SUPPORTED) and the caller keeps their records.
+  bool holds_payloads() const override { return true; }
+  CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override;
+  CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) override {
+    return small_->deallocate_with(p, stream, stream_ordered, hooks);
+  }
+  bool find_payload(const void* p, BlockPayload* out) const override { return small_->find_payload(p, out); }
+  void with_lock(absl::FunctionRef<void()> fn) const override { small_->with_lock(fn); }
 
   // All memory of this pool is mapped with cuMemMap, which legacy IPC cannot share.
   bool is_vmm() const { return true; }

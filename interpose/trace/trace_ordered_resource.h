@@ -32,6 +32,23 @@ class TraceOrderedResource final : public DeviceMemoryResource {
     t_last_op_seq = ++seq_;
     return r;
   }
+  bool holds_payloads() const override { return pool_->holds_payloads(); }
+  CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const CUresult r = pool_->allocate_with(req, out, allocated, hooks);
+    // Refused (allocate() will serve it): the pool did nothing, so no number is used up.
+    if (r != CUDA_ERROR_NOT_SUPPORTED) t_last_op_seq = ++seq_;
+    return r;
+  }
+  CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const CUresult r = pool_->deallocate_with(p, stream, stream_ordered, hooks);
+    // Not a block of this pool, or a refused free: the pool did nothing, so no number is used up.
+    if (r != CUDA_ERROR_NOT_FOUND && r != CUDA_ERROR_NOT_PERMITTED) t_last_op_seq = ++seq_;
+    return r;
+  }
+  bool find_payload(const void* p, BlockPayload* out) const override { return pool_->find_payload(p, out); }
+  void with_lock(absl::FunctionRef<void()> fn) const override { pool_->with_lock(fn); }
   bool contains(const void* p) const override { return pool_->contains(p); }
   void figures(PoolFigures* out) const override { pool_->figures(out); }
   void release_cached() override {

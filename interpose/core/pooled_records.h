@@ -1,0 +1,85 @@
+// The hooks a device's pool calls under its lock when it keeps the allocation records itself
+// (DeviceMemoryResource::holds_payloads): the record goes into the block, and the device's
+// counters, its per-site totals and the caller module's row move in the same critical section.
+// Every other writer of those figures takes the same lock (Shim::under_device_lock), which is
+// what lets them be plain loads and stores here.
+#pragma once
+
+#include <cstring>
+
+#include "accounting/allocation_tracker.h"
+#include "accounting/memory_counters.h"
+#include "accounting/pooled_sites.h"
+#include "policy/device_memory_resource.h"
+#include "util/clock.h"
+
+namespace gpushim {
+
+static_assert(sizeof(AllocationRecord) <= BlockPayload::kBytes, "the record travels in the pool's block");
+
+inline void store_record(const AllocationRecord& rec, BlockPayload& out) { std::memcpy(out.bytes, &rec, sizeof rec); }
+inline AllocationRecord load_record(const BlockPayload& in) {
+  AllocationRecord rec;
+  std::memcpy(&rec, in.bytes, sizeof rec);
+  return rec;
+}
+
+// What a pooled allocation moves. `rec` comes without size and serial (the pool decides the one,
+// the sites the other) and, when `precise_time`, without its time: a trace orders events by it,
+// so it is read under the lock, in the pool's order.
+class PooledAlloc final : public PayloadHooks {
+ public:
+  PooledAlloc(MemoryCounters& counters, PooledSites& sites, AllocationTracker& tracker, const AllocationRecord& rec,
+              bool precise_time)
+      : counters_(counters), sites_(sites), tracker_(tracker), rec_(rec), precise_time_(precise_time) {}
+
+  void on_allocated(uintptr_t, uint64_t bytes, BlockPayload& payload) override {
+    rec_.size = bytes;
+    rec_.serial = sites_.next_serial();
+    if (precise_time_) rec_.time_ns = now_ns();
+    store_record(rec_, payload);
+    sites_.add(rec_.stack, bytes);
+    tracker_.module_row(rec_).on_alloc_locked(bytes);
+    counters_.on_alloc_locked(bytes, rec_.requested);
+  }
+  bool on_freeing(uintptr_t, uint64_t, const BlockPayload&) override { return false; }
+
+  const AllocationRecord& record() const { return rec_; }
+
+ private:
+  MemoryCounters& counters_;
+  PooledSites& sites_;
+  AllocationTracker& tracker_;
+  AllocationRecord rec_;
+  const bool precise_time_;
+};
+
+// What a pooled free moves. Refuses the free when the record is of the other kind of memory than
+// the free function takes (`host_api`: cudaFreeHost and the like): CUDA would refuse it too.
+class PooledFree final : public PayloadHooks {
+ public:
+  PooledFree(MemoryCounters& counters, PooledSites& sites, AllocationTracker& tracker, bool host_api)
+      : counters_(counters), sites_(sites), tracker_(tracker), host_api_(host_api) {}
+
+  void on_allocated(uintptr_t, uint64_t, BlockPayload&) override {}
+  bool on_freeing(uintptr_t, uint64_t, const BlockPayload& payload) override {
+    rec_ = load_record(payload);
+    if (host_api_ != (rec_.kind == MemoryKind::kHost)) return false;
+    sites_.remove(rec_.stack, rec_.size);
+    tracker_.module_row(rec_).on_free_locked(rec_.size);
+    counters_.on_free_locked(rec_.size, rec_.requested);
+    return true;
+  }
+
+  // The freed (or refused) allocation's record.
+  const AllocationRecord& record() const { return rec_; }
+
+ private:
+  MemoryCounters& counters_;
+  PooledSites& sites_;
+  AllocationTracker& tracker_;
+  AllocationRecord rec_;
+  const bool host_api_;
+};
+
+}  // namespace gpushim

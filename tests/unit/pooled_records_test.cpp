@@ -1,0 +1,235 @@
+// Pools that keep the allocation records (core/pooled_records.h): the record and every figure
+// move with the block, under the pool's one lock.
+#include "core/pooled_records.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "policy/caching_pool.h"
+#include "policy/sim_backend.h"
+#include "policy/vmm_pool.h"
+
+namespace gpushim {
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+
+struct Device {
+  Device() : sim(1024 * MiB), pool(sim, CachingPoolOptions{}) {}
+  void* alloc(size_t n, StackId stack, ModuleId module = 3, uint64_t* got = nullptr) {
+    AllocationRecord rec{0, n, 1, stack, 0, MemoryKind::kDevice, Route::kPooled, module};
+    PooledAlloc hooks(counters, sites, tracker, rec, false);
+    void* p = nullptr;
+    uint64_t a = 0;
+    if (pool.allocate_with(AllocRequest{n, nullptr, false}, &p, &a, hooks) != CUDA_SUCCESS) return nullptr;
+    EXPECT_EQ(hooks.record().size, a);
+    if (got) *got = a;
+    return p;
+  }
+  CUresult free(void* p, bool host_api = false, AllocationRecord* rec = nullptr) {
+    PooledFree hooks(counters, sites, tracker, host_api);
+    const CUresult r = pool.deallocate_with(p, nullptr, false, hooks);
+    if (rec) *rec = hooks.record();
+    return r;
+  }
+  std::map<StackId, SiteTotals> site_map() {
+    std::vector<std::pair<SiteKey, SiteTotals>> v;
+    pool.with_lock([&] { sites.append_to(0, MemoryKind::kDevice, &v); });
+    std::map<StackId, SiteTotals> m;
+    for (const auto& [k, t] : v) m[k.stack] = t;
+    return m;
+  }
+  ModuleSnapshot module_row(ModuleId m) {
+    AllocationRecord rec;
+    rec.module = m;
+    return tracker.module_row(rec).snapshot();
+  }
+  SimBackend sim;
+  CachingPool pool;
+  MemoryCounters counters;
+  PooledSites sites;
+  AllocationTracker tracker;
+};
+
+TEST(PooledRecords, RecordAndFiguresMoveWithTheBlock) {
+  Device d;
+  uint64_t got = 0;
+  void* a = d.alloc(1000, 7, 3, &got);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(got, 1024u);
+  BlockPayload payload;
+  ASSERT_TRUE(d.pool.find_payload(a, &payload));
+  const AllocationRecord rec = load_record(payload);
+  EXPECT_EQ(rec.size, 1024u);
+  EXPECT_EQ(rec.requested, 1000u);
+  EXPECT_EQ(rec.stack, 7u);
+  EXPECT_EQ(rec.module, 3);
+  EXPECT_EQ(rec.route, Route::kPooled);
+  EXPECT_NE(rec.serial, 0u);
+  EXPECT_EQ(d.counters.snapshot().live_bytes, 1024u);
+  EXPECT_EQ(d.counters.snapshot().requested_bytes, 1000u);
+  EXPECT_EQ(d.site_map()[7].bytes, 1024u);
+  EXPECT_EQ(d.module_row(3).live_bytes, 1024u);
+  // The tracker holds no record of it: the pool's block is its only home.
+  EXPECT_FALSE(d.tracker.find(reinterpret_cast<uintptr_t>(a), nullptr));
+
+  AllocationRecord freed;
+  ASSERT_EQ(d.free(a, false, &freed), CUDA_SUCCESS);
+  EXPECT_EQ(freed.serial, rec.serial);
+  EXPECT_EQ(freed.size, 1024u);
+  EXPECT_FALSE(d.pool.find_payload(a, &payload));
+  const CounterSnapshot c = d.counters.snapshot();
+  EXPECT_EQ(c.live_bytes, 0u);
+  EXPECT_EQ(c.live_count, 0u);
+  EXPECT_EQ(c.peak_bytes, 1024u);
+  EXPECT_EQ(c.peak_requested_bytes, 1000u);
+  EXPECT_EQ(c.total_allocs, 1u);
+  EXPECT_EQ(c.total_frees, 1u);
+  EXPECT_TRUE(d.site_map().empty());
+  EXPECT_EQ(d.module_row(3).live_bytes, 0u);
+  EXPECT_EQ(d.module_row(3).peak_bytes, 1024u);
+  EXPECT_EQ(d.module_row(3).total_frees, 1u);
+
+  // A new allocation, a new serial (what tells apart two allocations made at one address).
+  void* b = d.alloc(1000, 7);
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(d.pool.find_payload(b, &payload));
+  EXPECT_NE(load_record(payload).serial, rec.serial);
+}
+
+TEST(PooledRecords, DoubleAndInteriorFreesFindNothingAndMoveNothing) {
+  Device d;
+  void* a = d.alloc(4096, 1);
+  void* keep = d.alloc(4096, 2);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(keep, nullptr);
+  void* interior = static_cast<char*>(keep) + 512;
+  EXPECT_EQ(d.free(interior), CUDA_ERROR_NOT_FOUND);
+  ASSERT_EQ(d.free(a), CUDA_SUCCESS);
+  EXPECT_EQ(d.free(a), CUDA_ERROR_NOT_FOUND);  // double free
+  const CounterSnapshot c = d.counters.snapshot();
+  EXPECT_EQ(c.live_bytes, 4096u);
+  EXPECT_EQ(c.total_frees, 1u);
+  EXPECT_EQ(d.site_map().size(), 1u);
+  EXPECT_EQ(d.site_map()[2].count, 1u);
+  EXPECT_TRUE(d.pool.contains(a));  // the core refuses such frees instead of forwarding them
+}
+
+TEST(PooledRecords, RefusedFreeKeepsTheBlockLive) {
+  Device d;
+  void* a = d.alloc(4096, 1);
+  ASSERT_NE(a, nullptr);
+  AllocationRecord rec;
+  EXPECT_EQ(d.free(a, /*host_api=*/true, &rec), CUDA_ERROR_NOT_PERMITTED);  // cudaFreeHost of device memory
+  EXPECT_EQ(rec.size, 4096u);
+  BlockPayload payload;
+  EXPECT_TRUE(d.pool.find_payload(a, &payload));
+  PoolFigures f;
+  d.pool.figures(&f);
+  EXPECT_EQ(f.reserved_bytes - f.cached_free_bytes, 4096u);
+  EXPECT_EQ(d.counters.snapshot().live_bytes, 4096u);
+  EXPECT_EQ(d.counters.snapshot().total_frees, 0u);
+  EXPECT_EQ(d.free(a), CUDA_SUCCESS);
+}
+
+// Pooled allocations move the figures with plain stores under the pool's lock; other writers of
+// the same figures (forwarded device memory) take that lock. Several threads of each: exact.
+TEST(PooledRecords, FiguresExactUnderConcurrentAllocFreeAndLockedWriters) {
+  Device d;
+  constexpr int kThreads = 4, kRounds = 3000, kHeld = 8;
+  std::atomic<uint64_t> forwarded{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<void*> held;
+      for (int i = 0; i < kRounds; ++i) {
+        void* p = d.alloc(512 * (1 + (i + t) % 4), static_cast<StackId>(1 + t), static_cast<ModuleId>(3 + t % 2));
+        ASSERT_NE(p, nullptr);
+        held.push_back(p);
+        if (held.size() > kHeld) {
+          ASSERT_EQ(d.free(held.front()), CUDA_SUCCESS);
+          held.erase(held.begin());
+        }
+        // A forwarded allocation of the same device, counted the way Shim::track does.
+        d.pool.with_lock([&] { d.counters.on_alloc(100, 100); });
+        d.pool.with_lock([&] { d.counters.on_free(100, 100); });
+        forwarded.fetch_add(1, std::memory_order_relaxed);
+      }
+      for (void* p : held) ASSERT_EQ(d.free(p), CUDA_SUCCESS);
+    });
+  }
+  // A reader meanwhile, as the live thread or a report would read.
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      // (A reader without the lock may see the live total before the peak that follows it.)
+      const CounterSnapshot c = d.counters.snapshot();
+      EXPECT_LE(c.total_frees, c.total_allocs);
+      uint64_t live = 0;
+      for (const auto& [stack, t] : d.site_map()) live += t.bytes;  // consistent: read under the lock
+      EXPECT_LE(live, uint64_t{kThreads} * (kHeld + 1) * 2048);
+    }
+  });
+  for (auto& th : threads) th.join();
+  done = true;
+  reader.join();
+  const CounterSnapshot c = d.counters.snapshot();
+  EXPECT_EQ(c.live_bytes, 0u);
+  EXPECT_EQ(c.requested_bytes, 0u);
+  EXPECT_EQ(c.total_allocs, uint64_t{kThreads} * kRounds + forwarded.load());
+  EXPECT_EQ(c.total_frees, c.total_allocs);
+  EXPECT_GE(c.peak_bytes, 512u * (kHeld + 1));
+  EXPECT_LE(c.peak_bytes, uint64_t{kThreads} * (kHeld + 1) * 2048 + kThreads * 100);
+  EXPECT_TRUE(d.site_map().empty());
+  EXPECT_EQ(d.module_row(3).live_bytes + d.module_row(4).live_bytes, 0u);
+  EXPECT_EQ(d.module_row(3).total_allocs + d.module_row(4).total_allocs, uint64_t{kThreads} * kRounds);
+  PoolFigures f;
+  d.pool.figures(&f);
+  EXPECT_EQ(f.reserved_bytes, f.cached_free_bytes);
+}
+
+// The vmm policy: its small pool's blocks carry the records; an arena block (above medium_max)
+// cannot, so allocate_with refuses it without doing anything, and allocate() serves it.
+TEST(PooledRecords, VmmPoolCarriesSmallBlocksAndRefusesArenaBlocks) {
+  SimBackend sim(4ull << 30);
+  VmmPool pool(sim, VmmPoolOptions{});
+  ASSERT_TRUE(pool.holds_payloads());
+  MemoryCounters counters;
+  PooledSites sites;
+  AllocationTracker tracker;
+  const AllocationRecord rec{0, 4096, 1, 5, 0, MemoryKind::kDevice, Route::kPooled, 3};
+  void* small = nullptr;
+  uint64_t got = 0;
+  PooledAlloc a(counters, sites, tracker, rec, false);
+  ASSERT_EQ(pool.allocate_with(AllocRequest{4096, nullptr, false}, &small, &got, a), CUDA_SUCCESS);
+  BlockPayload payload;
+  ASSERT_TRUE(pool.find_payload(small, &payload));
+  EXPECT_EQ(load_record(payload).stack, 5u);
+  EXPECT_EQ(counters.snapshot().live_bytes, got);
+
+  const uint64_t large = pool.options().medium_max + 1;
+  PooledAlloc b(counters, sites, tracker, rec, false);
+  void* big = nullptr;
+  PoolFigures before, after;
+  pool.figures(&before);
+  EXPECT_EQ(pool.allocate_with(AllocRequest{large, nullptr, false}, &big, &got, b), CUDA_ERROR_NOT_SUPPORTED);
+  pool.figures(&after);
+  EXPECT_EQ(big, nullptr);
+  EXPECT_EQ(after.reserved_bytes, before.reserved_bytes);
+  EXPECT_EQ(counters.snapshot().total_allocs, 1u);
+  ASSERT_EQ(pool.allocate(AllocRequest{large, nullptr, false}, &big, &got), CUDA_SUCCESS);
+  EXPECT_FALSE(pool.find_payload(big, &payload));
+  PooledFree f(counters, sites, tracker, false);
+  EXPECT_EQ(pool.deallocate_with(big, nullptr, false, f), CUDA_ERROR_NOT_FOUND);  // the caller's record: its free
+  EXPECT_EQ(pool.deallocate(big, nullptr, false), CUDA_SUCCESS);
+  EXPECT_EQ(pool.deallocate_with(small, nullptr, false, f), CUDA_SUCCESS);
+  EXPECT_EQ(counters.snapshot().live_bytes, 0u);
+  EXPECT_EQ(pool.check_invariants(), "");
+}
+
+}  // namespace
+}  // namespace gpushim

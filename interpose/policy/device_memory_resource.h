@@ -59,14 +59,15 @@ class DeviceMemoryResource {
   virtual void release_cached() = 0;
 
   // ---- what pointer queries and IPC need to stay truthful (the driver only sees segments) ----
+  // Pure, not defaulted: a wrapper that forgot to forward them would answer "not ours" for every
+  // pooled block (the trace's wrapper once did: interior-pointer queries failed while tracing).
   // True if `p` lies inside a block currently handed out; sets its start and size.
-  virtual bool find_block(const void* p, uintptr_t* base, uint64_t* size) const {
-    (void)p, (void)base, (void)size;
-    return false;
-  }
+  virtual bool find_block(const void* p, uintptr_t* base, uint64_t* size) const = 0;
   // Null if legacy CUDA IPC (cuIpcGetMemHandle) on the live block at `block` gives an importing
   // process exactly that block's bytes at the address it maps; otherwise why not, in words that
   // complete "this block is ...". A resource that cannot tell must refuse.
+  virtual const char* ipc_export_refusal(const void* block, uint64_t size) const = 0;
+
   // ---- blocks that carry the caller's payload (only where holds_payloads()) ----
   virtual bool holds_payloads() const { return false; }
   // allocate() that also calls hooks.on_allocated under the lock. CUDA_ERROR_NOT_SUPPORTED (nothing
@@ -91,12 +92,6 @@ class DeviceMemoryResource {
   // Runs `fn` under the lock the hooks run under: for state the caller moves in its hooks and
   // must also change, or read consistently, from elsewhere. `fn` must not call the resource.
   virtual void with_lock(absl::FunctionRef<void()> fn) const { fn(); }
-
-  virtual const char* ipc_export_refusal(const void* block, uint64_t size) const {
-    (void)block, (void)size;
-    return "carved out of a larger driver allocation: CUDA's handle describes that allocation, so an importing "
-           "process would map its start, i.e. other bytes";
-  }
 };
 
 }  // namespace gpushim

@@ -50,6 +50,12 @@ class TraceOrderedResource final : public DeviceMemoryResource {
   bool find_payload(const void* p, BlockPayload* out) const override { return pool_->find_payload(p, out); }
   void with_lock(absl::FunctionRef<void()> fn) const override { pool_->with_lock(fn); }
   bool contains(const void* p) const override { return pool_->contains(p); }
+  bool find_block(const void* p, uintptr_t* base, uint64_t* size) const override {
+    return pool_->find_block(p, base, size);
+  }
+  const char* ipc_export_refusal(const void* block, uint64_t size) const override {
+    return pool_->ipc_export_refusal(block, size);
+  }
   void figures(PoolFigures* out) const override { pool_->figures(out); }
   void release_cached() override {
     std::lock_guard<std::mutex> lock(mu_);

@@ -5,6 +5,7 @@ pointer and IPC queries that stay truthful for pooled memory."""
 import json
 import os
 import subprocess
+import tempfile
 
 from pythons import interpreters
 from shimtest import BUILD, POLICIES, ShimTestCase, base_env, program, run
@@ -235,6 +236,22 @@ class PointerQueries(ShimTestCase):
         self.assertEqual(outs["caching"]["ipc_capable_b"], 0)
         differing = {k for k in outs["caching"] if outs["caching"][k] != outs["passthrough"][k]}
         self.assertEqual(differing, {"ipc_capable_b"})
+
+    def test_tracing_changes_no_answer(self):
+        # While a trace is recorded the pool sits behind the trace's ordering wrapper; every query
+        # must still reach the pool (it once answered "not allocated" for every pooled block).
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                plain = run([program("e2e_pointer_queries")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(plain)
+                with tempfile.TemporaryDirectory() as d:
+                    traced = run([program("e2e_pointer_queries")],
+                                 env={"GPUSHIM_POLICY": policy, "GPUSHIM_TRACE": os.path.join(d, "t.trace")})
+                    self.assertRanOK(traced)
+                    self.assertTrue(os.listdir(d), "no trace was written")
+                a, b = last_json(plain), last_json(traced)
+                self.assertEqual({k for k in a if a[k] != b.get(k)}, set(), (a, b))
+                self.assertEqual(b["range_size"], 4096)
 
 
 class Ipc(ShimTestCase):

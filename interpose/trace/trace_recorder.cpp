@@ -289,17 +289,22 @@ bool TraceRecorder::drain_and_write() {
   }
   std::vector<ThreadBuffer*> exited;
   for (ThreadBuffer* b : buffers) {
+    // True only between its thread's exit and the recycling below (which clears it), so the value
+    // read is that exit's store: everything the thread pushed happens-before, and the drain that
+    // follows takes all of it. (Left true while idle, as it once was, a stale true from the
+    // previous owner let a buffer be recycled while its next thread was still pushing: a TSan
+    // report, and that thread's last events lost.)
     const bool orphaned = b->orphaned.load(std::memory_order_acquire);
     b->ring.drain([&](const TraceEvent& e) { batch_.push_back(e); });
     if (orphaned) exited.push_back(b);
   }
   if (!exited.empty()) {
+    // Only here does an orphaned buffer become attachable again, so none of these has a producer.
     std::lock_guard<std::mutex> lock(registry_mu_);
     for (ThreadBuffer* b : exited) {
-      if (!b->orphaned.load(std::memory_order_relaxed)) continue;  // already re-attached
-      if (std::find(idle_buffers_.begin(), idle_buffers_.end(), b) != idle_buffers_.end()) continue;
       b->ring.reset();
       b->pending_drops = 0;
+      b->orphaned.store(false, std::memory_order_relaxed);
       idle_buffers_.push_back(b);
     }
   }

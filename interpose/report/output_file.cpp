@@ -41,8 +41,6 @@ bool is_directory_error(int err) {
 // symlink (some kernels and filesystems answer that one first), EISDIR for a directory.
 bool is_exists_error(int err) { return err == EEXIST || err == ELOOP || err == EISDIR; }
 
-bool write_all(int fd, const char* p, size_t n) { return write_fully(fd, p, n) == 0; }
-
 enum class Result { kWritten, kDirectoryError, kFailed, kUnsupported };
 
 void log_write_failure(const std::string& path, size_t bytes, int e) {
@@ -85,8 +83,8 @@ Result write_unnamed_then_link(const std::string& path, const std::string& data,
   int e = 0;
   {
     const ScopedNoSigxfsz no_sigxfsz;  // a file-size limit costs the file, not the host
-    ok = write_all(fd, data.data(), data.size());
-    e = ok ? 0 : errno;
+    e = write_fully(fd, data.data(), data.size());
+    ok = e == 0;
   }
   if (!ok) {
     ::close(fd);  // the unnamed file disappears with its descriptor
@@ -116,49 +114,69 @@ Result write_unnamed_then_link(const std::string& path, const std::string& data,
   return Result::kFailed;
 }
 
+enum class OpenResult { kOpened, kDirectoryError, kFailed };
+
+// Creates `path` or the first free suffixed variant (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600). On
+// kDirectoryError, *err is the errno that blamed the directory.
+OpenResult open_in_dir(const std::string& path, int* fd_out, std::string* written, int* err) {
+  for (int n = 0; n <= kMaxSuffix; ++n) {
+    const std::string candidate = n == 0 ? path : with_suffix(path, n);
+    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      *fd_out = fd;
+      *written = candidate;
+      return OpenResult::kOpened;
+    }
+    const int e = errno;
+    if (is_exists_error(e)) continue;
+    if (e == EINTR) {
+      --n;
+      continue;
+    }
+    *err = e;
+    if (is_directory_error(e)) return OpenResult::kDirectoryError;
+    log_line("cannot create %s: %s", candidate.c_str(), std::strerror(e));
+    return OpenResult::kFailed;
+  }
+  *err = EEXIST;
+  log_line("cannot create %s: %d suffixed names already exist", path.c_str(), kMaxSuffix);
+  return OpenResult::kFailed;
+}
+
 // Tries `path`, then its suffixed variants, in one directory. On kWritten, *written is the name.
 // On kDirectoryError, *err is the errno that blamed the directory.
 Result write_in_dir(const std::string& path, const std::string& data, std::string* written, int* err) {
   if (const Result r = write_unnamed_then_link(path, data, written, err); r != Result::kUnsupported) return r;
-  for (int n = 0; n <= kMaxSuffix; ++n) {
-    const std::string candidate = n == 0 ? path : with_suffix(path, n);
-    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      const int e = errno;
-      if (is_exists_error(e)) continue;
-      if (e == EINTR) {  // open on a slow filesystem; retry the same name
-        --n;
-        continue;
-      }
-      *err = e;
-      if (is_directory_error(e)) return Result::kDirectoryError;
-      log_line("cannot create %s: %s", candidate.c_str(), std::strerror(e));
+  int fd = -1;
+  std::string candidate;
+  switch (open_in_dir(path, &fd, &candidate, err)) {
+    case OpenResult::kDirectoryError:
+      return Result::kDirectoryError;
+    case OpenResult::kFailed:
       return Result::kFailed;
-    }
-    bool ok;
-    int e = 0;
-    {
-      const ScopedNoSigxfsz no_sigxfsz;  // a file-size limit costs the file, not the host
-      ok = write_all(fd, data.data(), data.size());
-      e = ok ? 0 : errno;
-      // close() is where NFS and some FUSE filesystems report deferred write errors.
-      if (::close(fd) != 0 && ok && errno != EINTR) {
-        ok = false;
-        e = errno;
-      }
-    }
-    if (!ok) {
-      ::unlink(candidate.c_str());  // a truncated report would mislead more than a missing one
-      *err = e;
-      log_write_failure(candidate, data.size(), e);
-      return Result::kFailed;
-    }
-    *written = candidate;
-    return Result::kWritten;
+    case OpenResult::kOpened:
+      break;
   }
-  *err = EEXIST;
-  log_line("cannot create %s: %d suffixed names already exist", path.c_str(), kMaxSuffix);
-  return Result::kFailed;
+  bool ok;
+  int e = 0;
+  {
+    const ScopedNoSigxfsz no_sigxfsz;  // a file-size limit costs the file, not the host
+    e = write_fully(fd, data.data(), data.size());
+    ok = e == 0;
+    // close() is where NFS and some FUSE filesystems report deferred write errors.
+    if (::close(fd) != 0 && ok && errno != EINTR) {
+      ok = false;
+      e = errno;
+    }
+  }
+  if (!ok) {
+    ::unlink(candidate.c_str());  // a truncated report would mislead more than a missing one
+    *err = e;
+    log_write_failure(candidate, data.size(), e);
+    return Result::kFailed;
+  }
+  *written = candidate;
+  return Result::kWritten;
 }
 
 // A path naming an existing character device (/dev/null, a terminal) is where the user wants
@@ -235,10 +253,9 @@ std::string write_new_file(const std::string& path, const std::string& data) {
   }
   if (const int fd = open_existing_char_device(path); fd >= 0) {
     const ScopedNoSigxfsz no_sigxfsz;
-    const bool ok = write_all(fd, data.data(), data.size());
-    const int e = errno;
+    const int e = write_fully(fd, data.data(), data.size());
     ::close(fd);
-    if (ok) return path;
+    if (e == 0) return path;
     log_line("cannot write %s: %s", path.c_str(), std::strerror(e));
     return "";
   }
@@ -261,40 +278,6 @@ std::string write_new_file(const std::string& path, const std::string& data) {
              std::strerror(err));
   return "";
 }
-
-}  // namespace gpushim
-
-namespace gpushim {
-namespace {
-
-enum class OpenResult { kOpened, kDirectoryError, kFailed };
-
-OpenResult open_in_dir(const std::string& path, int* fd_out, std::string* written, int* err) {
-  for (int n = 0; n <= kMaxSuffix; ++n) {
-    const std::string candidate = n == 0 ? path : with_suffix(path, n);
-    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      *fd_out = fd;
-      *written = candidate;
-      return OpenResult::kOpened;
-    }
-    const int e = errno;
-    if (is_exists_error(e)) continue;
-    if (e == EINTR) {
-      --n;
-      continue;
-    }
-    *err = e;
-    if (is_directory_error(e)) return OpenResult::kDirectoryError;
-    log_line("cannot create %s: %s", candidate.c_str(), std::strerror(e));
-    return OpenResult::kFailed;
-  }
-  *err = EEXIST;
-  log_line("cannot create %s: %d suffixed names already exist", path.c_str(), kMaxSuffix);
-  return OpenResult::kFailed;
-}
-
-}  // namespace
 
 int create_new_file(const std::string& path, std::string* written) {
   if (path.empty()) {

@@ -70,11 +70,18 @@ cudaError_t Load() {
 std::atomic<bool> g_unloading{false};
 
 cudaError_t LoadDriver() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    g_load_error = Load();
-    std::atexit([] { g_unloading.store(true); });
-  });
+  // Every runtime call passes here. libstdc++'s call_once goes through pthread_once and sets up
+  // thread-local state on every call, done or not; NVIDIA's runtime checks a flag once it is
+  // initialized, and so do we, so that the simulated runtime's own cost stays that small.
+  static std::atomic<bool> loaded{false};
+  if (!loaded.load(std::memory_order_acquire)) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      g_load_error = Load();
+      std::atexit([] { g_unloading.store(true); });
+    });
+    loaded.store(true, std::memory_order_release);
+  }
   if (g_unloading.load(std::memory_order_relaxed)) return cudaErrorCudartUnloading;
   return g_load_error;
 }

@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "policy/backend.h"
 #include "policy/device_memory_resource.h"
+#include "util/futex_mutex.h"
 
 namespace gpushim {
 
@@ -111,7 +112,7 @@ class CachingPool final : public DeviceMemoryResource {
 
   Backend& backend_;
   const CachingPoolOptions opt_;
-  mutable std::mutex mu_;
+  mutable FutexMutex mu_;
   FreeSet small_free_, large_free_;
   std::vector<Block*> quarantine_;
   std::vector<Block*> spare_blocks_;

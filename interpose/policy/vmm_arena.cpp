@@ -57,7 +57,7 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   // and medium requests, where a chunk would be too much, never come here (VmmPool's sub-allocator).
   const uint64_t want = round_up(std::max<uint64_t>(size, 1), gran_);
   if (want == 0) return CUDA_ERROR_OUT_OF_MEMORY;  // a size near 2^64 cannot be rounded
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   Block* b = find_free(want, req);
   // Memory waiting in the quarantine is memory held for nothing: one sync makes all of it
   // reusable, which is cheaper than creating or remapping more.
@@ -119,7 +119,7 @@ VmmArena::Block* VmmArena::find_free(uint64_t size, const AllocRequest& req) {
 }
 
 CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   auto it = user_.find(reinterpret_cast<uintptr_t>(p));
   if (it == user_.end()) return CUDA_ERROR_INVALID_VALUE;
   Block* b = it->second;
@@ -143,7 +143,7 @@ CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered) {
 }
 
 CUresult VmmArena::return_segment(void* p) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   auto it = segments_.find(reinterpret_cast<uintptr_t>(p));
   if (it == segments_.end()) return CUDA_ERROR_INVALID_VALUE;
   Block* b = it->second;
@@ -165,7 +165,7 @@ uint64_t VmmArena::sync_threshold() const {
 }
 
 uint64_t VmmArena::idle_allowance() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   return sync_threshold();
 }
 
@@ -178,7 +178,7 @@ bool VmmArena::sync_and_settle_locked() {
 }
 
 void VmmArena::settle_after_external_sync() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   settle_locked();
 }
 
@@ -680,7 +680,7 @@ void VmmArena::free_empty_reservations() {
 // Giving memory back
 
 void VmmArena::release_idle() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   std::vector<Piece*> loose;
   loose.swap(loose_);
   for (Piece* p : loose) release_piece_memory(p);
@@ -695,12 +695,12 @@ void VmmArena::release_idle() {
 }
 
 void VmmArena::count_retry() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   ++retries_;
 }
 
 void VmmArena::count_oom() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   ++ooms_;
 }
 
@@ -709,7 +709,7 @@ void VmmArena::count_oom() {
 
 bool VmmArena::contains(const void* p) const {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   auto it = pieces_.upper_bound(a);
   if (it == pieces_.begin()) return false;
   --it;
@@ -717,7 +717,7 @@ bool VmmArena::contains(const void* p) const {
 }
 
 bool VmmArena::find_user_block(const void* p, uintptr_t* base, uint64_t* size) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   const Block* b = containing(reinterpret_cast<uintptr_t>(p));
   if (b == nullptr || b->state != State::kAllocated || b->owner != Owner::kUser) return false;
   *base = b->addr;
@@ -726,7 +726,7 @@ bool VmmArena::find_user_block(const void* p, uintptr_t* base, uint64_t* size) c
 }
 
 void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* segment_bytes) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   out->reserved_bytes = held_;
   out->peak_reserved_bytes = peak_held_;
   out->cached_free_bytes = held_ - user_allocated_ - segment_bytes_;
@@ -758,7 +758,7 @@ void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* seg
 }
 
 VmmStats VmmArena::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   VmmStats s = stats_;
   s.pieces = pieces_.size() + loose_.size();
   s.reservations = reservations_.size();
@@ -766,7 +766,7 @@ VmmStats VmmArena::stats() const {
 }
 
 std::string VmmArena::check_invariants() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FutexMutex> lock(mu_);
   uint64_t quarantined = 0, user = 0, segments = 0;
   size_t listed = free_.size() + quarantine_.size() + user_.size() + segments_.size();
   for (const Block* b : free_)

@@ -44,6 +44,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "policy/backend.h"
 #include "policy/device_memory_resource.h"
+#include "util/futex_mutex.h"
 
 namespace gpushim {
 
@@ -220,7 +221,7 @@ class VmmArena {
   Backend& backend_;
   const VmmPoolOptions opt_;
   const size_t gran_;
-  mutable std::mutex mu_;
+  mutable FutexMutex mu_;
   FreeSet free_;                      // free blocks, for best fit
   std::map<uintptr_t, Block*> blocks_;  // every block, by address: neighbours, windows
   std::vector<Block*> quarantine_;  // cudaFree'd blocks waiting for a sync

@@ -3,26 +3,23 @@
 namespace gpushim {
 namespace {
 
-// Bit 40 keeps every key non-zero (module 0 on device 0 would otherwise pack to 0).
-uint64_t pack(uint64_t module, int device, MemoryKind kind) {
-  return (1ull << 40) | (module << 24) | (static_cast<uint64_t>(static_cast<uint16_t>(device)) << 8) |
-         static_cast<uint64_t>(kind);
-}
+std::atomic<uint64_t> g_next_table_id{1};
 
 }  // namespace
 
-ModuleCounters::ModuleCounters() : slots_(new Slot[kSlots]) {
+ModuleCounters::ModuleCounters()
+    : slots_(new Slot[kSlots]), id_(g_next_table_id.fetch_add(1, std::memory_order_relaxed)) {
   // The first slots are the overflow slots, one per kind, claimed up front so they always exist.
   for (int k = 0; k < kMemoryKinds; ++k)
     slots_[k].key.store(pack(kOverflowModule, -1, static_cast<MemoryKind>(k)), std::memory_order_relaxed);
 }
 
-ModuleTotals& ModuleCounters::at(ModuleId module, int device, MemoryKind kind) {
-  const uint64_t key = pack(module, device, kind);
+ModuleTotals& ModuleCounters::find(uint64_t key) {
   constexpr size_t kFirst = kMemoryKinds;
-  constexpr size_t kProbeSlots = kSlots - kFirst;
-  size_t i = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 40) % kProbeSlots;
-  for (size_t probes = 0; probes < kProbeSlots; ++probes, i = (i + 1) % kProbeSlots) {
+  static_assert((kProbeSlots & (kProbeSlots - 1)) == 0, "probing masks");
+  constexpr size_t kMask = kProbeSlots - 1;
+  size_t i = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 40) & kMask;
+  for (size_t probes = 0; probes < kProbeSlots; ++probes, i = (i + 1) & kMask) {
     Slot& slot = slots_[kFirst + i];
     uint64_t cur = slot.key.load(std::memory_order_acquire);
     if (cur == key) return slot.counters;
@@ -31,7 +28,7 @@ ModuleTotals& ModuleCounters::at(ModuleId module, int device, MemoryKind kind) {
       if (cur == key) return slot.counters;  // another thread claimed it for the same key
     }
   }
-  return slots_[static_cast<size_t>(kind)].counters;
+  return slots_[static_cast<size_t>(key & 0xFF)].counters;
 }
 
 }  // namespace gpushim

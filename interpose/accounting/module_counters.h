@@ -70,7 +70,10 @@ class ModuleTotals {
 
 class ModuleCounters {
  public:
-  static constexpr size_t kSlots = 1024;
+  // The probed slots are a power of two, so that a probe masks instead of dividing (a division
+  // on every allocation and free showed in the pair's profile); the overflow slots come first.
+  static constexpr size_t kProbeSlots = 1024;
+  static constexpr size_t kSlots = kMemoryKinds + kProbeSlots;
   // Module id of the overflow slot in for_each.
   static constexpr ModuleId kOverflowModule = 0xFFFF;
 
@@ -78,8 +81,21 @@ class ModuleCounters {
   ModuleCounters(const ModuleCounters&) = delete;
   ModuleCounters& operator=(const ModuleCounters&) = delete;
 
-  // The counters of one combination; never null.
-  ModuleTotals& at(ModuleId module, int device, MemoryKind kind);
+  // The counters of one combination; never null. A thread keeps asking for the same one (its
+  // allocation loop's module, device and kind), so the last answer is kept per thread: rows are
+  // never released, so a remembered row stays valid for as long as its table lives.
+  ModuleTotals& at(ModuleId module, int device, MemoryKind kind) {
+    struct Last {
+      uint64_t table, key;
+      ModuleTotals* row;
+    };
+    __attribute__((tls_model("initial-exec"))) static thread_local Last last{0, 0, nullptr};
+    const uint64_t key = pack(module, device, kind);
+    if (last.table == id_ && last.key == key) return *last.row;
+    ModuleTotals& row = find(key);
+    last = Last{id_, key, &row};
+    return row;
+  }
 
   // Calls fn(module, device, kind, const ModuleTotals&) for every combination used so far
   // (overflow slots only once something landed there).
@@ -100,7 +116,17 @@ class ModuleCounters {
     std::atomic<uint64_t> key{0};  // 0: free; otherwise 1 << 40 | module << 24 | device << 8 | kind
     ModuleTotals counters;
   };
+  // Bit 40 keeps every key non-zero (module 0 on device 0 would otherwise pack to 0).
+  static uint64_t pack(uint64_t module, int device, MemoryKind kind) {
+    return (1ull << 40) | (module << 24) | (static_cast<uint64_t>(static_cast<uint16_t>(device)) << 8) |
+           static_cast<uint64_t>(kind);
+  }
+  ModuleTotals& find(uint64_t key);
+
   std::unique_ptr<Slot[]> slots_;
+  // Distinct for every table the process ever makes (never 0), so that a thread's remembered row
+  // cannot be taken for a row of a later table at the same address.
+  const uint64_t id_;
 };
 
 }  // namespace gpushim

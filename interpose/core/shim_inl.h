@@ -64,10 +64,9 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   bool in_block = false;  // the record went into the pool's block
   if (d->pool_keeps_records) {
     // One lock, one lookup: the record and every figure move with the block (pooled_records.h).
-    PooledAlloc hooks(d->counters, d->pooled_sites, tracker_, rec, trace_ != nullptr);
+    PooledAlloc hooks(d->counters, d->pooled_sites, tracker_, rec, trace_ != nullptr);  // fills in `rec`
     r = d->pool->allocate_with(req, &p, &allocated, hooks);
     in_block = r != CUDA_ERROR_NOT_SUPPORTED;
-    if (r == CUDA_SUCCESS) rec = hooks.record();
   }
   if (!in_block) r = d->pool->allocate(req, &p, &allocated);
   if (r != CUDA_SUCCESS) {

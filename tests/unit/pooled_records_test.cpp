@@ -201,7 +201,7 @@ TEST(PooledRecords, VmmPoolCarriesSmallBlocksAndRefusesArenaBlocks) {
   MemoryCounters counters;
   PooledSites sites;
   AllocationTracker tracker;
-  const AllocationRecord rec{0, 4096, 1, 5, 0, MemoryKind::kDevice, Route::kPooled, 3};
+  AllocationRecord rec{0, 4096, 1, 5, 0, MemoryKind::kDevice, Route::kPooled, 3};
   void* small = nullptr;
   uint64_t got = 0;
   PooledAlloc a(counters, sites, tracker, rec, false);

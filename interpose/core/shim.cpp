@@ -87,9 +87,9 @@ void exit_handler() {
 
 Shim* Shim::existing() { return g_instance.load(std::memory_order_acquire); }
 
-Shim* Shim::get() {
+Shim* Shim::get_slow() {
   const int state = g_state.load(std::memory_order_acquire);
-  if (__builtin_expect(state == kReady, 1)) return g_instance.load(std::memory_order_relaxed);
+  if (state == kReady) return g_instance.load(std::memory_order_relaxed);
   if (state == kDisabled || state == kDetached || t_initializing) return nullptr;
   return slow_init();
 }
@@ -117,6 +117,7 @@ Shim* Shim::slow_init() {
   // Registered now, after the CUDA runtime loaded, so it runs before the runtime's own teardown.
   std::atexit(exit_handler);
   g_state.store(kReady, std::memory_order_release);
+  ready_.store(shim, std::memory_order_release);
   shim->start_live_outputs();
   t_initializing = false;
   return shim;
@@ -166,22 +167,20 @@ void Shim::fork_child() {
   s->live_.abandon_in_fork_child();  // its thread does not exist here
   if (s->trace_) s->trace_->disable_in_child();  // the parent's trace is the parent's to write
   s->forked_child_ = true;
+  ready_.store(nullptr, std::memory_order_release);
   g_instance.store(nullptr, std::memory_order_release);
   g_state.store(kDetached, std::memory_order_release);
 }
 
 // ---- devices ----
 
-DeviceState* Shim::device(int ordinal) {
-  if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
-  DeviceState* d = devices_[ordinal].load(std::memory_order_acquire);
-  if (d) return d;
+DeviceState* Shim::create_device(int ordinal) {
   // Built outside devices_mu_: it calls into the driver (cuInit, context retain), whose own locks
   // a fork handler may hold while ours waits for devices_mu_. Holding devices_mu_ across driver
   // calls would invert that order and could deadlock a fork.
   std::unique_ptr<DeviceState> fresh = make_device(ordinal);
   std::lock_guard<std::mutex> lock(devices_mu_);
-  d = devices_[ordinal].load(std::memory_order_relaxed);
+  DeviceState* d = devices_[ordinal].load(std::memory_order_relaxed);
   if (d) return d;  // another thread won; ours is dropped (its context retain is harmless)
   d = fresh.release();
   if (trace_) trace_device(d);

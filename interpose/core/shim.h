@@ -85,7 +85,11 @@ class Shim {
  public:
   // The initialized shim, or null when it is disabled (bad configuration) or being initialized by
   // this very thread (a re-entrant call must simply forward).
-  static Shim* get();
+  // Inline: every hook calls it first.
+  static Shim* get() {
+    if (Shim* s = ready_.load(std::memory_order_acquire)) return s;
+    return get_slow();
+  }
   // The shim if it was ever initialized in this process; never initializes.
   static Shim* existing();
 
@@ -191,16 +195,26 @@ class Shim {
 
   StackTable& stacks() { return stacks_; }
   AllocationTracker& tracker() { return tracker_; }
-  DeviceState* device(int ordinal);  // null for an invalid ordinal; creates it on first use
+  // Null for an invalid ordinal; creates it on first use.
+  DeviceState* device(int ordinal) {
+    if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
+    if (DeviceState* d = devices_[ordinal].load(std::memory_order_acquire)) return d;
+    return create_device(ordinal);
+  }
   const DeviceState* existing_device(int ordinal) const {
     return ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
   }
 
  private:
   Shim(Config config, std::string exe);
+  static Shim* get_slow();
   static Shim* slow_init();
+  // The instance while it is ready for use (initialized, and not detached in a fork child);
+  // null otherwise, and then get_slow() says why.
+  static inline std::atomic<Shim*> ready_{nullptr};
 
   std::unique_ptr<DeviceState> make_device(int ordinal);
+  DeviceState* create_device(int ordinal);  // device()'s first use of an ordinal
   StackId capture_stack();
   DeviceState* current_device_state();
   MemoryCounters& counters_for(MemoryKind kind, int device);

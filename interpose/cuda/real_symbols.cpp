@@ -77,10 +77,12 @@ GPUSHIM_EARLY void* real_dlsym(void* handle, const char* name) {
   return reinterpret_cast<DlsymFn>(real_dlsym_function())(handle, name);
 }
 
-const RealRuntime& real_runtime() {
+std::atomic<const RealRuntime*> g_real_runtime{nullptr};
+
+const RealRuntime& resolve_real_runtime() {
   // Resolved once libcudart is found, and looked for again until then: a process may call the
   // driver first (our driver hooks then run before any runtime exists) and load libcudart later.
-  static std::atomic<const RealRuntime*> table{nullptr};
+  std::atomic<const RealRuntime*>& table = g_real_runtime;
   static const RealRuntime none;
   if (const RealRuntime* t = table.load(std::memory_order_acquire)) return *t;
   // The runtime the application bound to: the next definition after us in the global scope.

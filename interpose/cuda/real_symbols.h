@@ -7,6 +7,8 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+
 namespace gpushim {
 
 // Code that our dlsym runs before it reaches glibc's. The first dlsym calls of a process can come
@@ -54,7 +56,12 @@ struct RealRuntime {
 };
 
 // Resolved on first use (thread-safe). Entries are null while libcudart is not loaded; it is then
-// looked for again on later calls.
-const RealRuntime& real_runtime();
+// looked for again on later calls. Inline: every runtime hook reads it, most several times.
+extern std::atomic<const RealRuntime*> g_real_runtime;  // set once resolved
+const RealRuntime& resolve_real_runtime();
+inline const RealRuntime& real_runtime() {
+  if (const RealRuntime* t = g_real_runtime.load(std::memory_order_acquire)) return *t;
+  return resolve_real_runtime();
+}
 
 }  // namespace gpushim

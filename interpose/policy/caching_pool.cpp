@@ -148,15 +148,26 @@ bool CachingPool::usable(Block* b, const AllocRequest& req) {
   return true;
 }
 
-CachingPool::Block* CachingPool::find_free(uint64_t size, bool small, const AllocRequest& req) {
-  FreeSet& set = free_set(small);
+CachingPool::FreeSet::iterator CachingPool::first_fit_candidate(FreeSet& set, uint64_t size) {
+  // Valid while no block entered or left the set (in-place shrinking by take() keeps the order,
+  // and it keeps every block before the hinted one smaller than `size`, so the hinted block
+  // stays the answer for as long as it is large enough itself).
+  if (hint_.set == &set && hint_.version == free_version_ && hint_.size == size && (*hint_.it)->size >= size)
+    return hint_.it;
   Block key;
   key.size = size;
+  const FreeSet::iterator it = set.lower_bound(&key);
+  if (it != set.end()) hint_ = FindHint{&set, it, free_version_, size};
+  return it;
+}
+
+CachingPool::Block* CachingPool::find_free(uint64_t size, bool small, const AllocRequest& req) {
+  FreeSet& set = free_set(small);
   // Blocks still in use by another stream are skipped; bound the scan so a long run of them
   // cannot make allocation linear in the number of free blocks.
   constexpr int kMaxScan = 64;
   int scanned = 0;
-  for (auto it = set.lower_bound(&key); it != set.end() && scanned < kMaxScan; ++it, ++scanned) {
+  for (auto it = first_fit_candidate(set, size); it != set.end() && scanned < kMaxScan; ++it, ++scanned) {
     Block* b = *it;
     // Oversize blocks are kept whole for requests of their own size class (max_split).
     if (size < opt_.max_split && b->size >= opt_.max_split) break;
@@ -178,6 +189,7 @@ CachingPool::Block* CachingPool::take(FreeSet& set, FreeSet::iterator it, uint64
   Block* b = *it;
   if (!worth_splitting(b, size, small)) {
     set.erase(it);
+    ++free_version_;
     return b;
   }
   // Most allocations carve from a large free block. The remainder is that block's end, and it
@@ -190,6 +202,7 @@ CachingPool::Block* CachingPool::take(FreeSet& set, FreeSet::iterator it, uint64
     const Block* before = *std::prev(it);
     if (before->size > rest || (before->size == rest && before->addr > b->addr + size)) {
       set.erase(it);
+      ++free_version_;
       return split(b, size, small);
     }
   }
@@ -254,6 +267,7 @@ CachingPool::Block* CachingPool::split(Block* b, uint64_t size, bool small) {
 void CachingPool::insert_free(Block* b) {
   b->state = State::kFree;
   free_set(b->segment->small).insert(b);
+  ++free_version_;
 }
 
 CachingPool::Block* CachingPool::coalesce(Block* b) {
@@ -271,6 +285,7 @@ CachingPool::Block* CachingPool::coalesce(Block* b) {
   if (compatible(b->prev)) {
     Block* p = b->prev;
     set.erase(p);
+    ++free_version_;
     clear_stream(p);
     if (tagged) drop_event_keep_stream(b);
     b->addr = p->addr;
@@ -283,6 +298,7 @@ CachingPool::Block* CachingPool::coalesce(Block* b) {
   if (compatible(b->next)) {
     Block* n = b->next;
     set.erase(n);
+    ++free_version_;
     clear_stream(n);
     if (tagged) drop_event_keep_stream(b);
     b->size += n->size;
@@ -356,6 +372,7 @@ void CachingPool::settle_after_sync() {
       blocks.push_back(b);
     }
     set->clear();
+    ++free_version_;
   }
   for (Block* b : blocks)
     if (b->stream != nullptr || b->event != nullptr) clear_stream(b);
@@ -402,6 +419,7 @@ void CachingPool::free_empty_segments() {
     if (b->stream && (backend_.capture_active() || !b->event || !backend_.event_done(b->event->handle))) continue;
     if (backend_.segment_free(reinterpret_cast<void*>(seg->base), seg->size) != CUDA_SUCCESS) continue;
     set.erase(bit);
+    ++free_version_;
     clear_stream(b);
     recycle(b);
     segments_.erase(seg->base);

@@ -92,6 +92,9 @@ class CachingPool final : public DeviceMemoryResource {
   FreeSet& free_set(bool small) { return small ? small_free_ : large_free_; }
   uint64_t segment_size_for(uint64_t rounded) const;
   Block* find_free(uint64_t size, bool small, const AllocRequest& req);
+  // The first block of `set` at least `size` large, or end(): a B-tree descent, skipped when the
+  // last one answered the same question and the set has not changed since (hint_).
+  FreeSet::iterator first_fit_candidate(FreeSet& set, uint64_t size);
   bool usable(Block* b, const AllocRequest& req);
   Block* grow(uint64_t size, bool small, CUresult* err);
   Block* split(Block* b, uint64_t size, bool small);
@@ -114,6 +117,15 @@ class CachingPool final : public DeviceMemoryResource {
   const CachingPoolOptions opt_;
   mutable FutexMutex mu_;
   FreeSet small_free_, large_free_;
+  // Bumped whenever a block enters or leaves a free set: B-tree iterators are valid until then.
+  uint64_t free_version_ = 0;
+  // An allocation loop asks for the same size over and over; the answer is kept while valid.
+  struct FindHint {
+    const FreeSet* set = nullptr;
+    FreeSet::iterator it;
+    uint64_t version = 0;
+    uint64_t size = 0;
+  } hint_;
   std::vector<Block*> quarantine_;
   std::vector<Block*> spare_blocks_;
   static constexpr uint64_t kMinSpareBlocks = 4096;

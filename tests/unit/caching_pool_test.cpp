@@ -91,6 +91,38 @@ TEST(CachingPool, CarvingKeepsBestFitAndMergesBack) {
   EXPECT_EQ(p.fig().reserved_bytes, 0u) << "the blocks no longer merge into the whole segment";
 }
 
+// Repeated requests of one size skip the B-tree descent while the free sets have not changed
+// (CachingPool::first_fit_candidate). Best fit must hold through everything that changes them or
+// shrinks the remembered block.
+TEST(CachingPool, RepeatedSizesKeepBestFit) {
+  Pool p;
+  auto at = [](void* q) { return reinterpret_cast<uintptr_t>(q); };
+  auto alloc = [&](uint64_t n) { return p.alloc(n, nullptr, true); };  // stream-ordered: reusable at once
+  auto free_now = [&](void* q) { ASSERT_EQ(p.pool.deallocate(q, nullptr, true), CUDA_SUCCESS); };
+  // Same size three times from the segment's remainder: consecutive.
+  void* x1 = alloc(4096);
+  void* x2 = alloc(4096);
+  void* x3 = alloc(4096);
+  ASSERT_TRUE(x1 && x2 && x3);
+  EXPECT_EQ(at(x2), at(x1) + 4096);
+  EXPECT_EQ(at(x3), at(x2) + 4096);
+  // A freed block between live ones now fits best: the remembered answer is stale.
+  free_now(x2);
+  EXPECT_EQ(at(alloc(4096)), at(x2));
+  EXPECT_EQ(at(alloc(4096)), at(x3) + 4096);
+  // The remembered block shrinks below the size: the next request of that size goes elsewhere.
+  void* f = alloc(1536);
+  void* sep = alloc(512);  // keeps f's block apart from the remainder
+  free_now(f);
+  void* q1 = alloc(1024);  // best fit: f's 1536, which keeps its last 512 bytes
+  EXPECT_EQ(at(q1), at(f));
+  void* q2 = alloc(1024);  // those 512 bytes are too small now: the remainder
+  EXPECT_EQ(at(q2), at(sep) + 512);
+  void* q3 = alloc(512);  // and they still fit best for 512
+  EXPECT_EQ(at(q3), at(f) + 1024);
+  EXPECT_EQ(p.sim.counters().segment_allocs, 1u);
+}
+
 TEST(CachingPool, SegmentSizesPerClass) {
   Pool p;
   p.alloc(11 * MiB);  // large: a segment of its own, rounded to 2 MiB

@@ -73,7 +73,9 @@ class FutexMutex {
         syscall(SYS_futex, reinterpret_cast<uint32_t*>(&locked_), FUTEX_WAIT_PRIVATE, 1u, &bound, nullptr, 0);
         waking_.store(false, std::memory_order_relaxed);
       }
-      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      // The last sleeper to leave also clears the flag: a wake-up sent as it timed out reached
+      // nobody, and would otherwise hold back the next sleeper's wake-up for one bound.
+      if (sleepers_.fetch_sub(1, std::memory_order_relaxed) == 1) waking_.store(false, std::memory_order_relaxed);
       if (got || try_lock()) return;
     }
   }

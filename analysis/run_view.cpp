@@ -204,9 +204,11 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     for (const TraceEvent& e : t.events)
       if (e.kind == EventKind::kIteration) checkpoints.push_back(e.t_ns);
   } else if (!t.events.empty()) {
-    const uint64_t t0 = t.events.front().t_ns, t1 = t.events.back().t_ns;
+    const uint64_t t0 = t.events.front().t_ns, t1 = std::max(t0, t.events.back().t_ns);
+    // In 128 bits: a damaged trace's clock may span most of 2^64 ns, and a product that wraps
+    // would put the checkpoints out of order.
     for (int k = 1; k <= kTimeCheckpoints; ++k)
-      checkpoints.push_back(t0 + (t1 - t0) * static_cast<uint64_t>(k) / kTimeCheckpoints);
+      checkpoints.push_back(t0 + static_cast<uint64_t>(static_cast<unsigned __int128>(t1 - t0) * k / kTimeCheckpoints));
   }
 
   std::map<int, DeviceState> devs;

@@ -216,6 +216,19 @@ TEST(Growth, WithoutMarksTimeCheckpointsStillFindTheLeak) {
   EXPECT_GT(run.growth[0].grew_bytes, 20 * kMiB);
 }
 
+TEST(Growth, TimeCheckpointsSurviveAHugeTimeSpan) {
+  // A trace whose clock spans most of 2^64 ns (damaged or hostile): spacing the checkpoints
+  // evenly must not overflow, or they come out of order and the planted leak is lost.
+  TraceData t = training_trace(40);
+  std::erase_if(t.events, [](const TraceEvent& e) { return e.kind == EventKind::kIteration; });
+  ASSERT_LT(t.events.size(), 255u);
+  for (size_t i = 0; i < t.events.size(); ++i) t.events[i].t_ns = 1000 + i * (1ull << 56);
+  RunView run;
+  run_from_trace(t, "t", &run);
+  ASSERT_EQ(run.growth.size(), 1u);
+  EXPECT_GT(run.growth[0].grew_bytes, 20 * kMiB);
+}
+
 TEST(Pickle, EncodesWithTheSimpleOpcodes) {
   PickleWriter p;
   p.begin_dict();

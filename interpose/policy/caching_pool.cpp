@@ -75,22 +75,20 @@ uint64_t CachingPool::segment_size_for(uint64_t rounded) const {
 }
 
 CUresult CachingPool::allocate(const AllocRequest& req, void** out, uint64_t* allocated) {
-  std::lock_guard<FutexMutex> lock(mu_);
-  Block* b = nullptr;
-  const CUresult r = allocate_locked(req, &b);
-  if (r != CUDA_SUCCESS) return r;
-  b->payload = BlockPayload{};  // no hooks to fill it (new_block leaves it as it was)
-  *out = reinterpret_cast<void*>(b->addr);
-  *allocated = b->size;
-  return CUDA_SUCCESS;
+  return allocate_block(req, out, allocated, nullptr);
 }
 
 CUresult CachingPool::allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) {
+  return allocate_block(req, out, allocated, &hooks);
+}
+
+CUresult CachingPool::allocate_block(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks* hooks) {
   std::lock_guard<FutexMutex> lock(mu_);
   Block* b = nullptr;
   const CUresult r = allocate_locked(req, &b);
   if (r != CUDA_SUCCESS) return r;
-  hooks.on_allocated(b->addr, b->size, b->payload);
+  if (hooks != nullptr) hooks->on_allocated(b->addr, b->size, b->payload);
+  else b->payload = BlockPayload{};  // nobody fills it (new_block leaves it as it was)
   *out = reinterpret_cast<void*>(b->addr);
   *allocated = b->size;
   return CUDA_SUCCESS;
@@ -188,8 +186,7 @@ bool CachingPool::worth_splitting(const Block* b, uint64_t size, bool small) con
 CachingPool::Block* CachingPool::take(FreeSet& set, FreeSet::iterator it, uint64_t size, bool small) {
   Block* b = *it;
   if (!worth_splitting(b, size, small)) {
-    set.erase(it);
-    ++free_version_;
+    erase_free(set, it);
     return b;
   }
   // Most allocations carve from a large free block. The remainder is that block's end, and it
@@ -201,8 +198,7 @@ CachingPool::Block* CachingPool::take(FreeSet& set, FreeSet::iterator it, uint64
   if (it != set.begin()) {
     const Block* before = *std::prev(it);
     if (before->size > rest || (before->size == rest && before->addr > b->addr + size)) {
-      set.erase(it);
-      ++free_version_;
+      erase_free(set, it);
       return split(b, size, small);
     }
   }
@@ -284,8 +280,7 @@ CachingPool::Block* CachingPool::coalesce(Block* b) {
   const bool tagged = b->stream != nullptr;
   if (compatible(b->prev)) {
     Block* p = b->prev;
-    set.erase(p);
-    ++free_version_;
+    erase_free(set, p);
     clear_stream(p);
     if (tagged) drop_event_keep_stream(b);
     b->addr = p->addr;
@@ -297,8 +292,7 @@ CachingPool::Block* CachingPool::coalesce(Block* b) {
   }
   if (compatible(b->next)) {
     Block* n = b->next;
-    set.erase(n);
-    ++free_version_;
+    erase_free(set, n);
     clear_stream(n);
     if (tagged) drop_event_keep_stream(b);
     b->size += n->size;
@@ -310,21 +304,20 @@ CachingPool::Block* CachingPool::coalesce(Block* b) {
 }
 
 CUresult CachingPool::deallocate(void* p, CUstream stream, bool stream_ordered) {
-  std::lock_guard<FutexMutex> lock(mu_);
-  auto it = allocated_.find(reinterpret_cast<uintptr_t>(p));
-  if (it == allocated_.end()) return CUDA_ERROR_INVALID_VALUE;
-  Block* b = it->second;
-  allocated_.erase(it);
-  deallocate_locked(b, stream, stream_ordered);
-  return CUDA_SUCCESS;
+  const CUresult r = deallocate_block(p, stream, stream_ordered, nullptr);
+  return r == CUDA_ERROR_NOT_FOUND ? CUDA_ERROR_INVALID_VALUE : r;
 }
 
 CUresult CachingPool::deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) {
+  return deallocate_block(p, stream, stream_ordered, &hooks);
+}
+
+CUresult CachingPool::deallocate_block(void* p, CUstream stream, bool stream_ordered, PayloadHooks* hooks) {
   std::lock_guard<FutexMutex> lock(mu_);
   auto it = allocated_.find(reinterpret_cast<uintptr_t>(p));
   if (it == allocated_.end()) return CUDA_ERROR_NOT_FOUND;
   Block* b = it->second;
-  if (!hooks.on_freeing(b->addr, b->size, b->payload)) return CUDA_ERROR_NOT_PERMITTED;
+  if (hooks != nullptr && !hooks->on_freeing(b->addr, b->size, b->payload)) return CUDA_ERROR_NOT_PERMITTED;
   allocated_.erase(it);
   deallocate_locked(b, stream, stream_ordered);
   return CUDA_SUCCESS;
@@ -418,8 +411,7 @@ void CachingPool::free_empty_segments() {
     Block* b = *bit;
     if (b->stream && (backend_.capture_active() || !b->event || !backend_.event_done(b->event->handle))) continue;
     if (backend_.segment_free(reinterpret_cast<void*>(seg->base), seg->size) != CUDA_SUCCESS) continue;
-    set.erase(bit);
-    ++free_version_;
+    erase_free(set, bit);
     clear_stream(b);
     recycle(b);
     segments_.erase(seg->base);

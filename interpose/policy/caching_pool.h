@@ -85,6 +85,11 @@ class CachingPool final : public DeviceMemoryResource {
     Block* head = nullptr;  // the block at `base`: the start of the address-ordered list
   };
 
+  // allocate() and allocate_with(): without hooks the payload is cleared.
+  CUresult allocate_block(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks* hooks);
+  // deallocate() and deallocate_with(): CUDA_ERROR_NOT_FOUND when `p` starts no live block,
+  // CUDA_ERROR_NOT_PERMITTED when the hooks refused (nothing happened either way).
+  CUresult deallocate_block(void* p, CUstream stream, bool stream_ordered, PayloadHooks* hooks);
   // allocate/deallocate with mu_ held.
   CUresult allocate_locked(const AllocRequest& req, Block** out);
   void deallocate_locked(Block* b, CUstream stream, bool stream_ordered);
@@ -103,6 +108,13 @@ class CachingPool final : public DeviceMemoryResource {
   // out of the set, or its front when it is worth splitting.
   Block* take(FreeSet& set, FreeSet::iterator it, uint64_t size, bool small);
   void insert_free(Block* b);
+  // Every removal from a free set goes through here, so that free_version_ follows it
+  // (`what`: an iterator, or the block itself).
+  template <typename What>
+  void erase_free(FreeSet& set, What what) {
+    set.erase(what);
+    ++free_version_;
+  }
   Block* coalesce(Block* b);
   void settle_after_sync();  // requires that the device was just synchronized
   bool sync_and_release();    // false if a capture forbids it

@@ -15,6 +15,15 @@
 
 namespace gpushim {
 
+// Adds `delta` to a counter that only writers holding one common lock change: a plain load and
+// store, no lock-prefixed read-modify-write; readers without the lock still see whole values.
+// Returns the new value.
+inline uint64_t add_under_lock(std::atomic<uint64_t>& v, uint64_t delta) {
+  const uint64_t now = v.load(std::memory_order_relaxed) + delta;
+  v.store(now, std::memory_order_relaxed);
+  return now;
+}
+
 struct CounterSnapshot {
   uint64_t live_bytes = 0;
   uint64_t live_count = 0;
@@ -48,9 +57,9 @@ class MemoryCounters {
   // read-modify-writes; still atomics, so that readers need no lock. on_failed is not covered: it
   // stays a read-modify-write, written without the lock.
   void on_alloc_locked(uint64_t bytes, uint64_t requested) {
-    const uint64_t live = add(live_bytes_, bytes);
-    const uint64_t req = add(requested_bytes_, requested);
-    add(total_allocs_, 1);
+    const uint64_t live = add_under_lock(live_bytes_, bytes);
+    const uint64_t req = add_under_lock(requested_bytes_, requested);
+    add_under_lock(total_allocs_, 1);
     if (req > peak_requested_bytes_.load(std::memory_order_relaxed))
       peak_requested_bytes_.store(req, std::memory_order_relaxed);
     if (live > peak_bytes_.load(std::memory_order_relaxed)) {
@@ -59,9 +68,9 @@ class MemoryCounters {
     }
   }
   void on_free_locked(uint64_t bytes, uint64_t requested) {
-    add(live_bytes_, 0 - bytes);
-    add(requested_bytes_, 0 - requested);
-    add(total_frees_, 1);
+    add_under_lock(live_bytes_, 0 - bytes);
+    add_under_lock(requested_bytes_, 0 - requested);
+    add_under_lock(total_frees_, 1);
   }
   void on_failed() { failed_allocs_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -83,11 +92,6 @@ class MemoryCounters {
   }
 
  private:
-  static uint64_t add(std::atomic<uint64_t>& v, uint64_t delta) {
-    const uint64_t now = v.load(std::memory_order_relaxed) + delta;
-    v.store(now, std::memory_order_relaxed);
-    return now;
-  }
   // Returns true if `value` became the new maximum.
   static bool raise(std::atomic<uint64_t>& max, uint64_t value) {
     uint64_t cur = max.load(std::memory_order_relaxed);

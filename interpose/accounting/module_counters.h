@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "accounting/memory_counters.h"
 #include "accounting/memory_kind.h"
 #include "stacks/module_map.h"
 
@@ -42,14 +43,13 @@ class ModuleTotals {
   }
   // The same under a lock every writer of this row holds (see MemoryCounters::on_alloc_locked).
   void on_alloc_locked(uint64_t bytes) {
-    const uint64_t live = live_bytes_.load(std::memory_order_relaxed) + bytes;
-    live_bytes_.store(live, std::memory_order_relaxed);
-    allocs_.store(allocs_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    const uint64_t live = add_under_lock(live_bytes_, bytes);
+    add_under_lock(allocs_, 1);
     if (live > peak_bytes_.load(std::memory_order_relaxed)) peak_bytes_.store(live, std::memory_order_relaxed);
   }
   void on_free_locked(uint64_t bytes) {
-    live_bytes_.store(live_bytes_.load(std::memory_order_relaxed) - bytes, std::memory_order_relaxed);
-    frees_.store(frees_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    add_under_lock(live_bytes_, 0 - bytes);
+    add_under_lock(frees_, 1);
   }
   ModuleSnapshot snapshot() const {
     ModuleSnapshot s;

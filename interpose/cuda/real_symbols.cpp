@@ -82,9 +82,8 @@ std::atomic<const RealRuntime*> g_real_runtime{nullptr};
 const RealRuntime& resolve_real_runtime() {
   // Resolved once libcudart is found, and looked for again until then: a process may call the
   // driver first (our driver hooks then run before any runtime exists) and load libcudart later.
-  std::atomic<const RealRuntime*>& table = g_real_runtime;
   static const RealRuntime none;
-  if (const RealRuntime* t = table.load(std::memory_order_acquire)) return *t;
+  if (const RealRuntime* t = g_real_runtime.load(std::memory_order_acquire)) return *t;  // another thread was first
   // The runtime the application bound to: the next definition after us in the global scope.
   RealRuntime* r = resolve_runtime(RTLD_NEXT);
   if (r->cudaMalloc == nullptr) {
@@ -101,7 +100,7 @@ const RealRuntime& resolve_real_runtime() {
     }
   }
   const RealRuntime* expected = nullptr;
-  if (!table.compare_exchange_strong(expected, r, std::memory_order_acq_rel)) {
+  if (!g_real_runtime.compare_exchange_strong(expected, r, std::memory_order_acq_rel)) {
     delete r;  // another thread won; identical contents
     return *expected;
   }

@@ -174,7 +174,9 @@ int cmd_replay(const std::vector<std::string>& args) {
         j += ",\"driver_calls\":" + std::to_string(d.driver_calls()) + ",\"segment_allocs\":" +
              std::to_string(d.driver.segment_allocs) + ",\"segment_frees\":" + std::to_string(d.driver.segment_frees) +
              ",\"maps\":" + std::to_string(d.driver.maps) + ",\"unmaps\":" + std::to_string(d.driver.unmaps) +
-             ",\"synchronizes\":" + std::to_string(d.driver.synchronizes) + ",\"events_recorded\":" +
+             ",\"synchronizes\":" + std::to_string(d.driver.synchronizes) +
+             (d.steady_synchronizes >= 0 ? ",\"steady_state_synchronizes\":" + std::to_string(d.steady_synchronizes) : "") +
+             ",\"events_recorded\":" +
              std::to_string(d.driver.events_recorded) + ",\"forwarded_calls\":" + std::to_string(d.forwarded_calls);
         uint64_t rec = 0;
         if (recorded_known && r.policy == std::string(policy_name(recorded)) && recorded_peak(d.device, &rec))

@@ -42,6 +42,8 @@ struct SimDevice {
   uint64_t allocated = 0, forwarded = 0, requested = 0;
   uintptr_t next_forwarded_addr = 0x200000000000ull;
   ReplayDevice result;
+  uint64_t syncs_before_steady = 0;  // synchronizations when the second iteration mark came
+  bool steady = false;
 };
 
 }  // namespace
@@ -159,8 +161,14 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
   };
 
   const auto start = std::chrono::steady_clock::now();
+  uint64_t marks = 0;
   for (uint64_t i = 0; i < trace.events.size(); ++i) {
     const TraceEvent& e = trace.events[i];
+    if (e.kind == EventKind::kIteration && ++marks == 2) {
+      // Marks are the process's, not a device's: the steady state begins for every device.
+      for (auto& [ord, d] : devices) d->syncs_before_steady = d->sim.counters().synchronizes, d->steady = true;
+      continue;
+    }
     const bool refused = e.kind == EventKind::kOom;
     if (e.kind != EventKind::kAlloc && e.kind != EventKind::kFree && !refused) continue;
     if ((e.flags & trace::kFlagKindMask) != static_cast<uint8_t>(MemoryKind::kDevice)) continue;
@@ -248,6 +256,9 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
   for (auto& [ord, d] : devices) {
     d->result.end_allocated = d->allocated;
     d->result.driver = d->sim.counters();
+    if (marks >= 2)
+      d->result.steady_synchronizes =
+          static_cast<int64_t>(d->result.driver.synchronizes - (d->steady ? d->syncs_before_steady : 0));
     result.devices.push_back(d->result);
   }
   return result;

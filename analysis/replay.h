@@ -42,6 +42,10 @@ struct ReplayDevice {
   // policy or cap they may fit. One that fits is released at once (the program never had it).
   uint64_t recorded_ooms = 0, recorded_ooms_avoided = 0;
   SimCounters driver;      // calls the pool made to the (simulated) driver
+  // Synchronizations from the second iteration mark on (the steady state, after a first step that
+  // creates parameters, optimizer state and the first of each shape); -1 when the trace has fewer
+  // than two marks.
+  int64_t steady_synchronizes = -1;
   uint64_t forwarded_calls = 0;  // allocations and frees served by CUDA directly (passthrough, capture)
   uint64_t driver_calls() const { return driver.driver_calls() + forwarded_calls; }
   double utilization() const {

@@ -74,6 +74,9 @@ class Corpus(unittest.TestCase):
                 for baseline in ("pytorch", "pytorch-expandable"):
                     d = by_policy[baseline]["devices"][0]
                     self.assertEqual(d["synchronizes"], 0, baseline)
+                for policy, p in by_policy.items():  # the steady state is counted apart
+                    d = p["devices"][0]
+                    self.assertLessEqual(d["steady_state_synchronizes"], d["synchronizes"], policy)
                 self.assertGreater(by_policy["pytorch"]["devices"][0]["segment_allocs"], 0)
                 self.assertEqual(by_policy["pytorch-expandable"]["devices"][0]["segment_allocs"], 0)
                 self.assertGreater(by_policy["pytorch-expandable"]["devices"][0]["maps"], 0)

@@ -229,5 +229,50 @@ TEST(PyTorchPolicy, ReplayFiguresOnASmallTrace) {
   EXPECT_EQ(e.devices[0].driver.segment_allocs, 0u);
 }
 
+// Synchronizations are counted apart from the second iteration mark on (the steady state).
+TEST(PyTorchPolicy, ReplayCountsSteadyStateSynchronizationsApart) {
+  auto ev = [](EventKind kind, uint64_t addr, uint64_t size) {
+    TraceEvent e;
+    e.kind = kind;
+    e.addr = addr;
+    e.size = e.requested = size;
+    return e;
+  };
+  auto mark = [](uint64_t n) {
+    TraceEvent e;
+    e.kind = EventKind::kIteration;
+    e.size = n;
+    return e;
+  };
+  // On a 40 MiB device the 30 MiB block needs the cached 12 MiB segment released: one sync.
+  const std::vector<TraceEvent> releasing{ev(EventKind::kAlloc, 0xA, 12 * kMiB), ev(EventKind::kFree, 0xA, 0),
+                                          ev(EventKind::kAlloc, 0xB, 30 * kMiB), ev(EventKind::kFree, 0xB, 0)};
+  const std::vector<TraceEvent> reusing{ev(EventKind::kAlloc, 0xC, 30 * kMiB), ev(EventKind::kFree, 0xC, 0)};
+  auto replay = [&](std::vector<TraceEvent> events) {
+    TraceData t;
+    t.header.policy = "passthrough";
+    t.devices.push_back(trace::DeviceInfo{0, 40 * kMiB, 0});
+    t.events = std::move(events);
+    ReplaySettings s;
+    s.model = ReplayModel::kPyTorch;
+    return replay_trace(t, s).devices.at(0);
+  };
+  std::vector<TraceEvent> warmup{mark(1)};
+  warmup.insert(warmup.end(), releasing.begin(), releasing.end());
+  warmup.push_back(mark(2));
+  warmup.insert(warmup.end(), reusing.begin(), reusing.end());
+  const ReplayDevice a = replay(warmup);
+  EXPECT_EQ(a.driver.synchronizes, 1u);
+  EXPECT_EQ(a.steady_synchronizes, 0);
+
+  std::vector<TraceEvent> late{mark(1), mark(2)};
+  late.insert(late.end(), releasing.begin(), releasing.end());
+  const ReplayDevice b = replay(late);
+  EXPECT_EQ(b.driver.synchronizes, 1u);
+  EXPECT_EQ(b.steady_synchronizes, 1);
+
+  EXPECT_EQ(replay(releasing).steady_synchronizes, -1);  // no marks: no steady state known
+}
+
 }  // namespace
 }  // namespace gpushim::analysis

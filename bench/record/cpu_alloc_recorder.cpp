@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +38,10 @@ pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 int g_fd = -1;
 bool g_enabled = false;
 uintptr_t g_c10_begin = 0, g_c10_end = 0;  // libc10's mapped range once it is loaded
+
+// posix_memalign calls kept (tensor storages) and left out (any other caller), printed at exit so
+// that each recording says how much the filter removed.
+uint64_t g_kept = 0, g_other = 0, g_other_bytes = 0;
 
 constexpr size_t kBufferRecords = 1 << 14;
 gpushim_bench::RawRecord g_buffer[kBufferRecords];
@@ -145,6 +150,13 @@ __attribute__((destructor)) void recorder_fini() {
   pthread_mutex_lock(&g_lock);
   if (g_enabled) {
     flush_locked();
+    char line[160];
+    const int n = snprintf(line, sizeof(line),
+                           "cpu_alloc_recorder: %llu tensor storages kept; %llu other posix_memalign calls "
+                           "(%llu bytes) left out\n",
+                           static_cast<unsigned long long>(g_kept), static_cast<unsigned long long>(g_other),
+                           static_cast<unsigned long long>(g_other_bytes));
+    if (n > 0) (void)!write(2, line, static_cast<size_t>(n) < sizeof(line) ? static_cast<size_t>(n) : sizeof(line) - 1);
     close(g_fd);
     g_fd = -1;
     g_enabled = false;
@@ -162,8 +174,13 @@ __attribute__((visibility("default"))) int posix_memalign(void** out, size_t ali
   if (r != 0 || !g_enabled) return r;
   const uintptr_t caller = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   pthread_mutex_lock(&g_lock);
-  if (g_enabled && from_c10(caller) && table_insert(reinterpret_cast<uintptr_t>(*out)))
+  if (g_enabled && from_c10(caller) && table_insert(reinterpret_cast<uintptr_t>(*out))) {
     append_locked(gpushim_bench::kRawAlloc, reinterpret_cast<uintptr_t>(*out), size);
+    ++g_kept;
+  } else {
+    ++g_other;
+    g_other_bytes += size;
+  }
   pthread_mutex_unlock(&g_lock);
   return r;
 }

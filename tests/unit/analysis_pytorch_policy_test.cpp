@@ -2,6 +2,8 @@
 // it claims, checked on the simulated device, and its figures through replay_trace.
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <map>
 #include <vector>
 
 #include "policy/sim_backend.h"
@@ -185,6 +187,52 @@ TEST(PyTorchPolicy, ExpandableMapsAgainAfterAnOomReleasesFreePages) {
   EXPECT_EQ(sim.used(), 60 * kMiB);
   release(pt, a);
   release(pt, b);
+}
+
+// Random sizes on three streams, on a device small enough for OOMs and releases: blocks never
+// overlap, the allocator's reserve is what the device holds, and everything goes back at the end.
+TEST(PyTorchPolicy, RandomChurnKeepsBlocksDisjointAndAccountingExact) {
+  for (bool expandable : {false, true}) {
+    SimBackend sim(400 * kMiB);
+    PT pt(sim, expandable);
+    std::map<uintptr_t, std::pair<uint64_t, uintptr_t>> live;  // address -> size, stream
+    uint64_t x = 88172645463325252ull;
+    auto next = [&x] { return x ^= x << 13, x ^= x >> 7, x ^= x << 17; };
+    int ooms = 0;
+    for (int i = 0; i < 20000; ++i) {
+      if (!live.empty() && next() % 100 < 48) {
+        auto it = live.begin();
+        std::advance(it, static_cast<long>(next() % std::min<size_t>(live.size(), 64)));
+        ASSERT_EQ(pt.deallocate(reinterpret_cast<void*>(it->first), stream(it->second.second), false), CUDA_SUCCESS);
+        live.erase(it);
+      } else {
+        const uint64_t r = next() % 100;
+        const uint64_t bytes = r < 60 ? 1 + next() % (64 * kKiB) : r < 90 ? 1 + next() % (4 * kMiB) : 1 + next() % (40 * kMiB);
+        const uintptr_t s = next() % 3;
+        void* p = nullptr;
+        uint64_t size = 0;
+        if (pt.allocate(AllocRequest{bytes, stream(s), false}, &p, &size) != CUDA_SUCCESS) {
+          ++ooms;
+          continue;
+        }
+        const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+        ASSERT_GE(size, bytes);
+        auto after = live.lower_bound(a);
+        ASSERT_TRUE(after == live.end() || a + size <= after->first) << i;
+        ASSERT_TRUE(after == live.begin() || std::prev(after)->first + std::prev(after)->second.first <= a) << i;
+        ASSERT_TRUE(pt.contains(p));
+        live[a] = {size, s};
+      }
+      ASSERT_EQ(pt.reserved_bytes(), sim.used()) << i;
+      ASSERT_LE(sim.used(), 400 * kMiB);
+    }
+    EXPECT_GT(ooms, 0) << "the device should have run short";
+    EXPECT_GT(pt.synchronizations(), 0u);
+    for (auto& [a, v] : live) ASSERT_EQ(pt.deallocate(reinterpret_cast<void*>(a), stream(v.second), false), CUDA_SUCCESS);
+    pt.release_cached();
+    EXPECT_EQ(sim.used(), 0u) << expandable;
+    EXPECT_EQ(pt.segment_count(), 0u) << expandable;
+  }
 }
 
 // A small trace through replay_trace: the figures follow from the rules above.

@@ -5,9 +5,10 @@
 //
 // Every tensor storage becomes an alloc on device 0, stream 0 (legacy default stream: the CPU has
 // no streams), of exactly the bytes PyTorch asked for; its free a free; each step mark an iteration
-// mark. The header says policy "passthrough" (the recording ran on PyTorch's uncached CPU allocator,
-// so sizes are the requests) and the device's capacity is unknown (0): a replay then simulates an
-// unbounded device unless --capacity says otherwise.
+// mark. The header says policy "passthrough" and every alloc and free carries the forwarded flag,
+// as the shim writes a passthrough trace: the recording ran on PyTorch's uncached CPU allocator, so
+// sizes are the requests and reserved memory is what is live. The device's capacity is unknown
+// (0): a replay then simulates an unbounded device unless --capacity says otherwise.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
     if (r.kind == gpushim_bench::kRawAlloc) {
       if (live.count(r.ptr) != 0) continue;  // cannot happen: the recorder logs a free first
       e.kind = EventKind::kAlloc;
+      e.flags = gpushim::trace::kFlagForwarded;
       e.addr = r.ptr;
       e.size = e.requested = r.size;
       live[r.ptr] = r.size;
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
         continue;
       }
       e.kind = EventKind::kFree;
+      e.flags = gpushim::trace::kFlagForwarded;
       e.addr = r.ptr;
       allocated -= it->second;
       live.erase(it);

@@ -21,7 +21,12 @@ formats:
               live site becomes one block in a segment of its own, with no history.
   folded      Folded stacks ("outer;...;inner bytes") for flamegraph.pl, speedscope, inferno.
               Weight: bytes live at the end (reports), or bytes held at the device's peak
-              allocated (traces; --metric live for bytes live at the end).
+              allocated (traces; --metric live for bytes live at the end). Frames name their
+              file:line where known. The counts are bytes: tell the viewer so, e.g.
+                flamegraph.pl --countname bytes --title "GPU memory" stacks.folded > mem.svg
+  speedscope  The same sites in speedscope's own JSON format (https://www.speedscope.app, or
+              `speedscope FILE`): unit "bytes", so sizes read as MB, frames with file and line,
+              one profile per device.
   perfetto    Chrome Trace Event JSON for https://ui.perfetto.dev (and chrome://tracing):
               counter tracks of allocated and reserved per device, the cap, instant events for
               OOMs and iteration marks. From a report: its sampled timeline.
@@ -30,7 +35,7 @@ formats:
 
 options:
   -o, --output FILE    where to write ("-" for stdout); required
-  --metric live|peak   folded: what weighs a site (default: peak for traces, live for reports)
+  --metric live|peak   folded, speedscope: what weighs a site (default: peak for traces, live for reports)
   --max-events N       memory-viz: keep the newest N events per device (default 200000; 0: all)
   --max-points N       perfetto, timeline: thin each device's track to about N points, keeping
                        peaks (default 200000 for perfetto, 5000 for timeline; 0: all)
@@ -50,8 +55,9 @@ int cmd_export(const std::vector<std::string>& args) {
   if (cli.positional.size() != 1) return usage_error("export", "expects one TRACE or REPORT");
   if (!cli.has("--output")) return usage_error("export", "-o FILE is required");
   const std::string format = cli.get("--format");
-  if (format != "memory-viz" && format != "folded" && format != "perfetto" && format != "timeline")
-    return usage_error("export", "--format must be memory-viz, folded, perfetto or timeline");
+  if (format != "memory-viz" && format != "folded" && format != "perfetto" && format != "timeline" &&
+      format != "speedscope")
+    return usage_error("export", "--format must be memory-viz, folded, speedscope, perfetto or timeline");
   const std::string metric = cli.get("--metric");
   if (!metric.empty() && metric != "live" && metric != "peak")
     return usage_error("export", "--metric must be live or peak");
@@ -83,6 +89,7 @@ int cmd_export(const std::vector<std::string>& args) {
       RunView run;
       run_from_trace(trace, path, &run);
       if (format == "folded") out = folded_from_run(run, metric != "live");
+      else if (format == "speedscope") out = speedscope_from_run(run, metric != "live");
       else out = timeline_json(run, trace_timeline(trace, std::strtoull(cli.get("--max-points", "5000").c_str(), nullptr, 10)));
     }
   } else {
@@ -94,9 +101,9 @@ int cmd_export(const std::vector<std::string>& args) {
     RunView run;
     run_from_report(report, path, &run);
     if (format == "memory-viz") out = memory_viz_from_run(run);
-    else if (format == "folded") {
+    else if (format == "folded" || format == "speedscope") {
       if (metric == "peak") return usage_error("export", "--metric peak needs a trace (a report knows only live memory)");
-      out = folded_from_run(run, false);
+      out = format == "folded" ? folded_from_run(run, false) : speedscope_from_run(run, false);
     } else if (format == "perfetto") out = perfetto_from_run(run);
     else out = timeline_json(run, run.meta.timeline);
   }

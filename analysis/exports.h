@@ -25,6 +25,9 @@ std::string memory_viz_from_run(const RunView& run);
 // Folded stacks ("outer;...;inner bytes" per line) for flamegraph.pl, speedscope and inferno.
 // `at_peak`: weigh each site by what it held when its device peaked (traces); else by live bytes.
 std::string folded_from_run(const RunView& run, bool at_peak);
+// The same sites in speedscope's JSON file format: unit "bytes", frames with file and line, one
+// profile per device (and per other memory kind).
+std::string speedscope_from_run(const RunView& run, bool at_peak);
 
 // Chrome Trace Event JSON for Perfetto: counter tracks of allocated and reserved per device (and
 // the cap), instant events for OOMs and iteration marks.

@@ -502,7 +502,7 @@ class Exports(ShimTestCase):
         # From a trace, weighed at the peak: the temporary 64 MiB buffer dominates.
         analyze("export", "--format", "folded", self.trace_pass, "-o", out)
         with open(out) as f:
-            weights = {l.rsplit(" ", 1)[0].split(";")[-1]: int(l.rsplit(" ", 1)[1]) for l in f}
+            weights = {l.rsplit(" ", 1)[0].split(";")[-1].split(" (")[0]: int(l.rsplit(" ", 1)[1]) for l in f}
         self.assertEqual(weights["temporary_work()"], 64 * MiB)
 
     def test_perfetto_json_has_counter_tracks_that_reach_the_peak(self):

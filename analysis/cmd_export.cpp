@@ -27,9 +27,14 @@ formats:
   speedscope  The same sites in speedscope's own JSON format (https://www.speedscope.app, or
               `speedscope FILE`): unit "bytes", so sizes read as MB, frames with file and line,
               one profile per device.
-  perfetto    Chrome Trace Event JSON for https://ui.perfetto.dev (and chrome://tracing):
-              counter tracks of allocated and reserved per device, the cap, instant events for
-              OOMs and iteration marks. From a report: its sampled timeline.
+  perfetto    Perfetto's own protobuf trace for https://ui.perfetto.dev (name it *.pftrace): a
+              native heap profile per device ("cuda device N": every callstack's bytes and
+              allocations, allocated and freed, at the device's peak and at the end; the UI's
+              heap profile flame graph), counter tracks of allocated, reserved and the cap in
+              bytes, and instants for OOMs and iteration marks. From a report: its sampled
+              timeline and one dump of what is live.
+  perfetto-json  The counters and instants as Chrome Trace Event JSON (chrome://tracing too);
+              no heap profile, and the JSON format has no units.
   timeline    JSON of allocated/reserved over time, OOMs and iteration marks (what
               scripts/gpushim-plot draws).
 
@@ -37,7 +42,7 @@ options:
   -o, --output FILE    where to write ("-" for stdout); required
   --metric live|peak   folded, speedscope: what weighs a site (default: peak for traces, live for reports)
   --max-events N       memory-viz: keep the newest N events per device (default 200000; 0: all)
-  --max-points N       perfetto, timeline: thin each device's track to about N points, keeping
+  --max-points N       perfetto(-json), timeline: thin each device's track to about N points, keeping
                        peaks (default 200000 for perfetto, 5000 for timeline; 0: all)
 )";
 
@@ -56,8 +61,8 @@ int cmd_export(const std::vector<std::string>& args) {
   if (!cli.has("--output")) return usage_error("export", "-o FILE is required");
   const std::string format = cli.get("--format");
   if (format != "memory-viz" && format != "folded" && format != "perfetto" && format != "timeline" &&
-      format != "speedscope")
-    return usage_error("export", "--format must be memory-viz, folded, speedscope, perfetto or timeline");
+      format != "speedscope" && format != "perfetto-json")
+    return usage_error("export", "--format must be memory-viz, folded, speedscope, perfetto, perfetto-json or timeline");
   const std::string metric = cli.get("--metric");
   if (!metric.empty() && metric != "live" && metric != "peak")
     return usage_error("export", "--metric must be live or peak");
@@ -83,8 +88,9 @@ int cmd_export(const std::vector<std::string>& args) {
       out = memory_viz_from_trace(trace, sym, std::strtoull(cli.get("--max-events", "200000").c_str(), nullptr, 10),
                                   &notes);
       for (const std::string& n : sym.notes()) notes.push_back(n);
-    } else if (format == "perfetto") {
-      out = perfetto_from_trace(trace, std::strtoull(cli.get("--max-points", "200000").c_str(), nullptr, 10));
+    } else if (format == "perfetto" || format == "perfetto-json") {
+      const size_t points = std::strtoull(cli.get("--max-points", "200000").c_str(), nullptr, 10);
+      out = format == "perfetto" ? perfetto_proto_from_trace(trace, points) : perfetto_from_trace(trace, points);
     } else {
       RunView run;
       run_from_trace(trace, path, &run);
@@ -104,7 +110,8 @@ int cmd_export(const std::vector<std::string>& args) {
     else if (format == "folded" || format == "speedscope") {
       if (metric == "peak") return usage_error("export", "--metric peak needs a trace (a report knows only live memory)");
       out = format == "folded" ? folded_from_run(run, false) : speedscope_from_run(run, false);
-    } else if (format == "perfetto") out = perfetto_from_run(run);
+    } else if (format == "perfetto") out = perfetto_proto_from_run(run);
+    else if (format == "perfetto-json") out = perfetto_from_run(run);
     else out = timeline_json(run, run.meta.timeline);
   }
   for (const std::string& n : notes) std::fprintf(stderr, "gpushim-analyze export: note: %s\n", n.c_str());

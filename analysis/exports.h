@@ -34,6 +34,12 @@ std::string speedscope_from_run(const RunView& run, bool at_peak);
 std::string perfetto_from_trace(const TraceData& trace, size_t max_points_per_device);
 std::string perfetto_from_run(const RunView& run);
 
+// Perfetto's own protobuf trace (export_perfetto_proto.cpp): a native heap profile per device
+// (callstacks with bytes and counts allocated and freed, dumped at the peak and at the end) for the
+// UI's flame graph, and counter tracks in bytes.
+std::string perfetto_proto_from_trace(const TraceData& trace, size_t max_points_per_device);
+std::string perfetto_proto_from_run(const RunView& run);
+
 // Allocated/reserved over time as JSON, for scripts/gpushim-plot.
 std::string timeline_json(const RunView& run, const std::vector<TimelineSample>& timeline);
 

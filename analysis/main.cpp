@@ -19,7 +19,8 @@ commands:
          [--limit BYTES]        device: peak reserved, utilization, OOMs, driver calls
   diff A B                      per-site change in live and peak bytes between two runs
   merge DIR|FILES               one table across ranks or processes, outliers flagged
-  export --format memory-viz|folded|speedscope|perfetto|timeline TRACE|REPORT -o FILE
+  export --format memory-viz|folded|speedscope|perfetto|perfetto-json|timeline
+         TRACE|REPORT -o FILE
   config --check [NAME=VALUE]...  GPUSHIM_* settings through the library's own parser
 
 --version prints the gpushim release.

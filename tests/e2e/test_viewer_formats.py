@@ -1,6 +1,8 @@
 """The exports opened by the viewers people use: speedscope (its own importer, from its npm package,
-through scripts/check-speedscope.mjs; scripts/setup installs it) and the format-level checks that
-hold whichever consumer reads the file. One traced run of e2e_train_loop feeds them all."""
+through scripts/check-speedscope.mjs; scripts/setup installs it), Perfetto (its trace processor
+cannot be built or installed here: read by a decoder written from the published .proto files,
+google/perfetto protos/perfetto/trace/...), and the format-level checks that hold whichever
+consumer reads the file. One traced run of e2e_train_loop feeds them all."""
 import json
 import os
 import re
@@ -49,6 +51,108 @@ def read_speedscope(testcase, doc):
     return out
 
 
+def proto_fields(data):
+    """Decodes one protobuf message into {field number: [values]}: varints as ints, length-delimited
+    fields as bytes (nested messages are decoded by the caller that knows the schema)."""
+    out, i = {}, 0
+
+    def varint():
+        nonlocal i
+        v = shift = 0
+        while True:
+            b = data[i]
+            i += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return v
+
+    while i < len(data):
+        key = varint()
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value = varint()
+        elif wire == 2:
+            n = varint()
+            value = data[i:i + n]
+            i += n
+            assert i <= len(data), "length past the end of the message"
+        elif wire == 1:
+            value, i = int.from_bytes(data[i:i + 8], "little"), i + 8
+        elif wire == 5:
+            value, i = int.from_bytes(data[i:i + 4], "little"), i + 4
+        else:
+            raise AssertionError(f"wire type {wire} of field {field}")
+        out.setdefault(field, []).append(value)
+    return out
+
+
+def one(fields, n, default=None):
+    v = fields.get(n)
+    return v[-1] if v else default
+
+
+def read_perfetto(path):
+    """A Perfetto trace (trace.proto: repeated TracePacket packet = 1) as the trace processor would
+    import the parts gpushim writes: clock snapshot, track descriptors (counter units), counter and
+    instant track events, and ProfilePackets resolved to heap dumps of named callstacks."""
+    with open(path, "rb") as f:
+        trace = proto_fields(f.read())
+    assert set(trace) == {1}, trace.keys()
+    doc = {"clocks": set(), "tracks": {}, "counters": {}, "instants": [], "dumps": [], "process": None}
+    strings, mappings, frames, callstacks, indexes = {}, {}, {}, {}, []
+    for raw in trace[1]:
+        p = proto_fields(raw)
+        ts = one(p, 8)
+        assert one(p, 10) == 1, "every packet on the one trusted sequence"
+        if 6 in p:  # ClockSnapshot
+            doc["clocks"] = {one(proto_fields(c), 1) for c in proto_fields(one(p, 6)).get(1, [])}
+        if 2 in p:  # ProcessTree
+            proc = proto_fields(one(proto_fields(one(p, 2)), 1))
+            doc["process"] = (one(proc, 1), one(proc, 3).decode())
+        if 60 in p:  # TrackDescriptor
+            d = proto_fields(one(p, 60))
+            counter = proto_fields(one(d, 8)) if 8 in d else None
+            doc["tracks"][one(d, 1)] = {"name": one(d, 2, b"").decode(), "parent": one(d, 5),
+                                        "unit": one(counter, 3) if counter is not None else None,
+                                        "pid": one(proto_fields(one(d, 3)), 1) if 3 in d else None}
+        if 11 in p:  # TrackEvent
+            e = proto_fields(one(p, 11))
+            assert one(e, 11) in doc["tracks"], "event on a track never described"
+            if one(e, 9) == 4:
+                doc["counters"].setdefault(doc["tracks"][one(e, 11)]["name"], []).append((ts, one(e, 30)))
+            elif one(e, 9) == 3:
+                doc["instants"].append((ts, one(e, 23).decode()))
+        if 37 in p:  # ProfilePacket: interning tables first, then the dumps that use them
+            pp = proto_fields(one(p, 37))
+            indexes.append(one(pp, 7, 0))
+            for s in pp.get(1, []):
+                s = proto_fields(s)
+                strings[one(s, 1)] = one(s, 2, b"").decode()
+            for mp in pp.get(4, []):
+                mp = proto_fields(mp)
+                assert one(mp, 2) in strings, "a mapping's build id must be an interned string"
+                mappings[one(mp, 1)] = "/".join(strings[i] for i in mp.get(7, []))
+            for fr in pp.get(2, []):
+                fr = proto_fields(fr)
+                assert one(fr, 3) in mappings and one(fr, 2) in strings
+                frames[one(fr, 1)] = (strings[one(fr, 2)], mappings[one(fr, 3)], one(fr, 4, 0))
+            for cs in pp.get(3, []):
+                cs = proto_fields(cs)
+                callstacks[one(cs, 1)] = [frames[i] for i in cs[2]]  # outermost first
+            for dump in pp.get(5, []):
+                dump = proto_fields(dump)
+                samples = []
+                for smp in dump.get(2, []):
+                    smp = proto_fields(smp)
+                    samples.append({"stack": [f[0] for f in callstacks[one(smp, 1)]], "allocated": one(smp, 2, 0),
+                                    "freed": one(smp, 3, 0), "allocs": one(smp, 5, 0), "frees": one(smp, 6, 0)})
+                doc["dumps"].append({"ts": one(dump, 9), "pid": one(dump, 1), "heap": one(dump, 11).decode(),
+                                     "samples": samples, "continued": bool(one(pp, 6, 0))})
+    assert indexes == list(range(len(indexes))), "ProfilePacket.index must count up from 0"
+    return doc
+
+
 class ViewerFormats(ShimTestCase):
     @classmethod
     def setUpClass(cls):
@@ -85,6 +189,39 @@ class ViewerFormats(ShimTestCase):
         self.assertTrue(any(re.fullmatch(r".*forward_backward.* \(train_loop\.cpp:44\)", l) for l in leaves), leaves)
         self.assertEqual(sum(int(l.rsplit(" ", 1)[1]) for l in lines), self.summary["devices"][0]["peak_allocated"])
         self.assertIn("--countname bytes", analyze("export", "--help").stdout)
+
+    def test_perfetto_heap_profile_and_counters_in_bytes(self):
+        path = self.export("perfetto", self.trace, "mem.pftrace")
+        doc = read_perfetto(path)
+        dev = self.summary["devices"][0]
+        self.assertEqual(doc["clocks"], {3, 4, 6})  # the dumps' MONOTONIC_COARSE maps to trace time
+        self.assertEqual(doc["process"], (self.recorded.report["pid"], self.recorded.report["exe"]))
+        units = {t["name"]: t["unit"] for t in doc["tracks"].values() if t["unit"] is not None}
+        self.assertEqual(units, {"device 0 allocated": 3, "device 0 reserved": 3})  # UNIT_SIZE_BYTES
+        allocated = doc["counters"]["device 0 allocated"]
+        self.assertEqual([t for t, _ in allocated], sorted(t for t, _ in allocated))
+        self.assertEqual(max(v for _, v in allocated), dev["peak_allocated"])
+        self.assertEqual(max(v for _, v in doc["counters"]["device 0 reserved"]), dev["peak_reserved"])
+        self.assertEqual(sum(1 for _, n in doc["instants"] if n.startswith("iteration ")), self.summary["iterations"])
+        # Two dumps of the device's heap: at its peak and at the end, cumulative as heapprofd's are.
+        peak, end = doc["dumps"]
+        self.assertEqual((peak["heap"], end["heap"]), ("cuda device 0", "cuda device 0"))
+        self.assertEqual((peak["continued"], end["continued"]), (True, False))
+        self.assertLess(peak["ts"], end["ts"])
+        held = lambda d: sum(s["allocated"] - s["freed"] for s in d["samples"])
+        self.assertEqual(held(peak), dev["peak_allocated"])
+        self.assertEqual(held(end), dev["live_bytes"])
+        self.assertEqual(sum(s["allocs"] for s in end["samples"]), dev["total_allocs"])
+        self.assertEqual(sum(s["frees"] for s in end["samples"]), dev["total_frees"])
+        # Callstacks run outermost first to the allocating line, and two lines stay two frames.
+        leaves = {s["stack"][-1] for s in end["samples"]}
+        self.assertTrue(any(l.endswith("(train_loop.cpp:37)") for l in leaves), leaves)
+        self.assertTrue(any(l.endswith("(train_loop.cpp:44)") for l in leaves), leaves)
+        self.assertTrue(all(s["stack"][0].startswith("_start") for s in end["samples"]))
+        # From a report: one dump of what is live.
+        report = read_perfetto(self.export("perfetto", self.recorded.report_path, "report.pftrace"))
+        [live] = report["dumps"]
+        self.assertEqual(held(live), self.recorded.device(0)["live_bytes"])
 
     @unittest.skipUnless(speedscope_available(), "speedscope's npm package is not installed (scripts/setup)")
     def test_speedscope_opens_both_exports_with_its_own_importer(self):

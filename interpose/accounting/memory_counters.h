@@ -46,6 +46,7 @@ class MemoryCounters {
     // Coarse: a growing program raises the peak on every allocation, and the report gives its
     // time in seconds.
     if (raise(peak_bytes_, live)) peak_time_ns_.store(coarse_now_ns(), std::memory_order_relaxed);
+    raise(window_peak_bytes_, live);
   }
   void on_free(uint64_t bytes, uint64_t requested) {
     live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
@@ -66,6 +67,7 @@ class MemoryCounters {
       peak_bytes_.store(live, std::memory_order_relaxed);
       peak_time_ns_.store(coarse_now_ns(), std::memory_order_relaxed);
     }
+    if (live > window_peak_bytes_.load(std::memory_order_relaxed)) window_peak_bytes_.store(live, std::memory_order_relaxed);
   }
   void on_free_locked(uint64_t bytes, uint64_t requested) {
     add_under_lock(live_bytes_, 0 - bytes);
@@ -75,6 +77,15 @@ class MemoryCounters {
   void on_failed() { failed_allocs_.fetch_add(1, std::memory_order_relaxed); }
 
   uint64_t live_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
+  // The most live bytes since the last reset_window_peak (or ever): what CUDA's memory pools call
+  // UsedMemHigh, which a program may reset; the report's peak is never reset.
+  uint64_t window_peak_bytes() const { return window_peak_bytes_.load(std::memory_order_relaxed); }
+  // The window then starts at the live total. An allocation racing with the reset may leave the
+  // peak at the total from just before it, never below the live total.
+  void reset_window_peak() {
+    window_peak_bytes_.store(live_bytes(), std::memory_order_relaxed);
+    raise(window_peak_bytes_, live_bytes());
+  }
 
   CounterSnapshot snapshot() const {
     CounterSnapshot s;
@@ -105,6 +116,7 @@ class MemoryCounters {
   std::atomic<uint64_t> peak_bytes_{0};
   std::atomic<uint64_t> peak_requested_bytes_{0};
   std::atomic<uint64_t> peak_time_ns_{0};
+  std::atomic<uint64_t> window_peak_bytes_{0};
   std::atomic<uint64_t> total_allocs_{0};
   std::atomic<uint64_t> total_frees_{0};
   std::atomic<uint64_t> failed_allocs_{0};

@@ -133,6 +133,7 @@ Shim::Shim(Config config, std::string exe)
                                     g_self_end},
                 &stacks_, &iterations_),
       faults_(config_.fail) {
+  for (auto& t : release_thresholds_) t.store(UINT64_MAX, std::memory_order_relaxed);
   if (config_.trace_enabled) start_trace();
 }
 

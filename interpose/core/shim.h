@@ -109,6 +109,17 @@ class Shim {
   // allocations): cudaSuccess to proceed, or the injected failure, already accounted.
   cudaError_t inject_if_chosen(uint64_t requested);
 
+  // ---- the memory-pool API (core/shim_mempool.cpp) ----
+  // A device's default pool is served by the device's own pool: its attributes are our figures
+  // (the report's), and trimming releases our cached memory. Each returns nullopt when the call
+  // is not ours to answer (another pool, passthrough, an attribute only CUDA acts on): the hook
+  // then forwards it.
+  std::optional<CUresult> mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
+  std::optional<CUresult> mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
+  std::optional<CUresult> mempool_trim_to(CUmemoryPool pool, size_t keep);
+  // cuDeviceSetMemPool succeeded: `device`'s stream-ordered allocations come from `pool` now.
+  void mempool_current_set(int device, CUmemoryPool pool);
+
   // ---- memory the shim only accounts (managed, pinned host, driver-level) ----
   void record_alloc(MemoryKind kind, int device, void* ptr, uint64_t size, uint64_t requested);
   void record_failure(MemoryKind kind, int device);
@@ -220,6 +231,9 @@ class Shim {
   DeviceState* current_device_state();
   MemoryCounters& counters_for(MemoryKind kind, int device);
   static bool stream_capturing(CUstream stream);
+  // The device whose default memory pool `pool` is, if its pool serves it; null otherwise.
+  DeviceState* served_default_mempool(CUmemoryPool pool);
+  CUmemoryPool default_mempool(int ordinal);  // learned from the driver once; null if unknown
   void on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected = false);
   // GPUSHIM_FAIL selected this allocation: account and report it like an OOM (core/shim_faults.cpp).
   cudaError_t injected_failure(DeviceState* d, uint64_t requested, uint64_t number);
@@ -333,6 +347,13 @@ class Shim {
   std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet
   MemoryCounters graph_;
   MemoryCounters imported_;
+  // The memory-pool API (core/shim_mempool.cpp), per device ordinal.
+  std::atomic<CUmemoryPool> default_mempools_[kMaxDevices] = {};
+  // cudaDeviceSetMemPool made another pool current: cudaMallocAsync then goes to CUDA, from it.
+  std::atomic<bool> foreign_current_mempool_[kMaxDevices] = {};
+  // What a program set as the default pool's release threshold; our pools cache freed memory
+  // until trimmed or short of memory, which is what UINT64_MAX means to CUDA.
+  std::atomic<uint64_t> release_thresholds_[kMaxDevices];
   std::unique_ptr<trace::TraceRecorder> trace_owner_;
   trace::TraceRecorder* trace_ = nullptr;  // null unless GPUSHIM_TRACE is on and the file opened
 };

@@ -23,7 +23,11 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     if (const uint64_t number = faults_.select(size)) return injected_failure(d, size, number);
   // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime.
   const bool graph = stream_ordered && stream_capturing(stream);
-  if (d->pool == nullptr || graph) {
+  // So does memory from a pool the program made current (cudaDeviceSetMemPool): its properties
+  // and attributes are CUDA's to keep.
+  const bool foreign_pool =
+      stream_ordered && foreign_current_mempool_[d->ordinal].load(std::memory_order_relaxed);
+  if (d->pool == nullptr || graph || foreign_pool) {
     const StackId stack = capture_stack();
     // Under a cap, forwarded memory counts against it like a pool's segments would.
     if (!d->budget.try_charge(size)) {

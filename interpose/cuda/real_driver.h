@@ -57,7 +57,13 @@ using CuGetProcAddressV1 = CUresult (*)(const char* symbol, void** pfn, int cuda
   X(cuStreamIsCapturing_ptsz, "cuStreamIsCapturing_ptsz", decltype(&::cuStreamIsCapturing))                     \
   X(cuInit, "cuInit", decltype(&::cuInit))                                                                      \
   X(cuDeviceGet, "cuDeviceGet", decltype(&::cuDeviceGet))                                                       \
-  X(cuDeviceTotalMem_v2, "cuDeviceTotalMem_v2", decltype(&::cuDeviceTotalMem_v2))
+  X(cuDeviceTotalMem_v2, "cuDeviceTotalMem_v2", decltype(&::cuDeviceTotalMem_v2))                              \
+  X(cuDeviceGetCount, "cuDeviceGetCount", decltype(&::cuDeviceGetCount))                                        \
+  X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", decltype(&::cuDeviceGetDefaultMemPool))             \
+  X(cuDeviceSetMemPool, "cuDeviceSetMemPool", decltype(&::cuDeviceSetMemPool))                                  \
+  X(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", decltype(&::cuMemPoolGetAttribute))                         \
+  X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", decltype(&::cuMemPoolSetAttribute))                         \
+  X(cuMemPoolTrimTo, "cuMemPoolTrimTo", decltype(&::cuMemPoolTrimTo))
 // clang-format on
 
 struct RealDriver {

@@ -52,6 +52,10 @@ RealRuntime* resolve_runtime(void* lib) {
   resolve(lib, r->cudaStreamEndCapture_ptsz, "cudaStreamEndCapture_ptsz");
   resolve(lib, r->cudaStreamIsCapturing, "cudaStreamIsCapturing");
   resolve(lib, r->cudaIpcGetMemHandle, "cudaIpcGetMemHandle");
+  resolve(lib, r->cudaMemPoolGetAttribute, "cudaMemPoolGetAttribute");
+  resolve(lib, r->cudaMemPoolSetAttribute, "cudaMemPoolSetAttribute");
+  resolve(lib, r->cudaMemPoolTrimTo, "cudaMemPoolTrimTo");
+  resolve(lib, r->cudaDeviceSetMemPool, "cudaDeviceSetMemPool");
   return r;
 }
 

@@ -53,6 +53,10 @@ struct RealRuntime {
   cudaError_t (*cudaStreamEndCapture_ptsz)(cudaStream_t, cudaGraph_t*) = nullptr;
   cudaError_t (*cudaStreamIsCapturing)(cudaStream_t, cudaStreamCaptureStatus*) = nullptr;
   cudaError_t (*cudaIpcGetMemHandle)(cudaIpcMemHandle_t*, void*) = nullptr;
+  cudaError_t (*cudaMemPoolGetAttribute)(cudaMemPool_t, cudaMemPoolAttr, void*) = nullptr;
+  cudaError_t (*cudaMemPoolSetAttribute)(cudaMemPool_t, cudaMemPoolAttr, void*) = nullptr;
+  cudaError_t (*cudaMemPoolTrimTo)(cudaMemPool_t, size_t) = nullptr;
+  cudaError_t (*cudaDeviceSetMemPool)(int, cudaMemPool_t) = nullptr;
 };
 
 // Resolved on first use (thread-safe). Entries are null while libcudart is not loaded; it is then

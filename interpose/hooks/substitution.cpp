@@ -22,6 +22,8 @@ constexpr const char* kDriverNames[] = {
     "cuGraphAddMemAllocNode", "cuMemGetInfo_v2",       "cuMemGetAddressRange_v2",
     "cuPointerGetAttribute",  "cuPointerGetAttributes", "cuIpcGetMemHandle",
     "cuGetProcAddress",       "cuGetProcAddress_v2",
+    "cuMemPoolGetAttribute",  "cuMemPoolSetAttribute", "cuMemPoolTrimTo",
+    "cuDeviceSetMemPool",
 };
 // Runtime hooks of ours (hooks/runtime_api.cpp, hooks/capture_api.cpp), for dlsym on a libcudart
 // handle: what ctypes.CDLL("libcudart.so.13").cudaMalloc does.
@@ -31,6 +33,7 @@ constexpr const char* kRuntimeNames[] = {
     "cudaMallocManaged",    "cudaMallocHost",         "cudaHostAlloc",          "cudaFreeHost",
     "cudaIpcGetMemHandle",  "cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz",
     "cudaStreamEndCapture", "cudaStreamEndCapture_ptsz",
+    "cudaMemPoolGetAttribute", "cudaMemPoolSetAttribute", "cudaMemPoolTrimTo", "cudaDeviceSetMemPool",
 };
 constexpr size_t kDrivers = sizeof(kDriverNames) / sizeof(kDriverNames[0]);
 constexpr size_t kRuntimes = sizeof(kRuntimeNames) / sizeof(kRuntimeNames[0]);

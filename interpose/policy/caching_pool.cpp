@@ -397,8 +397,8 @@ bool CachingPool::sync_and_release() {
   return true;
 }
 
-void CachingPool::free_empty_segments() {
-  for (auto it = segments_.begin(); it != segments_.end();) {
+void CachingPool::free_empty_segments(uint64_t keep) {
+  for (auto it = segments_.begin(); it != segments_.end() && reserved_ >= keep;) {
     Segment* seg = it->second;
     ++it;
     // An empty segment is one free block spanning it: find it through the free set by size.
@@ -503,6 +503,15 @@ void CachingPool::release_cached() {
   std::lock_guard<FutexMutex> lock(mu_);
   sync_and_release();
   free_empty_segments();
+}
+
+void CachingPool::trim_to(uint64_t keep) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  if (keep != 0 && reserved_ < keep) return;
+  // Freed blocks are known idle only after a synchronization (none during a capture). Callers
+  // trim right after synchronizing (PyTorch's empty_cache), so this one costs them nothing.
+  sync_and_release();
+  free_empty_segments(keep);
 }
 
 }  // namespace gpushim

@@ -43,6 +43,7 @@ class CachingPool final : public DeviceMemoryResource {
   bool contains(const void* p) const override;
   void figures(PoolFigures* out) const override;
   void release_cached() override;
+  void trim_to(uint64_t keep) override;
   bool find_block(const void* p, uintptr_t* base, uint64_t* size) const override;
   const char* ipc_export_refusal(const void* block, uint64_t size) const override;
   bool holds_payloads() const override { return true; }
@@ -118,7 +119,8 @@ class CachingPool final : public DeviceMemoryResource {
   Block* coalesce(Block* b);
   void settle_after_sync();  // requires that the device was just synchronized
   bool sync_and_release();    // false if a capture forbids it
-  void free_empty_segments();
+  // Stops once less than `keep` bytes are reserved (0: frees every empty segment).
+  void free_empty_segments(uint64_t keep = 0);
   void clear_stream(Block* b);            // the block becomes ready for anyone
   void drop_event_keep_stream(Block* b);  // forget the event; the block stays tied to its stream
   // Blocks are recycled: a split or merge on every allocation must not cost a heap allocation.

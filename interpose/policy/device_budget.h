@@ -20,6 +20,13 @@ class DeviceBudget {
   // refuses never shows here, so the peak never exceeds what the device really gave us.
   uint64_t held() const { return held_.load(std::memory_order_relaxed); }
   uint64_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  // The most held since the last reset_window_peak (or ever): CUDA's ReservedMemHigh, which a
+  // program may reset; peak() is never reset.
+  uint64_t window_peak() const { return window_peak_.load(std::memory_order_relaxed); }
+  void reset_window_peak() {
+    window_peak_.store(held(), std::memory_order_relaxed);
+    raise(window_peak_, held());  // a commit racing with the store
+  }
 
   // Before asking the driver: returns false, charging nothing, if `bytes` would take the device
   // past its limit. Must be followed by commit() (the driver gave it) or cancel() (it refused).
@@ -31,7 +38,11 @@ class DeviceBudget {
     } while (!charged_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
     return true;
   }
-  void commit(uint64_t bytes) { raise_peak(held_.fetch_add(bytes, std::memory_order_relaxed) + bytes); }
+  void commit(uint64_t bytes) {
+    const uint64_t now = held_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    raise(peak_, now);
+    raise(window_peak_, now);
+  }
   void cancel(uint64_t bytes) { charged_.fetch_sub(bytes, std::memory_order_relaxed); }
   // Memory given back to the driver.
   void uncharge(uint64_t bytes) {
@@ -45,15 +56,16 @@ class DeviceBudget {
   }
 
  private:
-  void raise_peak(uint64_t v) {
-    uint64_t p = peak_.load(std::memory_order_relaxed);
-    while (v > p && !peak_.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
+  static void raise(std::atomic<uint64_t>& peak, uint64_t v) {
+    uint64_t p = peak.load(std::memory_order_relaxed);
+    while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
     }
   }
   std::atomic<uint64_t> limit_{0};
   std::atomic<uint64_t> charged_{0};
   std::atomic<uint64_t> held_{0};
   std::atomic<uint64_t> peak_{0};
+  std::atomic<uint64_t> window_peak_{0};
 };
 
 }  // namespace gpushim

@@ -57,6 +57,12 @@ class DeviceMemoryResource {
   virtual void figures(PoolFigures* out) const = 0;
   // Gives cached free memory back to the driver (after the synchronization reuse requires).
   virtual void release_cached() = 0;
+  // cudaMemPoolTrimTo: gives cached free memory back until the resource holds less than `keep`
+  // bytes from the driver, or nothing more can be released safely. This default can only release
+  // everything, so it does that for `keep` 0 and keeps everything otherwise.
+  virtual void trim_to(uint64_t keep) {
+    if (keep == 0) release_cached();
+  }
 
   // ---- what pointer queries and IPC need to stay truthful (the driver only sees segments) ----
   // Pure, not defaulted: a wrapper that forgot to forward them would answer "not ours" for every

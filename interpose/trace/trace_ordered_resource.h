@@ -61,6 +61,10 @@ class TraceOrderedResource final : public DeviceMemoryResource {
     std::lock_guard<std::mutex> lock(mu_);
     pool_->release_cached();
   }
+  void trim_to(uint64_t keep) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_->trim_to(keep);
+  }
 
   // The calling thread's last allocate or deallocate, as numbered in the pool's order (from 1).
   static uint64_t last_op_seq() { return t_last_op_seq; }

@@ -1,6 +1,7 @@
 """End-to-end tests of the launcher, `gpushim run [options] -- cmd ...` (scripts/gpushim, copied to
 build/bin/gpushim): it preloads the library, turns options into GPUSHIM_* variables, and sets
-PYTORCH_NO_CUDA_MEMORY_CACHING=1 for Python commands only."""
+PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (or, on request, PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+for Python commands only."""
 import json
 import os
 import re
@@ -26,7 +27,11 @@ def existing_preloads(preload=""):
     return ":".join(p for p in (PRELOAD_FIRST, preload) if p)
 
 
-def launch(args, env_extra=None, launcher=LAUNCHER, drop=()):
+# The user's own PyTorch allocator settings, which the launcher keeps: dropped by default here.
+TORCH_VARS = ("PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_CUDA_ALLOC_CONF")
+
+
+def launch(args, env_extra=None, launcher=LAUNCHER, drop=TORCH_VARS):
     env = base_env(preload=False)  # the launcher sets LD_PRELOAD itself
     for k in drop:
         env.pop(k, None)
@@ -47,7 +52,7 @@ def launch(args, env_extra=None, launcher=LAUNCHER, drop=()):
 
 
 class Launcher(unittest.TestCase):
-    def test_python_command_runs_under_the_shim_with_torch_caching_off(self):
+    def test_python_command_runs_under_the_shim_with_torch_async_allocator(self):
         python = interpreters()[0][0]
         wd = tempfile.mkdtemp(prefix="gpushim-launcher-")
         report = os.path.join(wd, "r.%p.json")
@@ -55,7 +60,8 @@ class Launcher(unittest.TestCase):
                           "--sample-ms", "7", "--", python, SHOW_ENV])
         self.assertEqual(proc.returncode, 0, proc.stderr)
         env = json.loads(proc.stdout.strip().splitlines()[-1])
-        self.assertEqual(env["PYTORCH_NO_CUDA_MEMORY_CACHING"], "1")
+        self.assertEqual(env["PYTORCH_CUDA_ALLOC_CONF"], "backend:cudaMallocAsync")
+        self.assertNotIn("PYTORCH_NO_CUDA_MEMORY_CACHING", env)
         self.assertEqual(env["GPUSHIM_POLICY"], "passthrough")
         self.assertEqual(env["GPUSHIM_STACK_DEPTH"], "12")
         self.assertEqual(env["GPUSHIM_SAMPLE_MS"], "7")
@@ -71,19 +77,42 @@ class Launcher(unittest.TestCase):
         version, _ = launch(["--version"])
         self.assertEqual(version.stdout.split()[1], rep["version"])  # the report names the release
 
-    def test_keep_torch_cache_and_the_users_own_setting(self):
+    def test_torch_alloc_choices_and_the_users_own_setting(self):
         python = interpreters()[0][0]
-        proc, _ = launch(["run", "--keep-torch-cache", "--report", "off", "--", python, SHOW_ENV])
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertNotIn("PYTORCH_NO_CUDA_MEMORY_CACHING", json.loads(proc.stdout.strip().splitlines()[-1]))
-        proc, _ = launch(["run", "--report", "off", "--", python, SHOW_ENV], {"PYTORCH_NO_CUDA_MEMORY_CACHING": "0"})
-        self.assertEqual(json.loads(proc.stdout.strip().splitlines()[-1])["PYTORCH_NO_CUDA_MEMORY_CACHING"], "0")
+
+        def run(args, env=None):
+            proc, _ = launch(["run"] + args + ["--report", "off", "--", python, SHOW_ENV], env)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            got = json.loads(proc.stdout.strip().splitlines()[-1])
+            # The launcher's lines about PyTorch (the shim's summary follows on stderr).
+            torch_lines = "".join(l + "\n" for l in proc.stderr.splitlines() if "PYTORCH_" in l)
+            return {k: v for k, v in got.items() if k.startswith("PYTORCH_")}, torch_lines
+
+        self.assertEqual(run(["--keep-torch-cache"]), ({}, ""))
+        self.assertEqual(run(["--torch-alloc", "keep"]), ({}, ""))
+        self.assertEqual(run(["--torch-alloc=no-cache"]), ({"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, ""))
+        self.assertEqual(run(["--torch-alloc", "async"]), ({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, ""))
+        # The user's setting is kept; where it keeps the async backend off, one line says so.
+        self.assertEqual(run([], {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync,foo:1"}),
+                         ({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync,foo:1"}, ""))
+        for mine in ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "0"}):
+            env, err = run([], mine)
+            self.assertEqual(env, mine)
+            lines = err.splitlines()
+            self.assertEqual(len(lines), 1, err)
+            self.assertTrue(lines[0].startswith("gpushim: keeping your " + "=".join(next(iter(mine.items())))), err)
+            self.assertEqual(run(["--torch-alloc", "keep"], mine), (mine, ""))
+        self.assertEqual(run(["--torch-alloc", "no-cache"], {"PYTORCH_NO_CUDA_MEMORY_CACHING": "0"}),
+                         ({"PYTORCH_NO_CUDA_MEMORY_CACHING": "0"}, ""))
+        proc, _ = launch(["run", "--torch-alloc", "sometimes", "--", python, SHOW_ENV])
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("gpushim: --torch-alloc sometimes", proc.stderr)
 
     def test_what_counts_as_a_python_command(self):
         def sets_torch_flag(args, env=None):
-            proc, _ = launch(["run", "--dry-run", "--"] + args, env, drop=("PYTORCH_NO_CUDA_MEMORY_CACHING",))
+            proc, _ = launch(["run", "--dry-run", "--"] + args, env)
             self.assertEqual(proc.returncode, 0, proc.stderr)
-            return "PYTORCH_NO_CUDA_MEMORY_CACHING=1" in proc.stdout.splitlines()
+            return "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" in proc.stdout.splitlines()
 
         for cmd in ("python3", "/usr/bin/python3.11", "python", "torchrun", "pytest", "ipython3"):
             self.assertTrue(sets_torch_flag([cmd, "train.py"]), cmd)
@@ -97,8 +126,8 @@ class Launcher(unittest.TestCase):
         os.chmod(script, stat.S_IRWXU)
         self.assertTrue(sets_torch_flag([script]))
         # --python forces it for wrappers the launcher cannot see through.
-        proc, _ = launch(["run", "--dry-run", "--python", "--", "/bin/true"], drop=("PYTORCH_NO_CUDA_MEMORY_CACHING",))
-        self.assertIn("PYTORCH_NO_CUDA_MEMORY_CACHING=1", proc.stdout.splitlines())
+        proc, _ = launch(["run", "--dry-run", "--python", "--", "/bin/true"])
+        self.assertIn("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync", proc.stdout.splitlines())
 
     def test_native_command_and_existing_preloads(self):
         proc, wd = launch(["run", "--report", "off", "--", ENV_PROGRAM], {"LD_PRELOAD": "libm.so.6"})
@@ -107,6 +136,7 @@ class Launcher(unittest.TestCase):
         self.assertEqual(env["LD_PRELOAD"], os.path.realpath(SHIM) + ":" + existing_preloads("libm.so.6"))
         self.assertEqual(env["GPUSHIM_REPORT"], "off")
         self.assertNotIn("PYTORCH_NO_CUDA_MEMORY_CACHING", env)
+        self.assertNotIn("PYTORCH_CUDA_ALLOC_CONF", env)
         self.assertEqual(os.listdir(wd), [])  # no CUDA, no report, no output from the shim
         self.assertEqual(proc.stderr, "")
 
@@ -134,6 +164,7 @@ class Launcher(unittest.TestCase):
         self.assertEqual(proc.returncode, 0)
         self.assertIn("gpushim run [options] -- command", proc.stdout)
         self.assertIn("--keep-torch-cache", proc.stdout)
+        self.assertIn("--torch-alloc async|no-cache|keep", proc.stdout)
         self.assertIn("caching|vmm|passthrough", proc.stdout)
         self.assertNotIn("when available", proc.stdout)
         self.assertIn("--version", proc.stdout)

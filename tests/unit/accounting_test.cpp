@@ -41,6 +41,23 @@ TEST(MemoryCounters, TracksLivePeakAndTotals) {
   EXPECT_EQ(s.failed_allocs, 1u);
 }
 
+// CUDA's UsedMemHigh (PyTorch's max_memory_allocated under its async backend): reset to the live
+// figure, then raised by both update paths; the report's peak is never reset.
+TEST(MemoryCounters, TheWindowPeakResetsToTheLiveBytesAndThePeakNever) {
+  MemoryCounters c;
+  c.on_alloc(300, 300);
+  c.on_alloc_locked(200, 200);
+  c.on_free(400, 400);
+  EXPECT_EQ(c.window_peak_bytes(), 500u);
+  c.reset_window_peak();
+  EXPECT_EQ(c.window_peak_bytes(), 100u);
+  c.on_alloc_locked(50, 50);
+  EXPECT_EQ(c.window_peak_bytes(), 150u);
+  c.on_alloc(100, 100);
+  EXPECT_EQ(c.window_peak_bytes(), 250u);
+  EXPECT_EQ(c.snapshot().peak_bytes, 500u);
+}
+
 TEST(MemoryCounters, ExactUnderConcurrency) {
   MemoryCounters c;
   constexpr int kThreads = 8, kIters = 20000;

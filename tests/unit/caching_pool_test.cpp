@@ -91,6 +91,27 @@ TEST(CachingPool, CarvingKeepsBestFitAndMergesBack) {
   EXPECT_EQ(p.fig().reserved_bytes, 0u) << "the blocks no longer merge into the whole segment";
 }
 
+// cudaMemPoolTrimTo on the default pool: cached segments go back until fewer than `keep` bytes
+// are reserved; live ones stay.
+TEST(CachingPool, TrimToReleasesCachedSegmentsDownToTheRequestedSize) {
+  Pool p;
+  void* seg[4];
+  for (void*& q : seg) ASSERT_NE(q = p.alloc(20 * MiB, nullptr, true), nullptr);  // one segment each
+  void* live = p.alloc(20 * MiB, nullptr, true);
+  ASSERT_NE(live, nullptr);
+  for (void* q : seg) ASSERT_EQ(p.pool.deallocate(q, nullptr, true), CUDA_SUCCESS);
+  EXPECT_EQ(p.fig().reserved_bytes, 100 * MiB);
+  p.pool.trim_to(200 * MiB);  // already fewer: nothing to do
+  EXPECT_EQ(p.fig().reserved_bytes, 100 * MiB);
+  p.pool.trim_to(50 * MiB);  // 100 -> 80 -> 60 -> 40: stops as soon as fewer than 50 are held
+  EXPECT_EQ(p.fig().reserved_bytes, 40 * MiB);
+  p.pool.trim_to(0);  // everything cached; the live block's segment stays
+  EXPECT_EQ(p.fig().reserved_bytes, 20 * MiB);
+  ASSERT_EQ(p.pool.deallocate(live, nullptr, true), CUDA_SUCCESS);
+  p.pool.trim_to(0);
+  EXPECT_EQ(p.fig().reserved_bytes, 0u);
+}
+
 // Repeated requests of one size skip the B-tree descent while the free sets have not changed
 // (CachingPool::first_fit_candidate). Best fit must hold through everything that changes them or
 // shrinks the remembered block.

@@ -29,6 +29,21 @@ TEST(DeviceBudget, ARefusedRequestNeverShowsInReservedOrItsPeak) {
   EXPECT_EQ(b.peak(), 100 * MiB);
 }
 
+// CUDA's ReservedMemHigh: reset to the current figure by the program, while the report's peak
+// stays the whole run's.
+TEST(DeviceBudget, TheWindowPeakResetsToWhatIsHeldAndThePeakNever) {
+  DeviceBudget b;
+  b.charge(100 * MiB);
+  b.charge(50 * MiB);
+  b.uncharge(120 * MiB);
+  EXPECT_EQ(b.window_peak(), 150 * MiB);
+  b.reset_window_peak();
+  EXPECT_EQ(b.window_peak(), 30 * MiB);
+  b.charge(10 * MiB);
+  EXPECT_EQ(b.window_peak(), 40 * MiB);
+  EXPECT_EQ(b.peak(), 150 * MiB);
+}
+
 TEST(DeviceBudget, RequestsInFlightCountAgainstTheCap) {
   DeviceBudget b;
   b.set_limit(100 * MiB);

@@ -4,9 +4,14 @@
 // gpushim_mark_iteration when the shim exports it. An out-of-memory error ends the loop the way it
 // ends a training job, but cleanly: the program reports it and frees what it holds.
 //
-// Usage: e2e_train_loop [iterations] [--leak-mib N] [--hang]
+// Usage: e2e_train_loop [iterations] [--leak-mib N] [--hang] [--async] [--kernel-us N]
 //   --leak-mib N: leak N MiB per iteration (default 1)
 //   --hang: after the last iteration print "ready" and wait to be killed (kill -9 tests).
+//   --async: activations are cudaMallocAsync/cudaFreeAsync on the job's stream, as PyTorch's
+//     backend:cudaMallocAsync makes them (default: cudaMalloc/cudaFree, as under
+//     PYTORCH_NO_CUDA_MEMORY_CACHING=1): the launcher's --torch-alloc choice, measured.
+//   --kernel-us N: each layer runs a kernel of N us writing its activation (still running when
+//     the activation is freed).
 #include <unistd.h>
 
 #include <cstring>
@@ -17,6 +22,8 @@
 namespace {
 
 constexpr size_t kMiB = 1 << 20;
+bool g_async = false;
+unsigned g_kernel_us = 0;
 
 std::vector<void*> load_model() {
   std::vector<void*> weights;
@@ -34,17 +41,20 @@ bool forward_backward(cudaStream_t stream, int iteration) {
   bool ok = true;
   for (int layer = 0; layer < 6 && ok; ++layer) {
     void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, (4 + layer + iteration % 3) * kMiB);
+    const size_t bytes = (4 + layer + iteration % 3) * kMiB;
+    const cudaError_t e = g_async ? cudaMallocAsync(&p, bytes, stream) : cudaMalloc(&p, bytes);
     if (e == cudaErrorMemoryAllocation) ok = false;
     else CHECK(e);
     if (ok) activations.push_back(p);
+    if (ok && g_kernel_us) CHECK(testsupport::delayed_fill(p, layer, bytes, g_kernel_us, stream));
   }
   if (ok) {
     void* scratch = nullptr;
     CHECK(cudaMallocAsync(&scratch, 3 * kMiB, stream));
     CHECK(cudaFreeAsync(scratch, stream));
   }
-  for (auto it = activations.rbegin(); it != activations.rend(); ++it) CHECK(cudaFree(*it));
+  for (auto it = activations.rbegin(); it != activations.rend(); ++it)
+    CHECK(g_async ? cudaFreeAsync(*it, stream) : cudaFree(*it));
   return ok;
 }
 
@@ -66,6 +76,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--hang") == 0) hang = true;
     else if (std::strcmp(argv[i], "--leak-mib") == 0 && i + 1 < argc) leak = static_cast<size_t>(std::atoi(argv[++i])) * kMiB;
+    else if (std::strcmp(argv[i], "--async") == 0) g_async = true;
+    else if (std::strcmp(argv[i], "--kernel-us") == 0 && i + 1 < argc) g_kernel_us = static_cast<unsigned>(std::atoi(argv[++i]));
     else iterations = std::atoi(argv[i]);
   }
   using MarkFn = unsigned long long (*)();  // gpushim_mark_iteration, as gpushim.h declares it

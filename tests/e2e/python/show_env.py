@@ -9,4 +9,4 @@ from cuda_ctypes import MiB, check, cuda
 p = ctypes.c_void_p()
 check(cuda.cudaMalloc(ctypes.byref(p), 1 * MiB))
 print(json.dumps({k: v for k, v in os.environ.items()
-                  if k.startswith("GPUSHIM_") or k in ("LD_PRELOAD", "PYTORCH_NO_CUDA_MEMORY_CACHING")}))
+                  if k.startswith("GPUSHIM_") or k in ("LD_PRELOAD", "PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_CUDA_ALLOC_CONF")}))

@@ -18,6 +18,7 @@
 #endif
 #include <cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -233,9 +234,34 @@ struct Capture {
 // Contexts and devices (context.cpp)
 // ------------------------------------------------------------------------------------------------
 
+// A memory pool's figures, as CUDA reports them through cuMemPoolGetAttribute. Only the figures
+// are modelled: the memory itself goes back to the arena when freed. What a freed allocation
+// leaves reserved is kept up to the release threshold (CUDA gives the excess back at the next
+// synchronization; the fake does at the free, which a program can only tell by reading the
+// figures in between).
 struct MemPool {
   int device = 0;
   bool is_default = false;
+  std::uint64_t used = 0, used_high = 0;
+  std::uint64_t reserved = 0, reserved_high = 0;
+  std::uint64_t release_threshold = 0;  // CUDA's default: give everything back
+  int reuse_follow_event_dependencies = 1, reuse_allow_opportunistic = 1, reuse_allow_internal_dependencies = 1;
+
+  void OnAllocated(std::uint64_t bytes) {
+    used += bytes;
+    used_high = std::max(used_high, used);
+    reserved = std::max(reserved, used);
+    reserved_high = std::max(reserved_high, reserved);
+  }
+  void OnReleased(std::uint64_t bytes) {
+    used -= std::min(used, bytes);
+    const std::uint64_t keep = std::max(used, release_threshold);
+    if (reserved > keep) reserved = keep;
+  }
+  // cuMemPoolTrimTo: cached memory goes back until fewer than `keep` bytes are reserved.
+  void TrimTo(std::uint64_t keep) {
+    if (reserved > keep) reserved = std::max(used, keep);
+  }
 };
 
 struct Context {

@@ -42,6 +42,8 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, bool 
   std::uintptr_t base = 0;
   if (CUresult r = AllocateArenaRegion(s, st->ctx, bytesize, kind, mp, &base); r != CUDA_SUCCESS) return r;
   if (st->capture) s.regions[base].capture_id = st->capture->id;
+  // Graph memory comes from the graph's own pool, not this one.
+  else mp->OnAllocated(s.regions[base].charged);
   *dptr = base;
   return CUDA_SUCCESS;
 }
@@ -328,7 +330,59 @@ CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
 CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
-  (void)minBytesToKeep;
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  return LookupPool(s, pool) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  MemPool* mp = LookupPool(s, pool);
+  if (mp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  mp->TrimTo(minBytesToKeep);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  MemPool* mp = LookupPool(s, pool);
+  if (mp == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto as_int = [&](int v) { *static_cast<int*>(value) = v; };
+  auto as_u64 = [&](std::uint64_t v) { *static_cast<cuuint64_t*>(value) = v; };
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: as_int(mp->reuse_follow_event_dependencies); break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: as_int(mp->reuse_allow_opportunistic); break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: as_int(mp->reuse_allow_internal_dependencies); break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: as_u64(mp->release_threshold); break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: as_u64(mp->reserved); break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: as_u64(mp->reserved_high); break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: as_u64(mp->used); break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: as_u64(mp->used_high); break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  MemPool* mp = LookupPool(s, pool);
+  if (mp == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const int i = *static_cast<const int*>(value);
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: mp->reuse_follow_event_dependencies = i != 0; break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: mp->reuse_allow_opportunistic = i != 0; break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: mp->reuse_allow_internal_dependencies = i != 0; break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      mp->release_threshold = *static_cast<const cuuint64_t*>(value);
+      break;
+    // The high-water marks can only be reset, by writing 0: they restart from the current value.
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      if (*static_cast<const cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
+      mp->reserved_high = mp->reserved;
+      break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      if (*static_cast<const cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
+      mp->used_high = mp->used;
+      break;
+    default: return CUDA_ERROR_INVALID_VALUE;  // the current figures are read-only
+  }
+  return CUDA_SUCCESS;
 }

@@ -77,6 +77,8 @@ const ProcEntry kProcTable[] = {
     {"cuMemPoolCreate",                       11020, Fn(cuMemPoolCreate),                         nullptr},
     {"cuMemPoolDestroy",                      11020, Fn(cuMemPoolDestroy),                        nullptr},
     {"cuMemPoolTrimTo",                       11020, Fn(cuMemPoolTrimTo),                         nullptr},
+    {"cuMemPoolGetAttribute",                 11020, Fn(cuMemPoolGetAttribute),                   nullptr},
+    {"cuMemPoolSetAttribute",                 11020, Fn(cuMemPoolSetAttribute),                   nullptr},
     // copies and memsets (synchronous ones have _ptds, asynchronous ones _ptsz variants)
     {"cuMemcpy",                               4000, Fn(cuMemcpy),                                Fn(cuMemcpy_ptds)},
     {"cuMemcpyAsync",                          4000, Fn(cuMemcpyAsync),                           Fn(cuMemcpyAsync_ptsz)},

@@ -198,6 +198,13 @@ cudaError_t CUDARTAPI cudaMemPoolDestroy(cudaMemPool_t memPool) {
 cudaError_t CUDARTAPI cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep) {
   return Call([&] { return Driver().cuMemPoolTrimTo(memPool, minBytesToKeep); });
 }
+// cudaMemPoolAttr and CUmemPool_attribute number the attributes alike.
+cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void* value) {
+  return Call([&] { return Driver().cuMemPoolGetAttribute(memPool, static_cast<CUmemPool_attribute>(attr), value); });
+}
+cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void* value) {
+  return Call([&] { return Driver().cuMemPoolSetAttribute(memPool, static_cast<CUmemPool_attribute>(attr), value); });
+}
 
 // ---- copies and memsets ----
 

@@ -304,6 +304,70 @@ TEST_F(RuntimeTest, MemoryPools) {
   cudaGetLastError();
 }
 
+// The figures CUDA's pools report (what PyTorch's cudaMallocAsync backend reads), and their rules:
+// highs reset to the current value by writing 0, current figures read-only, freed memory kept up
+// to the release threshold and given back by a trim.
+TEST_F(RuntimeTest, MemoryPoolAttributes) {
+  cudaMemPool_t def = nullptr;
+  ASSERT_RT(cudaDeviceGetDefaultMemPool(&def, 0));
+  auto get = [&](cudaMemPoolAttr a) {
+    cuuint64_t v = 12345;
+    EXPECT_EQ(cudaMemPoolGetAttribute(def, a, &v), cudaSuccess);
+    return static_cast<uint64_t>(v);
+  };
+  EXPECT_EQ(get(cudaMemPoolAttrReleaseThreshold), 0u);  // CUDA's default
+  int flag = 0;
+  ASSERT_RT(cudaMemPoolGetAttribute(def, cudaMemPoolReuseAllowOpportunistic, &flag));
+  EXPECT_EQ(flag, 1);
+  flag = 0;
+  ASSERT_RT(cudaMemPoolSetAttribute(def, cudaMemPoolReuseAllowOpportunistic, &flag));
+  flag = 1;
+  ASSERT_RT(cudaMemPoolGetAttribute(def, cudaMemPoolReuseAllowOpportunistic, &flag));
+  EXPECT_EQ(flag, 0);
+
+  // Threshold 0: a free gives the memory back.
+  void* p = nullptr;
+  ASSERT_RT(cudaMallocAsync(&p, 3 << 20, nullptr));
+  EXPECT_EQ(get(cudaMemPoolAttrUsedMemCurrent), 3u << 20);
+  EXPECT_EQ(get(cudaMemPoolAttrReservedMemCurrent), 3u << 20);
+  ASSERT_RT(cudaFreeAsync(p, nullptr));
+  ASSERT_RT(cudaStreamSynchronize(nullptr));
+  EXPECT_EQ(get(cudaMemPoolAttrUsedMemCurrent), 0u);
+  EXPECT_EQ(get(cudaMemPoolAttrReservedMemCurrent), 0u);
+  EXPECT_EQ(get(cudaMemPoolAttrUsedMemHigh), 3u << 20);
+
+  // Threshold UINT64_MAX (PyTorch's setting): freed memory stays reserved until trimmed.
+  cuuint64_t v = UINT64_MAX;
+  ASSERT_RT(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReleaseThreshold, &v));
+  EXPECT_EQ(get(cudaMemPoolAttrReleaseThreshold), UINT64_MAX);
+  ASSERT_RT(cudaMallocAsync(&p, 1 << 20, nullptr));
+  ASSERT_RT(cudaFreeAsync(p, nullptr));
+  ASSERT_RT(cudaStreamSynchronize(nullptr));
+  EXPECT_EQ(get(cudaMemPoolAttrUsedMemCurrent), 0u);
+  EXPECT_EQ(get(cudaMemPoolAttrReservedMemCurrent), 1u << 20);
+
+  v = 0;
+  ASSERT_RT(cudaMemPoolSetAttribute(def, cudaMemPoolAttrUsedMemHigh, &v));
+  ASSERT_RT(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReservedMemHigh, &v));
+  EXPECT_EQ(get(cudaMemPoolAttrUsedMemHigh), 0u);
+  EXPECT_EQ(get(cudaMemPoolAttrReservedMemHigh), 1u << 20);
+  ASSERT_RT(cudaMemPoolTrimTo(def, 0));
+  EXPECT_EQ(get(cudaMemPoolAttrReservedMemCurrent), 0u);
+  EXPECT_EQ(get(cudaMemPoolAttrReservedMemHigh), 1u << 20);
+
+  v = 5;
+  EXPECT_EQ(cudaMemPoolSetAttribute(def, cudaMemPoolAttrUsedMemHigh, &v), cudaErrorInvalidValue);
+  cudaGetLastError();
+  v = 0;
+  EXPECT_EQ(cudaMemPoolSetAttribute(def, cudaMemPoolAttrUsedMemCurrent, &v), cudaErrorInvalidValue);
+  cudaGetLastError();
+  EXPECT_EQ(cudaMemPoolGetAttribute(def, cudaMemPoolAttrUsedMemCurrent, nullptr), cudaErrorInvalidValue);
+  cudaGetLastError();
+  ASSERT_RT(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReleaseThreshold, &v));
+  flag = 1;
+  ASSERT_RT(cudaMemPoolSetAttribute(def, cudaMemPoolReuseAllowOpportunistic, &flag));
+}
+
 TEST_F(RuntimeTest, DeviceResetFreesEverythingAndRecovers) {
   const size_t baseline_used = fakecudaDeviceUsedBytes(0);
   void* p = nullptr;

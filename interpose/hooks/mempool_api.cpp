@@ -1,0 +1,110 @@
+// The memory-pool API, runtime and driver: calls on a device's default pool are answered by the
+// core (core/shim_mempool.cpp) when its pool serves that device; everything else goes to CUDA.
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <optional>
+
+#include "core/call_context.h"
+#include "core/shim.h"
+#include "cuda/error_codes.h"
+#include "cuda/real_driver.h"
+#include "cuda/real_symbols.h"
+#include "cuda/runtime_last_error.h"
+#include "hooks/export.h"
+
+using gpushim::real_driver;
+using gpushim::real_runtime;
+using gpushim::Shim;
+
+namespace {
+
+// The runtime's answer for a call the core served: errors stick as the runtime's last error.
+cudaError_t runtime_answer(CUresult r) {
+  const cudaError_t err = gpushim::to_runtime_error(r);
+  if (err != cudaSuccess) gpushim::set_runtime_last_error(err);
+  return err;
+}
+
+// The shim, when a driver call is ours to answer: not when the real runtime makes it for one of
+// our runtime hooks (which answered already, or forwards on purpose).
+Shim* driver_shim(const gpushim::CallScope& scope) { return scope.nested_in_runtime_hook() ? nullptr : Shim::get(); }
+
+template <typename F, typename... Args>
+CUresult call(F* real, Args... args) {
+  return real ? real(args...) : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+template <typename F, typename... Args>
+cudaError_t call_runtime(F* real, Args... args) {
+  return real ? real(args...) : cudaErrorInitializationError;
+}
+
+}  // namespace
+
+#define GPUSHIM_RUNTIME_SCOPE gpushim::CallScope scope(gpushim::HookApi::kRuntime, __builtin_return_address(0))
+#define GPUSHIM_DRIVER_SCOPE gpushim::CallScope scope(gpushim::HookApi::kDriver, __builtin_return_address(0))
+
+// ---- runtime ----
+
+GPUSHIM_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  GPUSHIM_RUNTIME_SCOPE;
+  if (Shim* s = Shim::get())
+    if (auto r = s->mempool_get_attribute(pool, static_cast<CUmemPool_attribute>(attr), value)) return runtime_answer(*r);
+  return call_runtime(real_runtime().cudaMemPoolGetAttribute, pool, attr, value);
+}
+
+GPUSHIM_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  GPUSHIM_RUNTIME_SCOPE;
+  if (Shim* s = Shim::get())
+    if (auto r = s->mempool_set_attribute(pool, static_cast<CUmemPool_attribute>(attr), value)) return runtime_answer(*r);
+  return call_runtime(real_runtime().cudaMemPoolSetAttribute, pool, attr, value);
+}
+
+GPUSHIM_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep) {
+  GPUSHIM_RUNTIME_SCOPE;
+  if (Shim* s = Shim::get())
+    if (auto r = s->mempool_trim_to(pool, minBytesToKeep)) return runtime_answer(*r);
+  return call_runtime(real_runtime().cudaMemPoolTrimTo, pool, minBytesToKeep);
+}
+
+GPUSHIM_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
+  GPUSHIM_RUNTIME_SCOPE;
+  const cudaError_t err = call_runtime(real_runtime().cudaDeviceSetMemPool, device, pool);
+  if (err == cudaSuccess)
+    if (Shim* s = Shim::get()) s->mempool_current_set(device, pool);
+  return err;
+}
+
+// ---- driver ----
+
+GPUSHIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  GPUSHIM_DRIVER_SCOPE;
+  if (Shim* s = driver_shim(scope))
+    if (auto r = s->mempool_get_attribute(pool, attr, value)) return *r;
+  return call(real_driver().cuMemPoolGetAttribute, pool, attr, value);
+}
+
+GPUSHIM_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  GPUSHIM_DRIVER_SCOPE;
+  if (Shim* s = driver_shim(scope))
+    if (auto r = s->mempool_set_attribute(pool, attr, value)) return *r;
+  return call(real_driver().cuMemPoolSetAttribute, pool, attr, value);
+}
+
+GPUSHIM_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  GPUSHIM_DRIVER_SCOPE;
+  if (Shim* s = driver_shim(scope))
+    if (auto r = s->mempool_trim_to(pool, minBytesToKeep)) return *r;
+  return call(real_driver().cuMemPoolTrimTo, pool, minBytesToKeep);
+}
+
+GPUSHIM_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+  GPUSHIM_DRIVER_SCOPE;
+  const CUresult r = call(real_driver().cuDeviceSetMemPool, dev, pool);
+  // CUdevice is the device's ordinal.
+  if (r == CUDA_SUCCESS)
+    if (Shim* s = driver_shim(scope)) s->mempool_current_set(static_cast<int>(dev), pool);
+  return r;
+}

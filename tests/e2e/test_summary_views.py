@@ -1,6 +1,7 @@
 """End-to-end tests of the summary views made for users of other tools: PyTorch's memory_summary()
 table (--format torch), heaptrack's "most allocations" and "temporary allocations" rankings, and
 the caller/callee tree of one site (--site N), from one traced run of e2e_train_loop."""
+import os
 import re
 import tempfile
 import unittest
@@ -10,6 +11,25 @@ from test_traces import analyze, analyze_json, traced
 
 MiB = 1 << 20
 KiB = 1 << 10
+
+
+def train_loop_lines():
+    """Lines of tests/e2e/programs/train_loop.cpp the tests name, found by their code, not hard-coded."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "train_loop.cpp")
+    wanted = {"model": "cudaMalloc(&p, 16 * kMiB)", "activation": "cudaMallocAsync(&p, bytes, stream) : cudaMalloc",
+              "scratch": "cudaMallocAsync(&scratch", "leak": "const cudaError_t e = cudaMalloc(&p, bytes);",
+              "main_model": "= load_model();", "main_loop": "forward_backward(stream, it)"}
+    out = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            for k, code in wanted.items():
+                if code in line and k not in out:
+                    out[k] = n
+    assert set(out) == set(wanted), out
+    return out
+
+
+L = train_loop_lines()
 
 
 def torch_table(text):
@@ -42,8 +62,8 @@ def torch_table(text):
 class SummaryViews(ShimTestCase):
     @classmethod
     def setUpClass(cls):
-        # 8 iterations: per iteration 6 temporary 6.5 MiB-ish blocks (line 37), one small temporary
-        # (line 44) and one 1 MiB block kept (the planted leak, line 53); the model (line 25) stays.
+        # 8 iterations: per iteration 6 temporary activations, one small temporary scratch block and
+        # one 1 MiB block kept (the planted leak); the model stays.
         cls.recorded, cls.trace = traced([program("e2e_train_loop"), "8"], env={"GPUSHIM_POLICY": "caching"})
         cls.summary = analyze_json("summary", cls.trace)
 
@@ -83,10 +103,11 @@ class SummaryViews(ShimTestCase):
     def test_most_and_temporary_allocations(self):
         most = self.summary["most_allocations"]
         self.assertEqual(most[0]["allocs"], 48)
-        self.assertIn("train_loop.cpp:37", most[0]["frames"][0])
+        self.assertIn(f"train_loop.cpp:{L['activation']}", most[0]["frames"][0])
         self.assertEqual(sum(s["allocs"] for s in most), self.summary["devices"][0]["total_allocs"])
         temporary = {s["frames"][0].split()[-2]: s["temporary"] for s in self.summary["temporary_allocations"]}
-        self.assertEqual(temporary, {"train_loop.cpp:37": 48, "train_loop.cpp:44": 8})  # not the leak, not the model
+        self.assertEqual(temporary, {f"train_loop.cpp:{L['activation']}": 48,
+                                     f"train_loop.cpp:{L['scratch']}": 8})  # not the leak, not the model
         text = analyze("summary", self.trace).stdout
         self.assertIn("Most allocations\n  #1 48 allocations", text)
         self.assertIn("Temporary allocations (freed within 10 ms or in the iteration that made them)\n"
@@ -102,10 +123,10 @@ class SummaryViews(ShimTestCase):
         self.assertIn("forward_backward", text.splitlines()[1])
         callers = text.split("Callers")[1].split("Callees")[0]
         callees = text.split("Callees")[1]
-        self.assertRegex(callers, r"└─ [\d.]+ MiB, 56 allocations  main train_loop.cpp:79")
+        self.assertRegex(callers, r"└─ [\d.]+ MiB, 56 allocations  main train_loop.cpp:%d" % L["main_loop"])
         # Both lines of the function that allocate, each with its own count.
-        self.assertRegex(callees, r"48 allocations  \(allocates here\) line 37")
-        self.assertRegex(callees, r"8 allocations  \(allocates here\) line 44")
+        self.assertRegex(callees, r"48 allocations  \(allocates here\) line %d" % L["activation"])
+        self.assertRegex(callees, r"8 allocations  \(allocates here\) line %d" % L["scratch"])
         bad = analyze("summary", self.trace, "--site", "999", check=False)
         self.assertEqual(bad.returncode, 1)
         self.assertIn("--site 999", bad.stderr)

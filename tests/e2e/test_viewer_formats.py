@@ -13,6 +13,7 @@ import tempfile
 import unittest
 
 from shimtest import ShimTestCase, program
+from test_summary_views import L
 from test_traces import analyze, analyze_json, traced
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -173,7 +174,7 @@ class ViewerFormats(ShimTestCase):
         self.assertEqual(profile["unit"], "bytes")
         self.assertEqual(profile["endValue"], self.summary["devices"][0]["peak_allocated"])
         lines = {f["line"] for f in doc["shared"]["frames"] if f.get("file", "").endswith("train_loop.cpp")}
-        self.assertLessEqual({25, 37, 44, 75, 79}, lines)  # two lines of forward_backward stay two frames
+        self.assertLessEqual({L["model"], L["activation"], L["scratch"], L["main_model"], L["main_loop"]}, lines)
         # From a report: what is live.
         report = self.export("speedscope", self.recorded.report_path, "report.speedscope.json")
         with open(report) as f:
@@ -185,8 +186,9 @@ class ViewerFormats(ShimTestCase):
         with open(path) as f:
             lines = f.read().splitlines()
         leaves = {l.rsplit(" ", 1)[0].split(";")[-1] for l in lines}
-        self.assertTrue(any(re.fullmatch(r".*forward_backward.* \(train_loop\.cpp:37\)", l) for l in leaves), leaves)
-        self.assertTrue(any(re.fullmatch(r".*forward_backward.* \(train_loop\.cpp:44\)", l) for l in leaves), leaves)
+        for line in (L["activation"], L["scratch"]):  # two lines of one function stay two frames
+            self.assertTrue(any(re.fullmatch(r".*forward_backward.* \(train_loop\.cpp:%d\)" % line, l) for l in leaves),
+                            leaves)
         self.assertEqual(sum(int(l.rsplit(" ", 1)[1]) for l in lines), self.summary["devices"][0]["peak_allocated"])
         self.assertIn("--countname bytes", analyze("export", "--help").stdout)
 
@@ -215,8 +217,8 @@ class ViewerFormats(ShimTestCase):
         self.assertEqual(sum(s["frees"] for s in end["samples"]), dev["total_frees"])
         # Callstacks run outermost first to the allocating line, and two lines stay two frames.
         leaves = {s["stack"][-1] for s in end["samples"]}
-        self.assertTrue(any(l.endswith("(train_loop.cpp:37)") for l in leaves), leaves)
-        self.assertTrue(any(l.endswith("(train_loop.cpp:44)") for l in leaves), leaves)
+        for line in (L["activation"], L["scratch"]):
+            self.assertTrue(any(l.endswith(f"(train_loop.cpp:{line})") for l in leaves), leaves)
         self.assertTrue(all(s["stack"][0].startswith("_start") for s in end["samples"]))
         # From a report: one dump of what is live.
         report = read_perfetto(self.export("perfetto", self.recorded.report_path, "report.pftrace"))
@@ -239,7 +241,7 @@ class ViewerFormats(ShimTestCase):
         # speedscope keeps each line its own frame, weighed by what was allocated there.
         fb = {f["line"]: f["total"] for f in p["frames"] if "forward_backward" in f["name"]}
         at_peak = {s["frames"][0]: s["at_peak_bytes"] for s in self.summary["at_peak_sites"]}
-        self.assertEqual(set(fb), {37, 44})
+        self.assertEqual(set(fb), {L["activation"], L["scratch"]})
         for line, weight in fb.items():
             self.assertEqual(weight, sum(b for fr, b in at_peak.items() if f"train_loop.cpp:{line}" in fr))
         # The folded file: the same total; unitless by nature of the format (hence --countname).

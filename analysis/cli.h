@@ -38,6 +38,7 @@ int cmd_replay(const std::vector<std::string>& args);
 int cmd_diff(const std::vector<std::string>& args);
 int cmd_merge(const std::vector<std::string>& args);
 int cmd_export(const std::vector<std::string>& args);
+int cmd_config(const std::vector<std::string>& args);
 
 // Prints "gpushim-analyze <cmd>: <message>" and the usage hint; returns 2.
 int usage_error(const char* cmd, const std::string& message);

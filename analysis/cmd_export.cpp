@@ -21,18 +21,28 @@ formats:
               live site becomes one block in a segment of its own, with no history.
   folded      Folded stacks ("outer;...;inner bytes") for flamegraph.pl, speedscope, inferno.
               Weight: bytes live at the end (reports), or bytes held at the device's peak
-              allocated (traces; --metric live for bytes live at the end).
-  perfetto    Chrome Trace Event JSON for https://ui.perfetto.dev (and chrome://tracing):
-              counter tracks of allocated and reserved per device, the cap, instant events for
-              OOMs and iteration marks. From a report: its sampled timeline.
+              allocated (traces; --metric live for bytes live at the end). Frames name their
+              file:line where known. The counts are bytes: tell the viewer so, e.g.
+                flamegraph.pl --countname bytes --title "GPU memory" stacks.folded > mem.svg
+  speedscope  The same sites in speedscope's own JSON format (https://www.speedscope.app, or
+              `speedscope FILE`): unit "bytes", so sizes read as MB, frames with file and line,
+              one profile per device.
+  perfetto    Perfetto's own protobuf trace for https://ui.perfetto.dev (name it *.pftrace): a
+              native heap profile per device ("cuda device N": every callstack's bytes and
+              allocations, allocated and freed, at the device's peak and at the end; the UI's
+              heap profile flame graph), counter tracks of allocated, reserved and the cap in
+              bytes, and instants for OOMs and iteration marks. From a report: its sampled
+              timeline and one dump of what is live.
+  perfetto-json  The counters and instants as Chrome Trace Event JSON (chrome://tracing too);
+              no heap profile, and the JSON format has no units.
   timeline    JSON of allocated/reserved over time, OOMs and iteration marks (what
               scripts/gpushim-plot draws).
 
 options:
   -o, --output FILE    where to write ("-" for stdout); required
-  --metric live|peak   folded: what weighs a site (default: peak for traces, live for reports)
+  --metric live|peak   folded, speedscope: what weighs a site (default: peak for traces, live for reports)
   --max-events N       memory-viz: keep the newest N events per device (default 200000; 0: all)
-  --max-points N       perfetto, timeline: thin each device's track to about N points, keeping
+  --max-points N       perfetto(-json), timeline: thin each device's track to about N points, keeping
                        peaks (default 200000 for perfetto, 5000 for timeline; 0: all)
 )";
 
@@ -50,8 +60,9 @@ int cmd_export(const std::vector<std::string>& args) {
   if (cli.positional.size() != 1) return usage_error("export", "expects one TRACE or REPORT");
   if (!cli.has("--output")) return usage_error("export", "-o FILE is required");
   const std::string format = cli.get("--format");
-  if (format != "memory-viz" && format != "folded" && format != "perfetto" && format != "timeline")
-    return usage_error("export", "--format must be memory-viz, folded, perfetto or timeline");
+  if (format != "memory-viz" && format != "folded" && format != "perfetto" && format != "timeline" &&
+      format != "speedscope" && format != "perfetto-json")
+    return usage_error("export", "--format must be memory-viz, folded, speedscope, perfetto, perfetto-json or timeline");
   const std::string metric = cli.get("--metric");
   if (!metric.empty() && metric != "live" && metric != "peak")
     return usage_error("export", "--metric must be live or peak");
@@ -77,12 +88,14 @@ int cmd_export(const std::vector<std::string>& args) {
       out = memory_viz_from_trace(trace, sym, std::strtoull(cli.get("--max-events", "200000").c_str(), nullptr, 10),
                                   &notes);
       for (const std::string& n : sym.notes()) notes.push_back(n);
-    } else if (format == "perfetto") {
-      out = perfetto_from_trace(trace, std::strtoull(cli.get("--max-points", "200000").c_str(), nullptr, 10));
+    } else if (format == "perfetto" || format == "perfetto-json") {
+      const size_t points = std::strtoull(cli.get("--max-points", "200000").c_str(), nullptr, 10);
+      out = format == "perfetto" ? perfetto_proto_from_trace(trace, points) : perfetto_from_trace(trace, points);
     } else {
       RunView run;
       run_from_trace(trace, path, &run);
       if (format == "folded") out = folded_from_run(run, metric != "live");
+      else if (format == "speedscope") out = speedscope_from_run(run, metric != "live");
       else out = timeline_json(run, trace_timeline(trace, std::strtoull(cli.get("--max-points", "5000").c_str(), nullptr, 10)));
     }
   } else {
@@ -94,10 +107,11 @@ int cmd_export(const std::vector<std::string>& args) {
     RunView run;
     run_from_report(report, path, &run);
     if (format == "memory-viz") out = memory_viz_from_run(run);
-    else if (format == "folded") {
+    else if (format == "folded" || format == "speedscope") {
       if (metric == "peak") return usage_error("export", "--metric peak needs a trace (a report knows only live memory)");
-      out = folded_from_run(run, false);
-    } else if (format == "perfetto") out = perfetto_from_run(run);
+      out = format == "folded" ? folded_from_run(run, false) : speedscope_from_run(run, false);
+    } else if (format == "perfetto") out = perfetto_proto_from_run(run);
+    else if (format == "perfetto-json") out = perfetto_from_run(run);
     else out = timeline_json(run, run.meta.timeline);
   }
   for (const std::string& n : notes) std::fprintf(stderr, "gpushim-analyze export: note: %s\n", n.c_str());

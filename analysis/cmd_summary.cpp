@@ -2,16 +2,19 @@
 #include <algorithm>
 #include <cinttypes>
 #include <map>
+#include <optional>
 
 #include "cli.h"
 #include "json.h"
 #include "offline_symbolizer.h"
 #include "run_view.h"
+#include "summary_views.h"
 
 namespace gpushim::analysis {
 namespace {
 
 constexpr char kHelp[] = R"(usage: gpushim-analyze summary REPORT|TRACE [--top N] [--frames N] [--json]
+                                 [--format text|json|torch] [--temporary-ms N] [--site N]
 
 The human report of one run, from a JSON report (exit or snapshot) or a trace:
   - per device: peak allocated and when, peak reserved, utilization (peak allocated / peak
@@ -22,12 +25,21 @@ The human report of one run, from a JSON report (exit or snapshot) or a trace:
     iteration marks, or at 32 evenly spaced instants without them; reports: the report's growth
     section, when the shim that wrote it tracks growth);
   - top sites: live at the end, and for traces also what each held at the device's peak;
-  - per-module table: bytes by the innermost module outside the shim and the CUDA runtime.
+  - per-module table: bytes by the innermost module outside the shim and the CUDA runtime;
+  - traces: the sites with the most allocations, and with the most temporary allocations (freed
+    within --temporary-ms, or before the next iteration mark), as heaptrack ranks them.
 
 options:
   --top N      sites and suspects shown (default 10)
   --frames N   frames shown per site (default 6; frames of the shim and the CUDA runtime are skipped)
-  --json       machine-readable output instead of text
+  --json       machine-readable output instead of text (the same as --format json)
+  --format F   text (default), json, or torch: torch.cuda.memory_summary()'s table per device
+               (current, peak, allocated and freed totals; traces also split large and small
+               pools), then the shim's rows: largest free block, syncs, unaccounted memory
+  --temporary-ms N  an allocation freed within N ms is temporary (default 10)
+  --site N     the callers and callees of site #N of the first site list (traces: "Top sites
+               at peak allocated"; reports: "Top sites live at the end"): every path through
+               the function it allocates from, with bytes and allocation counts
 )";
 
 std::string base_name(const std::string& p) {
@@ -92,7 +104,8 @@ std::string num(double v) {
 int cmd_summary(const std::vector<std::string>& args) {
   Cli cli;
   std::string err;
-  if (!parse_cli(args, {"--top", "--frames"}, {"--json", "--help"}, &cli, &err)) return usage_error("summary", err);
+  if (!parse_cli(args, {"--top", "--frames", "--format", "--temporary-ms", "--site"}, {"--json", "--help"}, &cli, &err))
+    return usage_error("summary", err);
   if (cli.has("--help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -100,11 +113,42 @@ int cmd_summary(const std::vector<std::string>& args) {
   if (cli.positional.size() != 1) return usage_error("summary", "expects one REPORT or TRACE");
   const size_t top = static_cast<size_t>(std::max(1, std::atoi(cli.get("--top", "10").c_str())));
   const size_t max_frames = static_cast<size_t>(std::max(1, std::atoi(cli.get("--frames", "6").c_str())));
+  const std::string format = cli.has("--json") ? "json" : cli.get("--format", "text");
+  if (format != "text" && format != "json" && format != "torch")
+    return usage_error("summary", "--format takes text, json or torch, not '" + format + "'");
+  double temporary_ms = 10;
+  if (cli.has("--temporary-ms")) {
+    const std::string v = cli.get("--temporary-ms");
+    char* end = nullptr;
+    temporary_ms = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(temporary_ms >= 0) || temporary_ms > 1e9)
+      return usage_error("summary", "--temporary-ms takes milliseconds (0 or more), not '" + v + "'");
+  }
+  size_t site_no = 0;
+  if (cli.has("--site")) {
+    const std::string v = cli.get("--site");
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || v[0] == '-' || *end != '\0' || n == 0 || n > 1000000)
+      return usage_error("summary", "--site takes a site number (1, 2, ...) as the summary lists them, not '" + v + "'");
+    site_no = static_cast<size_t>(n);
+  }
   RunView run;
   if (!load_run(cli.positional[0], &run, &err)) {
     std::fprintf(stderr, "gpushim-analyze summary: %s\n", err.c_str());
     return 1;
   }
+  // What only the events can tell (per-allocation lifetimes, totals in bytes): the trace again.
+  std::optional<TraceData> trace_data;
+  if (run.source == "trace" && (format == "torch" || site_no == 0)) {
+    std::string bytes;
+    trace_data.emplace();
+    if (!read_file(run.path, &bytes, &err) || !parse_trace(bytes, &*trace_data, &err)) {
+      std::fprintf(stderr, "gpushim-analyze summary: %s: %s\n", run.path.c_str(), err.c_str());
+      return 1;
+    }
+  }
+  if (format == "torch" && site_no == 0) return write_output("-", torch_summary(run, trace_data ? &*trace_data : nullptr), &err) ? 0 : 1;
   const ReportData& m = run.meta;
   std::map<std::string, ModuleRow> modules;
   for (const SiteView& s : run.sites) {
@@ -128,7 +172,34 @@ int cmd_summary(const std::vector<std::string>& args) {
   for (const SiteView& s : run.sites)
     if (s.live_bytes) live.push_back(&s);
 
-  if (cli.has("--json")) {
+  if (site_no) {
+    const bool by_peak = run.source == "trace";
+    const std::vector<const SiteView*>& list = by_peak ? at_peak : live;
+    if (site_no > list.size()) {
+      std::fprintf(stderr, "gpushim-analyze summary: --site %zu: the summary lists %zu sites %s\n", site_no, list.size(),
+                   by_peak ? "at peak allocated" : "live at the end");
+      return 1;
+    }
+    std::string o = "gpushim summary of " + run.source + " " + run.path + ": site #" + std::to_string(site_no) +
+                    (by_peak ? " at peak allocated" : " live at the end") + "\n";
+    o += site_tree(run, *list[site_no - 1], by_peak, std::max<size_t>(max_frames, 2) * 2);
+    return write_output("-", o, &err) ? 0 : 1;
+  }
+  AllocationRankings rankings;
+  if (trace_data) rankings = rank_allocations(*trace_data, temporary_ms);
+  std::vector<const AllocationRank*> most, temporary;
+  for (const AllocationRank& r : rankings.sites) {
+    most.push_back(&r);
+    if (r.temporary) temporary.push_back(&r);
+  }
+  std::sort(most.begin(), most.end(), [](const AllocationRank* a, const AllocationRank* b) {
+    return a->allocs != b->allocs ? a->allocs > b->allocs : a->bytes > b->bytes;
+  });
+  std::sort(temporary.begin(), temporary.end(), [](const AllocationRank* a, const AllocationRank* b) {
+    return a->temporary != b->temporary ? a->temporary > b->temporary : a->temporary_bytes > b->temporary_bytes;
+  });
+
+  if (format == "json") {
     std::string j = "{\"source\":";
     append_json_string(&j, run.source);
     j += ",\"path\":";
@@ -201,7 +272,22 @@ int cmd_summary(const std::vector<std::string>& args) {
       json_frames(&j, o.frames, max_frames);
       j += "}";
     }
-    j += "],\"iterations\":" + std::to_string(run.iterations_s.size()) + ",\"notes\":[";
+    auto ranked = [&](const char* name, const std::vector<const AllocationRank*>& list) {
+      j += std::string("],\"") + name + "\":[";
+      for (size_t i = 0; i < list.size() && i < top; ++i) {
+        const AllocationRank& r = *list[i];
+        j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(r.device) + ",\"kind\":";
+        append_json_string(&j, r.kind);
+        j += ",\"allocs\":" + num(r.allocs) + ",\"bytes\":" + num(r.bytes) + ",\"temporary\":" + num(r.temporary) +
+             ",\"temporary_bytes\":" + num(r.temporary_bytes) + ",\"frames\":";
+        json_frames(&j, r.frames, max_frames);
+        j += "}";
+      }
+    };
+    ranked("most_allocations", most);
+    ranked("temporary_allocations", temporary);
+    j += "],\"temporary_ms\":" + num(temporary_ms);
+    j += ",\"iterations\":" + std::to_string(run.iterations_s.size()) + ",\"notes\":[";
     for (size_t i = 0; i < run.notes.size(); ++i) {
       j += i ? "," : "";
       append_json_string(&j, run.notes[i]);
@@ -303,6 +389,31 @@ int cmd_summary(const std::vector<std::string>& args) {
     uint64_t rest = 0;
     for (size_t i = top; i < live.size(); ++i) rest += live[i]->live_bytes;
     line("  ... " + std::to_string(live.size() - top) + " more sites holding " + human_bytes(rest));
+  }
+
+  line("");
+  line("Most allocations");
+  if (!trace_data) line("  (traces only: a report counts what is live, not every allocation; record one with GPUSHIM_TRACE)");
+  for (size_t i = 0; i < most.size() && i < top; ++i) {
+    const AllocationRank& r = *most[i];
+    line("  #" + std::to_string(i + 1) + " " + std::to_string(r.allocs) + " allocations, " + human_bytes(r.bytes) +
+         " in all (" + (r.kind == "device" ? "device " + std::to_string(r.device) : r.kind + " memory") + ")");
+    for (const std::string& f : shown_frames(r.frames, max_frames)) line("      at " + f);
+  }
+  if (trace_data) {
+    line("");
+    line("Temporary allocations (freed within " + fmt("%g", temporary_ms) + " ms" +
+         (rankings.by_iteration ? " or in the iteration that made them)" : ")"));
+    if (temporary.empty()) line("  none");
+    for (size_t i = 0; i < temporary.size() && i < top; ++i) {
+      const AllocationRank& r = *temporary[i];
+      line("  #" + std::to_string(i + 1) + " " + std::to_string(r.temporary) + " temporary of " +
+           std::to_string(r.allocs) + " allocations (" + fmt("%.0f", 100.0 * static_cast<double>(r.temporary) /
+                                                                     static_cast<double>(std::max<uint64_t>(1, r.allocs))) +
+           "%), " + human_bytes(r.temporary_bytes) + " (" +
+           (r.kind == "device" ? "device " + std::to_string(r.device) : r.kind + " memory") + ")");
+      for (const std::string& f : shown_frames(r.frames, max_frames)) line("      at " + f);
+    }
   }
 
   line("");

@@ -6,6 +6,7 @@
 #include "exports.h"
 #include "json.h"
 #include "offline_symbolizer.h"
+#include "util/version.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -15,14 +16,16 @@ std::string base_name(const std::string& p) {
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
-// One frame of a folded line: the function name (or module+offset), Python frames with their
-// file and line. ';' separates frames and a line ends with " <count>", so neither may appear raw.
+// One frame of a folded line: the function name (or module+offset) with its file and line where
+// known, so that two lines of one function stay two frames. ';' separates frames and a line ends
+// with " <count>", so neither may appear raw.
 std::string folded_frame(const FrameInfo& f) {
   std::string s;
   if (f.python) {
     s = (f.function.empty() ? "<python>" : f.function) + " (" + base_name(f.file) + ":" + std::to_string(f.line) + ")";
   } else if (!f.function.empty()) {
     s = f.function;
+    if (!f.file.empty() && f.line > 0) s += " (" + base_name(f.file) + ":" + std::to_string(f.line) + ")";
   } else {
     FrameInfo bare = f;
     bare.file.clear();
@@ -58,6 +61,71 @@ std::string folded_from_run(const RunView& run, bool at_peak) {
   std::string out;
   for (const auto& [stack, bytes] : lines) out += stack + " " + std::to_string(bytes) + "\n";
   return out;
+}
+
+std::string speedscope_from_run(const RunView& run, bool at_peak) {
+  // speedscope's file format (https://www.speedscope.app/file-format-schema.json): one sampled
+  // profile per device and memory kind, each site a "sample" (its stack, outermost first) weighed
+  // in bytes, so the viewer says "MB" where folded stacks make it say "samples".
+  std::vector<std::string> frame_keys;
+  std::map<std::string, size_t> frame_index;
+  std::string frames_json;
+  auto frame_of = [&](const FrameInfo& f) {
+    const std::string name = folded_frame(f);
+    const std::string key = name + "\x1f" + f.file + "\x1f" + std::to_string(f.line);
+    auto [it, fresh] = frame_index.emplace(key, frame_index.size());
+    if (fresh) {
+      frames_json += frames_json.empty() ? "" : ",";
+      frames_json += "{\"name\":";
+      append_json_string(&frames_json, name);
+      if (!f.file.empty()) {
+        frames_json += ",\"file\":";
+        append_json_string(&frames_json, f.file);
+        if (f.line > 0) frames_json += ",\"line\":" + std::to_string(f.line);
+      } else if (!f.module.empty()) {
+        frames_json += ",\"file\":";
+        append_json_string(&frames_json, f.module);
+      }
+      frames_json += "}";
+    }
+    return it->second;
+  };
+  struct Profile {
+    std::string samples, weights;
+    uint64_t total = 0;
+  };
+  std::map<std::pair<std::string, int>, Profile> profiles;  // (kind, device)
+  for (const SiteView& s : run.sites) {
+    const uint64_t weight = at_peak ? s.at_device_peak_bytes : s.live_bytes;
+    if (weight == 0) continue;
+    std::string stack;
+    for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {
+      if (is_plumbing_frame(*it)) continue;
+      stack += (stack.empty() ? "" : ",") + std::to_string(frame_of(*it));
+    }
+    if (stack.empty()) stack = std::to_string(frame_of(FrameInfo{"(no stack)", "", 0, "", 0, 0, false}));
+    Profile& p = profiles[{s.kind, s.kind == "device" ? s.device : -1}];
+    p.samples += (p.samples.empty() ? "[" : ",[") + stack + "]";
+    p.weights += (p.weights.empty() ? "" : ",") + std::to_string(weight);
+    p.total += weight;
+  }
+  const std::string what = at_peak ? "held at the device's peak" : run.meta.reason == "snapshot" ? "live at the snapshot" : "live at the end";
+  std::string j = "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"exporter\":";
+  append_json_string(&j, std::string("gpushim-analyze ") + kVersion);
+  j += ",\"name\":";
+  append_json_string(&j, base_name(run.meta.exe) + " (pid " + std::to_string(run.meta.pid) + "): bytes " + what);
+  j += ",\"activeProfileIndex\":0,\"shared\":{\"frames\":[" + frames_json + "]},\"profiles\":[";
+  bool first = true;
+  for (const auto& [key, p] : profiles) {
+    j += first ? "" : ",";
+    first = false;
+    j += "{\"type\":\"sampled\",\"name\":";
+    append_json_string(&j, (key.first == "device" ? "device " + std::to_string(key.second) : key.first + " memory") + ": bytes " + what);
+    j += ",\"unit\":\"bytes\",\"startValue\":0,\"endValue\":" + std::to_string(p.total) + ",\"samples\":[" + p.samples +
+         "],\"weights\":[" + p.weights + "]}";
+  }
+  j += "]}\n";
+  return j;
 }
 
 namespace {

@@ -25,11 +25,20 @@ std::string memory_viz_from_run(const RunView& run);
 // Folded stacks ("outer;...;inner bytes" per line) for flamegraph.pl, speedscope and inferno.
 // `at_peak`: weigh each site by what it held when its device peaked (traces); else by live bytes.
 std::string folded_from_run(const RunView& run, bool at_peak);
+// The same sites in speedscope's JSON file format: unit "bytes", frames with file and line, one
+// profile per device (and per other memory kind).
+std::string speedscope_from_run(const RunView& run, bool at_peak);
 
 // Chrome Trace Event JSON for Perfetto: counter tracks of allocated and reserved per device (and
 // the cap), instant events for OOMs and iteration marks.
 std::string perfetto_from_trace(const TraceData& trace, size_t max_points_per_device);
 std::string perfetto_from_run(const RunView& run);
+
+// Perfetto's own protobuf trace (export_perfetto_proto.cpp): a native heap profile per device
+// (callstacks with bytes and counts allocated and freed, dumped at the peak and at the end) for the
+// UI's flame graph, and counter tracks in bytes.
+std::string perfetto_proto_from_trace(const TraceData& trace, size_t max_points_per_device);
+std::string perfetto_proto_from_run(const RunView& run);
 
 // Allocated/reserved over time as JSON, for scripts/gpushim-plot.
 std::string timeline_json(const RunView& run, const std::vector<TimelineSample>& timeline);

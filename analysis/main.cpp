@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "util/version.h"
 
 namespace {
 
@@ -18,8 +19,11 @@ commands:
          [--limit BYTES]        device: peak reserved, utilization, OOMs, driver calls
   diff A B                      per-site change in live and peak bytes between two runs
   merge DIR|FILES               one table across ranks or processes, outliers flagged
-  export --format memory-viz|folded|perfetto|timeline TRACE|REPORT -o FILE
+  export --format memory-viz|folded|speedscope|perfetto|perfetto-json|timeline
+         TRACE|REPORT -o FILE
+  config --check [NAME=VALUE]...  GPUSHIM_* settings through the library's own parser
 
+--version prints the gpushim release.
 REPORT is a JSON report written by libgpushim.so (GPUSHIM_REPORT, at exit or on a snapshot);
 TRACE a binary trace (GPUSHIM_TRACE). Inputs are recognized by content.
 )";
@@ -32,7 +36,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"summary", gpushim::analysis::cmd_summary}, {"replay", gpushim::analysis::cmd_replay},
     {"diff", gpushim::analysis::cmd_diff},       {"merge", gpushim::analysis::cmd_merge},
-    {"export", gpushim::analysis::cmd_export},
+    {"export", gpushim::analysis::cmd_export},     {"config", gpushim::analysis::cmd_config},
 };
 
 }  // namespace
@@ -42,6 +46,10 @@ int main(int argc, char** argv) {
       std::strcmp(argv[1], "help") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) {
+    std::printf("gpushim-analyze %s\n", gpushim::kVersion);
+    return 0;
   }
   const std::vector<std::string> args(argv + 2, argv + argc);
   for (const Command& c : kCommands)

@@ -1,5 +1,7 @@
 #include "report_reader.h"
 
+#include <cmath>
+
 #include "json.h"
 
 namespace gpushim::analysis {
@@ -160,6 +162,14 @@ bool read_device(const JsonValue& v, const std::string& path, DeviceReport* d, s
   r.u64("failed_allocs", &d->failed_allocs);
   r.u64("capacity_bytes", &d->capacity_bytes);
   r.u64("limit_bytes", &d->limit_bytes);
+  r.u64("injected_failures", &d->injected_failures);
+  d->usage_at_s = std::nan("");  // null: the driver's usage was never sampled
+  r.dbl("usage_at_s", &d->usage_at_s);
+  d->usage_sampled = !std::isnan(d->usage_at_s);
+  if (!d->usage_sampled) d->usage_at_s = 0;
+  r.u64("driver_used_bytes", &d->driver_used_bytes);
+  r.u64("held_bytes", &d->held_bytes);
+  r.u64("unaccounted_bytes", &d->unaccounted_bytes);
   const JsonValue* pool = r.object("pool");
   if (!r.ok()) return false;
   return pool == nullptr || read_pool(*pool, r.path("pool"), &d->pool, error);
@@ -247,6 +257,8 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
     *error = "unsupported report schema '" + r.schema + "' (this tool reads gpushim-report/1)";
     return false;
   }
+  r.version.clear();  // reports from before 0.9.0 have none
+  top.str("version", &r.version);
   top.integer("pid", &r.pid);
   top.str("exe", &r.exe);
   top.str("host", &r.host);

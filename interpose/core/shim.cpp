@@ -418,14 +418,31 @@ void Shim::warn_invalid_free(const void* ptr, const char* what) {
   stacks_.frames(id, &words);
   Symbolizer sym;
   sym.set_python_resolver([this](uint32_t pid, FrameInfo* f) { return capturer_.resolve_python(pid, f); });
-  std::string where;
-  for (size_t i = 0; i < words.size() && i < 4; ++i) {
-    const FrameInfo& f = sym.resolve(words[i]);
-    where += (i ? " <- " : "") + (f.function.empty() ? std::string("??") : f.function);
-    if (!f.file.empty()) where += " (" + std::string(base_name(f.file)) + ":" + std::to_string(f.line) + ")";
+  auto describe = [&sym](const std::vector<uint64_t>& frames) {
+    std::string out;
+    for (size_t i = 0; i < frames.size() && i < 4; ++i) {
+      const FrameInfo& f = sym.resolve(frames[i]);
+      out += (i ? " <- " : "") + (f.function.empty() ? std::string("??") : f.function);
+      if (!f.file.empty()) out += " (" + std::string(base_name(f.file)) + ":" + std::to_string(f.line) + ")";
+    }
+    return out;
+  };
+  const std::string where = describe(words);
+  // A block freed before: where it was allocated and where it was first freed, from the window of
+  // recent frees (accounting/recent_frees.h).
+  std::string before;
+  RecentFrees::Entry prior;
+  if (recent_frees_.find(reinterpret_cast<uintptr_t>(ptr), &prior)) {
+    std::vector<uint64_t> alloc_words;
+    stacks_.frames(prior.alloc_stack, &alloc_words);
+    const std::string alloc = describe(alloc_words);
+    const std::string first_free = prior.free_pc ? describe({prior.free_pc}) : std::string();
+    before = "; already freed: allocated (" + std::to_string(prior.size) + " bytes) at " +
+             (alloc.empty() ? std::string("unknown (stack capture off)") : alloc) + "; first freed at " +
+             (first_free.empty() ? std::string("unknown") : first_free);
   }
-  log_line("invalid free of %p (%s); returned cudaErrorInvalidValue; caller: %s", ptr, what,
-           where.empty() ? "unknown (stack capture off)" : where.c_str());
+  log_line("invalid free of %p (%s); returned cudaErrorInvalidValue; caller: %s%s", ptr, what,
+           where.empty() ? "unknown (stack capture off)" : where.c_str(), before.c_str());
   if (n == kMaxWarnings) log_line("further invalid frees are counted in the report but not printed");
 }
 

@@ -19,6 +19,7 @@
 #include "accounting/driver_usage.h"
 #include "accounting/memory_counters.h"
 #include "accounting/pooled_sites.h"
+#include "accounting/recent_frees.h"
 #include "accounting/site_history.h"
 #include "accounting/time_series.h"
 #include "accounting/vmm_tracker.h"
@@ -328,6 +329,7 @@ class Shim {
   std::atomic<int> record_pool_count_{0};
   std::mutex devices_mu_;  // only for creating DeviceState
   std::atomic<uint64_t> invalid_frees_{0};
+  RecentFrees recent_frees_;  // so that a double free can name the allocation and the first free
   std::atomic<uint64_t> late_frees_{0};
   std::atomic<bool> reported_{false};
   TimeSeries timeline_;

@@ -108,6 +108,8 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
     if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t now = record_time_ns();
     if (trace_) trace_free(now, reinterpret_cast<uintptr_t>(ptr), hooks.record(), stream, stream_ordered);
+    recent_frees_.record(reinterpret_cast<uintptr_t>(ptr), hooks.record().size, hooks.record().stack,
+                         current_hook_caller());
     maybe_sample(now);
     return cudaSuccess;
   }
@@ -136,6 +138,7 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
     if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
   }
   count_free(rec);
+  recent_frees_.record(reinterpret_cast<uintptr_t>(ptr), rec.size, rec.stack, current_hook_caller());
   const uint64_t now = record_time_ns();
   if (trace_) trace_free(rec.route == Route::kForwarded ? free_t : now, reinterpret_cast<uintptr_t>(ptr), rec, stream,
                          stream_ordered);

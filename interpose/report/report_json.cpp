@@ -348,6 +348,7 @@ std::string report_to_json(const ReportData& r) {
   JsonOut j{s};
   j.begin('{');
   j.kv("schema", r.schema);
+  j.kv("version", r.version);
   j.kv_int("pid", r.pid);
   j.kv("exe", r.exe);
   j.kv("host", r.host);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "stacks/symbolizer.h"
+#include "util/version.h"
 
 namespace gpushim {
 
@@ -157,6 +158,7 @@ struct GrowthReport {
 
 struct ReportData {
   std::string schema = "gpushim-report/1";
+  std::string version = kVersion;       // the gpushim release that wrote it
   int pid = 0;
   std::string exe;
   std::string host;

@@ -1,6 +1,7 @@
 // The short human summary printed at exit. The JSON report is the complete record; this is what
 // someone reads in a scrolled-by terminal, so it names sizes in human units and shows only the
 // frames that point at the program rather than at the CUDA runtime or the shim.
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdarg>
@@ -57,6 +58,17 @@ bool is_plumbing(const FrameInfo& f) {
 
 std::string plural(uint64_t n, const char* word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+std::string plural(uint64_t n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); }
+
+// When a sample was taken, next to the peak the same line invites comparing it with: a driver
+// figure from before the peak says nothing about the memory at the peak.
+std::string relative_to_peak(double at_s, double peak_s) {
+  char buf[64];
+  const double d = at_s - peak_s;
+  if (std::fabs(d) < 0.005) return "at the peak";
+  std::snprintf(buf, sizeof(buf), "%.2f s %s the peak", std::fabs(d), d < 0 ? "before" : "after");
+  return buf;
 }
 
 void append_frame(std::string* s, const FrameInfo& f) {
@@ -145,6 +157,12 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
            plural(d.total_frees, "free").c_str(), d.failed_allocs);
     if (d.pool.cached_free_bytes != 0) append(&s, ", cached %s", format_bytes(d.pool.cached_free_bytes).c_str());
     if (d.limit_bytes != 0) append(&s, ", limit %s", format_bytes(d.limit_bytes).c_str());
+    // What torch.cuda.memory_summary() users look for: driver segments and allocations retried
+    // after the pool gave its cache back (passthrough has neither).
+    if (d.pool.segment_allocs != 0 || d.pool.alloc_retries != 0)
+      append(&s, ", %s held (%" PRIu64 " taken, %" PRIu64 " given back), %s",
+             plural(d.pool.segment_allocs - std::min(d.pool.segment_allocs, d.pool.segment_frees), "segment").c_str(),
+             d.pool.segment_allocs, d.pool.segment_frees, plural(d.pool.alloc_retries, "retry", "retries").c_str());
     s += '\n';
   }
   for (const OtherMemoryReport& o : r.other_memory) {
@@ -173,10 +191,11 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
     if (!line.empty()) append(&s, "gpushim: device %d live by module: %s\n", d.device, line.c_str());
     if (d.usage_sampled)
       append(&s,
-             "gpushim: device %d unaccounted: %s (the driver reported %s in use at %.2f s, of which the process "
-             "held %s; the rest is context, module images and other memory no call returns)\n",
+             "gpushim: device %d unaccounted: %s (the driver reported %s in use at %.2f s, %s, of which the "
+             "process held %s; the rest is context, module images and other memory no call returns)\n",
              d.device, format_bytes(d.unaccounted_bytes).c_str(), format_bytes(d.driver_used_bytes).c_str(),
-             d.usage_at_s, format_bytes(d.held_bytes).c_str());
+             d.usage_at_s, relative_to_peak(d.usage_at_s, d.peak_allocated_at_s).c_str(),
+             format_bytes(d.held_bytes).c_str());
   }
   for (size_t i = 0; i < r.ooms.size() && i < kOomsShown; ++i) {
     const OomReport& o = r.ooms[i];

@@ -128,6 +128,11 @@ class InvalidFrees(ShimTestCase):
             warnings = [l for l in r.shim_lines() if "invalid free" in l]
             self.assertGreaterEqual(len(warnings), 2, r.stderr)
             self.assertTrue(any("free_twice" in w for w in warnings), warnings)
+            # The double free names the allocation and the first free (compute-sanitizer's view).
+            [double] = [w for w in warnings if "free_twice" in w]
+            self.assertRegex(double, r"already freed: allocated \(4096 bytes\) at main \(invalid_frees\.cpp:16\)")
+            self.assertRegex(double, r"first freed at main \(invalid_frees\.cpp:17\)")
+            self.assertEqual(len(double.splitlines()), 1)
             self.assertGreaterEqual(r.report["invalid_frees"], 2)
         self.assertEqual(codes["caching"]["double_free"], "cudaErrorInvalidValue")
         self.assertEqual(codes["caching"]["interior"], "cudaErrorInvalidValue")

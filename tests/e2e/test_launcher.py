@@ -4,6 +4,7 @@ PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (or, on request, PYTORCH_NO_CUDA
 for Python commands only."""
 import json
 import os
+import re
 import stat
 import subprocess
 import tempfile
@@ -73,6 +74,8 @@ class Launcher(unittest.TestCase):
         self.assertEqual(rep["stack_depth"], 12)
         self.assertEqual(rep["devices"][0]["live_bytes"], 1 << 20)
         self.assertTrue(any(fr["kind"] == "python" for s in rep["sites"] for fr in s["frames"]))
+        version, _ = launch(["--version"])
+        self.assertEqual(version.stdout.split()[1], rep["version"])  # the report names the release
 
     def test_torch_alloc_choices_and_the_users_own_setting(self):
         python = interpreters()[0][0]
@@ -160,7 +163,62 @@ class Launcher(unittest.TestCase):
         proc, _ = launch(["--help"])
         self.assertEqual(proc.returncode, 0)
         self.assertIn("gpushim run [options] -- command", proc.stdout)
+        self.assertIn("--keep-torch-cache", proc.stdout)
         self.assertIn("--torch-alloc async|no-cache|keep", proc.stdout)
+        self.assertIn("caching|vmm|passthrough", proc.stdout)
+        self.assertNotIn("when available", proc.stdout)
+        self.assertIn("--version", proc.stdout)
+
+    def test_bad_values_are_refused_with_the_librarys_message_before_running_anything(self):
+        for args, env, message in (
+                (["--policy", "fast"], {}, "GPUSHIM_POLICY='fast' is invalid: expected caching, vmm or passthrough"),
+                (["--limit=lots"], {}, "GPUSHIM_LIMIT='lots' is invalid: expected bytes with units"),
+                (["--stack-depth", "-1"], {}, "GPUSHIM_STACK_DEPTH='-1' is invalid"),
+                ([], {"GPUSHIM_SAMPLE_MS": "0"}, "GPUSHIM_SAMPLE_MS='0' is invalid"),  # from the environment
+                (["--report", "off", "--dry-run", "--fail", "nth:x"], {}, "GPUSHIM_FAIL='nth:x' is invalid")):
+            with self.subTest(args=args, env=env):
+                proc, wd = launch(["run"] + args + ["--", "/usr/bin/touch", "ran"], env)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertIn("gpushim: " + message, proc.stderr)
+                self.assertEqual(os.listdir(wd), [])  # nothing ran
+                self.assertEqual(proc.stdout, "")  # not even --dry-run's listing
+        # The values the library accepts pass, whatever their spelling.
+        proc, _ = launch(["run", "--dry-run", "--policy", "VMM", "--limit", "60%", "--report=off", "--", "/bin/true"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+
+    def test_every_argument_shape_gets_the_launchers_own_message(self):
+        # An option whose value is missing: "--" is never taken as the value.
+        for args in (["--report", "--", "true"], ["--report"], ["--policy", "--report", "off", "--", "true"]):
+            with self.subTest(args=args):
+                proc, wd = launch(["run"] + args)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertRegex(proc.stderr, r"^gpushim: --(report|policy) needs a value")
+                self.assertEqual(os.listdir(wd), [])
+        d = tempfile.mkdtemp()
+        plain = os.path.join(d, "not-executable")
+        open(plain, "w").close()
+        for command, status, message in (("/nonexistent/train", 127, "/nonexistent/train: no such file"),
+                                         ("gpushim-no-such-program", 127, "gpushim-no-such-program: command not found"),
+                                         (d, 126, d + ": is a directory"),
+                                         (plain, 126, plain + ": permission denied"),
+                                         ("", 127, "the command is an empty string")):
+            with self.subTest(command=command):
+                proc, _ = launch(["run", "--report", "off", "--", command])
+                self.assertEqual(proc.returncode, status, proc.stderr)
+                self.assertTrue(proc.stderr.startswith("gpushim: " + message), proc.stderr)
+                self.assertEqual(len(proc.stderr.splitlines()), 1, proc.stderr)  # one line, not bash's
+        proc, _ = launch(["run", "--report", "off", "--"])
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("gpushim: no command to run", proc.stderr)
+
+    def test_version_names_the_library_it_would_preload(self):
+        for args in (["--version"], ["run", "--version"]):
+            proc, _ = launch(args)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertRegex(proc.stdout, r"^gpushim \d+\.\d+\.\d+ \(" + re.escape(os.path.realpath(SHIM)) + r"\)\n$")
+        analyzer = subprocess.run([os.path.join(BIN, "gpushim-analyze"), "--version"], capture_output=True, text=True)
+        self.assertEqual(analyzer.returncode, 0)
+        self.assertEqual(analyzer.stdout.split()[1], proc.stdout.split()[1])
 
 
 if __name__ == "__main__":

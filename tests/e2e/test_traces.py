@@ -502,12 +502,12 @@ class Exports(ShimTestCase):
         # From a trace, weighed at the peak: the temporary 64 MiB buffer dominates.
         analyze("export", "--format", "folded", self.trace_pass, "-o", out)
         with open(out) as f:
-            weights = {l.rsplit(" ", 1)[0].split(";")[-1]: int(l.rsplit(" ", 1)[1]) for l in f}
+            weights = {l.rsplit(" ", 1)[0].split(";")[-1].split(" (")[0]: int(l.rsplit(" ", 1)[1]) for l in f}
         self.assertEqual(weights["temporary_work()"], 64 * MiB)
 
     def test_perfetto_json_has_counter_tracks_that_reach_the_peak(self):
         out = os.path.join(self.out, "trace.json")
-        analyze("export", "--format", "perfetto", self.trace_caching, "-o", out)
+        analyze("export", "--format", "perfetto-json", self.trace_caching, "-o", out)
         with open(out) as f:
             doc = json.load(f)
         counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
@@ -522,7 +522,7 @@ class Exports(ShimTestCase):
         self.assertEqual(max(e["args"]["reserved"] for e in counters), summary["peak_reserved"])
         self.assertTrue(any(e["ph"] == "M" and e["name"] == "process_name" for e in doc["traceEvents"]))
         # A report's sampled timeline exports too.
-        analyze("export", "--format", "perfetto", self.run_caching.report_path, "-o", out)
+        analyze("export", "--format", "perfetto-json", self.run_caching.report_path, "-o", out)
         with open(out) as f:
             self.assertIn("traceEvents", json.load(f))
 

@@ -21,6 +21,10 @@ ReportData sample() {
   d.live_bytes = 40 * MiB;
   d.usage_sampled = true;
   d.usage_at_s = 1.5;
+  d.peak_allocated_at_s = 4.25;
+  d.pool.segment_allocs = 5;
+  d.pool.segment_frees = 2;
+  d.pool.alloc_retries = 1;
   d.driver_used_bytes = 364 * MiB;
   d.held_bytes = 64 * MiB;
   d.unaccounted_bytes = 300 * MiB;
@@ -86,10 +90,12 @@ TEST(ReportModules, SummaryNamesTheLargestModulesAndUnaccounted) {
                    "libcublasLt.so.13 6.0 MiB, 2 more modules holding 6.0 MiB\n"),
             std::string::npos)
       << s;
-  EXPECT_NE(s.find("gpushim: device 0 unaccounted: 300.0 MiB (the driver reported 364.0 MiB in use at 1.50 s, of which "
-                   "the process held 64.0 MiB;"),
+  EXPECT_NE(s.find("gpushim: device 0 unaccounted: 300.0 MiB (the driver reported 364.0 MiB in use at 1.50 s, 2.75 s "
+                   "before the peak, of which the process held 64.0 MiB;"),
             std::string::npos)
       << s;
+  // torch.cuda.memory_summary()'s segment and retry counts, on the device line.
+  EXPECT_NE(s.find(", 3 segments held (5 taken, 2 given back), 1 retry\n"), std::string::npos) << s;
   EXPECT_EQ(s.find("device 1 unaccounted"), std::string::npos) << "a device never sampled has no such line";
   EXPECT_EQ(s.find("device 1 live by module"), std::string::npos);
 }

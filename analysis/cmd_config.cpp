@@ -1,0 +1,59 @@
+// gpushim-analyze config --check: the library's own parser (interpose/config) run on GPUSHIM_*
+// settings before a program starts, so that the launcher refuses a bad value with the very
+// message the library would print, instead of a run with the shim disabled.
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli.h"
+#include "config/config.h"
+
+extern char** environ;
+
+namespace gpushim::analysis {
+namespace {
+
+constexpr char kHelp[] = R"(usage: gpushim-analyze config --check [NAME=VALUE ...]
+
+Checks the GPUSHIM_* variables of this process's environment, with each NAME=VALUE argument
+added (or replacing the environment's value), exactly as libgpushim.so parses them when a
+program starts. Prints one line per error on stderr and exits 1 if any; exits 0, silently, if
+the shim would accept them all.
+)";
+
+}  // namespace
+
+int cmd_config(const std::vector<std::string>& args) {
+  Cli cli;
+  std::string error;
+  if (!parse_cli(args, {}, {"--check", "--help"}, &cli, &error)) return usage_error("config", error);
+  if (cli.has("--help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  if (!cli.has("--check")) return usage_error("config", "nothing to do: the only action is --check");
+  std::vector<std::pair<std::string, std::string>> vars;
+  auto set = [&vars](std::string name, std::string value) {
+    for (auto& [n, v] : vars)
+      if (n == name) return void(v = std::move(value));
+    vars.emplace_back(std::move(name), std::move(value));
+  };
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry(*e);
+    const size_t eq = entry.find('=');
+    if (eq != std::string::npos && entry.rfind("GPUSHIM_", 0) == 0) set(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  for (const std::string& a : cli.positional) {
+    const size_t eq = a.find('=');
+    if (eq == std::string::npos || eq == 0) return usage_error("config", "'" + a + "' is not NAME=VALUE");
+    if (a.rfind("GPUSHIM_", 0) != 0)
+      return usage_error("config", "'" + a.substr(0, eq) + "' is not a GPUSHIM_* variable");
+    set(a.substr(0, eq), a.substr(eq + 1));
+  }
+  const ConfigResult result = parse_config(vars);
+  for (const ConfigError& e : result.errors) std::fprintf(stderr, "gpushim-analyze config: %s\n", e.message().c_str());
+  return result.ok() ? 0 : 1;
+}
+
+}  // namespace gpushim::analysis

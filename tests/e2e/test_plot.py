@@ -1,0 +1,129 @@
+"""scripts/gpushim-plot: every failure is one "gpushim-plot:" line and a non-zero exit with bounded
+memory (bad output names, full disks, damaged reports, device files as input, no matplotlib), and
+the drawing keeps labels off the curves and iteration marks from hiding them."""
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from shimtest import ShimTestCase, program
+from test_traces import ANALYZE, PLOT, traced
+
+PLOT_PYTHON = "/usr/bin/python3"  # Debian's, with python3-matplotlib (the script's #! line)
+
+
+def plot(args, env=None, limit_memory=False):
+    def cap():
+        # Reading /dev/zero whole would pass this; python with matplotlib stays far below it.
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    e = dict(os.environ, GPUSHIM_ANALYZE=ANALYZE)
+    e.update(env or {})
+    return subprocess.run([PLOT_PYTHON, PLOT] + args, capture_output=True, text=True, timeout=120, env=e,
+                          preexec_fn=cap if limit_memory else None)
+
+
+class PlotFailures(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="gpushim-plot-")
+        cls.report = os.path.join(cls.dir, "r.json")
+        with open(cls.report, "w") as f:
+            json.dump({"schema": "gpushim-report/1", "pid": 1, "exe": "/bin/x", "policy": "caching",
+                       "devices": [{"device": 0, "peak_allocated_bytes": 1 << 20, "peak_reserved_bytes": 2 << 20}],
+                       "timeline": [{"t_s": 0.1, "device": 0, "allocated": 1 << 20, "reserved": 2 << 20}]}, f)
+
+    def assert_one_line_error(self, proc, status, text):
+        self.assertEqual(proc.returncode, status, proc.stderr)
+        self.assertEqual(len(proc.stderr.splitlines()), 1, proc.stderr)
+        self.assertTrue(proc.stderr.startswith("gpushim-plot: "), proc.stderr)
+        self.assertIn(text, proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+
+    def test_an_output_format_matplotlib_cannot_write(self):
+        out = os.path.join(self.dir, "x.txt")
+        self.assert_one_line_error(plot([self.report, "-o", out]), 2, "cannot write .txt images")
+        self.assertFalse(os.path.exists(out))
+
+    def test_a_full_disk_is_an_error_and_the_name_is_kept(self):
+        self.assert_one_line_error(plot([self.report, "-o", "/dev/full"]), 1, "cannot write /dev/full: No space left")
+        # Without an extension the image is PNG, written exactly where asked (never NAME.png).
+        out = os.path.join(self.dir, "noext")
+        proc = plot([self.report, "-o", out])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        self.assertFalse(os.path.exists(out + ".png"))
+
+    def test_damaged_reports(self):
+        for name, doc, missing in (
+                ("timeline.json", {"schema": "gpushim-report/1", "devices": [{"device": 0}],
+                                   "timeline": [{"device": 0, "t_s": 1.0, "reserved": 5}]}, "allocated"),
+                ("device.json", {"schema": "gpushim-report/1", "devices": [{"live_bytes": 1}]}, "device"),
+                ("types.json", {"schema": "gpushim-report/1", "devices": [{"device": "zero"}]}, "device")):
+            with self.subTest(name=name):
+                path = os.path.join(self.dir, name)
+                with open(path, "w") as f:
+                    json.dump(doc, f)
+                self.assert_one_line_error(plot([path, "-o", os.path.join(self.dir, "d.png")]), 1, "damaged report")
+                self.assertFalse(os.path.exists(os.path.join(self.dir, "d.png")))
+
+    def test_device_files_and_junk_are_refused_with_bounded_memory(self):
+        for source in ("/dev/zero", "/dev/urandom"):
+            with self.subTest(source=source):
+                proc = plot([source, "-o", os.path.join(self.dir, "z.png")], limit_memory=True)
+                self.assert_one_line_error(proc, 1, f"{source}: not a gpushim report or trace")
+
+    def test_without_matplotlib_the_message_names_the_package(self):
+        shadow = tempfile.mkdtemp(prefix="gpushim-nompl-")
+        os.mkdir(os.path.join(shadow, "matplotlib"))
+        with open(os.path.join(shadow, "matplotlib", "__init__.py"), "w") as f:
+            f.write("raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')\n")
+        proc = plot([self.report, "-o", os.path.join(self.dir, "m.png")], env={"PYTHONPATH": shadow})
+        self.assert_one_line_error(proc, 1, "python3-matplotlib")
+
+
+def layout_of(testcase, source, name):
+    """Draws `source` and returns where its labels and curves went (pixels, y upwards)."""
+    out = tempfile.mkdtemp(prefix="gpushim-plot-")
+    layout = os.path.join(out, "layout.json")
+    proc = plot([source, "-o", os.path.join(out, name), "--layout-json", layout])
+    testcase.assertEqual(proc.returncode, 0, proc.stderr)
+    with open(layout) as f:
+        return json.load(f)
+
+
+class PlotLayout(ShimTestCase):
+    def assert_labels_clear(self, axes):
+        texts = axes["texts"]
+        self.assertTrue(texts)
+        for i, (x0, y0, w, h) in enumerate(texts):
+            for (x1, y1, w1, h1) in texts[i + 1:]:
+                self.assertFalse(x0 < x1 + w1 and x1 < x0 + w and y0 < y1 + h1 and y1 < y0 + h, "labels overlap")
+            # No curve passes under a label: every point of every line within its columns lies below it.
+            for line in axes["lines"]:
+                pts = line["points"]
+                for (ax_, ay), (bx, by) in zip(pts, pts[1:] or pts):
+                    if max(ax_, bx) >= x0 and min(ax_, bx) <= x0 + w:
+                        self.assertLess(max(ay, by), y0, f"{line['label']} runs under the label")
+
+    def test_hundreds_of_iteration_marks_become_ticks_and_labels_stay_clear(self):
+        _, trace = traced([program("e2e_train_loop"), "300"])
+        [axes] = layout_of(self, trace, "marks.png")
+        # One line per curve, not one per mark: no grey curtain.
+        self.assertLess(len(axes["lines"]), 10, [l["label"] for l in axes["lines"]])
+        self.assert_labels_clear(axes)
+
+    def test_the_oom_label_keeps_off_the_reserved_line_and_the_cap(self):
+        _, trace = traced([program("e2e_cap_and_oom")], env={"GPUSHIM_LIMIT": "256MiB"})
+        [axes] = layout_of(self, trace, "oom.png")
+        labels = [l["label"] for l in axes["lines"]]
+        self.assertIn("out of memory", labels)
+        self.assertTrue(any(l.startswith("cap ") for l in labels))
+        self.assert_labels_clear(axes)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,144 @@
+"""End-to-end tests of the summary views made for users of other tools: PyTorch's memory_summary()
+table (--format torch), heaptrack's "most allocations" and "temporary allocations" rankings, and
+the caller/callee tree of one site (--site N), from one traced run of e2e_train_loop."""
+import os
+import re
+import tempfile
+import unittest
+
+from shimtest import ShimTestCase, program
+from test_traces import analyze, analyze_json, traced
+
+MiB = 1 << 20
+KiB = 1 << 10
+
+
+def train_loop_lines():
+    """Lines of tests/e2e/programs/train_loop.cpp the tests name, found by their code, not hard-coded."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "train_loop.cpp")
+    wanted = {"model": "cudaMalloc(&p, 16 * kMiB)", "activation": "cudaMallocAsync(&p, bytes, stream) : cudaMalloc",
+              "scratch": "cudaMallocAsync(&scratch", "leak": "const cudaError_t e = cudaMalloc(&p, bytes);",
+              "main_model": "= load_model();", "main_loop": "forward_backward(stream, it)"}
+    out = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            for k, code in wanted.items():
+                if code in line and k not in out:
+                    out[k] = n
+    assert set(out) == set(wanted), out
+    return out
+
+
+L = train_loop_lines()
+
+
+def torch_table(text):
+    """{metric: [cur, peak, alloc, freed]} from a memory_summary()-style table, sizes in bytes;
+    None for n/a. Sub-rows are keyed "metric/large" and "metric/small"."""
+    units = {"B": 1, "KB": KiB, "MB": MiB, "GB": 1 << 30, "": 1, "K": 1000, "M": 1000000}
+    rows, metric = {}, None
+    for line in text.splitlines():
+        m = re.fullmatch(r"\| (.{21}) \|(.{12})\|(.{12})\|(.{12})\|(.{12})\|", line)
+        if not m or m.group(1).strip() == "Metric":
+            continue
+        name = m.group(1).strip()
+        cells = []
+        for c in m.groups()[1:]:
+            c = c.strip()
+            if c == "n/a":
+                cells.append(None)
+                continue
+            n = re.fullmatch(r"(\d+) ?(B|KB|MB|GB|K|M)?", c)
+            assert n, (line, c)
+            cells.append(int(n.group(1)) * units[n.group(2) or ""])
+        if name.startswith("from "):
+            rows[metric + "/" + name.split()[1]] = cells
+        else:
+            metric = name
+            rows[name] = cells
+    return rows
+
+
+class SummaryViews(ShimTestCase):
+    @classmethod
+    def setUpClass(cls):
+        # 8 iterations: per iteration 6 temporary activations, one small temporary scratch block and
+        # one 1 MiB block kept (the planted leak); the model stays.
+        cls.recorded, cls.trace = traced([program("e2e_train_loop"), "8"], env={"GPUSHIM_POLICY": "caching"})
+        cls.summary = analyze_json("summary", cls.trace)
+
+    def test_torch_table_from_a_trace_matches_the_events(self):
+        text = analyze("summary", "--format", "torch", self.trace).stdout
+        self.assertIn("CUDA memory summary, device ID 0", text)
+        self.assertIn("| CUDA OOMs: 0", re.sub(r"\s+", " ", text))
+        for line in text.splitlines():
+            self.assertEqual(len(line), 77, line)  # torch's 75 columns inside the frame
+        t = torch_table(text)
+        dev = self.summary["devices"][0]
+        self.assertEqual(t["Allocations"], [dev["live_count"], t["Allocations"][1], dev["total_allocs"], dev["total_frees"]])
+        self.assertEqual(t["Allocated memory"][0], dev["live_bytes"])
+        self.assertEqual(t["Allocated memory"][1], dev["peak_allocated"])
+        # The pools split every allocation: large (above 1 MiB) plus small is the whole.
+        for metric in ("Allocated memory", "Allocations"):
+            for col in (0, 2, 3):
+                self.assertEqual(t[metric + "/large"][col] + t[metric + "/small"][col], t[metric][col], metric)
+        self.assertEqual(t["Allocated memory"][2] - t["Allocated memory"][3], t["Allocated memory"][0])
+        self.assertEqual(t["GPU reserved memory"][0], dev["reserved"])
+        self.assertEqual(t["GPU reserved segments"][2], t["GPU reserved segments"][0] + t["GPU reserved segments"][3])
+        for row in ("Largest free block", "Syncs for reuse", "Unaccounted"):
+            self.assertRegex(text, r"\| " + row + r" +\| n/a")  # only a report knows them
+
+    def test_torch_table_from_a_report_has_the_shims_rows(self):
+        text = analyze("summary", "--format", "torch", self.recorded.report_path).stdout
+        t = torch_table(text)
+        dev = self.recorded.device(0)
+        self.assertEqual(t["Allocations"], [dev["live_count"], None, dev["total_allocs"], dev["total_frees"]])
+        self.assertEqual(t["GPU reserved segments"][2], dev["pool"]["segment_allocs"])
+        self.assertNotIn("Allocations/large", t)  # a report has no per-allocation sizes
+        self.assertIn("cudaMalloc retries: %-8d" % dev["pool"]["alloc_retries"], text)
+        self.assertRegex(text, r"\| Largest free block +\| %s" % re.escape(human(dev["pool"]["largest_free_block"])))
+        self.assertRegex(text, r"\| Syncs for reuse +\| %d " % dev["pool"]["reuse_syncs"])
+        self.assertRegex(text, r"\| Unaccounted +\| .* at \d+\.\d\d s, (\d+\.\d\d s (before|after) the peak|at the peak)")
+
+    def test_most_and_temporary_allocations(self):
+        most = self.summary["most_allocations"]
+        self.assertEqual(most[0]["allocs"], 48)
+        self.assertIn(f"train_loop.cpp:{L['activation']}", most[0]["frames"][0])
+        self.assertEqual(sum(s["allocs"] for s in most), self.summary["devices"][0]["total_allocs"])
+        temporary = {s["frames"][0].split()[-2]: s["temporary"] for s in self.summary["temporary_allocations"]}
+        self.assertEqual(temporary, {f"train_loop.cpp:{L['activation']}": 48,
+                                     f"train_loop.cpp:{L['scratch']}": 8})  # not the leak, not the model
+        text = analyze("summary", self.trace).stdout
+        self.assertIn("Most allocations\n  #1 48 allocations", text)
+        self.assertIn("Temporary allocations (freed within 10 ms or in the iteration that made them)\n"
+                      "  #1 48 temporary of 48 allocations (100%)", text)
+        # A report counts only what is live: it says where to get the rankings.
+        self.assertIn("traces only", analyze("summary", self.recorded.report_path).stdout)
+        self.assertEqual(analyze("summary", self.trace, "--temporary-ms", "x", check=False).returncode, 2)
+
+    def test_site_tree_shows_callers_and_callees_of_the_sites_function(self):
+        at_peak = self.summary["at_peak_sites"]
+        n = next(i for i, s in enumerate(at_peak) if "forward_backward" in s["frames"][0]) + 1
+        text = analyze("summary", self.trace, "--site", str(n)).stdout
+        self.assertIn("forward_backward", text.splitlines()[1])
+        callers = text.split("Callers")[1].split("Callees")[0]
+        callees = text.split("Callees")[1]
+        self.assertRegex(callers, r"└─ [\d.]+ MiB, 56 allocations  main train_loop.cpp:%d" % L["main_loop"])
+        # Both lines of the function that allocate, each with its own count.
+        self.assertRegex(callees, r"48 allocations  \(allocates here\) line %d" % L["activation"])
+        self.assertRegex(callees, r"8 allocations  \(allocates here\) line %d" % L["scratch"])
+        bad = analyze("summary", self.trace, "--site", "999", check=False)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("--site 999", bad.stderr)
+
+
+def human(b):
+    """gpushim's "12.0 MiB" rendering (util/units)."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", MiB), ("KiB", KiB)):
+        if b >= size:
+            return "%.1f %s" % (b / size, unit)
+    return "%d B" % b
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -25,10 +25,26 @@ DEVICE_FAMILIES = {"gpushim_allocated_bytes", "gpushim_reserved_bytes", "gpushim
                    "gpushim_failed_allocations_total", "gpushim_ooms_total"}
 
 
+# Prometheus's own checker (scripts/setup extracts it from Debian's prometheus package).
+PROMTOOL = os.environ.get("GPUSHIM_PROMTOOL", "/usr/local/lib/gpushim-tools/promtool")
+
+
+def promtool_check(data):
+    """promtool check metrics: Prometheus's own parser and lint rules, on the bytes a reader saw."""
+    if not os.access(PROMTOOL, os.X_OK):
+        raise AssertionError(f"promtool is not at {PROMTOOL} (run scripts/setup)")
+    proc = subprocess.run([PROMTOOL, "check", "metrics"], input=data, capture_output=True, timeout=60)
+    if proc.returncode != 0:
+        raise promtext.PromFormatError(f"promtool check metrics: {(proc.stdout + proc.stderr).decode()[:2000]}")
+
+
 def read_metrics(path):
-    """Parses the file strictly and checks it is complete: every family, every device in each."""
+    """Parses the file strictly and checks it is complete: every family, every device in each; and
+    promtool accepts it."""
     with open(path, "rb") as f:
-        fams = promtext.parse(f.read())
+        data = f.read()
+    fams = promtext.parse(data)
+    promtool_check(data)
     missing = (PROCESS_FAMILIES | DEVICE_FAMILIES) - set(fams)
     if missing:
         raise promtext.PromFormatError(f"families missing: {sorted(missing)}")

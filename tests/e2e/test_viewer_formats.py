@@ -225,8 +225,9 @@ class ViewerFormats(ShimTestCase):
         [live] = report["dumps"]
         self.assertEqual(held(live), self.recorded.device(0)["live_bytes"])
 
-    @unittest.skipUnless(speedscope_available(), "speedscope's npm package is not installed (scripts/setup)")
     def test_speedscope_opens_both_exports_with_its_own_importer(self):
+        # scripts/setup installs it: missing is a broken setup, never a reason to pass without checking.
+        self.assertTrue(speedscope_available(), f"speedscope's npm package is not at {SPEEDSCOPE} (run scripts/setup)")
         js = self.export("speedscope", self.trace, "mem.speedscope.json")
         folded = self.export("folded", self.trace, "mem.folded")
         proc = subprocess.run(["node", CHECK_SPEEDSCOPE, "--speedscope", SPEEDSCOPE, js, folded], capture_output=True,

@@ -201,10 +201,4 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVer
   return Lookup(symbol, pfn, cudaVersion, flags, symbolStatus);
 }
 
-// The runtime's private channel into the driver. The fake runtime never uses it; it only has to
-// exist because real callers look it up.
-CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
-  (void)pExportTableId;
-  if (ppExportTable != nullptr) *ppExportTable = nullptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
+// cuGetExportTable (the runtime's private channel into the driver) lives in export_tables.cpp.

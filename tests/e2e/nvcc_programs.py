@@ -1,0 +1,96 @@
+"""Programs compiled by nvcc (tests/e2e/nvcc/*.cu) on the simulated device, with and without the shim.
+
+Registered by tests/e2e/CMakeLists.txt as e2e.nvcc_programs (not test_*.py: that test exists only when
+GPUSHIM_NVCC_TESTS is on). nvcc's default build links NVIDIA's static runtime into the program; on the
+simulated device that runtime stops at its integrity check (docs/interception.md), and these tests pin
+exactly how far it gets, and that the shim's static-runtime path (dlsym -> cuGetProcAddress) carries
+NVIDIA's runtime that far unharmed.
+"""
+import os
+import subprocess
+import unittest
+
+from shimtest import BUILD, PRELOAD_FIRST, POLICIES, REAL_GPU, SANITIZER, ShimTestCase, base_env, check_sanitizer_clean, run
+
+NVCC = os.environ.get("GPUSHIM_NVCC", "/usr/local/cuda/bin/nvcc")
+NVCC_BIN = os.path.join(BUILD, "nvcc-bin")
+
+# The tables NVIDIA's CUDA 13.0 static runtime asks cuGetExportTable for, in order, and what the
+# simulated driver answers (tests/fakecuda/driver/export_tables.cpp).
+EXPORT_TABLE_REQUESTS = [
+    "fakecuda: export table f8cff95121468b4eb9e2fb469e7c0dd9: refused",
+    "fakecuda: export table 6bd5fb6c5bf4e74a8987d93912fd9df9: cudart interface",
+    "fakecuda: export table a094798c2e742e7493f20800200c0a66: tools runtime callback hooks",
+    "fakecuda: export table 42d85a8123f6cb478298f6e78a3aecdc: tools TLS",
+    "fakecuda: export table c693336e1121df11a8c368f355d89593: context-local storage",
+    "fakecuda: export table 263e88607cd2614392f6bbd5006dfa7e: context checks",
+    "fakecuda: export table d4082055bde6704b8d34ba123c66e1f2: integrity check (not simulated)",
+    "fakecuda: integrity check for CUDA 13000: not simulated",
+]
+STOPS_AT = "FAILED cudaGetDeviceCount(&count): cudaErrorNotSupported (801)"
+
+
+def nvcc_program(name):
+    path = os.path.join(NVCC_BIN, name)
+    if not os.path.exists(NVCC):
+        raise AssertionError(f"{NVCC} not found: this machine's CUDA toolkit has no compiler. Install it, or "
+                             "configure with -DGPUSHIM_NVCC_TESTS=OFF to leave the nvcc-built programs out.")
+    if not os.path.exists(path):
+        raise AssertionError(f"{path} was not built (ninja e2e_nvcc_programs)")
+    return path
+
+
+def skip_under_tsan(test):
+    # TSan's runtime lives in the (instrumented) executable and cannot be preloaded: neither the
+    # TSan-built shim nor the TSan-built simulated driver can load into a program nvcc built.
+    return unittest.skipIf(SANITIZER == "thread", "nvcc-built programs are not TSan-instrumented, and TSan "
+                           "builds of libgpushim.so/libcuda.so.1 load only into instrumented programs")(test)
+
+
+def run_alone(args, extra=None):
+    """Runs `args` on the simulated device without the shim (ASan builds: their runtime preloaded,
+    since the simulated driver is instrumented and the program is not)."""
+    env = base_env(extra, preload=False)
+    if PRELOAD_FIRST:
+        env["LD_PRELOAD"] = PRELOAD_FIRST
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    check_sanitizer_clean(proc.stderr, args[0])
+    return proc
+
+
+@skip_under_tsan
+class StaticRuntime(ShimTestCase):
+    def check_stops_at_integrity_check(self, proc):
+        if REAL_GPU:
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            self.assertIn("OK", proc.stdout)
+            return
+        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+        self.assertEqual(proc.stdout.strip(), STOPS_AT)
+        traced = [l for l in proc.stderr.splitlines() if l.startswith("fakecuda: ")]
+        self.assertEqual(traced, EXPORT_TABLE_REQUESTS, proc.stderr)
+
+    def test_default_nvcc_build_reaches_the_integrity_check(self):
+        proc = run_alone([nvcc_program("static_runtime")], {"FAKECUDA_TRACE_EXPORT_TABLES": "1"})
+        self.check_stops_at_integrity_check(proc)
+
+    def test_under_the_shim_every_policy_the_same(self):
+        # The runtime reaches the driver through the shim's dlsym -> cuGetProcAddress path; it never
+        # allocates, so the shim never starts and writes no report (no work in processes that never
+        # allocate). On a GPU the program allocates and the report must balance exactly.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([nvcc_program("static_runtime")], expect_report=REAL_GPU,
+                        env={"GPUSHIM_POLICY": policy, "FAKECUDA_TRACE_EXPORT_TABLES": "1"})
+                self.check_stops_at_integrity_check(r)
+                if REAL_GPU:
+                    self.assertEqual(r.report["policy"], policy)
+                    self.assertEqual(r.report["sites"], [])
+                    dev = r.device(0)
+                    self.assertEqual((dev["live_count"], dev["total_allocs"], dev["total_frees"]), (0, 2, 2), dev)
+                else:
+                    self.assertEqual(r.shim_lines(), [], r.stderr)
+                    self.assertFalse(os.path.exists(r.report_path))
+
+if __name__ == "__main__":
+    unittest.main()

@@ -58,6 +58,40 @@ def run_alone(args, extra=None):
     return proc
 
 
+MiB = 1 << 20
+
+
+def check_kernels_report(test, r, policy):
+    """kernels.cu allocates 6 blocks, frees 5 and leaks 1 MiB from leak_one_mebibyte."""
+    test.assertEqual(r.report["policy"], policy)
+    dev = r.device(0)
+    test.assertEqual((dev["live_count"], dev["total_allocs"], dev["total_frees"], dev["failed_allocs"]),
+                     (1, 6, 5, 0), dev)
+    test.assertEqual(dev["live_bytes"], MiB, dev)
+    sites = r.sites_with_function("leak_one_mebibyte")
+    test.assertEqual(len(sites), 1, r.report["sites"])
+    test.assertEqual((sites[0]["live_count"], sites[0]["live_bytes"]), (1, MiB))
+    test.assertEqual(len(r.report["sites"]), 1, r.report["sites"])
+
+
+@skip_under_tsan
+class SharedRuntimeWithKernels(ShimTestCase):
+    """-cudart shared: kernels registered and launched through the simulated runtime, run by stand-ins."""
+
+    def test_runs_alone(self):
+        proc = run_alone([nvcc_program("kernels_shared")])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(proc.stdout.strip(), "OK")
+
+    def test_runs_under_the_shim_every_policy_with_an_exact_report(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([nvcc_program("kernels_shared")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                self.assertEqual(r.stdout.strip(), "OK")
+                check_kernels_report(self, r, policy)
+
+
 @skip_under_tsan
 class StaticRuntime(ShimTestCase):
     def check_stops_at_integrity_check(self, proc):
@@ -71,7 +105,7 @@ class StaticRuntime(ShimTestCase):
         self.assertEqual(traced, EXPORT_TABLE_REQUESTS, proc.stderr)
 
     def test_default_nvcc_build_reaches_the_integrity_check(self):
-        proc = run_alone([nvcc_program("static_runtime")], {"FAKECUDA_TRACE_EXPORT_TABLES": "1"})
+        proc = run_alone([nvcc_program("kernels")], {"FAKECUDA_TRACE_EXPORT_TABLES": "1"})
         self.check_stops_at_integrity_check(proc)
 
     def test_under_the_shim_every_policy_the_same(self):
@@ -80,14 +114,13 @@ class StaticRuntime(ShimTestCase):
         # allocate). On a GPU the program allocates and the report must balance exactly.
         for policy in POLICIES:
             with self.subTest(policy=policy):
-                r = run([nvcc_program("static_runtime")], expect_report=REAL_GPU,
+                r = run([nvcc_program("kernels")], expect_report=REAL_GPU,
                         env={"GPUSHIM_POLICY": policy, "FAKECUDA_TRACE_EXPORT_TABLES": "1"})
                 self.check_stops_at_integrity_check(r)
                 if REAL_GPU:
                     self.assertEqual(r.report["policy"], policy)
                     self.assertEqual(r.report["sites"], [])
-                    dev = r.device(0)
-                    self.assertEqual((dev["live_count"], dev["total_allocs"], dev["total_frees"]), (0, 2, 2), dev)
+                    check_kernels_report(self, r, policy)
                 else:
                     self.assertEqual(r.shim_lines(), [], r.stderr)
                     self.assertFalse(os.path.exists(r.report_path))

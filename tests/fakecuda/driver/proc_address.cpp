@@ -150,6 +150,15 @@ const ProcEntry kProcTable[] = {
     {"cuIpcOpenMemHandle",                    11000, Fn(cuIpcOpenMemHandle_v2),                   nullptr},
     {"cuIpcCloseMemHandle",                    4010, Fn(cuIpcCloseMemHandle),                     nullptr},
     // test-only hooks of the fake (see fakecuda.h)
+    // modules and kernels (modules.cpp)
+    {"cuModuleLoadData",                       2000, Fn(cuModuleLoadData),                        nullptr},
+    {"cuModuleLoadDataEx",                     2010, Fn(cuModuleLoadDataEx),                      nullptr},
+    {"cuModuleLoadFatBinary",                  2000, Fn(cuModuleLoadFatBinary),                   nullptr},
+    {"cuModuleUnload",                         2000, Fn(cuModuleUnload),                          nullptr},
+    {"cuModuleGetFunction",                    2000, Fn(cuModuleGetFunction),                     nullptr},
+    {"cuFuncGetAttribute",                     2020, Fn(cuFuncGetAttribute),                      nullptr},
+    {"cuLaunchKernel",                         4000, Fn(cuLaunchKernel),                          Fn(cuLaunchKernel_ptsz)},
+    {"fakecuSetKernelStandIn",                13000, Fn(fakecuSetKernelStandIn),                  nullptr},
     {"fakecuLaunchDelayedFill",               13000, Fn(fakecuLaunchDelayedFill),                 Fn(fakecuLaunchDelayedFill_ptsz)},
 };
 // clang-format on

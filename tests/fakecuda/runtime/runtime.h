@@ -125,6 +125,13 @@ inline constexpr int kRuntimeVersion = 13000;  // CUDART_VERSION of the headers 
   X(cuIpcOpenMemHandle,                "cuIpcOpenMemHandle",             4010, 0, false) \
   X(cuIpcOpenMemHandle_v2,             "cuIpcOpenMemHandle",            11000, 0, true)  \
   X(cuIpcCloseMemHandle,               "cuIpcCloseMemHandle",            4010, 0, true)  \
+  X(cuModuleLoadData,                  "cuModuleLoadData",               2000, 0, true)  \
+  X(cuModuleUnload,                    "cuModuleUnload",                 2000, 0, true)  \
+  X(cuModuleGetFunction,               "cuModuleGetFunction",            2000, 0, true)  \
+  X(cuFuncGetAttribute,                "cuFuncGetAttribute",             2020, 0, true)  \
+  X(cuLaunchKernel,                    "cuLaunchKernel",                 4000, 0, true)  \
+  X(cuLaunchKernel_ptsz,               "cuLaunchKernel",                 4000, 2, true)  \
+  X(fakecuSetKernelStandIn,            "fakecuSetKernelStandIn",        13000, 0, false) \
   X(fakecuLaunchDelayedFill,           "fakecuLaunchDelayedFill",       13000, 0, false)
 // clang-format on
 

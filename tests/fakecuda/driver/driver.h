@@ -152,6 +152,8 @@ struct Region {
   std::uintptr_t map_base = 0;
   std::size_t map_length = 0;
   int import_refs = 0;
+  // kPinnedHost made by cuMemHostRegister: the caller's own memory, never unmapped or freed here.
+  bool host_registered = false;
   std::uint64_t import_pid = 0, import_buffer_id = 0;
 };
 

@@ -150,6 +150,10 @@ const ProcEntry kProcTable[] = {
     {"cuIpcOpenMemHandle",                    11000, Fn(cuIpcOpenMemHandle_v2),                   nullptr},
     {"cuIpcCloseMemHandle",                    4010, Fn(cuIpcCloseMemHandle),                     nullptr},
     // test-only hooks of the fake (see fakecuda.h)
+    // host registration (host_register.cpp)
+    {"cuMemHostRegister",                      4000, Fn(cuMemHostRegister),                       nullptr},
+    {"cuMemHostRegister",                      6050, Fn(cuMemHostRegister_v2),                    nullptr},
+    {"cuMemHostUnregister",                    4000, Fn(cuMemHostUnregister),                     nullptr},
     // modules and kernels (modules.cpp)
     {"cuModuleLoadData",                       2000, Fn(cuModuleLoadData),                        nullptr},
     {"cuModuleLoadDataEx",                     2010, Fn(cuModuleLoadDataEx),                      nullptr},

@@ -125,6 +125,8 @@ inline constexpr int kRuntimeVersion = 13000;  // CUDART_VERSION of the headers 
   X(cuIpcOpenMemHandle,                "cuIpcOpenMemHandle",             4010, 0, false) \
   X(cuIpcOpenMemHandle_v2,             "cuIpcOpenMemHandle",            11000, 0, true)  \
   X(cuIpcCloseMemHandle,               "cuIpcCloseMemHandle",            4010, 0, true)  \
+  X(cuMemHostRegister_v2,              "cuMemHostRegister",              6050, 0, true)  \
+  X(cuMemHostUnregister,               "cuMemHostUnregister",            4000, 0, true)  \
   X(cuModuleLoadData,                  "cuModuleLoadData",               2000, 0, true)  \
   X(cuModuleUnload,                    "cuModuleUnload",                 2000, 0, true)  \
   X(cuModuleGetFunction,               "cuModuleGetFunction",            2000, 0, true)  \

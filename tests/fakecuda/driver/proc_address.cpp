@@ -8,6 +8,8 @@
 #include <cstring>
 
 #include "driver.h"
+
+#include <cudaProfiler.h>  // after driver.h: cuda.h must see __CUDA_API_VERSION_INTERNAL first
 #include "../fakecuda.h"
 
 namespace fakecuda {
@@ -154,6 +156,13 @@ const ProcEntry kProcTable[] = {
     {"cuMemHostRegister",                      4000, Fn(cuMemHostRegister),                       nullptr},
     {"cuMemHostRegister",                      6050, Fn(cuMemHostRegister_v2),                    nullptr},
     {"cuMemHostUnregister",                    4000, Fn(cuMemHostUnregister),                     nullptr},
+    // peer access, stream callbacks, profiler
+    {"cuDeviceCanAccessPeer",                  4000, Fn(cuDeviceCanAccessPeer),                   nullptr},
+    {"cuCtxEnablePeerAccess",                  4000, Fn(cuCtxEnablePeerAccess),                   nullptr},
+    {"cuCtxDisablePeerAccess",                 4000, Fn(cuCtxDisablePeerAccess),                  nullptr},
+    {"cuStreamAddCallback",                    5000, Fn(cuStreamAddCallback),                     Fn(cuStreamAddCallback_ptsz)},
+    {"cuProfilerStart",                        4000, Fn(cuProfilerStart),                         nullptr},
+    {"cuProfilerStop",                         4000, Fn(cuProfilerStop),                          nullptr},
     // modules and kernels (modules.cpp)
     {"cuModuleLoadData",                       2000, Fn(cuModuleLoadData),                        nullptr},
     {"cuModuleLoadDataEx",                     2010, Fn(cuModuleLoadDataEx),                      nullptr},

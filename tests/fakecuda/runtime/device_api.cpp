@@ -131,3 +131,63 @@ cudaError_t CUDARTAPI cudaDriverGetVersion(int* driverVersion) {
   }
   return Record(Translate(Driver().cuDriverGetVersion(driverVersion)));
 }
+
+// ---- device flags ----
+// cudaDeviceScheduleMask | cudaDeviceMapHost | cudaDeviceLmemResizeToMax | cudaDeviceSyncMemops;
+// they have the CU_CTX_* values of the primary context's flags.
+namespace {
+constexpr unsigned kDeviceFlags = cudaDeviceScheduleMask | cudaDeviceMapHost | cudaDeviceLmemResizeToMax |
+                                  cudaDeviceSyncMemops;
+}  // namespace
+
+cudaError_t CUDARTAPI cudaSetDeviceFlags(unsigned int flags) {
+  if ((flags & ~kDeviceFlags) != 0) return Record(cudaErrorInvalidValue);
+  const unsigned schedule = flags & cudaDeviceScheduleMask;
+  if (schedule != cudaDeviceScheduleAuto && schedule != cudaDeviceScheduleSpin && schedule != cudaDeviceScheduleYield &&
+      schedule != cudaDeviceScheduleBlockingSync) {
+    return Record(cudaErrorInvalidValue);
+  }
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) return Record(e);
+  // Host memory is always mappable on CUDA 13: the flag is accepted and kept out of the context.
+  return Record(Translate(Driver().cuDevicePrimaryCtxSetFlags_v2(CurrentDevice(), flags & ~cudaDeviceMapHost)));
+}
+
+cudaError_t CUDARTAPI cudaGetDeviceFlags(unsigned int* flags) {
+  if (flags == nullptr) return Record(cudaErrorInvalidValue);
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) return Record(e);
+  unsigned ctx_flags = 0;
+  int active = 0;
+  if (CUresult r = Driver().cuDevicePrimaryCtxGetState(CurrentDevice(), &ctx_flags, &active); r != CUDA_SUCCESS) {
+    return Record(Translate(r));
+  }
+  *flags = ctx_flags | cudaDeviceMapHost;
+  return cudaSuccess;
+}
+
+// ---- peer access ----
+cudaError_t CUDARTAPI cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) return Record(e);
+  return Record(Translate(Driver().cuDeviceCanAccessPeer(canAccessPeer, device, peerDevice)));
+}
+
+namespace {
+template <typename F>
+cudaError_t WithPeerContext(int peerDevice, F&& driver_call) {
+  if (cudaError_t e = EnsureContext(); e != cudaSuccess) return Record(e);
+  int count = 0;
+  Driver().cuDeviceGetCount(&count);
+  if (peerDevice < 0 || peerDevice >= count) return Record(cudaErrorInvalidDevice);
+  CUcontext peer = nullptr;
+  if (cudaError_t e = PrimaryContext(peerDevice, &peer); e != cudaSuccess) return Record(e);
+  return Record(Translate(driver_call(peer)));
+}
+}  // namespace
+
+cudaError_t CUDARTAPI cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
+  if (flags != 0) return Record(cudaErrorInvalidValue);
+  return WithPeerContext(peerDevice, [](CUcontext peer) { return Driver().cuCtxEnablePeerAccess(peer, 0); });
+}
+
+cudaError_t CUDARTAPI cudaDeviceDisablePeerAccess(int peerDevice) {
+  return WithPeerContext(peerDevice, [](CUcontext peer) { return Driver().cuCtxDisablePeerAccess(peer); });
+}

@@ -124,3 +124,7 @@ int fakecudaLaunchDelayedFill(void* dst, int value, size_t bytes, unsigned delay
   if (Driver().fakecuLaunchDelayedFill == nullptr) return Record(cudaErrorNotSupported);
   return Record(Translate(Driver().fakecuLaunchDelayedFill(Dev(dst), value, bytes, delay_us, stream)));
 }
+
+// ---- profiler control (cuda_profiler_api.h) ----
+cudaError_t CUDARTAPI cudaProfilerStart(void) { return Call([] { return Driver().cuProfilerStart(); }); }
+cudaError_t CUDARTAPI cudaProfilerStop(void) { return Call([] { return Driver().cuProfilerStop(); }); }

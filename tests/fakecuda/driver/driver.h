@@ -203,6 +203,9 @@ struct Event {
   bool timestamp_valid = false;
   std::chrono::steady_clock::time_point timestamp;
   std::shared_ptr<Capture> capture;  // last recorded inside this capture sequence
+  // CU_EVENT_INTERPROCESS events (and events opened from their handles): completion lives in a
+  // page shared between processes (ipc_events.cpp).
+  std::shared_ptr<struct IpcEventPage> ipc;
 };
 
 // A dummy graph: what a capture recorded. Replayable data operations are kept so that a launched
@@ -394,6 +397,15 @@ void MaybeReleaseGraph(State& s, const std::shared_ptr<Graph>& graph);
 void DropCapturesOfContext(State& s, Context* ctx);
 // Ends a capture sequence without producing a graph (its origin stream is being destroyed).
 void AbandonCapture(State& s, std::shared_ptr<Capture> capture);
+
+// ---- ipc_events.cpp ----
+// Interprocess events: a record bumps the shared "recorded" count and its op publishes it as
+// "completed"; waiters compare the two.
+std::shared_ptr<IpcEventPage> CreateIpcEventPage();
+std::uint64_t IpcEventRecorded(const IpcEventPage& page);  // counts a new record, returns its number
+std::uint64_t IpcEventTarget(const IpcEventPage& page);    // the newest record's number
+void IpcEventComplete(const IpcEventPage& page, std::uint64_t record);
+bool IpcEventDone(const IpcEventPage& page, std::uint64_t record);
 
 // ---- context.cpp ----
 // Frees everything owned by a primary context (streams, events, memory) and marks it inactive.

@@ -163,6 +163,8 @@ const ProcEntry kProcTable[] = {
     {"cuStreamAddCallback",                    5000, Fn(cuStreamAddCallback),                     Fn(cuStreamAddCallback_ptsz)},
     {"cuProfilerStart",                        4000, Fn(cuProfilerStart),                         nullptr},
     {"cuProfilerStop",                         4000, Fn(cuProfilerStop),                          nullptr},
+    {"cuIpcGetEventHandle",                    4010, Fn(cuIpcGetEventHandle),                     nullptr},
+    {"cuIpcOpenEventHandle",                   4010, Fn(cuIpcOpenEventHandle),                    nullptr},
     // modules and kernels (modules.cpp)
     {"cuModuleLoadData",                       2000, Fn(cuModuleLoadData),                        nullptr},
     {"cuModuleLoadDataEx",                     2010, Fn(cuModuleLoadDataEx),                      nullptr},

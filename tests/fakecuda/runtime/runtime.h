@@ -138,6 +138,8 @@ inline constexpr int kRuntimeVersion = 13000;  // CUDART_VERSION of the headers 
   X(cuProfilerStop,                    "cuProfilerStop",                 4000, 0, true)  \
   X(cuDevicePrimaryCtxSetFlags_v2,     "cuDevicePrimaryCtxSetFlags",    11000, 0, true)  \
   X(cuDevicePrimaryCtxGetState,        "cuDevicePrimaryCtxGetState",     7000, 0, true)  \
+  X(cuIpcGetEventHandle,               "cuIpcGetEventHandle",            4010, 0, true)  \
+  X(cuIpcOpenEventHandle,              "cuIpcOpenEventHandle",           4010, 0, true)  \
   X(cuModuleLoadData,                  "cuModuleLoadData",               2000, 0, true)  \
   X(cuModuleUnload,                    "cuModuleUnload",                 2000, 0, true)  \
   X(cuModuleGetFunction,               "cuModuleGetFunction",            2000, 0, true)  \

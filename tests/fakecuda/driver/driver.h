@@ -398,6 +398,16 @@ void DropCapturesOfContext(State& s, Context* ctx);
 // Ends a capture sequence without producing a graph (its origin stream is being destroyed).
 void AbandonCapture(State& s, std::shared_ptr<Capture> capture);
 
+// ---- modules.cpp ----
+// Validates a kernel launch like cuLaunchKernel and builds the op that runs it (its stand-in, or
+// nothing), with the arguments copied now.
+CUresult PrepareKernelOp(State& s, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                         unsigned shared_bytes, void** kernelParams, void** extra, std::function<void()>* out);
+
+// ---- graph_nodes.cpp ----
+// Remembers a node added to an explicit graph (cuGraphGetNodes, dependency checks).
+CUgraphNode AddGraphNodeHandle(State& s, Graph* graph);
+
 // ---- ipc_events.cpp ----
 // Interprocess events: a record bumps the shared "recorded" count and its op publishes it as
 // "completed"; waiters compare the two.

@@ -135,8 +135,11 @@ constexpr unsigned kMaxBlockDim[3] = {1024, 1024, 64};
 constexpr unsigned kMaxGridDim[3] = {2147483647u, 65535, 65535};
 constexpr unsigned kMaxStaticSharedPerBlock = 48 * 1024;
 
-CUresult LaunchKernel(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shared_bytes,
-                      CUstream hStream, void** kernelParams, void** extra, bool per_thread) {
+}  // namespace
+
+CUresult PrepareKernelOp(State& s, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                         unsigned shared_bytes, void** kernelParams, void** extra, std::function<void()>* out) {
+  (void)s;  // held by the caller: the module and stand-in tables below are guarded by it
   if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (kernelParams != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   unsigned long long threads = 1;
@@ -148,35 +151,45 @@ CUresult LaunchKernel(CUfunction f, const unsigned grid[3], const unsigned block
   }
   if (threads > kMaxThreadsPerBlock) return CUDA_ERROR_INVALID_VALUE;
   if (shared_bytes > kMaxStaticSharedPerBlock) return CUDA_ERROR_INVALID_VALUE;
-  State& s = GetState();
-  std::lock_guard lk(s.mu);
   Function* fn = FindFunction(f);
   if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *out = [] {};
+  auto it = StandIns().find(fn->name);
+  if (it == StandIns().end()) return CUDA_SUCCESS;
+  const StandIn& stand_in = it->second;
+  if (kernelParams == nullptr && !stand_in.arg_sizes.empty()) return CUDA_ERROR_INVALID_VALUE;
+  // Arguments are copied now: they are passed by value.
+  auto storage = std::make_shared<std::vector<std::vector<unsigned char>>>();
+  for (std::size_t i = 0; i < stand_in.arg_sizes.size(); ++i) {
+    const auto* arg = static_cast<const unsigned char*>(kernelParams[i]);
+    storage->emplace_back(arg, arg + stand_in.arg_sizes[i]);
+  }
+  fakecudaLaunchDims dims{};
+  for (int i = 0; i < 3; ++i) {
+    dims.grid[i] = grid[i];
+    dims.block[i] = block[i];
+  }
+  dims.shared_bytes = shared_bytes;
+  *out = DeviceWork([fnp = stand_in.fn, user = stand_in.user, storage, dims] {
+    std::vector<void*> args;
+    for (auto& a : *storage) args.push_back(a.data());
+    fnp(args.data(), &dims, user);
+  });
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+CUresult LaunchKernel(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shared_bytes,
+                      CUstream hStream, void** kernelParams, void** extra, bool per_thread) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  std::function<void()> run;
+  if (CUresult r = PrepareKernelOp(s, f, grid, block, shared_bytes, kernelParams, extra, &run); r != CUDA_SUCCESS) {
+    return r;
+  }
   Stream* st = nullptr;
   if (CUresult r = ResolveStream(s, hStream, per_thread, &st); r != CUDA_SUCCESS) return r;
-  std::function<void()> run = [] {};
-  auto it = StandIns().find(fn->name);
-  if (it != StandIns().end()) {
-    const StandIn& stand_in = it->second;
-    if (kernelParams == nullptr && !stand_in.arg_sizes.empty()) return CUDA_ERROR_INVALID_VALUE;
-    // Arguments are copied now: they are passed by value.
-    auto storage = std::make_shared<std::vector<std::vector<unsigned char>>>();
-    for (std::size_t i = 0; i < stand_in.arg_sizes.size(); ++i) {
-      const auto* arg = static_cast<const unsigned char*>(kernelParams[i]);
-      storage->emplace_back(arg, arg + stand_in.arg_sizes[i]);
-    }
-    fakecudaLaunchDims dims{};
-    for (int i = 0; i < 3; ++i) {
-      dims.grid[i] = grid[i];
-      dims.block[i] = block[i];
-    }
-    dims.shared_bytes = shared_bytes;
-    run = DeviceWork([fnp = stand_in.fn, user = stand_in.user, storage, dims] {
-      std::vector<void*> args;
-      for (auto& a : *storage) args.push_back(a.data());
-      fnp(args.data(), &dims, user);
-    });
-  }
   SubmitOptions opts;
   opts.replayable = true;  // captured launches become graph nodes that launch again on replay
   return Submit(s, st, std::move(run), std::move(opts));

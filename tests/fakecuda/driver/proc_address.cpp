@@ -165,6 +165,15 @@ const ProcEntry kProcTable[] = {
     {"cuProfilerStop",                         4000, Fn(cuProfilerStop),                          nullptr},
     {"cuIpcGetEventHandle",                    4010, Fn(cuIpcGetEventHandle),                     nullptr},
     {"cuIpcOpenEventHandle",                   4010, Fn(cuIpcOpenEventHandle),                    nullptr},
+    // explicit graphs (graph_nodes.cpp)
+    {"cuGraphAddEmptyNode",                   10000, Fn(cuGraphAddEmptyNode),                     nullptr},
+    {"cuGraphAddHostNode",                    10000, Fn(cuGraphAddHostNode),                      nullptr},
+    {"cuGraphAddMemsetNode",                  10000, Fn(cuGraphAddMemsetNode),                    nullptr},
+    {"cuGraphAddMemcpyNode",                  10000, Fn(cuGraphAddMemcpyNode),                    nullptr},
+    {"cuGraphAddKernelNode",                  12000, Fn(cuGraphAddKernelNode_v2),                 nullptr},
+    {"cuGraphAddMemFreeNode",                 11040, Fn(cuGraphAddMemFreeNode),                   nullptr},
+    {"cuGraphClone",                          10000, Fn(cuGraphClone),                            nullptr},
+    {"cuGraphGetNodes",                       10000, Fn(cuGraphGetNodes),                         nullptr},
     // modules and kernels (modules.cpp)
     {"cuModuleLoadData",                       2000, Fn(cuModuleLoadData),                        nullptr},
     {"cuModuleLoadDataEx",                     2010, Fn(cuModuleLoadDataEx),                      nullptr},

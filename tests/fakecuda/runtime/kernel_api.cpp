@@ -249,3 +249,27 @@ int fakecudaSetKernelStandIn(const char* name, fakecudaKernelStandIn fn, void* u
   if (Driver().fakecuSetKernelStandIn == nullptr) return Record(cudaErrorNotSupported);
   return Record(Translate(Driver().fakecuSetKernelStandIn(name, fn, user, arg_sizes, num_args)));
 }
+
+cudaError_t CUDARTAPI cudaGraphAddKernelNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                             const cudaGraphNode_t* pDependencies, size_t numDependencies,
+                                             const struct cudaKernelNodeParams* pNodeParams) {
+  if (pNodeParams == nullptr) return Record(cudaErrorInvalidValue);
+  Kernel* k = FindKernel(pNodeParams->func);
+  if (k == nullptr) return Record(cudaErrorInvalidDeviceFunction);
+  CUfunction f = nullptr;
+  if (cudaError_t e = Resolve(k, &f); e != cudaSuccess) return Record(e);
+  CUDA_KERNEL_NODE_PARAMS p{};
+  p.func = f;
+  p.gridDimX = pNodeParams->gridDim.x;
+  p.gridDimY = pNodeParams->gridDim.y;
+  p.gridDimZ = pNodeParams->gridDim.z;
+  p.blockDimX = pNodeParams->blockDim.x;
+  p.blockDimY = pNodeParams->blockDim.y;
+  p.blockDimZ = pNodeParams->blockDim.z;
+  p.sharedMemBytes = pNodeParams->sharedMemBytes;
+  p.kernelParams = pNodeParams->kernelParams;
+  p.extra = pNodeParams->extra;
+  CUresult r = Driver().cuGraphAddKernelNode_v2(reinterpret_cast<CUgraphNode*>(pGraphNode), reinterpret_cast<CUgraph>(graph),
+                                                reinterpret_cast<const CUgraphNode*>(pDependencies), numDependencies, &p);
+  return Record(Translate(r));
+}

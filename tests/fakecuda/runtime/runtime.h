@@ -140,6 +140,15 @@ inline constexpr int kRuntimeVersion = 13000;  // CUDART_VERSION of the headers 
   X(cuDevicePrimaryCtxGetState,        "cuDevicePrimaryCtxGetState",     7000, 0, true)  \
   X(cuIpcGetEventHandle,               "cuIpcGetEventHandle",            4010, 0, true)  \
   X(cuIpcOpenEventHandle,              "cuIpcOpenEventHandle",           4010, 0, true)  \
+  X(cuGraphCreate,                     "cuGraphCreate",                 10000, 0, true)  \
+  X(cuGraphAddEmptyNode,               "cuGraphAddEmptyNode",           10000, 0, true)  \
+  X(cuGraphAddHostNode,                "cuGraphAddHostNode",            10000, 0, true)  \
+  X(cuGraphAddMemsetNode,              "cuGraphAddMemsetNode",          10000, 0, true)  \
+  X(cuGraphAddMemcpyNode,              "cuGraphAddMemcpyNode",          10000, 0, true)  \
+  X(cuGraphAddKernelNode_v2,           "cuGraphAddKernelNode",          12000, 0, true)  \
+  X(cuGraphAddMemFreeNode,             "cuGraphAddMemFreeNode",         11040, 0, true)  \
+  X(cuGraphClone,                      "cuGraphClone",                  10000, 0, true)  \
+  X(cuGraphGetNodes,                   "cuGraphGetNodes",               10000, 0, true)  \
   X(cuModuleLoadData,                  "cuModuleLoadData",               2000, 0, true)  \
   X(cuModuleUnload,                    "cuModuleUnload",                 2000, 0, true)  \
   X(cuModuleGetFunction,               "cuModuleGetFunction",            2000, 0, true)  \

@@ -3,6 +3,7 @@
 // peer access, device flags, the profiler calls, and H100 launch limits.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -233,6 +234,113 @@ TEST_F(Registration, RegisteredKernelLaunchesThroughTheDriver) {
   fakecudaSetKernelStandIn("fill_u32", nullptr, nullptr, nullptr, 0);
   ASSERT_RT(cudaStreamDestroy(s));
   ASSERT_RT(cudaFree(d));
+}
+
+// ---- explicit graphs ----
+void graph_fill_stub() {}
+
+class ExplicitGraphs : public RuntimeTest {};
+
+TEST_F(ExplicitGraphs, NodesRunInOrderOnEveryLaunchAndGraphMemoryGoesWithTheGraph) {
+  static struct {
+    int magic;
+    int version;
+    const void* data;
+    void* unused;
+  } wrapper = {0x466243b1, 1, kPtx, nullptr};
+  void** handle = __cudaRegisterFatBinary(&wrapper);
+  __cudaRegisterFunction(handle, reinterpret_cast<const char*>(&graph_fill_stub), nullptr, "fill_u32", -1, nullptr,
+                         nullptr, nullptr, nullptr, nullptr);
+  ASSERT_EQ(fakecudaSetKernelStandIn("fill_u32", FillArgs::Run, nullptr, kFillArgSizes, 3), cudaSuccess);
+  const size_t used_before = fakecudaDeviceUsedBytes(0);
+
+  cudaGraph_t graph = nullptr;
+  ASSERT_RT(cudaGraphCreate(&graph, 0));
+  cudaMemAllocNodeParams alloc{};
+  alloc.poolProps.allocType = cudaMemAllocationTypePinned;
+  alloc.poolProps.location.type = cudaMemLocationTypeDevice;
+  alloc.poolProps.location.id = 0;
+  alloc.bytesize = 64 * sizeof(unsigned);
+  cudaGraphNode_t n_alloc, n_memset, n_kernel, n_copy, n_host, n_free;
+  ASSERT_RT(cudaGraphAddMemAllocNode(&n_alloc, graph, nullptr, 0, &alloc));
+  ASSERT_NE(alloc.dptr, nullptr);
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used_before + 512);
+  cudaMemsetParams memset{};
+  memset.dst = alloc.dptr;
+  memset.value = 0xff;
+  memset.elementSize = 1;
+  memset.width = alloc.bytesize;
+  memset.height = 1;
+  ASSERT_RT(cudaGraphAddMemsetNode(&n_memset, graph, &n_alloc, 1, &memset));
+  unsigned* d = static_cast<unsigned*>(alloc.dptr);
+  unsigned value = 40, n = 32;  // the kernel overwrites the first half only
+  void* args[] = {&d, &value, &n};
+  cudaKernelNodeParams kernel{};
+  kernel.func = reinterpret_cast<void*>(&graph_fill_stub);
+  kernel.gridDim = dim3(1);
+  kernel.blockDim = dim3(32);
+  kernel.kernelParams = args;
+  ASSERT_RT(cudaGraphAddKernelNode(&n_kernel, graph, &n_memset, 1, &kernel));
+  value = 0;  // captured at add time
+  std::vector<unsigned> host(64, 0);
+  ASSERT_RT(cudaGraphAddMemcpyNode1D(&n_copy, graph, &n_kernel, 1, host.data(), d, 64 * sizeof(unsigned),
+                                     cudaMemcpyDeviceToHost));
+  static std::atomic<int> runs{0};
+  cudaHostNodeParams host_fn{[](void*) { ++runs; }, nullptr};
+  ASSERT_RT(cudaGraphAddHostNode(&n_host, graph, &n_copy, 1, &host_fn));
+  ASSERT_RT(cudaGraphAddMemFreeNode(&n_free, graph, &n_host, 1, alloc.dptr));
+  EXPECT_EQ(cudaGraphAddMemFreeNode(&n_free, graph, &n_host, 1, alloc.dptr), cudaErrorInvalidValue);  // twice
+  cudaGetLastError();
+
+  size_t count = 0;
+  ASSERT_RT(cudaGraphGetNodes(graph, nullptr, &count));
+  EXPECT_EQ(count, 6u);
+  std::vector<cudaGraphNode_t> nodes(count);
+  ASSERT_RT(cudaGraphGetNodes(graph, nodes.data(), &count));
+  EXPECT_EQ(nodes.front(), n_alloc);
+  EXPECT_EQ(nodes.back(), n_free);
+
+  // A node of another graph is no dependency.
+  cudaGraph_t other = nullptr;
+  ASSERT_RT(cudaGraphCreate(&other, 0));
+  cudaGraphNode_t empty;
+  EXPECT_EQ(cudaGraphAddEmptyNode(&empty, other, &n_alloc, 1), cudaErrorInvalidValue);
+  cudaGetLastError();
+  ASSERT_RT(cudaGraphAddEmptyNode(&empty, other, nullptr, 0));
+  ASSERT_RT(cudaGraphAddHostNode(&n_host, other, &empty, 1, &host_fn));
+  // A graph that owns graph memory is not cloned; one without is.
+  cudaGraph_t clone = nullptr;
+  EXPECT_EQ(cudaGraphClone(&clone, graph), cudaErrorNotSupported);
+  cudaGetLastError();
+  ASSERT_RT(cudaGraphClone(&clone, other));
+  ASSERT_RT(cudaGraphGetNodes(clone, nullptr, &count));
+  EXPECT_EQ(count, 2u);
+
+  cudaGraphExec_t exec = nullptr, clone_exec = nullptr;
+  ASSERT_RT(cudaGraphInstantiate(&exec, graph, 0));
+  ASSERT_RT(cudaGraphInstantiate(&clone_exec, clone, 0));
+  cudaStream_t s = nullptr;
+  ASSERT_RT(cudaStreamCreate(&s));
+  for (int launch = 1; launch <= 2; ++launch) {
+    std::fill(host.begin(), host.end(), 0u);
+    ASSERT_RT(cudaGraphLaunch(exec, s));
+    ASSERT_RT(cudaStreamSynchronize(s));
+    EXPECT_EQ(host[0], 40u);
+    EXPECT_EQ(host[31], 71u);
+    EXPECT_EQ(host[32], 0xffffffffu);
+    EXPECT_EQ(runs.load(), launch);
+  }
+  ASSERT_RT(cudaGraphLaunch(clone_exec, s));
+  ASSERT_RT(cudaStreamSynchronize(s));
+  EXPECT_EQ(runs.load(), 3);
+  ASSERT_RT(cudaGraphExecDestroy(clone_exec));
+  ASSERT_RT(cudaGraphExecDestroy(exec));
+  ASSERT_RT(cudaGraphDestroy(clone));
+  ASSERT_RT(cudaGraphDestroy(other));
+  ASSERT_RT(cudaGraphDestroy(graph));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used_before);  // freed inside the graph: released with it
+  fakecudaSetKernelStandIn("fill_u32", nullptr, nullptr, nullptr, 0);
+  ASSERT_RT(cudaStreamDestroy(s));
 }
 
 // ---- host registration ----

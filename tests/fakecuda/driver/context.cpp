@@ -1,7 +1,8 @@
 // Initialization, device queries and primary contexts.
 //
-// Only primary contexts exist (one per device, what the runtime uses). Each thread has a context
-// stack like the real driver; cuCtxSetCurrent replaces its top.
+// One primary context per device (what the runtime uses); contexts made with cuCtxCreate are in
+// user_contexts.cpp. Each thread has a context stack like the real driver; cuCtxSetCurrent
+// replaces its top.
 #include <pthread.h>
 
 #include <algorithm>
@@ -106,7 +107,7 @@ Context* ContextFromHandle(State& s, CUcontext h) {
   for (auto& dev : s.devices) {
     if (reinterpret_cast<CUcontext>(&dev->primary) == h) return &dev->primary;
   }
-  return nullptr;
+  return CreatedContextFromHandle(h);
 }
 
 void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx) {

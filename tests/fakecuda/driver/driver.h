@@ -408,6 +408,10 @@ CUresult PrepareKernelOp(State& s, CUfunction f, const unsigned grid[3], const u
 // Remembers a node added to an explicit graph (cuGraphGetNodes, dependency checks).
 CUgraphNode AddGraphNodeHandle(State& s, Graph* graph);
 
+// ---- user_contexts.cpp ----
+// A live context made by cuCtxCreate, or nullptr.
+Context* CreatedContextFromHandle(CUcontext h);
+
 // ---- ipc_events.cpp ----
 // Interprocess events: a record bumps the shared "recorded" count and its op publishes it as
 // "completed"; waiters compare the two.

@@ -174,6 +174,9 @@ const ProcEntry kProcTable[] = {
     {"cuGraphAddMemFreeNode",                 11040, Fn(cuGraphAddMemFreeNode),                   nullptr},
     {"cuGraphClone",                          10000, Fn(cuGraphClone),                            nullptr},
     {"cuGraphGetNodes",                       10000, Fn(cuGraphGetNodes),                         nullptr},
+    // created contexts (user_contexts.cpp)
+    {"cuCtxCreate",                           12050, Fn(cuCtxCreate_v4),                          nullptr},
+    {"cuCtxDestroy",                           4000, Fn(cuCtxDestroy_v2),                         nullptr},
     // modules and kernels (modules.cpp)
     {"cuModuleLoadData",                       2000, Fn(cuModuleLoadData),                        nullptr},
     {"cuModuleLoadDataEx",                     2010, Fn(cuModuleLoadDataEx),                      nullptr},

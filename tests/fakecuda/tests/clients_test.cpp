@@ -343,6 +343,65 @@ TEST_F(ExplicitGraphs, NodesRunInOrderOnEveryLaunchAndGraphMemoryGoesWithTheGrap
   ASSERT_RT(cudaStreamDestroy(s));
 }
 
+// ---- created contexts ----
+class CreatedContexts : public DriverTest {};
+
+TEST_F(CreatedContexts, CreateMakesCurrentAndDestroyFreesEverythingItOwns) {
+  const size_t used = fakecudaDeviceUsedBytes(0);
+  CUcontext ctx = nullptr;
+  ASSERT_CU(cuCtxCreate(&ctx, nullptr, CU_CTX_SCHED_BLOCKING_SYNC, 0));
+  ASSERT_NE(ctx, ctx_);
+  CUcontext current = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, ctx);
+  CUdevice dev = -1;
+  ASSERT_CU(cuCtxGetDevice(&dev));
+  EXPECT_EQ(dev, 0);
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, 1 << 20));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuMemsetD8Async(d, 1, 1 << 20, s));
+  CUcontext owner = nullptr;
+  ASSERT_CU(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, d));
+  EXPECT_EQ(owner, ctx);
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (1 << 20));
+  // Another thread makes it current before it is destroyed.
+  std::atomic<int> stage{0};
+  CUresult seen = CUDA_SUCCESS;
+  std::thread other([&] {
+    cuCtxSetCurrent(ctx);
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    CUdeviceptr p = 0;
+    seen = cuMemAlloc(&p, 512);
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  ASSERT_CU(cuCtxDestroy(ctx));
+  stage = 2;
+  other.join();
+  EXPECT_EQ(seen, CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);  // its memory went with it
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, ctx_);  // popped off this thread's stack
+  EXPECT_EQ(cuCtxDestroy(ctx), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuCtxDestroy(ctx_), CUDA_ERROR_INVALID_CONTEXT);  // primary contexts are reset, not destroyed
+}
+
+TEST_F(CreatedContexts, ArgumentsAreCheckedLikeCuda) {
+  CUcontext ctx = nullptr;
+  EXPECT_EQ(cuCtxCreate(&ctx, nullptr, 0, 7), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(cuCtxCreate(nullptr, nullptr, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxCreate(&ctx, nullptr, 0x100, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxCreate(&ctx, nullptr, CU_CTX_SCHED_SPIN | CU_CTX_SCHED_YIELD, 0), CUDA_ERROR_INVALID_VALUE);
+  CUexecAffinityParam affinity{};
+  CUctxCreateParams params{&affinity, 1, nullptr};
+  EXPECT_EQ(cuCtxCreate(&ctx, &params, 0, 0), CUDA_ERROR_NOT_SUPPORTED);
+  CUcontext current = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, ctx_);
+}
+
 // ---- host registration ----
 class HostRegister : public DriverTest {};
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -566,8 +567,8 @@ TEST_F(DeviceControl, ExportTablesServeTheRuntimeUpToTheIntegrityCheck) {
   EXPECT_EQ(primary, ctx_);
   CUuuid integrity = uuid("d4082055bde6704b8d34ba123c66e1f2");
   ASSERT_CU(cuGetExportTable(&table, &integrity));
-  unsigned long long digest[2] = {0, 0};
-  auto check = reinterpret_cast<CUresult (*)(unsigned, unsigned long long, unsigned long long*)>(
+  std::uint64_t digest[2] = {0, 0};
+  auto check = reinterpret_cast<CUresult (*)(unsigned, std::uint64_t, std::uint64_t*)>(
       const_cast<void*>(static_cast<const void* const*>(table)[1]));
   EXPECT_EQ(check(13000, 0, digest), CUDA_ERROR_NOT_SUPPORTED);
   CUuuid unknown = uuid("f8cff95121468b4eb9e2fb469e7c0dd9");

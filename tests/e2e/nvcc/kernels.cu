@@ -154,6 +154,9 @@ int main() {
   int per_sm = 0;
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fill_pattern, 256, 0));
   EXPECT(per_sm >= 1 && per_sm <= prop.maxThreadsPerMultiProcessor / 256);
+  int min_grid = 0, block_size = 0;  // the header's template over the occupancy and attribute calls
+  CHECK(cudaOccupancyMaxPotentialBlockSize(&min_grid, &block_size, fill_pattern, 0, 0));
+  EXPECT(block_size >= 32 && block_size <= 1024 && min_grid >= prop.multiProcessorCount);
 
   // Free while a kernel still writes; the next allocation of that size (a pool hands back the same
   // block) must not see the late writes.

@@ -24,6 +24,19 @@
 extern "C" {
 #endif
 
+/* ---- kernel stand-ins --------------------------------------------------------------------------- */
+
+/* The simulated device runs no device code: a launched kernel is a stream-ordered no-op, unless a
+ * host function stands in for its name. The stand-in runs on the stream's worker, in stream order
+ * (and again on every replay of a graph that captured the launch), with the launch's arguments as
+ * kernelParams would give them: args[i] points at a copy, taken at launch time, of argument i. */
+typedef struct {
+  unsigned grid[3];
+  unsigned block[3];
+  size_t shared_bytes;
+} fakecudaLaunchDims;
+typedef void (*fakecudaKernelStandIn)(void** args, const fakecudaLaunchDims* dims, void* user);
+
 /* ---- exported by the fake libcudart.so.13 (version node libcudart.so.13) ---------------------- */
 
 /* A "kernel": in the order of `stream` it sleeps `delay_us` microseconds on the stream's worker and
@@ -32,6 +45,12 @@ extern "C" {
  * or a cudaError_t (e.g. cudaErrorInvalidValue when [dst, dst+bytes) is not device memory). While
  * the stream is capturing, the fill is recorded into the graph instead. */
 int fakecudaLaunchDelayedFill(void* dst, int value, size_t bytes, unsigned delay_us, cudaStream_t stream);
+
+/* Registers `fn` to stand in for every kernel named `name` (the mangled name for C++ kernels, e.g.
+ * "_Z9fill_iotaPii"); `arg_sizes[i]` is the size in bytes of argument i. fn == NULL removes it.
+ * Runtime form of fakecuSetKernelStandIn. */
+int fakecudaSetKernelStandIn(const char* name, fakecudaKernelStandIn fn, void* user, const size_t* arg_sizes,
+                             int num_args);
 
 /* ---- exported by the fake libcuda.so.1 ------------------------------------------------------------ */
 
@@ -65,6 +84,10 @@ unsigned long long fakecudaProcAddressQueryCount(const char* symbol, int cudaVer
 CUresult fakecuLaunchDelayedFill(CUdeviceptr dst, int value, size_t bytes, unsigned int delay_us, CUstream hStream);
 CUresult fakecuLaunchDelayedFill_ptsz(CUdeviceptr dst, int value, size_t bytes, unsigned int delay_us,
                                       CUstream hStream);
+
+/* Driver form of fakecudaSetKernelStandIn; CUDA_ERROR_INVALID_VALUE for a null name or bad sizes. */
+CUresult fakecuSetKernelStandIn(const char* name, fakecudaKernelStandIn fn, void* user, const size_t* arg_sizes,
+                                int num_args);
 
 #ifdef __cplusplus
 }  /* extern "C" */

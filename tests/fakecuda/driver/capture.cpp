@@ -353,8 +353,7 @@ CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph
     return r;
   }
   nodeParams->dptr = base;
-  // Nodes are not objects of their own in the fake: any unique non-null handle will do.
-  *phGraphNode = reinterpret_cast<CUgraphNode>(NextId(s));
+  *phGraphNode = AddGraphNodeHandle(s, it->second.get());
   return CUDA_SUCCESS;
 }
 

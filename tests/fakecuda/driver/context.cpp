@@ -1,7 +1,8 @@
 // Initialization, device queries and primary contexts.
 //
-// Only primary contexts exist (one per device, what the runtime uses). Each thread has a context
-// stack like the real driver; cuCtxSetCurrent replaces its top.
+// One primary context per device (what the runtime uses); contexts made with cuCtxCreate are in
+// user_contexts.cpp. Each thread has a context stack like the real driver; cuCtxSetCurrent
+// replaces its top.
 #include <pthread.h>
 
 #include <algorithm>
@@ -106,7 +107,7 @@ Context* ContextFromHandle(State& s, CUcontext h) {
   for (auto& dev : s.devices) {
     if (reinterpret_cast<CUcontext>(&dev->primary) == h) return &dev->primary;
   }
-  return nullptr;
+  return CreatedContextFromHandle(h);
 }
 
 void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx) {
@@ -268,6 +269,43 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevi
       *pi = 1;
       break;
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: *pi = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR; break;
+    // Launch and occupancy limits of an H100 (SXM5), which real code divides by.
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *pi = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *pi = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *pi = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *pi = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *pi = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *pi = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *pi = 48 * 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *pi = 227 * 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *pi = 228 * 1024; break;
+    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: *pi = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *pi = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *pi = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *pi = 2048; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *pi = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *pi = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT: *pi = 512; break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH: *pi = 131072; break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH: *pi = 131072; break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT: *pi = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH:
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT:
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH: *pi = 16384; break;
+    case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: *pi = 2; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE: *pi = 134213632; break;
+    case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: *pi = 4; break;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED:
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:
+      *pi = 1;
+      break;
     default: *pi = 0; break;
   }
   return CUDA_SUCCESS;

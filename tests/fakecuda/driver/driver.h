@@ -153,6 +153,8 @@ struct Region {
   std::uintptr_t map_base = 0;
   std::size_t map_length = 0;
   int import_refs = 0;
+  // kPinnedHost made by cuMemHostRegister: the caller's own memory, never unmapped or freed here.
+  bool host_registered = false;
   std::uint64_t import_pid = 0, import_buffer_id = 0;
 };
 
@@ -202,6 +204,9 @@ struct Event {
   bool timestamp_valid = false;
   std::chrono::steady_clock::time_point timestamp;
   std::shared_ptr<Capture> capture;  // last recorded inside this capture sequence
+  // CU_EVENT_INTERPROCESS events (and events opened from their handles): completion lives in a
+  // page shared between processes (ipc_events.cpp).
+  std::shared_ptr<struct IpcEventPage> ipc;
 };
 
 // A dummy graph: what a capture recorded. Replayable data operations are kept so that a launched
@@ -418,6 +423,29 @@ void MaybeReleaseGraph(State& s, const std::shared_ptr<Graph>& graph);
 void DropCapturesOfContext(State& s, Context* ctx);
 // Ends a capture sequence without producing a graph (its origin stream is being destroyed).
 void AbandonCapture(State& s, std::shared_ptr<Capture> capture);
+
+// ---- modules.cpp ----
+// Validates a kernel launch like cuLaunchKernel and builds the op that runs it (its stand-in, or
+// nothing), with the arguments copied now.
+CUresult PrepareKernelOp(State& s, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                         unsigned shared_bytes, void** kernelParams, void** extra, std::function<void()>* out);
+
+// ---- graph_nodes.cpp ----
+// Remembers a node added to an explicit graph (cuGraphGetNodes, dependency checks).
+CUgraphNode AddGraphNodeHandle(State& s, Graph* graph);
+
+// ---- user_contexts.cpp ----
+// A live context made by cuCtxCreate, or nullptr.
+Context* CreatedContextFromHandle(CUcontext h);
+
+// ---- ipc_events.cpp ----
+// Interprocess events: a record bumps the shared "recorded" count and its op publishes it as
+// "completed"; waiters compare the two.
+std::shared_ptr<IpcEventPage> CreateIpcEventPage();
+std::uint64_t IpcEventRecorded(const IpcEventPage& page);  // counts a new record, returns its number
+std::uint64_t IpcEventTarget(const IpcEventPage& page);    // the newest record's number
+void IpcEventComplete(const IpcEventPage& page, std::uint64_t record);
+bool IpcEventDone(const IpcEventPage& page, std::uint64_t record);
 
 // ---- context.cpp ----
 // Frees everything owned by a primary context (streams, events, memory) and marks it inactive.

@@ -21,7 +21,10 @@ bool CaptureInProgress(const State& s, const std::shared_ptr<Capture>& c) {
   return std::find(s.captures.begin(), s.captures.end(), c) != s.captures.end();
 }
 
-bool EventComplete(const Event& e) { return !e.recorded || e.stream->completed >= e.seq; }
+bool EventComplete(const Event& e) {
+  if (e.ipc) return IpcEventDone(*e.ipc, IpcEventTarget(*e.ipc));
+  return !e.recorded || e.stream->completed >= e.seq;
+}
 
 // Checks shared by query and synchronize: both are "potentially unsafe" during capture, and an
 // event last recorded inside a capture has no completion to observe.
@@ -46,6 +49,15 @@ CUresult EventRecord(CUevent hEvent, CUstream hStream, unsigned int flags, bool 
   if (st->capture) {
     if (st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     ev->capture = st->capture;  // becomes a node of the graph; usable for cross-stream joins
+    return CUDA_SUCCESS;
+  }
+  if (ev->ipc) {
+    const std::uint64_t record = IpcEventRecorded(*ev->ipc);
+    CUresult r = Submit(s, st, [page = ev->ipc, record] { IpcEventComplete(*page, record); });
+    if (r != CUDA_SUCCESS) return r;
+    ev->recorded = true;
+    ev->stream = SharedStream(s, st);
+    ev->seq = st->submitted;
     return CUDA_SUCCESS;
   }
   const std::uint64_t generation = ++ev->generation;
@@ -100,6 +112,14 @@ CUresult StreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int flags, b
     InvalidateCapture(s, *st->capture);
     return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
   }
+  if (ev->ipc) {
+    // Another process may record it: the stream waits, on its worker, for the newest record now.
+    const std::uint64_t record = IpcEventTarget(*ev->ipc);
+    if (IpcEventDone(*ev->ipc, record)) return CUDA_SUCCESS;
+    return Submit(s, st, [page = ev->ipc, record] {
+      while (!IpcEventDone(*page, record)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    });
+  }
   if (!ev->recorded || EventComplete(*ev)) return CUDA_SUCCESS;
   SubmitOptions opts;
   opts.extra_deps.push_back({ev->stream, ev->seq});
@@ -142,6 +162,10 @@ CUresult CUDAAPI cuEventCreate(CUevent* phEvent, unsigned int Flags) {
   auto ev = std::make_shared<Event>();
   ev->ctx = ctx;
   ev->flags = Flags;
+  if (Flags & CU_EVENT_INTERPROCESS) {
+    ev->ipc = CreateIpcEventPage();
+    if (!ev->ipc) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   s.events[ev.get()] = ev;
   *phEvent = reinterpret_cast<CUevent>(ev.get());
   return CUDA_SUCCESS;
@@ -179,6 +203,13 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
   std::shared_ptr<Event> ev;
   if (CUresult r = LookupEvent(s, hEvent, &ev); r != CUDA_SUCCESS) return r;
   if (CUresult r = CheckEventObservable(s, *ev); r != CUDA_SUCCESS) return r;
+  if (ev->ipc) {
+    const std::shared_ptr<IpcEventPage> page = ev->ipc;
+    const std::uint64_t record = IpcEventTarget(*page);
+    lk.unlock();
+    while (!IpcEventDone(*page, record)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    return CUDA_SUCCESS;
+  }
   if (ev->recorded) WaitForStream(s, lk, ev->stream, ev->seq);
   return CUDA_SUCCESS;
 }

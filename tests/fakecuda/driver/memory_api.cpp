@@ -217,7 +217,8 @@ CUresult CUDAAPI cuMemFreeHost(void* p) {
   if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
   const auto base = reinterpret_cast<std::uintptr_t>(p);
   auto it = s.regions.find(base);
-  if (it == s.regions.end() || it->second.kind != RegionKind::kPinnedHost || it->second.free_pending) {
+  if (it == s.regions.end() || it->second.kind != RegionKind::kPinnedHost || it->second.free_pending ||
+      it->second.host_registered) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   const std::uint64_t buffer_id = it->second.buffer_id;

@@ -8,6 +8,8 @@
 #include <cstring>
 
 #include "driver.h"
+
+#include <cudaProfiler.h>  // after driver.h: cuda.h must see __CUDA_API_VERSION_INTERNAL first
 #include "../fakecuda.h"
 
 namespace fakecuda {
@@ -152,6 +154,40 @@ const ProcEntry kProcTable[] = {
     {"cuIpcOpenMemHandle",                    11000, Fn(cuIpcOpenMemHandle_v2),                   nullptr},
     {"cuIpcCloseMemHandle",                    4010, Fn(cuIpcCloseMemHandle),                     nullptr},
     // test-only hooks of the fake (see fakecuda.h)
+    // host registration (host_register.cpp)
+    {"cuMemHostRegister",                      4000, Fn(cuMemHostRegister),                       nullptr},
+    {"cuMemHostRegister",                      6050, Fn(cuMemHostRegister_v2),                    nullptr},
+    {"cuMemHostUnregister",                    4000, Fn(cuMemHostUnregister),                     nullptr},
+    // peer access, stream callbacks, profiler
+    {"cuDeviceCanAccessPeer",                  4000, Fn(cuDeviceCanAccessPeer),                   nullptr},
+    {"cuCtxEnablePeerAccess",                  4000, Fn(cuCtxEnablePeerAccess),                   nullptr},
+    {"cuCtxDisablePeerAccess",                 4000, Fn(cuCtxDisablePeerAccess),                  nullptr},
+    {"cuStreamAddCallback",                    5000, Fn(cuStreamAddCallback),                     Fn(cuStreamAddCallback_ptsz)},
+    {"cuProfilerStart",                        4000, Fn(cuProfilerStart),                         nullptr},
+    {"cuProfilerStop",                         4000, Fn(cuProfilerStop),                          nullptr},
+    {"cuIpcGetEventHandle",                    4010, Fn(cuIpcGetEventHandle),                     nullptr},
+    {"cuIpcOpenEventHandle",                   4010, Fn(cuIpcOpenEventHandle),                    nullptr},
+    // explicit graphs (graph_nodes.cpp)
+    {"cuGraphAddEmptyNode",                   10000, Fn(cuGraphAddEmptyNode),                     nullptr},
+    {"cuGraphAddHostNode",                    10000, Fn(cuGraphAddHostNode),                      nullptr},
+    {"cuGraphAddMemsetNode",                  10000, Fn(cuGraphAddMemsetNode),                    nullptr},
+    {"cuGraphAddMemcpyNode",                  10000, Fn(cuGraphAddMemcpyNode),                    nullptr},
+    {"cuGraphAddKernelNode",                  12000, Fn(cuGraphAddKernelNode_v2),                 nullptr},
+    {"cuGraphAddMemFreeNode",                 11040, Fn(cuGraphAddMemFreeNode),                   nullptr},
+    {"cuGraphClone",                          10000, Fn(cuGraphClone),                            nullptr},
+    {"cuGraphGetNodes",                       10000, Fn(cuGraphGetNodes),                         nullptr},
+    // created contexts (user_contexts.cpp)
+    {"cuCtxCreate",                           12050, Fn(cuCtxCreate_v4),                          nullptr},
+    {"cuCtxDestroy",                           4000, Fn(cuCtxDestroy_v2),                         nullptr},
+    // modules and kernels (modules.cpp)
+    {"cuModuleLoadData",                       2000, Fn(cuModuleLoadData),                        nullptr},
+    {"cuModuleLoadDataEx",                     2010, Fn(cuModuleLoadDataEx),                      nullptr},
+    {"cuModuleLoadFatBinary",                  2000, Fn(cuModuleLoadFatBinary),                   nullptr},
+    {"cuModuleUnload",                         2000, Fn(cuModuleUnload),                          nullptr},
+    {"cuModuleGetFunction",                    2000, Fn(cuModuleGetFunction),                     nullptr},
+    {"cuFuncGetAttribute",                     2020, Fn(cuFuncGetAttribute),                      nullptr},
+    {"cuLaunchKernel",                         4000, Fn(cuLaunchKernel),                          Fn(cuLaunchKernel_ptsz)},
+    {"fakecuSetKernelStandIn",                13000, Fn(fakecuSetKernelStandIn),                  nullptr},
     {"fakecuLaunchDelayedFill",               13000, Fn(fakecuLaunchDelayedFill),                 Fn(fakecuLaunchDelayedFill_ptsz)},
 };
 // clang-format on
@@ -203,10 +239,4 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVer
   return Lookup(symbol, pfn, cudaVersion, flags, symbolStatus);
 }
 
-// The runtime's private channel into the driver. The fake runtime never uses it; it only has to
-// exist because real callers look it up.
-CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
-  (void)pExportTableId;
-  if (ppExportTable != nullptr) *ppExportTable = nullptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
+// cuGetExportTable (the runtime's private channel into the driver) lives in export_tables.cpp.

@@ -210,8 +210,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, 
     case CU_MEM_LOCATION_TYPE_DEVICE: {
       Device* d = nullptr;
       if (CUresult r = GetDevice(s, prop->location.id, &d); r != CUDA_SUCCESS) return r;
-      Context* ctx = nullptr;
-      if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
+      // The device comes from the properties; no current context is needed (NVIDIA's memMapIPCDrv
+      // sample creates its allocations after destroying its context).
       if (CountAllocCallAndCheckFailure(s)) return CUDA_ERROR_OUT_OF_MEMORY;
       if (CUresult r = ChargeDevice(*d, size); r != CUDA_SUCCESS) return r;
       device = d->ordinal;

@@ -82,6 +82,37 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp* prop, int d
       static_cast<unsigned int>(attr(CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES));
   prop->ipcEventSupported = attr(CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED);
   prop->hostRegisterSupported = attr(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED);
+  for (int i = 0; i < 3; ++i) {
+    prop->maxThreadsDim[i] = attr(static_cast<CUdevice_attribute>(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X + i));
+    prop->maxGridSize[i] = attr(static_cast<CUdevice_attribute>(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X + i));
+  }
+  prop->sharedMemPerBlock = static_cast<size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK));
+  prop->sharedMemPerBlockOptin = static_cast<size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN));
+  prop->sharedMemPerMultiprocessor =
+      static_cast<size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR));
+  prop->reservedSharedMemPerBlock = static_cast<size_t>(attr(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK));
+  prop->regsPerBlock = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+  prop->regsPerMultiprocessor = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
+  prop->maxThreadsPerMultiProcessor = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+  prop->maxBlocksPerMultiProcessor = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR);
+  prop->memPitch = static_cast<size_t>(attr(CU_DEVICE_ATTRIBUTE_MAX_PITCH));
+  prop->surfaceAlignment = static_cast<size_t>(attr(CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT));
+  prop->maxTexture1D = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH);
+  prop->maxTexture2D[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH);
+  prop->maxTexture2D[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT);
+  prop->maxTexture3D[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH);
+  prop->maxTexture3D[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT);
+  prop->maxTexture3D[2] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH);
+  prop->accessPolicyMaxWindowSize = attr(CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE);
+  prop->streamPrioritiesSupported = attr(CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED);
+  prop->globalL1CacheSupported = attr(CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED);
+  prop->localL1CacheSupported = attr(CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED);
+  prop->ECCEnabled = attr(CU_DEVICE_ATTRIBUTE_ECC_ENABLED);
+  prop->cooperativeLaunch = attr(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH);
+  prop->computePreemptionSupported = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED);
+  prop->canUseHostPointerForRegisteredMem = attr(CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM);
+  prop->pciDomainID = attr(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID);
+  prop->pciDeviceID = attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID);
   return cudaSuccess;
 }
 
@@ -99,4 +130,64 @@ cudaError_t CUDARTAPI cudaDriverGetVersion(int* driverVersion) {
     return cudaSuccess;
   }
   return Record(Translate(Driver().cuDriverGetVersion(driverVersion)));
+}
+
+// ---- device flags ----
+// cudaDeviceScheduleMask | cudaDeviceMapHost | cudaDeviceLmemResizeToMax | cudaDeviceSyncMemops;
+// they have the CU_CTX_* values of the primary context's flags.
+namespace {
+constexpr unsigned kDeviceFlags = cudaDeviceScheduleMask | cudaDeviceMapHost | cudaDeviceLmemResizeToMax |
+                                  cudaDeviceSyncMemops;
+}  // namespace
+
+cudaError_t CUDARTAPI cudaSetDeviceFlags(unsigned int flags) {
+  if ((flags & ~kDeviceFlags) != 0) return Record(cudaErrorInvalidValue);
+  const unsigned schedule = flags & cudaDeviceScheduleMask;
+  if (schedule != cudaDeviceScheduleAuto && schedule != cudaDeviceScheduleSpin && schedule != cudaDeviceScheduleYield &&
+      schedule != cudaDeviceScheduleBlockingSync) {
+    return Record(cudaErrorInvalidValue);
+  }
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) return Record(e);
+  // Host memory is always mappable on CUDA 13: the flag is accepted and kept out of the context.
+  return Record(Translate(Driver().cuDevicePrimaryCtxSetFlags_v2(CurrentDevice(), flags & ~cudaDeviceMapHost)));
+}
+
+cudaError_t CUDARTAPI cudaGetDeviceFlags(unsigned int* flags) {
+  if (flags == nullptr) return Record(cudaErrorInvalidValue);
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) return Record(e);
+  unsigned ctx_flags = 0;
+  int active = 0;
+  if (CUresult r = Driver().cuDevicePrimaryCtxGetState(CurrentDevice(), &ctx_flags, &active); r != CUDA_SUCCESS) {
+    return Record(Translate(r));
+  }
+  *flags = ctx_flags | cudaDeviceMapHost;
+  return cudaSuccess;
+}
+
+// ---- peer access ----
+cudaError_t CUDARTAPI cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
+  if (cudaError_t e = LoadDriver(); e != cudaSuccess) return Record(e);
+  return Record(Translate(Driver().cuDeviceCanAccessPeer(canAccessPeer, device, peerDevice)));
+}
+
+namespace {
+template <typename F>
+cudaError_t WithPeerContext(int peerDevice, F&& driver_call) {
+  if (cudaError_t e = EnsureContext(); e != cudaSuccess) return Record(e);
+  int count = 0;
+  Driver().cuDeviceGetCount(&count);
+  if (peerDevice < 0 || peerDevice >= count) return Record(cudaErrorInvalidDevice);
+  CUcontext peer = nullptr;
+  if (cudaError_t e = PrimaryContext(peerDevice, &peer); e != cudaSuccess) return Record(e);
+  return Record(Translate(driver_call(peer)));
+}
+}  // namespace
+
+cudaError_t CUDARTAPI cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
+  if (flags != 0) return Record(cudaErrorInvalidValue);
+  return WithPeerContext(peerDevice, [](CUcontext peer) { return Driver().cuCtxEnablePeerAccess(peer, 0); });
+}
+
+cudaError_t CUDARTAPI cudaDeviceDisablePeerAccess(int peerDevice) {
+  return WithPeerContext(peerDevice, [](CUcontext peer) { return Driver().cuCtxDisablePeerAccess(peer); });
 }

@@ -96,6 +96,25 @@ cudaError_t CUDARTAPI cudaIpcCloseMemHandle(void* devPtr) {
   return Call([&] { return Driver().cuIpcCloseMemHandle(Dev(devPtr)); });
 }
 
+// Interprocess events (cudaIpcEventHandle_t and CUipcEventHandle are both 64 opaque bytes).
+cudaError_t CUDARTAPI cudaIpcGetEventHandle(cudaIpcEventHandle_t* handle, cudaEvent_t event) {
+  if (handle == nullptr) return Record(cudaErrorInvalidValue);
+  return Call([&] {
+    return Driver().cuIpcGetEventHandle(reinterpret_cast<CUipcEventHandle*>(handle), reinterpret_cast<CUevent>(event));
+  });
+}
+
+cudaError_t CUDARTAPI cudaIpcOpenEventHandle(cudaEvent_t* event, cudaIpcEventHandle_t handle) {
+  if (event == nullptr) return Record(cudaErrorInvalidValue);
+  CUipcEventHandle cu_handle;
+  static_assert(sizeof(cu_handle) == sizeof(handle));
+  std::memcpy(&cu_handle, &handle, sizeof(cu_handle));
+  CUevent opened = nullptr;
+  cudaError_t e = Call([&] { return Driver().cuIpcOpenEventHandle(&opened, cu_handle); });
+  if (e == cudaSuccess) *event = reinterpret_cast<cudaEvent_t>(opened);
+  return e;
+}
+
 // ---- driver entry points ----
 
 cudaError_t CUDARTAPI cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
@@ -124,3 +143,7 @@ int fakecudaLaunchDelayedFill(void* dst, int value, size_t bytes, unsigned delay
   if (Driver().fakecuLaunchDelayedFill == nullptr) return Record(cudaErrorNotSupported);
   return Record(Translate(Driver().fakecuLaunchDelayedFill(Dev(dst), value, bytes, delay_us, stream)));
 }
+
+// ---- profiler control (cuda_profiler_api.h) ----
+cudaError_t CUDARTAPI cudaProfilerStart(void) { return Call([] { return Driver().cuProfilerStart(); }); }
+cudaError_t CUDARTAPI cudaProfilerStop(void) { return Call([] { return Driver().cuProfilerStop(); }); }

@@ -14,6 +14,8 @@
 #endif
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <cudaProfiler.h>
+#include <cuda_profiler_api.h>
 
 #include "../fakecuda.h"
 
@@ -127,6 +129,35 @@ inline constexpr int kRuntimeVersion = 13000;  // CUDART_VERSION of the headers 
   X(cuIpcOpenMemHandle,                "cuIpcOpenMemHandle",             4010, 0, false) \
   X(cuIpcOpenMemHandle_v2,             "cuIpcOpenMemHandle",            11000, 0, true)  \
   X(cuIpcCloseMemHandle,               "cuIpcCloseMemHandle",            4010, 0, true)  \
+  X(cuMemHostRegister_v2,              "cuMemHostRegister",              6050, 0, true)  \
+  X(cuMemHostUnregister,               "cuMemHostUnregister",            4000, 0, true)  \
+  X(cuDeviceCanAccessPeer,             "cuDeviceCanAccessPeer",          4000, 0, true)  \
+  X(cuCtxEnablePeerAccess,             "cuCtxEnablePeerAccess",          4000, 0, true)  \
+  X(cuCtxDisablePeerAccess,            "cuCtxDisablePeerAccess",         4000, 0, true)  \
+  X(cuStreamAddCallback,               "cuStreamAddCallback",            5000, 0, true)  \
+  X(cuStreamAddCallback_ptsz,          "cuStreamAddCallback",            5000, 2, true)  \
+  X(cuProfilerStart,                   "cuProfilerStart",                4000, 0, true)  \
+  X(cuProfilerStop,                    "cuProfilerStop",                 4000, 0, true)  \
+  X(cuDevicePrimaryCtxSetFlags_v2,     "cuDevicePrimaryCtxSetFlags",    11000, 0, true)  \
+  X(cuDevicePrimaryCtxGetState,        "cuDevicePrimaryCtxGetState",     7000, 0, true)  \
+  X(cuIpcGetEventHandle,               "cuIpcGetEventHandle",            4010, 0, true)  \
+  X(cuIpcOpenEventHandle,              "cuIpcOpenEventHandle",           4010, 0, true)  \
+  X(cuGraphCreate,                     "cuGraphCreate",                 10000, 0, true)  \
+  X(cuGraphAddEmptyNode,               "cuGraphAddEmptyNode",           10000, 0, true)  \
+  X(cuGraphAddHostNode,                "cuGraphAddHostNode",            10000, 0, true)  \
+  X(cuGraphAddMemsetNode,              "cuGraphAddMemsetNode",          10000, 0, true)  \
+  X(cuGraphAddMemcpyNode,              "cuGraphAddMemcpyNode",          10000, 0, true)  \
+  X(cuGraphAddKernelNode_v2,           "cuGraphAddKernelNode",          12000, 0, true)  \
+  X(cuGraphAddMemFreeNode,             "cuGraphAddMemFreeNode",         11040, 0, true)  \
+  X(cuGraphClone,                      "cuGraphClone",                  10000, 0, true)  \
+  X(cuGraphGetNodes,                   "cuGraphGetNodes",               10000, 0, true)  \
+  X(cuModuleLoadData,                  "cuModuleLoadData",               2000, 0, true)  \
+  X(cuModuleUnload,                    "cuModuleUnload",                 2000, 0, true)  \
+  X(cuModuleGetFunction,               "cuModuleGetFunction",            2000, 0, true)  \
+  X(cuFuncGetAttribute,                "cuFuncGetAttribute",             2020, 0, true)  \
+  X(cuLaunchKernel,                    "cuLaunchKernel",                 4000, 0, true)  \
+  X(cuLaunchKernel_ptsz,               "cuLaunchKernel",                 4000, 2, true)  \
+  X(fakecuSetKernelStandIn,            "fakecuSetKernelStandIn",        13000, 0, false) \
   X(fakecuLaunchDelayedFill,           "fakecuLaunchDelayedFill",       13000, 0, false)
 // clang-format on
 
@@ -156,6 +187,8 @@ cudaError_t EnsureContext();
 // cudaSetDevice: selects `device` for the calling thread and makes its primary context current.
 cudaError_t SelectDevice(int device);
 int CurrentDevice();
+// The primary context of `device`, retained once per process (what the runtime binds threads to).
+cudaError_t PrimaryContext(int device, CUcontext* out);
 // After cuDevicePrimaryCtxReset: every thread must rebind before its next call.
 void ForgetPrimaryContext(int device);
 

@@ -34,19 +34,28 @@ void RegisterForkHandlers() {
   });
 }
 
+}  // namespace
+
+cudaError_t PrimaryContext(int device, CUcontext* out) {
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  std::lock_guard lk(g_mu);
+  if (g_primary[device] == nullptr) {
+    CUcontext ctx = nullptr;
+    if (CUresult r = Driver().cuDevicePrimaryCtxRetain(&ctx, device); r != CUDA_SUCCESS) return Translate(r);
+    g_primary[device] = ctx;
+  }
+  *out = g_primary[device];
+  return cudaSuccess;
+}
+
+namespace {
+
 cudaError_t Bind(int device) {
   if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
   RegisterForkHandlers();
   const std::uint64_t generation = g_generation[device].load();
   CUcontext ctx = nullptr;
-  {
-    std::lock_guard lk(g_mu);
-    if (g_primary[device] == nullptr) {
-      if (CUresult r = Driver().cuDevicePrimaryCtxRetain(&ctx, device); r != CUDA_SUCCESS) return Translate(r);
-      g_primary[device] = ctx;
-    }
-    ctx = g_primary[device];
-  }
+  if (cudaError_t e = PrimaryContext(device, &ctx); e != cudaSuccess) return e;
   if (CUresult r = Driver().cuCtxSetCurrent(ctx); r != CUDA_SUCCESS) return Translate(r);
   t_device = device;
   t_bound = true;

@@ -1,5 +1,7 @@
 // Streams, events, stream capture and graphs. cudaStream_t, cudaEvent_t, cudaGraph_t and
 // cudaGraphExec_t are the driver's handle types, so handles pass through unchanged.
+#include <memory>
+
 #include "runtime.h"
 
 using namespace fakecudart;
@@ -200,4 +202,37 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
 }
 cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   return Call([&] { return Driver().cuEventElapsedTime_v2(ms, start, end); });
+}
+
+// ---- stream callbacks ----
+namespace {
+struct RuntimeCallback {
+  cudaStreamCallback_t fn;
+  void* user;
+};
+void CallRuntimeCallback(CUstream stream, CUresult status, void* data) {
+  std::unique_ptr<RuntimeCallback> cb(static_cast<RuntimeCallback*>(data));
+  cb->fn(reinterpret_cast<cudaStream_t>(stream), Translate(status), cb->user);
+}
+cudaError_t AddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void* userData, unsigned int flags,
+                        bool ptsz) {
+  if (callback == nullptr || flags != 0) return Record(cudaErrorInvalidValue);
+  auto cb = std::make_unique<RuntimeCallback>(RuntimeCallback{callback, userData});
+  const cudaError_t e = Call([&] {
+    auto add = ptsz ? Driver().cuStreamAddCallback_ptsz : Driver().cuStreamAddCallback;  // driver loaded by now
+    return add(stream, CallRuntimeCallback, cb.get(), 0);
+  });
+  if (e == cudaSuccess) cb.release();  // the callback owns it now
+  return e;
+}
+}  // namespace
+
+cudaError_t CUDARTAPI cudaStreamAddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void* userData,
+                                            unsigned int flags) {
+  return AddCallback(stream, callback, userData, flags, false);
+}
+
+cudaError_t CUDARTAPI cudaStreamAddCallback_ptsz(cudaStream_t stream, cudaStreamCallback_t callback, void* userData,
+                                                 unsigned int flags) {
+  return AddCallback(stream, callback, userData, flags, true);
 }

@@ -248,11 +248,20 @@ TEST_F(Vmm, HostLocatedAllocationsNeedNoContextAndCostNoDeviceMemory) {
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     EXPECT_EQ(cuMemCreate(&h, kGran, &prop, 0), CUDA_ERROR_INVALID_VALUE);
   }).join();
-  // A device-located allocation does need a context.
+  // A device-located allocation takes its device from the properties, not from a current context.
   std::thread([] {
+    CUcontext none = nullptr;
+    ASSERT_CU(cuCtxGetCurrent(&none));
+    ASSERT_EQ(none, nullptr);
     CUmemAllocationProp prop = DeviceProp();
     CUmemGenericAllocationHandle h = 0;
-    EXPECT_EQ(cuMemCreate(&h, kGran, &prop, 0), CUDA_ERROR_INVALID_CONTEXT);
+    const size_t used = fakecudaDeviceUsedBytes(0);
+    ASSERT_CU(cuMemCreate(&h, kGran, &prop, 0));
+    EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + kGran);
+    ASSERT_CU(cuMemRelease(h));
+    EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);
+    prop.location.id = 99;
+    EXPECT_EQ(cuMemCreate(&h, kGran, &prop, 0), CUDA_ERROR_INVALID_DEVICE);
   }).join();
 }
 

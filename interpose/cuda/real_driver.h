@@ -57,7 +57,10 @@ using CuGetProcAddressV1 = CUresult (*)(const char* symbol, void** pfn, int cuda
   X(cuStreamIsCapturing_ptsz, "cuStreamIsCapturing_ptsz", decltype(&::cuStreamIsCapturing))                     \
   X(cuInit, "cuInit", decltype(&::cuInit))                                                                      \
   X(cuDeviceGet, "cuDeviceGet", decltype(&::cuDeviceGet))                                                       \
-  X(cuDeviceTotalMem_v2, "cuDeviceTotalMem_v2", decltype(&::cuDeviceTotalMem_v2))
+  X(cuDeviceTotalMem_v2, "cuDeviceTotalMem_v2", decltype(&::cuDeviceTotalMem_v2))                              \
+  X(cuStreamCreate, "cuStreamCreate", decltype(&::cuStreamCreate))                                              \
+  X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority", decltype(&::cuStreamCreateWithPriority))          \
+  X(cuStreamDestroy_v2, "cuStreamDestroy_v2", decltype(&::cuStreamDestroy_v2))
 // clang-format on
 
 struct RealDriver {

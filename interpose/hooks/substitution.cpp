@@ -22,6 +22,7 @@ constexpr const char* kDriverNames[] = {
     "cuGraphAddMemAllocNode", "cuMemGetInfo_v2",       "cuMemGetAddressRange_v2",
     "cuPointerGetAttribute",  "cuPointerGetAttributes", "cuIpcGetMemHandle",
     "cuGetProcAddress",       "cuGetProcAddress_v2",
+    "cuStreamCreate",         "cuStreamCreateWithPriority", "cuStreamDestroy_v2",
 };
 // Runtime hooks of ours (hooks/runtime_api.cpp, hooks/capture_api.cpp), for dlsym on a libcudart
 // handle: what ctypes.CDLL("libcudart.so.13").cudaMalloc does.

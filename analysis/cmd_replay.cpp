@@ -28,8 +28,11 @@ For the policy the trace was recorded with, it also says whether the replay repr
 recorded peak allocated exactly.
 
 options:
-  --policy P      passthrough, caching or vmm (when this build has it); repeatable.
-                  Default: every policy this build offers.
+  --policy P      passthrough, caching or vmm (when this build has it), or a baseline:
+                  pytorch (PyTorch's CUDA caching allocator, default settings) or
+                  pytorch-expandable (the same with expandable_segments:True), our own
+                  implementation of its rules (docs/policies.md); repeatable.
+                  Default: every policy this build offers, then both baselines.
   --limit L       cap per device, as GPUSHIM_LIMIT takes it (8GiB, 60%), or none.
                   Default: the cap the trace was recorded with.
   --capacity B    simulated device size. Default: the recorded device's capacity.
@@ -87,13 +90,22 @@ int cmd_replay(const std::vector<std::string>& args) {
   if (cli.has("--capacity") && !parse_size(cli.get("--capacity"), &base.capacity))
     return usage_error("replay", "--capacity expects bytes with units");
 
-  std::vector<PolicyKind> policies;
+  std::vector<std::pair<PolicyKind, ReplayModel>> policies;
+  auto baseline = [](const std::string& name, ReplayModel* out) {
+    for (const auto& [n, m] : replay_baselines())
+      if (n == name) return *out = m, true;
+    return false;
+  };
   for (const std::string& p : cli.all("--policy")) {
-    PolicyKind k;
-    if (!parse_policy_name(p, &k)) return usage_error("replay", "unknown policy '" + p + "'");
-    policies.push_back(k);
+    PolicyKind k = PolicyKind::kCaching;
+    ReplayModel m = ReplayModel::kShim;
+    if (!baseline(p, &m) && !parse_policy_name(p, &k)) return usage_error("replay", "unknown policy '" + p + "'");
+    policies.emplace_back(k, m);
   }
-  if (policies.empty()) policies = available_policies();
+  if (policies.empty()) {
+    for (PolicyKind k : available_policies()) policies.emplace_back(k, ReplayModel::kShim);
+    for (const auto& [n, m] : replay_baselines()) policies.emplace_back(PolicyKind::kCaching, m);
+  }
 
   PolicyKind recorded = PolicyKind::kCaching;
   const bool recorded_known = parse_policy_name(trace.header.policy, &recorded);
@@ -103,9 +115,10 @@ int cmd_replay(const std::vector<std::string>& args) {
 
   OfflineSymbolizer sym(trace);
   std::vector<ReplayResult> results;
-  for (PolicyKind p : policies) {
+  for (const auto& [kind, model] : policies) {
     ReplaySettings s = base;
-    s.config.policy = p;
+    s.config.policy = kind;
+    s.model = model;
     results.push_back(replay_trace(trace, s));
   }
 
@@ -147,6 +160,7 @@ int cmd_replay(const std::vector<std::string>& args) {
              ",\"capacity\":" + std::to_string(d.capacity) + ",\"limit\":" + std::to_string(d.limit) +
              ",\"allocs\":" + std::to_string(d.allocs) + ",\"frees\":" + std::to_string(d.frees) +
              ",\"peak_allocated\":" + std::to_string(d.peak_allocated) +
+             ",\"peak_requested\":" + std::to_string(d.peak_requested) +
              ",\"peak_reserved\":" + std::to_string(d.peak_reserved) + ",\"utilization\":" + std::to_string(d.utilization()) +
              ",\"ooms\":" + std::to_string(d.ooms) + ",\"oom\":" + (d.ooms ? "true" : "false") +
              ",\"recorded_ooms\":" + std::to_string(d.recorded_ooms) + ",\"recorded_ooms_avoided\":" +
@@ -185,7 +199,7 @@ int cmd_replay(const std::vector<std::string>& args) {
                   trace.header.policy + (trace.end ? "" : " (no end record)") + "\n";
   for (const std::string& n : notes) o += "  note: " + n + "\n";
   char line[512];
-  std::snprintf(line, sizeof(line), "%-12s %-6s %15s %15s %11s %13s %10s  %s\n", "policy", "device", "peak allocated",
+  std::snprintf(line, sizeof(line), "%-18s %-6s %15s %15s %11s %13s %10s  %s\n", "policy", "device", "peak allocated",
                 "peak reserved", "utilization", "driver calls", "events/s", "OOM");
   o += line;
   std::string reproduction;
@@ -211,7 +225,7 @@ int cmd_replay(const std::vector<std::string>& args) {
                std::to_string(d.recorded_ooms) + " recorded OOMs would not happen" + (d.ooms ? "" : ")");
       char util[32];
       std::snprintf(util, sizeof(util), "%.1f%%", 100 * d.utilization());
-      std::snprintf(line, sizeof(line), "%-12s %-6d %15s %15s %11s %13" PRIu64 " %10s  %s\n", r.policy.c_str(), d.device,
+      std::snprintf(line, sizeof(line), "%-18s %-6d %15s %15s %11s %13" PRIu64 " %10s  %s\n", r.policy.c_str(), d.device,
                     human_bytes(d.peak_allocated).c_str(), human_bytes(d.peak_reserved).c_str(), util, d.driver_calls(),
                     fmt_rate(eps).c_str(), oom.c_str());
       o += line;

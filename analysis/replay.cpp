@@ -11,6 +11,7 @@
 #include "policy/device_budget.h"
 #include "policy/limited_backend.h"
 #include "policy/policy_factory.h"
+#include "pytorch_policy.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -20,14 +21,16 @@ constexpr uint64_t kUnknownCapacity = 1ull << 50;  // 1 PiB: "no device limit" f
 struct Block {
   void* ptr = nullptr;  // null: the allocation failed in the replay; its free is skipped
   uint64_t size = 0;
+  uint64_t requested = 0;
   bool forwarded = false;
 };
 
 // One simulated device: SimBackend <- LimitedBackend (the cap) <- pool, as in the shim.
 struct SimDevice {
-  SimDevice(const Config& config, uint64_t capacity, uint64_t limit) : sim(capacity), limited(sim, budget) {
+  SimDevice(const ReplaySettings& settings, uint64_t capacity, uint64_t limit) : sim(capacity), limited(sim, budget) {
     budget.set_limit(limit);
-    pool = make_pool(config, limited);
+    if (settings.model == ReplayModel::kShim) pool = make_pool(settings.config, limited);
+    else pool = std::make_unique<PyTorchCachingAllocator>(limited, settings.model == ReplayModel::kPyTorchExpandable);
   }
   ~SimDevice() { pool.reset(); }  // before the backends it uses
 
@@ -36,7 +39,7 @@ struct SimDevice {
   LimitedBackend limited;
   std::unique_ptr<DeviceMemoryResource> pool;
   absl::flat_hash_map<uint64_t, Block> blocks;  // recorded address -> replayed block
-  uint64_t allocated = 0, forwarded = 0;
+  uint64_t allocated = 0, forwarded = 0, requested = 0;
   uintptr_t next_forwarded_addr = 0x200000000000ull;
   ReplayDevice result;
 };
@@ -56,6 +59,12 @@ bool parse_policy_name(const std::string& name, PolicyKind* out) {
   if (!r.ok()) return false;
   *out = r.config.policy;
   return true;
+}
+
+const std::vector<std::pair<std::string, ReplayModel>>& replay_baselines() {
+  static const std::vector<std::pair<std::string, ReplayModel>> kBaselines{
+      {"pytorch", ReplayModel::kPyTorch}, {"pytorch-expandable", ReplayModel::kPyTorchExpandable}};
+  return kBaselines;
 }
 
 std::vector<PolicyKind> available_policies() {
@@ -120,7 +129,9 @@ bool recorded_config(const TraceData& trace, const std::vector<std::string>& ove
 ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings) {
   ReplayResult result;
   result.policy = policy_name(settings.config.policy);
-  if (settings.config.policy != PolicyKind::kPassthrough) {
+  for (const auto& [name, model] : replay_baselines())
+    if (model == settings.model) result.policy = name;
+  if (settings.model == ReplayModel::kShim && settings.config.policy != PolicyKind::kPassthrough) {
     SimBackend probe(kUnknownCapacity);
     if (make_pool(settings.config, probe) == nullptr) {
       result.available = false;
@@ -140,7 +151,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
     const trace::DeviceInfo* info = trace.device(ordinal);
     uint64_t capacity = settings.capacity ? settings.capacity : info && info->capacity ? info->capacity : kUnknownCapacity;
     const uint64_t limit = settings.limit_given ? settings.limit.resolve(capacity) : info ? info->limit : 0;
-    auto d = std::make_unique<SimDevice>(settings.config, capacity, limit);
+    auto d = std::make_unique<SimDevice>(settings, capacity, limit);
     d->result.device = ordinal;
     d->result.capacity = capacity;
     d->result.limit = limit;
@@ -196,6 +207,9 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
         ++d.result.allocs;
         d.allocated += b.size;
         d.result.peak_allocated = std::max(d.result.peak_allocated, d.allocated);
+        b.requested = e.requested;
+        d.requested += b.requested;
+        d.result.peak_requested = std::max(d.result.peak_requested, d.requested);
       }
       if (refused) {
         // The recorded program never got this memory: give it back at once if the replay did.
@@ -204,6 +218,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
           d.result.peak_reserved = std::max(d.result.peak_reserved, d.sim.used() + d.forwarded);
           --d.result.allocs;
           d.allocated -= b.size;
+          d.requested -= b.requested;
           if (b.forwarded) d.forwarded -= b.size, d.budget.uncharge(b.size);
           else d.pool->deallocate(b.ptr, stream, false);
         }
@@ -218,6 +233,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       if (b.ptr == nullptr) continue;  // its allocation failed in the replay
       ++d.result.frees;
       d.allocated -= b.size;
+      d.requested -= b.requested;
       if (b.forwarded) {
         d.forwarded -= b.size;
         d.budget.uncharge(b.size);

@@ -14,8 +14,13 @@
 
 namespace gpushim::analysis {
 
+// Policies that exist only in replay, as baselines: PyTorch's CUDA caching allocator with default
+// settings, and with expandable_segments:True (analysis/pytorch_policy.h). kShim: config.policy.
+enum class ReplayModel { kShim, kPyTorch, kPyTorchExpandable };
+
 struct ReplaySettings {
   Config config;                // policy and its knobs
+  ReplayModel model = ReplayModel::kShim;  // else the PyTorch baseline replaces config.policy
   bool limit_given = false;     // else each device keeps the cap it was recorded with
   LimitSpec limit;              // when limit_given; inactive = no cap
   uint64_t capacity = 0;        // simulated device size; 0: the recorded capacity (else 1 PiB)
@@ -26,6 +31,7 @@ struct ReplayDevice {
   uint64_t capacity = 0, limit = 0;
   uint64_t allocs = 0, frees = 0;
   uint64_t peak_allocated = 0, peak_reserved = 0;
+  uint64_t peak_requested = 0;  // highest sum of the bytes the program asked for (no rounding)
   uint64_t end_allocated = 0;
   // The first allocation the simulated device (or the cap) refused.
   uint64_t ooms = 0;
@@ -65,5 +71,8 @@ bool recorded_config(const TraceData& trace, const std::vector<std::string>& ove
 // Policies this build can replay, in order: passthrough, caching, then vmm when it exists.
 std::vector<PolicyKind> available_policies();
 bool parse_policy_name(const std::string& name, PolicyKind* out);
+
+// "pytorch" and "pytorch-expandable": the replay-only baselines, in the order they are offered.
+const std::vector<std::pair<std::string, ReplayModel>>& replay_baselines();
 
 }  // namespace gpushim::analysis

@@ -126,7 +126,7 @@ const std::vector<Variable>& variables() {
          c->max_split = b;
          return true;
        }},
-      {"GPUSHIM_QUARANTINE", "bytes with units, 0 to 1TiB", "8MiB",
+      {"GPUSHIM_QUARANTINE", "bytes with units, 0 to 1TiB", "256KiB",
        "Pooling policies: memory freed with cudaFree is reusable once the work issued before the free has "
        "finished, which the pool learns from events on every stream, recorded once per this many freed bytes "
        "(or sooner, when the pool needs the memory) and queried without waiting; the device is synchronized "

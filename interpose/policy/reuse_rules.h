@@ -126,6 +126,18 @@ class ReuseRules {
   bool collect(Release&& release) {
     if (backend_.capture_active()) return false;
     seal();
+    return poll(release);
+  }
+  // collect() without closing the open epoch: cheap enough for every allocation (nothing at all
+  // while no closed epoch waits; else one query, of the oldest fence).
+  template <typename Release>
+  bool poll_closed(Release&& release) {
+    if (sealed_.empty() || backend_.capture_active()) return false;
+    return poll(release);
+  }
+  bool has_closed_epochs() const { return !sealed_.empty(); }
+  template <typename Release>
+  bool poll(Release&& release) {
     bool any = false;
     while (!sealed_.empty()) {
       Epoch& e = sealed_.front();

@@ -53,6 +53,8 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   const uint64_t want = round_up(std::max<uint64_t>(size, 1), gran_);
   if (want == 0) return CUDA_ERROR_OUT_OF_MEMORY;  // a size near 2^64 cannot be rounded
   std::lock_guard<FutexMutex> lock(mu_);
+  // As in CachingPool: freed blocks the device is done with are reused before anything is carved.
+  if (rules_.has_closed_epochs()) rules_.poll_closed([&](std::vector<Block*>& blocks) { release_waiting(blocks); });
   Block* b = find_free(want, req);
   // Freed memory whose fence has completed is reusable where it is: asked without waiting,
   // before anything is mapped.

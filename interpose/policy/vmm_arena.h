@@ -68,7 +68,7 @@ struct VmmPoolOptions {
   uint64_t piece = 0;
   // cudaFree'd bytes gathered into one epoch before its fence is recorded (GPUSHIM_QUARANTINE),
   // in the arena and in the small-request pool alike (reuse_rules.h).
-  uint64_t quarantine_bytes = 8ull << 20;
+  uint64_t quarantine_bytes = 256ull << 10;
   // Bytes of free pieces that may be moved since the pool last created memory, as a multiple of
   // what it holds (at least 256 MiB; 0: no limit). Past it, a build creates memory instead of moving more (unless
   // the device refuses: then moving is the way to serve the request). In a loop whose blocks land

@@ -26,6 +26,7 @@ struct DriverApi {
   decltype(&cuEventRecord) event_record = nullptr;
   decltype(&cuEventQuery) event_query = nullptr;
   decltype(&cuEventDestroy_v2) event_destroy = nullptr;
+  decltype(&cuEventSynchronize) event_synchronize = nullptr;  // optional: fences are then never waited for
   decltype(&cuMemGetAllocationGranularity) granularity = nullptr;
   decltype(&cuMemAddressReserve) address_reserve = nullptr;
   decltype(&cuMemAddressFree) address_free = nullptr;
@@ -68,6 +69,7 @@ const DriverApi* driver_api() {
     load(lib, a->event_record, "cuEventRecord");
     load(lib, a->event_query, "cuEventQuery");
     load(lib, a->event_destroy, "cuEventDestroy_v2");
+    load(lib, a->event_synchronize, "cuEventSynchronize");
     load(lib, a->granularity, "cuMemGetAllocationGranularity");
     load(lib, a->address_reserve, "cuMemAddressReserve");
     load(lib, a->address_free, "cuMemAddressFree");
@@ -258,6 +260,16 @@ bool DriverBackend::fence_done(uint64_t f) {
     if (api_->event_query(fence->tails.back()->event) != CUDA_SUCCESS) return false;
     fence->tails.pop_back();
   }
+  return true;
+}
+
+bool DriverBackend::wait_fence(uint64_t f) {
+  if (api_->event_synchronize == nullptr) return false;
+  auto* fence = reinterpret_cast<DeviceFence*>(f);
+  for (CUevent e : fence->events)
+    if (api_->event_synchronize(e) != CUDA_SUCCESS) return false;
+  for (const auto& t : fence->tails)
+    if (api_->event_synchronize(t->event) != CUDA_SUCCESS) return false;
   return true;
 }
 

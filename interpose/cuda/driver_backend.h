@@ -34,6 +34,7 @@ class DriverBackend final : public Backend {
   uint64_t record_device_fence() override;
   bool fence_done(uint64_t fence) override;
   void release_fence(uint64_t fence) override;
+  bool wait_fence(uint64_t fence) override;
   bool capture_active() override;
   CUresult mem_info(size_t* free, size_t* total) override;
 

@@ -37,6 +37,12 @@ class Backend {
     return false;
   }
   virtual void release_fence(uint64_t fence) { (void)fence; }
+  // Blocks until the fence has completed (the work before it, not the whole device). False if
+  // the backend cannot.
+  virtual bool wait_fence(uint64_t fence) {
+    (void)fence;
+    return false;
+  }
   // True while any stream is capturing a graph: then no synchronize and no event query is legal,
   // so pools grow instead of waiting.
   virtual bool capture_active() { return false; }

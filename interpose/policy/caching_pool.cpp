@@ -96,6 +96,11 @@ CUresult CachingPool::allocate_locked(const AllocRequest& req, Block** out) {
   Block* b = find_free(size, small, req);
   // Freed memory whose fence has completed is reusable: asked without waiting, before growing.
   if (b == nullptr && rules_.waiting_bytes() > 0 && collect_idle()) b = find_free(size, small, req);
+  // Freed memory enough for the request is still in use by the device: wait for the oldest
+  // epoch rather than grow (the host is ahead of the device; growing would not stop).
+  while (b == nullptr && rules_.waiting_bytes() >= size &&
+         rules_.wait_oldest([&](std::vector<Block*>& blocks) { release_batch(blocks, false); }))
+    b = find_free(size, small, req);
   CUresult err = CUDA_SUCCESS;
   if (b == nullptr) b = grow(size, small, &err);
   if (b == nullptr && err == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -406,6 +411,7 @@ void CachingPool::figures(PoolFigures* out) const {
   out->alloc_retries = retries_;
   out->ooms = ooms_;
   out->reuse_syncs = rules_.syncs();
+  out->reuse_waits = rules_.waits();
   // Every block is a heap node (spares kept for recycling too); free ones also sit in a B-tree
   // (about two pointers per element with node overhead), live ones in the address index.
   constexpr uint64_t kHeapOverhead = 16;

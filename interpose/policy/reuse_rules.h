@@ -12,6 +12,9 @@
 //     waits. An epoch closes when it holds `epoch_bytes`, or when a pool finds no free block that
 //     fits (collect()). Fences complete in the order they were recorded (each stream runs in
 //     order), so only the oldest open question is ever asked.
+//   - When the device lags behind the host and freed memory still in use could serve a request,
+//     a pool waits for the oldest epoch's fence (the work before those frees, not the whole
+//     device) rather than grow: memory stays bounded by what the program holds. Counted (waits).
 //   - The device is synchronized only when memory is really short (a pool's out-of-memory retry,
 //     or an explicit release of cached memory), and every such synchronization is counted.
 //   - While a graph is being captured nothing is synchronized, recorded or queried: a pool grows.
@@ -136,6 +139,17 @@ class ReuseRules {
     return poll(release);
   }
   bool has_closed_epochs() const { return !sealed_.empty(); }
+  // Blocks until the oldest epoch's fence completes (closing the open epoch first if it is the
+  // only one), then releases what completed. False if nothing could be waited for.
+  template <typename Release>
+  bool wait_oldest(Release&& release) {
+    if (backend_.capture_active()) return false;
+    if (sealed_.empty()) seal();
+    if (sealed_.empty() || sealed_.front().fence == 0) return false;
+    if (!backend_.wait_fence(sealed_.front().fence)) return false;
+    ++waits_;
+    return poll(release);
+  }
   template <typename Release>
   bool poll(Release&& release) {
     bool any = false;
@@ -197,6 +211,7 @@ class ReuseRules {
     return n;
   }
   uint64_t syncs() const { return syncs_; }
+  uint64_t waits() const { return waits_; }
   uint64_t fences() const { return fences_; }
 
  private:
@@ -238,7 +253,7 @@ class ReuseRules {
   Epoch open_;
   std::deque<Epoch> sealed_;
   std::vector<std::vector<Block*>> spare_;
-  uint64_t waiting_bytes_ = 0, waiting_blocks_ = 0, syncs_ = 0, fences_ = 0;
+  uint64_t waiting_bytes_ = 0, waiting_blocks_ = 0, syncs_ = 0, fences_ = 0, waits_ = 0;
 };
 
 }  // namespace gpushim

@@ -59,6 +59,10 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   // Freed memory whose fence has completed is reusable where it is: asked without waiting,
   // before anything is mapped.
   if (b == nullptr && rules_.waiting_bytes() > 0 && collect_locked()) b = find_free(want, req);
+  // As in CachingPool: rather than map more while the device still uses enough freed memory.
+  while (b == nullptr && rules_.waiting_bytes() >= want &&
+         rules_.wait_oldest([&](std::vector<Block*>& blocks) { release_waiting(blocks); }))
+    b = find_free(want, req);
   CUresult err = CUDA_SUCCESS;
   if (b == nullptr) b = build(want, attempt, &err);
   if (b == nullptr) {
@@ -688,6 +692,7 @@ void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* seg
   out->alloc_retries = retries_;
   out->ooms = ooms_;
   out->reuse_syncs = rules_.syncs();
+  out->reuse_waits = rules_.waits();
   out->map_calls = maps_;
   out->unmap_calls = unmaps_;
   out->mapped_bytes = mapped_;

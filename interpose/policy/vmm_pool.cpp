@@ -38,6 +38,7 @@ class VmmPool::SegmentSource final : public Backend {
   uint64_t record_device_fence() override { return up_.record_device_fence(); }
   bool fence_done(uint64_t f) override { return up_.fence_done(f); }
   void release_fence(uint64_t f) override { up_.release_fence(f); }
+  bool wait_fence(uint64_t f) override { return up_.wait_fence(f); }
   bool capture_active() override { return up_.capture_active(); }
   CUresult mem_info(size_t* free, size_t* total) override { return up_.mem_info(free, total); }
 
@@ -157,6 +158,7 @@ void VmmPool::figures(PoolFigures* out) const {
   out->alloc_retries += small.alloc_retries;
   out->ooms += small.ooms;
   out->reuse_syncs += small.reuse_syncs;
+  out->reuse_waits += small.reuse_waits;
   out->host_bytes += small.host_bytes + sizeof(VmmPool);
 }
 

@@ -278,20 +278,20 @@ TEST(VmmPool, FreedMemoryIsNotReusedBeforeItsFenceCompletes) {
     v.sim.set_events_complete_at_once(false);  // the device is still busy with earlier work
     void* a = v.alloc(n);
     ASSERT_EQ(v.free(a), CUDA_SUCCESS);
-    // Until the device catches up, the block is never handed out, however often the pool looks.
-    // (Up to 2 GiB of the 4: past the capacity the pool would rightly synchronize instead.)
-    const int tries = static_cast<int>(std::min<uint64_t>(1024, 2 * GiB / n));
-    for (int i = 0; i < tries; ++i) ASSERT_NE(v.alloc(n), a) << n << ": handed out again before the work issued before the free";
-    EXPECT_GE(v.fig().quarantined_bytes, n);
-    // Once it does (the fences recorded so far complete), the pool finds it without waiting.
+    // The block comes back only once its fence completed: here, where the device does not catch
+    // up by itself, after the pool waited for that fence (not the device) rather than grow.
     bool reused = false;
+    const int tries = static_cast<int>(std::min<uint64_t>(1024, 2 * GiB / n));
     for (int i = 0; i < tries && !reused; ++i) {
-      v.sim.complete_events();
+      const uint64_t waits = v.sim.counters().fence_waits;
       reused = v.alloc(n) == a;
+      if (reused) {
+        EXPECT_GT(v.sim.counters().fence_waits, waits) << n << ": reused before its fence completed";
+      }
     }
-    EXPECT_TRUE(reused) << n << ": reused once its fence completed";
-    EXPECT_EQ(v.sim.counters().synchronizes, 0u) << n << ": without waiting for the device";
-    EXPECT_GE(v.sim.counters().fences_recorded, 1u);
+    EXPECT_TRUE(reused) << n;
+    EXPECT_GE(v.fig().reuse_waits, 1u);
+    EXPECT_EQ(v.sim.counters().synchronizes, 0u) << n << ": without synchronizing the device";
     EXPECT_EQ(v.pool.check_invariants(), "");
   }
 }
@@ -314,10 +314,12 @@ TEST(VmmPool, SynchronizesOnlyWhenMemoryIsShort) {
   v.sim.set_events_complete_at_once(false);
   void* a = v.alloc(40 * MiB);
   v.free(a);
-  EXPECT_EQ(v.alloc(40 * MiB), a) << "only 20 MiB left under the cap: one sync makes the freed block reusable";
+  // 40 MiB freed, still in use; 50 MiB asked, 20 MiB left under the cap: neither growing nor
+  // waiting for the 40 MiB serves it, so one sync makes everything idle and the pool stitches.
+  EXPECT_NE(v.alloc(50 * MiB), nullptr);
   EXPECT_EQ(v.sim.counters().synchronizes, 1u);
   EXPECT_EQ(v.fig().reuse_syncs, 1u);
-  EXPECT_EQ(v.fig().reserved_bytes, 40 * MiB);
+  EXPECT_LE(v.fig().reserved_bytes, 60 * MiB);
 }
 
 TEST(VmmPool, StreamOrderedFreeIsReusableAtOnceOnTheSameStream) {

@@ -59,8 +59,10 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   // Freed memory whose fence has completed is reusable where it is: asked without waiting,
   // before anything is mapped.
   if (b == nullptr && rules_.waiting_bytes() > 0 && collect_locked()) b = find_free(want, req);
-  // As in CachingPool: rather than map more while the device still uses enough freed memory.
-  while (b == nullptr && rules_.waiting_bytes() >= want &&
+  // Rather than map new memory while memory freed with cudaFree still waits for the device, wait
+  // for that work (the oldest epochs' fences, not the device): here any idle chunk can be stitched
+  // into the new block, so every waiting byte is memory not created (the point of this policy).
+  while (b == nullptr && rules_.waiting_bytes() > 0 &&
          rules_.wait_oldest([&](std::vector<Block*>& blocks) { release_waiting(blocks); }))
     b = find_free(want, req);
   CUresult err = CUDA_SUCCESS;

@@ -54,6 +54,20 @@ class SafeReuse(ShimTestCase):
         self.assertEqual(last_json(r)["corruptions"], 0)
 
 
+    def test_training_loops_never_synchronize_and_stay_bounded(self):
+        # Training-shaped loops whose host runs ahead of the (simulated) device: freed memory is
+        # reused once its work is done, waiting for that work rather than growing when the device
+        # lags, and the device is never synchronized.
+        for policy in ["caching", "vmm"]:
+            for args in (["e2e_train_loop"], ["e2e_demo_training_loop"]):
+                with self.subTest(policy=policy, program=args[0]):
+                    r = run([program(args[0])], env={"GPUSHIM_POLICY": policy})
+                    self.assertRanOK(r)
+                    dev = r.device(0)
+                    self.assertEqual(dev["pool"]["reuse_syncs"], 0)
+                    self.assertLess(dev["peak_reserved_bytes"], 1.3 * dev["peak_allocated_bytes"])
+
+
 class Cap(ShimTestCase):
     def test_cap_in_bytes_and_percent(self):
         for policy in ["caching", "passthrough"]:

@@ -142,6 +142,7 @@ bool read_pool(const JsonValue& v, const std::string& path, PoolFigures* p, std:
   r.u64("alloc_retries", &p->alloc_retries);
   r.u64("ooms", &p->ooms);
   r.u64("reuse_syncs", &p->reuse_syncs);
+  r.u64("reuse_waits", &p->reuse_waits);
   r.u64("map_calls", &p->map_calls);
   r.u64("unmap_calls", &p->unmap_calls);
   r.u64("mapped_bytes", &p->mapped_bytes);

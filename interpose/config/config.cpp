@@ -126,9 +126,11 @@ const std::vector<Variable>& variables() {
          c->max_split = b;
          return true;
        }},
-      {"GPUSHIM_QUARANTINE", "bytes with units, 0 to 1TiB", "32MiB",
-       "Caching policy: memory freed with cudaFree waits, up to this much, for one device synchronization "
-       "that makes all of it reusable at once. 0 synchronizes whenever freed memory is needed.",
+      {"GPUSHIM_QUARANTINE", "bytes with units, 0 to 1TiB", "256KiB",
+       "Pooling policies: memory freed with cudaFree is reusable once the work issued before the free has "
+       "finished, which the pool learns from events on every stream, recorded once per this many freed bytes "
+       "(or sooner, when the pool needs the memory) and queried without waiting; the device is synchronized "
+       "only when memory is short. 0 records them at every free.",
        [](std::string_view v, Config* c) {
          uint64_t b = 0;
          if (!parse_bytes(v, &b) || b > (1ull << 40)) return false;

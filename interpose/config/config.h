@@ -41,7 +41,7 @@ struct Config {
   uint64_t small_segment = 2ull << 20;
   uint64_t large_segment = 20ull << 20;
   uint64_t max_split = UINT64_MAX;  // none
-  uint64_t quarantine_bytes = 32ull << 20;
+  uint64_t quarantine_bytes = 256ull << 10;  // cudaFree'd bytes per reuse epoch (policy/reuse_rules.h)
   // Live outputs (docs/metrics-and-snapshots.md).
   std::string metrics_template;     // GPUSHIM_METRICS; "" = off
   int snapshot_signal = SIGUSR2;    // GPUSHIM_SNAPSHOT_SIGNAL; 0 = off

@@ -63,7 +63,10 @@ using CuGetProcAddressV1 = CUresult (*)(const char* symbol, void** pfn, int cuda
   X(cuDeviceSetMemPool, "cuDeviceSetMemPool", decltype(&::cuDeviceSetMemPool))                                  \
   X(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", decltype(&::cuMemPoolGetAttribute))                         \
   X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", decltype(&::cuMemPoolSetAttribute))                         \
-  X(cuMemPoolTrimTo, "cuMemPoolTrimTo", decltype(&::cuMemPoolTrimTo))
+  X(cuMemPoolTrimTo, "cuMemPoolTrimTo", decltype(&::cuMemPoolTrimTo))                                           \
+  X(cuStreamCreate, "cuStreamCreate", decltype(&::cuStreamCreate))                                              \
+  X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority", decltype(&::cuStreamCreateWithPriority))          \
+  X(cuStreamDestroy_v2, "cuStreamDestroy_v2", decltype(&::cuStreamDestroy_v2))
 // clang-format on
 
 struct RealDriver {

@@ -24,6 +24,7 @@ constexpr const char* kDriverNames[] = {
     "cuGetProcAddress",       "cuGetProcAddress_v2",
     "cuMemPoolGetAttribute",  "cuMemPoolSetAttribute", "cuMemPoolTrimTo",
     "cuDeviceSetMemPool",
+    "cuStreamCreate",         "cuStreamCreateWithPriority", "cuStreamDestroy_v2",
 };
 // Runtime hooks of ours (hooks/runtime_api.cpp, hooks/capture_api.cpp), for dlsym on a libcudart
 // handle: what ctypes.CDLL("libcudart.so.13").cudaMalloc does.

@@ -27,6 +27,22 @@ class Backend {
   // True once the work before the event has completed. Never called during stream capture.
   virtual bool event_done(uint64_t event) = 0;
   virtual void release_event(uint64_t event) = 0;
+  // A device fence: completes once all work issued so far, on every stream of the device, has
+  // completed, which is what a plain cudaFree's implicit synchronization waits for, observed
+  // without waiting (events recorded on every stream in use). 0 if none can be recorded: then
+  // only synchronize() proves it. Never recorded or queried during stream capture.
+  virtual uint64_t record_device_fence() { return 0; }
+  virtual bool fence_done(uint64_t fence) {
+    (void)fence;
+    return false;
+  }
+  virtual void release_fence(uint64_t fence) { (void)fence; }
+  // Blocks until the fence has completed (the work before it, not the whole device). False if
+  // the backend cannot.
+  virtual bool wait_fence(uint64_t fence) {
+    (void)fence;
+    return false;
+  }
   // True while any stream is capturing a graph: then no synchronize and no event query is legal,
   // so pools grow instead of waiting.
   virtual bool capture_active() { return false; }

@@ -16,6 +16,10 @@ class ForwardingBackend : public Backend {
   uint64_t record_event(CUstream s) override { return up_.record_event(s); }
   bool event_done(uint64_t e) override { return up_.event_done(e); }
   void release_event(uint64_t e) override { up_.release_event(e); }
+  uint64_t record_device_fence() override { return up_.record_device_fence(); }
+  bool fence_done(uint64_t f) override { return up_.fence_done(f); }
+  void release_fence(uint64_t f) override { up_.release_fence(f); }
+  bool wait_fence(uint64_t f) override { return up_.wait_fence(f); }
   bool capture_active() override { return up_.capture_active(); }
   CUresult mem_info(size_t* free, size_t* total) override { return up_.mem_info(free, total); }
   size_t granularity() override { return up_.granularity(); }

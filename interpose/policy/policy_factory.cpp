@@ -19,7 +19,7 @@ CachingPoolOptions caching_options(const Config& c) {
 
 namespace {
 
-// The vmm policy shares the caching policy's rounding and quarantine; its own sizes keep their
+// The vmm policy shares the caching policy's rounding and reuse epochs; its own sizes keep their
 // defaults (see VmmPoolOptions).
 VmmPoolOptions vmm_options(const Config& c) {
   VmmPoolOptions o;

@@ -52,6 +52,13 @@ uint64_t SimBackend::record_event(CUstream) {
   return e;
 }
 
+uint64_t SimBackend::record_device_fence() {
+  const uint64_t e = record_event(nullptr);
+  --counters_.events_recorded;
+  ++counters_.fences_recorded;
+  return e;
+}
+
 bool SimBackend::event_done(uint64_t event) {
   ++counters_.event_queries;
   return pending_events_.count(event) == 0;

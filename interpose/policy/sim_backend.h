@@ -15,11 +15,12 @@ struct SimCounters {
   uint64_t segment_allocs = 0, segment_frees = 0;
   uint64_t physical_creates = 0, physical_releases = 0;
   uint64_t maps = 0, unmaps = 0, va_reserves = 0, va_frees = 0;
-  uint64_t synchronizes = 0, events_recorded = 0;
-  uint64_t event_queries = 0;  // event_done calls (not a driver call that costs memory; not in driver_calls)
+  uint64_t synchronizes = 0, events_recorded = 0, fences_recorded = 0;
+  uint64_t event_queries = 0;
+  uint64_t fence_waits = 0;  // wait_fence calls: the host waited for the work before one fence  // event_done calls (not a driver call that costs memory; not in driver_calls)
   uint64_t driver_calls() const {
     return segment_allocs + segment_frees + physical_creates + physical_releases + maps + unmaps + va_reserves +
-           va_frees + synchronizes + events_recorded;
+           va_frees + synchronizes + events_recorded + fences_recorded;
   }
 };
 
@@ -33,6 +34,15 @@ class SimBackend final : public Backend {
   uint64_t record_event(CUstream stream) override;
   bool event_done(uint64_t event) override;
   void release_event(uint64_t event) override;
+  // A fence is one more event here: the simulation has no streams to cover.
+  uint64_t record_device_fence() override;
+  bool fence_done(uint64_t fence) override { return event_done(fence); }
+  void release_fence(uint64_t fence) override { release_event(fence); }
+  bool wait_fence(uint64_t fence) override {
+    ++counters_.fence_waits;
+    pending_events_.erase(fence);
+    return true;
+  }
   bool capture_active() override { return capturing_; }
   CUresult mem_info(size_t* free, size_t* total) override;
 

@@ -9,24 +9,19 @@ namespace {
 
 uint64_t round_up(uint64_t v, uint64_t m) { return v > UINT64_MAX - (m - 1) ? 0 : (v + m - 1) / m * m; }
 
-// The legacy default stream has two spellings. The per-thread default stream handle names a
-// different stream in every thread, so two uses of it are never "the same stream".
-CUstream normalize(CUstream s) { return s == nullptr ? CU_STREAM_LEGACY : s; }
-bool same_stream(CUstream a, CUstream b) { return a == b && a != CU_STREAM_PER_THREAD; }
-
 }  // namespace
 
 VmmArena::VmmArena(Backend& backend, const VmmPoolOptions& options)
-    : backend_(backend), opt_(options), gran_(backend.granularity()) {}
+    : backend_(backend), opt_(options), gran_(backend.granularity()), rules_(backend, options.quarantine_bytes) {}
 
 VmmArena::~VmmArena() {
   // Only unit tests and the replay destroy a pool; the shim keeps its pools for the whole process.
   auto drop = [&](Block* b) {
-    drop_event(b);
+    rules_.clear(b);
     delete b;
   };
   for (Block* b : free_) drop(b);
-  for (Block* b : quarantine_) drop(b);
+  rules_.for_each_waiting(drop);
   for (auto& [addr, b] : user_) drop(b);
   for (auto& [addr, b] : segments_) drop(b);
   for (auto& [va, p] : pieces_) {
@@ -58,10 +53,17 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   const uint64_t want = round_up(std::max<uint64_t>(size, 1), gran_);
   if (want == 0) return CUDA_ERROR_OUT_OF_MEMORY;  // a size near 2^64 cannot be rounded
   std::lock_guard<FutexMutex> lock(mu_);
+  // As in CachingPool: freed blocks the device is done with are reused before anything is carved.
+  if (rules_.has_closed_epochs()) rules_.poll_closed([&](std::vector<Block*>& blocks) { release_waiting(blocks); });
   Block* b = find_free(want, req);
-  // Memory waiting in the quarantine is memory held for nothing: one sync makes all of it
-  // reusable, which is cheaper than creating or remapping more.
-  if (b == nullptr && quarantine_bytes_ > 0 && quarantine_bytes_ >= sync_threshold() && sync_and_settle_locked())
+  // Freed memory whose fence has completed is reusable where it is: asked without waiting,
+  // before anything is mapped.
+  if (b == nullptr && rules_.waiting_bytes() > 0 && collect_locked()) b = find_free(want, req);
+  // Rather than map new memory while memory freed with cudaFree still waits for the device, wait
+  // for that work (the oldest epochs' fences, not the device): here any idle chunk can be stitched
+  // into the new block, so every waiting byte is memory not created (the point of this policy).
+  while (b == nullptr && rules_.waiting_bytes() > 0 &&
+         rules_.wait_oldest([&](std::vector<Block*>& blocks) { release_waiting(blocks); }))
     b = find_free(want, req);
   CUresult err = CUDA_SUCCESS;
   if (b == nullptr) b = build(want, attempt, &err);
@@ -72,7 +74,7 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   b = split(b, want);
   // The block is live again; the free that ends this life will say when it may be reused. (An
   // event still attached here belongs to a free on the requesting stream, which orders after it.)
-  drop_event(b);
+  rules_.clear(b);
   b->state = State::kAllocated;
   b->owner = owner;
   if (owner == Owner::kUser) {
@@ -87,20 +89,6 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   return CUDA_SUCCESS;
 }
 
-bool VmmArena::idle(Block* b) {
-  if (b->event == nullptr) return true;
-  if (backend_.capture_active()) return false;
-  if (!backend_.event_done(b->event->handle)) return false;
-  drop_event(b);
-  return true;
-}
-
-bool VmmArena::usable(Block* b, const AllocRequest& req) {
-  if (b->event == nullptr) return true;
-  if (req.stream_ordered && same_stream(b->stream, normalize(req.stream))) return true;
-  return idle(b);
-}
-
 VmmArena::Block* VmmArena::find_free(uint64_t size, const AllocRequest& req) {
   Block key;
   key.size = size;
@@ -110,7 +98,7 @@ VmmArena::Block* VmmArena::find_free(uint64_t size, const AllocRequest& req) {
   int scanned = 0;
   for (auto it = free_.lower_bound(&key); it != free_.end() && scanned < kMaxScan; ++it, ++scanned) {
     Block* b = *it;
-    if (usable(b, req)) {
+    if (rules_.usable(b, req)) {
       free_.erase(it);
       return b;
     }
@@ -125,19 +113,14 @@ CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered) {
   Block* b = it->second;
   user_.erase(it);
   user_allocated_ -= b->size;
-  uint64_t event = 0;
-  // During capture the free belongs to the graph being built: keep the block out of reach until a
-  // later synchronization, as for a plain cudaFree.
-  if (stream_ordered && !backend_.capture_active()) event = backend_.record_event(normalize(stream));
-  if (event != 0) {
-    b->stream = normalize(stream);
-    b->event = new Event{event, 1};
+  // During capture the free belongs to the graph being built: it waits as a plain cudaFree does.
+  if (stream_ordered && !backend_.capture_active()) {
+    rules_.freed_on_stream(b, stream);
     b->state = State::kFree;
     insert_free(coalesce(b));
   } else {
-    b->state = State::kQuarantined;
-    quarantine_.push_back(b);
-    quarantine_bytes_ += b->size;
+    b->state = State::kWaiting;
+    rules_.hold(b);
   }
   return CUDA_SUCCESS;
 }
@@ -157,24 +140,19 @@ CUresult VmmArena::return_segment(void* p) {
 // ---------------------------------------------------------------------------------------------
 // Reuse safety
 
-uint64_t VmmArena::sync_threshold() const {
-  uint64_t t = opt_.quarantine_bytes;
-  // The floor (4 chunks) keeps a small pool from paying a sync for every few megabytes freed.
-  if (opt_.quarantine_share != 0) t = std::min<uint64_t>(t, std::max<uint64_t>(held_ / opt_.quarantine_share, 4 * gran_));
-  return t;
+bool VmmArena::collect_locked() {
+  return rules_.collect([&](std::vector<Block*>& blocks) { release_waiting(blocks); });
 }
 
-uint64_t VmmArena::idle_allowance() const {
+bool VmmArena::collect_idle() {
   std::lock_guard<FutexMutex> lock(mu_);
-  return sync_threshold();
+  return collect_locked();
 }
 
-bool VmmArena::sync_and_settle_locked() {
-  if (backend_.capture_active()) return false;
-  if (backend_.synchronize() != CUDA_SUCCESS) return false;
-  ++syncs_;
-  settle_locked();
-  return true;
+void VmmArena::release_waiting(std::vector<Block*>& blocks) {
+  // One at a time: a block still waiting (kWaiting) is never merged, one released earlier in the
+  // list is already free and is.
+  for (Block* b : blocks) insert_free(coalesce(b));
 }
 
 void VmmArena::settle_after_external_sync() {
@@ -183,36 +161,22 @@ void VmmArena::settle_after_external_sync() {
 }
 
 void VmmArena::settle_locked() {
-  // Everything freed before the synchronization is idle now: the quarantine, and free blocks
-  // still tagged with a stream's event. Those are marked not-free first and re-inserted one at a
-  // time, so a merge only ever swallows a block already re-inserted or one that was event-free all
-  // along, never one still waiting in the list.
-  std::vector<Block*> blocks;
-  blocks.swap(quarantine_);
-  quarantine_bytes_ = 0;
+  // Everything freed before the synchronization is idle now: the waiting blocks, and free blocks
+  // still tagged with a stream. Those are taken out first and re-inserted one at a time, so a
+  // merge only ever swallows a block already re-inserted or one that was untagged all along.
+  std::vector<Block*> tagged;
   for (auto it = free_.begin(); it != free_.end();) {
-    if ((*it)->event == nullptr) {
+    if ((*it)->stream == nullptr) {
       ++it;
       continue;
     }
-    (*it)->state = State::kQuarantined;
-    blocks.push_back(*it);
+    (*it)->state = State::kWaiting;
+    rules_.clear(*it);
+    tagged.push_back(*it);
     it = free_.erase(it);
   }
-  for (Block* b : blocks) {
-    drop_event(b);
-    b->state = State::kFree;
-    insert_free(coalesce(b));
-  }
-}
-
-void VmmArena::drop_event(Block* b) {
-  if (b->event && --b->event->refs == 0) {
-    backend_.release_event(b->event->handle);
-    delete b->event;
-  }
-  b->event = nullptr;
-  b->stream = nullptr;
+  rules_.settled_after_sync([&](std::vector<Block*>& blocks) { release_waiting(blocks); });
+  release_waiting(tagged);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -244,10 +208,7 @@ VmmArena::Block* VmmArena::split(Block* b, uint64_t size) {
   r->addr = b->addr + size;
   r->size = b->size - size;
   r->res = b->res;
-  // The remainder was freed together with `b`, so it carries the same stream and event.
-  r->stream = b->stream;
-  r->event = b->event;
-  if (r->event) ++r->event->refs;
+  rules_.share(b, r);  // freed together with `b`
   b->size = size;
   blocks_.emplace(r->addr, r);
   insert_free(r);
@@ -263,14 +224,10 @@ VmmArena::Block* VmmArena::coalesce(Block* b) {
   // Neighbours merge only when reusing the merged block is as safe as reusing either part:
   // both ready for anyone, or both freed on the same stream (b's event, the newest, covers both).
   // `b` is not in the free set (its key changes here); touching means no unmapped hole between.
-  auto compatible = [&](Block* n) {
-    if (n == nullptr || n->state != State::kFree) return false;
-    if (n->event == nullptr && b->event == nullptr) return true;
-    return n->event && b->event && same_stream(n->stream, b->stream);
-  };
+  auto compatible = [&](Block* n) { return n != nullptr && n->state == State::kFree && rules_.mergeable_now(n, b); };
   if (Block* p = before(b); compatible(p)) {
     free_.erase(p);
-    drop_event(p);
+    rules_.absorb(b, p);
     blocks_.erase(b->addr);
     b->addr = p->addr;
     b->size += p->size;
@@ -279,7 +236,7 @@ VmmArena::Block* VmmArena::coalesce(Block* b) {
   }
   if (Block* n = after(b); compatible(n)) {
     free_.erase(n);
-    drop_event(n);
+    rules_.absorb(b, n);
     blocks_.erase(n->addr);
     b->size += n->size;
     delete n;
@@ -588,11 +545,11 @@ VmmArena::Block* VmmArena::build(uint64_t size, Attempt* attempt, CUresult* err)
     // and last may stick out; those parts stay free).
     Block* first = containing(plan.addr);
     free_.erase(first);
-    drop_event(first);
+    rules_.clear(first);
     while (first->addr + first->size < plan.addr + size) {
       Block* n = after(first);
       free_.erase(n);
-      drop_event(n);
+      rules_.clear(n);
       blocks_.erase(n->addr);
       first->size += n->size;
       delete n;
@@ -730,13 +687,14 @@ void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* seg
   out->reserved_bytes = held_;
   out->peak_reserved_bytes = peak_held_;
   out->cached_free_bytes = held_ - user_allocated_ - segment_bytes_;
-  out->quarantined_bytes = quarantine_bytes_;
+  out->quarantined_bytes = rules_.waiting_bytes();
   out->largest_free_block = free_.empty() ? 0 : (*free_.rbegin())->size;
   out->segment_allocs = creates_;
   out->segment_frees = releases_;
   out->alloc_retries = retries_;
   out->ooms = ooms_;
-  out->reuse_syncs = syncs_;
+  out->reuse_syncs = rules_.syncs();
+  out->reuse_waits = rules_.waits();
   out->map_calls = maps_;
   out->unmap_calls = unmaps_;
   out->mapped_bytes = mapped_;
@@ -750,7 +708,7 @@ void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* seg
   for (const auto& [base, r] : reservations_)
     reservation_bytes += sizeof(Reservation) + kHeapOverhead + kTreeNode + r->parts.capacity() * sizeof(r->parts[0]);
   out->host_bytes = blocks_.size() * (sizeof(Block) + kHeapOverhead + kTreeNode) + free_.size() * kTreeNode +
-                    quarantine_.capacity() * sizeof(Block*) + (user_.capacity() + segments_.capacity()) * kHashSlot +
+                    rules_.waiting_capacity() * sizeof(Block*) + (user_.capacity() + segments_.capacity()) * kHashSlot +
                     pieces_.size() * (sizeof(Piece) + kHeapOverhead + kTreeNode) + reservation_bytes +
                     loose_.capacity() * sizeof(Piece*);
   *user_allocated = user_allocated_;
@@ -768,13 +726,15 @@ VmmStats VmmArena::stats() const {
 std::string VmmArena::check_invariants() const {
   std::lock_guard<FutexMutex> lock(mu_);
   uint64_t quarantined = 0, user = 0, segments = 0;
-  size_t listed = free_.size() + quarantine_.size() + user_.size() + segments_.size();
+  size_t listed = free_.size() + rules_.waiting_blocks() + user_.size() + segments_.size();
   for (const Block* b : free_)
     if (b->state != State::kFree) return "a block in the free set is not free";
-  for (const Block* b : quarantine_) {
-    if (b->state != State::kQuarantined) return "a quarantined block has the wrong state";
+  bool bad_waiting = false;
+  rules_.for_each_waiting([&](const Block* b) {
+    bad_waiting |= b->state != State::kWaiting || b->stream != nullptr;
     quarantined += b->size;
-  }
+  });
+  if (bad_waiting) return "a waiting block has the wrong state or a stream";
   for (const auto& [a, b] : user_) {
     if (b->state != State::kAllocated || b->owner != Owner::kUser || a != b->addr) return "bad live block";
     user += b->size;
@@ -783,7 +743,7 @@ std::string VmmArena::check_invariants() const {
     if (b->state != State::kAllocated || b->owner != Owner::kSegment || a != b->addr) return "bad segment block";
     segments += b->size;
   }
-  if (quarantined != quarantine_bytes_) return "quarantine bytes disagree";
+  if (quarantined != rules_.waiting_bytes()) return "waiting bytes disagree";
   if (user != user_allocated_ || segments != segment_bytes_) return "allocated bytes disagree";
   if (listed != blocks_.size()) return "the address index and the block lists disagree";
   // Blocks: disjoint, whole chunks, inside their reservation.

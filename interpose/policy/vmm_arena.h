@@ -9,7 +9,7 @@
 //     unmapped holes wherever pieces were taken away. A reservation whose end is reached grows in
 //     place by reserving the range right after it (the driver honours the address hint when free).
 //   - Blocks: what callers get, as in the caching policy (best fit by size, split, coalesce with
-//     free neighbours, quarantine, stream order). Blocks are whole chunks, tile the mapped pieces
+//     free neighbours, reuse by CUDA's rules as reuse_rules.h states them for both pools). Blocks are whole chunks, tile the mapped pieces
 //     exactly and never span a hole; touching blocks are neighbours (an address index finds them).
 //
 // What the virtual-memory API buys is that free memory is not stuck where it was freed. When no
@@ -44,6 +44,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "policy/backend.h"
 #include "policy/device_memory_resource.h"
+#include "policy/reuse_rules.h"
 #include "util/futex_mutex.h"
 
 namespace gpushim {
@@ -65,15 +66,9 @@ struct VmmPoolOptions {
   // tests/unit/fragmentation_workload.h (5 seeds): utilization 0.977-0.995 with 2 MiB, 0.960-0.978
   // with 4 MiB, 0.88-0.93 with 16 MiB, 0.83-0.90 unlimited, for about 2x, 7x and 14x fewer maps.
   uint64_t piece = 0;
-  uint64_t quarantine_bytes = 64ull << 20;  // cudaFree'd bytes that may wait for one batched sync
-  // Freed memory may sit idle (in the quarantine, or cached by the sub-allocator) up to 1/N of
-  // what the pool holds, at least 4 chunks, at most GPUSHIM_QUARANTINE; past that, the pool
-  // synchronizes rather than create memory, so that waiting frees do not inflate its footprint
-  // (the point of this policy). 0 turns it off. On tests/unit/fragmentation_workload.h (5 seeds):
-  // 1/32 gives utilization 0.959-0.988, 1/64 0.984-0.995, with 87-104 and 103-129 syncs
-  // (the caching policy: 93-118).
-  uint32_t quarantine_share = 64;
-  uint64_t small_quarantine_bytes = 16ull << 20;  // the small-request pool's quarantine
+  // cudaFree'd bytes gathered into one epoch before its fence is recorded (GPUSHIM_QUARANTINE),
+  // in the arena and in the small-request pool alike (reuse_rules.h).
+  uint64_t quarantine_bytes = 256ull << 10;
   // Bytes of free pieces that may be moved since the pool last created memory, as a multiple of
   // what it holds (at least 256 MiB; 0: no limit). Past it, a build creates memory instead of moving more (unless
   // the device refuses: then moving is the way to serve the request). In a loop whose blocks land
@@ -115,24 +110,23 @@ class VmmArena {
     Need need = Need::kNothing;
     uint64_t new_bytes = 0;    // with kMemory: about how much would have been created
   };
-  // One attempt: best fit (after one batched sync when the quarantine is large), then a build.
+  // One attempt: best fit (again after collecting what became idle), then a build.
   // Returns CUDA_ERROR_OUT_OF_MEMORY when the device (or the cap) refuses the memory still needed;
   // the caller decides whether to make more memory reusable and retry.
   CUresult try_allocate(uint64_t size, const AllocRequest& req, Owner owner, void** out, uint64_t* got,
                         Attempt* attempt);
-  // Frees a kUser block (quarantine or stream order, as in the caching policy).
+  // Frees a kUser block (reuse_rules.h says when it can serve again).
   CUresult deallocate(void* p, CUstream stream, bool stream_ordered);
   // Takes back a kSegment block; its owner guarantees that no work still uses it.
   CUresult return_segment(void* p);
 
   // The device was just synchronized by someone else: everything freed so far is idle.
   void settle_after_external_sync();
+  // Without waiting: makes reusable what the device has finished with. True if anything was.
+  bool collect_idle();
   // Unmaps and releases every piece that lies in an idle free block (call after a sync to make
   // all freed memory idle), and frees virtual ranges left without pieces. Nothing during capture.
   void release_idle();
-  // Free bytes allowed to sit idle (quarantined, or cached elsewhere) before the pool synchronizes
-  // rather than create memory: GPUSHIM_QUARANTINE, or 1/quarantine_share of what is held.
-  uint64_t idle_allowance() const;
 
   void count_retry();
   void count_oom();
@@ -148,11 +142,7 @@ class VmmArena {
   std::string check_invariants() const;
 
  private:
-  enum class State : uint8_t { kAllocated, kFree, kQuarantined };
-  struct Event {
-    uint64_t handle = 0;
-    uint32_t refs = 1;
-  };
+  enum class State : uint8_t { kAllocated, kFree, kWaiting };
   struct Reservation {
     uintptr_t base = 0;
     uintptr_t end = 0;  // one or more adjacent driver reservations, [base, end)
@@ -172,8 +162,8 @@ class VmmArena {
     Reservation* res = nullptr;  // blocks never span reservations (nor unmapped space)
     State state = State::kFree;
     Owner owner = Owner::kUser;
-    CUstream stream = nullptr;  // stream-ordered frees: the stream it was freed on
-    Event* event = nullptr;     // completes when the work before that free is done
+    CUstream stream = nullptr;    // stream-ordered frees: the stream it was freed on
+    ReuseEvent* event = nullptr;  // completes when the work before that free is done
   };
   struct BySizeThenAddress {
     bool operator()(const Block* a, const Block* b) const {
@@ -197,11 +187,10 @@ class VmmArena {
   };
 
   Block* find_free(uint64_t size, const AllocRequest& req);
-  bool usable(Block* b, const AllocRequest& req);
-  bool idle(Block* b);
-  uint64_t sync_threshold() const;
-  bool sync_and_settle_locked();
+  bool idle(Block* b) { return rules_.idle(b); }
+  bool collect_locked();
   void settle_locked();
+  void release_waiting(std::vector<Block*>& blocks);
   Block* build(uint64_t size, Attempt* attempt, CUresult* err);
   bool make_plan(uint64_t size, Plan* plan);
   std::vector<Piece*> movable_pieces(uintptr_t lo, uintptr_t hi);
@@ -216,7 +205,6 @@ class VmmArena {
   Block* split(Block* b, uint64_t size);
   void insert_free(Block* b);
   Block* coalesce(Block* b);
-  void drop_event(Block* b);
 
   Backend& backend_;
   const VmmPoolOptions opt_;
@@ -224,15 +212,14 @@ class VmmArena {
   mutable FutexMutex mu_;
   FreeSet free_;                      // free blocks, for best fit
   std::map<uintptr_t, Block*> blocks_;  // every block, by address: neighbours, windows
-  std::vector<Block*> quarantine_;  // cudaFree'd blocks waiting for a sync
-  uint64_t quarantine_bytes_ = 0;
+  ReuseRules<Block> rules_;  // holds the cudaFree'd blocks until their fence completes
   absl::flat_hash_map<uintptr_t, Block*> user_;      // live kUser blocks by address
   absl::flat_hash_map<uintptr_t, Block*> segments_;  // live kSegment blocks by address
   std::map<uintptr_t, Piece*> pieces_;               // mapped pieces by address
   std::map<uintptr_t, Reservation*> reservations_;   // by base
   std::vector<Piece*> loose_;  // unmapped pieces the driver refused to release; retried later
   uint64_t held_ = 0, peak_held_ = 0, mapped_ = 0, user_allocated_ = 0, segment_bytes_ = 0;
-  uint64_t creates_ = 0, releases_ = 0, maps_ = 0, unmaps_ = 0, syncs_ = 0, retries_ = 0, ooms_ = 0;
+  uint64_t creates_ = 0, releases_ = 0, maps_ = 0, unmaps_ = 0, retries_ = 0, ooms_ = 0;
   uint64_t moved_since_growth_ = 0;  // bytes of pieces moved since memory was last created
   VmmStats stats_;
 };

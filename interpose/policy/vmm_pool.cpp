@@ -35,6 +35,10 @@ class VmmPool::SegmentSource final : public Backend {
   uint64_t record_event(CUstream stream) override { return up_.record_event(stream); }
   bool event_done(uint64_t event) override { return up_.event_done(event); }
   void release_event(uint64_t event) override { up_.release_event(event); }
+  uint64_t record_device_fence() override { return up_.record_device_fence(); }
+  bool fence_done(uint64_t f) override { return up_.fence_done(f); }
+  void release_fence(uint64_t f) override { up_.release_fence(f); }
+  bool wait_fence(uint64_t f) override { return up_.wait_fence(f); }
   bool capture_active() override { return up_.capture_active(); }
   CUresult mem_info(size_t* free, size_t* total) override { return up_.mem_info(free, total); }
 
@@ -58,7 +62,7 @@ CachingPoolOptions small_pool_options(const VmmPoolOptions& o, size_t granularit
   c.small_segment = std::max<uint64_t>(granularity, 2ull << 20);
   c.medium_max = std::max(o.medium_max, o.small_max);  // nothing larger ever reaches this pool
   c.large_segment = std::max<uint64_t>((o.medium_segment + granularity - 1) / granularity * granularity, c.medium_max);
-  c.quarantine_bytes = o.small_quarantine_bytes;
+  c.quarantine_bytes = o.quarantine_bytes;
   return c;
 }
 
@@ -75,12 +79,7 @@ VmmPool::~VmmPool() {
   source_.reset();
 }
 
-void VmmPool::sync_all() {
-  small_->release_cached();
-  PoolFigures f;
-  small_->figures(&f);
-  small_free_mark_.store(f.cached_free_bytes, std::memory_order_relaxed);
-}
+void VmmPool::sync_all() { small_->release_cached(); }
 
 void VmmPool::reclaim_segments() {
   SegmentSource::refuse_sync = true;
@@ -88,19 +87,10 @@ void VmmPool::reclaim_segments() {
   SegmentSource::refuse_sync = false;
 }
 
-void VmmPool::reclaim_before_growth(uint64_t need) {
+void VmmPool::reclaim_before_growth() {
+  // Without waiting: what the device has finished with in the small pool becomes free, and its
+  // empty segments go back to the arena, where their chunks can be stitched in.
   reclaim_segments();
-  // Segments freed stream-ordered often hold pieces with and without events, which the small pool
-  // merges only after a sync: when enough free memory has gathered there, one sync is cheaper
-  // than holding more memory. What stays cached after a sync (partly used segments) is the mark.
-  // A growth within the idle allowance is not worth a device sync.
-  const uint64_t allowance = arena_.idle_allowance();
-  if (need <= allowance) return;
-  PoolFigures f;
-  small_->figures(&f);
-  uint64_t mark = small_free_mark_.load(std::memory_order_relaxed);
-  if (f.cached_free_bytes < mark) small_free_mark_.store(mark = f.cached_free_bytes, std::memory_order_relaxed);
-  if (f.cached_free_bytes > mark && f.cached_free_bytes - mark >= allowance) sync_all();
 }
 
 CUresult VmmPool::allocate(const AllocRequest& req, void** out, uint64_t* allocated) {
@@ -112,7 +102,7 @@ CUresult VmmPool::allocate(const AllocRequest& req, void** out, uint64_t* alloca
   attempt.may_create = false;
   CUresult r = arena_.try_allocate(req.size, req, VmmArena::Owner::kUser, out, allocated, &attempt);
   if (r == CUDA_ERROR_NOT_READY && attempt.need == VmmArena::Need::kMemory) {
-    reclaim_before_growth(attempt.new_bytes);
+    reclaim_before_growth();
     attempt = {};
     r = arena_.try_allocate(req.size, req, VmmArena::Owner::kUser, out, allocated, &attempt);
   }
@@ -168,6 +158,7 @@ void VmmPool::figures(PoolFigures* out) const {
   out->alloc_retries += small.alloc_retries;
   out->ooms += small.ooms;
   out->reuse_syncs += small.reuse_syncs;
+  out->reuse_waits += small.reuse_waits;
   out->host_bytes += small.host_bytes + sizeof(VmmPool);
 }
 

@@ -10,11 +10,12 @@
 //     ones from 8 MiB segments), whose segments are themselves arena blocks (SegmentSource, a
 //     Backend adaptor): small requests share chunks and follow the caching policy's reuse rules,
 //     and empty segments go back to the arena, where their chunks can be remapped.
-// Reuse safety is the caching policy's: cudaFree'd memory waits in a quarantine for one batched
-// synchronization, stream-ordered frees are reusable at once on their stream and elsewhere once
-// their event completes, and nothing is synchronized, queried or unmapped during stream capture.
-// Before the pool creates memory, and on the out-of-memory retry, one sync through the small pool
-// (sync_all) settles both parts and returns the small pool's empty segments to the arena.
+// Reuse safety is the caching policy's (reuse_rules.h, in both parts): cudaFree'd memory waits for
+// a device fence queried without waiting, stream-ordered frees are reusable at once on their
+// stream and elsewhere once their event completes, and nothing is synchronized, queried or
+// unmapped during stream capture. Before the pool creates memory, the small pool hands back, without
+// waiting, its empty idle segments; only on the out-of-memory retry does one sync through the small
+// pool (sync_all) settle both parts.
 //
 // Memory mapped with cuMemMap cannot be exported with cudaIpcGetMemHandle (a CUDA rule): is_vmm()
 // lets the core refuse it with a clear message instead of handing out a handle that fails later.
@@ -69,18 +70,14 @@ class VmmPool final : public DeviceMemoryResource {
   void sync_all();
   // Hands the small pool's idle empty segments back to the arena, without synchronizing.
   void reclaim_segments();
-  // Before the arena creates `need` bytes: take back the small pool's empty segments, and
-  // synchronize first if it has come to cache more free memory than the pool lets sit idle.
-  void reclaim_before_growth(uint64_t need);
+  // Before the arena creates memory: take back the small pool's idle empty segments.
+  void reclaim_before_growth();
 
   const VmmPoolOptions opt_;
   VmmArena arena_;
   // Destroyed before the arena: the small pool hands its segments back on destruction.
   std::unique_ptr<SegmentSource> source_;
   std::unique_ptr<CachingPool> small_;
-  // Free bytes the small pool cached right after the last sync_all (what a sync cannot return:
-  // partly used segments), so that growth pays a sync only when there is more to gain.
-  std::atomic<uint64_t> small_free_mark_{0};
 };
 
 }  // namespace gpushim

@@ -167,6 +167,7 @@ void write_pool(JsonOut& j, const PoolFigures& p) {
   j.kv("alloc_retries", p.alloc_retries);
   j.kv("ooms", p.ooms);
   j.kv("reuse_syncs", p.reuse_syncs);
+  j.kv("reuse_waits", p.reuse_waits);
   j.kv("map_calls", p.map_calls);
   j.kv("unmap_calls", p.unmap_calls);
   j.kv("mapped_bytes", p.mapped_bytes);

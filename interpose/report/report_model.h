@@ -27,6 +27,7 @@ struct PoolFigures {
   uint64_t alloc_retries = 0;
   uint64_t ooms = 0;
   uint64_t reuse_syncs = 0;            // device synchronizations paid to make freed memory reusable
+  uint64_t reuse_waits = 0;            // waits for one epoch of frees (not the device) instead of growing
   uint64_t map_calls = 0;              // vmm policy
   uint64_t unmap_calls = 0;
   uint64_t mapped_bytes = 0;

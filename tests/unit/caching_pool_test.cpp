@@ -154,19 +154,36 @@ TEST(CachingPool, SegmentSizesPerClass) {
   EXPECT_EQ(p.fig().reserved_bytes, 32 * MiB);
 }
 
-TEST(CachingPool, FreedMemoryIsNotReusedBeforeASynchronization) {
-  CachingPoolOptions o;
-  o.quarantine_bytes = 64 * MiB;
-  Pool p(1024 * MiB, o);
-  void* a = p.alloc(4 * MiB);
+TEST(CachingPool, FreedMemoryIsNotReusedBeforeItsFenceCompletes) {
+  Pool p;
+  p.sim.set_events_complete_at_once(false);  // the device is still busy with earlier work
+  void* a = p.alloc(12 * MiB);               // a segment of its own
   ASSERT_EQ(p.pool.deallocate(a, nullptr, false), CUDA_SUCCESS);
-  void* b = p.alloc(4 * MiB);
-  EXPECT_NE(a, b) << "a cudaFree'd block was handed out again with no synchronization";
-  EXPECT_EQ(p.sim.counters().synchronizes, 0u);
-  EXPECT_EQ(p.fig().quarantined_bytes, 4 * MiB);
+  void* b = p.alloc(14 * MiB);  // more than was freed: the pool grows, it does not wait
+  EXPECT_NE(a, b) << "a cudaFree'd block was handed out again before the work issued before the free";
+  EXPECT_EQ(p.fig().quarantined_bytes, 12 * MiB);
+  p.sim.complete_events();  // the device caught up with the fence recorded at that miss
+  EXPECT_EQ(p.alloc(12 * MiB), a) << "reused once its fence completed";
+  EXPECT_EQ(p.sim.counters().synchronizes, 0u) << "without ever waiting for the device";
+  EXPECT_EQ(p.sim.counters().fence_waits, 0u);
+  EXPECT_EQ(p.fig().quarantined_bytes, 0u);
 }
 
-TEST(CachingPool, QuarantineIsReleasedByOneSynchronizationOnceLarge) {
+TEST(CachingPool, WaitsForTheOldestEpochRatherThanGrow) {
+  // The program runs ahead of the device: what it freed could serve its next request. The pool
+  // waits for the work before those frees (one fence), not for the whole device, and holds no more.
+  Pool p;
+  p.sim.set_events_complete_at_once(false);
+  void* a = p.alloc(12 * MiB);
+  p.pool.deallocate(a, nullptr, false);
+  EXPECT_EQ(p.alloc(12 * MiB), a);
+  EXPECT_EQ(p.sim.counters().fence_waits, 1u);
+  EXPECT_EQ(p.fig().reuse_waits, 1u);
+  EXPECT_EQ(p.sim.counters().synchronizes, 0u);
+  EXPECT_EQ(p.fig().reserved_bytes, 12 * MiB);
+}
+
+TEST(CachingPool, OneFencePerEpochOfFrees) {
   CachingPoolOptions o;
   o.quarantine_bytes = 8 * MiB;
   Pool p(1024 * MiB, o);
@@ -174,12 +191,26 @@ TEST(CachingPool, QuarantineIsReleasedByOneSynchronizationOnceLarge) {
   for (int i = 0; i < 10; ++i) blocks.push_back(p.alloc(2 * MiB));  // fills one 20 MiB segment
   for (int i = 0; i < 4; ++i) p.pool.deallocate(blocks[i], nullptr, false);
   EXPECT_EQ(p.fig().quarantined_bytes, 8 * MiB);
-  // The quarantine now holds 8 MiB: the next allocation pays one sync and reuses it, merged.
+  EXPECT_EQ(p.sim.counters().fences_recorded, 1u) << "four frees, one epoch, one fence";
+  // The fence has completed: the next allocation reuses the four blocks, merged, without a sync.
   void* c = p.alloc(8 * MiB);
   EXPECT_EQ(c, blocks[0]);
+  EXPECT_EQ(p.sim.counters().synchronizes, 0u);
+  EXPECT_EQ(p.fig().quarantined_bytes, 0u);
+  EXPECT_EQ(p.fig().reserved_bytes, 20 * MiB);
+}
+
+TEST(CachingPool, SynchronizesOnlyWhenMemoryIsShort) {
+  Pool p(30 * MiB);
+  p.sim.set_events_complete_at_once(false);
+  void* a = p.alloc(20 * MiB);
+  p.pool.deallocate(a, nullptr, false);
+  // 20 MiB freed and still in use cannot serve 24 MiB, and only 10 MiB are left: one sync, the
+  // empty segment goes back, and the request gets a segment of its own.
+  EXPECT_NE(p.alloc(24 * MiB), nullptr);
   EXPECT_EQ(p.sim.counters().synchronizes, 1u);
   EXPECT_EQ(p.fig().reuse_syncs, 1u);
-  EXPECT_EQ(p.fig().reserved_bytes, 20 * MiB);
+  EXPECT_EQ(p.fig().reserved_bytes, 24 * MiB);
 }
 
 TEST(CachingPool, StreamOrderedFreeIsReusableAtOnceOnTheSameStream) {
@@ -241,7 +272,9 @@ TEST(CachingPool, NeverSynchronizesOrQueriesDuringCapture) {
   EXPECT_EQ(p.sim.counters().synchronizes, 0u);
   p.sim.set_capturing(false);
   EXPECT_EQ(p.alloc(30 * MiB), a);
-  EXPECT_EQ(p.sim.counters().synchronizes, 1u);
+  // After the capture: the freed block's fence is waited for (the work before it), not the device.
+  EXPECT_EQ(p.sim.counters().fence_waits, 1u);
+  EXPECT_EQ(p.sim.counters().synchronizes, 0u);
 }
 
 TEST(CachingPool, OutOfMemoryReleasesCachedSegmentsAndRetriesOnce) {

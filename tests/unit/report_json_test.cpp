@@ -165,7 +165,7 @@ TEST(ReportJson, ParsesBackWithExactValues) {
                         "      doc['wall_time_s'], list(d['pool'].keys()) == ['requested_bytes',\n"
                         "      'peak_requested_bytes', 'reserved_bytes', 'peak_reserved_bytes', 'cached_free_bytes',\n"
                         "      'quarantined_bytes', 'largest_free_block', 'segment_allocs', 'segment_frees',\n"
-                        "      'alloc_retries', 'ooms', 'reuse_syncs', 'map_calls', 'unmap_calls', 'mapped_bytes'],\n"
+                        "      'alloc_retries', 'ooms', 'reuse_syncs', 'reuse_waits', 'map_calls', 'unmap_calls', 'mapped_bytes'],\n"
                         "      list(f[0].keys()))\n"
                         "o = doc['ooms'][0]; t = doc['timeline']\n"
                         "print(o['t_s'], o['device'], o['requested'], o['limit'], o['advice'], o['frames'][0]['function'],\n"

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <map>
@@ -271,44 +272,54 @@ TEST(VmmPool, PhysicalMemoryComesInChunksOrInRunsWhenConfigured) {
 // Sizes that exercise each part: the arena (whole chunks), the medium and the small classes.
 const std::vector<uint64_t> kClassSizes = {12 * MiB, 3 * MiB, 4096};
 
-TEST(VmmPool, FreedMemoryIsNotReusedBeforeASynchronization) {
+TEST(VmmPool, FreedMemoryIsNotReusedBeforeItsFenceCompletes) {
   for (uint64_t n : kClassSizes) {
-    VmmPoolOptions o;
-    o.quarantine_share = 0;  // the caching policy's rule alone: wait for 64 MiB
-    Vmm v(4 * GiB, o);
+    Vmm v;
+    v.sim.set_events_complete_at_once(false);  // the device is still busy with earlier work
     void* a = v.alloc(n);
     ASSERT_EQ(v.free(a), CUDA_SUCCESS);
-    void* b = v.alloc(n);
-    EXPECT_NE(a, b) << n << ": a cudaFree'd block was handed out again with no synchronization";
-    EXPECT_EQ(v.sim.counters().synchronizes, 0u);
-    EXPECT_GE(v.fig().quarantined_bytes, n);
+    // The block comes back only once its fence completed: here, where the device does not catch
+    // up by itself, after the pool waited for that fence (not the device) rather than grow.
+    bool reused = false;
+    const int tries = static_cast<int>(std::min<uint64_t>(1024, 2 * GiB / n));
+    for (int i = 0; i < tries && !reused; ++i) {
+      const uint64_t waits = v.sim.counters().fence_waits;
+      reused = v.alloc(n) == a;
+      if (reused) {
+        EXPECT_GT(v.sim.counters().fence_waits, waits) << n << ": reused before its fence completed";
+      }
+    }
+    EXPECT_TRUE(reused) << n;
+    EXPECT_GE(v.fig().reuse_waits, 1u);
+    EXPECT_EQ(v.sim.counters().synchronizes, 0u) << n << ": without synchronizing the device";
+    EXPECT_EQ(v.pool.check_invariants(), "");
   }
 }
 
-TEST(VmmPool, QuarantineIsReleasedByOneSynchronizationOnceLarge) {
-  VmmPoolOptions o;
-  o.quarantine_bytes = 40 * MiB;
-  o.quarantine_share = 0;
-  Vmm v(4 * GiB, o);
+TEST(VmmPool, FreedMemoryIsReusedWithoutSynchronizationOnceIdle) {
+  Vmm v;
   std::vector<void*> blocks;
   for (int i = 0; i < 10; ++i) blocks.push_back(v.alloc(10 * MiB));
   for (int i = 0; i < 4; ++i) v.free(blocks[i]);
   EXPECT_EQ(v.fig().quarantined_bytes, 40 * MiB);
   void* c = v.alloc(40 * MiB);
-  EXPECT_EQ(c, blocks[0]) << "one sync, then the four merged blocks serve it";
-  EXPECT_EQ(v.sim.counters().synchronizes, 1u);
-  EXPECT_EQ(v.fig().reuse_syncs, 1u);
+  EXPECT_EQ(c, blocks[0]) << "the fence completed: the four merged blocks serve it";
+  EXPECT_EQ(v.sim.counters().synchronizes, 0u);
+  EXPECT_EQ(v.fig().reuse_syncs, 0u);
   EXPECT_EQ(v.fig().reserved_bytes, 100 * MiB);
 }
 
-TEST(VmmPool, QuarantineIsSynchronizedBeforeGrowingWhenItIsLargeNextToThePool) {
-  // GPUSHIM_QUARANTINE (64 MiB) would let a 40 MiB pool double; the share rule (1/32) does not.
-  Vmm v;
-  void* a = v.alloc(40 * MiB);
-  v.free(a);
-  EXPECT_EQ(v.alloc(40 * MiB), a);
+TEST(VmmPool, SynchronizesOnlyWhenMemoryIsShort) {
+  Vmm v(4 * GiB, {}, /*limit=*/60 * MiB);
+  v.sim.set_events_complete_at_once(false);
+  void* a = v.alloc(40 * MiB, stream(0x100), true);
+  v.free(a, stream(0x100), true);
+  // 40 MiB freed on a stream whose work is still queued; 50 MiB asked elsewhere, 20 MiB left under
+  // the cap: only a sync makes that memory idle, then the pool stitches it into the new block.
+  EXPECT_NE(v.alloc(50 * MiB), nullptr);
   EXPECT_EQ(v.sim.counters().synchronizes, 1u);
-  EXPECT_EQ(v.fig().reserved_bytes, 40 * MiB);
+  EXPECT_EQ(v.fig().reuse_syncs, 1u);
+  EXPECT_LE(v.fig().reserved_bytes, 60 * MiB);
 }
 
 TEST(VmmPool, StreamOrderedFreeIsReusableAtOnceOnTheSameStream) {
@@ -386,7 +397,7 @@ TEST(VmmPool, NeverSynchronizesQueriesOrUnmapsDuringCapture) {
   EXPECT_EQ(v.sim.counters().unmaps, 0u);
   v.sim.set_capturing(false);
   EXPECT_NE(v.alloc(40 * MiB), nullptr);
-  EXPECT_GE(v.sim.counters().synchronizes, 1u);
+  EXPECT_GE(v.sim.counters().synchronizes + v.sim.counters().fence_waits, 1u);
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 
@@ -394,19 +405,18 @@ TEST(VmmPool, NeverSynchronizesQueriesOrUnmapsDuringCapture) {
 
 TEST(VmmPool, FitsInTotalFreeMemoryUnderTheCapWithoutAContiguousRange) {
   VmmPoolOptions o;
-  o.quarantine_bytes = GiB;  // keep the cudaFree'd blocks quarantined until memory is short
-  o.quarantine_share = 0;
   Vmm v(4 * GiB, o, /*limit=*/200 * MiB);
+  v.sim.set_events_complete_at_once(false);  // the cudaFree'd blocks stay busy: the device lags
   std::vector<void*> blocks;
   for (int i = 0; i < 10; ++i) blocks.push_back(v.alloc(20 * MiB));
-  for (int i = 0; i < 10; i += 2) v.free(blocks[i]);  // plain cudaFree: quarantined
+  for (int i = 0; i < 10; i += 2) v.free(blocks[i]);  // plain cudaFree: waiting for their fence
   void* big = v.alloc(100 * MiB);
-  ASSERT_NE(big, nullptr) << "fits in the freed memory once it is synchronized and remapped";
+  ASSERT_NE(big, nullptr) << "fits in the freed memory once its fences are waited for and it is remapped";
   const PoolFigures f = v.fig();
-  EXPECT_EQ(f.alloc_retries, 1u);
   EXPECT_EQ(f.ooms, 0u);
   EXPECT_EQ(v.budget.held(), 200 * MiB);
-  EXPECT_EQ(v.sim.counters().synchronizes, 1u) << "one synchronization on the retry path";
+  EXPECT_GE(f.reuse_waits, 1u);
+  EXPECT_EQ(v.sim.counters().synchronizes, 0u) << "the work before the frees, not the device";
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 
@@ -572,8 +582,6 @@ TEST(VmmPool, SteadyStateLoopDoesNotMapAgain) {
     uint64_t warm_reserved = 0;
     for (int it = 0; it < 1000; ++it) {
       loop_iteration(v, kLoopSizes, plain);
-      // All cudaFree: the small pool's quarantine (16 MiB) fills first, one 2 MiB segment every
-      // ten iterations, then one sync per iteration keeps it level.
       if (it == 99) {
         warm = v.sim.counters();
         warm_reserved = v.fig().peak_reserved_bytes;
@@ -586,11 +594,12 @@ TEST(VmmPool, SteadyStateLoopDoesNotMapAgain) {
                 (unsigned long long)warm.unmaps, (unsigned long long)c.maps, (unsigned long long)c.unmaps,
                 (unsigned long long)c.synchronizes, v.fig().peak_reserved_bytes / double(MiB));
     EXPECT_EQ(c.maps, warm.maps) << "mode " << mode << ": map calls do not grow with iterations";
+    EXPECT_EQ(c.synchronizes, 0u) << "mode " << mode << ": reuse never waits for the device";
     EXPECT_EQ(c.unmaps, warm.unmaps) << "mode " << mode;
     EXPECT_EQ(c.physical_creates, warm.physical_creates) << "mode " << mode;
     EXPECT_EQ(v.fig().peak_reserved_bytes, warm_reserved) << "mode " << mode;
-    // 129 chunks for the loop's blocks, up to 8 small segments for the small pool's quarantine,
-    // and a few remaps while the first syncs settle the layout.
+    // 129 chunks for the loop's blocks, a few small segments for blocks waiting for a fence, and
+    // a few remaps while the layout settles.
     EXPECT_LE(warm.maps, 150u) << "mode " << mode << ": about one map per chunk the loop needs, no churn";
     EXPECT_EQ(v.pool.check_invariants(), "");
   }
@@ -681,7 +690,9 @@ TEST(VmmPool, LoopWithRandomFreeKindsSettlesWithinWhatCachingHolds) {
   }
   std::printf("random free kinds: %.2f maps per iteration after warm-up; peak held vmm %.0f MiB, caching %.0f MiB\n",
               late_maps / 700.0, peak[0] / double(MiB), peak[1] / double(MiB));
-  EXPECT_LE(peak[0], peak[1]);
+  // Caching reuses a freed block as soon as its fence completes, so on this loop it holds about
+  // what vmm does (258 vs 264 MiB): vmm may hold up to 3% more, no further.
+  EXPECT_LE(peak[0], peak[1] + peak[1] / 32);
   EXPECT_LT(late_maps, 700u) << "less than one map call per iteration once settled";
 }
 

@@ -1,6 +1,7 @@
-// Randomized stress of safe reuse with data integrity: many threads, many streams, slow "kernels"
-// (delayed fills) still writing into memory that was just freed, and random sizes from 1 B to
-// 256 MiB. Any pool that hands memory out again before earlier work finished gets caught: the
+// Randomized stress of safe reuse with data integrity: many threads, every kind of stream
+// (non-blocking, blocking, the legacy default stream, the per-thread default stream, and streams
+// destroyed while their work still runs), slow "kernels" (delayed fills) still writing into memory
+// that was just freed, and random sizes from 1 B to 256 MiB. Any pool that hands memory out again before earlier work finished gets caught: the
 // late fill overwrites the new owner's data. At every checkpoint all threads stop, and the program
 // checks that no two live blocks overlap and that the shim's live count and requested bytes equal
 // exactly what the program holds.
@@ -110,20 +111,31 @@ int main(int argc, char** argv) {
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       std::mt19937_64 rng(seed * 7919 + t);
-      cudaStream_t s1, s2;
+      cudaStream_t s1, s2, blocking;
       CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
       CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+      CHECK(cudaStreamCreate(&blocking));
+      // Where a plain cudaFree's pending work may run. The reuse below is on s2, non-blocking, so
+      // nothing but the pool orders it after that work.
+      const cudaStream_t fill_streams[] = {s1, blocking, nullptr /* legacy */, cudaStreamPerThread};
       std::vector<Held>& mine = held[t];
       for (int i = 0; i < iterations; ++i) {
-        const size_t n = random_size(rng);
+        size_t n = random_size(rng);
+        // Half of the plain frees below use a block that is a pool segment of its own (over 10 MiB):
+        // the very next request of its size finds nothing free and asks the pool's reuse rules at
+        // once, while the slow fill still writes the block. Reuse that came too early shows.
+        const bool own_segment = rng() % 2;
+        const size_t large = (12u << 20) + rng() % (52u << 20);
         const unsigned delay = 20 + rng() % 400;
         const unsigned char tag = static_cast<unsigned char>(1 + rng() % 0x7f);
         void* p = nullptr;
         void* q = nullptr;
-        switch (rng() % 4) {
+        switch (rng() % 5) {
           case 0:  // cudaFree while a slow kernel still writes the block; reuse must wait
+            if (own_segment) n = large;
             CHECK(cudaMalloc(&p, n));
-            CHECK(testsupport::delayed_fill(p, kStale, n, delay, s1));
+            // Slower than the ops that follow: the pool meets this block again while it is written.
+            CHECK(testsupport::delayed_fill(p, kStale, n, 10 * delay, fill_streams[rng() % 4]));
             CHECK(cudaFree(p));
             CHECK(cudaMalloc(&q, n));
             CHECK(cudaMemsetAsync(q, tag, n, s2));
@@ -145,6 +157,19 @@ int main(int argc, char** argv) {
             CHECK(cudaMemsetAsync(q, tag, n, s1));
             CHECK(cudaStreamSynchronize(s1));
             break;
+          case 3: {  // the stream that still writes the block is destroyed before the free
+            if (own_segment) n = large;
+            cudaStream_t gone;
+            CHECK(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking));
+            CHECK(cudaMalloc(&p, n));
+            CHECK(testsupport::delayed_fill(p, kStale, n, 10 * delay, gone));
+            CHECK(cudaStreamDestroy(gone));  // returns at once; the fill still runs
+            CHECK(cudaFree(p));
+            CHECK(cudaMalloc(&q, n));
+            CHECK(cudaMemsetAsync(q, tag, n, s2));
+            CHECK(cudaStreamSynchronize(s2));
+            break;
+          }
           default:  // release a held block after checking it
             if (!mine.empty()) {
               const size_t k = rng() % mine.size();
@@ -181,6 +206,7 @@ int main(int argc, char** argv) {
       mine.clear();
       CHECK(cudaStreamDestroy(s1));
       CHECK(cudaStreamDestroy(s2));
+      CHECK(cudaStreamDestroy(blocking));
     });
   }
   for (auto& th : pool) th.join();

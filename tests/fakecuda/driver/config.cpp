@@ -144,6 +144,13 @@ Config LoadConfig(EnvLookup lookup, std::string* err) {
       complain("FAKECUDA_CONTEXT_MEM", v, "expected a size such as 300MiB; using 0");
     }
   }
+  if (const char* v = lookup("FAKECUDA_BROKEN_EVENTS")) {
+    if (std::string_view(v) == "1") {
+      cfg.broken_events = true;
+    } else if (std::string_view(v) != "0") {
+      complain("FAKECUDA_BROKEN_EVENTS", v, "expected 0 or 1; using 0");
+    }
+  }
   return cfg;
 }
 

@@ -23,6 +23,10 @@ struct Config {
   std::set<std::uint64_t> fail_alloc;
   // FAKECUDA_CONTEXT_MEM: bytes charged to a device when its primary context becomes active.
   std::size_t context_mem = 0;
+  // FAKECUDA_BROKEN_EVENTS=1: cuEventQuery reports every event complete at once, as a device
+  // whose events do not wait for earlier work would. Only to prove that the reuse-integrity
+  // stress catches a pool that trusts a wrong answer (tests/e2e/test_caching.py).
+  bool broken_events = false;
 };
 
 inline constexpr int kMaxDevices = 64;

@@ -1,0 +1,259 @@
+// When a freed block may be handed out again: the one statement of CUDA's reuse rules, shared by
+// every pool (CachingPool, VmmArena), in the spirit of RMM's stream_ordered_memory_resource.
+//
+//   - cudaFreeAsync (stream-ordered): reusable at once by a stream-ordered request on the same
+//     stream; anywhere else once an event recorded after the free has completed. The event is
+//     recorded on first need, not at the free: most reuse is on the same stream and never needs
+//     one, and recording later only waits for more work, never less.
+//   - cudaFree (plain): real cudaFree synchronizes the device, so work issued before the free on
+//     any stream may still use the block. Freed blocks gather into an epoch; when the epoch closes,
+//     one device fence (an event on every stream in use, Backend::record_device_fence) is recorded
+//     for all of them, and they become reusable once it has completed, as seen by a query that never
+//     waits. An epoch closes when it holds `epoch_bytes`, or when a pool finds no free block that
+//     fits (collect()). Fences complete in the order they were recorded (each stream runs in
+//     order), so only the oldest open question is ever asked.
+//   - When the device lags behind the host and freed memory still in use could serve a request,
+//     a pool waits for the oldest epoch's fence (the work before those frees, not the whole
+//     device) rather than grow: memory stays bounded by what the program holds. Counted (waits).
+//   - The device is synchronized only when memory is really short (a pool's out-of-memory retry,
+//     or an explicit release of cached memory), and every such synchronization is counted.
+//   - While a graph is being captured nothing is synchronized, recorded or queried: a pool grows.
+//
+// Blocks are the pool's: a Block has `CUstream stream` (null: ready for anyone) and
+// `ReuseEvent* event`. Blocks waiting for a fence are held here, in epochs, until released back to
+// the pool. Not thread-safe: used under the owning pool's lock.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "policy/backend.h"
+#include "policy/device_memory_resource.h"
+
+namespace gpushim {
+
+// An event shared by the pieces of one stream-ordered free (a split keeps the parts together).
+struct ReuseEvent {
+  uint64_t handle = 0;
+  uint32_t refs = 1;
+};
+
+// The legacy default stream has two spellings. The per-thread default stream handle names a
+// different stream in every thread, so two uses of it are never "the same stream".
+inline CUstream normalize_stream(CUstream s) { return s == nullptr ? CU_STREAM_LEGACY : s; }
+inline bool same_stream(CUstream a, CUstream b) { return a == b && a != CU_STREAM_PER_THREAD; }
+
+template <typename Block>
+class ReuseRules {
+ public:
+  ReuseRules(Backend& backend, uint64_t epoch_bytes) : backend_(backend), epoch_bytes_(epoch_bytes) {}
+  ~ReuseRules() {
+    for (Epoch& e : sealed_)
+      if (e.fence != 0) backend_.release_fence(e.fence);
+  }
+  ReuseRules(const ReuseRules&) = delete;
+  ReuseRules& operator=(const ReuseRules&) = delete;
+
+  // ---- stream-ordered frees ----
+  void freed_on_stream(Block* b, CUstream stream) {
+    drop_event(b);
+    b->stream = normalize_stream(stream);
+  }
+  // May `b` (free) serve `req` now?
+  bool usable(Block* b, const AllocRequest& req) {
+    if (b->stream == nullptr) return true;
+    if (req.stream_ordered && same_stream(b->stream, normalize_stream(req.stream))) return true;
+    return idle(b);
+  }
+  // Has all work queued before `b`'s free completed? Then `b` becomes ready for anyone.
+  bool idle(Block* b) {
+    if (b->stream == nullptr) return true;
+    if (backend_.capture_active()) return false;
+    if (b->event == nullptr) {
+      const uint64_t e = backend_.record_event(b->stream);
+      if (e == 0) return false;
+      b->event = new ReuseEvent{e, 1};
+    }
+    if (!backend_.event_done(b->event->handle)) return false;
+    clear(b);
+    return true;
+  }
+  // `to` was split from `from`: freed together, so reusable under the same terms.
+  void share(const Block* from, Block* to) {
+    to->stream = from->stream;
+    to->event = from->event;
+    if (to->event) ++to->event->refs;
+  }
+  // May free neighbours `a` and `b` become one block? Only when reusing the merged block is as
+  // safe as reusing either: both ready for anyone, or both freed on the same stream.
+  static bool mergeable(const Block* a, const Block* b) {
+    if (a->stream == nullptr && b->stream == nullptr) return true;
+    return a->stream && b->stream && same_stream(a->stream, b->stream);
+  }
+  // mergeable(), after asking (without waiting) whether a tagged one is idle by now: a block freed
+  // on a stream next to one ready for anyone merges once its stream has finished with it.
+  bool mergeable_now(Block* a, Block* b) {
+    if (mergeable(a, b)) return true;
+    if (a->stream != nullptr && !idle(a)) return false;
+    if (b->stream != nullptr && !idle(b)) return false;
+    return mergeable(a, b);
+  }
+  // `gone` is being merged into `keep` (mergeable): the merged block waits for the later of the
+  // two frees, which neither event may stand for, so both are dropped (recorded again on need).
+  void absorb(Block* keep, Block* gone) {
+    clear(gone);
+    drop_event(keep);
+  }
+  void clear(Block* b) {
+    drop_event(b);
+    b->stream = nullptr;
+  }
+
+  // ---- plain frees ----
+  // `b` was freed with cudaFree (or during a capture): it waits for its epoch's fence.
+  void hold(Block* b) {
+    open_.blocks.push_back(b);
+    open_.bytes += b->size;
+    waiting_bytes_ += b->size;
+    ++waiting_blocks_;
+    if (open_.bytes >= epoch_bytes_) seal();
+  }
+  // Without waiting: closes the open epoch, and hands every block whose fence has completed to
+  // `release(std::vector<Block*>&)` (the blocks of one epoch at a time, oldest first). True if
+  // anything was released.
+  template <typename Release>
+  bool collect(Release&& release) {
+    if (backend_.capture_active()) return false;
+    seal();
+    return poll(release);
+  }
+  // collect() without closing the open epoch: cheap enough for every allocation (nothing at all
+  // while no closed epoch waits; else one query, of the oldest fence).
+  template <typename Release>
+  bool poll_closed(Release&& release) {
+    if (sealed_.empty() || backend_.capture_active()) return false;
+    return poll(release);
+  }
+  bool has_closed_epochs() const { return !sealed_.empty(); }
+  // Blocks until the oldest epoch's fence completes (closing the open epoch first if it is the
+  // only one), then releases what completed. False if nothing could be waited for.
+  template <typename Release>
+  bool wait_oldest(Release&& release) {
+    if (backend_.capture_active()) return false;
+    if (sealed_.empty()) seal();
+    if (sealed_.empty() || sealed_.front().fence == 0) return false;
+    if (!backend_.wait_fence(sealed_.front().fence)) return false;
+    ++waits_;
+    return poll(release);
+  }
+  template <typename Release>
+  bool poll(Release&& release) {
+    bool any = false;
+    while (!sealed_.empty()) {
+      Epoch& e = sealed_.front();
+      if (e.fence == 0 || !backend_.fence_done(e.fence)) break;
+      backend_.release_fence(e.fence);
+      Epoch done = std::move(e);
+      sealed_.pop_front();
+      waiting_bytes_ -= done.bytes;
+      waiting_blocks_ -= done.blocks.size();
+      release(done.blocks);
+      any = true;
+      recycle(std::move(done.blocks));
+    }
+    return any;
+  }
+  // Synchronizes the device (counted) and hands every waiting block to `release`; the caller
+  // then knows that every stream-ordered free so far is idle too. False during capture or if the
+  // driver refused.
+  template <typename Release>
+  bool synchronize(Release&& release) {
+    if (backend_.capture_active()) return false;
+    if (backend_.synchronize() != CUDA_SUCCESS) return false;
+    ++syncs_;
+    settled_after_sync(release);
+    return true;
+  }
+  // The device was synchronized by someone else: everything waiting is idle.
+  template <typename Release>
+  void settled_after_sync(Release&& release) {
+    std::vector<Block*> all = spare_storage();
+    for (Epoch& e : sealed_) {
+      if (e.fence != 0) backend_.release_fence(e.fence);
+      all.insert(all.end(), e.blocks.begin(), e.blocks.end());
+      recycle(std::move(e.blocks));
+    }
+    sealed_.clear();
+    all.insert(all.end(), open_.blocks.begin(), open_.blocks.end());
+    open_.blocks.clear();
+    open_.bytes = 0;
+    waiting_bytes_ = 0;
+    waiting_blocks_ = 0;
+    release(all);
+    recycle(std::move(all));
+  }
+  template <typename Fn>
+  void for_each_waiting(Fn&& fn) const {
+    for (const Epoch& e : sealed_)
+      for (Block* b : e.blocks) fn(b);
+    for (Block* b : open_.blocks) fn(b);
+  }
+
+  uint64_t waiting_bytes() const { return waiting_bytes_; }
+  uint64_t waiting_blocks() const { return waiting_blocks_; }
+  size_t waiting_capacity() const {  // host memory of the epochs' lists, for the report
+    size_t n = open_.blocks.capacity();
+    for (const Epoch& e : sealed_) n += e.blocks.capacity();
+    return n;
+  }
+  uint64_t syncs() const { return syncs_; }
+  uint64_t waits() const { return waits_; }
+  uint64_t fences() const { return fences_; }
+
+ private:
+  struct Epoch {
+    std::vector<Block*> blocks;
+    uint64_t bytes = 0;
+    uint64_t fence = 0;  // 0: none could be recorded; only a synchronization releases it
+  };
+
+  void seal() {
+    if (open_.blocks.empty() || backend_.capture_active()) return;
+    open_.fence = backend_.record_device_fence();
+    ++fences_;
+    sealed_.push_back(std::move(open_));
+    open_ = Epoch{};
+    open_.blocks = spare_storage();
+  }
+  void drop_event(Block* b) {
+    if (b->event && --b->event->refs == 0) {
+      backend_.release_event(b->event->handle);
+      delete b->event;
+    }
+    b->event = nullptr;
+  }
+  // Epoch lists are reused: a steady loop fills the same number of them over and over.
+  std::vector<Block*> spare_storage() {
+    if (spare_.empty()) return {};
+    std::vector<Block*> v = std::move(spare_.back());
+    spare_.pop_back();
+    return v;
+  }
+  void recycle(std::vector<Block*>&& v) {
+    v.clear();
+    if (spare_.size() < 4 && v.capacity() > 0) spare_.push_back(std::move(v));
+  }
+
+  Backend& backend_;
+  const uint64_t epoch_bytes_;
+  Epoch open_;
+  std::deque<Epoch> sealed_;
+  std::vector<std::vector<Block*>> spare_;
+  uint64_t waiting_bytes_ = 0, waiting_blocks_ = 0, syncs_ = 0, fences_ = 0, waits_ = 0;
+};
+
+}  // namespace gpushim

@@ -16,6 +16,7 @@
 #include "cuda/real_symbols.h"
 #include "policy/limited_backend.h"
 #include "policy/policy_factory.h"
+#include "python/interpreter_shutdown.h"
 #include "report/oom_advice.h"
 #include "report/output_file.h"
 #include "report/report_writer.h"
@@ -83,6 +84,10 @@ void exit_handler() {
   if (Shim* s = Shim::existing()) s->write_exit_report();
 }
 
+void interpreter_shutdown_begins() {
+  if (Shim* s = Shim::existing()) s->on_interpreter_shutdown();
+}
+
 }  // namespace
 
 Shim* Shim::existing() { return g_instance.load(std::memory_order_acquire); }
@@ -119,6 +124,7 @@ Shim* Shim::slow_init() {
   g_state.store(kReady, std::memory_order_release);
   ready_.store(shim, std::memory_order_release);
   shim->start_live_outputs();
+  arm_interpreter_shutdown_hook(&interpreter_shutdown_begins);  // Python programs only
   t_initializing = false;
   return shim;
 }
@@ -461,6 +467,26 @@ ReportData Shim::build_report(const char* reason) {
   r.wall_time_s = static_cast<double>(wall_ns()) / 1e9;
   r.duration_s = static_cast<double>(now_ns() - start_ns_) / 1e9;
   r.stack_depth = static_cast<int>(config_.stack_depth);
+  // After the interpreter began its teardown, the program's figures are those of that moment.
+  const Teardown* teardown = teardown_.load(std::memory_order_acquire);
+  std::vector<std::pair<SiteKey, SiteTotals>> live = sites();
+  absl::flat_hash_map<SiteKey, SiteTotals> shutdown_freed;
+  if (teardown) {
+    r.teardown.observed = true;
+    r.teardown.began_s = static_cast<double>(teardown->t_ns) / 1e9;
+    absl::flat_hash_map<SiteKey, SiteTotals> after;
+    for (const auto& [key, totals] : live) after.emplace(key, totals);
+    for (const auto& [key, then] : teardown->sites) {
+      const SiteTotals now = after.contains(key) ? after[key] : SiteTotals{};
+      if (then.bytes <= now.bytes && then.count <= now.count) continue;
+      SiteTotals& f = shutdown_freed[key];
+      f.bytes = then.bytes > now.bytes ? then.bytes - now.bytes : 0;
+      f.count = then.count > now.count ? then.count - now.count : 0;
+      r.teardown.freed_bytes += f.bytes;
+      r.teardown.freed_count += f.count;
+    }
+    live = teardown->sites;
+  }
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (!d) continue;
@@ -469,6 +495,10 @@ ReportData Shim::build_report(const char* reason) {
     dr.device = d->ordinal;
     dr.live_bytes = c.live_bytes;
     dr.live_count = c.live_count;
+    if (teardown && static_cast<size_t>(d->ordinal) < teardown->devices.size()) {
+      dr.live_bytes = teardown->devices[d->ordinal].live_bytes;
+      dr.live_count = teardown->devices[d->ordinal].live_count;
+    }
     dr.peak_allocated_bytes = c.peak_bytes;
     dr.peak_allocated_at_s = c.peak_time_ns > start_ns_ ? static_cast<double>(c.peak_time_ns - start_ns_) / 1e9 : 0;
     dr.total_allocs = c.total_allocs;
@@ -496,8 +526,10 @@ ReportData Shim::build_report(const char* reason) {
   r.python = capturer_.python_status();
   std::vector<uint64_t> words;
   absl::flat_hash_map<std::string, size_t> by_frames;
-  for (const auto& [key, totals] : sites()) {
+  for (const auto& [key, totals] : live) {
     stacks_.frames(key.stack, &words);
+    const auto freed = shutdown_freed.find(key);
+    const SiteTotals gone = freed == shutdown_freed.end() ? SiteTotals{} : freed->second;
     std::vector<FrameInfo> frames;
     std::string identity = std::to_string(key.device) + "|" + memory_kind_name(key.kind);
     for (uint64_t w : words) {
@@ -511,6 +543,8 @@ ReportData Shim::build_report(const char* reason) {
       SiteReport& s = r.sites[it->second];
       s.live_bytes += totals.bytes;
       s.live_count += totals.count;
+      s.shutdown_freed_bytes += gone.bytes;
+      s.shutdown_freed_count += gone.count;
       s.stack_id = std::min(s.stack_id, key.stack);
       continue;
     }
@@ -520,6 +554,8 @@ ReportData Shim::build_report(const char* reason) {
     s.live_bytes = totals.bytes;
     s.live_count = totals.count;
     s.stack_id = key.stack;
+    s.shutdown_freed_bytes = gone.bytes;
+    s.shutdown_freed_count = gone.count;
     s.frames = std::move(frames);
     r.sites.push_back(std::move(s));
   }
@@ -527,7 +563,7 @@ ReportData Shim::build_report(const char* reason) {
     if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
     return a.stack_id < b.stack_id;
   });
-  add_growth(&r, sym);
+  add_growth(&r, sym, live, teardown ? teardown->t_ns : now_ns() - start_ns_);
   for (const Sample& s : timeline_.samples())
     r.timeline.push_back({static_cast<double>(s.t_ns) / 1e9, s.device, s.allocated, s.reserved});
   {
@@ -581,6 +617,22 @@ void Shim::write_exit_report() {
   if (config_.report_enabled)
     path = write_new_file(expand_path_template(config_.report_template, std::string(base_name(exe_)), pid_), report_to_json(report));
   if (config_.summary_sites > 0) write_summary(report, path, config_.summary_sites, stderr);
+}
+
+void Shim::on_interpreter_shutdown() {
+  if (forked_child_ || teardown_.load(std::memory_order_acquire) != nullptr) return;
+  const uint64_t t = now_ns() - start_ns_;
+  sample_sites(t);  // the last point of every growth series: the program's end
+  auto* td = new Teardown;
+  td->t_ns = t;
+  td->sites = sites();
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (!d) continue;
+    if (td->devices.size() <= static_cast<size_t>(d->ordinal)) td->devices.resize(d->ordinal + 1);
+    td->devices[d->ordinal] = d->counters.snapshot();
+  }
+  teardown_.store(td, std::memory_order_release);
 }
 
 void Shim::on_unload() {

@@ -123,6 +123,9 @@ class Shim {
   uint64_t host_bytes() const;
   // Called from the library destructor, after everything else.
   void on_unload();
+  // The Python interpreter begins its teardown (python/interpreter_shutdown.h): the exit report's
+  // live set, sites and growth are taken now; later frees still reach the pools as usual.
+  void on_interpreter_shutdown();
 
   // ---- live outputs: metrics file and snapshots (core/shim_live.cpp) ----
   // The figures of every device as the metrics file shows them; cheap (no symbolization).
@@ -237,7 +240,8 @@ class Shim {
   // Growth tracking (shim_growth.cpp): per-site totals at each sampling instant, and the report's
   // growth section from them.
   void sample_sites(uint64_t t_ns);
-  void add_growth(ReportData* r, Symbolizer& sym);
+  // `now`: the live sites at time `t_ns` (since start) that end every series.
+  void add_growth(ReportData* r, Symbolizer& sym, const std::vector<std::pair<SiteKey, SiteTotals>>& now, uint64_t t_ns);
   bool pool_contains(const void* ptr) const;
   // Live totals per site: the tracker's (forwarded allocations, and pooled ones of pools that keep
   // no records) with those of every pool that keeps its own.
@@ -316,6 +320,13 @@ class Shim {
   std::atomic<uint64_t> invalid_frees_{0};
   std::atomic<uint64_t> late_frees_{0};
   std::atomic<bool> reported_{false};
+  // What was live when the Python interpreter began its teardown; set once, never freed.
+  struct Teardown {
+    uint64_t t_ns = 0;  // since start
+    std::vector<std::pair<SiteKey, SiteTotals>> sites;
+    std::vector<CounterSnapshot> devices;  // indexed by ordinal; live_count 0 for absent devices
+  };
+  std::atomic<const Teardown*> teardown_{nullptr};
   TimeSeries timeline_;
   std::mutex ooms_mu_;
   std::vector<OomRecord> ooms_;

@@ -9,9 +9,14 @@
 
 namespace gpushim {
 
-void Shim::sample_sites(uint64_t t_ns) { site_history_.sample(t_ns, iterations_.count(), sites()); }
+void Shim::sample_sites(uint64_t t_ns) {
+  // Teardown frees what the program held: its drop must not read as the end of a leak.
+  if (teardown_.load(std::memory_order_acquire) != nullptr) return;
+  site_history_.sample(t_ns, iterations_.count(), sites());
+}
 
-void Shim::add_growth(ReportData* r, Symbolizer& sym) {
+void Shim::add_growth(ReportData* r, Symbolizer& sym, const std::vector<std::pair<SiteKey, SiteTotals>>& live,
+                      uint64_t t) {
   GrowthReport& g = r->growth;
   g.samples = site_history_.samples();
   g.iterations = iterations_.count();
@@ -20,8 +25,7 @@ void Shim::add_growth(ReportData* r, Symbolizer& sym) {
   // The present is the last point of every series, so that the verdict covers the run up to
   // this report; a series whose site has nothing live any more has returned to zero.
   absl::flat_hash_map<SiteKey, SiteTotals> now;
-  for (const auto& [key, totals] : sites()) now.emplace(key, totals);
-  const uint64_t t = now_ns() - start_ns_;
+  for (const auto& [key, totals] : live) now.emplace(key, totals);
   const uint64_t iteration = iterations_.count();
   std::vector<SiteSeries> series = site_history_.series();
   std::vector<std::vector<SitePoint>> points;

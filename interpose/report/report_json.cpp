@@ -253,6 +253,8 @@ void write_site_at(JsonOut& j, const SiteReport& site, const char* frame_indent)
   j.kv("live_bytes", site.live_bytes);
   j.kv("live_count", site.live_count);
   j.kv("stack_id", static_cast<uint64_t>(site.stack_id));
+  j.kv("freed_during_shutdown_bytes", site.shutdown_freed_bytes);
+  j.kv("freed_during_shutdown_count", site.shutdown_freed_count);
   write_frames(j, site.frames, frame_indent);
   j.end('}');
 }
@@ -328,6 +330,16 @@ void write_growth(JsonOut& j, const GrowthReport& g) {
   j.end('}');
 }
 
+void write_teardown(JsonOut& j, const TeardownReport& t) {
+  j.key("teardown");
+  j.begin('{');
+  j.kv_bool("observed", t.observed);
+  j.kv_dbl("began_s", t.began_s);
+  j.kv("freed_bytes", t.freed_bytes);
+  j.kv("freed_count", t.freed_count);
+  j.end('}');
+}
+
 // Writes `items` as an array with one element per line.
 template <typename T, typename Fn>
 void write_array(JsonOut& j, const char* name, const std::vector<T>& items, Fn fn) {
@@ -373,6 +385,8 @@ std::string report_to_json(const ReportData& r) {
   write_array(j, "ooms", r.ooms, write_oom);
   j.next_line("");
   write_growth(j, r.growth);
+  j.next_line("");
+  write_teardown(j, r.teardown);
   j.next_line("");
   write_array(j, "sites", r.sites, write_site);
   // Last: with GPUSHIM_SAMPLE_MS it can be the longest part, and the rest should come first.

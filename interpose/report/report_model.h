@@ -101,6 +101,19 @@ struct SiteReport {
   uint64_t live_count = 0;
   uint32_t stack_id = 0;
   std::vector<FrameInfo> frames;        // innermost first
+  // Of the live memory above, what Python's interpreter teardown freed (finalizers run by atexit
+  // callbacks and module teardown): still counted live, the program had not let go of it.
+  uint64_t shutdown_freed_bytes = 0;
+  uint64_t shutdown_freed_count = 0;
+};
+
+// When the process's Python interpreter began its teardown (interpose/python/interpreter_shutdown.h).
+// The exit report's live figures, sites and growth describe that moment.
+struct TeardownReport {
+  bool observed = false;                // false: no interpreter, or its teardown was not seen
+  double began_s = 0;                   // seconds since the shim started
+  uint64_t freed_bytes = 0;             // freed by the teardown, of what was live when it began
+  uint64_t freed_count = 0;
 };
 
 // One point of the allocated/reserved time series (GPUSHIM_SAMPLE_MS).
@@ -170,6 +183,7 @@ struct ReportData {
   std::vector<DeviceReport> devices;
   std::vector<OtherMemoryReport> other_memory;
   GrowthReport growth;
+  TeardownReport teardown;
   std::vector<SiteReport> sites;        // largest live bytes first
   std::vector<TimelineSample> timeline; // oldest first
   std::vector<OomReport> ooms;          // oldest first (at most the first 16)

@@ -197,6 +197,12 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
   if (r.invalid_frees != 0)
     append(&s, "gpushim: %s of pointers the shim did not hand out\n", plural(r.invalid_frees, "free").c_str());
 
+  if (r.teardown.observed && r.teardown.freed_count != 0)
+    append(&s,
+           "gpushim: figures as of %.2f s, when the Python interpreter began its teardown; the teardown then freed "
+           "%s in %s (object finalizers), still counted live below\n",
+           r.teardown.began_s, format_bytes(r.teardown.freed_bytes).c_str(),
+           plural(r.teardown.freed_count, "allocation").c_str());
   append_growth(&s, r.growth, max_sites);
   const size_t shown = r.sites.size() < max_sites ? r.sites.size() : max_sites;
   if (shown > 0) append(&s, "gpushim: top live allocation sites:\n");
@@ -208,6 +214,9 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
     else
       append(&s, "gpushim:   #%zu %s in %s (%s memory)\n", i + 1, format_bytes(site.live_bytes).c_str(),
              plural(site.live_count, "allocation").c_str(), printable(site.kind).c_str());
+    if (site.shutdown_freed_count != 0)
+      append(&s, "gpushim:       (%s of it freed during interpreter shutdown)\n",
+             format_bytes(site.shutdown_freed_bytes).c_str());
     append_stack(&s, site.frames);
   }
   if (r.sites.size() > shown) {

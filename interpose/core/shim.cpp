@@ -16,7 +16,9 @@
 #include "cuda/real_symbols.h"
 #include "policy/limited_backend.h"
 #include "policy/policy_factory.h"
+#include "live/termination_signals.h"
 #include "python/interpreter_shutdown.h"
+#include "report/exit_verdict.h"
 #include "report/oom_advice.h"
 #include "report/output_file.h"
 #include "report/report_writer.h"
@@ -84,6 +86,18 @@ void exit_handler() {
   if (Shim* s = Shim::existing()) s->write_exit_report();
 }
 
+// The status the program passed to exit(), for GPUSHIM_EXIT_CODE; -1 until exit().
+std::atomic<int> g_exit_status{-1};
+
+void exit_handler_with_status(int status, void*) {
+  g_exit_status.store(status, std::memory_order_relaxed);
+  exit_handler();
+}
+
+void termination_signal_report() {
+  if (Shim* s = Shim::existing()) s->finish_run();
+}
+
 void interpreter_shutdown_begins() {
   if (Shim* s = Shim::existing()) s->on_interpreter_shutdown();
 }
@@ -120,11 +134,18 @@ Shim* Shim::slow_init() {
   Shim* shim = new (g_storage) Shim(std::move(parsed.config), read_exe());
   g_instance.store(shim, std::memory_order_release);
   // Registered now, after the CUDA runtime loaded, so it runs before the runtime's own teardown.
+  // on_exit (glibc) also gives the exit status, which GPUSHIM_EXIT_CODE may replace.
+#if defined(__GLIBC__)
+  on_exit(exit_handler_with_status, nullptr);
+#else
   std::atexit(exit_handler);
+#endif
+  at_quick_exit(exit_handler);
   g_state.store(kReady, std::memory_order_release);
   ready_.store(shim, std::memory_order_release);
   shim->start_live_outputs();
   arm_interpreter_shutdown_hook(&interpreter_shutdown_begins);  // Python programs only
+  install_termination_report(&termination_signal_report);
   t_initializing = false;
   return shim;
 }
@@ -173,6 +194,7 @@ void Shim::fork_child() {
   s->live_.abandon_in_fork_child();  // its thread does not exist here
   if (s->trace_) s->trace_->disable_in_child();  // the parent's trace is the parent's to write
   s->forked_child_ = true;
+  restore_termination_signals();
   ready_.store(nullptr, std::memory_order_release);
   g_instance.store(nullptr, std::memory_order_release);
   g_state.store(kDetached, std::memory_order_release);
@@ -608,7 +630,10 @@ ReportData Shim::build_report(const char* reason) {
 }
 
 void Shim::write_exit_report() {
-  if (forked_child_ || reported_.exchange(true)) return;
+  if (forked_child_) return;
+  // exit() while a termination signal's report is being written waits for it: the file is whole.
+  std::lock_guard<std::mutex> lock(report_mu_);
+  if (reported_.exchange(true)) return;
   live_.stop();  // no snapshot or metrics update from here on
   if (!config_.report_enabled && config_.summary_sites == 0) return finish_live_outputs(nullptr);
   const ReportData report = build_report("exit");
@@ -617,6 +642,24 @@ void Shim::write_exit_report() {
   if (config_.report_enabled)
     path = write_new_file(expand_path_template(config_.report_template, std::string(base_name(exe_)), pid_), report_to_json(report));
   if (config_.summary_sites > 0) write_summary(report, path, config_.summary_sites, stderr);
+  if (config_.exit_code != 0) {
+    const std::string why = exit_verdict(report, config_.exit_leak_bytes);
+    if (!why.empty()) {
+      verdict_failed_.store(true, std::memory_order_relaxed);
+      log_line("run failed the GPUSHIM_EXIT_CODE checks: %s; exit status %d unless the program fails itself",
+               why.c_str(), config_.exit_code);
+    }
+  }
+}
+
+int Shim::exit_status(int status) const {
+  if (status != 0 || config_.exit_code == 0 || !verdict_failed_.load(std::memory_order_relaxed)) return status;
+  return config_.exit_code;
+}
+
+void Shim::finish_run() {
+  write_exit_report();
+  if (trace_ && !trace_finished_.exchange(true)) finish_trace();
 }
 
 void Shim::on_interpreter_shutdown() {
@@ -638,11 +681,19 @@ void Shim::on_interpreter_shutdown() {
 void Shim::on_unload() {
   write_exit_report();
   // After the report: frees made during teardown still go into the trace.
-  if (trace_) finish_trace();
+  if (trace_ && !trace_finished_.exchange(true)) finish_trace();
   const uint64_t late = late_frees_.load(std::memory_order_relaxed);
   if (late && !forked_child_)
     log_line("%llu frees arrived after the report was written (during teardown); accepted",
              static_cast<unsigned long long>(late));
+  // GPUSHIM_EXIT_CODE: the last library destructor but the C library's own (preloaded libraries
+  // are finalized last), so the program's atexit handlers and destructors have all run. Only
+  // stdio's final flush is left, done here.
+  const int status = g_exit_status.load(std::memory_order_relaxed);
+  if (status >= 0 && !forked_child_ && exit_status(status) != status) {
+    std::fflush(nullptr);
+    _exit(exit_status(status));
+  }
 }
 
 }  // namespace gpushim

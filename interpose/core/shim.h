@@ -123,6 +123,11 @@ class Shim {
   uint64_t host_bytes() const;
   // Called from the library destructor, after everything else.
   void on_unload();
+  // The run ends now (a termination signal): the exit report, and the end of the trace.
+  void finish_run();
+  // GPUSHIM_EXIT_CODE: the status that replaces `status` at exit (the program's own if it is not
+  // 0, or no verdict failed). Decided when the exit report was written.
+  int exit_status(int status) const;
   // The Python interpreter begins its teardown (python/interpreter_shutdown.h): the exit report's
   // live set, sites and growth are taken now; later frees still reach the pools as usual.
   void on_interpreter_shutdown();
@@ -320,6 +325,9 @@ class Shim {
   std::atomic<uint64_t> invalid_frees_{0};
   std::atomic<uint64_t> late_frees_{0};
   std::atomic<bool> reported_{false};
+  std::mutex report_mu_;  // a second exit path waits for the report the first is writing
+  std::atomic<bool> trace_finished_{false};
+  std::atomic<bool> verdict_failed_{false};  // GPUSHIM_EXIT_CODE's conditions held at exit
   // What was live when the Python interpreter began its teardown; set once, never freed.
   struct Teardown {
     uint64_t t_ns = 0;  // since start

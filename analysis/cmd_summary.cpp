@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <map>
 
+#include "stacks/frame_roles.h"
 #include "cli.h"
 #include "json.h"
 #include "offline_symbolizer.h"
@@ -41,13 +42,10 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// The user's own line first, then its callers (stacks/frame_roles.h); the JSON keeps every frame.
 std::vector<std::string> shown_frames(const std::vector<FrameInfo>& frames, size_t max) {
   std::vector<std::string> out;
-  for (const FrameInfo& f : frames) {
-    if (is_plumbing_frame(f)) continue;
-    if (out.size() == max) break;
-    out.push_back(describe_frame(f));
-  }
+  for (size_t i : frames_to_show(frames, max).indices) out.push_back(describe_frame(frames[i]));
   if (out.empty()) out.push_back(frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
   return out;
 }

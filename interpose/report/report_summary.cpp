@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "report/report_writer.h"
+#include "stacks/frame_roles.h"
 #include "util/paths.h"
 #include "util/units.h"
 
@@ -48,13 +49,6 @@ std::string printable(std::string_view v) {
   return r;
 }
 
-// Frames inside the shim or the CUDA runtime/driver say nothing about who allocated.
-bool is_plumbing(const FrameInfo& f) {
-  if (f.python) return false;
-  const std::string_view m = base_name(f.module);
-  return m.starts_with("libgpushim") || m.starts_with("libcudart") || m.starts_with("libcuda.so");
-}
-
 std::string plural(uint64_t n, const char* word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
@@ -88,21 +82,12 @@ void append_frame(std::string* s, const FrameInfo& f) {
   *s += line;
 }
 
-// The frames of one stack that say who allocated.
+// The frames of one stack that say who allocated: the user's own line first (stacks/frame_roles.h).
 void append_stack(std::string* s, const std::vector<FrameInfo>& frames) {
-  // A Python program is read in Python: when a stack with Python frames has more frames than
-  // the summary shows, it shows the Python ones (PyTorch puts dozens of dispatcher frames above
-  // them); the report keeps all.
-  size_t shown_frames = 0, python_frames = 0;
-  for (const FrameInfo& f : frames) shown_frames += !is_plumbing(f), python_frames += f.python;
-  const bool python_only = python_frames > 0 && shown_frames > kFramesShown;
-  size_t n = 0;
-  for (const FrameInfo& f : frames) {
-    if (is_plumbing(f) || (python_only && !f.python)) continue;
-    if (n++ == kFramesShown) break;
-    append_frame(s, f);
-  }
-  if (n == 0) append(s, "gpushim:       %s\n", frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
+  const ShownFrames shown = frames_to_show(frames, kFramesShown);
+  for (size_t i : shown.indices) append_frame(s, frames[i]);
+  if (shown.indices.empty())
+    append(s, "gpushim:       %s\n", frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
 }
 
 // Growth suspects come before what is merely live at exit: they are what a person should fix.

@@ -264,6 +264,7 @@ int cmd_summary(const std::vector<std::string>& args) {
   line("");
   line("Growth suspects");
   if (!run.growth_known) line("  (unknown: this " + run.source + " carries no growth information)");
+  else if (!run.growth_not_judged.empty()) line("  not judged: " + run.growth_not_judged);
   else if (run.growth.empty()) line("  none: no site's live memory rose steadily through the run");
   for (size_t i = 0; i < run.growth.size() && i < top; ++i) {
     const GrowthSuspect& g = run.growth[i];

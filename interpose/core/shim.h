@@ -15,6 +15,7 @@
 #include <string>
 
 #include "accounting/allocation_tracker.h"
+#include "accounting/checkpoint_schedule.h"
 #include "accounting/iteration_counter.h"
 #include "accounting/driver_usage.h"
 #include "accounting/memory_counters.h"
@@ -239,6 +240,9 @@ class Shim {
   void note_injected_failure(DeviceState* d, uint64_t requested, uint64_t number, const char* returned);
   void maybe_sample(uint64_t now) {
     timeline_.maybe_sample(now, [&](auto&& append) { take_samples(append); });
+    // Growth on logical time as well as on the clock (accounting/checkpoint_schedule.h).
+    if (event_checkpoints_.on_event() || iteration_checkpoints_.due(iterations_.count()))
+      sample_sites(now_ns() - start_ns_);  // `now` may be the coarse clock: a point needs the precise one
   }
   template <typename Append>
   void take_samples(Append&& append);
@@ -341,6 +345,8 @@ class Shim {
   bool forked_child_ = false;
   LiveOutputs live_;
   IterationCounter iterations_;
+  CheckpointSchedule event_checkpoints_;      // allocation calls and frees
+  CheckpointSchedule iteration_checkpoints_;  // iteration marks and GPUSHIM_ITERATION_SITE calls
   SiteHistory site_history_;
   StackCapturer capturer_;  // after stacks_ and iterations_, which it uses
   FaultInjector faults_;

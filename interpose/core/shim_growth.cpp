@@ -92,6 +92,18 @@ void Shim::add_growth(ReportData* r, Symbolizer& sym, const std::vector<std::pai
   std::stable_sort(g.suspects.begin(), g.suspects.end(), [](const GrowthSuspectReport& a, const GrowthSuspectReport& b) {
     return a.growth_bytes > b.growth_bytes;
   });
+  // Counted iterations are the program's own clock: fewer than the detector needs points is too
+  // little to call a site steady, whatever the checkpoints say. Without them, the checkpoints are.
+  const uint64_t needed = GrowthParams{}.min_samples;
+  const uint64_t seen = g.iterations ? g.iterations : g.samples;
+  const char* unit = g.iterations ? "iteration" : "checkpoint";
+  g.evidence = std::to_string(seen) + " " + unit + (seen == 1 ? "" : "s") + " seen, " + std::to_string(needed) + " needed";
+  if (seen < needed) {
+    g.verdict = "not judged";
+    g.suspects.clear();
+  } else {
+    g.verdict = g.suspects.empty() ? "none" : "suspects";
+  }
 }
 
 }  // namespace gpushim

@@ -166,6 +166,10 @@ struct GrowthReport {
   uint64_t iterations = 0;              // gpushim_mark_iteration() + GPUSHIM_ITERATION_SITE activations
   std::string iteration_source = "none";  // "none", "marks", "site", "marks+site"
   std::vector<GrowthSuspectReport> suspects;  // largest growth first
+  // "suspects", "none" (judged: nothing grew), or "not judged" (too little evidence: `evidence`
+  // says how much there was, e.g. "3 iterations seen, 8 needed"). Never "none" on thin evidence.
+  std::string verdict = "not judged";
+  std::string evidence;
 };
 
 struct ReportData {

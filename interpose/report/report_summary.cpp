@@ -93,6 +93,7 @@ void append_stack(std::string* s, const std::vector<FrameInfo>& frames) {
 // Growth suspects come before what is merely live at exit: they are what a person should fix.
 void append_growth(std::string* s, const GrowthReport& g, size_t max_sites) {
   const size_t shown = g.suspects.size() < max_sites ? g.suspects.size() : max_sites;
+  if (g.verdict == "not judged") append(s, "gpushim: growth: not judged, %s\n", printable(g.evidence).c_str());
   if (shown == 0) return;
   append(s, "gpushim: growth suspects (live memory that grew steadily; %s sampled%s%s):\n",
          plural(g.samples, "instant").c_str(), g.iterations ? ", " : "",

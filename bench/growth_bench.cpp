@@ -5,6 +5,7 @@
 
 #include "accounting/allocation_tracker.h"
 #include "accounting/checkpoint_schedule.h"
+#include "accounting/period_detector.h"
 #include "accounting/growth_detector.h"
 #include "accounting/site_history.h"
 
@@ -62,6 +63,25 @@ void BM_CheckpointsAmortized(benchmark::State& state) {
   state.counters["instants"] = static_cast<double>(instants);
 }
 BENCHMARK(BM_CheckpointsAmortized)->Arg(10)->Arg(100)->Arg(1000)->Unit(benchmark::kMillisecond);
+
+// The iteration detector's cost on every allocation (accounting/period_detector.h): the site into a
+// ring, one relaxed atomic add and a store.
+void BM_PeriodDetectorPerAllocation(benchmark::State& state) {
+  static PeriodDetector detector;
+  uint32_t site = 0;
+  for (auto _ : state) detector.on_allocation(++site % 37);
+}
+BENCHMARK(BM_PeriodDetectorPerAllocation)->Threads(1)->Threads(2);
+
+// Searching the full ring for the period when a report is written (a loop of `period` sites).
+void BM_PeriodDetectorAtReport(benchmark::State& state) {
+  PeriodDetector detector;
+  for (uint64_t i = 0; i < 3 * PeriodDetector::kRing; ++i) detector.on_allocation(static_cast<uint32_t>(i % state.range(0)));
+  DetectedPeriod found;
+  for (auto _ : state) benchmark::DoNotOptimize(found = detector.detect());
+  state.counters["period"] = static_cast<double>(found.period);
+}
+BENCHMARK(BM_PeriodDetectorAtReport)->Arg(2)->Arg(100)->Arg(1000)->Unit(benchmark::kMicrosecond);
 
 // The detector over a full history (2048 sites of 65 points, the most the shim keeps).
 void BM_DetectGrowth(benchmark::State& state) {

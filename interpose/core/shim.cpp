@@ -432,7 +432,11 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
 
 // ---- stacks ----
 
-StackId Shim::capture_stack() { return capturer_.capture(); }
+StackId Shim::capture_stack() {
+  const StackId id = capturer_.capture();
+  if (config_.stack_depth > 0) periods_.on_allocation(id);
+  return id;
+}
 
 void Shim::warn_invalid_free(const void* ptr, const char* what) {
   // Each warning symbolizes its stack (milliseconds); a program that frees badly in a loop must

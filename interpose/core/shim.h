@@ -16,6 +16,7 @@
 
 #include "accounting/allocation_tracker.h"
 #include "accounting/checkpoint_schedule.h"
+#include "accounting/period_detector.h"
 #include "accounting/iteration_counter.h"
 #include "accounting/driver_usage.h"
 #include "accounting/memory_counters.h"
@@ -345,6 +346,7 @@ class Shim {
   bool forked_child_ = false;
   LiveOutputs live_;
   IterationCounter iterations_;
+  PeriodDetector periods_;                    // the loop structure of unmarked programs
   CheckpointSchedule event_checkpoints_;      // allocation calls and frees
   CheckpointSchedule iteration_checkpoints_;  // iteration marks and GPUSHIM_ITERATION_SITE calls
   SiteHistory site_history_;

@@ -320,6 +320,7 @@ void write_growth(JsonOut& j, const GrowthReport& g) {
   j.kv("samples", g.samples);
   j.kv("iterations", g.iterations);
   j.kv("iteration_source", g.iteration_source);
+  j.kv("detected_period", g.detected_period);
   j.kv("verdict", g.verdict);
   j.kv("evidence", g.evidence);
   j.key("suspects");

@@ -164,7 +164,8 @@ struct GrowthSuspectReport {
 struct GrowthReport {
   uint64_t samples = 0;                 // instants at which every site's totals were sampled
   uint64_t iterations = 0;              // gpushim_mark_iteration() + GPUSHIM_ITERATION_SITE activations
-  std::string iteration_source = "none";  // "none", "marks", "site", "marks+site"
+  std::string iteration_source = "none";  // "none", "marks", "site", "marks+site", "detected"
+  uint64_t detected_period = 0;         // without marks: allocations per iteration of the repeating loop, 0 = none
   std::vector<GrowthSuspectReport> suspects;  // largest growth first
   // "suspects", "none" (judged: nothing grew), or "not judged" (too little evidence: `evidence`
   // says how much there was, e.g. "3 iterations seen, 8 needed"). Never "none" on thin evidence.

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "stacks/frame_roles.h"
 #include "cli.h"
 #include "json.h"
 #include "offline_symbolizer.h"
@@ -49,11 +50,7 @@ uint64_t mag(int64_t v) { return v < 0 ? static_cast<uint64_t>(-(v + 1)) + 1 : s
 
 std::vector<std::string> frames_of(const SiteView& s, size_t max) {
   std::vector<std::string> out;
-  for (const FrameInfo& f : s.frames) {
-    if (is_plumbing_frame(f)) continue;
-    if (out.size() == max) break;
-    out.push_back(describe_frame(f));
-  }
+  for (size_t i : frames_to_show(s.frames, max).indices) out.push_back(describe_frame(s.frames[i]));
   if (out.empty()) out.push_back("(no stack captured)");
   return out;
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "stacks/frame_roles.h"
 #include "cli.h"
 #include "json.h"
 #include "offline_symbolizer.h"
@@ -69,9 +70,8 @@ double median(std::vector<double> v) {
 }
 
 std::string top_frame(const std::vector<FrameInfo>& frames) {
-  for (const FrameInfo& f : frames)
-    if (!is_plumbing_frame(f)) return describe_frame(f);
-  return "(no stack)";
+  const FrameInfo* f = user_frame(frames);  // the user's own line (stacks/frame_roles.h)
+  return f ? describe_frame(*f) : "(no stack)";
 }
 
 bool numeric(const std::string& s, long* out) {

@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 
+#include "stacks/frame_roles.h"
 #include "cli.h"
 #include "json.h"
 #include "offline_symbolizer.h"
@@ -53,13 +54,10 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// The user's own line first, then its callers (stacks/frame_roles.h); the JSON keeps every frame.
 std::vector<std::string> shown_frames(const std::vector<FrameInfo>& frames, size_t max) {
   std::vector<std::string> out;
-  for (const FrameInfo& f : frames) {
-    if (is_plumbing_frame(f)) continue;
-    if (out.size() == max) break;
-    out.push_back(describe_frame(f));
-  }
+  for (size_t i : frames_to_show(frames, max).indices) out.push_back(describe_frame(frames[i]));
   if (out.empty()) out.push_back(frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
   return out;
 }
@@ -352,6 +350,7 @@ int cmd_summary(const std::vector<std::string>& args) {
   line("");
   line("Growth suspects");
   if (!run.growth_known) line("  (unknown: this " + run.source + " carries no growth information)");
+  else if (!run.growth_not_judged.empty()) line("  not judged: " + run.growth_not_judged);
   else if (run.growth.empty()) line("  none: no site's live memory rose steadily through the run");
   for (size_t i = 0; i < run.growth.size() && i < top; ++i) {
     const GrowthSuspect& g = run.growth[i];

@@ -308,6 +308,8 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
   // object holding one). Read what is recognizable and never refuse a report over it.
   if (const JsonValue* growth = doc.get("growth")) {
     file.has_growth = true;
+    if (const JsonValue* v = growth->get("verdict"); v && v->is_string()) file.growth_verdict = v->str();
+    if (const JsonValue* v = growth->get("evidence"); v && v->is_string()) file.growth_evidence = v->str();
     const JsonValue* list = growth->is_array() ? growth : nullptr;
     for (const auto& [key, value] : growth->members())
       if (!list && value.is_array()) list = &value;

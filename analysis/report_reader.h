@@ -21,6 +21,7 @@ struct GrowthEntry {
 struct ReportFile {
   ReportData report;
   bool has_growth = false;  // the report has a growth section (even an empty one)
+  std::string growth_verdict, growth_evidence;  // "" from shims that wrote no verdict
   std::vector<GrowthEntry> growth;
 };
 

@@ -152,6 +152,7 @@ bool run_from_report(const ReportFile& file, const std::string& path, RunView* o
                    [](const SiteView& a, const SiteView& b) { return a.live_bytes > b.live_bytes; });
   v.meta.sites.clear();
   v.growth_known = file.has_growth;
+  if (file.growth_verdict == "not judged") v.growth_not_judged = file.growth_evidence;
   for (const GrowthEntry& g : file.growth) {
     GrowthSuspect gs;
     gs.device = g.device;

@@ -45,6 +45,7 @@ struct RunView {
   std::vector<SiteView> sites;  // largest live_bytes first
   std::vector<GrowthSuspect> growth;  // strongest first
   bool growth_known = false;          // false: the source carries no growth information
+  std::string growth_not_judged;      // why growth was not judged ("3 iterations seen, 8 needed"); "" if it was
   std::vector<double> iterations_s;   // iteration marks (traces)
   std::vector<std::string> notes;     // incompleteness worth telling the user about
   const DeviceReport* device(int ordinal) const;

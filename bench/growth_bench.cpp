@@ -4,6 +4,8 @@
 #include <benchmark/benchmark.h>
 
 #include "accounting/allocation_tracker.h"
+#include "accounting/checkpoint_schedule.h"
+#include "accounting/period_detector.h"
 #include "accounting/growth_detector.h"
 #include "accounting/site_history.h"
 
@@ -34,6 +36,52 @@ void BM_SampleInstant(benchmark::State& state) {
   state.counters["history_bytes"] = static_cast<double>(history.memory_bytes());
 }
 BENCHMARK(BM_SampleInstant)->Arg(10)->Arg(100)->Arg(1000)->Arg(10000);
+
+// The logical-time checkpoints' cost on every allocation and free (accounting/checkpoint_schedule.h):
+// one relaxed atomic add and a compare, shared by all allocating threads.
+void BM_CheckpointPerEvent(benchmark::State& state) {
+  static CheckpointSchedule schedule;
+  for (auto _ : state) benchmark::DoNotOptimize(schedule.on_event());
+}
+BENCHMARK(BM_CheckpointPerEvent)->Threads(1)->Threads(2);
+
+// Per event over a whole run of 1M events with `sites` live sites, the instants the checkpoints
+// take included (about 16 * log2(events / 16) of them).
+void BM_CheckpointsAmortized(benchmark::State& state) {
+  AllocationTracker tracker;
+  fill(&tracker, state.range(0));
+  constexpr int64_t kEvents = 1000000;
+  uint64_t instants = 0;
+  for (auto _ : state) {
+    CheckpointSchedule schedule;
+    SiteHistory history;
+    for (int64_t e = 0; e < kEvents; ++e)
+      if (schedule.on_event()) history.sample(static_cast<uint64_t>(e), 0, tracker.sites());
+    instants = history.samples();
+  }
+  state.SetItemsProcessed(state.iterations() * kEvents);
+  state.counters["instants"] = static_cast<double>(instants);
+}
+BENCHMARK(BM_CheckpointsAmortized)->Arg(10)->Arg(100)->Arg(1000)->Unit(benchmark::kMillisecond);
+
+// The iteration detector's cost on every allocation (accounting/period_detector.h): the site into a
+// ring, one relaxed atomic add and a store.
+void BM_PeriodDetectorPerAllocation(benchmark::State& state) {
+  static PeriodDetector detector;
+  uint32_t site = 0;
+  for (auto _ : state) detector.on_allocation(++site % 37);
+}
+BENCHMARK(BM_PeriodDetectorPerAllocation)->Threads(1)->Threads(2);
+
+// Searching the full ring for the period when a report is written (a loop of `period` sites).
+void BM_PeriodDetectorAtReport(benchmark::State& state) {
+  PeriodDetector detector;
+  for (uint64_t i = 0; i < 3 * PeriodDetector::kRing; ++i) detector.on_allocation(static_cast<uint32_t>(i % state.range(0)));
+  DetectedPeriod found;
+  for (auto _ : state) benchmark::DoNotOptimize(found = detector.detect());
+  state.counters["period"] = static_cast<double>(found.period);
+}
+BENCHMARK(BM_PeriodDetectorAtReport)->Arg(2)->Arg(100)->Arg(1000)->Unit(benchmark::kMicrosecond);
 
 // The detector over a full history (2048 sites of 65 points, the most the shim keeps).
 void BM_DetectGrowth(benchmark::State& state) {

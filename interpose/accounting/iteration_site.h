@@ -6,8 +6,9 @@
 //   - the previous allocation did not have the function on its stack: new activation;
 //   - Python: the function's frame record is another one (it runs at another depth): new; or it
 //     is the same record, the allocation is at the same or an earlier instruction of the function
-//     than the previous one, and the function's positional arguments are other objects: new (the
-//     function was called again, with the next batch, step number, ...);
+//     than the previous one, and the function's positional arguments are other objects, or ints
+//     or floats of other value (a temporary argument often gets the freed one's address): new
+//     (the function was called again, with the next batch, step number, ...);
 //   - native: the call inside the function is at the same or an earlier return address than the
 //     previous one (the function started over).
 // Where the function occurs several times on one stack (recursion), the outermost counts.

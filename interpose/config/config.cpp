@@ -246,6 +246,28 @@ const std::vector<Variable>& variables() {
        "Allocations are numbered from 1 over the whole process; random decisions depend only on the seed and "
        "that number.",
        [](std::string_view v, Config* c) { return parse_fault_spec(v, &c->fail); }},
+      {"GPUSHIM_EXIT_CODE", "an integer 1..255, or off", "off",
+       "A CI verdict: a run that would exit with status 0 exits with this status instead when it ends with "
+       "growth suspects, invalid frees, or more device memory live than GPUSHIM_EXIT_LEAK_BYTES; one line on "
+       "stderr says why. A program's own failure status is kept; a run ended by a signal keeps its signal.",
+       [](std::string_view v, Config* c) {
+         if (iequals(trim(v), "off")) return c->exit_code = 0, true;
+         uint64_t n;
+         if (!parse_uint(v, 255, &n) || n == 0) return false;
+         c->exit_code = static_cast<int>(n);
+         return true;
+       }},
+      {"GPUSHIM_EXIT_LEAK_BYTES", "bytes with units (0, 1MiB, 2GiB), or off", "off",
+       "With GPUSHIM_EXIT_CODE: device memory live at exit (for a Python program, when its interpreter began "
+       "its teardown) above this fails the run; 0 fails it on any live byte.",
+       [](std::string_view v, Config* c) {
+         if (iequals(trim(v), "off")) return c->exit_leak_bytes = UINT64_MAX, true;
+         uint64_t b = 0;
+         if (trim(v) == "0") return c->exit_leak_bytes = 0, true;
+         if (!parse_bytes(v, &b)) return false;
+         c->exit_leak_bytes = b;
+         return true;
+       }},
   };
   return *table;
 }

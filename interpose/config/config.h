@@ -54,6 +54,11 @@ struct Config {
   // GPUSHIM_TRACE: record every allocation event to a binary trace (docs/trace-format.md).
   bool trace_enabled = false;
   std::string trace_template;       // "" -> gpushim.<exe>.<pid>.trace
+  // A CI verdict (GPUSHIM_EXIT_CODE): the status a run that exits 0 gets instead when it ends with
+  // growth suspects, invalid frees, or more than exit_leak_bytes of device memory live (UINT64_MAX: no
+  // such check). 0 = off.
+  int exit_code = 0;
+  uint64_t exit_leak_bytes = UINT64_MAX;
 };
 
 struct ConfigError {

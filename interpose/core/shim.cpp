@@ -16,6 +16,9 @@
 #include "cuda/real_symbols.h"
 #include "policy/limited_backend.h"
 #include "policy/policy_factory.h"
+#include "live/termination_signals.h"
+#include "python/interpreter_shutdown.h"
+#include "report/exit_verdict.h"
 #include "report/oom_advice.h"
 #include "report/output_file.h"
 #include "report/report_writer.h"
@@ -83,6 +86,22 @@ void exit_handler() {
   if (Shim* s = Shim::existing()) s->write_exit_report();
 }
 
+// The status the program passed to exit(), for GPUSHIM_EXIT_CODE; -1 until exit().
+std::atomic<int> g_exit_status{-1};
+
+void exit_handler_with_status(int status, void*) {
+  g_exit_status.store(status, std::memory_order_relaxed);
+  exit_handler();
+}
+
+void termination_signal_report() {
+  if (Shim* s = Shim::existing()) s->finish_run();
+}
+
+void interpreter_shutdown_begins() {
+  if (Shim* s = Shim::existing()) s->on_interpreter_shutdown();
+}
+
 }  // namespace
 
 Shim* Shim::existing() { return g_instance.load(std::memory_order_acquire); }
@@ -115,10 +134,18 @@ Shim* Shim::slow_init() {
   Shim* shim = new (g_storage) Shim(std::move(parsed.config), read_exe());
   g_instance.store(shim, std::memory_order_release);
   // Registered now, after the CUDA runtime loaded, so it runs before the runtime's own teardown.
+  // on_exit (glibc) also gives the exit status, which GPUSHIM_EXIT_CODE may replace.
+#if defined(__GLIBC__)
+  on_exit(exit_handler_with_status, nullptr);
+#else
   std::atexit(exit_handler);
+#endif
+  at_quick_exit(exit_handler);
   g_state.store(kReady, std::memory_order_release);
   ready_.store(shim, std::memory_order_release);
   shim->start_live_outputs();
+  arm_interpreter_shutdown_hook(&interpreter_shutdown_begins);  // Python programs only
+  install_termination_report(&termination_signal_report);
   t_initializing = false;
   return shim;
 }
@@ -168,6 +195,7 @@ void Shim::fork_child() {
   s->live_.abandon_in_fork_child();  // its thread does not exist here
   if (s->trace_) s->trace_->disable_in_child();  // the parent's trace is the parent's to write
   s->forked_child_ = true;
+  restore_termination_signals();
   ready_.store(nullptr, std::memory_order_release);
   g_instance.store(nullptr, std::memory_order_release);
   g_state.store(kDetached, std::memory_order_release);
@@ -405,7 +433,11 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
 
 // ---- stacks ----
 
-StackId Shim::capture_stack() { return capturer_.capture(); }
+StackId Shim::capture_stack() {
+  const StackId id = capturer_.capture();
+  if (config_.stack_depth > 0) periods_.on_allocation(id);
+  return id;
+}
 
 void Shim::warn_invalid_free(const void* ptr, const char* what) {
   // Each warning symbolizes its stack (milliseconds); a program that frees badly in a loop must
@@ -479,6 +511,26 @@ ReportData Shim::build_report(const char* reason) {
   r.wall_time_s = static_cast<double>(wall_ns()) / 1e9;
   r.duration_s = static_cast<double>(now_ns() - start_ns_) / 1e9;
   r.stack_depth = static_cast<int>(config_.stack_depth);
+  // After the interpreter began its teardown, the program's figures are those of that moment.
+  const Teardown* teardown = teardown_.load(std::memory_order_acquire);
+  std::vector<std::pair<SiteKey, SiteTotals>> live = sites();
+  absl::flat_hash_map<SiteKey, SiteTotals> shutdown_freed;
+  if (teardown) {
+    r.teardown.observed = true;
+    r.teardown.began_s = static_cast<double>(teardown->t_ns) / 1e9;
+    absl::flat_hash_map<SiteKey, SiteTotals> after;
+    for (const auto& [key, totals] : live) after.emplace(key, totals);
+    for (const auto& [key, then] : teardown->sites) {
+      const SiteTotals now = after.contains(key) ? after[key] : SiteTotals{};
+      if (then.bytes <= now.bytes && then.count <= now.count) continue;
+      SiteTotals& f = shutdown_freed[key];
+      f.bytes = then.bytes > now.bytes ? then.bytes - now.bytes : 0;
+      f.count = then.count > now.count ? then.count - now.count : 0;
+      r.teardown.freed_bytes += f.bytes;
+      r.teardown.freed_count += f.count;
+    }
+    live = teardown->sites;
+  }
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (!d) continue;
@@ -487,6 +539,10 @@ ReportData Shim::build_report(const char* reason) {
     dr.device = d->ordinal;
     dr.live_bytes = c.live_bytes;
     dr.live_count = c.live_count;
+    if (teardown && static_cast<size_t>(d->ordinal) < teardown->devices.size()) {
+      dr.live_bytes = teardown->devices[d->ordinal].live_bytes;
+      dr.live_count = teardown->devices[d->ordinal].live_count;
+    }
     dr.peak_allocated_bytes = c.peak_bytes;
     dr.peak_allocated_at_s = c.peak_time_ns > start_ns_ ? static_cast<double>(c.peak_time_ns - start_ns_) / 1e9 : 0;
     dr.total_allocs = c.total_allocs;
@@ -514,8 +570,10 @@ ReportData Shim::build_report(const char* reason) {
   r.python = capturer_.python_status();
   std::vector<uint64_t> words;
   absl::flat_hash_map<std::string, size_t> by_frames;
-  for (const auto& [key, totals] : sites()) {
+  for (const auto& [key, totals] : live) {
     stacks_.frames(key.stack, &words);
+    const auto freed = shutdown_freed.find(key);
+    const SiteTotals gone = freed == shutdown_freed.end() ? SiteTotals{} : freed->second;
     std::vector<FrameInfo> frames;
     std::string identity = std::to_string(key.device) + "|" + memory_kind_name(key.kind);
     for (uint64_t w : words) {
@@ -529,6 +587,8 @@ ReportData Shim::build_report(const char* reason) {
       SiteReport& s = r.sites[it->second];
       s.live_bytes += totals.bytes;
       s.live_count += totals.count;
+      s.shutdown_freed_bytes += gone.bytes;
+      s.shutdown_freed_count += gone.count;
       s.stack_id = std::min(s.stack_id, key.stack);
       continue;
     }
@@ -538,6 +598,8 @@ ReportData Shim::build_report(const char* reason) {
     s.live_bytes = totals.bytes;
     s.live_count = totals.count;
     s.stack_id = key.stack;
+    s.shutdown_freed_bytes = gone.bytes;
+    s.shutdown_freed_count = gone.count;
     s.frames = std::move(frames);
     r.sites.push_back(std::move(s));
   }
@@ -545,7 +607,7 @@ ReportData Shim::build_report(const char* reason) {
     if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
     return a.stack_id < b.stack_id;
   });
-  add_growth(&r, sym);
+  add_growth(&r, sym, live, teardown ? teardown->t_ns : now_ns() - start_ns_);
   for (const Sample& s : timeline_.samples())
     r.timeline.push_back({static_cast<double>(s.t_ns) / 1e9, s.device, s.allocated, s.reserved});
   {
@@ -590,7 +652,10 @@ ReportData Shim::build_report(const char* reason) {
 }
 
 void Shim::write_exit_report() {
-  if (forked_child_ || reported_.exchange(true)) return;
+  if (forked_child_) return;
+  // exit() while a termination signal's report is being written waits for it: the file is whole.
+  std::lock_guard<std::mutex> lock(report_mu_);
+  if (reported_.exchange(true)) return;
   live_.stop();  // no snapshot or metrics update from here on
   if (!config_.report_enabled && config_.summary_sites == 0) return finish_live_outputs(nullptr);
   const ReportData report = build_report("exit");
@@ -599,16 +664,58 @@ void Shim::write_exit_report() {
   if (config_.report_enabled)
     path = write_new_file(expand_path_template(config_.report_template, std::string(base_name(exe_)), pid_), report_to_json(report));
   if (config_.summary_sites > 0) write_summary(report, path, config_.summary_sites, stderr);
+  if (config_.exit_code != 0) {
+    const std::string why = exit_verdict(report, config_.exit_leak_bytes);
+    if (!why.empty()) {
+      verdict_failed_.store(true, std::memory_order_relaxed);
+      log_line("run failed the GPUSHIM_EXIT_CODE checks: %s; exit status %d unless the program fails itself",
+               why.c_str(), config_.exit_code);
+    }
+  }
+}
+
+int Shim::exit_status(int status) const {
+  if (status != 0 || config_.exit_code == 0 || !verdict_failed_.load(std::memory_order_relaxed)) return status;
+  return config_.exit_code;
+}
+
+void Shim::finish_run() {
+  write_exit_report();
+  if (trace_ && !trace_finished_.exchange(true)) finish_trace();
+}
+
+void Shim::on_interpreter_shutdown() {
+  if (forked_child_ || teardown_.load(std::memory_order_acquire) != nullptr) return;
+  const uint64_t t = now_ns() - start_ns_;
+  sample_sites(t);  // the last point of every growth series: the program's end
+  auto* td = new Teardown;
+  td->t_ns = t;
+  td->sites = sites();
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (!d) continue;
+    if (td->devices.size() <= static_cast<size_t>(d->ordinal)) td->devices.resize(d->ordinal + 1);
+    td->devices[d->ordinal] = d->counters.snapshot();
+  }
+  teardown_.store(td, std::memory_order_release);
 }
 
 void Shim::on_unload() {
   write_exit_report();
   // After the report: frees made during teardown still go into the trace.
-  if (trace_) finish_trace();
+  if (trace_ && !trace_finished_.exchange(true)) finish_trace();
   const uint64_t late = late_frees_.load(std::memory_order_relaxed);
   if (late && !forked_child_)
     log_line("%llu frees arrived after the report was written (during teardown); accepted",
              static_cast<unsigned long long>(late));
+  // GPUSHIM_EXIT_CODE: the last library destructor but the C library's own (preloaded libraries
+  // are finalized last), so the program's atexit handlers and destructors have all run. Only
+  // stdio's final flush is left, done here.
+  const int status = g_exit_status.load(std::memory_order_relaxed);
+  if (status >= 0 && !forked_child_ && exit_status(status) != status) {
+    std::fflush(nullptr);
+    _exit(exit_status(status));
+  }
 }
 
 }  // namespace gpushim

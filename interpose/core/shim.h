@@ -15,6 +15,8 @@
 #include <string>
 
 #include "accounting/allocation_tracker.h"
+#include "accounting/checkpoint_schedule.h"
+#include "accounting/period_detector.h"
 #include "accounting/iteration_counter.h"
 #include "accounting/driver_usage.h"
 #include "accounting/memory_counters.h"
@@ -135,6 +137,14 @@ class Shim {
   uint64_t host_bytes() const;
   // Called from the library destructor, after everything else.
   void on_unload();
+  // The run ends now (a termination signal): the exit report, and the end of the trace.
+  void finish_run();
+  // GPUSHIM_EXIT_CODE: the status that replaces `status` at exit (the program's own if it is not
+  // 0, or no verdict failed). Decided when the exit report was written.
+  int exit_status(int status) const;
+  // The Python interpreter begins its teardown (python/interpreter_shutdown.h): the exit report's
+  // live set, sites and growth are taken now; later frees still reach the pools as usual.
+  void on_interpreter_shutdown();
 
   // ---- live outputs: metrics file and snapshots (core/shim_live.cpp) ----
   // The figures of every device as the metrics file shows them; cheap (no symbolization).
@@ -246,13 +256,17 @@ class Shim {
   void note_injected_failure(DeviceState* d, uint64_t requested, uint64_t number, const char* returned);
   void maybe_sample(uint64_t now) {
     timeline_.maybe_sample(now, [&](auto&& append) { take_samples(append); });
+    // Growth on logical time as well as on the clock (accounting/checkpoint_schedule.h).
+    if (event_checkpoints_.on_event() || iteration_checkpoints_.due(iterations_.count()))
+      sample_sites(now_ns() - start_ns_);  // `now` may be the coarse clock: a point needs the precise one
   }
   template <typename Append>
   void take_samples(Append&& append);
   // Growth tracking (shim_growth.cpp): per-site totals at each sampling instant, and the report's
   // growth section from them.
   void sample_sites(uint64_t t_ns);
-  void add_growth(ReportData* r, Symbolizer& sym);
+  // `now`: the live sites at time `t_ns` (since start) that end every series.
+  void add_growth(ReportData* r, Symbolizer& sym, const std::vector<std::pair<SiteKey, SiteTotals>>& now, uint64_t t_ns);
   bool pool_contains(const void* ptr) const;
   // Live totals per site: the tracker's (forwarded allocations, and pooled ones of pools that keep
   // no records) with those of every pool that keeps its own.
@@ -332,12 +346,25 @@ class Shim {
   RecentFrees recent_frees_;  // so that a double free can name the allocation and the first free
   std::atomic<uint64_t> late_frees_{0};
   std::atomic<bool> reported_{false};
+  std::mutex report_mu_;  // a second exit path waits for the report the first is writing
+  std::atomic<bool> trace_finished_{false};
+  std::atomic<bool> verdict_failed_{false};  // GPUSHIM_EXIT_CODE's conditions held at exit
+  // What was live when the Python interpreter began its teardown; set once, never freed.
+  struct Teardown {
+    uint64_t t_ns = 0;  // since start
+    std::vector<std::pair<SiteKey, SiteTotals>> sites;
+    std::vector<CounterSnapshot> devices;  // indexed by ordinal; live_count 0 for absent devices
+  };
+  std::atomic<const Teardown*> teardown_{nullptr};
   TimeSeries timeline_;
   std::mutex ooms_mu_;
   std::vector<OomRecord> ooms_;
   bool forked_child_ = false;
   LiveOutputs live_;
   IterationCounter iterations_;
+  PeriodDetector periods_;                    // the loop structure of unmarked programs
+  CheckpointSchedule event_checkpoints_;      // allocation calls and frees
+  CheckpointSchedule iteration_checkpoints_;  // iteration marks and GPUSHIM_ITERATION_SITE calls
   SiteHistory site_history_;
   StackCapturer capturer_;  // after stacks_ and iterations_, which it uses
   FaultInjector faults_;

@@ -9,19 +9,31 @@
 
 namespace gpushim {
 
-void Shim::sample_sites(uint64_t t_ns) { site_history_.sample(t_ns, iterations_.count(), sites()); }
+void Shim::sample_sites(uint64_t t_ns) {
+  // Teardown frees what the program held: its drop must not read as the end of a leak.
+  if (teardown_.load(std::memory_order_acquire) != nullptr) return;
+  site_history_.sample(t_ns, iterations_.count(), sites());
+}
 
-void Shim::add_growth(ReportData* r, Symbolizer& sym) {
+void Shim::add_growth(ReportData* r, Symbolizer& sym, const std::vector<std::pair<SiteKey, SiteTotals>>& live,
+                      uint64_t t) {
   GrowthReport& g = r->growth;
   g.samples = site_history_.samples();
   g.iterations = iterations_.count();
   g.iteration_source = iterations_.source_name();
+  // No marks: the iterations of the loop, if the allocation sequence repeats (period_detector.h).
+  DetectedPeriod detected;
+  if (g.iterations == 0 && config_.stack_depth > 0) detected = periods_.detect();
+  if (detected.period != 0) {
+    g.iterations = detected.iterations;
+    g.iteration_source = "detected";
+    g.detected_period = detected.period;
+  }
 
   // The present is the last point of every series, so that the verdict covers the run up to
   // this report; a series whose site has nothing live any more has returned to zero.
   absl::flat_hash_map<SiteKey, SiteTotals> now;
-  for (const auto& [key, totals] : sites()) now.emplace(key, totals);
-  const uint64_t t = now_ns() - start_ns_;
+  for (const auto& [key, totals] : live) now.emplace(key, totals);
   const uint64_t iteration = iterations_.count();
   std::vector<SiteSeries> series = site_history_.series();
   std::vector<std::vector<SitePoint>> points;
@@ -51,7 +63,10 @@ void Shim::add_growth(ReportData* r, Symbolizer& sym) {
       identity += "|" + fi.module + "|" + fi.function + "|" + fi.file + ":" + std::to_string(fi.line);
       if (fi.function.empty() && fi.file.empty()) identity += "@" + std::to_string(fi.module_offset);
     }
-    const double per_iteration = f.has_iterations ? f.bytes_per_iteration : std::numeric_limits<double>::quiet_NaN();
+    double per_iteration = f.has_iterations ? f.bytes_per_iteration : std::numeric_limits<double>::quiet_NaN();
+    // Detected iterations are not on the points: the growth over the loop's iterations.
+    if (detected.iterations > 1 && !f.has_iterations)
+      per_iteration = static_cast<double>(f.growth_bytes) / static_cast<double>(detected.iterations - 1);
     auto [it, fresh] = by_frames.emplace(identity, g.suspects.size());
     if (!fresh) {
       GrowthSuspectReport& m = g.suspects[it->second];
@@ -74,7 +89,7 @@ void Shim::add_growth(ReportData* r, Symbolizer& sym) {
     s.growth_bytes = f.growth_bytes;
     s.bytes_per_s = f.bytes_per_s;
     s.bytes_per_iteration = per_iteration;
-    s.iterations = f.iterations;
+    s.iterations = f.has_iterations ? f.iterations : detected.iterations;
     s.live_bytes = f.live_bytes;
     s.live_count = f.live_count;
     s.samples = f.samples;
@@ -88,6 +103,19 @@ void Shim::add_growth(ReportData* r, Symbolizer& sym) {
   std::stable_sort(g.suspects.begin(), g.suspects.end(), [](const GrowthSuspectReport& a, const GrowthSuspectReport& b) {
     return a.growth_bytes > b.growth_bytes;
   });
+  // Counted iterations are the program's own clock: fewer than the detector needs points is too
+  // little to call a site steady, whatever the checkpoints say. Without them, the checkpoints are.
+  const uint64_t needed = GrowthParams{}.min_samples;
+  const uint64_t seen = g.iterations ? g.iterations : g.samples;
+  const char* unit = g.iterations ? "iteration" : "checkpoint";
+  g.evidence = std::to_string(seen) + " " + unit + (seen == 1 ? "" : "s") + (detected.period ? " detected" : " seen") +
+               ", " + std::to_string(needed) + " needed";
+  if (seen < needed) {
+    g.verdict = "not judged";
+    g.suspects.clear();
+  } else {
+    g.verdict = g.suspects.empty() ? "none" : "suspects";
+  }
 }
 
 }  // namespace gpushim

@@ -165,6 +165,7 @@ std::unique_ptr<DeviceMemoryResource> Shim::make_traced_pool(DeviceState* d) {
 
 uint64_t Shim::on_iteration_mark() {
   const uint64_t n = iterations_.add(IterationCounter::kMark);
+  if (iteration_checkpoints_.due(n)) sample_sites(now_ns() - start_ns_);
   if (trace_) {
     TraceEvent e;
     e.t_ns = now_ns();

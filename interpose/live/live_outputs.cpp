@@ -67,6 +67,11 @@ void LiveOutputs::start(const Config& config, const std::string& exe, int pid, c
   if (snapshots) install_snapshot_signal(config.snapshot_signal, worker_.wake_semaphore());
 }
 
+void LiveOutputs::stop() {
+  worker_.stop();
+  if (sources_.snapshot_report) write_snapshot();  // nothing when no request is pending
+}
+
 ProcessMetrics LiveOutputs::metrics(std::vector<DeviceMetrics> devices, bool running) const {
   ProcessMetrics m;
   m.id = id_;

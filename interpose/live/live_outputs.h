@@ -30,8 +30,9 @@ class LiveOutputs {
   // the first CUDA call. `exe` is the executable's path.
   void start(const Config& config, const std::string& exe, int pid, const char* policy, Sources sources);
 
-  // Stops the worker, waiting for an update or snapshot in progress: none starts after this.
-  void stop() { worker_.stop(); }
+  // Stops the worker, waiting for an update or snapshot in progress: none starts after this. A
+  // snapshot requested before (the signal came, the worker had not woken yet) is written now.
+  void stop();
 
   bool metrics_enabled() const { return metrics_file_ != nullptr; }
 

@@ -72,6 +72,8 @@ PythonDetection detect_python() {
   d.runtime.code_type = symbol<uintptr_t>("PyCode_Type");
   d.runtime.str_type = symbol<uintptr_t>("PyUnicode_Type");
   d.runtime.bytes_type = symbol<uintptr_t>("PyBytes_Type");
+  d.runtime.long_type = symbol<uintptr_t>("PyLong_Type");
+  d.runtime.float_type = symbol<uintptr_t>("PyFloat_Type");
   const uintptr_t type_type = symbol<uintptr_t>("PyType_Type");
   void* eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
   if (d.runtime.is_finalizing == nullptr || d.runtime.code_type == 0 || d.runtime.str_type == 0 ||

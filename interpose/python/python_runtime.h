@@ -20,6 +20,8 @@ struct PythonRuntime {
   uintptr_t code_type = 0;  // &PyCode_Type: every frame's code object is checked against it
   uintptr_t str_type = 0;   // &PyUnicode_Type, &PyBytes_Type: checked before a name or table is copied
   uintptr_t bytes_type = 0;
+  // &PyLong_Type, &PyFloat_Type (0 if absent): arguments of these types are compared by value too.
+  uintptr_t long_type = 0, float_type = 0;
   // _PyEval_EvalFrameDefault: a native frame in this range runs Python frames. end == begin when
   // the symbol's size is unknown.
   uintptr_t eval_begin = 0, eval_end = 0;

@@ -1,5 +1,8 @@
 #include "report/oom_advice.h"
 
+#include "stacks/frame_roles.h"
+#include "util/paths.h"
+
 #include "util/units.h"
 
 namespace gpushim {
@@ -23,11 +26,10 @@ std::string oom_advice(const OomReport& o, const std::string& policy) {
   if (!o.top_sites.empty() && o.allocated > 0) {
     const SiteReport& top = o.top_sites.front();
     std::string where = "an unknown site";
-    for (const FrameInfo& f : top.frames)
-      if (!f.function.empty()) {
-        where = f.function;
-        break;
-      }
+    if (const FrameInfo* f = user_frame(top.frames)) {
+      where = f->function.empty() ? "??" : f->function;
+      if (!f->file.empty()) where += " at " + std::string(base_name(f->file)) + ":" + std::to_string(f->line);
+    }
     const uint64_t pct = top.live_bytes * 100 / o.allocated;
     add("The largest live site (" + where + ") holds " + format_bytes(top.live_bytes) + ", " + std::to_string(pct) +
         "% of allocated memory: that is where to save first.");

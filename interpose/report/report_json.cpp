@@ -254,6 +254,8 @@ void write_site_at(JsonOut& j, const SiteReport& site, const char* frame_indent)
   j.kv("live_bytes", site.live_bytes);
   j.kv("live_count", site.live_count);
   j.kv("stack_id", static_cast<uint64_t>(site.stack_id));
+  j.kv("freed_during_shutdown_bytes", site.shutdown_freed_bytes);
+  j.kv("freed_during_shutdown_count", site.shutdown_freed_count);
   write_frames(j, site.frames, frame_indent);
   j.end('}');
 }
@@ -319,6 +321,9 @@ void write_growth(JsonOut& j, const GrowthReport& g) {
   j.kv("samples", g.samples);
   j.kv("iterations", g.iterations);
   j.kv("iteration_source", g.iteration_source);
+  j.kv("detected_period", g.detected_period);
+  j.kv("verdict", g.verdict);
+  j.kv("evidence", g.evidence);
   j.key("suspects");
   j.begin('[');
   for (const GrowthSuspectReport& s : g.suspects) {
@@ -326,6 +331,16 @@ void write_growth(JsonOut& j, const GrowthReport& g) {
     write_suspect(j, s);
   }
   j.end(']');
+  j.end('}');
+}
+
+void write_teardown(JsonOut& j, const TeardownReport& t) {
+  j.key("teardown");
+  j.begin('{');
+  j.kv_bool("observed", t.observed);
+  j.kv_dbl("began_s", t.began_s);
+  j.kv("freed_bytes", t.freed_bytes);
+  j.kv("freed_count", t.freed_count);
   j.end('}');
 }
 
@@ -375,6 +390,8 @@ std::string report_to_json(const ReportData& r) {
   write_array(j, "ooms", r.ooms, write_oom);
   j.next_line("");
   write_growth(j, r.growth);
+  j.next_line("");
+  write_teardown(j, r.teardown);
   j.next_line("");
   write_array(j, "sites", r.sites, write_site);
   // Last: with GPUSHIM_SAMPLE_MS it can be the longest part, and the rest should come first.

@@ -103,6 +103,19 @@ struct SiteReport {
   uint64_t live_count = 0;
   uint32_t stack_id = 0;
   std::vector<FrameInfo> frames;        // innermost first
+  // Of the live memory above, what Python's interpreter teardown freed (finalizers run by atexit
+  // callbacks and module teardown): still counted live, the program had not let go of it.
+  uint64_t shutdown_freed_bytes = 0;
+  uint64_t shutdown_freed_count = 0;
+};
+
+// When the process's Python interpreter began its teardown (interpose/python/interpreter_shutdown.h).
+// The exit report's live figures, sites and growth describe that moment.
+struct TeardownReport {
+  bool observed = false;                // false: no interpreter, or its teardown was not seen
+  double began_s = 0;                   // seconds since the shim started
+  uint64_t freed_bytes = 0;             // freed by the teardown, of what was live when it began
+  uint64_t freed_count = 0;
 };
 
 // One point of the allocated/reserved time series (GPUSHIM_SAMPLE_MS).
@@ -153,8 +166,13 @@ struct GrowthSuspectReport {
 struct GrowthReport {
   uint64_t samples = 0;                 // instants at which every site's totals were sampled
   uint64_t iterations = 0;              // gpushim_mark_iteration() + GPUSHIM_ITERATION_SITE activations
-  std::string iteration_source = "none";  // "none", "marks", "site", "marks+site"
+  std::string iteration_source = "none";  // "none", "marks", "site", "marks+site", "detected"
+  uint64_t detected_period = 0;         // without marks: allocations per iteration of the repeating loop, 0 = none
   std::vector<GrowthSuspectReport> suspects;  // largest growth first
+  // "suspects", "none" (judged: nothing grew), or "not judged" (too little evidence: `evidence`
+  // says how much there was, e.g. "3 iterations seen, 8 needed"). Never "none" on thin evidence.
+  std::string verdict = "not judged";
+  std::string evidence;
 };
 
 struct ReportData {
@@ -173,6 +191,7 @@ struct ReportData {
   std::vector<DeviceReport> devices;
   std::vector<OtherMemoryReport> other_memory;
   GrowthReport growth;
+  TeardownReport teardown;
   std::vector<SiteReport> sites;        // largest live bytes first
   std::vector<TimelineSample> timeline; // oldest first
   std::vector<OomReport> ooms;          // oldest first (at most the first 16)

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "report/report_writer.h"
+#include "stacks/frame_roles.h"
 #include "util/paths.h"
 #include "util/units.h"
 
@@ -47,13 +48,6 @@ std::string printable(std::string_view v) {
   for (char& c : r)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) c = '?';
   return r;
-}
-
-// Frames inside the shim or the CUDA runtime/driver say nothing about who allocated.
-bool is_plumbing(const FrameInfo& f) {
-  if (f.python) return false;
-  const std::string_view m = base_name(f.module);
-  return m.starts_with("libgpushim") || m.starts_with("libcudart") || m.starts_with("libcuda.so");
 }
 
 std::string plural(uint64_t n, const char* word) {
@@ -100,26 +94,18 @@ void append_frame(std::string* s, const FrameInfo& f) {
   *s += line;
 }
 
-// The frames of one stack that say who allocated.
+// The frames of one stack that say who allocated: the user's own line first (stacks/frame_roles.h).
 void append_stack(std::string* s, const std::vector<FrameInfo>& frames) {
-  // A Python program is read in Python: when a stack with Python frames has more frames than
-  // the summary shows, it shows the Python ones (PyTorch puts dozens of dispatcher frames above
-  // them); the report keeps all.
-  size_t shown_frames = 0, python_frames = 0;
-  for (const FrameInfo& f : frames) shown_frames += !is_plumbing(f), python_frames += f.python;
-  const bool python_only = python_frames > 0 && shown_frames > kFramesShown;
-  size_t n = 0;
-  for (const FrameInfo& f : frames) {
-    if (is_plumbing(f) || (python_only && !f.python)) continue;
-    if (n++ == kFramesShown) break;
-    append_frame(s, f);
-  }
-  if (n == 0) append(s, "gpushim:       %s\n", frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
+  const ShownFrames shown = frames_to_show(frames, kFramesShown);
+  for (size_t i : shown.indices) append_frame(s, frames[i]);
+  if (shown.indices.empty())
+    append(s, "gpushim:       %s\n", frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
 }
 
 // Growth suspects come before what is merely live at exit: they are what a person should fix.
 void append_growth(std::string* s, const GrowthReport& g, size_t max_sites) {
   const size_t shown = g.suspects.size() < max_sites ? g.suspects.size() : max_sites;
+  if (g.verdict == "not judged") append(s, "gpushim: growth: not judged, %s\n", printable(g.evidence).c_str());
   if (shown == 0) return;
   append(s, "gpushim: growth suspects (live memory that grew steadily; %s sampled%s%s):\n",
          plural(g.samples, "instant").c_str(), g.iterations ? ", " : "",
@@ -216,6 +202,12 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
   if (r.invalid_frees != 0)
     append(&s, "gpushim: %s of pointers the shim did not hand out\n", plural(r.invalid_frees, "free").c_str());
 
+  if (r.teardown.observed && r.teardown.freed_count != 0)
+    append(&s,
+           "gpushim: figures as of %.2f s, when the Python interpreter began its teardown; the teardown then freed "
+           "%s in %s (object finalizers), still counted live below\n",
+           r.teardown.began_s, format_bytes(r.teardown.freed_bytes).c_str(),
+           plural(r.teardown.freed_count, "allocation").c_str());
   append_growth(&s, r.growth, max_sites);
   const size_t shown = r.sites.size() < max_sites ? r.sites.size() : max_sites;
   if (shown > 0) append(&s, "gpushim: top live allocation sites:\n");
@@ -227,6 +219,9 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
     else
       append(&s, "gpushim:   #%zu %s in %s (%s memory)\n", i + 1, format_bytes(site.live_bytes).c_str(),
              plural(site.live_count, "allocation").c_str(), printable(site.kind).c_str());
+    if (site.shutdown_freed_count != 0)
+      append(&s, "gpushim:       (%s of it freed during interpreter shutdown)\n",
+             format_bytes(site.shutdown_freed_bytes).c_str());
     append_stack(&s, site.frames);
   }
   if (r.sites.size() > shown) {

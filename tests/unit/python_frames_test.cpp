@@ -18,7 +18,7 @@ namespace gpushim {
 namespace {
 
 // Fake type objects: only their addresses matter.
-alignas(8) uint64_t g_code_type[4], g_str_type[4], g_bytes_type[4];
+alignas(8) uint64_t g_code_type[4], g_str_type[4], g_bytes_type[4], g_long_type[4];
 std::atomic<uintptr_t> g_tstate{0};
 std::atomic<int> g_finalizing{0};
 void* fake_this_thread_state() { return reinterpret_cast<void*>(g_tstate.load()); }
@@ -50,6 +50,7 @@ class FakePython {
     rt.code_type = reinterpret_cast<uintptr_t>(g_code_type);
     rt.str_type = reinterpret_cast<uintptr_t>(g_str_type);
     rt.bytes_type = reinterpret_cast<uintptr_t>(g_bytes_type);
+    rt.long_type = reinterpret_cast<uintptr_t>(g_long_type);
     const PythonLayout& L = *rt.layout;
     tstate = heap.alloc(256);
     if (L.cframe_current >= 0) {
@@ -238,13 +239,26 @@ TEST(PythonFrameWalker, ReadsPositionalArguments) {
   FakePython py(12);
   const uintptr_t a = py.code("a.py", "step", 1, kLocations, /*argcount=*/2);
   const uintptr_t f = py.frame(a, 0);
-  Heap::put<uintptr_t>(f + py.rt.layout->frame_localsplus, 0x1000);
-  Heap::put<uintptr_t>(f + py.rt.layout->frame_localsplus + 8, 0x2000);
+  const uintptr_t obj = py.heap.alloc(32), number = py.heap.alloc(32);  // an object; an int
+  Heap::put<uintptr_t>(number + kPyObjectType, py.rt.long_type);
+  Heap::put<uint64_t>(number + 16, 1);      // size (3.12: tag) word
+  Heap::put<uint32_t>(number + 24, 1000);   // first digit
+  Heap::put<uintptr_t>(f + py.rt.layout->frame_localsplus, obj);
+  Heap::put<uintptr_t>(f + py.rt.layout->frame_localsplus + 8, number);
   const auto frames = py.walk();
   uintptr_t args[4] = {};
   ASSERT_EQ(read_python_arguments(py.rt, frames[0], args, 4), 2u);
-  EXPECT_EQ(args[0], 0x1000u);
-  EXPECT_EQ(args[1], 0x2000u);
+  EXPECT_EQ(args[0], obj);  // compared by identity
+  // An int at the same address with another value is another argument (a temporary's reused
+  // address: train_step(1000 + j)); the same value is the same argument.
+  const uintptr_t first = args[1];
+  EXPECT_NE(first, number);
+  Heap::put<uint32_t>(number + 24, 1001);
+  read_python_arguments(py.rt, frames[0], args, 4);
+  EXPECT_NE(args[1], first);
+  Heap::put<uint32_t>(number + 24, 1000);
+  read_python_arguments(py.rt, frames[0], args, 4);
+  EXPECT_EQ(args[1], first);
 }
 
 TEST(PythonObjects, CopiesEveryCompactStringKindAsUtf8) {

@@ -10,6 +10,11 @@
 //   both            runtime-first and static-dtor together: the late free reaches a reset device
 //   _exit           _exit(0) after allocating
 //   sigkill         SIGKILL after allocating
+//   busy THREADS    THREADS threads allocate and free without pause; main prints "busy" once they
+//                   have run a while and waits for a signal (SIGTERM, SIGINT) to end the process
+//   own-sigterm     like busy with one thread, but the program handles SIGTERM itself (_exit(9))
+//   quick-exit      quick_exit(0) after allocating
+//   snapshot-exit   asks for a snapshot (raise(SIGUSR2)) and exits at once
 //   segv / abort    a fatal signal in the host after allocating; with a second argument `wait`,
 //                   only once a line arrives on stdin (so a test can first see the allocation in
 //                   the trace being written, and then crash the program)
@@ -51,6 +56,8 @@ void teardown_device() {
 
 std::atomic<long> g_ops{0};
 
+void exit_nine(int) { _exit(9); }
+
 [[noreturn]] void allocate_until_exit(int id, bool exits) {
   std::vector<void*> held;
   unsigned x = 12345u + static_cast<unsigned>(id);
@@ -78,6 +85,7 @@ std::atomic<long> g_ops{0};
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const std::string mode = argv[1];
+  if (mode == "own-sigterm") signal(SIGTERM, exit_nine);  // before the first CUDA call
   void* kept = leak_at_exit(2 << 20);
   std::printf("{\"leaked\":\"%p\"}\n", kept);
   std::fflush(stdout);
@@ -88,6 +96,19 @@ int main(int argc, char** argv) {
     for (int t = 0; t < threads; ++t) pool.emplace_back(allocate_until_exit, t, t == threads - 1);
     for (auto& th : pool) th.join();  // never returns: a worker calls exit()
     return 1;
+  }
+  if (mode == "busy" || mode == "own-sigterm") {
+    const int threads = mode == "busy" && argc > 2 ? std::atoi(argv[2]) : 1;
+    for (int t = 0; t < threads; ++t) std::thread(allocate_until_exit, t, false).detach();
+    while (g_ops.load() < 2000) usleep(1000);
+    std::printf("busy\n");
+    std::fflush(stdout);
+    for (;;) pause();
+  }
+  if (mode == "quick-exit") std::quick_exit(0);
+  if (mode == "snapshot-exit") {
+    raise(SIGUSR2);
+    return 0;
   }
   if (mode == "runtime-first" || mode == "both") std::atexit(teardown_device);
   if (mode == "static-dtor" || mode == "both") {

@@ -1,0 +1,82 @@
+#include "stacks/frame_roles.h"
+
+#include <string_view>
+
+namespace gpushim {
+namespace {
+
+std::string_view base(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+bool starts(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+bool has(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
+
+// Native libraries of frameworks and of the runtime under every program, by file name prefix.
+constexpr std::string_view kLibraryModules[] = {
+    "libpython", "python3", "python2", "libffi", "_ctypes", "libc.so", "libc-", "libstdc++", "libgcc_s", "ld-linux",
+    "libpthread", "libdl", "libm.so", "libtorch", "libc10", "libcaffe2", "libshm", "libcublas", "libcudnn",
+    "libnccl", "librccl", "libcufft", "libcurand", "libcusparse", "libcusolver", "libnvrtc", "libnvJitLink",
+    "libnvToolsExt", "librmm", "libcupy", "libtriton", "libxla", "libjax", "libtensorflow", "libonnxruntime",
+    "libllvmlite", "libnumba"};
+
+// Python frameworks a user does not write, wherever they are installed.
+constexpr std::string_view kLibraryPackages[] = {"/torch/", "/numba/", "/cupy/", "/cupy_backends/", "/triton/",
+                                                 "/nccl/", "/rmm/", "/jax/", "/tensorflow/", "/transformers/",
+                                                 "/accelerate/", "/deepspeed/", "/lightning/"};
+
+}  // namespace
+
+FrameRole frame_role(const FrameInfo& f) {
+  if (f.python) {
+    const std::string_view file = f.file;
+    if (file.empty()) return FrameRole::kLibrary;
+    if (has(file, "/site-packages/") || has(file, "/dist-packages/")) return FrameRole::kLibrary;
+    if (starts(file, "<frozen")) return FrameRole::kLibrary;
+    // The standard library: .../lib/python3.X/... (Debian's /usr/lib/python3/ holds its packages).
+    if (has(file, "/lib/python3") || has(file, "/lib64/python3")) return FrameRole::kLibrary;
+    for (std::string_view p : kLibraryPackages)
+      if (has(file, p)) return FrameRole::kLibrary;
+    return FrameRole::kUser;
+  }
+  const std::string_view module = base(f.module);
+  if (starts(module, "libgpushim") || starts(module, "libcudart") || starts(module, "libcuda.so"))
+    return FrameRole::kPlumbing;
+  if (has(f.module, "/site-packages/") || has(f.module, "/dist-packages/")) return FrameRole::kLibrary;
+  for (std::string_view m : kLibraryModules)
+    if (starts(module, m)) return FrameRole::kLibrary;
+  return FrameRole::kUser;
+}
+
+ShownFrames frames_to_show(const std::vector<FrameInfo>& frames, size_t max) {
+  ShownFrames out;
+  size_t first = frames.size(), user = frames.size();
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const FrameRole role = frame_role(frames[i]);
+    if (role == FrameRole::kPlumbing) continue;
+    if (first == frames.size()) first = i;
+    if (role == FrameRole::kUser) {
+      user = i;
+      break;
+    }
+  }
+  if (user == frames.size()) {  // no user code on the stack: its innermost frames, as they are
+    for (size_t i = first; i < frames.size() && out.indices.size() < max; ++i)
+      if (frame_role(frames[i]) != FrameRole::kPlumbing) out.indices.push_back(i);
+    return out;
+  }
+  for (size_t i = first; i < user; ++i) out.library_inside += frame_role(frames[i]) != FrameRole::kPlumbing;
+  // Context: the user frames that led there (a Python caller of a native helper called through
+  // ctypes, say), without the library frames between them (libffi, the interpreter, _start).
+  for (size_t i = user; i < frames.size() && out.indices.size() < max; ++i)
+    if (frame_role(frames[i]) == FrameRole::kUser) out.indices.push_back(i);
+  return out;
+}
+
+const FrameInfo* user_frame(const std::vector<FrameInfo>& frames) {
+  const ShownFrames shown = frames_to_show(frames, 1);
+  return shown.indices.empty() ? nullptr : &frames[shown.indices.front()];
+}
+
+}  // namespace gpushim

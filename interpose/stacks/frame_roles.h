@@ -1,0 +1,37 @@
+// Whose code a stack frame is, so that every printed stack (the stderr summary, OOM advice,
+// gpushim-analyze summary/diff/merge) leads with the line of the user's own code: under ctypes,
+// numba or PyTorch dozens of library frames sit between it and CUDA, and six innermost frames are
+// all alike. The JSON keeps every frame; this only decides what is shown first.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "stacks/symbolizer.h"
+
+namespace gpushim {
+
+enum class FrameRole {
+  kPlumbing,  // the shim, the CUDA runtime and driver: never shown
+  kLibrary,   // the interpreter, libffi/ctypes, the C/C++ runtime, the Python standard library,
+              // site-packages/dist-packages, known frameworks (torch, numba, cupy, triton, nccl, ...)
+  kUser,      // everything else: the program's own code
+};
+
+FrameRole frame_role(const FrameInfo& f);
+
+struct ShownFrames {
+  std::vector<size_t> indices;  // into the stack: the innermost user frame first, then the user
+                                // frames that called it, outermost last
+  size_t library_inside = 0;    // library frames between that user frame and CUDA, not shown
+};
+
+// At most `max` frames to show: the innermost user frame and the user frames that called it. A
+// stack without a user frame shows its innermost frames but plumbing.
+ShownFrames frames_to_show(const std::vector<FrameInfo>& frames, size_t max);
+
+// The innermost user frame (or, without one, the innermost frame that is not plumbing); null if none.
+const FrameInfo* user_frame(const std::vector<FrameInfo>& frames);
+
+}  // namespace gpushim

@@ -1,0 +1,96 @@
+"""The exit report of a Python program describes the program, not its teardown: memory that object
+finalizers free while the interpreter shuts down (atexit callbacks, module teardown) still counts
+as live and keeps its site a growth suspect (interpose/python/interpreter_shutdown.h)."""
+import os
+import subprocess
+import unittest
+
+from pythons import interpreters
+from shimtest import BUILD, FAKECUDA, REAL_GPU, SANITIZER, ShimTestCase, program, run
+
+MiB = 1 << 20
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python")
+NUMBA_LEAK = os.path.join(HERE, "numba_leak.py")
+FINALIZER_LEAK = os.path.join(HERE, "finalizer_leak.py")
+STEPS = 40
+FAST = {"GPUSHIM_SAMPLE_MS": "5"}
+
+
+def marked_line(path, marker):
+    with open(path) as f:
+        return [n for n, l in enumerate(f, 1) if l.rstrip().endswith("# " + marker)][0]
+
+
+def numba_python():
+    """An interpreter that imports numba (scripts/setup installs Debian's python3-numba)."""
+    candidates = [p for p, _ in interpreters()]
+    if SANITIZER != "thread":
+        candidates.append("/usr/bin/python3")
+    for path in dict.fromkeys(candidates):
+        if os.path.exists(path) and subprocess.run([path, "-c", "import numba.cuda"], capture_output=True,
+                                                   env=dict(os.environ, **({} if SANITIZER != "thread" else
+                                                            __import__("pythons").stand_in_env()))).returncode == 0:
+            return path
+    if SANITIZER == "thread":
+        raise unittest.SkipTest("the TSan stand-in's interpreter has no numba")
+    raise AssertionError("no interpreter with numba: run scripts/setup (python3-numba)")
+
+
+def frame_at(frames, path, line):
+    return [f for f in frames if f["kind"] == "python" and f["file"] == path and f["line"] == line]
+
+
+class Teardown(ShimTestCase):
+    def check_held_leak(self, r, path, line, per_step):
+        self.assertRanOK(r)
+        self.assertTrue(r.report["teardown"]["observed"], r.report["teardown"])
+        suspects = r.report["growth"]["suspects"]
+        self.assertGreaterEqual(len(suspects), 1, r.stderr)
+        top = suspects[0]
+        self.assertTrue(frame_at(top["frames"], path, line), top["frames"])
+        self.assertEqual(top["live_count"], STEPS)
+        self.assertEqual(top["live_bytes"], STEPS * per_step)
+        site = [s for s in r.report["sites"] if frame_at(s["frames"], path, line)]
+        self.assertEqual(len(site), 1, r.report["sites"])
+        self.assertEqual(site[0]["live_bytes"], STEPS * per_step)
+        self.assertGreaterEqual(r.report["devices"][0]["live_bytes"], STEPS * per_step)
+        return site[0]
+
+    def test_numba_device_arrays_in_a_global_list(self):
+        python = numba_python()
+        env = dict(FAST)
+        if not REAL_GPU:
+            env["NUMBA_CUDA_DRIVER"] = os.path.join(FAKECUDA, "libcuda.so.1")
+        r = run([python, NUMBA_LEAK, str(STEPS)], env=env)
+        site = self.check_held_leak(r, NUMBA_LEAK, marked_line(NUMBA_LEAK, "@leak"), MiB)
+        # numba's finalizers freed the arrays while the interpreter shut down (what hid the leak).
+        self.assertGreater(r.report["teardown"]["freed_bytes"], 0)
+        self.assertGreater(site["freed_during_shutdown_count"], 0)
+        # The weights, allocated once, are live and no suspect.
+        weights = marked_line(NUMBA_LEAK, "@weights")
+        self.assertFalse(any(frame_at(s["frames"], NUMBA_LEAK, weights) for s in r.report["growth"]["suspects"]))
+        self.assertTrue(any(frame_at(s["frames"], NUMBA_LEAK, weights) for s in r.report["sites"]))
+
+    def test_object_held_leak_freed_by_finalizers_at_teardown(self):
+        line = marked_line(FINALIZER_LEAK, "@leak")
+        for python, version in interpreters():
+            for mode in ("del", "finalize"):
+                with self.subTest(python=python, mode=mode):
+                    r = run([python, FINALIZER_LEAK, str(STEPS), mode], env=FAST)
+                    site = self.check_held_leak(r, FINALIZER_LEAK, line, MiB)
+                    # Every leaked buffer was freed by its finalizer during teardown, and counted so.
+                    self.assertEqual(site["freed_during_shutdown_count"], STEPS)
+                    self.assertEqual(site["freed_during_shutdown_bytes"], STEPS * MiB)
+                    self.assertEqual(r.report["teardown"]["freed_count"], STEPS)
+                    self.assertEqual(r.report["devices"][0]["live_count"], STEPS)
+                    self.assertEqual(r.report["devices"][0]["total_frees"], 2 * STEPS)
+                    self.assertIn("(40.0 MiB of it freed during interpreter shutdown)", r.stderr)
+
+    def test_native_program_has_no_teardown(self):
+        r = run([program("e2e_planted_leak"), "20", "marks"])
+        self.assertRanOK(r)
+        self.assertEqual(r.report["teardown"], {"observed": False, "began_s": 0, "freed_bytes": 0, "freed_count": 0})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -64,7 +64,7 @@ constexpr uint32_t kClocks = 1, kClockId = 1, kClockTimestamp = 2;
 constexpr uint64_t kMonotonic = 3, kMonotonicCoarse = 4, kBoottime = 6;
 }  // namespace clk
 namespace td {  // track_descriptor.proto, process_descriptor.proto, counter_descriptor.proto
-constexpr uint32_t kUuid = 1, kParentUuid = 5, kName = 2, kProcess = 3, kCounter = 8, kDescription = 14;
+constexpr uint32_t kUuid = 1, kParentUuid = 5, kName = 2, kProcess = 3, kCounter = 8;
 constexpr uint32_t kPid = 1, kProcessName = 6;
 constexpr uint32_t kUnit = 3;
 constexpr uint64_t kUnitSizeBytes = 3;

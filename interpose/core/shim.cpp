@@ -475,6 +475,7 @@ ReportData Shim::build_report(const char* reason) {
     dr.total_frees = c.total_frees;
     dr.failed_allocs = c.failed_allocs;
     dr.injected_failures = d->injected_failures.load(std::memory_order_relaxed);
+    dr.resets = d->resets.load(std::memory_order_relaxed);
     dr.capacity_bytes = d->capacity;
     dr.limit_bytes = d->budget.limit();
     dr.pool = pool_figures(d);
@@ -528,6 +529,24 @@ ReportData Shim::build_report(const char* reason) {
     return a.stack_id < b.stack_id;
   });
   add_growth(&r, sym);
+  {
+    std::lock_guard<std::mutex> lock(resets_mu_);
+    for (const auto& [key, totals] : freed_by_reset_) {
+      SiteReport s;
+      s.device = key.device;
+      s.kind = memory_kind_name(key.kind);
+      s.live_bytes = totals.bytes;
+      s.live_count = totals.count;
+      s.stack_id = key.stack;
+      stacks_.frames(key.stack, &words);
+      for (uint64_t w : words) s.frames.push_back(sym.resolve(w));
+      r.freed_by_reset.push_back(std::move(s));
+    }
+  }
+  std::sort(r.freed_by_reset.begin(), r.freed_by_reset.end(), [](const SiteReport& a, const SiteReport& b) {
+    if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
+    return a.stack_id < b.stack_id;
+  });
   for (const Sample& s : timeline_.samples())
     r.timeline.push_back({static_cast<double>(s.t_ns) / 1e9, s.device, s.allocated, s.reserved});
   {

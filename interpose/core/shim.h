@@ -57,6 +57,7 @@ struct DeviceState {
   PooledSites pooled_sites;
   std::atomic<uint64_t> ooms{0};                // out-of-memory errors returned to callers
   std::atomic<uint64_t> injected_failures{0};   // of those, failed on purpose by GPUSHIM_FAIL
+  std::atomic<uint64_t> resets{0};              // resets (or destructions) of its primary context
   // GPUSHIM_TRACE only: the pool's backend becomes pool -> observed -> limited -> driver.
   std::unique_ptr<SegmentObserver> segment_tracer;
   std::unique_ptr<Backend> observed;
@@ -189,6 +190,14 @@ class Shim {
   // The program asked the driver for its memory figures (cudaMemGetInfo, cuMemGetInfo_v2): a good
   // moment to take a sample of the current device, whatever the interval says.
   void sample_usage_now();
+  // ---- device resets (core/shim_reset.cpp) ----
+  // Before cudaDeviceReset or cuDevicePrimaryCtxReset of `device`: every live allocation of the
+  // device is recorded as freed by the reset, and the pool gives all its memory back.
+  void before_device_reset(int device);
+  // After the real reset succeeded: the pool's backend retains the context again on next use.
+  void after_device_reset(int device);
+  // After a cuDevicePrimaryCtxRelease that destroyed the device's primary context.
+  void after_context_destroyed(int device);
   // ---- traces (core/shim_trace.cpp) ----
   // An iteration mark (gpushim_mark_iteration): recorded in the trace. Returns its number (1, 2, ...).
   uint64_t on_iteration_mark();
@@ -283,6 +292,7 @@ class Shim {
   void add_driver_usage(int device, DeviceReport* out) const;
   void add_modules(ReportData* out);
   void drop_vmm(const VmmTracker::Physical& p);
+  void note_freed_by_reset(const AllocationRecord& rec);
   // GPUSHIM_TRACE (core/shim_trace.cpp). Each is called only when trace_ is set.
   void start_trace();
   // `request` is the size the policy was asked for (differs from rec.requested for pitched memory).
@@ -331,6 +341,8 @@ class Shim {
   std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet
   MemoryCounters graph_;
   MemoryCounters imported_;
+  std::mutex resets_mu_;
+  absl::flat_hash_map<SiteKey, SiteTotals> freed_by_reset_;  // under resets_mu_
   std::unique_ptr<trace::TraceRecorder> trace_owner_;
   trace::TraceRecorder* trace_ = nullptr;  // null unless GPUSHIM_TRACE is on and the file opened
 };

@@ -52,6 +52,7 @@ RealRuntime* resolve_runtime(void* lib) {
   resolve(lib, r->cudaStreamEndCapture_ptsz, "cudaStreamEndCapture_ptsz");
   resolve(lib, r->cudaStreamIsCapturing, "cudaStreamIsCapturing");
   resolve(lib, r->cudaIpcGetMemHandle, "cudaIpcGetMemHandle");
+  resolve(lib, r->cudaDeviceReset, "cudaDeviceReset");
   return r;
 }
 

@@ -53,6 +53,7 @@ struct RealRuntime {
   cudaError_t (*cudaStreamEndCapture_ptsz)(cudaStream_t, cudaGraph_t*) = nullptr;
   cudaError_t (*cudaStreamIsCapturing)(cudaStream_t, cudaStreamCaptureStatus*) = nullptr;
   cudaError_t (*cudaIpcGetMemHandle)(cudaIpcMemHandle_t*, void*) = nullptr;
+  cudaError_t (*cudaDeviceReset)() = nullptr;
 };
 
 // Resolved on first use (thread-safe). Entries are null while libcudart is not loaded; it is then

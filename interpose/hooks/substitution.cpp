@@ -22,6 +22,7 @@ constexpr const char* kDriverNames[] = {
     "cuGraphAddMemAllocNode", "cuMemGetInfo_v2",       "cuMemGetAddressRange_v2",
     "cuPointerGetAttribute",  "cuPointerGetAttributes", "cuIpcGetMemHandle",
     "cuGetProcAddress",       "cuGetProcAddress_v2",
+    "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease_v2",
 };
 // Runtime hooks of ours (hooks/runtime_api.cpp, hooks/capture_api.cpp), for dlsym on a libcudart
 // handle: what ctypes.CDLL("libcudart.so.13").cudaMalloc does.
@@ -31,6 +32,7 @@ constexpr const char* kRuntimeNames[] = {
     "cudaMallocManaged",    "cudaMallocHost",         "cudaHostAlloc",          "cudaFreeHost",
     "cudaIpcGetMemHandle",  "cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz",
     "cudaStreamEndCapture", "cudaStreamEndCapture_ptsz",
+    "cudaDeviceReset",
 };
 constexpr size_t kDrivers = sizeof(kDriverNames) / sizeof(kDriverNames[0]);
 constexpr size_t kRuntimes = sizeof(kRuntimeNames) / sizeof(kRuntimeNames[0]);

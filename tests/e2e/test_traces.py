@@ -149,6 +149,22 @@ class Recording(ShimTestCase):
                         self.assertEqual(dev["shim_peak_allocated"], report_dev["peak_allocated_bytes"])
                         self.assertEqual(dev["allocs"], report_dev["total_allocs"])
 
+    def test_every_path_to_device_memory_reaches_the_trace(self):
+        # Runtime, driver API, pitched, stream-ordered and virtual-memory allocations, some left
+        # live: the trace holds exactly the events the report counts, and replays to its peak.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r, path = traced([program("e2e_trace_every_path")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                report_dev = r.device(0)
+                dev = analyze_json("summary", path)["devices"][0]
+                self.assertEqual(report_dev["total_allocs"], 11)
+                for key in ("total_allocs", "total_frees", "live_count", "live_bytes"):
+                    self.assertEqual(dev[key], report_dev[key], key)
+                self.assertEqual(dev["peak_allocated"], report_dev["peak_allocated_bytes"])
+                replay = analyze_json("replay", path, "--policy", policy)["policies"][0]["devices"][0]
+                self.assertTrue(replay["reproduces_recorded_peak"], replay)
+
     def test_concurrent_threads_replay_the_pools_own_order(self):
         for policy in POLICIES:
             with self.subTest(policy=policy):

@@ -356,6 +356,22 @@ class ReplayUnderALimit(ShimTestCase):
         text = analyze("replay", path, "--limit", "200MiB").stdout
         self.assertIn("yes: event 4", text)
 
+    def test_replay_as_recorded_gives_the_same_refusals_and_peak(self):
+        # A library's driver-API memory shares the cap with the program's cudaMalloc: the replay
+        # under the recorded policy and cap must refuse exactly what the run was refused.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r, path = traced([program("e2e_cap_and_oom"), "64", "10", "100"],
+                                 env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "300MiB"})
+                self.assertRanOK(r)
+                self.assertEqual(len(r.report["ooms"]), 1)
+                out = analyze_json("replay", path, "--policy", policy)
+                dev = out["policies"][0]["devices"][0]
+                self.assertEqual((dev["recorded_ooms"], dev["ooms"], dev["recorded_ooms_avoided"]), (1, 1, 0), dev)
+                self.assertEqual(dev["first_difference_event"], 0)
+                self.assertTrue(dev["reproduces_recorded_peak"], dev)
+                self.assertFalse([n for n in out["notes"] if "departs" in n], out["notes"])
+
     def test_a_recorded_oom_replays_where_it_happened(self):
         r, path = traced([program("e2e_train_loop"), "100", "--leak-mib", "6"],
                          env={"GPUSHIM_LIMIT": "400MiB", "GPUSHIM_POLICY": "caching"})

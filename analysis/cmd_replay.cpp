@@ -66,7 +66,11 @@ int cmd_replay(const std::vector<std::string>& args) {
   const std::string path = cli.positional[0];
   std::string bytes;
   TraceData trace;
-  if (!read_file(path, &bytes, &err) || !parse_trace(bytes, &trace, &err)) {
+  if (!read_file(path, &bytes, &err)) {
+    std::fprintf(stderr, "gpushim-analyze replay: %s\n", err.c_str());  // names the file already
+    return 1;
+  }
+  if (!parse_trace(bytes, &trace, &err)) {
     std::fprintf(stderr, "gpushim-analyze replay: %s: %s\n", path.c_str(), err.c_str());
     return 1;
   }

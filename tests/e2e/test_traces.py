@@ -268,6 +268,26 @@ class Recording(ShimTestCase):
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
         self.assertIn("devices[0].device: expected an integer", analyze("summary", bad_report, check=False).stderr)
 
+    def test_endless_or_huge_inputs_get_one_line_and_bounded_memory(self):
+        # /dev/zero used to be read until std::bad_alloc aborted the tool.
+        for cmd in (["summary", "/dev/zero"], ["replay", "/dev/zero"], ["merge", "/dev/zero"],
+                    ["export", "--format", "folded", "/dev/zero", "-o", "-"], ["diff", "/dev/zero", "/dev/zero"]):
+            with self.subTest(cmd=cmd):
+                p = analyze(*cmd, check=False)
+                self.assertNotEqual(p.returncode, 0, cmd)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn("neither a gpushim report (JSON) nor a gpushim trace", p.stderr)
+        # Something that starts like a report but never ends stops at the size cap.
+        workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
+        big = os.path.join(workdir, "big.json")
+        with open(big, "w") as f:
+            f.write("{" + " " * (3 << 20))
+        env = dict(os.environ, GPUSHIM_ANALYZE_MAX_INPUT="1MiB")
+        p = subprocess.run([ANALYZE, "summary", big], capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn("larger than 1.0 MiB", p.stderr)
+
 
 class PythonFrames(ShimTestCase):
     """A trace of a Python program carries the Python frames the report shows, and every reading of

@@ -104,8 +104,9 @@ Shim* Shim::slow_init() {
   t_initializing = true;
   ConfigResult parsed = parse_config(environ);
   if (!parsed.ok()) {
-    for (const ConfigError& e : parsed.errors) log_line("%s", e.message().c_str());
-    log_line("disabled because of the configuration errors above; CUDA calls pass through untouched");
+    // One line per error, as the README promises: each says the shim is off.
+    for (const ConfigError& e : parsed.errors)
+      log_line("%s; gpushim is off (CUDA calls pass through untouched)", e.message().c_str());
     g_state.store(kDisabled, std::memory_order_release);
     t_initializing = false;
     return nullptr;

@@ -107,3 +107,16 @@ class ReportTargets(ShimTestCase):
         self.assertEqual(os.listdir(tmp), ["r.json"])
         with open(os.path.join(tmp, "r.json")) as f:
             self.assertEqual(json.load(f)["schema"], "gpushim-report/1")
+
+
+class ConfigErrors(ShimTestCase):
+    def test_one_line_per_configuration_error(self):
+        r = run([LEAK], env={"GPUSHIM_STACK_DEPTH": "lots"}, expect_report=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(r.shim_lines()), 1, r.stderr)
+        self.assertIn("GPUSHIM_STACK_DEPTH='lots' is invalid", r.shim_lines()[0])
+        self.assertIn("gpushim is off", r.shim_lines()[0])
+        r = run([LEAK], env={"GPUSHIM_POLICY": "passthrough", "GPUSHIM_QUARANTINE": "0",
+                             "GPUSHIM_SMALL_SEGMENT": "4MiB"}, expect_report=False)
+        self.assertEqual(len(r.shim_lines()), 2, r.stderr)
+        self.assertTrue(all("passthrough" in l for l in r.shim_lines()), r.stderr)

@@ -495,6 +495,24 @@ class DiffAndMerge(ShimTestCase):
         self.assertIn("2 outlier run(s)", text)
         self.assertIn("[snapshot]", text)
 
+    def test_merge_says_why_it_skips_a_damaged_report_and_exits_1(self):
+        for rank in range(3):
+            self.write(report_doc(200 + rank, str(rank), [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]))
+        damaged = os.path.join(self.dir, "rank3.json")
+        with open(damaged, "w") as f:
+            f.write('{"schema":"gpushim-report/1","pid":7,"devices":[{"device":"zero"')  # cut short
+        with open(os.path.join(self.dir, "notes.txt"), "w") as f:
+            f.write("not a report\n")
+        p = analyze("merge", self.dir, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)  # the damaged report, not the unrelated file
+        self.assertTrue(lines[0].startswith("gpushim-analyze merge: skipping a damaged report or trace: "), lines[0])
+        self.assertIn(damaged, lines[0])
+        self.assertIn("unexpected end of input", lines[0])
+        self.assertIn("3 runs", p.stdout)  # the table of what did read still comes
+        self.assertIn("notes.txt (", p.stdout)  # skipped, with its reason
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

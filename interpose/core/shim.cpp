@@ -384,13 +384,18 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
   else if (real_runtime().cudaMemGetInfo && real_runtime().cudaMemGetInfo(&free, &total) == cudaSuccess)
     rec.device_free = free;
   if (total != 0) usage_.record(d->ordinal, UsageSample{true, now_ns(), total - free, d->budget.held()});
-  if (!injected)
+  // Like injected failures and invalid frees: enough lines to see what fails, never a flood (a
+  // program that handles OOMs in a loop); the total comes at exit.
+  constexpr uint64_t kLoggedOoms = 16;
+  const uint64_t nth = injected ? 0 : oom_lines_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (!injected && nth <= kLoggedOoms)
     log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
-           "block %s), device free %s%s%s; returned cudaErrorMemoryAllocation",
+           "block %s), device free %s%s%s; returned cudaErrorMemoryAllocation%s",
            d->ordinal, format_bytes(requested).c_str(), format_bytes(rec.allocated).c_str(),
            format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),
            format_bytes(rec.pool.largest_free_block).c_str(), format_bytes(rec.device_free).c_str(),
-           d->budget.limit() ? ", cap " : "", d->budget.limit() ? format_bytes(d->budget.limit()).c_str() : "");
+           d->budget.limit() ? ", cap " : "", d->budget.limit() ? format_bytes(d->budget.limit()).c_str() : "",
+           nth == kLoggedOoms ? " (further out-of-memory errors are counted, and their total printed at exit)" : "");
   if (trace_) trace_oom(rec);
   std::lock_guard<std::mutex> lock(ooms_mu_);
   if (ooms_.size() >= kMaxOomRecords) return;
@@ -593,6 +598,9 @@ ReportData Shim::build_report(const char* reason) {
 
 void Shim::write_exit_report() {
   if (forked_child_ || reported_.exchange(true)) return;
+  if (const uint64_t ooms = oom_lines_.load(std::memory_order_relaxed); ooms > 16)
+    log_line("%llu out-of-memory errors in all (%llu not printed above; every one is counted in the report)",
+             static_cast<unsigned long long>(ooms), static_cast<unsigned long long>(ooms - 16));
   live_.stop();  // no snapshot or metrics update from here on
   if (!config_.report_enabled && config_.summary_sites == 0) return finish_live_outputs(nullptr);
   const ReportData report = build_report("exit");

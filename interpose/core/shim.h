@@ -325,6 +325,7 @@ class Shim {
   std::mutex devices_mu_;  // only for creating DeviceState
   std::atomic<uint64_t> invalid_frees_{0};
   std::atomic<uint64_t> late_frees_{0};
+  std::atomic<uint64_t> oom_lines_{0};  // real (not injected) out-of-memory errors, for the rate limit
   std::atomic<bool> reported_{false};
   TimeSeries timeline_;
   std::mutex ooms_mu_;

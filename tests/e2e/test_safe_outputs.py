@@ -120,3 +120,16 @@ class ConfigErrors(ShimTestCase):
                              "GPUSHIM_SMALL_SEGMENT": "4MiB"}, expect_report=False)
         self.assertEqual(len(r.shim_lines()), 2, r.stderr)
         self.assertTrue(all("passthrough" in l for l in r.shim_lines()), r.stderr)
+
+
+class OutOfMemoryLines(ShimTestCase):
+    def test_oom_lines_are_rate_limited_with_a_final_count(self):
+        r = run([program("e2e_cap_and_oom"), "64", "10", "0", "99"],
+                env={"GPUSHIM_LIMIT": "200MiB", "GPUSHIM_SUMMARY": "0"})
+        self.assertRanOK(r)
+        self.assertEqual(json.loads(r.stdout.strip().splitlines()[-1])["refused_again"], 99)
+        lines = [l for l in r.shim_lines() if "out of memory on device" in l]
+        self.assertEqual(len(lines), 16, r.stderr)
+        self.assertIn("further out-of-memory errors are counted", lines[-1])
+        self.assertIn("gpushim: 100 out-of-memory errors in all (84 not printed above", r.stderr)
+        self.assertEqual(r.device(0)["pool"]["ooms"], 100)

@@ -60,6 +60,7 @@ ModuleId Shim::caller_module() {
 }
 
 void Shim::driver_failure(MemoryKind kind, int dev, CUresult r, uint64_t size) {
+  if (is_argument_error(r)) return;  // refused for its arguments: no failed allocation (error_codes.h)
   if (!on_device(kind)) {
     record_failure(kind, dev);
     return;

@@ -27,7 +27,7 @@ CUresult Shim::driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t
   const uintptr_t ptr = r == CUDA_SUCCESS ? static_cast<uintptr_t>(result()) : 0;
   if (r != CUDA_SUCCESS || ptr == 0) {
     if (d) d->budget.cancel(size);
-    if (r != CUDA_SUCCESS) {
+    if (r != CUDA_SUCCESS && !is_argument_error(r)) {
       if (d) d->counters.on_failed();
       else record_failure(kind, device);
       if (d && r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);

@@ -35,7 +35,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     const cudaError_t err = forward();
     if (err != cudaSuccess || *out == nullptr) {  // *out null: size 0, CUDA hands out nothing
       d->budget.cancel(size);
-      if (err != cudaSuccess) {
+      if (err != cudaSuccess && !is_argument_error(err)) {
         d->counters.on_failed();
         if (err == cudaErrorMemoryAllocation) on_oom(d, size, stack);
       }
@@ -70,7 +70,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   }
   if (!in_block) r = d->pool->allocate(req, &p, &allocated);
   if (r != CUDA_SUCCESS) {
-    d->counters.on_failed();
+    if (!is_argument_error(r)) d->counters.on_failed();
     if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
     set_runtime_last_error(to_runtime_error(r));
     return to_runtime_error(r);

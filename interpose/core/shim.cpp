@@ -241,6 +241,12 @@ bool Shim::stream_capturing(CUstream stream) {
   return status == cudaStreamCaptureStatusActive;
 }
 
+bool Shim::capture_forbids_unsafe_call() {
+  if (active_captures().load(std::memory_order_acquire) == 0) return false;  // almost always
+  const auto probe = real_driver().cuMemFree_v2;
+  return probe != nullptr && probe(0) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
 MemoryCounters& Shim::counters_for(MemoryKind kind, int dev) {
   switch (kind) {
     case MemoryKind::kManaged: return managed_;

@@ -228,6 +228,11 @@ class Shim {
   DeviceState* current_device_state();
   MemoryCounters& counters_for(MemoryKind kind, int device);
   static bool stream_capturing(CUstream stream);
+  // True when CUDA forbids a potentially unsafe call (cudaMalloc, cudaFree) on this thread now: a
+  // capture in global or thread-local mode (CUDA's rules). Asked of the driver with a call that
+  // CUDA checks the same way (cuMemFree_v2(0)), which also invalidates the offending capture, as
+  // the real call would have: a pool answering instead of CUDA must give CUDA's answer.
+  static bool capture_forbids_unsafe_call();
   void on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected = false);
   // GPUSHIM_FAIL selected this allocation: account and report it like an OOM (core/shim_faults.cpp).
   cudaError_t injected_failure(DeviceState* d, uint64_t requested, uint64_t number);

@@ -151,6 +151,22 @@ class GraphCapture(ShimTestCase):
                 self.assertEqual(out["malloc_async_in_capture"], "cudaSuccess")
 
 
+class CaptureRules(ShimTestCase):
+    def test_malloc_and_free_during_capture_get_cudas_answers(self):
+        # Global and thread-local capture: cudaMalloc and cudaFree are refused with
+        # cudaErrorStreamCaptureUnsupported (also as the last error), the capture is invalidated,
+        # a refused free frees nothing; relaxed capture allows both. A pool answers as CUDA does.
+        cuda = run([program("e2e_capture_rules")], preload=False, expect_report=False)
+        self.assertRanOK(cuda)
+        expected = json.loads(cuda.stdout)
+        self.assertEqual(expected["global"]["malloc"], "cudaErrorStreamCaptureUnsupported")
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_capture_rules")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                self.assertEqual(json.loads(r.stdout), expected)
+
+
 class ReportFigures(ShimTestCase):
     def test_pool_figures_and_timeline(self):
         r = run([program("e2e_threads_alloc"), "2", "500"], env={"GPUSHIM_SAMPLE_MS": "1"})

@@ -506,6 +506,12 @@ ReportData Shim::build_report(const char* reason) {
   // return addresses on one source line) are one site to a reader: merge them.
   Symbolizer sym;
   sym.set_python_resolver([this](uint32_t id, FrameInfo* f) { return capturer_.resolve_python(id, f); });
+  sym.set_module_resolver([this](uint64_t address, std::string* path, uint64_t* base) {
+    uintptr_t b = 0;
+    const bool found = modules_.describe(static_cast<uintptr_t>(address), path, &b);
+    *base = b;
+    return found;
+  });
   r.python = capturer_.python_status();
   std::vector<uint64_t> words;
   absl::flat_hash_map<std::string, size_t> by_frames;

@@ -198,6 +198,9 @@ class Shim {
   void after_device_reset(int device);
   // After a cuDevicePrimaryCtxRelease that destroyed the device's primary context.
   void after_context_destroyed(int device);
+  // True when the outermost hook was called by CUDA itself (libcudart, libcuda): e.g. the runtime
+  // releasing its context while it tears down at exit, which is no reset of the program's.
+  bool called_by_cuda();
   // ---- traces (core/shim_trace.cpp) ----
   // An iteration mark (gpushim_mark_iteration): recorded in the trace. Returns its number (1, 2, ...).
   uint64_t on_iteration_mark();

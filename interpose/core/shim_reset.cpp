@@ -89,6 +89,13 @@ void Shim::after_device_reset(int ordinal) {
   static_cast<DriverBackend*>(d->driver.get())->forget_context();
 }
 
+bool Shim::called_by_cuda() {
+  const uintptr_t ra = current_hook_caller();
+  if (ra == 0) return false;
+  const ModuleId m = modules_.lookup(ra - 1);
+  return m != kUnknownModule && modules_.is_cuda_plumbing(m);
+}
+
 void Shim::after_context_destroyed(int ordinal) {
   // The same bookkeeping as a reset; the memory is gone already, but the pool cannot have held
   // any: its backend keeps a reference to the context from its first segment on, so the program's

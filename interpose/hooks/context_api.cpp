@@ -45,7 +45,9 @@ GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   GPUSHIM_SCOPE;
   const CUresult r = call(real_driver().cuDevicePrimaryCtxRelease_v2, dev);
   Shim* s = accounting(scope);
-  if (s == nullptr || r != CUDA_SUCCESS) return r;
+  // The runtime's own release (its teardown at exit, after which the exit report still lists
+  // what the program leaked) is not the program destroying its context.
+  if (s == nullptr || r != CUDA_SUCCESS || s->called_by_cuda()) return r;
   unsigned flags = 0;
   int active = 1;
   if (call(real_driver().cuDevicePrimaryCtxGetState, dev, &flags, &active) == CUDA_SUCCESS && active == 0)

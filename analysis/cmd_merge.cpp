@@ -1,6 +1,8 @@
 // gpushim-analyze merge: one table across the ranks (or processes) of a job, with outliers flagged.
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -63,6 +65,18 @@ std::vector<std::string> list_dir(const std::string& dir) {
   return out;
 }
 
+// Begins like a gpushim trace, or a JSON document that names the report schema.
+bool looks_like_ours(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  char head[4096];
+  const ssize_t n = ::read(fd, head, sizeof(head));
+  ::close(fd);
+  if (n <= 0) return false;
+  const std::string s(head, static_cast<size_t>(n));
+  return s.rfind("GPUSHIMT", 0) == 0 || s.find("gpushim-report/") != std::string::npos;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -96,6 +110,7 @@ int cmd_merge(const std::vector<std::string>& args) {
 
   std::vector<RowData> rows;
   std::vector<std::string> skipped;
+  int damaged = 0;
   for (const std::string& arg : cli.positional) {
     const bool dir = is_dir(arg);
     const std::vector<std::string> files = dir ? list_dir(arg) : std::vector<std::string>{arg};
@@ -106,7 +121,14 @@ int cmd_merge(const std::vector<std::string>& args) {
           std::fprintf(stderr, "gpushim-analyze merge: %s\n", err.c_str());
           return 1;
         }
-        skipped.push_back(f);  // not a report or trace: other files may share the directory
+        // Other files may share the directory: listed with the reason. A report or trace that
+        // does not read is damaged: said on stderr, and the merge exits 1 after its table, since
+        // a rank is missing from it.
+        if (looks_like_ours(f)) {
+          std::fprintf(stderr, "gpushim-analyze merge: skipping a damaged report or trace: %s\n", err.c_str());
+          ++damaged;
+        }
+        skipped.push_back(f + " (" + err + ")");
         continue;
       }
       rows.push_back(std::move(r));
@@ -207,7 +229,7 @@ int cmd_merge(const std::vector<std::string>& args) {
       append_json_string(&j, skipped[k]);
     }
     j += "]}\n";
-    return write_output("-", j, &err) ? 0 : 1;
+    return write_output("-", j, &err) && damaged == 0 ? 0 : 1;
   }
 
   std::string o = "gpushim merge: " + std::to_string(rows.size()) + " runs; median peak allocated " +
@@ -234,8 +256,8 @@ int cmd_merge(const std::vector<std::string>& args) {
     }
   }
   o += flagged ? std::to_string(flagged) + " outlier run(s)\n" : "no outliers\n";
-  for (const std::string& s : skipped) o += "skipped (not a report or trace): " + s + "\n";
-  return write_output("-", o, &err) ? 0 : 1;
+  for (const std::string& s : skipped) o += "skipped: " + s + "\n";
+  return write_output("-", o, &err) && damaged == 0 ? 0 : 1;
 }
 
 }  // namespace gpushim::analysis

@@ -69,7 +69,11 @@ int cmd_replay(const std::vector<std::string>& args) {
   const std::string path = cli.positional[0];
   std::string bytes;
   TraceData trace;
-  if (!read_file(path, &bytes, &err) || !parse_trace(bytes, &trace, &err)) {
+  if (!read_file(path, &bytes, &err)) {
+    std::fprintf(stderr, "gpushim-analyze replay: %s\n", err.c_str());  // names the file already
+    return 1;
+  }
+  if (!parse_trace(bytes, &trace, &err)) {
     std::fprintf(stderr, "gpushim-analyze replay: %s: %s\n", path.c_str(), err.c_str());
     return 1;
   }
@@ -139,6 +143,37 @@ int cmd_replay(const std::vector<std::string>& args) {
     return false;
   };
   const bool config_changed = !cli.all("--set").empty();
+  // Under the recorded policy and settings the replay must give the run's answers: the same
+  // refusals at the same events. Where it does not, say what the trace could not hold.
+  const bool as_recorded = !config_changed && !base.limit_given && base.capacity == 0;
+  for (const ReplayResult& r : results) {
+    if (!recorded_known || r.policy != std::string(policy_name(recorded)) || !as_recorded) continue;
+    for (const ReplayDevice& d : r.devices) {
+      if (d.first_difference_event == 0) continue;
+      const TraceEvent& e = trace.events[d.first_difference_event - 1];
+      char head[256];
+      std::snprintf(head, sizeof(head),
+                    "device %d: under the recorded policy and cap the replay departs from the run at event %" PRIu64
+                    " (%.3f s): the run was refused %" PRIu64 " allocation%s, the replay %" PRIu64,
+                    d.device, d.first_difference_event, trace.seconds(e.t_ns), d.recorded_ooms,
+                    d.recorded_ooms == 1 ? "" : "s", d.ooms);
+      std::string why;
+      if (d.cross_stream_reuse_frees)
+        why += "; " + std::to_string(d.cross_stream_reuse_frees) +
+               " stream-ordered frees on other streams: when their memory became reusable elsewhere depended on when "
+               "the GPU finished its work, which the trace does not record (the replay waits for the next synchronization)";
+      if (d.oom_device_short)
+        why += "; " + std::to_string(d.oom_device_short) +
+               " of the run's refusals came from the device itself (its free memory was below the request: other "
+               "processes, or memory no hook sees), which the replay does not simulate";
+      if (trace.dropped || trace.truncated) why += "; the trace is incomplete (see above)";
+      if (trace.unmatched_frees)
+        why += "; " + std::to_string(trace.unmatched_frees) +
+               " frees of allocations the trace lacks (a trace of an older gpushim: memory it did not record)";
+      if (why.empty()) why = "; nothing the trace records explains it";
+      notes.push_back(head + why);
+    }
+  }
 
   if (cli.has("--json")) {
     std::string j = "{\"trace\":";
@@ -164,7 +199,8 @@ int cmd_replay(const std::vector<std::string>& args) {
              ",\"peak_reserved\":" + std::to_string(d.peak_reserved) + ",\"utilization\":" + std::to_string(d.utilization()) +
              ",\"ooms\":" + std::to_string(d.ooms) + ",\"oom\":" + (d.ooms ? "true" : "false") +
              ",\"recorded_ooms\":" + std::to_string(d.recorded_ooms) + ",\"recorded_ooms_avoided\":" +
-             std::to_string(d.recorded_ooms_avoided);
+             std::to_string(d.recorded_ooms_avoided) +
+             ",\"first_difference_event\":" + std::to_string(d.first_difference_event);
         if (d.ooms) {
           j += ",\"oom_event\":" + std::to_string(d.oom_event) + ",\"oom_t_s\":" + std::to_string(trace.seconds(d.oom_t_ns)) +
                ",\"oom_requested\":" + std::to_string(d.oom_requested) + ",\"oom_allocated\":" +

@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -52,8 +54,18 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::vector<std::string> args(argv + 2, argv + argc);
-  for (const Command& c : kCommands)
-    if (std::strcmp(argv[1], c.name) == 0) return c.run(args);
+  for (const Command& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    // Whatever an input does to the readers, the user gets one line, never an abort.
+    try {
+      return c.run(args);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "gpushim-analyze %s: out of memory (an input too large for this machine?)\n", c.name);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gpushim-analyze %s: %s\n", c.name, e.what());
+    }
+    return 1;
+  }
   std::fprintf(stderr, "gpushim-analyze: unknown command '%s'\n%s", argv[1], kUsage);
   return 2;
 }

@@ -39,7 +39,9 @@ struct SimDevice {
   LimitedBackend limited;
   std::unique_ptr<DeviceMemoryResource> pool;
   absl::flat_hash_map<uint64_t, Block> blocks;  // recorded address -> replayed block
-  uint64_t allocated = 0, forwarded = 0, requested = 0;
+  uint64_t allocated = 0, forwarded = 0, requested = 0, graph = 0;
+  CUstream first_ordered_stream = nullptr;
+  bool saw_ordered_free = false;
   uintptr_t next_forwarded_addr = 0x200000000000ull;
   ReplayDevice result;
   uint64_t syncs_before_steady = 0;  // synchronizations when the second iteration mark came
@@ -171,13 +173,31 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
     }
     const bool refused = e.kind == EventKind::kOom;
     if (e.kind != EventKind::kAlloc && e.kind != EventKind::kFree && !refused) continue;
-    if ((e.flags & trace::kFlagKindMask) != static_cast<uint8_t>(MemoryKind::kDevice)) continue;
+    const uint8_t kind = e.flags & trace::kFlagKindMask;
+    if (kind == static_cast<uint8_t>(MemoryKind::kGraph) && !refused) {
+      // Graph memory belongs to CUDA under every policy, but the shim charges it to the cap: so
+      // does the replay, or a capped run with graphs would fit better in the replay than it did.
+      SimDevice& d = device(e.device);
+      if (e.kind == EventKind::kAlloc) {
+        d.budget.charge(e.size);
+        d.graph += e.size;
+        d.result.graph_bytes_peak = std::max(d.result.graph_bytes_peak, d.graph);
+      } else if (d.graph >= e.size) {
+        d.budget.uncharge(e.size);
+        d.graph -= e.size;
+      }
+      continue;
+    }
+    if (kind != static_cast<uint8_t>(MemoryKind::kDevice)) continue;
     SimDevice& d = device(e.device);
     ++result.events;
     const bool ordered = (e.flags & trace::kFlagStreamOrdered) != 0;
     const CUstream stream = reinterpret_cast<CUstream>(e.stream);
     if (e.kind == EventKind::kAlloc || refused) {
-      if (refused) ++d.result.recorded_ooms;
+      if (refused) {
+        ++d.result.recorded_ooms;
+        if (e.size != 0 && e.size < e.requested) ++d.result.oom_device_short;
+      }
       Block b;
       const bool forward =
           d.pool == nullptr || (!recorded_passthrough && (e.flags & trace::kFlagForwarded) != 0);
@@ -203,6 +223,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       }
       if (r != CUDA_SUCCESS) {
         b.ptr = nullptr;
+        if (!refused && d.result.first_difference_event == 0) d.result.first_difference_event = i + 1;
         if (d.result.ooms++ == 0) {
           d.result.oom_event = i + 1;
           d.result.oom_t_ns = e.t_ns;
@@ -223,6 +244,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
         // The recorded program never got this memory: give it back at once if the replay did.
         if (b.ptr != nullptr) {
           ++d.result.recorded_ooms_avoided;
+          if (d.result.first_difference_event == 0) d.result.first_difference_event = i + 1;
           d.result.peak_reserved = std::max(d.result.peak_reserved, d.sim.used() + d.forwarded);
           --d.result.allocs;
           d.allocated -= b.size;
@@ -239,6 +261,10 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       const Block b = it->second;
       d.blocks.erase(it);
       if (b.ptr == nullptr) continue;  // its allocation failed in the replay
+      if (ordered) {
+        if (!d.saw_ordered_free) d.saw_ordered_free = true, d.first_ordered_stream = stream;
+        else if (stream != d.first_ordered_stream) ++d.result.cross_stream_reuse_frees;
+      }
       ++d.result.frees;
       d.allocated -= b.size;
       d.requested -= b.requested;
@@ -250,7 +276,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
         d.pool->deallocate(b.ptr, stream, ordered);
       }
     }
-    d.result.peak_reserved = std::max(d.result.peak_reserved, d.sim.used() + d.forwarded);
+    d.result.peak_reserved = std::max(d.result.peak_reserved, d.sim.used() + d.forwarded + d.graph);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (auto& [ord, d] : devices) {

@@ -41,6 +41,13 @@ struct ReplayDevice {
   // Allocations the recorded run was refused (its OOM events) are tried again: under another
   // policy or cap they may fit. One that fits is released at once (the program never had it).
   uint64_t recorded_ooms = 0, recorded_ooms_avoided = 0;
+  // Where the replay's answer first differs from the run's: an allocation the run got that the
+  // replay refused, or a refusal of the run the replay avoided (0: none). What the trace cannot
+  // hold, and so may explain a difference under the recorded policy and cap:
+  uint64_t first_difference_event = 0;
+  uint64_t cross_stream_reuse_frees = 0;  // stream-ordered frees on streams other than the first
+  uint64_t graph_bytes_peak = 0;          // graph memory: charged to the cap, not replayed as blocks
+  uint64_t oom_device_short = 0;          // recorded OOMs the device itself (not the cap) refused
   SimCounters driver;      // calls the pool made to the (simulated) driver
   // Synchronizations from the second iteration mark on (the steady state, after a first step that
   // creates parameters, optimizer state and the first of each shape); -1 when the trace has fewer

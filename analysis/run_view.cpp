@@ -2,19 +2,23 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
 #include "absl/container/flat_hash_map.h"
 #include "accounting/allocation_tracker.h"
+#include "cli.h"
 #include "growth.h"
 #include "memory_levels.h"
 #include "offline_symbolizer.h"
+#include "trace/trace_format.h"
 #include "util/units.h"
 
 namespace gpushim::analysis {
@@ -91,13 +95,45 @@ const DeviceReport* RunView::device(int ordinal) const {
   return nullptr;
 }
 
+uint64_t input_limit_bytes() {
+  if (const char* env = std::getenv("GPUSHIM_ANALYZE_MAX_INPUT")) {
+    uint64_t v = 0;
+    if (parse_size(env, &v) && v != 0) return v;
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t memory = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+  return std::max<uint64_t>(memory / 4, 64ull << 20);
+}
+
+bool looks_like_report_or_trace(const char* head, size_t n) {
+  if (n >= sizeof(trace::kFileMagic) && std::memcmp(head, trace::kFileMagic, sizeof(trace::kFileMagic)) == 0) return true;
+  // A report is JSON: an object, after optional whitespace (and a UTF-8 byte-order mark).
+  size_t i = n >= 3 && std::memcmp(head, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+  while (i < n && (head[i] == ' ' || head[i] == '\t' || head[i] == '\n' || head[i] == '\r')) ++i;
+  return i == n || head[i] == '{';  // all blank so far: the parser will say what is wrong
+}
+
 bool read_file(const std::string& path, std::string* out, std::string* error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     *error = "cannot open " + path + ": " + std::strerror(errno);
     return false;
   }
+  // O_NONBLOCK only so that opening a FIFO without a writer cannot hang; reads block as usual.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const uint64_t limit = input_limit_bytes();
+  auto too_large = [&] {
+    *error = path + " is larger than " + human_bytes(limit) +
+             ", the most gpushim-analyze reads (GPUSHIM_ANALYZE_MAX_INPUT raises it)";
+    ::close(fd);
+    return false;
+  };
+  struct stat st;
   out->clear();
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (static_cast<uint64_t>(st.st_size) > limit) return too_large();
+    out->reserve(static_cast<size_t>(st.st_size));  // one allocation, not a doubling series
+  }
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof(buf));
@@ -108,7 +144,14 @@ bool read_file(const std::string& path, std::string* out, std::string* error) {
       return false;
     }
     if (n == 0) break;
+    if (out->size() + static_cast<size_t>(n) > limit) return too_large();
+    const bool unchecked = out->size() < 16;
     out->append(buf, static_cast<size_t>(n));
+    if (unchecked && out->size() >= 16 && !looks_like_report_or_trace(out->data(), out->size())) {
+      *error = path + " is neither a gpushim report (JSON) nor a gpushim trace";
+      ::close(fd);
+      return false;
+    }
   }
   ::close(fd);
   return true;

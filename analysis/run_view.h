@@ -60,8 +60,17 @@ void run_from_trace(const TraceData& trace, const std::string& path, RunView* ou
 // non-zero, thinned per device to about that many points, keeping each stretch's highest value.
 std::vector<TimelineSample> trace_timeline(const TraceData& trace, size_t max_points_per_device);
 
-// Reads a whole file; false with a message on error.
+// Reads a whole report or trace; false with a one-line message on error. Untrusted input gets
+// bounded resources: what does not begin like a report (JSON) or a trace (its magic) is refused
+// after its first block (`summary /dev/zero` ends at once), and no input larger than
+// input_limit_bytes() is read (a pipe or device is cut off there).
 bool read_file(const std::string& path, std::string* out, std::string* error);
+
+// GPUSHIM_ANALYZE_MAX_INPUT when set (bytes with units), else a quarter of the machine's memory
+// (the parsed form takes a few times the file's size), at least 64 MiB.
+uint64_t input_limit_bytes();
+// Whether `head`, the start of an input, can begin a report or a trace.
+bool looks_like_report_or_trace(const char* head, size_t n);
 
 // A stable identity for a site across runs: device, kind and the symbolized frames (function,
 // file, line, module name), never raw addresses, which change with ASLR.

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
 #include <functional>
 
@@ -311,6 +312,49 @@ std::string ConfigError::message() const {
   return variable + "='" + shown(value) + "' is invalid: expected " + accepted;
 }
 
+namespace {
+
+// Settings that are each valid but make no sense together are refused too (one line each), not
+// silently ignored: the user believes they act.
+void add_contradictions(const std::vector<std::pair<std::string, std::string>>& vars, ConfigResult* result) {
+  auto has_error = [&](const std::string& name) {
+    for (const ConfigError& e : result->errors)
+      if (e.variable == name) return true;
+    return false;
+  };
+  static constexpr const char* kPoolSettings[] = {"GPUSHIM_ROUND", "GPUSHIM_SMALL_SEGMENT", "GPUSHIM_LARGE_SEGMENT",
+                                                  "GPUSHIM_MAX_SPLIT", "GPUSHIM_QUARANTINE", "GPUSHIM_OWN_SEGMENT_MIN"};
+  std::string small_value, large_value;
+  for (const auto& [name, value] : vars) {
+    if (name == "GPUSHIM_SMALL_SEGMENT") small_value = value;
+    if (name == "GPUSHIM_LARGE_SEGMENT") large_value = value;
+  }
+  if (result->config.policy == PolicyKind::kPassthrough && !has_error("GPUSHIM_POLICY")) {
+    for (const auto& [name, value] : vars) {
+      bool pool_setting = false;
+      for (const char* p : kPoolSettings) pool_setting = pool_setting || name == p;
+      std::string v = value;
+      for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      const bool means_unused = v.find("off") != std::string::npos || v.find("none") != std::string::npos;
+      if (!pool_setting || means_unused || has_error(name)) continue;
+      result->errors.push_back({name, value,
+                                "a setting of the pools, which GPUSHIM_POLICY=passthrough does not have (use caching "
+                                "or vmm, or unset it)"});
+    }
+  }
+  if (result->config.small_segment > result->config.large_segment && !has_error("GPUSHIM_SMALL_SEGMENT") &&
+      !has_error("GPUSHIM_LARGE_SEGMENT")) {
+    const bool small_given = !small_value.empty();
+    result->errors.push_back({small_given ? "GPUSHIM_SMALL_SEGMENT" : "GPUSHIM_LARGE_SEGMENT",
+                              small_given ? small_value : large_value,
+                              small_given ? "at most GPUSHIM_LARGE_SEGMENT (" +
+                                                (large_value.empty() ? std::string("20MiB") : large_value) + ")"
+                                          : "at least GPUSHIM_SMALL_SEGMENT (" + small_value + ")"});
+  }
+}
+
+}  // namespace
+
 ConfigResult parse_config(const std::vector<std::pair<std::string, std::string>>& vars) {
   ConfigResult result;
   for (const auto& [name, value] : vars) {
@@ -327,6 +371,7 @@ ConfigResult parse_config(const std::vector<std::pair<std::string, std::string>>
     }
     if (!var->apply(value, &result.config)) result.errors.push_back({name, value, var->accepted});
   }
+  add_contradictions(vars, &result);
   return result;
 }
 

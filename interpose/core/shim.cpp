@@ -123,8 +123,9 @@ Shim* Shim::slow_init() {
   t_initializing = true;
   ConfigResult parsed = parse_config(environ);
   if (!parsed.ok()) {
-    for (const ConfigError& e : parsed.errors) log_line("%s", e.message().c_str());
-    log_line("disabled because of the configuration errors above; CUDA calls pass through untouched");
+    // One line per error, as the README promises: each says the shim is off.
+    for (const ConfigError& e : parsed.errors)
+      log_line("%s; gpushim is off (CUDA calls pass through untouched)", e.message().c_str());
     g_state.store(kDisabled, std::memory_order_release);
     t_initializing = false;
     return nullptr;
@@ -267,6 +268,12 @@ bool Shim::stream_capturing(CUstream stream) {
       rt.cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status) != cudaSuccess)
     return false;
   return status == cudaStreamCaptureStatusActive;
+}
+
+bool Shim::capture_forbids_unsafe_call() {
+  if (active_captures().load(std::memory_order_acquire) == 0) return false;  // almost always
+  const auto probe = real_driver().cuMemFree_v2;
+  return probe != nullptr && probe(0) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
 MemoryCounters& Shim::counters_for(MemoryKind kind, int dev) {
@@ -412,13 +419,18 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
   else if (real_runtime().cudaMemGetInfo && real_runtime().cudaMemGetInfo(&free, &total) == cudaSuccess)
     rec.device_free = free;
   if (total != 0) usage_.record(d->ordinal, UsageSample{true, now_ns(), total - free, d->budget.held()});
-  if (!injected)
+  // Like injected failures and invalid frees: enough lines to see what fails, never a flood (a
+  // program that handles OOMs in a loop); the total comes at exit.
+  constexpr uint64_t kLoggedOoms = 16;
+  const uint64_t nth = injected ? 0 : oom_lines_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (!injected && nth <= kLoggedOoms)
     log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
-           "block %s), device free %s%s%s; returned cudaErrorMemoryAllocation",
+           "block %s), device free %s%s%s; returned cudaErrorMemoryAllocation%s",
            d->ordinal, format_bytes(requested).c_str(), format_bytes(rec.allocated).c_str(),
            format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),
            format_bytes(rec.pool.largest_free_block).c_str(), format_bytes(rec.device_free).c_str(),
-           d->budget.limit() ? ", cap " : "", d->budget.limit() ? format_bytes(d->budget.limit()).c_str() : "");
+           d->budget.limit() ? ", cap " : "", d->budget.limit() ? format_bytes(d->budget.limit()).c_str() : "",
+           nth == kLoggedOoms ? " (further out-of-memory errors are counted, and their total printed at exit)" : "");
   if (trace_) trace_oom(rec);
   std::lock_guard<std::mutex> lock(ooms_mu_);
   if (ooms_.size() >= kMaxOomRecords) return;
@@ -549,6 +561,7 @@ ReportData Shim::build_report(const char* reason) {
     dr.total_frees = c.total_frees;
     dr.failed_allocs = c.failed_allocs;
     dr.injected_failures = d->injected_failures.load(std::memory_order_relaxed);
+    dr.resets = d->resets.load(std::memory_order_relaxed);
     dr.capacity_bytes = d->capacity;
     dr.limit_bytes = d->budget.limit();
     dr.pool = pool_figures(d);
@@ -567,6 +580,12 @@ ReportData Shim::build_report(const char* reason) {
   // return addresses on one source line) are one site to a reader: merge them.
   Symbolizer sym;
   sym.set_python_resolver([this](uint32_t id, FrameInfo* f) { return capturer_.resolve_python(id, f); });
+  sym.set_module_resolver([this](uint64_t address, std::string* path, uint64_t* base) {
+    uintptr_t b = 0;
+    const bool found = modules_.describe(static_cast<uintptr_t>(address), path, &b);
+    *base = b;
+    return found;
+  });
   r.python = capturer_.python_status();
   std::vector<uint64_t> words;
   absl::flat_hash_map<std::string, size_t> by_frames;
@@ -608,6 +627,24 @@ ReportData Shim::build_report(const char* reason) {
     return a.stack_id < b.stack_id;
   });
   add_growth(&r, sym, live, teardown ? teardown->t_ns : now_ns() - start_ns_);
+  {
+    std::lock_guard<std::mutex> lock(resets_mu_);
+    for (const auto& [key, totals] : freed_by_reset_) {
+      SiteReport s;
+      s.device = key.device;
+      s.kind = memory_kind_name(key.kind);
+      s.live_bytes = totals.bytes;
+      s.live_count = totals.count;
+      s.stack_id = key.stack;
+      stacks_.frames(key.stack, &words);
+      for (uint64_t w : words) s.frames.push_back(sym.resolve(w));
+      r.freed_by_reset.push_back(std::move(s));
+    }
+  }
+  std::sort(r.freed_by_reset.begin(), r.freed_by_reset.end(), [](const SiteReport& a, const SiteReport& b) {
+    if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
+    return a.stack_id < b.stack_id;
+  });
   for (const Sample& s : timeline_.samples())
     r.timeline.push_back({static_cast<double>(s.t_ns) / 1e9, s.device, s.allocated, s.reserved});
   {
@@ -656,6 +693,9 @@ void Shim::write_exit_report() {
   // exit() while a termination signal's report is being written waits for it: the file is whole.
   std::lock_guard<std::mutex> lock(report_mu_);
   if (reported_.exchange(true)) return;
+  if (const uint64_t ooms = oom_lines_.load(std::memory_order_relaxed); ooms > 16)
+    log_line("%llu out-of-memory errors in all (%llu not printed above; every one is counted in the report)",
+             static_cast<unsigned long long>(ooms), static_cast<unsigned long long>(ooms - 16));
   live_.stop();  // no snapshot or metrics update from here on
   if (!config_.report_enabled && config_.summary_sites == 0) return finish_live_outputs(nullptr);
   const ReportData report = build_report("exit");

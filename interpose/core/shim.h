@@ -60,6 +60,7 @@ struct DeviceState {
   PooledSites pooled_sites;
   std::atomic<uint64_t> ooms{0};                // out-of-memory errors returned to callers
   std::atomic<uint64_t> injected_failures{0};   // of those, failed on purpose by GPUSHIM_FAIL
+  std::atomic<uint64_t> resets{0};              // resets (or destructions) of its primary context
   // GPUSHIM_TRACE only: the pool's backend becomes pool -> observed -> limited -> driver.
   std::unique_ptr<SegmentObserver> segment_tracer;
   std::unique_ptr<Backend> observed;
@@ -211,6 +212,17 @@ class Shim {
   // The program asked the driver for its memory figures (cudaMemGetInfo, cuMemGetInfo_v2): a good
   // moment to take a sample of the current device, whatever the interval says.
   void sample_usage_now();
+  // ---- device resets (core/shim_reset.cpp) ----
+  // Before cudaDeviceReset or cuDevicePrimaryCtxReset of `device`: every live allocation of the
+  // device is recorded as freed by the reset, and the pool gives all its memory back.
+  void before_device_reset(int device);
+  // After the real reset succeeded: the pool's backend retains the context again on next use.
+  void after_device_reset(int device);
+  // After a cuDevicePrimaryCtxRelease that destroyed the device's primary context.
+  void after_context_destroyed(int device);
+  // True when the outermost hook was called by CUDA itself (libcudart, libcuda): e.g. the runtime
+  // releasing its context while it tears down at exit, which is no reset of the program's.
+  bool called_by_cuda();
   // ---- traces (core/shim_trace.cpp) ----
   // An iteration mark (gpushim_mark_iteration): recorded in the trace. Returns its number (1, 2, ...).
   uint64_t on_iteration_mark();
@@ -244,6 +256,11 @@ class Shim {
   // The device whose default memory pool `pool` is, if its pool serves it; null otherwise.
   DeviceState* served_default_mempool(CUmemoryPool pool);
   CUmemoryPool default_mempool(int ordinal);  // learned from the driver once; null if unknown
+  // True when CUDA forbids a potentially unsafe call (cudaMalloc, cudaFree) on this thread now: a
+  // capture in global or thread-local mode (CUDA's rules). Asked of the driver with a call that
+  // CUDA checks the same way (cuMemFree_v2(0)), which also invalidates the offending capture, as
+  // the real call would have: a pool answering instead of CUDA must give CUDA's answer.
+  static bool capture_forbids_unsafe_call();
   void on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected = false);
   // GPUSHIM_FAIL selected this allocation: account and report it like an OOM (core/shim_faults.cpp).
   cudaError_t injected_failure(DeviceState* d, uint64_t requested, uint64_t number);
@@ -312,6 +329,7 @@ class Shim {
   void add_driver_usage(int device, DeviceReport* out) const;
   void add_modules(ReportData* out);
   void drop_vmm(const VmmTracker::Physical& p);
+  void note_freed_by_reset(const AllocationRecord& rec);
   // GPUSHIM_TRACE (core/shim_trace.cpp). Each is called only when trace_ is set.
   void start_trace();
   // `request` is the size the policy was asked for (differs from rec.requested for pitched memory).
@@ -345,6 +363,7 @@ class Shim {
   std::atomic<uint64_t> invalid_frees_{0};
   RecentFrees recent_frees_;  // so that a double free can name the allocation and the first free
   std::atomic<uint64_t> late_frees_{0};
+  std::atomic<uint64_t> oom_lines_{0};  // real (not injected) out-of-memory errors, for the rate limit
   std::atomic<bool> reported_{false};
   std::mutex report_mu_;  // a second exit path waits for the report the first is writing
   std::atomic<bool> trace_finished_{false};
@@ -381,6 +400,8 @@ class Shim {
   // What a program set as the default pool's release threshold; our pools cache freed memory
   // until trimmed or short of memory, which is what UINT64_MAX means to CUDA.
   std::atomic<uint64_t> release_thresholds_[kMaxDevices];
+  std::mutex resets_mu_;
+  absl::flat_hash_map<SiteKey, SiteTotals> freed_by_reset_;  // under resets_mu_
   std::unique_ptr<trace::TraceRecorder> trace_owner_;
   trace::TraceRecorder* trace_ = nullptr;  // null unless GPUSHIM_TRACE is on and the file opened
 };

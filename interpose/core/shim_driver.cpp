@@ -60,6 +60,7 @@ ModuleId Shim::caller_module() {
 }
 
 void Shim::driver_failure(MemoryKind kind, int dev, CUresult r, uint64_t size) {
+  if (is_argument_error(r)) return;  // refused for its arguments: no failed allocation (error_codes.h)
   if (!on_device(kind)) {
     record_failure(kind, dev);
     return;
@@ -91,7 +92,7 @@ void Shim::vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int dev)
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, size, t, capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded,
                              caller_module()};
-  track(VmmTracker::key_of(handle), rec);
+  if (track(VmmTracker::key_of(handle), rec) && trace_) trace_alloc(VmmTracker::key_of(handle), rec, size, nullptr, false);
   maybe_sample(t);
 }
 
@@ -104,7 +105,9 @@ void Shim::drop_vmm(const VmmTracker::Physical& p) {
   if (!untrack(VmmTracker::key_of(p.handle), &rec)) return;
   count_free(rec);
   if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
-  maybe_sample(now_ns());
+  const uint64_t t = now_ns();
+  if (trace_) trace_free(t, VmmTracker::key_of(p.handle), rec, nullptr, false);
+  maybe_sample(t);
 }
 
 void Shim::vmm_released(uint64_t handle) {
@@ -118,7 +121,8 @@ void Shim::vmm_mapped(uintptr_t va, uint64_t size, uint64_t handle) {
   // Imported memory becomes visible with its first mapping (its size is unknown before).
   const AllocationRecord rec{sized.size, sized.size, now_ns(), capture_stack(), static_cast<int16_t>(sized.device),
                              sized.kind, Route::kForwarded, caller_module()};
-  track(VmmTracker::key_of(handle), rec);
+  if (track(VmmTracker::key_of(handle), rec) && trace_)
+    trace_alloc(VmmTracker::key_of(handle), rec, rec.size, nullptr, false);
 }
 
 void Shim::vmm_unmapped(uintptr_t va, uint64_t size) {

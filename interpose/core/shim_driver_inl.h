@@ -27,7 +27,7 @@ CUresult Shim::driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t
   const uintptr_t ptr = r == CUDA_SUCCESS ? static_cast<uintptr_t>(result()) : 0;
   if (r != CUDA_SUCCESS || ptr == 0) {
     if (d) d->budget.cancel(size);
-    if (r != CUDA_SUCCESS) {
+    if (r != CUDA_SUCCESS && !is_argument_error(r)) {
       if (d) d->counters.on_failed();
       else record_failure(kind, device);
       if (d && r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
@@ -38,7 +38,9 @@ CUresult Shim::driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};
-  track(ptr, rec);
+  // Into the trace too: its frees are recorded by deallocate(), and a trace without the allocations
+  // undercounts every library that allocates through the driver API.
+  if (track(ptr, rec) && trace_) trace_alloc(ptr, rec, size, nullptr, false);
   maybe_sample(t);
   return r;
 }
@@ -60,7 +62,9 @@ CUresult Shim::account_after(MemoryKind kind, int device, uintptr_t ptr, uint64_
   const uint64_t t = now_ns();
   const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(device), kind,
                              Route::kForwarded, caller_module()};
-  track(ptr, rec);
+  // Into the trace too: its frees are recorded by deallocate(), and a trace without the allocations
+  // undercounts every library that allocates through the driver API.
+  if (track(ptr, rec) && trace_) trace_alloc(ptr, rec, size, nullptr, false);
   maybe_sample(t);
   return CUDA_SUCCESS;
 }

@@ -39,7 +39,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     const cudaError_t err = forward();
     if (err != cudaSuccess || *out == nullptr) {  // *out null: size 0, CUDA hands out nothing
       d->budget.cancel(size);
-      if (err != cudaSuccess) {
+      if (err != cudaSuccess && !is_argument_error(err)) {
         d->counters.on_failed();
         if (err == cudaErrorMemoryAllocation) on_oom(d, size, stack);
       }
@@ -57,6 +57,11 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   }
   // cudaMalloc(0) hands out nothing, cudaMallocAsync(0) is an error: CUDA decides.
   if (size == 0) return forward();
+  if (!stream_ordered && capture_forbids_unsafe_call()) {
+    d->counters.on_failed();  // as CUDA's own refusal counts under passthrough
+    set_runtime_last_error(cudaErrorStreamCaptureUnsupported);
+    return cudaErrorStreamCaptureUnsupported;
+  }
   bind_thread_context(d->ordinal);
   const StackId stack = capture_stack();
   void* p = nullptr;
@@ -74,7 +79,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   }
   if (!in_block) r = d->pool->allocate(req, &p, &allocated);
   if (r != CUDA_SUCCESS) {
-    d->counters.on_failed();
+    if (!is_argument_error(r)) d->counters.on_failed();
     if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
     set_runtime_last_error(to_runtime_error(r));
     return to_runtime_error(r);
@@ -96,6 +101,12 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
 template <typename Forward>
 cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward, FreeApi api) {
   if (ptr == nullptr) return forward();  // legal no-op (and context initialization) in CUDA
+  // A free during a capture that forbids it fails in CUDA, frees nothing, and invalidates the
+  // capture; a pooled block must get the same answer (and stay live).
+  if (!stream_ordered && api == FreeApi::kDevice && capture_forbids_unsafe_call()) {
+    if (in_runtime_hook()) set_runtime_last_error(cudaErrorStreamCaptureUnsupported);
+    return cudaErrorStreamCaptureUnsupported;
+  }
   // Blocks of pools that keep their records: found, and their figures moved, in one lock and
   // one lookup. Anything else is in the tracker.
   for (int i = 0, n = record_pool_count_.load(std::memory_order_acquire); i < n; ++i) {

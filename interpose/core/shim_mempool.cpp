@@ -16,7 +16,7 @@ CUmemoryPool Shim::default_mempool(int ordinal) {
   if (drv.cuDeviceGet == nullptr || drv.cuDeviceGetDefaultMemPool == nullptr ||
       drv.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS || drv.cuDeviceGetDefaultMemPool(&h, dev) != CUDA_SUCCESS)
     return nullptr;
-  default_mempools_[ordinal].store(h, std::memory_order_release);  // a device's default pool never changes
+  default_mempools_[ordinal].store(h, std::memory_order_release);  // until a reset (after_device_reset)
   return h;
 }
 

@@ -171,23 +171,37 @@ CUresult DriverBackend::in_context(F&& fn) {
   // Retained on first use, not at construction: a device first seen through the driver API may be
   // used with the program's own context, and retaining would create a primary context it never
   // asked for (device memory, and time).
-  std::call_once(retain_once_, [&] {
+  CUcontext primary = primary_.load(std::memory_order_acquire);
+  if (primary == nullptr) {
+    std::lock_guard<std::mutex> lock(retain_mu_);
+    primary = primary_.load(std::memory_order_relaxed);
     CUdevice dev;
-    if (api_ == nullptr) return;
-    retain_result_ = api_->device_get(&dev, device_);
-    if (retain_result_ == CUDA_SUCCESS) retain_result_ = api_->primary_retain(&primary_, dev);
-  });
-  // The driver's own reason (e.g. CUDA_ERROR_NOT_INITIALIZED in a fork child), so the caller gets
-  // the code the real runtime would have given.
-  if (primary_ == nullptr) return retain_result_ != CUDA_SUCCESS ? retain_result_ : CUDA_ERROR_INVALID_CONTEXT;
+    if (primary == nullptr && api_ != nullptr) {
+      retain_result_ = api_->device_get(&dev, device_);
+      if (retain_result_ == CUDA_SUCCESS) retain_result_ = api_->primary_retain(&primary, dev);
+      if (retain_result_ != CUDA_SUCCESS) primary = nullptr;
+      primary_.store(primary, std::memory_order_release);
+    }
+    // The driver's own reason (e.g. CUDA_ERROR_NOT_INITIALIZED in a fork child), so the caller
+    // gets the code the real runtime would have given.
+    if (primary == nullptr) return retain_result_ != CUDA_SUCCESS ? retain_result_ : CUDA_ERROR_INVALID_CONTEXT;
+  }
   CUcontext cur = nullptr;
   api_->ctx_get_current(&cur);
-  if (cur == primary_) return fn();
-  if (api_->ctx_push(primary_) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  if (cur == primary) return fn();
+  if (api_->ctx_push(primary) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
   const CUresult r = fn();
   CUcontext popped;
   api_->ctx_pop(&popped);
   return r;
+}
+
+void DriverBackend::forget_context() {
+  std::lock_guard<std::mutex> lock(retain_mu_);
+  primary_.store(nullptr, std::memory_order_release);
+  retain_result_ = CUDA_ERROR_NOT_INITIALIZED;
+  std::lock_guard<std::mutex> events(events_mu_);
+  spare_events_.clear();  // destroyed with the context: never to be recorded again
 }
 
 CUresult DriverBackend::segment_alloc(size_t bytes, void** out) {

@@ -2,6 +2,7 @@
 // real dlsym, so the shim's own segments never pass through its own hooks (nor get counted twice).
 #pragma once
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -46,6 +47,11 @@ class DriverBackend final : public Backend {
   CUresult map(uintptr_t va, size_t size, uint64_t handle, size_t offset) override;
   CUresult unmap(uintptr_t va, size_t size) override;
 
+  // The device's primary context was reset or destroyed: the reference this backend held is gone
+  // (a reset drops every reference) and so are the events it kept for reuse. The next use
+  // retains the context again, as the runtime does after cudaDeviceReset.
+  void forget_context();
+
  private:
   // Runs `fn` with this device's primary context current on the calling thread, restoring the
   // caller's context afterwards (the runtime may not have made it current on this thread yet).
@@ -54,9 +60,9 @@ class DriverBackend final : public Backend {
 
   const int device_;
   const DriverApi* api_;
-  std::once_flag retain_once_;
-  CUcontext primary_ = nullptr;
-  CUresult retain_result_ = CUDA_ERROR_NOT_INITIALIZED;  // why primary_ is null, if it is
+  std::mutex retain_mu_;                  // retaining, and forgetting, the primary context
+  std::atomic<CUcontext> primary_{nullptr};
+  CUresult retain_result_ = CUDA_ERROR_NOT_INITIALIZED;  // why primary_ is null, if it is (under retain_mu_)
   std::mutex events_mu_;
   std::vector<CUevent> spare_events_;  // recycled: creating events costs driver time
 };

@@ -6,6 +6,14 @@
 
 namespace gpushim {
 
+// An allocation call CUDA refused for its arguments (a NULL pointer, size 0, a bad pitch or
+// stream) is not a failed allocation: under every policy, failed_allocs counts only the calls that
+// could not get memory (out of memory, over the cap, other driver errors).
+inline bool is_argument_error(cudaError_t e) {
+  return e == cudaErrorInvalidValue || e == cudaErrorInvalidPitchValue || e == cudaErrorInvalidResourceHandle;
+}
+inline bool is_argument_error(CUresult r) { return r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_INVALID_HANDLE; }
+
 inline cudaError_t to_runtime_error(CUresult r) {
   switch (r) {
     case CUDA_SUCCESS: return cudaSuccess;

@@ -66,7 +66,10 @@ using CuGetProcAddressV1 = CUresult (*)(const char* symbol, void** pfn, int cuda
   X(cuMemPoolTrimTo, "cuMemPoolTrimTo", decltype(&::cuMemPoolTrimTo))                                           \
   X(cuStreamCreate, "cuStreamCreate", decltype(&::cuStreamCreate))                                              \
   X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority", decltype(&::cuStreamCreateWithPriority))          \
-  X(cuStreamDestroy_v2, "cuStreamDestroy_v2", decltype(&::cuStreamDestroy_v2))
+  X(cuStreamDestroy_v2, "cuStreamDestroy_v2", decltype(&::cuStreamDestroy_v2))                                   \
+  X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2", decltype(&::cuDevicePrimaryCtxReset_v2))          \
+  X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2", decltype(&::cuDevicePrimaryCtxRelease_v2))    \
+  X(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", decltype(&::cuDevicePrimaryCtxGetState))
 // clang-format on
 
 struct RealDriver {

@@ -56,6 +56,7 @@ RealRuntime* resolve_runtime(void* lib) {
   resolve(lib, r->cudaMemPoolSetAttribute, "cudaMemPoolSetAttribute");
   resolve(lib, r->cudaMemPoolTrimTo, "cudaMemPoolTrimTo");
   resolve(lib, r->cudaDeviceSetMemPool, "cudaDeviceSetMemPool");
+  resolve(lib, r->cudaDeviceReset, "cudaDeviceReset");
   return r;
 }
 

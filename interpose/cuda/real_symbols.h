@@ -57,6 +57,7 @@ struct RealRuntime {
   cudaError_t (*cudaMemPoolSetAttribute)(cudaMemPool_t, cudaMemPoolAttr, void*) = nullptr;
   cudaError_t (*cudaMemPoolTrimTo)(cudaMemPool_t, size_t) = nullptr;
   cudaError_t (*cudaDeviceSetMemPool)(int, cudaMemPool_t) = nullptr;
+  cudaError_t (*cudaDeviceReset)() = nullptr;
 };
 
 // Resolved on first use (thread-safe). Entries are null while libcudart is not loaded; it is then

@@ -9,6 +9,13 @@ namespace gpushim {
 
 void set_runtime_last_error(cudaError_t code) {
   const RealRuntime& rt = real_runtime();
+  if (code == cudaErrorStreamCaptureUnsupported) {
+    // Said only while a capture forbids unsafe calls on this thread: the runtime refuses a free for
+    // that reason before it looks at the pointer, and records the error (the capture is already
+    // invalidated by then).
+    if (rt.cudaFree != nullptr) rt.cudaFree(reinterpret_cast<void*>(uintptr_t{1}));
+    return;
+  }
   if (rt.cudaMalloc == nullptr || active_captures().load(std::memory_order_acquire) != 0) return;
   if (code == cudaErrorMemoryAllocation) {
     // No device has 2^64 - 1 bytes: the runtime answers with the out-of-memory error and records it.

@@ -7,6 +7,7 @@
 
 #include "core/call_context.h"
 #include "core/shim.h"
+#include "cuda/error_codes.h"
 #include "cuda/real_symbols.h"
 
 #include "hooks/export.h"
@@ -109,12 +110,18 @@ GPUSHIM_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t 
     }
     const cudaError_t err = forward();
     if (err == cudaSuccess) s->record_alloc(MemoryKind::kDevice, current_device(), *devPtr, *pitch * height, width * height);
-    else s->record_failure(MemoryKind::kDevice, current_device());
+    else if (!gpushim::is_argument_error(err)) s->record_failure(MemoryKind::kDevice, current_device());
     return err;
   }
   const size_t row = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
-  // Empty or impossible shapes (a row that cannot be rounded, a size past 2^64): CUDA decides.
-  if (width == 0 || height == 0 || row < width || row > SIZE_MAX / height) return forward();
+  // Empty or impossible shapes (a row that cannot be rounded, a size past 2^64): CUDA decides,
+  // and its refusal counts as under passthrough.
+  if (width == 0 || height == 0 || row < width || row > SIZE_MAX / height) {
+    const cudaError_t err = forward();
+    if (err != cudaSuccess && devPtr != nullptr && !gpushim::is_argument_error(err))
+      s->record_failure(MemoryKind::kDevice, current_device());
+    return err;
+  }
   *pitch = row;
   return s->device_alloc(devPtr, row * height, width * height, nullptr, false, forward);
 }
@@ -134,7 +141,7 @@ GPUSHIM_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigne
   const cudaError_t err = real_runtime().cudaMallocManaged(devPtr, size, flags);
   if (Shim* s = Shim::get()) {
     if (err == cudaSuccess && devPtr) s->record_alloc(MemoryKind::kManaged, current_device(), *devPtr, size, size);
-    else if (err != cudaSuccess) s->record_failure(MemoryKind::kManaged, current_device());
+    else if (err != cudaSuccess && !gpushim::is_argument_error(err)) s->record_failure(MemoryKind::kManaged, current_device());
   }
   return err;
 }
@@ -145,7 +152,7 @@ GPUSHIM_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
   const cudaError_t err = real_runtime().cudaMallocHost(ptr, size);
   if (Shim* s = Shim::get()) {
     if (err == cudaSuccess && ptr) s->record_alloc(MemoryKind::kHost, 0, *ptr, size, size);
-    else if (err != cudaSuccess) s->record_failure(MemoryKind::kHost, 0);
+    else if (err != cudaSuccess && !gpushim::is_argument_error(err)) s->record_failure(MemoryKind::kHost, 0);
   }
   return err;
 }
@@ -156,7 +163,7 @@ GPUSHIM_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int
   const cudaError_t err = real_runtime().cudaHostAlloc(pHost, size, flags);
   if (Shim* s = Shim::get()) {
     if (err == cudaSuccess && pHost) s->record_alloc(MemoryKind::kHost, 0, *pHost, size, size);
-    else if (err != cudaSuccess) s->record_failure(MemoryKind::kHost, 0);
+    else if (err != cudaSuccess && !gpushim::is_argument_error(err)) s->record_failure(MemoryKind::kHost, 0);
   }
   return err;
 }

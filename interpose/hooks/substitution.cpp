@@ -25,6 +25,7 @@ constexpr const char* kDriverNames[] = {
     "cuMemPoolGetAttribute",  "cuMemPoolSetAttribute", "cuMemPoolTrimTo",
     "cuDeviceSetMemPool",
     "cuStreamCreate",         "cuStreamCreateWithPriority", "cuStreamDestroy_v2",
+    "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease_v2",
 };
 // Runtime hooks of ours (hooks/runtime_api.cpp, hooks/capture_api.cpp), for dlsym on a libcudart
 // handle: what ctypes.CDLL("libcudart.so.13").cudaMalloc does.
@@ -35,6 +36,7 @@ constexpr const char* kRuntimeNames[] = {
     "cudaIpcGetMemHandle",  "cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz",
     "cudaStreamEndCapture", "cudaStreamEndCapture_ptsz",
     "cudaMemPoolGetAttribute", "cudaMemPoolSetAttribute", "cudaMemPoolTrimTo", "cudaDeviceSetMemPool",
+    "cudaDeviceReset",
 };
 constexpr size_t kDrivers = sizeof(kDriverNames) / sizeof(kDriverNames[0]);
 constexpr size_t kRuntimes = sizeof(kRuntimeNames) / sizeof(kRuntimeNames[0]);

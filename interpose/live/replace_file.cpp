@@ -16,7 +16,7 @@ std::string replacement_temp_path(const std::string& path) {
   return dir + "." + name + ".tmp." + std::to_string(getpid());
 }
 
-int replace_file_atomically(const std::string& path, const std::string& data) {
+int replace_file_atomically(const std::string& path, const std::string& data, struct stat* written) {
   if (path.empty() || path.back() == '/') return EISDIR;
   const std::string tmp = replacement_temp_path(path);
   // A leftover of this pid (an earlier process killed mid-write, or our own failed attempt) would
@@ -28,6 +28,7 @@ int replace_file_atomically(const std::string& path, const std::string& data) {
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return errno;
   int err = write_fully(fd, data.data(), data.size());
+  if (err == 0 && written != nullptr && ::fstat(fd, written) != 0) err = errno;
   // close() is where NFS reports deferred write errors.
   if (::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;
   if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;

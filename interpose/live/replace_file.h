@@ -1,6 +1,8 @@
 // Replacing a file that others read while we rewrite it (the metrics file).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <string>
 
 namespace gpushim {
@@ -11,7 +13,8 @@ namespace gpushim {
 // The temporary name (".<name>.tmp.<pid>") does not end in .prom, so node_exporter's textfile
 // collector never reads it. Mode 0644 (less the umask): the collector usually runs as another
 // user. Returns 0, or the errno of the step that failed (the temporary file is then removed).
-int replace_file_atomically(const std::string& path, const std::string& data);
+// `written`, when given, receives the new file's device and inode (to know it again later).
+int replace_file_atomically(const std::string& path, const std::string& data, struct stat* written = nullptr);
 
 // The temporary name replace_file_atomically uses for `path` in this process.
 std::string replacement_temp_path(const std::string& path);

@@ -453,6 +453,11 @@ const char* CachingPool::ipc_export_refusal(const void* block, uint64_t) const {
          "importing process would map the segment's start, i.e. other bytes";
 }
 
+void CachingPool::live_payload_blocks(std::vector<uintptr_t>* out) const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  for (const auto& [addr, b] : allocated_) out->push_back(addr);
+}
+
 void CachingPool::release_cached() {
   std::lock_guard<FutexMutex> lock(mu_);
   // Whatever is idle already goes back without waiting; the sync (which a caller may refuse, see

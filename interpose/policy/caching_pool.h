@@ -51,6 +51,7 @@ class CachingPool final : public DeviceMemoryResource {
   CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override;
   CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) override;
   bool find_payload(const void* p, BlockPayload* out) const override;
+  void live_payload_blocks(std::vector<uintptr_t>* out) const override;
   void with_lock(absl::FunctionRef<void()> fn) const override;
 
   const CachingPoolOptions& options() const { return opt_; }

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "report/report_model.h"
@@ -95,6 +96,11 @@ class DeviceMemoryResource {
     (void)p, (void)out;
     return false;
   }
+  // The start of every live block whose payload this resource keeps (handed out by allocate_with).
+  // A device reset frees all memory of the device: the core frees each of these blocks (and those
+  // whose records it keeps), then gives every segment back with release_cached(), before the
+  // real reset, so that no address the driver freed is ever handed out again.
+  virtual void live_payload_blocks(std::vector<uintptr_t>* out) const { (void)out; }
   // Runs `fn` under the lock the hooks run under: for state the caller moves in its hooks and
   // must also change, or read consistently, from elsewhere. `fn` must not call the resource.
   virtual void with_lock(absl::FunctionRef<void()> fn) const { fn(); }

@@ -53,6 +53,7 @@ class VmmPool final : public DeviceMemoryResource {
     return small_->deallocate_with(p, stream, stream_ordered, hooks);
   }
   bool find_payload(const void* p, BlockPayload* out) const override { return small_->find_payload(p, out); }
+  void live_payload_blocks(std::vector<uintptr_t>* out) const override { small_->live_payload_blocks(out); }
   void with_lock(absl::FunctionRef<void()> fn) const override { small_->with_lock(fn); }
 
   // All memory of this pool is mapped with cuMemMap, which legacy IPC cannot share.

@@ -32,9 +32,34 @@ std::string with_suffix(const std::string& path, int n) {
   return insert_before_extension(path, "." + std::to_string(n));
 }
 
-// Errors that say the directory, not the name, is the problem: worth trying $TMPDIR.
+// Errors that say the directory, not the name, is the problem: worth trying $TMPDIR. A path too
+// long for the system (ENAMETOOLONG) is one too: the short $TMPDIR path usually works.
 bool is_directory_error(int err) {
-  return err == EACCES || err == EPERM || err == EROFS || err == ENOENT || err == ENOTDIR;
+  return err == EACCES || err == EPERM || err == EROFS || err == ENOENT || err == ENOTDIR || err == ENAMETOOLONG;
+}
+
+// A file name the fallback directory accepts: a name past NAME_MAX keeps its start and its
+// extension, cut in between.
+std::string fitting_name(std::string name) {
+  constexpr size_t kMax = 200;  // NAME_MAX (255) less room for a ".NNNN" suffix
+  if (name.size() <= kMax) return name;
+  const size_t dot = name.find_last_of('.');
+  const std::string ext = dot != std::string::npos && name.size() - dot <= 16 ? name.substr(dot) : "";
+  return name.substr(0, kMax - ext.size()) + ext;
+}
+
+// A value put into a file name by a template field (%r, %h, %p): one path component, never "..",
+// a separator or a control character, whatever the environment says (RANK=../../x stays in the
+// directory the template names).
+std::string file_name_component(const std::string& value) {
+  std::string out;
+  for (const char c : value.substr(0, 128)) {
+    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                      c == '-' || c == '_' || c == '+';
+    out += safe ? c : '_';
+  }
+  if (out.empty() || out.find_first_not_of('.') == std::string::npos) out = std::string(out.empty() ? 1 : out.size(), '_');
+  return out;
 }
 
 // Errors that say something already sits at the name: O_EXCL's EEXIST, O_NOFOLLOW's ELOOP for a
@@ -56,7 +81,7 @@ bool fallback_in_tmpdir(const std::string& path, int err, std::string* fallback)
   const char* tmpdir = getenv("TMPDIR");
   std::string dir = (tmpdir != nullptr && tmpdir[0] != '\0') ? tmpdir : "/tmp";
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  *fallback = (dir == "/" ? "/" : dir + "/") + std::string(base_name(path));
+  *fallback = (dir == "/" ? "/" : dir + "/") + fitting_name(std::string(base_name(path)));
   if (dir_name(path) == dir || *fallback == path) {
     log_line("cannot create %s: %s", path.c_str(), std::strerror(err));
     return false;
@@ -203,6 +228,15 @@ int open_existing_char_device(const std::string& path) {
 
 }  // namespace
 
+int standard_stream_of(const std::string& path) {
+  // By name, not through the link: /dev/stdout leads to /proc/self/fd/1, which may be a pipe or a
+  // regular file the shell opened; opening that anew would write from its start, over the
+  // program's own output.
+  if (path == "/dev/stdout" || path == "/dev/fd/1" || path == "/proc/self/fd/1") return 1;
+  if (path == "/dev/stderr" || path == "/dev/fd/2" || path == "/proc/self/fd/2") return 2;
+  return -1;
+}
+
 std::string expand_path_template(const std::string& tmpl, const std::string& exe_name, int pid,
                                  const char* default_suffix) {
   std::string exe(base_name(exe_name));
@@ -225,11 +259,11 @@ std::string expand_path_template(const std::string& tmpl, const std::string& exe
         out += std::to_string(pid);
         break;
       case 'h':
-        out += host_name();
+        out += file_name_component(host_name());
         break;
       case 'r': {
         const char* rank = getenv("RANK");
-        out += (rank != nullptr && rank[0] != '\0') ? rank : "norank";
+        out += (rank != nullptr && rank[0] != '\0') ? file_name_component(rank) : "norank";
         break;
       }
       case '%':
@@ -249,6 +283,13 @@ std::string expand_path_template(const std::string& tmpl, const std::string& exe
 std::string write_new_file(const std::string& path, const std::string& data) {
   if (path.empty()) {
     log_line("cannot write a report: empty output path");
+    return "";
+  }
+  if (const int stream = standard_stream_of(path); stream >= 0) {
+    const ScopedNoSigxfsz no_sigxfsz;
+    const int e = write_fully(stream, data.data(), data.size());
+    if (e == 0) return path;
+    log_line("cannot write %s: %s", path.c_str(), std::strerror(e));
     return "";
   }
   if (const int fd = open_existing_char_device(path); fd >= 0) {
@@ -283,6 +324,12 @@ int create_new_file(const std::string& path, std::string* written) {
   if (path.empty()) {
     log_line("cannot create a file: empty output path");
     return -1;
+  }
+  if (const int stream = standard_stream_of(path); stream >= 0) {
+    const int fd = ::fcntl(stream, F_DUPFD_CLOEXEC, 3);  // the caller closes what it gets
+    if (fd < 0) log_line("cannot write %s: %s", path.c_str(), std::strerror(errno));
+    else *written = path;
+    return fd;
   }
   if (const int dev = open_existing_char_device(path); dev >= 0) {
     *written = path;

@@ -6,7 +6,8 @@
 namespace gpushim {
 
 // Expands a path template: %p -> pid, %h -> host name, %r -> the RANK variable (or "norank" when
-// unset), %% -> %; any other %x is kept as written. An empty template yields the default
+// unset), %% -> %; the values of %h and %r are made one file-name component (every character but
+// letters, digits and ".-_+" becomes '_', and "." or ".." becomes underscores); any other %x is kept as written. An empty template yields the default
 // "gpushim.<exe name>.<pid>.json"; a template ending in '/' yields that default name inside it.
 std::string expand_path_template(const std::string& tmpl, const std::string& exe_name, int pid,
                                  const char* default_suffix = ".json");
@@ -17,7 +18,12 @@ std::string expand_path_template(const std::string& tmpl, const std::string& exe
 // path actually written, or "" on failure (after a one-line message).
 // A path naming an existing character device (/dev/null, a terminal; not a symlink to one) is
 // written to as it is.
+// /dev/stdout and /dev/stderr (also as /dev/fd/N, /proc/self/fd/N) go to the process's own
+// descriptor 1 or 2, whatever it is (a terminal, a pipe, a file the shell opened).
 std::string write_new_file(const std::string& path, const std::string& data);
+
+// 1 or 2 when `path` names the process's standard output or error, else -1.
+int standard_stream_of(const std::string& path);
 
 }  // namespace gpushim
 

@@ -186,6 +186,7 @@ void write_device(JsonOut& j, const DeviceReport& d) {
   j.kv("total_frees", d.total_frees);
   j.kv("failed_allocs", d.failed_allocs);
   j.kv("injected_failures", d.injected_failures);
+  j.kv("resets", d.resets);
   j.kv("capacity_bytes", d.capacity_bytes);
   j.kv("limit_bytes", d.limit_bytes);
   write_pool(j, d.pool);
@@ -394,6 +395,8 @@ std::string report_to_json(const ReportData& r) {
   write_teardown(j, r.teardown);
   j.next_line("");
   write_array(j, "sites", r.sites, write_site);
+  j.next_line("");
+  write_array(j, "freed_by_reset", r.freed_by_reset, write_site);
   // Last: with GPUSHIM_SAMPLE_MS it can be the longest part, and the rest should come first.
   j.next_line("");
   write_array(j, "timeline", r.timeline, write_sample);

@@ -45,6 +45,7 @@ struct DeviceReport {
   uint64_t total_frees = 0;
   uint64_t failed_allocs = 0;
   uint64_t injected_failures = 0;       // of failed_allocs, failed on purpose by GPUSHIM_FAIL
+  uint64_t resets = 0;                  // resets or destructions of its primary context
   uint64_t capacity_bytes = 0;          // device total as the driver reports it (0 if unknown)
   uint64_t limit_bytes = 0;             // GPUSHIM_LIMIT in bytes (0 = none)
   PoolFigures pool;
@@ -193,6 +194,9 @@ struct ReportData {
   GrowthReport growth;
   TeardownReport teardown;
   std::vector<SiteReport> sites;        // largest live bytes first
+  // Allocations still live when a reset (cudaDeviceReset, cuDevicePrimaryCtxReset) or the
+  // context's destruction freed them, per site; live_* are the bytes and count it freed.
+  std::vector<SiteReport> freed_by_reset;
   std::vector<TimelineSample> timeline; // oldest first
   std::vector<OomReport> ooms;          // oldest first (at most the first 16)
   uint64_t invalid_frees = 0;

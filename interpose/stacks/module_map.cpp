@@ -100,7 +100,7 @@ void ModuleMap::rebuild() {
         if (path.empty()) return 0;  // e.g. the vDSO under some loaders
         const uintptr_t self = reinterpret_cast<uintptr_t>(&own_anchor);
         const ModuleId id = c->self->intern(path, is_plumbing_path(path, self >= begin && self < end));
-        if (id != kUnknownModule) c->fresh->ranges.push_back({begin, end, id});
+        if (id != kUnknownModule) c->fresh->ranges.push_back({begin, end, id, info->dlpi_addr});
         return 0;
       },
       &ctx);
@@ -109,6 +109,24 @@ void ModuleMap::rebuild() {
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
   current_.store(ctx.fresh, std::memory_order_release);
   if (old != nullptr) retired_.push_back(old);  // stays readable by anyone still on it
+}
+
+bool ModuleMap::describe(uintptr_t address, std::string* path, uintptr_t* base) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto search = [&](const Snapshot* s) {
+    if (s == nullptr) return false;
+    for (const Range& r : s->ranges) {
+      if (address < r.begin || address >= r.end) continue;
+      *path = r.id < names_.size() ? names_[r.id] : std::string();
+      *base = r.base;
+      return !path->empty();
+    }
+    return false;
+  };
+  if (search(current_.load(std::memory_order_acquire))) return true;
+  for (auto it = retired_.rbegin(); it != retired_.rend(); ++it)  // newest first: addresses get reused
+    if (search(*it)) return true;
+  return false;
 }
 
 std::string ModuleMap::name(ModuleId id) const {

@@ -40,6 +40,10 @@ class ModuleMap {
   std::string name(ModuleId id) const;
   // libcudart, libcuda and the shim itself: frames there do not say who allocated.
   bool is_cuda_plumbing(ModuleId id) const;
+  // The path and load base of the module that held `address` when the map last saw it loaded,
+  // even if it was dlclose'd since (dladdr then knows nothing): lets the report name the module
+  // and the offset of frames in unloaded libraries. False if no snapshot ever held it.
+  bool describe(uintptr_t address, std::string* path, uintptr_t* base) const;
 
   // fork(): the rebuild lock is held across fork so the child never inherits it taken.
   void lock_for_fork() { mu_.lock(); }
@@ -49,6 +53,7 @@ class ModuleMap {
   struct Range {
     uintptr_t begin, end;
     ModuleId id;
+    uintptr_t base = 0;  // the object's load bias (dlpi_addr): module offsets are from it
   };
   struct Snapshot {
     unsigned long long adds = 0, subs = 0;  // dl_iterate_phdr's load/unload counters when taken

@@ -34,6 +34,10 @@ class Symbolizer {
   Symbolizer& operator=(const Symbolizer&) = delete;
 
   void set_python_resolver(PythonResolver r) { python_resolver_ = std::move(r); }
+  // For native frames dladdr cannot place (their library was dlclose'd): the module's path and
+  // load base as the process's module table recorded them.
+  using ModuleResolver = std::function<bool(uint64_t address, std::string* path, uint64_t* base)>;
+  void set_module_resolver(ModuleResolver r) { module_resolver_ = std::move(r); }
 
   // `word` is a frame word from the StackTable (see stack_table.h). The reference stays valid
   // until the Symbolizer is destroyed.
@@ -47,6 +51,7 @@ class Symbolizer {
   struct Dwarf;  // libdw state, when available
   Dwarf* dwarf_ = nullptr;
   PythonResolver python_resolver_;
+  ModuleResolver module_resolver_;
   // Node maps: callers hold the returned references across further lookups.
   absl::node_hash_map<uint64_t, FrameInfo> cache_;
   absl::node_hash_map<uint64_t, std::string> module_cache_;

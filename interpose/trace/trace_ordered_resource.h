@@ -48,6 +48,7 @@ class TraceOrderedResource final : public DeviceMemoryResource {
     return r;
   }
   bool find_payload(const void* p, BlockPayload* out) const override { return pool_->find_payload(p, out); }
+  void live_payload_blocks(std::vector<uintptr_t>* out) const override { pool_->live_payload_blocks(out); }
   void with_lock(absl::FunctionRef<void()> fn) const override { pool_->with_lock(fn); }
   bool contains(const void* p) const override { return pool_->contains(p); }
   bool find_block(const void* p, uintptr_t* base, uint64_t* size) const override {

@@ -26,6 +26,19 @@ class BadArguments(ShimTestCase):
                     diff = {k: (base[k], got.get(k)) for k in base if base[k] != got.get(k)}
                     self.assertEqual(diff, {}, "CUDA's answer vs the shim's")
 
+    def test_failure_accounting_is_the_same_under_every_policy(self):
+        # Calls CUDA refuses for their arguments are no failed allocations; what could not get
+        # memory is, whichever policy served or forwarded it (overflowing pitch shapes included).
+        seen = {}
+        for policy in policies_the_shim_accepts():
+            r, _ = answers({"GPUSHIM_POLICY": policy})
+            self.assertRanOK(r)
+            seen[policy] = {d["device"]: (d["failed_allocs"], d["pool"]["ooms"]) for d in r.report["devices"]}
+        self.assertEqual(len({json.dumps(v, sort_keys=True) for v in seen.values()}), 1, seen)
+        failed, ooms = seen["passthrough"][0]
+        self.assertGreaterEqual(failed, ooms)
+        self.assertGreater(ooms, 0)
+
     def test_the_list_covers_what_the_issue_names(self):
         _, base = answers(preload=False)
         for key in ("malloc_null_out", "malloc_zero", "malloc_size_max", "malloc_async_zero", "pitch_null_out",

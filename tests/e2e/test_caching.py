@@ -167,12 +167,32 @@ class GraphCapture(ShimTestCase):
     def test_no_synchronization_during_capture(self):
         for policy in ["caching", "passthrough"]:
             with self.subTest(policy=policy):
-                r = run([program("e2e_graph_capture")], env={"GPUSHIM_POLICY": policy, "GPUSHIM_QUARANTINE": "0"})
+                # No quarantine: freed blocks are reusable at once, the case that tempts a sync. (A
+                # pool setting under passthrough is refused as a contradiction.)
+                env = {"GPUSHIM_POLICY": policy} if policy == "passthrough" else {"GPUSHIM_POLICY": policy,
+                                                                                   "GPUSHIM_QUARANTINE": "0"}
+                r = run([program("e2e_graph_capture")], env=env)
                 self.assertRanOK(r)
                 out = last_json(r)
                 self.assertEqual(out["end_capture"], "cudaSuccess")
                 self.assertEqual(out["malloc_in_capture"], "cudaSuccess")
                 self.assertEqual(out["malloc_async_in_capture"], "cudaSuccess")
+
+
+class CaptureRules(ShimTestCase):
+    def test_malloc_and_free_during_capture_get_cudas_answers(self):
+        # Global and thread-local capture: cudaMalloc and cudaFree are refused with
+        # cudaErrorStreamCaptureUnsupported (also as the last error), the capture is invalidated,
+        # a refused free frees nothing; relaxed capture allows both. A pool answers as CUDA does.
+        cuda = run([program("e2e_capture_rules")], preload=False, expect_report=False)
+        self.assertRanOK(cuda)
+        expected = json.loads(cuda.stdout)
+        self.assertEqual(expected["global"]["malloc"], "cudaErrorStreamCaptureUnsupported")
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_capture_rules")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                self.assertEqual(json.loads(r.stdout), expected)
 
 
 class ReportFigures(ShimTestCase):

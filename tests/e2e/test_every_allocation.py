@@ -400,3 +400,17 @@ class Unaccounted(ShimTestCase):
 if __name__ == "__main__":
     import unittest
     unittest.main()
+
+
+class UnloadedModules(ShimTestCase):
+    def test_frames_of_a_dlclosed_library_name_it_from_the_module_table(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_dlclose_leak"), LIBS], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                self.assertTrue(json.loads(r.stdout.strip().splitlines()[-1])["unloaded"])
+                site = next(s for s in r.report["sites"] if s["live_bytes"] == 3 * MiB and s["kind"] == "device")
+                frame = site["frames"][0]
+                self.assertEqual(os.path.basename(frame["module"]), "libe2e_dynamic_runtime.so", site["frames"])
+                self.assertGreater(frame["module_offset"], 0)
+                self.assertLess(frame["module_offset"], 1 << 20)  # an offset into the library, not an address

@@ -9,14 +9,14 @@ import subprocess
 import tempfile
 import unittest
 
-from shimtest import SHIM, PRELOAD_FIRST, ShimTestCase, base_env, check_sanitizer_clean, program
+from shimtest import FAKECUDA, SHIM, PRELOAD_FIRST, ShimTestCase, base_env, check_sanitizer_clean, program
 
 LEAK = program("e2e_leak_two_sites")
 
 
-def run_leak(workdir, report, extra_env=None, preexec_fn=None):
+def run_leak(workdir, report, extra_env=None, preexec_fn=None, leak=LEAK):
     env = base_env(dict({"GPUSHIM_REPORT": report, "GPUSHIM_SUMMARY": "0"}, **(extra_env or {})))
-    proc = subprocess.run([LEAK], env=env, cwd=workdir, capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([leak], env=env, cwd=workdir, capture_output=True, text=True, timeout=120,
                           preexec_fn=preexec_fn)
     check_sanitizer_clean(proc.stderr, LEAK)
     return proc
@@ -95,6 +95,27 @@ class Fallback(ShimTestCase):
         os.chmod(self.tmp, 0o777)
         os.chmod(self.dir, 0o755)
 
+    def staged_for_anyone(self, extra):
+        """Copies the program, the shim and the simulated CUDA libraries into a directory anyone
+        can read; returns the program's copy and `extra` with the environment that uses them."""
+        stage = os.path.join(self.dir, "stage")
+        os.mkdir(stage, 0o755)
+        leak = shutil.copy2(LEAK, stage)
+        shim = shutil.copy2(SHIM, stage)
+        cuda = os.path.join(stage, "cuda")
+        os.mkdir(cuda, 0o755)
+        for name in os.listdir(FAKECUDA):
+            if name.startswith("lib") and ".so" in name:
+                shutil.copy2(os.path.realpath(os.path.join(FAKECUDA, name)), os.path.join(cuda, name))
+        for root, dirs, files in os.walk(stage):
+            for n in dirs + files:
+                os.chmod(os.path.join(root, n), 0o755)
+        env = dict(extra)
+        env["LD_PRELOAD"] = shim if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + shim
+        library_path = base_env().get("LD_LIBRARY_PATH", "").replace(FAKECUDA, cuda)
+        env["LD_LIBRARY_PATH"] = library_path or cuda
+        return leak, env
+
     def check_fallback(self, proc, wanted):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         lines = shim_lines(proc)
@@ -118,7 +139,13 @@ class Fallback(ShimTestCase):
             def drop():
                 os.setgid(65534)
                 os.setuid(65534)
-        proc = run_leak(self.dir, wanted, {"TMPDIR": self.tmp}, preexec_fn=drop)
+        extra = {"TMPDIR": self.tmp}
+        leak = LEAK
+        if drop is not None:
+            # The unprivileged user must reach the program and the libraries wherever the checkout
+            # lives (a clone under a 0700 home is common): a world-readable copy of each.
+            leak, extra = self.staged_for_anyone(extra)
+        proc = run_leak(self.dir, wanted, extra, preexec_fn=drop, leak=leak)
         self.assertIn("Permission denied", proc.stderr)
         self.check_fallback(proc, wanted)
         self.assertEqual(os.listdir(locked), [])

@@ -149,6 +149,22 @@ class Recording(ShimTestCase):
                         self.assertEqual(dev["shim_peak_allocated"], report_dev["peak_allocated_bytes"])
                         self.assertEqual(dev["allocs"], report_dev["total_allocs"])
 
+    def test_every_path_to_device_memory_reaches_the_trace(self):
+        # Runtime, driver API, pitched, stream-ordered and virtual-memory allocations, some left
+        # live: the trace holds exactly the events the report counts, and replays to its peak.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r, path = traced([program("e2e_trace_every_path")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                report_dev = r.device(0)
+                dev = analyze_json("summary", path)["devices"][0]
+                self.assertEqual(report_dev["total_allocs"], 11)
+                for key in ("total_allocs", "total_frees", "live_count", "live_bytes"):
+                    self.assertEqual(dev[key], report_dev[key], key)
+                self.assertEqual(dev["peak_allocated"], report_dev["peak_allocated_bytes"])
+                replay = analyze_json("replay", path, "--policy", policy)["policies"][0]["devices"][0]
+                self.assertTrue(replay["reproduces_recorded_peak"], replay)
+
     def test_concurrent_threads_replay_the_pools_own_order(self):
         for policy in POLICIES:
             with self.subTest(policy=policy):
@@ -252,6 +268,26 @@ class Recording(ShimTestCase):
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
         self.assertIn("devices[0].device: expected an integer", analyze("summary", bad_report, check=False).stderr)
 
+    def test_endless_or_huge_inputs_get_one_line_and_bounded_memory(self):
+        # /dev/zero used to be read until std::bad_alloc aborted the tool.
+        for cmd in (["summary", "/dev/zero"], ["replay", "/dev/zero"], ["merge", "/dev/zero"],
+                    ["export", "--format", "folded", "/dev/zero", "-o", "-"], ["diff", "/dev/zero", "/dev/zero"]):
+            with self.subTest(cmd=cmd):
+                p = analyze(*cmd, check=False)
+                self.assertNotEqual(p.returncode, 0, cmd)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn("neither a gpushim report (JSON) nor a gpushim trace", p.stderr)
+        # Something that starts like a report but never ends stops at the size cap.
+        workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
+        big = os.path.join(workdir, "big.json")
+        with open(big, "w") as f:
+            f.write("{" + " " * (3 << 20))
+        env = dict(os.environ, GPUSHIM_ANALYZE_MAX_INPUT="1MiB")
+        p = subprocess.run([ANALYZE, "summary", big], capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn("larger than 1.0 MiB", p.stderr)
+
 
 class PythonFrames(ShimTestCase):
     """A trace of a Python program carries the Python frames the report shows, and every reading of
@@ -339,6 +375,22 @@ class ReplayUnderALimit(ShimTestCase):
                 self.assertFalse(analyze_json("replay", path, "--policy", policy)["policies"][0]["devices"][0]["oom"])
         text = analyze("replay", path, "--limit", "200MiB").stdout
         self.assertIn("yes: event 4", text)
+
+    def test_replay_as_recorded_gives_the_same_refusals_and_peak(self):
+        # A library's driver-API memory shares the cap with the program's cudaMalloc: the replay
+        # under the recorded policy and cap must refuse exactly what the run was refused.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r, path = traced([program("e2e_cap_and_oom"), "64", "10", "100"],
+                                 env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "300MiB"})
+                self.assertRanOK(r)
+                self.assertEqual(len(r.report["ooms"]), 1)
+                out = analyze_json("replay", path, "--policy", policy)
+                dev = out["policies"][0]["devices"][0]
+                self.assertEqual((dev["recorded_ooms"], dev["ooms"], dev["recorded_ooms_avoided"]), (1, 1, 0), dev)
+                self.assertEqual(dev["first_difference_event"], 0)
+                self.assertTrue(dev["reproduces_recorded_peak"], dev)
+                self.assertFalse([n for n in out["notes"] if "departs" in n], out["notes"])
 
     def test_a_recorded_oom_replays_where_it_happened(self):
         # Recorded under passthrough: a pool's placement depends on when the device finished with
@@ -445,6 +497,24 @@ class DiffAndMerge(ShimTestCase):
         text = analyze("merge", self.dir).stdout
         self.assertIn("2 outlier run(s)", text)
         self.assertIn("[snapshot]", text)
+
+    def test_merge_says_why_it_skips_a_damaged_report_and_exits_1(self):
+        for rank in range(3):
+            self.write(report_doc(200 + rank, str(rank), [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]))
+        damaged = os.path.join(self.dir, "rank3.json")
+        with open(damaged, "w") as f:
+            f.write('{"schema":"gpushim-report/1","pid":7,"devices":[{"device":"zero"')  # cut short
+        with open(os.path.join(self.dir, "notes.txt"), "w") as f:
+            f.write("not a report\n")
+        p = analyze("merge", self.dir, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)  # the damaged report, not the unrelated file
+        self.assertTrue(lines[0].startswith("gpushim-analyze merge: skipping a damaged report or trace: "), lines[0])
+        self.assertIn(damaged, lines[0])
+        self.assertIn("unexpected end of input", lines[0])
+        self.assertIn("3 runs", p.stdout)  # the table of what did read still comes
+        self.assertIn("notes.txt (", p.stdout)  # skipped, with its reason
 
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))

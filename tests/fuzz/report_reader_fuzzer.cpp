@@ -7,7 +7,9 @@
 //   - what it read, written back by the shim's own report writer, reads again, and from the second
 //     writing on, reading and writing again gives the same bytes: reader and writer agree on every
 //     value the reader accepts (numbers at the edges of their types, non-finite doubles, escapes);
-//   - the analysis view builds from it, with sites largest first.
+//   - the analysis view builds from it, with sites largest first;
+//   - gpushim-analyze's bounded reading (read_file refuses at once what cannot begin a report or
+//     a trace) accepts it.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -34,6 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     require(!error.empty() && error.size() < 1000 && error.find('\n') == std::string::npos);
     return 0;
   }
+  // read_file's early refusal (`summary /dev/zero`) never turns away a report the reader accepts.
+  require(analysis::looks_like_report_or_trace(bytes.data(), bytes.size()));
   // Written once, strings are valid UTF-8 (the writer replaces invalid bytes with \ufffd, which
   // reads back as the character itself): from then on, reading and writing is a fixed point.
   const std::string written = gpushim::report_to_json(report.report);

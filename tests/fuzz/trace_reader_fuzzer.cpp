@@ -62,6 +62,7 @@ void check(const std::string& bytes) {
     return;
   }
   require(analysis::looks_like_trace(bytes));
+  require(analysis::looks_like_report_or_trace(bytes.data(), bytes.size()));  // read_file's early refusal
   require(t.bytes_used <= bytes.size());
   require(t.truncated ? !t.stop_reason.empty() : t.bytes_used == bytes.size());
   absl::flat_hash_set<uint64_t> live;

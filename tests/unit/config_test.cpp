@@ -31,6 +31,26 @@ TEST(Config, UnknownPolicyIsAnErrorThatSaysWhatIsAccepted) {
   EXPECT_EQ(msg.find('\n'), std::string::npos);
 }
 
+TEST(Config, PoolSettingsUnderPassthroughAreRefusedOneLineEach) {
+  const ConfigResult r =
+      parse({{"GPUSHIM_POLICY", "passthrough"}, {"GPUSHIM_QUARANTINE", "0"}, {"GPUSHIM_SMALL_SEGMENT", "4MiB"}});
+  ASSERT_EQ(r.errors.size(), 2u);
+  EXPECT_EQ(r.errors[0].variable, "GPUSHIM_QUARANTINE");
+  EXPECT_EQ(r.errors[1].variable, "GPUSHIM_SMALL_SEGMENT");
+  EXPECT_NE(r.errors[0].message().find("passthrough"), std::string::npos);
+  // Saying "not used" is no contradiction; under a pool the same settings are fine.
+  EXPECT_TRUE(parse({{"GPUSHIM_POLICY", "passthrough"}, {"GPUSHIM_OWN_SEGMENT_MIN", "off"}}).ok());
+  EXPECT_TRUE(parse({{"GPUSHIM_POLICY", "caching"}, {"GPUSHIM_QUARANTINE", "0"}}).ok());
+}
+
+TEST(Config, SmallSegmentAboveLargeSegmentIsRefused) {
+  const ConfigResult r = parse({{"GPUSHIM_SMALL_SEGMENT", "32MiB"}, {"GPUSHIM_LARGE_SEGMENT", "16MiB"}});
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].message(), "GPUSHIM_SMALL_SEGMENT='32MiB' is invalid: expected at most GPUSHIM_LARGE_SEGMENT (16MiB)");
+  EXPECT_FALSE(parse({{"GPUSHIM_SMALL_SEGMENT", "32MiB"}}).ok());  // above the default 20MiB
+  EXPECT_TRUE(parse({{"GPUSHIM_SMALL_SEGMENT", "16MiB"}, {"GPUSHIM_LARGE_SEGMENT", "16MiB"}}).ok());
+}
+
 TEST(Config, StackDepthBounds) {
   EXPECT_EQ(parse({{"GPUSHIM_STACK_DEPTH", "0"}}).config.stack_depth, 0u);
   EXPECT_EQ(parse({{"GPUSHIM_STACK_DEPTH", "256"}}).config.stack_depth, 256u);

@@ -1,0 +1,56 @@
+// Calls that free every allocation of a device's primary context: cudaDeviceReset,
+// cuDevicePrimaryCtxReset, and the cuDevicePrimaryCtxRelease that drops its last reference. The
+// core must hear of a reset before it happens (its pool gives back memory that still exists) and
+// of a destruction once the driver says it happened (only the driver knows the reference count).
+#define __CUDA_API_VERSION_INTERNAL 1  // every variant (_v2) under its real name
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "core/call_context.h"
+#include "core/shim.h"
+#include "cuda/real_driver.h"
+#include "cuda/real_symbols.h"
+#include "hooks/driver_hook.h"
+
+using gpushim::real_driver;
+using gpushim::real_runtime;
+using gpushim::Shim;
+using gpushim::driver_hook::accounting;
+using gpushim::driver_hook::call;
+
+GPUSHIM_EXPORT cudaError_t cudaDeviceReset(void) {
+  gpushim::CallScope scope(gpushim::HookApi::kRuntime, __builtin_return_address(0));
+  const gpushim::RealRuntime& rt = real_runtime();
+  if (rt.cudaDeviceReset == nullptr) return cudaErrorInitializationError;
+  Shim* s = Shim::get();
+  int device = -1;
+  if (s == nullptr || rt.cudaGetDevice == nullptr || rt.cudaGetDevice(&device) != cudaSuccess)
+    return rt.cudaDeviceReset();
+  s->before_device_reset(device);
+  const cudaError_t err = rt.cudaDeviceReset();
+  if (err == cudaSuccess) s->after_device_reset(device);
+  return err;
+}
+
+GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  GPUSHIM_SCOPE;
+  Shim* s = accounting(scope);  // null inside cudaDeviceReset: that hook does the work
+  if (s) s->before_device_reset(dev);
+  const CUresult r = call(real_driver().cuDevicePrimaryCtxReset_v2, dev);
+  if (s && r == CUDA_SUCCESS) s->after_device_reset(dev);
+  return r;
+}
+
+GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  GPUSHIM_SCOPE;
+  const CUresult r = call(real_driver().cuDevicePrimaryCtxRelease_v2, dev);
+  Shim* s = accounting(scope);
+  // The runtime's own release (its teardown at exit, after which the exit report still lists
+  // what the program leaked) is not the program destroying its context.
+  if (s == nullptr || r != CUDA_SUCCESS || s->called_by_cuda()) return r;
+  unsigned flags = 0;
+  int active = 1;
+  if (call(real_driver().cuDevicePrimaryCtxGetState, dev, &flags, &active) == CUDA_SUCCESS && active == 0)
+    s->after_context_destroyed(dev);
+  return r;
+}

@@ -1,0 +1,132 @@
+// Resets that free every allocation of the device: memory allocated after one must be fresh
+// memory that works, whatever the policy cached before. Data is written and read back after the
+// reset, and the program prints what it and the shim see as one JSON line.
+//
+// Usage: e2e_device_reset runtime|primary_reset|release
+//   runtime:        cudaMalloc, cudaFree (the pool caches the segment), cudaDeviceReset
+//   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset
+//   release:        a driver-API program that retains the primary context, allocates and
+//                   releases it (the last reference: the context is destroyed with its memory)
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "support/driver_api.h"
+#include "support/test_support.h"
+
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+
+// Survives the reset in the program's mind only: the reset frees it (a leak the report names).
+__attribute__((noinline)) void* held_across_reset(size_t bytes) {
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, bytes));
+  CHECK(cudaMemset(p, 0x11, bytes));
+  return p;
+}
+
+// Writes `value` through the whole block and reads it back.
+bool write_and_verify(void* p, size_t bytes, int value) {
+  if (cudaMemset(p, value, bytes) != cudaSuccess) return false;
+  std::vector<unsigned char> host(bytes);
+  if (cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) return false;
+  for (unsigned char c : host)
+    if (c != static_cast<unsigned char>(value)) return false;
+  return true;
+}
+
+size_t driver_used() {
+  size_t free = 0, total = 0;
+  CHECK_CU(testsupport::driver().MemGetInfo(&free, &total));
+  return total - free;
+}
+
+int runtime_reset(bool through_driver) {
+  CHECK(cudaSetDevice(0));
+  held_across_reset(3 * kMiB);
+  void* cached = nullptr;
+  CHECK(cudaMalloc(&cached, 5 * kMiB));
+  CHECK(cudaFree(cached));  // a pool keeps its segment
+  const size_t used_before = driver_used();
+  if (through_driver) {
+    using Reset = CUresult (*)(CUdevice);
+    using Retain = CUresult (*)(CUcontext*, CUdevice);
+    auto reset = testsupport::driver_function<Reset>("cuDevicePrimaryCtxReset_v2");
+    CHECK_CU(reset(0));
+    // A driver-API program takes the context up again itself.
+    CUcontext ctx = nullptr;
+    CHECK_CU(testsupport::driver_function<Retain>("cuDevicePrimaryCtxRetain")(&ctx, 0));
+  } else {
+    CHECK(cudaDeviceReset());
+  }
+  CHECK(cudaSetDevice(0));
+  const size_t used_after_reset = driver_used();
+  // The same sizes again: a pool that kept its segments would hand out freed memory here.
+  void* fresh = nullptr;
+  CHECK(cudaMalloc(&fresh, 5 * kMiB));
+  const bool ok = write_and_verify(fresh, 5 * kMiB, 0x5A);
+  void* fresh2 = nullptr;
+  CHECK(cudaMalloc(&fresh2, 3 * kMiB));
+  const bool ok2 = write_and_verify(fresh2, 3 * kMiB, 0x3C) && write_and_verify(fresh, 5 * kMiB, 0x5A);
+  gpushim_device_stats st{};
+  const bool shim = testsupport::shim_stats(0, &st);
+  const size_t used_now = driver_used();
+  std::printf("{\"verified\": %s, \"used_before\": %zu, \"used_after_reset\": %zu, \"used_now\": %zu, "
+              "\"shim\": %s, \"live_bytes\": %llu, \"live_count\": %llu, \"reserved_bytes\": %llu}\n",
+              ok && ok2 ? "true" : "false", used_before, used_after_reset, used_now, shim ? "true" : "false",
+              st.live_bytes, st.live_count, st.reserved_bytes);
+  CHECK(cudaFree(fresh));
+  CHECK(cudaFree(fresh2));
+  return ok && ok2 ? 0 : 1;
+}
+
+__attribute__((noinline)) CUdeviceptr driver_alloc_in_context(size_t bytes) {
+  CUdeviceptr p = 0;
+  CHECK_CU(testsupport::driver().MemAlloc(&p, bytes));
+  return p;
+}
+
+int release_last_reference() {
+  using Init = CUresult (*)(unsigned);
+  using Retain = CUresult (*)(CUcontext*, CUdevice);
+  using Release = CUresult (*)(CUdevice);
+  using SetCurrent = CUresult (*)(CUcontext);
+  using MemsetD8 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
+  using CopyDtoH = CUresult (*)(void*, CUdeviceptr, size_t);
+  CHECK_CU(testsupport::driver_function<Init>("cuInit")(0));
+  auto retain = testsupport::driver_function<Retain>("cuDevicePrimaryCtxRetain");
+  auto release = testsupport::driver_function<Release>("cuDevicePrimaryCtxRelease_v2");
+  auto set_current = testsupport::driver_function<SetCurrent>("cuCtxSetCurrent");
+  auto memset_d8 = testsupport::driver_function<MemsetD8>("cuMemsetD8_v2");
+  auto copy = testsupport::driver_function<CopyDtoH>("cuMemcpyDtoH_v2");
+  CUcontext ctx = nullptr;
+  CHECK_CU(retain(&ctx, 0));
+  CHECK_CU(set_current(ctx));
+  driver_alloc_in_context(4 * kMiB);
+  CHECK_CU(release(0));  // the last reference: the context goes, and its memory with it
+  unsigned flags = 0;
+  int active = 1;
+  CHECK_CU(testsupport::driver().DevicePrimaryCtxGetState(0, &flags, &active));
+  CHECK_CU(retain(&ctx, 0));
+  CHECK_CU(set_current(ctx));
+  const CUdeviceptr p = driver_alloc_in_context(4 * kMiB);
+  std::vector<unsigned char> host(4 * kMiB);
+  bool ok = memset_d8(p, 0x77, host.size()) == CUDA_SUCCESS && copy(host.data(), p, host.size()) == CUDA_SUCCESS;
+  for (unsigned char c : host) ok = ok && c == 0x77;
+  std::printf("{\"verified\": %s, \"destroyed\": %s}\n", ok ? "true" : "false", active == 0 ? "true" : "false");
+  CHECK_CU(testsupport::driver().MemFree(p));
+  CHECK_CU(release(0));
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "runtime";
+  if (mode == "runtime") return runtime_reset(false);
+  if (mode == "primary_reset") return runtime_reset(true);
+  if (mode == "release") return release_last_reference();
+  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+  return 2;
+}

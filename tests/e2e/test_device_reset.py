@@ -1,0 +1,64 @@
+"""End-to-end tests of device resets (issue 17): cudaDeviceReset, cuDevicePrimaryCtxReset and the
+release that destroys the primary context free every allocation of the device. Under every policy
+the memory handed out afterwards must be fresh memory that holds data, the books must agree with
+the driver, and the report must name the allocations the reset freed."""
+import json
+
+from shimtest import POLICIES, REAL_GPU, ShimTestCase, program, run
+
+MiB = 1 << 20
+
+
+def result(r):
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def freed_sites(report, function):
+    return [s for s in report["freed_by_reset"] if any(function in (f.get("function") or "") for f in s["frames"])]
+
+
+class DeviceReset(ShimTestCase):
+    def run_mode(self, mode, policy):
+        r = run([program("e2e_device_reset"), mode], env={"GPUSHIM_POLICY": policy, "GPUSHIM_STACK_DEPTH": "16"})
+        self.assertRanOK(r)
+        return r, result(r)
+
+    def test_memory_after_a_reset_is_fresh_and_holds_data(self):
+        for mode in ("runtime", "primary_reset"):
+            for policy in POLICIES:
+                with self.subTest(mode=mode, policy=policy):
+                    r, out = self.run_mode(mode, policy)
+                    self.assertTrue(out["verified"], r.stderr)
+                    self.assertTrue(out["shim"])
+                    # What the program holds after the reset, nothing of before.
+                    self.assertEqual((out["live_count"], out["live_bytes"]), (2, 8 * MiB), r.stderr)
+                    if not REAL_GPU:
+                        # The pool holds exactly what the driver says the process holds: no
+                        # segment the reset freed is still counted (or handed out).
+                        self.assertEqual(out["used_after_reset"], 0)
+                        self.assertEqual(out["reserved_bytes"], out["used_now"])
+                    dev = r.device(0)
+                    self.assertEqual(dev["resets"], 1)
+                    self.assertEqual(dev["live_count"], 0)
+                    self.assertEqual(dev["total_allocs"], dev["total_frees"])
+                    sites = freed_sites(r.report, "held_across_reset")
+                    self.assertEqual(len(sites), 1, r.report["freed_by_reset"])
+                    self.assertEqual((sites[0]["live_bytes"], sites[0]["live_count"]), (3 * MiB, 1))
+                    self.assertEqual(sum(s["live_bytes"] for s in r.report["freed_by_reset"]), 3 * MiB)
+                    self.assertIn("gpushim: device 0 reset: 3.0 MiB in 1 live allocation freed by the reset",
+                                  r.stderr)
+                    self.assertFalse(r.sites_with_function("held_across_reset"), "still live after the reset")
+
+    def test_releasing_the_last_reference_frees_the_context_memory(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r, out = self.run_mode("release", policy)
+                self.assertTrue(out["verified"], r.stderr)
+                self.assertTrue(out["destroyed"])
+                dev = r.device(0)
+                self.assertEqual(dev["live_count"], 0)
+                self.assertEqual(dev["total_allocs"], dev["total_frees"])
+                self.assertEqual(dev["resets"], 2)  # the program's two last releases
+                sites = freed_sites(r.report, "driver_alloc_in_context")
+                self.assertEqual([(s["live_bytes"], s["live_count"]) for s in sites], [(4 * MiB, 1)],
+                                 r.report["freed_by_reset"])

@@ -562,6 +562,7 @@ ReportData Shim::build_report(const char* reason) {
     dr.failed_allocs = c.failed_allocs;
     dr.injected_failures = d->injected_failures.load(std::memory_order_relaxed);
     dr.resets = d->resets.load(std::memory_order_relaxed);
+    dr.context_destroys = d->context_destroys.load(std::memory_order_relaxed);
     dr.capacity_bytes = d->capacity;
     dr.limit_bytes = d->budget.limit();
     dr.pool = pool_figures(d);

@@ -61,6 +61,7 @@ struct DeviceState {
   std::atomic<uint64_t> ooms{0};                // out-of-memory errors returned to callers
   std::atomic<uint64_t> injected_failures{0};   // of those, failed on purpose by GPUSHIM_FAIL
   std::atomic<uint64_t> resets{0};              // resets (or destructions) of its primary context
+  std::atomic<uint64_t> context_destroys{0};    // cuCtxDestroy of contexts that owned memory we tracked
   // GPUSHIM_TRACE only: the pool's backend becomes pool -> observed -> limited -> driver.
   std::unique_ptr<SegmentObserver> segment_tracer;
   std::unique_ptr<Backend> observed;
@@ -220,6 +221,15 @@ class Shim {
   void after_device_reset(int device);
   // After a cuDevicePrimaryCtxRelease that destroyed the device's primary context.
   void after_context_destroyed(int device);
+  // cuCtxDestroy of a context the program created. Before it: the tracked allocations the context
+  // owns, as the driver says (destroy is rare; a walk then keeps the allocation path unchanged).
+  // After it succeeded: those are freed in the books and recorded as freed by the reset.
+  struct OwnedAllocation {
+    uintptr_t ptr;
+    uint32_t serial;  // the same allocation still, not a new one at a reused address
+  };
+  std::vector<OwnedAllocation> owned_by_context(CUcontext ctx);
+  void after_context_destroy(const std::vector<OwnedAllocation>& owned);
   // True when the outermost hook was called by CUDA itself (libcudart, libcuda): e.g. the runtime
   // releasing its context while it tears down at exit, which is no reset of the program's.
   bool called_by_cuda();

@@ -9,6 +9,7 @@
 #include "core/shim.h"
 
 #include "cuda/driver_backend.h"
+#include "cuda/real_driver.h"
 #include "util/log.h"
 #include "util/units.h"
 
@@ -109,6 +110,64 @@ void Shim::after_context_destroyed(int ordinal) {
   // last release cannot destroy a context the pool uses.
   before_device_reset(ordinal);
   after_device_reset(ordinal);
+}
+
+}  // namespace gpushim
+
+namespace gpushim {
+
+// cuCtxDestroy frees what was allocated in the context (cuMemAlloc, cuMemAllocPitch, pinned host
+// and managed memory), but not stream-ordered memory (it belongs to a memory pool) nor
+// cuMemCreate's (no context at all). The pools never hold memory of such a context: their backend
+// allocates only in the device's primary context (DriverBackend::in_context). So only forwarded
+// allocations can be the context's, and the driver knows which: asked here, at a rare call,
+// rather than recording a context with every allocation.
+std::vector<Shim::OwnedAllocation> Shim::owned_by_context(CUcontext ctx) {
+  std::vector<OwnedAllocation> owned;
+  const RealDriver& drv = real_driver();
+  if (forked_child_ || ctx == nullptr || drv.cuPointerGetAttribute == nullptr) return owned;
+  for (const auto& [p, rec] : tracker_.live()) {
+    if (rec.route != Route::kForwarded || p == VmmTracker::key_of(p)) continue;  // pooled, or a cuMemCreate handle
+    CUcontext owner = nullptr;
+    CUmemoryPool pool = nullptr;
+    if (drv.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, static_cast<CUdeviceptr>(p)) != CUDA_SUCCESS ||
+        owner != ctx)
+      continue;
+    if (drv.cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, static_cast<CUdeviceptr>(p)) ==
+            CUDA_SUCCESS &&
+        pool != nullptr)
+      continue;
+    owned.push_back(OwnedAllocation{p, rec.serial});
+  }
+  return owned;
+}
+
+void Shim::after_context_destroy(const std::vector<OwnedAllocation>& owned) {
+  uint64_t bytes[kMaxDevices] = {}, counts[kMaxDevices] = {};
+  for (const OwnedAllocation& o : owned) {
+    AllocationRecord gone;
+    if (!untrack(o.ptr, &gone)) continue;  // freed meanwhile by another thread
+    if (gone.serial != o.serial) {  // ... and the address handed out again, in another context
+      retrack(o.ptr, gone);
+      continue;
+    }
+    if (on_device(gone.kind))
+      if (DeviceState* d = device(gone.device)) d->budget.uncharge(gone.size);
+    count_free(gone);
+    note_freed_by_reset(gone);
+    if (trace_) trace_free(record_time_ns(), o.ptr, gone, nullptr, false);
+    if (gone.device >= 0 && gone.device < kMaxDevices) bytes[gone.device] += gone.size, ++counts[gone.device];
+  }
+  for (int dev = 0; dev < kMaxDevices; ++dev) {
+    if (counts[dev] == 0) continue;
+    if (DeviceState* d = devices_[dev].load(std::memory_order_acquire))
+      d->context_destroys.fetch_add(1, std::memory_order_relaxed);
+    if (!reported_.load(std::memory_order_relaxed))
+      log_line("device %d: cuCtxDestroy freed %s in %llu live allocation%s of the destroyed context (see "
+               "freed_by_reset in the report)",
+               dev, format_bytes(bytes[dev]).c_str(), static_cast<unsigned long long>(counts[dev]),
+               counts[dev] == 1 ? "" : "s");
+  }
 }
 
 }  // namespace gpushim

@@ -69,7 +69,9 @@ using CuGetProcAddressV1 = CUresult (*)(const char* symbol, void** pfn, int cuda
   X(cuStreamDestroy_v2, "cuStreamDestroy_v2", decltype(&::cuStreamDestroy_v2))                                   \
   X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2", decltype(&::cuDevicePrimaryCtxReset_v2))          \
   X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2", decltype(&::cuDevicePrimaryCtxRelease_v2))    \
-  X(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", decltype(&::cuDevicePrimaryCtxGetState))
+  X(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", decltype(&::cuDevicePrimaryCtxGetState))        \
+  X(cuCtxDestroy_v2, "cuCtxDestroy_v2", decltype(&::cuCtxDestroy_v2))                                           \
+  X(cuCtxDestroy_v1, "cuCtxDestroy", decltype(&::cuCtxDestroy_v2))
 // clang-format on
 
 struct RealDriver {

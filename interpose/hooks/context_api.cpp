@@ -1,5 +1,6 @@
 // Calls that free every allocation of a device's primary context: cudaDeviceReset,
-// cuDevicePrimaryCtxReset, and the cuDevicePrimaryCtxRelease that drops its last reference. The
+// cuDevicePrimaryCtxReset, and the cuDevicePrimaryCtxRelease that drops its last reference; and
+// cuCtxDestroy, which frees what was allocated in a context the program created. The
 // core must hear of a reset before it happens (its pool gives back memory that still exists) and
 // of a destruction once the driver says it happened (only the driver knows the reference count).
 #define __CUDA_API_VERSION_INTERNAL 1  // every variant (_v2) under its real name
@@ -54,3 +55,23 @@ GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     s->after_context_destroyed(dev);
   return r;
 }
+
+namespace {
+
+// What the context owns must be asked before it is gone; the books change only if it is.
+CUresult destroy_context(CUresult (*real)(CUcontext), CUcontext ctx) {
+  GPUSHIM_SCOPE;
+  Shim* s = accounting(scope);
+  if (s == nullptr) return call(real, ctx);
+  const auto owned = s->owned_by_context(ctx);
+  const CUresult r = call(real, ctx);
+  if (r == CUDA_SUCCESS) s->after_context_destroy(owned);
+  return r;
+}
+
+}  // namespace
+
+GPUSHIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) { return destroy_context(real_driver().cuCtxDestroy_v2, ctx); }
+
+// The CUDA 3.x entry point, still exported by libcuda for programs built against it.
+GPUSHIM_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return destroy_context(real_driver().cuCtxDestroy_v1, ctx); }

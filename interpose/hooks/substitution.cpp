@@ -26,6 +26,7 @@ constexpr const char* kDriverNames[] = {
     "cuDeviceSetMemPool",
     "cuStreamCreate",         "cuStreamCreateWithPriority", "cuStreamDestroy_v2",
     "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxDestroy_v2",        "cuCtxDestroy",
 };
 // Runtime hooks of ours (hooks/runtime_api.cpp, hooks/capture_api.cpp), for dlsym on a libcudart
 // handle: what ctypes.CDLL("libcudart.so.13").cudaMalloc does.

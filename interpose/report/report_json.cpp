@@ -187,6 +187,7 @@ void write_device(JsonOut& j, const DeviceReport& d) {
   j.kv("failed_allocs", d.failed_allocs);
   j.kv("injected_failures", d.injected_failures);
   j.kv("resets", d.resets);
+  j.kv("context_destroys", d.context_destroys);
   j.kv("capacity_bytes", d.capacity_bytes);
   j.kv("limit_bytes", d.limit_bytes);
   write_pool(j, d.pool);

@@ -46,6 +46,7 @@ struct DeviceReport {
   uint64_t failed_allocs = 0;
   uint64_t injected_failures = 0;       // of failed_allocs, failed on purpose by GPUSHIM_FAIL
   uint64_t resets = 0;                  // resets or destructions of its primary context
+  uint64_t context_destroys = 0;        // destroyed created contexts that owned tracked memory
   uint64_t capacity_bytes = 0;          // device total as the driver reports it (0 if unknown)
   uint64_t limit_bytes = 0;             // GPUSHIM_LIMIT in bytes (0 = none)
   PoolFigures pool;

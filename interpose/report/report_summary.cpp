@@ -200,13 +200,16 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
     append(&s, "gpushim: ... %s more out-of-memory events in the report\n",
            std::to_string(r.ooms.size() - kOomsShown).c_str());
   for (const DeviceReport& d : r.devices) {
-    if (d.resets == 0) continue;
+    if (d.resets == 0 && d.context_destroys == 0) continue;
     uint64_t bytes = 0, count = 0;
     for (const SiteReport& site : r.freed_by_reset)
       if (site.device == d.device) bytes += site.live_bytes, count += site.live_count;
-    append(&s, "gpushim: device %d was reset %s; the resets freed %s in %s still live (freed_by_reset in the report)\n",
-           d.device, plural(d.resets, "time").c_str(), format_bytes(bytes).c_str(),
-           plural(count, "allocation").c_str());
+    std::string what;
+    if (d.resets != 0) what = "was reset " + plural(d.resets, "time");
+    if (d.context_destroys != 0)
+      what += (what.empty() ? "had " : " and had ") + plural(d.context_destroys, "context") + " destroyed";
+    append(&s, "gpushim: device %d %s; that freed %s in %s still live (freed_by_reset in the report)\n",
+           d.device, what.c_str(), format_bytes(bytes).c_str(), plural(count, "allocation").c_str());
   }
   if (r.invalid_frees != 0)
     append(&s, "gpushim: %s of pointers the shim did not hand out\n", plural(r.invalid_frees, "free").c_str());

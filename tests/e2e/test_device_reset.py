@@ -62,3 +62,32 @@ class DeviceReset(ShimTestCase):
                 sites = freed_sites(r.report, "driver_alloc_in_context")
                 self.assertEqual([(s["live_bytes"], s["live_count"]) for s in sites], [(4 * MiB, 1)],
                                  r.report["freed_by_reset"])
+
+    def test_destroying_a_created_context_frees_its_memory(self):
+        # cuCtxDestroy frees what was allocated in the context; the books drop it (live, counters,
+        # the cap's charge) and name it in freed_by_reset. Under a cap cudaMemGetInfo shows the
+        # charge: the same free memory after the destroy as before the context existed.
+        for via in ("dlsym", "proc_address"):
+            for policy in POLICIES:
+                with self.subTest(via=via, policy=policy):
+                    r = run([program("e2e_device_reset"), "ctx_destroy", via],
+                            env={"GPUSHIM_POLICY": policy, "GPUSHIM_STACK_DEPTH": "16", "GPUSHIM_LIMIT": "256MiB"})
+                    self.assertRanOK(r)
+                    out = result(r)
+                    self.assertTrue(out["verified"], r.stderr)
+                    self.assertTrue(out["shim"])
+                    # kept (2 MiB), fresh (6 MiB) and the driver's 6 MiB; none of the context's.
+                    self.assertEqual((out["live_count"], out["live_bytes"]), (3, 14 * MiB), r.stderr)
+                    self.assertEqual(out["free_after"], out["free_before"], r.stderr)
+                    dev = r.device(0)
+                    self.assertEqual((dev["context_destroys"], dev["resets"]), (1, 0))
+                    self.assertEqual(dev["live_count"], 0)
+                    self.assertEqual(dev["total_allocs"], dev["total_frees"])
+                    sites = freed_sites(r.report, "driver_alloc_in_created_context")
+                    self.assertEqual([(s["live_bytes"], s["live_count"]) for s in sites], [(7 * MiB, 2)],
+                                     r.report["freed_by_reset"])
+                    self.assertEqual(sum(s["live_bytes"] for s in r.report["freed_by_reset"]), 7 * MiB)
+                    self.assertIn("gpushim: device 0: cuCtxDestroy freed 7.0 MiB in 2 live allocations of the "
+                                  "destroyed context", r.stderr)
+                    self.assertFalse(r.sites_with_function("driver_alloc_in_created_context"),
+                                     "still live after the destroy")

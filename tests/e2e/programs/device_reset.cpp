@@ -7,6 +7,10 @@
 //   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset
 //   release:        a driver-API program that retains the primary context, allocates and
 //                   releases it (the last reference: the context is destroyed with its memory)
+//   ctx_destroy [proc_address]:
+//                   cuMemAlloc in a context made with cuCtxCreate, then cuCtxDestroy (looked up
+//                   with dlsym, or with cuGetProcAddress), which frees that memory; then memory of
+//                   the primary context, old and new, must hold data
 #include <cstring>
 #include <string>
 #include <vector>
@@ -120,6 +124,76 @@ int release_last_reference() {
   return ok ? 0 : 1;
 }
 
+// Allocated in the created context: the destroy frees it (a leak the report names).
+__attribute__((noinline)) CUdeviceptr driver_alloc_in_created_context(size_t bytes) {
+  CUdeviceptr p = 0;
+  CHECK_CU(testsupport::driver().MemAlloc(&p, bytes));
+  return p;
+}
+
+__attribute__((noinline)) void* runtime_alloc_in_primary(size_t bytes, int value) {
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, bytes));
+  CHECK(cudaMemset(p, value, bytes));
+  return p;
+}
+
+size_t free_as_seen() {
+  size_t free = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
+int context_destroy(bool via_proc_address) {
+  using Init = CUresult (*)(unsigned);
+  using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  using Destroy = CUresult (*)(CUcontext);
+  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  using GetCurrent = CUresult (*)(CUcontext*);
+  using MemsetD8 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
+  using CopyDtoH = CUresult (*)(void*, CUdeviceptr, size_t);
+  CHECK(cudaSetDevice(0));
+  void* kept = runtime_alloc_in_primary(2 * kMiB, 0x22);  // the primary context's: the destroy leaves it
+  const size_t free_before = free_as_seen();
+  CHECK_CU(testsupport::driver_function<Init>("cuInit")(0));
+  Destroy destroy = nullptr;
+  if (via_proc_address) {
+    CUdriverProcAddressQueryResult found{};
+    void* f = nullptr;
+    CHECK_CU(testsupport::driver_function<GetProc>("cuGetProcAddress_v2")("cuCtxDestroy", &f, 12000,
+                                                                             CU_GET_PROC_ADDRESS_DEFAULT, &found));
+    destroy = reinterpret_cast<Destroy>(f);
+  } else {
+    destroy = testsupport::driver_function<Destroy>("cuCtxDestroy_v2");
+  }
+  auto get_current = testsupport::driver_function<GetCurrent>("cuCtxGetCurrent");
+  CUcontext primary = nullptr, created = nullptr, current = nullptr;
+  CHECK_CU(get_current(&primary));
+  CHECK_CU(testsupport::driver_function<Create>("cuCtxCreate_v4")(&created, nullptr, 0, 0));
+  for (size_t mib : {6, 1}) driver_alloc_in_created_context(mib * kMiB);  // one site
+  CHECK_CU(destroy(created));  // frees both
+  CHECK_CU(get_current(&current));
+  const size_t free_after = free_as_seen();
+  // The primary context again: what it held before, and new memory of both APIs, holds data.
+  std::vector<unsigned char> host(6 * kMiB);
+  bool ok = current == primary && write_and_verify(kept, 2 * kMiB, 0x22);
+  void* fresh = runtime_alloc_in_primary(6 * kMiB, 0);
+  ok = ok && write_and_verify(fresh, 6 * kMiB, 0x5A);
+  const CUdeviceptr d = driver_alloc_in_context(6 * kMiB);
+  ok = ok && testsupport::driver_function<MemsetD8>("cuMemsetD8_v2")(d, 0x77, host.size()) == CUDA_SUCCESS &&
+       testsupport::driver_function<CopyDtoH>("cuMemcpyDtoH_v2")(host.data(), d, host.size()) == CUDA_SUCCESS;
+  for (unsigned char c : host) ok = ok && c == 0x77;
+  gpushim_device_stats st{};
+  const bool shim = testsupport::shim_stats(0, &st);
+  std::printf("{\"verified\": %s, \"shim\": %s, \"live_bytes\": %llu, \"live_count\": %llu, "
+              "\"free_before\": %zu, \"free_after\": %zu}\n",
+              ok ? "true" : "false", shim ? "true" : "false", st.live_bytes, st.live_count, free_before, free_after);
+  CHECK(cudaFree(kept));
+  CHECK(cudaFree(fresh));
+  CHECK_CU(testsupport::driver().MemFree(d));
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,6 +201,7 @@ int main(int argc, char** argv) {
   if (mode == "runtime") return runtime_reset(false);
   if (mode == "primary_reset") return runtime_reset(true);
   if (mode == "release") return release_last_reference();
+  if (mode == "ctx_destroy") return context_destroy(argc > 2 && std::string(argv[2]) == "proc_address");
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }

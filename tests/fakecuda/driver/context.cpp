@@ -110,7 +110,7 @@ Context* ContextFromHandle(State& s, CUcontext h) {
   return CreatedContextFromHandle(h);
 }
 
-void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx) {
+void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx, bool keep_pool_memory) {
   if (!ctx->active) return;
   // Let queued work finish first: it may still write into memory we are about to release.
   SyncContext(s, lk, ctx);
@@ -126,7 +126,7 @@ void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx)
   }
   std::vector<std::uintptr_t> owned;
   for (const auto& [base, region] : s.regions) {
-    if (region.ctx == ctx) owned.push_back(base);
+    if (region.ctx == ctx && !(keep_pool_memory && region.kind == RegionKind::kDeviceAsync)) owned.push_back(base);
   }
   for (std::uintptr_t base : owned) ReleaseRegion(s, base);
 

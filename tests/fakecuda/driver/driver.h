@@ -448,7 +448,9 @@ void IpcEventComplete(const IpcEventPage& page, std::uint64_t record);
 bool IpcEventDone(const IpcEventPage& page, std::uint64_t record);
 
 // ---- context.cpp ----
-// Frees everything owned by a primary context (streams, events, memory) and marks it inactive.
-void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx);
+// Frees everything owned by a context (streams, events, memory) and marks it inactive.
+// `keep_pool_memory`: cuCtxDestroy leaves stream-ordered allocations alone, like CUDA (they belong
+// to their memory pool, not to the context).
+void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx, bool keep_pool_memory = false);
 
 }  // namespace fakecuda

@@ -3,7 +3,8 @@
 //
 // A created context is a Context of its own on its device: its own streams, events and
 // allocations, its own FAKECUDA_CONTEXT_MEM charge, pushed onto the creating thread's stack.
-// Destroying it frees everything it owns, like a reset primary context. Context objects are never
+// Destroying it frees everything it owns, like a reset primary context, except stream-ordered
+// memory, which belongs to its memory pool. Context objects are never
 // deleted: another thread may still have the destroyed context current, and must get
 // CUDA_ERROR_CONTEXT_IS_DESTROYED rather than touch freed memory.
 #include "driver.h"
@@ -78,7 +79,10 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   Context* c = CreatedContextFromHandle(ctx);
   // Primary contexts are reset with cuDevicePrimaryCtxReset, never destroyed.
   if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  DeactivateContext(s, lk, c);  // frees its streams, events and memory; uncharges the context
+  // Frees its streams, events and memory, but not stream-ordered memory ("cuCtxDestroy() will not
+  // destroy memory allocations by cuMemCreate(), cuMemAllocAsync() and cuMemAllocFromPoolAsync()");
+  // uncharges the context.
+  DeactivateContext(s, lk, c, /*keep_pool_memory=*/true);
   lk.unlock();
   // Off the calling thread's stack if it is current there (other threads see it destroyed).
   CUcontext current = nullptr;

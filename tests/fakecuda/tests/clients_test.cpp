@@ -389,6 +389,27 @@ TEST_F(CreatedContexts, CreateMakesCurrentAndDestroyFreesEverythingItOwns) {
   EXPECT_EQ(cuCtxDestroy(ctx_), CUDA_ERROR_INVALID_CONTEXT);  // primary contexts are reset, not destroyed
 }
 
+TEST_F(CreatedContexts, DestroyLeavesStreamOrderedMemoryToItsPool) {
+  CUcontext ctx = nullptr;
+  ASSERT_CU(cuCtxCreate(&ctx, nullptr, 0, 0));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr plain = 0, ordered = 0;
+  ASSERT_CU(cuMemAlloc(&plain, 1 << 20));
+  ASSERT_CU(cuMemAllocAsync(&ordered, 1 << 20, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  const size_t used = fakecudaDeviceUsedBytes(0);
+  ASSERT_CU(cuCtxDestroy(ctx));
+  // CUDA: "cuCtxDestroy() will not destroy memory allocations by cuMemCreate(), cuMemAllocAsync()
+  // and cuMemAllocFromPoolAsync()"; everything else of the context goes.
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used - (1 << 20));
+  CUcontext owner = nullptr;
+  EXPECT_NE(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, plain), CUDA_SUCCESS);
+  ASSERT_CU(cuMemsetD8(ordered, 7, 1 << 20));  // still the program's memory
+  ASSERT_CU(cuMemFreeAsync(ordered, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+}
+
 TEST_F(CreatedContexts, ArgumentsAreCheckedLikeCuda) {
   CUcontext ctx = nullptr;
   EXPECT_EQ(cuCtxCreate(&ctx, nullptr, 0, 7), CUDA_ERROR_INVALID_DEVICE);

@@ -209,6 +209,10 @@ int cmd_replay(const std::vector<std::string>& args) {
              std::to_string(d.recorded_ooms_avoided) +
              ",\"first_difference_event\":" + std::to_string(d.first_difference_event) +
              ",\"follows_recorded_reuse\":" + (d.follows_recorded_reuse ? "true" : "false");
+        if (!d.difference.empty()) {
+          j += ",\"difference\":";
+          append_json_string(&j, d.difference);
+        }
         if (d.ooms) {
           j += ",\"oom_event\":" + std::to_string(d.oom_event) + ",\"oom_t_s\":" + std::to_string(trace.seconds(d.oom_t_ns)) +
                ",\"oom_requested\":" + std::to_string(d.oom_requested) + ",\"oom_allocated\":" +

@@ -93,6 +93,8 @@ int cmd_replay(const std::vector<std::string>& args) {
   }
   if (cli.has("--capacity") && !parse_size(cli.get("--capacity"), &base.capacity))
     return usage_error("replay", "--capacity expects bytes with units");
+  // Overridden settings make other fences than the run's: its reuse moments would name the wrong ones.
+  base.follow_recorded_reuse = cli.all("--set").empty();
 
   std::vector<std::pair<PolicyKind, ReplayModel>> policies;
   auto baseline = [](const std::string& name, ReplayModel* out) {
@@ -149,7 +151,11 @@ int cmd_replay(const std::vector<std::string>& args) {
   for (const ReplayResult& r : results) {
     if (!recorded_known || r.policy != std::string(policy_name(recorded)) || !as_recorded) continue;
     for (const ReplayDevice& d : r.devices) {
-      if (d.first_difference_event == 0) continue;
+      if (d.first_difference_event == 0 && d.difference.empty()) continue;
+      if (d.first_difference_event == 0) {
+        notes.push_back("device " + std::to_string(d.device) + ": under the recorded policy and cap " + d.difference);
+        continue;
+      }
       const TraceEvent& e = trace.events[d.first_difference_event - 1];
       char head[256];
       std::snprintf(head, sizeof(head),
@@ -158,7 +164,8 @@ int cmd_replay(const std::vector<std::string>& args) {
                     d.device, d.first_difference_event, trace.seconds(e.t_ns), d.recorded_ooms,
                     d.recorded_ooms == 1 ? "" : "s", d.ooms);
       std::string why;
-      if (d.cross_stream_reuse_frees)
+      if (!d.difference.empty()) why += "; " + d.difference;
+      if (d.cross_stream_reuse_frees && !d.follows_recorded_reuse)
         why += "; " + std::to_string(d.cross_stream_reuse_frees) +
                " stream-ordered frees on other streams: when their memory became reusable elsewhere depended on when "
                "the GPU finished its work, which the trace does not record (the replay waits for the next synchronization)";
@@ -200,7 +207,12 @@ int cmd_replay(const std::vector<std::string>& args) {
              ",\"ooms\":" + std::to_string(d.ooms) + ",\"oom\":" + (d.ooms ? "true" : "false") +
              ",\"recorded_ooms\":" + std::to_string(d.recorded_ooms) + ",\"recorded_ooms_avoided\":" +
              std::to_string(d.recorded_ooms_avoided) +
-             ",\"first_difference_event\":" + std::to_string(d.first_difference_event);
+             ",\"first_difference_event\":" + std::to_string(d.first_difference_event) +
+             ",\"follows_recorded_reuse\":" + (d.follows_recorded_reuse ? "true" : "false");
+        if (!d.difference.empty()) {
+          j += ",\"difference\":";
+          append_json_string(&j, d.difference);
+        }
         if (d.ooms) {
           j += ",\"oom_event\":" + std::to_string(d.oom_event) + ",\"oom_t_s\":" + std::to_string(trace.seconds(d.oom_t_ns)) +
                ",\"oom_requested\":" + std::to_string(d.oom_requested) + ",\"oom_allocated\":" +

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "absl/container/flat_hash_map.h"
 #include "accounting/allocation_tracker.h"
@@ -46,6 +47,7 @@ struct SimDevice {
   ReplayDevice result;
   uint64_t syncs_before_steady = 0;  // synchronizations when the second iteration mark came
   bool steady = false;
+  uint64_t script_fences = 0, script_events = 0;  // the highest numbers the run's reuse moments name
 };
 
 }  // namespace
@@ -148,6 +150,16 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
   const bool recorded_passthrough =
       parse_policy_name(trace.header.policy, &recorded_policy) && recorded_policy == PolicyKind::kPassthrough;
 
+  // The run's reuse moments are followed only where the replay is the run: its policy, cap,
+  // device and settings. A device whose trace has none (an older trace) keeps the simulation's.
+  std::set<int> devices_with_reuse;
+  const bool follow = settings.follow_recorded_reuse && settings.model == ReplayModel::kShim &&
+                      !settings.limit_given && settings.capacity == 0 &&
+                      parse_policy_name(trace.header.policy, &recorded_policy) && recorded_policy == settings.config.policy;
+  if (follow)
+    for (const TraceEvent& e : trace.events)
+      if (e.kind == EventKind::kReuse) devices_with_reuse.insert(e.device);
+
   std::map<int, std::unique_ptr<SimDevice>> devices;
   auto device = [&](int ordinal) -> SimDevice& {
     auto it = devices.find(ordinal);
@@ -159,6 +171,10 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
     d->result.device = ordinal;
     d->result.capacity = capacity;
     d->result.limit = limit;
+    if (devices_with_reuse.count(ordinal)) {
+      d->sim.follow_script();
+      d->result.follows_recorded_reuse = true;
+    }
     return *devices.emplace(ordinal, std::move(d)).first->second;
   };
 
@@ -169,6 +185,20 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
     if (e.kind == EventKind::kIteration && ++marks == 2) {
       // Marks are the process's, not a device's: the steady state begins for every device.
       for (auto& [ord, d] : devices) d->syncs_before_steady = d->sim.counters().synchronizes, d->steady = true;
+      continue;
+    }
+    if (e.kind == EventKind::kReuse) {
+      if (!devices_with_reuse.count(e.device)) continue;
+      SimDevice& d = device(e.device);
+      const auto what = static_cast<trace::ReuseMoment>(e.requested);
+      if (what == trace::ReuseMoment::kFenceDone || what == trace::ReuseMoment::kFenceWaited) {
+        d.sim.script_completion(true, e.size, e.addr);
+        d.script_fences = std::max(d.script_fences, e.size);
+      } else if (what == trace::ReuseMoment::kEventDone) {
+        d.sim.script_completion(false, e.size, e.addr);
+        d.script_events = std::max(d.script_events, e.size);
+      }
+      // kSync: the replay's pool synchronizes at the same point by itself, which completes all.
       continue;
     }
     const bool refused = e.kind == EventKind::kOom;
@@ -220,6 +250,12 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
         uint64_t allocated = 0;
         r = d.pool->allocate(AllocRequest{e.requested, stream, ordered}, &b.ptr, &allocated);
         b.size = allocated;
+        if (r == CUDA_SUCCESS && !refused && d.result.follows_recorded_reuse && allocated != e.size &&
+            d.result.first_difference_event == 0) {
+          d.result.first_difference_event = i + 1;
+          d.result.difference = "the replay handed out " + std::to_string(allocated) + " bytes where the run handed out " +
+                                std::to_string(e.size) + " (the pool's free blocks differ)";
+        }
       }
       if (r != CUDA_SUCCESS) {
         b.ptr = nullptr;
@@ -280,6 +316,11 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (auto& [ord, d] : devices) {
+    if (d->result.follows_recorded_reuse && d->result.difference.empty() &&
+        (d->script_fences > d->sim.fence_calls() || d->script_events > d->sim.event_calls()))
+      d->result.difference = "the run recorded " + std::to_string(d->script_fences) + " fences and " +
+                             std::to_string(d->script_events) + " events, the replay " +
+                             std::to_string(d->sim.fence_calls()) + " and " + std::to_string(d->sim.event_calls());
     d->result.end_allocated = d->allocated;
     d->result.driver = d->sim.counters();
     if (marks >= 2)

@@ -24,6 +24,11 @@ struct ReplaySettings {
   bool limit_given = false;     // else each device keeps the cap it was recorded with
   LimitSpec limit;              // when limit_given; inactive = no cap
   uint64_t capacity = 0;        // simulated device size; 0: the recorded capacity (else 1 PiB)
+  // Under the recorded policy, cap, capacity and settings (false when settings were overridden),
+  // a trace's reuse moments (kReuse) decide when the simulated device completes fences and events,
+  // so the pools place every block as the run did. Otherwise (and for traces without them) the
+  // simulated device completes them at once.
+  bool follow_recorded_reuse = true;
 };
 
 struct ReplayDevice {
@@ -48,6 +53,10 @@ struct ReplayDevice {
   uint64_t cross_stream_reuse_frees = 0;  // stream-ordered frees on streams other than the first
   uint64_t graph_bytes_peak = 0;          // graph memory: charged to the cap, not replayed as blocks
   uint64_t oom_device_short = 0;          // recorded OOMs the device itself (not the cap) refused
+  // The replay completed fences and events where the run saw them complete (kReuse events); then
+  // every allocation must get the size the run got, and `difference` says what first did not.
+  bool follows_recorded_reuse = false;
+  std::string difference;
   SimCounters driver;      // calls the pool made to the (simulated) driver
   // Synchronizations from the second iteration mark on (the steady state, after a first step that
   // creates parameters, optimizer state and the first of each shape); -1 when the trace has fewer

@@ -176,6 +176,11 @@ bool decode_events(ByteReader& r, std::vector<TraceEvent>* out) {
       case EventKind::kDropped:
         if (!r.varint(&e.size)) return false;
         break;
+      case EventKind::kReuse:
+        if (!r.varint(&e.requested) || e.requested >= trace::kReuseMomentCount || !r.varint(&e.size) ||
+            !r.varint(&e.addr))
+          return false;
+        break;
     }
     if (flags & trace::kFlagSequenced) {
       if (!r.varint(&v)) return false;

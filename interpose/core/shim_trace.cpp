@@ -31,8 +31,9 @@ std::string file_name_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// Reports the pool's segments (and vmm mappings) of one device as trace events, numbered in the
-// pool's order like its allocations (the pool calls in while the ordering wrapper holds its lock).
+// Reports the pool's segments (and vmm mappings) and its reuse moments of one device as trace
+// events, numbered in the pool's order like its allocations (the pool calls in while the ordering
+// wrapper holds its lock).
 class SegmentTracer final : public SegmentObserver {
  public:
   SegmentTracer(trace::TraceRecorder& recorder, int device) : recorder_(recorder), device_(device) {}
@@ -55,12 +56,32 @@ class SegmentTracer final : public SegmentObserver {
     }
     recorder_.record(e);
   }
+  void on_reuse(Reuse what, uint64_t ordinal, uint64_t queries_before) override {
+    TraceEvent e;
+    e.t_ns = now_ns();
+    e.kind = EventKind::kReuse;
+    e.requested = static_cast<uint64_t>(what);
+    e.size = ordinal;
+    e.addr = queries_before;
+    e.device = static_cast<int16_t>(device_);
+    if (order_) {
+      e.seq = order_->next_seq_locked();
+      e.flags = trace::kFlagSequenced;
+    }
+    recorder_.record(e);
+  }
 
  private:
   trace::TraceRecorder& recorder_;
   const int device_;
   trace::TraceOrderedResource* order_ = nullptr;
 };
+
+static_assert(static_cast<int>(SegmentObserver::Reuse::kFenceDone) == static_cast<int>(trace::ReuseMoment::kFenceDone) &&
+              static_cast<int>(SegmentObserver::Reuse::kFenceWaited) == static_cast<int>(trace::ReuseMoment::kFenceWaited) &&
+              static_cast<int>(SegmentObserver::Reuse::kEventDone) == static_cast<int>(trace::ReuseMoment::kEventDone) &&
+              static_cast<int>(SegmentObserver::Reuse::kSync) == static_cast<int>(trace::ReuseMoment::kSync),
+              "the trace stores SegmentObserver::Reuse as trace::ReuseMoment");
 
 }  // namespace
 

@@ -49,6 +49,7 @@ uint64_t SimBackend::record_event(CUstream) {
   const uint64_t e = next_event_++;
   live_events_.insert(e);
   if (!events_at_once_) pending_events_.insert(e);
+  if (scripted_) tracked_[e] = Tracked{false, ++event_calls_, 0};
   return e;
 }
 
@@ -56,17 +57,30 @@ uint64_t SimBackend::record_device_fence() {
   const uint64_t e = record_event(nullptr);
   --counters_.events_recorded;
   ++counters_.fences_recorded;
+  if (scripted_) {
+    --event_calls_;
+    tracked_[e] = Tracked{true, ++fence_calls_, 0};
+  }
   return e;
 }
 
 bool SimBackend::event_done(uint64_t event) {
   ++counters_.event_queries;
+  if (scripted_ && pending_events_.count(event)) {
+    auto it = tracked_.find(event);
+    if (it != tracked_.end()) {
+      auto s = script_.find({it->second.fence, it->second.ordinal});
+      if (s != script_.end() && it->second.queries >= s->second) pending_events_.erase(event);
+      else ++it->second.queries;
+    }
+  }
   return pending_events_.count(event) == 0;
 }
 
 void SimBackend::release_event(uint64_t event) {
   live_events_.erase(event);
   pending_events_.erase(event);
+  tracked_.erase(event);
 }
 
 CUresult SimBackend::mem_info(size_t* free, size_t* total) {

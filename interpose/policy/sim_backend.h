@@ -59,6 +59,19 @@ class SimBackend final : public Backend {
   void set_events_complete_at_once(bool v) { events_at_once_ = v; }
   void complete_events() { pending_events_.clear(); }
   void set_capturing(bool v) { capturing_ = v; }
+  // Replay of a recorded run: from now on fences and events complete only as the run saw them
+  // (and at a wait or a synchronization). script_completion says that the `ordinal`-th fence (or
+  // event) recorded, from 1, completes at its (queries_before + 1)-th query: counting queries, not
+  // trace positions, keeps "not yet" answers inside one pool operation as they were.
+  void follow_script() {
+    scripted_ = true;
+    events_at_once_ = false;
+  }
+  void script_completion(bool fence, uint64_t ordinal, uint64_t queries_before) {
+    script_[{fence, ordinal}] = queries_before;
+  }
+  uint64_t fence_calls() const { return fence_calls_; }
+  uint64_t event_calls() const { return event_calls_; }
   // Fails the next `n` memory requests (segments or physical chunks) with OUT_OF_MEMORY.
   void fail_next(int n) { fail_next_ = n; }
   uint64_t used() const { return used_; }
@@ -94,6 +107,14 @@ class SimBackend final : public Backend {
   uint64_t mapped_bytes_ = 0;
   std::set<uint64_t> pending_events_, live_events_;
   bool events_at_once_ = true;
+  bool scripted_ = false;
+  struct Tracked {
+    bool fence = false;
+    uint64_t ordinal = 0, queries = 0;
+  };
+  std::map<uint64_t, Tracked> tracked_;                  // scripted: live handle -> its number
+  std::map<std::pair<bool, uint64_t>, uint64_t> script_;  // (fence, ordinal) -> queries before done
+  uint64_t fence_calls_ = 0, event_calls_ = 0;
   bool capturing_ = false;
   int fail_next_ = 0;
   SimCounters counters_;

@@ -20,7 +20,7 @@ inline constexpr char kFileMagic[8] = {'G', 'P', 'U', 'S', 'H', 'I', 'M', 'T'};
 // Version of the chunk layouts below. A reader refuses a different major; a minor bump only adds
 // chunk types or trailing fields, which old readers skip.
 inline constexpr uint32_t kVersionMajor = 1;
-inline constexpr uint32_t kVersionMinor = 0;
+inline constexpr uint32_t kVersionMinor = 1;  // 1: kReuse events
 
 inline constexpr uint32_t kChunkSync = 0x4B484347u;  // "GCHK" little-endian
 inline constexpr size_t kChunkHeaderSize = 16;
@@ -49,8 +49,22 @@ enum class EventKind : uint8_t {
   kOom = 6,           // an allocation refused for lack of memory: requested, size = device free, stack
   kIteration = 7,     // an iteration mark: size = the mark's number (1, 2, ...)
   kDropped = 8,       // size = events the recording thread dropped just before this point
+  // (minor 1) A moment that decides when a pool may reuse freed memory, seen by the pool for the
+  // first time, in its order (sequenced): requested = ReuseMoment, size = the fence's or event's
+  // number in the order the pool recorded them (from 1; the synchronization's number for kSync),
+  // addr = how many queries of it had answered "not yet" before. A replay under the recorded
+  // policy completes fences and events exactly there (analysis/replay.cpp).
+  kReuse = 9,
 };
-inline constexpr uint8_t kEventKindCount = 9;
+inline constexpr uint8_t kEventKindCount = 10;
+
+enum class ReuseMoment : uint8_t {
+  kFenceDone = 0,   // Backend::fence_done answered true
+  kFenceWaited = 1, // Backend::wait_fence returned (the host waited for the work before it)
+  kEventDone = 2,   // Backend::event_done answered true (a stream-ordered free's event)
+  kSync = 3,        // Backend::synchronize succeeded: everything recorded so far completed
+};
+inline constexpr uint8_t kReuseMomentCount = 4;
 
 // Event flags (the `flags` byte). Memory kind in the low two bits, as in accounting/MemoryKind.
 inline constexpr uint8_t kFlagKindMask = 0x3;

@@ -148,6 +148,12 @@ class Recording(ShimTestCase):
                         self.assertTrue(dev["reproduces_recorded_peak"])
                         self.assertEqual(dev["shim_peak_allocated"], report_dev["peak_allocated_bytes"])
                         self.assertEqual(dev["allocs"], report_dev["total_allocs"])
+                        # Every block the size the run handed out: the replay followed the device's
+                        # timing as the trace recorded it (kReuse events), not a simulated one.
+                        self.assertEqual(dev["first_difference_event"], 0, out["notes"])
+                        if policy != "passthrough" and args[0] == "e2e_train_loop":
+                            self.assertTrue(dev["follows_recorded_reuse"], dev)
+                    self.assertFalse([n for n in out["notes"] if "under the recorded policy" in n], out["notes"])
 
     def test_every_path_to_device_memory_reaches_the_trace(self):
         # Runtime, driver API, pitched, stream-ordered and virtual-memory allocations, some left
@@ -393,9 +399,7 @@ class ReplayUnderALimit(ShimTestCase):
                 self.assertFalse([n for n in out["notes"] if "departs" in n], out["notes"])
 
     def test_a_recorded_oom_replays_where_it_happened(self):
-        # Recorded under passthrough: a pool's placement depends on when the device finished with
-        # freed memory (its fences), which a trace does not record, so only passthrough's OOM
-        # replays at the very same event whatever the device's timing.
+        # Recorded under passthrough (pooled recordings: test_a_pooled_oom_replays_where_it_happened).
         r, path = traced([program("e2e_train_loop"), "100", "--leak-mib", "6"],
                          env={"GPUSHIM_LIMIT": "400MiB", "GPUSHIM_POLICY": "passthrough"})
         self.assertRanOK(r)
@@ -416,6 +420,24 @@ class ReplayUnderALimit(ShimTestCase):
         bigger = analyze_json("replay", path, "--policy", "passthrough", "--limit", "2GiB")["policies"][0]["devices"][0]
         self.assertFalse(bigger["oom"])
         self.assertEqual(bigger["recorded_ooms_avoided"], 1)
+
+    def test_a_pooled_oom_replays_where_it_happened(self):
+        # Under a pool the refusal depends on where freed blocks were placed, which depends on when
+        # the device finished with them: the trace records when the pool saw each fence complete,
+        # and the replay under the recorded policy and cap follows it to the same refusal.
+        for policy in [p for p in POLICIES if p != "passthrough"]:
+            with self.subTest(policy=policy):
+                r, path = traced([program("e2e_train_loop"), "100", "--leak-mib", "6"],
+                                 env={"GPUSHIM_LIMIT": "400MiB", "GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                self.assertEqual(len(r.report["ooms"]), 1)
+                out = analyze_json("replay", path, "--policy", policy)
+                dev = out["policies"][0]["devices"][0]
+                self.assertTrue(dev["follows_recorded_reuse"], dev)
+                self.assertEqual((dev["recorded_ooms"], dev["ooms"], dev["recorded_ooms_avoided"]), (1, 1, 0), dev)
+                self.assertEqual(dev["first_difference_event"], 0)
+                self.assertEqual(dev["oom_requested"], r.report["ooms"][0]["requested"])
+                self.assertTrue(dev["reproduces_recorded_peak"], dev)
 
 
 def report_doc(pid, rank, devices, sites, reason="exit"):

@@ -69,6 +69,7 @@ void check(const std::string& bytes) {
   for (size_t i = 0; i < t.events.size(); ++i) {
     const analysis::TraceEvent& e = t.events[i];
     require(static_cast<uint8_t>(e.kind) < trace::kEventKindCount);
+    if (e.kind == trace::EventKind::kReuse) require(e.requested < trace::kReuseMomentCount);
     if (i > 0) require(t.events[i - 1].t_ns <= e.t_ns);
     if (e.kind == trace::EventKind::kAlloc) live.insert(e.addr);
     if (e.kind == trace::EventKind::kFree) require(live.erase(e.addr) == 1);

@@ -65,7 +65,7 @@ TEST(TraceFormat, ChunkHeaderAndChecksum) {
 }
 
 // A realistic stream: allocations and frees of varied sizes on two devices and two streams,
-// segments, an OOM, marks and a drop marker, in time order.
+// segments, reuse moments, an OOM, marks and a drop marker, in time order.
 std::vector<TraceEvent> sample_events(size_t n, uint32_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<TraceEvent> out;
@@ -97,6 +97,13 @@ std::vector<TraceEvent> sample_events(size_t n, uint32_t seed) {
       live.pop_back();
       e.t_ns = t;
       e.kind = EventKind::kFree;
+    } else if (pick < 92) {
+      // A reuse moment of device 0's pool: in its order, with no address of its own.
+      e.kind = EventKind::kReuse;
+      e.requested = rng() % kReuseMomentCount;
+      e.size = 1 + rng() % 300;
+      e.addr = rng() % 3;
+      e.flags = kFlagSequenced;
     } else if (pick < 94) {
       e.kind = rng() % 2 ? EventKind::kSegmentAlloc : EventKind::kSegmentFree;
       e.addr = 0x7e0000000000ull + (rng() % 64) * (2ull << 20);
@@ -190,6 +197,11 @@ void expect_same_event(const TraceEvent& got, const TraceEvent& want, size_t i) 
       EXPECT_EQ(got.requested, want.requested);
       EXPECT_EQ(got.size, want.size);
       EXPECT_EQ(got.stack, want.stack);
+      break;
+    case EventKind::kReuse:
+      EXPECT_EQ(got.requested, want.requested);
+      EXPECT_EQ(got.size, want.size);
+      EXPECT_EQ(got.addr, want.addr);
       break;
     default: EXPECT_EQ(got.size, want.size);
   }
@@ -374,6 +386,28 @@ TEST(TraceReader, SkipsChunkTypesItDoesNotKnow) {
   EXPECT_FALSE(t.truncated);
   EXPECT_EQ(t.events.size(), events.size());
   EXPECT_FALSE(t.end.has_value());
+}
+
+// A reuse moment the format does not define is damage, not something to replay.
+TEST(TraceReader, RefusesAReuseMomentItDoesNotKnow) {
+  TraceEvent e;
+  e.t_ns = 1'000'000'001;
+  e.kind = EventKind::kReuse;
+  e.requested = kReuseMomentCount - 1;
+  e.size = 4;
+  const std::string good = build_trace({e}, 10, false);
+  e.requested = kReuseMomentCount;
+  const std::string bad = build_trace({e}, 10, false);
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(good, &t, &err)) << err;
+  EXPECT_FALSE(t.truncated);
+  ASSERT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(t.events[0].kind, EventKind::kReuse);
+  TraceData u;
+  ASSERT_TRUE(parse_trace(bad, &u, &err)) << err;
+  EXPECT_TRUE(u.truncated);
+  EXPECT_TRUE(u.events.empty());
 }
 
 }  // namespace

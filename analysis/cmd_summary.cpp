@@ -243,7 +243,11 @@ int cmd_summary(const std::vector<std::string>& args) {
       json_frames(&j, s.frames, max_frames);
       j += "}";
     }
-    j += "],\"growth_known\":" + std::string(run.growth_known ? "true" : "false") + ",\"growth\":[";
+    j += "],\"growth_known\":" + std::string(run.growth_known ? "true" : "false") + ",\"growth_verdict\":";
+    append_json_string(&j, run.growth_verdict);
+    j += ",\"growth_evidence\":";
+    append_json_string(&j, run.growth_evidence);
+    j += ",\"growth\":[";
     for (size_t i = 0; i < run.growth.size() && i < top; ++i) {
       const GrowthSuspect& g = run.growth[i];
       j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(g.device) + ",\"grew_bytes\":" + num(g.grew_bytes) +

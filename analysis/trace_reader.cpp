@@ -176,6 +176,9 @@ bool decode_events(ByteReader& r, std::vector<TraceEvent>* out) {
       case EventKind::kDropped:
         if (!r.varint(&e.size)) return false;
         break;
+      case EventKind::kCheckpoint:
+        if (!r.varint(&e.size) || !r.varint(&e.requested)) return false;
+        break;
     }
     if (flags & trace::kFlagSequenced) {
       if (!r.varint(&v)) return false;

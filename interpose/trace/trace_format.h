@@ -49,8 +49,9 @@ enum class EventKind : uint8_t {
   kOom = 6,           // an allocation refused for lack of memory: requested, size = device free, stack
   kIteration = 7,     // an iteration mark: size = the mark's number (1, 2, ...)
   kDropped = 8,       // size = events the recording thread dropped just before this point
+  kCheckpoint = 9,    // the shim sampled every site for growth: size = iterations counted, requested = their sources
 };
-inline constexpr uint8_t kEventKindCount = 9;
+inline constexpr uint8_t kEventKindCount = 10;
 
 // Event flags (the `flags` byte). Memory kind in the low two bits, as in accounting/MemoryKind.
 inline constexpr uint8_t kFlagKindMask = 0x3;

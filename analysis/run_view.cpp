@@ -193,7 +193,13 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   auto periods = std::make_unique<PeriodDetector>();
   absl::flat_hash_map<gpushim::SiteKey, SiteTotals> live_sites;
   GrowthEvidence evidence;
-  bool any_checkpoint = false;
+  size_t next_checkpoint = 0;
+  auto take_checkpoint = [&](const TraceData::Checkpoint& c) {
+    history.sample(c.t_ns - std::min(c.t_ns, t.header.start_mono_ns), c.iterations,
+                   std::vector<std::pair<gpushim::SiteKey, SiteTotals>>(live_sites.begin(), live_sites.end()));
+    evidence.iterations = c.iterations;
+    evidence.iteration_sources = c.sources;
+  };
 
   std::map<int, DeviceState> devs;
   for (const auto& d : t.devices) devs[d.ordinal];
@@ -202,6 +208,8 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   std::map<uint8_t, OtherMemoryReport> other;
   for (uint64_t i = 0; i < t.events.size(); ++i) {
     const TraceEvent& e = t.events[i];
+    while (next_checkpoint < t.checkpoints.size() && t.checkpoints[next_checkpoint].events_before <= i)
+      take_checkpoint(t.checkpoints[next_checkpoint++]);
     if (e.kind == EventKind::kAlloc || e.kind == EventKind::kOom) periods->on_allocation(e.stack);
     if (e.kind == EventKind::kAlloc || e.kind == EventKind::kFree) {
       const gpushim::SiteKey k{e.stack, e.device, static_cast<MemoryKind>(memory_kind(e))};
@@ -209,12 +217,6 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
       if (e.kind == EventKind::kAlloc) st.bytes += e.size, ++st.count;
       else st.bytes -= std::min(st.bytes, e.size), st.count -= st.count ? 1 : 0;
       if (st.count == 0) live_sites.erase(k);
-    } else if (e.kind == EventKind::kCheckpoint) {
-      any_checkpoint = true;
-      history.sample(e.t_ns - std::min(e.t_ns, t.header.start_mono_ns), e.size,
-                     std::vector<std::pair<gpushim::SiteKey, SiteTotals>>(live_sites.begin(), live_sites.end()));
-      evidence.iterations = e.size;
-      evidence.iteration_sources = static_cast<unsigned>(e.requested);
     }
     const double ts = t.seconds(e.t_ns);
     const uint8_t kind = memory_kind(e);
@@ -273,6 +275,8 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     if (d.allocated > d.peak_allocated) d.peak_allocated = d.allocated, d.peak_event = i, d.peak_t = ts;
     d.peak_reserved = std::max(d.peak_reserved, d.reserved);
   }
+
+  while (next_checkpoint < t.checkpoints.size()) take_checkpoint(t.checkpoints[next_checkpoint++]);
 
   // Second pass: what each site held when its device was at its peak.
   {
@@ -364,6 +368,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   });
 
   // Growth: the one definition, over the checkpoints the shim took.
+  const bool any_checkpoint = !t.checkpoints.empty();
   v.growth_known = any_checkpoint;
   if (!any_checkpoint) v.notes.push_back("the trace records no growth checkpoints (written by an older shim): growth is unknown");
   if (any_checkpoint) {

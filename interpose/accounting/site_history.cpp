@@ -20,9 +20,15 @@ void SiteHistory::sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pai
     if (totals.count == 0) continue;
     Track& t = tracks_[key];
     t.seen = now;
-    if (!t.points.empty() && ++t.since_kept < t.stride) continue;
+    const SitePoint point{t_ns, totals.bytes, totals.count, iteration};
+    if (!t.points.empty() && ++t.since_kept < t.stride) {
+      t.latest = point;
+      t.has_latest = true;
+      continue;
+    }
     t.since_kept = 0;
-    t.points.push_back(SitePoint{t_ns, totals.bytes, totals.count, iteration});
+    t.has_latest = false;
+    t.points.push_back(point);
     if (t.points.size() >= max_points_) {
       size_t kept = 0;
       for (size_t i = 0; i < t.points.size(); i += 2) t.points[kept++] = t.points[i];
@@ -38,7 +44,10 @@ std::vector<SiteSeries> SiteHistory::series() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<SiteSeries> out;
   out.reserve(tracks_.size());
-  for (const auto& [key, t] : tracks_) out.push_back(SiteSeries{key, t.points});
+  for (const auto& [key, t] : tracks_) {
+    out.push_back(SiteSeries{key, t.points});
+    if (t.has_latest) out.back().points.push_back(t.latest);
+  }
   return out;
 }
 

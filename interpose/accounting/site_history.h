@@ -31,7 +31,8 @@ class SiteHistory {
   // One sampling instant: every site with live memory now, and the iteration count.
   void sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites);
 
-  // Copies of every series.
+  // Copies of every series, each ending at the latest instant (even when thinning skipped it),
+  // so that a verdict taken now covers the run up to now.
   std::vector<SiteSeries> series() const;
   // Sampling instants so far.
   uint64_t samples() const;
@@ -46,6 +47,8 @@ class SiteHistory {
     uint32_t stride = 1;       // keep one instant in `stride`
     uint32_t since_kept = 0;   // instants since the last kept one
     uint64_t seen = 0;         // the last instant the site had live memory
+    bool has_latest = false;   // `latest` is the latest instant, not kept in `points`
+    SitePoint latest{};
   };
   const size_t max_sites_;
   const size_t max_points_;

@@ -153,9 +153,7 @@ TraceData training_trace(int iterations) {
     add(EventKind::kFree, act, 40 * kMiB, 32);
     TraceEvent mark = ev(EventKind::kIteration, clock += 1000, 0, static_cast<uint64_t>(it + 1));
     t.events.push_back(mark);
-    TraceEvent checkpoint = ev(EventKind::kCheckpoint, clock += 1000, 0, static_cast<uint64_t>(it + 1));
-    checkpoint.requested = 1;  // IterationCounter::kMark
-    t.events.push_back(checkpoint);
+    t.checkpoints.push_back({clock += 1000, t.events.size(), static_cast<uint64_t>(it + 1), 1 /* marks */});
   }
   for (uint64_t a : kept) add(EventKind::kFree, a, kMiB, 48);
   for (uint64_t a : weights) add(EventKind::kFree, a, 32 * kMiB, 16);
@@ -184,9 +182,9 @@ TEST(Growth, IterationMarksFindThePlantedLeakAndNotTheWeights) {
 
 TEST(Growth, WithoutMarksTheCheckpointsStillFindTheLeak) {
   TraceData t = training_trace(40);
+  // Without marks: no iteration events, and checkpoints that counted none.
+  for (auto& c : t.checkpoints) c.events_before -= c.iterations, c.iterations = 0, c.sources = 0;
   std::erase_if(t.events, [](const TraceEvent& e) { return e.kind == EventKind::kIteration; });
-  for (TraceEvent& e : t.events)
-    if (e.kind == EventKind::kCheckpoint) e.size = 0, e.requested = 0;
   RunView run;
   run_from_trace(t, "t", &run);
   EXPECT_EQ(run.growth_verdict, "suspects");
@@ -206,7 +204,7 @@ TEST(Growth, FewIterationsAreNotJudgedAndNoCheckpointsAreUnknown) {
   EXPECT_TRUE(run.growth.empty());
 
   TraceData t = training_trace(20);
-  std::erase_if(t.events, [](const TraceEvent& e) { return e.kind == EventKind::kCheckpoint; });
+  t.checkpoints.clear();
   run_from_trace(t, "t", &run);
   EXPECT_FALSE(run.growth_known);  // a trace from before checkpoints were recorded
   EXPECT_TRUE(run.growth.empty());

@@ -4,7 +4,7 @@
 
 namespace gpushim {
 
-void SiteHistory::sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites) {
+bool SiteHistory::sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites) {
   if (sites.size() > max_sites_) {
     // Ties broken by stack id, so that the same sites stay tracked from one instant to the next.
     std::nth_element(sites.begin(), sites.begin() + static_cast<std::ptrdiff_t>(max_sites_), sites.end(),
@@ -15,6 +15,8 @@ void SiteHistory::sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pai
     sites.resize(max_sites_);
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (instants_ != 0 && t_ns < last_t_ns_) return false;
+  last_t_ns_ = t_ns;
   const uint64_t now = ++instants_;
   for (const auto& [key, totals] : sites) {
     if (totals.count == 0) continue;
@@ -38,6 +40,7 @@ void SiteHistory::sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pai
   }
   // Sites with nothing live (or no longer among the largest) lose their history.
   absl::erase_if(tracks_, [now](const auto& kv) { return kv.second.seen != now; });
+  return true;
 }
 
 std::vector<SiteSeries> SiteHistory::series() const {

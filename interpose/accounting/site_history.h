@@ -28,8 +28,10 @@ class SiteHistory {
  public:
   explicit SiteHistory(size_t max_sites = 2048, size_t max_points = 64) : max_sites_(max_sites), max_points_(max_points) {}
 
-  // One sampling instant: every site with live memory now, and the iteration count.
-  void sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites);
+  // One sampling instant: every site with live memory now, and the iteration count. False (and
+  // nothing kept) when an instant after `t_ns` was already taken: another thread's view, read
+  // before that one and late to the lock, is stale and must not end the series.
+  bool sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites);
 
   // Copies of every series, each ending at the latest instant (even when thinning skipped it),
   // so that a verdict taken now covers the run up to now.
@@ -55,6 +57,7 @@ class SiteHistory {
   mutable std::mutex mu_;
   absl::flat_hash_map<SiteKey, Track> tracks_;
   uint64_t instants_ = 0;
+  uint64_t last_t_ns_ = 0;
 };
 
 }  // namespace gpushim

@@ -11,8 +11,8 @@ void Shim::sample_sites(uint64_t t_ns) {
   // Teardown frees what the program held: its drop must not read as the end of a leak.
   if (teardown_.load(std::memory_order_acquire) != nullptr) return;
   const uint64_t iteration = iterations_.count();
-  site_history_.sample(t_ns, iteration, sites());
-  if (trace_) {
+  // A checkpoint goes into the trace only if the history kept it: the trace replays exactly these.
+  if (site_history_.sample(t_ns, iteration, sites()) && trace_) {
     trace::TraceEvent e;
     e.t_ns = t_ns + start_ns_;
     e.size = iteration;

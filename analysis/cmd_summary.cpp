@@ -22,9 +22,9 @@ The human report of one run, from a JSON report (exit or snapshot) or a trace:
     reserved) and fragmentation, live memory at the end, OOMs;
   - fragmentation: reserved but unallocated memory at the end, largest free block;
   - out-of-memory events with the failing call's stack;
-  - growth suspects: sites whose live memory rose steadily through the run (traces: computed at
-    iteration marks, or at 32 evenly spaced instants without them; reports: the report's growth
-    section, when the shim that wrote it tracks growth);
+  - growth: the verdict (suspects, none, or not judged with its evidence) and the sites whose live
+    memory rose steadily through the run (reports: the report's growth section; traces: the same
+    verdict, recomputed by the shim's own code over the checkpoints the trace records);
   - top sites: live at the end, and for traces also what each held at the device's peak;
   - per-module table: bytes by the innermost module outside the shim and the CUDA runtime;
   - traces: the sites with the most allocations, and with the most temporary allocations (freed
@@ -243,7 +243,11 @@ int cmd_summary(const std::vector<std::string>& args) {
       json_frames(&j, s.frames, max_frames);
       j += "}";
     }
-    j += "],\"growth_known\":" + std::string(run.growth_known ? "true" : "false") + ",\"growth\":[";
+    j += "],\"growth_known\":" + std::string(run.growth_known ? "true" : "false") + ",\"growth_verdict\":";
+    append_json_string(&j, run.growth_verdict);
+    j += ",\"growth_evidence\":";
+    append_json_string(&j, run.growth_evidence);
+    j += ",\"growth\":[";
     for (size_t i = 0; i < run.growth.size() && i < top; ++i) {
       const GrowthSuspect& g = run.growth[i];
       j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(g.device) + ",\"grew_bytes\":" + num(g.grew_bytes) +

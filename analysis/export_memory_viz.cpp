@@ -230,7 +230,7 @@ std::string memory_viz_from_trace(const TraceData& trace, OfflineSymbolizer& sym
     if ((e.kind == EventKind::kAlloc || e.kind == EventKind::kFree) &&
         (e.flags & trace::kFlagKindMask) != static_cast<uint8_t>(MemoryKind::kDevice))
       continue;
-    if (e.kind == EventKind::kIteration || e.kind == EventKind::kDropped) continue;
+    if (e.kind == EventKind::kIteration || e.kind == EventKind::kDropped || e.kind == EventKind::kCheckpoint) continue;
     DeviceModel& d = devices[e.device];
     const uint64_t t_us = e.t_ns >= trace.header.start_mono_ns ? (e.t_ns - trace.header.start_mono_ns) / 1000 : 0;
     switch (e.kind) {

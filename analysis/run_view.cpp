@@ -15,9 +15,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "accounting/allocation_tracker.h"
 #include "cli.h"
-#include "growth.h"
+#include "accounting/period_detector.h"
+#include "accounting/site_history.h"
 #include "memory_levels.h"
 #include "offline_symbolizer.h"
+#include "report/growth_verdict.h"
+#include "stacks/site_identity.h"
 #include "trace/trace_format.h"
 #include "util/units.h"
 
@@ -25,12 +28,6 @@ namespace gpushim::analysis {
 namespace {
 
 constexpr size_t kTimelinePointsPerDevice = 4000;
-constexpr int kTimeCheckpoints = 32;
-
-std::string base_name(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 uint8_t memory_kind(const TraceEvent& e) { return e.flags & trace::kFlagKindMask; }
 const char* kind_name(uint8_t k) { return memory_kind_name(static_cast<MemoryKind>(k)); }
@@ -50,8 +47,6 @@ SiteKey key_of(const TraceEvent& e) { return SiteKey{e.stack, e.device, memory_k
 struct SiteState {
   uint64_t live = 0, count = 0, peak = 0, allocs = 0;
   uint64_t at_peak = 0;
-  int first_checkpoint = -1;        // checkpoint index of its first allocation
-  std::vector<uint64_t> samples;    // live bytes at checkpoints from first_checkpoint on
 };
 
 struct DeviceState {
@@ -165,15 +160,7 @@ std::string human_delta(int64_t d) {
   return (d < 0 ? "-" : "+") + human_bytes(mag);
 }
 
-std::string site_identity(const SiteView& s) {
-  std::string id = std::to_string(s.device) + "|" + s.kind;
-  for (const FrameInfo& f : s.frames) {
-    id += "|" + base_name(f.module) + "|" + f.function + "|" + f.file + ":" + std::to_string(f.line);
-    // Without a name, the offset inside the module is all that tells frames apart.
-    if (f.function.empty() && f.file.empty() && !f.python) id += "@" + std::to_string(f.module_offset);
-  }
-  return id;
-}
+std::string site_identity(const SiteView& s) { return gpushim::site_identity(s.device, s.kind, s.frames); }
 
 bool run_from_report(const ReportFile& file, const std::string& path, RunView* out) {
   RunView v;
@@ -196,6 +183,8 @@ bool run_from_report(const ReportFile& file, const std::string& path, RunView* o
   v.meta.sites.clear();
   v.growth_known = file.has_growth;
   if (file.growth_verdict == "not judged") v.growth_not_judged = file.growth_evidence;
+  v.growth_verdict = file.growth_verdict;
+  v.growth_evidence = file.growth_evidence;
   for (const GrowthEntry& g : file.growth) {
     GrowthSuspect gs;
     gs.device = g.device;
@@ -208,7 +197,7 @@ bool run_from_report(const ReportFile& file, const std::string& path, RunView* o
     gs.bytes_per_iteration = fig("bytes_per_iteration");
     gs.live_bytes = static_cast<uint64_t>(fig("live_bytes"));
     gs.live_count = static_cast<uint64_t>(fig("live_count"));
-    gs.grew_bytes = static_cast<uint64_t>(fig("grew_bytes"));
+    gs.grew_bytes = static_cast<uint64_t>(fig("growth_bytes"));  // the report's name for it
     gs.checkpoints = static_cast<int>(fig("samples"));
     v.growth.push_back(std::move(gs));
   }
@@ -239,43 +228,39 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   if (t.dropped) v.notes.push_back(std::to_string(t.dropped) + " events were dropped while recording (disk too slow): totals are approximate");
   if (t.unmatched_frees) v.notes.push_back(std::to_string(t.unmatched_frees) + " frees of allocations the trace does not contain were ignored");
 
-  // Iteration marks decide the checkpoints for growth; without enough of them, evenly spaced times.
   for (const TraceEvent& e : t.events)
     if (e.kind == EventKind::kIteration) v.iterations_s.push_back(t.seconds(e.t_ns));
-  std::vector<uint64_t> checkpoints;  // times (ns)
-  const bool by_iteration = v.iterations_s.size() >= 4;
-  if (by_iteration) {
-    for (const TraceEvent& e : t.events)
-      if (e.kind == EventKind::kIteration) checkpoints.push_back(e.t_ns);
-  } else if (!t.events.empty()) {
-    const uint64_t t0 = t.events.front().t_ns, t1 = std::max(t0, t.events.back().t_ns);
-    // In 128 bits: a damaged trace's clock may span most of 2^64 ns, and a product that wraps
-    // would put the checkpoints out of order.
-    for (int k = 1; k <= kTimeCheckpoints; ++k)
-      checkpoints.push_back(t0 + static_cast<uint64_t>(static_cast<unsigned __int128>(t1 - t0) * k / kTimeCheckpoints));
-  }
+  // Growth replays the shim's own checkpoints (kCheckpoint events) over the same SiteHistory and
+  // the same verdict (report/growth_verdict.h), so the trace says what the exit report said.
+  SiteHistory history;
+  auto periods = std::make_unique<PeriodDetector>();
+  absl::flat_hash_map<gpushim::SiteKey, SiteTotals> live_sites;
+  GrowthEvidence evidence;
+  size_t next_checkpoint = 0;
+  auto take_checkpoint = [&](const TraceData::Checkpoint& c) {
+    history.sample(c.t_ns - std::min(c.t_ns, t.header.start_mono_ns), c.iterations,
+                   std::vector<std::pair<gpushim::SiteKey, SiteTotals>>(live_sites.begin(), live_sites.end()));
+    evidence.iterations = c.iterations;
+    evidence.iteration_sources = c.sources;
+  };
 
   std::map<int, DeviceState> devs;
   for (const auto& d : t.devices) devs[d.ordinal];
   MemoryLevels levels;
   absl::flat_hash_map<SiteKey, SiteState> sites;
   std::map<uint8_t, OtherMemoryReport> other;
-  std::vector<double> checkpoint_s;
-  size_t next_cp = 0;
-  auto take_checkpoint = [&] {
-    checkpoint_s.push_back(t.seconds(checkpoints[next_cp]));
-    for (auto& [k, s] : sites) {
-      if (s.first_checkpoint < 0) s.first_checkpoint = static_cast<int>(next_cp);
-      s.samples.push_back(s.live);
-    }
-    ++next_cp;
-  };
   for (uint64_t i = 0; i < t.events.size(); ++i) {
     const TraceEvent& e = t.events[i];
-    // A checkpoint at time T sees every event up to T; an iteration mark sees the events before it.
-    while (next_cp < checkpoints.size() &&
-           (checkpoints[next_cp] < e.t_ns || (by_iteration && e.kind == EventKind::kIteration && checkpoints[next_cp] == e.t_ns)))
-      take_checkpoint();
+    while (next_checkpoint < t.checkpoints.size() && t.checkpoints[next_checkpoint].events_before <= i)
+      take_checkpoint(t.checkpoints[next_checkpoint++]);
+    if (e.kind == EventKind::kAlloc || e.kind == EventKind::kOom) periods->on_allocation(e.stack);
+    if (e.kind == EventKind::kAlloc || e.kind == EventKind::kFree) {
+      const gpushim::SiteKey k{e.stack, e.device, static_cast<MemoryKind>(memory_kind(e))};
+      SiteTotals& st = live_sites[k];
+      if (e.kind == EventKind::kAlloc) st.bytes += e.size, ++st.count;
+      else st.bytes -= std::min(st.bytes, e.size), st.count -= st.count ? 1 : 0;
+      if (st.count == 0) live_sites.erase(k);
+    }
     const double ts = t.seconds(e.t_ns);
     const uint8_t kind = memory_kind(e);
     const MemoryLevels::Device* level = levels.apply(e);
@@ -333,7 +318,8 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     if (d.allocated > d.peak_allocated) d.peak_allocated = d.allocated, d.peak_event = i, d.peak_t = ts;
     d.peak_reserved = std::max(d.peak_reserved, d.reserved);
   }
-  while (next_cp < checkpoints.size()) take_checkpoint();
+
+  while (next_checkpoint < t.checkpoints.size()) take_checkpoint(t.checkpoints[next_checkpoint++]);
 
   // Second pass: what each site held when its device was at its peak.
   {
@@ -424,26 +410,30 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     return a.peak_bytes > b.peak_bytes;
   });
 
-  // Growth suspects.
-  v.growth_known = !checkpoints.empty();
-  for (const auto& [k, s] : sites) {
-    if (k.kind != static_cast<uint8_t>(MemoryKind::kDevice) || s.first_checkpoint < 0) continue;
-    const std::vector<double> times(checkpoint_s.begin() + s.first_checkpoint, checkpoint_s.end());
-    const GrowthVerdict g = judge_growth(s.samples, times);
-    if (!g.suspect) continue;
-    GrowthSuspect gs;
-    gs.device = k.device;
-    gs.frames = sym.stack(k.stack);
-    gs.grew_bytes = g.grew_bytes;
-    gs.bytes_per_s = g.seconds > 0 ? static_cast<double>(g.grew_bytes) / g.seconds : 0;
-    gs.bytes_per_iteration = by_iteration && g.steps > 0 ? static_cast<double>(g.grew_bytes) / g.steps : 0;
-    gs.live_bytes = s.live;
-    gs.live_count = s.count;
-    gs.checkpoints = g.steps + 1;
-    v.growth.push_back(std::move(gs));
+  // Growth: the one definition, over the checkpoints the shim took.
+  const bool any_checkpoint = !t.checkpoints.empty();
+  v.growth_known = any_checkpoint;
+  if (!any_checkpoint) v.notes.push_back("the trace records no growth checkpoints (written by an older shim): growth is unknown");
+  if (any_checkpoint) {
+    evidence.samples = history.samples();
+    if (evidence.iterations == 0 && t.header.stack_depth > 0) evidence.detected = periods->detect();
+    const GrowthReport g = judge_growth(history.series(), evidence, [&](const gpushim::SiteKey& k) { return sym.stack(k.stack); });
+    v.growth_verdict = g.verdict;
+    v.growth_evidence = g.evidence;
+    if (g.verdict == "not judged") v.growth_not_judged = g.evidence;
+    for (const GrowthSuspectReport& r : g.suspects) {
+      GrowthSuspect gs;
+      gs.device = r.device;
+      gs.frames = r.frames;
+      gs.grew_bytes = r.growth_bytes;
+      gs.bytes_per_s = r.bytes_per_s;
+      gs.bytes_per_iteration = std::isnan(r.bytes_per_iteration) ? 0 : r.bytes_per_iteration;
+      gs.live_bytes = r.live_bytes;
+      gs.live_count = r.live_count;
+      gs.checkpoints = static_cast<int>(r.samples);
+      v.growth.push_back(std::move(gs));
+    }
   }
-  std::sort(v.growth.begin(), v.growth.end(),
-            [](const GrowthSuspect& a, const GrowthSuspect& b) { return a.grew_bytes > b.grew_bytes; });
   for (const std::string& n : sym.notes()) v.notes.push_back(n);
   *out = std::move(v);
 }

@@ -181,6 +181,9 @@ bool decode_events(ByteReader& r, std::vector<TraceEvent>* out) {
             !r.varint(&e.addr))
           return false;
         break;
+      case EventKind::kCheckpoint:
+        if (!r.varint(&e.size) || !r.varint(&e.requested)) return false;
+        break;
     }
     if (flags & trace::kFlagSequenced) {
       if (!r.varint(&v)) return false;
@@ -339,6 +342,12 @@ bool parse_trace(const std::string& bytes, TraceData* out, std::string* error) {
     if (e.kind == EventKind::kDropped) marker_drops += e.size;
   t.dropped = t.end ? std::max(t.end->events_dropped, marker_drops) : marker_drops;
   join_frees(&t);
+  size_t kept = 0;
+  for (const TraceEvent& e : t.events) {
+    if (e.kind == EventKind::kCheckpoint) t.checkpoints.push_back({e.t_ns, kept, e.size, static_cast<unsigned>(e.requested)});
+    else t.events[kept++] = e;
+  }
+  t.events.resize(kept);
   *out = std::move(t);
   return true;
 }

@@ -28,6 +28,15 @@ struct TraceData {
   // they free. Frees of addresses the trace never saw allocated (lost to drops, or allocated
   // before the trace began) are not in this list; see unmatched_frees.
   std::vector<TraceEvent> events;
+  // The shim's growth checkpoints (kCheckpoint events), in time order, kept apart from `events`
+  // so that event numbers count the program's events only.
+  struct Checkpoint {
+    uint64_t t_ns = 0;
+    uint64_t events_before = 0;  // how many of `events` precede it
+    uint64_t iterations = 0;     // counted so far
+    unsigned sources = 0;        // IterationCounter::Source bits
+  };
+  std::vector<Checkpoint> checkpoints;
   std::optional<trace::EndInfo> end;  // absent if the process did not exit cleanly
 
   // Reading notes: how complete the trace is.

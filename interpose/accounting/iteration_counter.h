@@ -17,9 +17,11 @@ class IterationCounter {
     return count_.fetch_add(1, std::memory_order_relaxed) + 1;
   }
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  unsigned sources() const { return sources_.load(std::memory_order_relaxed); }
   // "none", "marks", "site" or "marks+site".
-  const char* source_name() const {
-    switch (sources_.load(std::memory_order_relaxed)) {
+  const char* source_name() const { return source_name(sources()); }
+  static const char* source_name(unsigned sources) {
+    switch (sources) {
       case kMark: return "marks";
       case kSite: return "site";
       case kMark | kSite: return "marks+site";

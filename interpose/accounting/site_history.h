@@ -28,10 +28,13 @@ class SiteHistory {
  public:
   explicit SiteHistory(size_t max_sites = 2048, size_t max_points = 64) : max_sites_(max_sites), max_points_(max_points) {}
 
-  // One sampling instant: every site with live memory now, and the iteration count.
-  void sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites);
+  // One sampling instant: every site with live memory now, and the iteration count. False (and
+  // nothing kept) when an instant after `t_ns` was already taken: another thread's view, read
+  // before that one and late to the lock, is stale and must not end the series.
+  bool sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites);
 
-  // Copies of every series.
+  // Copies of every series, each ending at the latest instant (even when thinning skipped it),
+  // so that a verdict taken now covers the run up to now.
   std::vector<SiteSeries> series() const;
   // Sampling instants so far.
   uint64_t samples() const;
@@ -46,12 +49,15 @@ class SiteHistory {
     uint32_t stride = 1;       // keep one instant in `stride`
     uint32_t since_kept = 0;   // instants since the last kept one
     uint64_t seen = 0;         // the last instant the site had live memory
+    bool has_latest = false;   // `latest` is the latest instant, not kept in `points`
+    SitePoint latest{};
   };
   const size_t max_sites_;
   const size_t max_points_;
   mutable std::mutex mu_;
   absl::flat_hash_map<SiteKey, Track> tracks_;
   uint64_t instants_ = 0;
+  uint64_t last_t_ns_ = 0;
 };
 
 }  // namespace gpushim

@@ -23,6 +23,7 @@
 #include "report/output_file.h"
 #include "report/report_writer.h"
 #include "stacks/native_stack.h"
+#include "stacks/site_identity.h"
 #include "stacks/symbolizer.h"
 #include "util/log.h"
 #include "util/paths.h"
@@ -595,14 +596,8 @@ ReportData Shim::build_report(const char* reason) {
     const auto freed = shutdown_freed.find(key);
     const SiteTotals gone = freed == shutdown_freed.end() ? SiteTotals{} : freed->second;
     std::vector<FrameInfo> frames;
-    std::string identity = std::to_string(key.device) + "|" + memory_kind_name(key.kind);
-    for (uint64_t w : words) {
-      frames.push_back(sym.resolve(w));
-      const FrameInfo& f = frames.back();
-      identity += "|" + f.module + "|" + f.function + "|" + f.file + ":" + std::to_string(f.line);
-      if (f.function.empty() && f.file.empty()) identity += "@" + std::to_string(f.module_offset);
-    }
-    auto [it, fresh] = by_frames.emplace(identity, r.sites.size());
+    for (uint64_t w : words) frames.push_back(sym.resolve(w));
+    auto [it, fresh] = by_frames.emplace(site_identity(key.device, memory_kind_name(key.kind), frames), r.sites.size());
     if (!fresh) {
       SiteReport& s = r.sites[it->second];
       s.live_bytes += totals.bytes;
@@ -627,7 +622,7 @@ ReportData Shim::build_report(const char* reason) {
     if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
     return a.stack_id < b.stack_id;
   });
-  add_growth(&r, sym, live, teardown ? teardown->t_ns : now_ns() - start_ns_);
+  add_growth(&r, sym, teardown ? teardown->t_ns : now_ns() - start_ns_);
   {
     std::lock_guard<std::mutex> lock(resets_mu_);
     for (const auto& [key, totals] : freed_by_reset_) {

@@ -292,8 +292,8 @@ class Shim {
   // Growth tracking (shim_growth.cpp): per-site totals at each sampling instant, and the report's
   // growth section from them.
   void sample_sites(uint64_t t_ns);
-  // `now`: the live sites at time `t_ns` (since start) that end every series.
-  void add_growth(ReportData* r, Symbolizer& sym, const std::vector<std::pair<SiteKey, SiteTotals>>& now, uint64_t t_ns);
+  // `t_ns` (since start): the report's present, taken as the last checkpoint of every series.
+  void add_growth(ReportData* r, Symbolizer& sym, uint64_t t_ns);
   bool pool_contains(const void* ptr) const;
   // Live totals per site: the tracker's (forwarded allocations, and pooled ones of pools that keep
   // no records) with those of every pool that keeps its own.

@@ -138,6 +138,10 @@ void EventEncoder::add(const TraceEvent& e) {
       put_varint(&body_, e.size);
       put_varint(&body_, e.addr);
       break;
+    case EventKind::kCheckpoint:
+      put_varint(&body_, e.size);
+      put_varint(&body_, e.requested);
+      break;
   }
   if (e.flags & kFlagSequenced)
     put_varint(&body_, zigzag(static_cast<int64_t>(e.seq - exchange_seq(&prev_seq_, e.device, e.seq))));

@@ -20,7 +20,7 @@ inline constexpr char kFileMagic[8] = {'G', 'P', 'U', 'S', 'H', 'I', 'M', 'T'};
 // Version of the chunk layouts below. A reader refuses a different major; a minor bump only adds
 // chunk types or trailing fields, which old readers skip.
 inline constexpr uint32_t kVersionMajor = 1;
-inline constexpr uint32_t kVersionMinor = 1;  // 1: kReuse events
+inline constexpr uint32_t kVersionMinor = 1;  // 1: kReuse and kCheckpoint events
 
 inline constexpr uint32_t kChunkSync = 0x4B484347u;  // "GCHK" little-endian
 inline constexpr size_t kChunkHeaderSize = 16;
@@ -55,8 +55,11 @@ enum class EventKind : uint8_t {
   // addr = how many queries of it had answered "not yet" before. A replay under the recorded
   // policy completes fences and events exactly there (analysis/replay.cpp).
   kReuse = 9,
+  // (minor 1) The shim sampled every site for growth (a checkpoint of the growth series): size =
+  // iterations counted, requested = their sources. gpushim-analyze judges growth at exactly these.
+  kCheckpoint = 10,
 };
-inline constexpr uint8_t kEventKindCount = 10;
+inline constexpr uint8_t kEventKindCount = 11;
 
 enum class ReuseMoment : uint8_t {
   kFenceDone = 0,   // Backend::fence_done answered true

@@ -1,5 +1,6 @@
 """Iterations and logical time: GPUSHIM_ITERATION_SITE counts every call of the named function exactly
 once, and growth is judged on allocation and iteration checkpoints, whatever the pace."""
+import json
 import os
 import subprocess
 
@@ -78,23 +79,52 @@ class LogicalTime(ShimTestCase):
         self.assertFalse(any("load_model" in f["function"] for s in suspects for f in s["frames"]))
 
 
+def summary(path):
+    """gpushim-analyze summary --json of a report or a trace, with every suspect and frame."""
+    out = subprocess.run([os.path.join(BIN, "gpushim-analyze"), "summary", path, "--json", "--top", "1000", "--frames",
+                          "1000"], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise AssertionError(out.stderr)
+    return json.loads(out.stdout)
+
+
+def growth_of(view):
+    # Suspects by symbolized site (every frame, Python ones included), as a set: what the user
+    # is told leaks, whatever order ties come in.
+    return (view["growth_verdict"], view["growth_evidence"],
+            sorted((tuple(g["frames"]), g["live_bytes"], g["live_count"]) for g in view["growth"]))
+
+
 class ReportAndTraceAgree(ShimTestCase):
-    def test_same_suspects(self):
-        # The report's growth (checkpoints in the shim) and the trace's (gpushim-analyze over every
-        # event) name the same sites, at the same user line, with the same live bytes.
-        for args in ([interpreters()[0][0], PACED, "20", "0.01"], [program("e2e_demo_training_loop")]):
-            with self.subTest(program=args[-1] if len(args) < 3 else args[1]):
-                r = run(args, env={"GPUSHIM_TRACE": "run.trace"})
+    """One growth definition and one site identity (report/growth_verdict.h, stacks/site_identity.h):
+    the exit report, and gpushim-analyze over the trace of the same run, give the same verdict, the
+    same evidence and the same suspects, for each kind of verdict and program."""
+
+    def test_same_verdict_evidence_and_suspects(self):
+        python = interpreters()[0][0]
+        cases = [
+            ("native planted leak, marks", [program("e2e_planted_leak"), "30", "marks"], {}, "suspects"),
+            ("native planted leak, iteration site", [program("e2e_planted_leak"), "30"],
+             {"GPUSHIM_ITERATION_SITE": "leaky_step"}, "suspects"),
+            ("demo, default settings", [program("e2e_demo_training_loop")], {}, "suspects"),
+            ("python frames", [python, PACED, "20", "0.01"], {}, "suspects"),
+            ("no leak, large flat sites", [program("e2e_train_loop"), "30", "--leak-mib", "0"], {}, "none"),
+            ("too short to judge", [python, PACED, "3", "0"], {}, "not judged"),
+        ]
+        for name, args, env, verdict in cases:
+            with self.subTest(program=name):
+                r = run(args, env=dict(env, GPUSHIM_TRACE="run.trace"))
                 self.assertRanOK(r)
-                out = subprocess.run([os.path.join(BIN, "gpushim-analyze"), "summary",
-                                      os.path.join(r.workdir, "run.trace"), "--json"], capture_output=True, text=True,
-                                     timeout=120)
-                self.assertEqual(out.returncode, 0, out.stderr)
-                import json
-                from_trace = [(g["frames"][0], g["live_bytes"]) for g in json.loads(out.stdout)["growth"]]
-                out = subprocess.run([os.path.join(BIN, "gpushim-analyze"), "summary", r.report_path, "--json"],
-                                     capture_output=True, text=True, timeout=120)
-                self.assertEqual(out.returncode, 0, out.stderr)
-                from_report = [(g["frames"][0], g["live_bytes"]) for g in json.loads(out.stdout)["growth"]]
-                self.assertTrue(from_report)
-                self.assertEqual(from_report, from_trace)
+                g = r.report["growth"]
+                self.assertEqual(g["verdict"], verdict, r.stderr)
+                from_report = growth_of(summary(r.report_path))
+                from_trace = growth_of(summary(os.path.join(r.workdir, "run.trace")))
+                # The summary of the report says what the report says...
+                self.assertEqual(from_report[:2], (g["verdict"], g["evidence"]))
+                self.assertEqual(len(from_report[2]), len(g["suspects"]))
+                # ...and the trace of the same run says the same.
+                self.assertEqual(from_trace, from_report)
+                if verdict == "suspects":
+                    self.assertTrue(from_trace[2])
+                if name == "python frames":
+                    self.assertTrue(any(f"paced_leak.py:{leak_line()}" in f for f in from_trace[2][0][0]), from_trace)

@@ -1,0 +1,35 @@
+// The one growth definition: the report's growth section from the per-site series of (logical
+// time, live bytes) checkpoints. The shim calls it when it writes a report; gpushim-analyze calls
+// it on the same checkpoints replayed from a trace (the shim records each one there), so a report
+// and the trace of the same run give the same verdict, suspects and evidence.
+//
+// A site's series is judged by detect_growth (accounting/growth_detector.h: at least 8 points, a
+// steady rise by Kendall's tau, never back to its baseline, still rising at the end). Series whose
+// stacks symbolize alike (stacks/site_identity.h) are one suspect. The verdict is "not judged"
+// when the run shows fewer iterations (counted or detected) than the detector needs points, or,
+// without iterations, fewer checkpoints: thin evidence never reads as "none".
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "accounting/period_detector.h"
+#include "accounting/site_history.h"
+#include "report/report_model.h"
+
+namespace gpushim {
+
+struct GrowthEvidence {
+  uint64_t samples = 0;        // checkpoints taken (SiteHistory::samples)
+  uint64_t iterations = 0;     // counted iterations at the last checkpoint
+  unsigned iteration_sources = 0;  // IterationCounter::Source bits
+  DetectedPeriod detected;     // the allocation sequence's period; only used without counted iterations
+};
+
+using SiteFrames = std::function<std::vector<FrameInfo>(const SiteKey&)>;
+
+GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvidence& evidence,
+                          const SiteFrames& frames_of);
+
+}  // namespace gpushim

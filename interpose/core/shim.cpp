@@ -512,6 +512,28 @@ void Shim::record_failure(MemoryKind kind, int dev) {
 
 // ---- reports ----
 
+namespace {
+
+// One row of the report's site lists (live sites, freed by reset): `totals` as live bytes.
+SiteReport site_report(const SiteKey& key, const SiteTotals& totals, std::vector<FrameInfo> frames) {
+  SiteReport s;
+  s.device = key.device;
+  s.kind = memory_kind_name(key.kind);
+  s.live_bytes = totals.bytes;
+  s.live_count = totals.count;
+  s.stack_id = key.stack;
+  s.frames = std::move(frames);
+  return s;
+}
+
+// Largest first; ties in stack order, so that a report is the same from run to run.
+bool largest_site_first(const SiteReport& a, const SiteReport& b) {
+  if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
+  return a.stack_id < b.stack_id;
+}
+
+}  // namespace
+
 ReportData Shim::build_report(const char* reason) {
   ReportData r;
   r.pid = pid_;
@@ -607,40 +629,23 @@ ReportData Shim::build_report(const char* reason) {
       s.stack_id = std::min(s.stack_id, key.stack);
       continue;
     }
-    SiteReport s;
-    s.device = key.device;
-    s.kind = memory_kind_name(key.kind);
-    s.live_bytes = totals.bytes;
-    s.live_count = totals.count;
-    s.stack_id = key.stack;
+    SiteReport s = site_report(key, totals, std::move(frames));
     s.shutdown_freed_bytes = gone.bytes;
     s.shutdown_freed_count = gone.count;
-    s.frames = std::move(frames);
     r.sites.push_back(std::move(s));
   }
-  std::sort(r.sites.begin(), r.sites.end(), [](const SiteReport& a, const SiteReport& b) {
-    if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
-    return a.stack_id < b.stack_id;
-  });
+  std::sort(r.sites.begin(), r.sites.end(), largest_site_first);
   add_growth(&r, sym, teardown ? teardown->t_ns : now_ns() - start_ns_);
   {
     std::lock_guard<std::mutex> lock(resets_mu_);
     for (const auto& [key, totals] : freed_by_reset_) {
-      SiteReport s;
-      s.device = key.device;
-      s.kind = memory_kind_name(key.kind);
-      s.live_bytes = totals.bytes;
-      s.live_count = totals.count;
-      s.stack_id = key.stack;
       stacks_.frames(key.stack, &words);
-      for (uint64_t w : words) s.frames.push_back(sym.resolve(w));
-      r.freed_by_reset.push_back(std::move(s));
+      std::vector<FrameInfo> frames;
+      for (uint64_t w : words) frames.push_back(sym.resolve(w));
+      r.freed_by_reset.push_back(site_report(key, totals, std::move(frames)));
     }
   }
-  std::sort(r.freed_by_reset.begin(), r.freed_by_reset.end(), [](const SiteReport& a, const SiteReport& b) {
-    if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
-    return a.stack_id < b.stack_id;
-  });
+  std::sort(r.freed_by_reset.begin(), r.freed_by_reset.end(), largest_site_first);
   for (const Sample& s : timeline_.samples())
     r.timeline.push_back({static_cast<double>(s.t_ns) / 1e9, s.device, s.allocated, s.reserved});
   {

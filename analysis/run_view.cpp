@@ -32,17 +32,6 @@ constexpr size_t kTimelinePointsPerDevice = 4000;
 uint8_t memory_kind(const TraceEvent& e) { return e.flags & trace::kFlagKindMask; }
 const char* kind_name(uint8_t k) { return memory_kind_name(static_cast<MemoryKind>(k)); }
 
-struct SiteKey {
-  uint32_t stack;
-  int16_t device;
-  uint8_t kind;
-  bool operator==(const SiteKey& o) const { return stack == o.stack && device == o.device && kind == o.kind; }
-  template <typename H>
-  friend H AbslHashValue(H h, const SiteKey& k) {
-    return H::combine(std::move(h), k.stack, k.device, k.kind);
-  }
-};
-SiteKey key_of(const TraceEvent& e) { return SiteKey{e.stack, e.device, memory_kind(e)}; }
 
 struct SiteState {
   uint64_t live = 0, count = 0, peak = 0, allocs = 0;
@@ -234,12 +223,12 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   // the same verdict (report/growth_verdict.h), so the trace says what the exit report said.
   SiteHistory history;
   auto periods = std::make_unique<PeriodDetector>();
-  absl::flat_hash_map<gpushim::SiteKey, SiteTotals> live_sites;
+  absl::flat_hash_map<SiteKey, SiteTotals> live_sites;
   GrowthEvidence evidence;
   size_t next_checkpoint = 0;
   auto take_checkpoint = [&](const TraceData::Checkpoint& c) {
     history.sample(c.t_ns - std::min(c.t_ns, t.header.start_mono_ns), c.iterations,
-                   std::vector<std::pair<gpushim::SiteKey, SiteTotals>>(live_sites.begin(), live_sites.end()));
+                   std::vector<std::pair<SiteKey, SiteTotals>>(live_sites.begin(), live_sites.end()));
     evidence.iterations = c.iterations;
     evidence.iteration_sources = c.sources;
   };
@@ -255,7 +244,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
       take_checkpoint(t.checkpoints[next_checkpoint++]);
     if (e.kind == EventKind::kAlloc || e.kind == EventKind::kOom) periods->on_allocation(e.stack);
     if (e.kind == EventKind::kAlloc || e.kind == EventKind::kFree) {
-      const gpushim::SiteKey k{e.stack, e.device, static_cast<MemoryKind>(memory_kind(e))};
+      const SiteKey k = site_key(e);
       SiteTotals& st = live_sites[k];
       if (e.kind == EventKind::kAlloc) st.bytes += e.size, ++st.count;
       else st.bytes -= std::min(st.bytes, e.size), st.count -= st.count ? 1 : 0;
@@ -268,7 +257,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
       case EventKind::kAlloc:
       case EventKind::kFree: {
         const bool alloc = e.kind == EventKind::kAlloc;
-        SiteState& s = sites[key_of(e)];
+        SiteState& s = sites[site_key(e)];
         if (alloc) {
           s.live += e.size, ++s.count, ++s.allocs;
           s.peak = std::max(s.peak, s.live);
@@ -329,9 +318,9 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
       if (d.peak_allocated) remaining[ord] = d.peak_event;
     for (uint64_t i = 0; i < t.events.size() && !remaining.empty(); ++i) {
       const TraceEvent& e = t.events[i];
-      if (e.kind == EventKind::kAlloc) live[key_of(e)] += e.size;
+      if (e.kind == EventKind::kAlloc) live[site_key(e)] += e.size;
       else if (e.kind == EventKind::kFree) {
-        uint64_t& l = live[key_of(e)];
+        uint64_t& l = live[site_key(e)];
         l -= std::min(l, e.size);
       }
       for (auto it = remaining.begin(); it != remaining.end();) {
@@ -340,7 +329,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
           continue;
         }
         for (const auto& [k, bytes] : live)
-          if (k.device == it->first && k.kind == static_cast<uint8_t>(MemoryKind::kDevice)) sites[k].at_peak = bytes;
+          if (k.device == it->first && k.kind == MemoryKind::kDevice) sites[k].at_peak = bytes;
         it = remaining.erase(it);
       }
     }
@@ -383,7 +372,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   for (const auto& [k, s] : sites) {
     SiteView sv;
     sv.device = k.device;
-    sv.kind = kind_name(k.kind);
+    sv.kind = memory_kind_name(k.kind);
     sv.live_bytes = s.live;
     sv.live_count = s.count;
     sv.has_history = true;
@@ -417,7 +406,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   if (any_checkpoint) {
     evidence.samples = history.samples();
     if (evidence.iterations == 0 && t.header.stack_depth > 0) evidence.detected = periods->detect();
-    const GrowthReport g = judge_growth(history.series(), evidence, [&](const gpushim::SiteKey& k) { return sym.stack(k.stack); });
+    const GrowthReport g = judge_growth(history.series(), evidence, [&](const SiteKey& k) { return sym.stack(k.stack); });
     v.growth_verdict = g.verdict;
     v.growth_evidence = g.evidence;
     if (g.verdict == "not judged") v.growth_not_judged = g.evidence;

@@ -121,17 +121,6 @@ std::map<int, DeviceTallies> tally_trace(const TraceData& t) {
   return out;
 }
 
-struct SiteKey {
-  uint32_t stack;
-  int16_t device;
-  uint8_t kind;
-  bool operator==(const SiteKey& o) const { return stack == o.stack && device == o.device && kind == o.kind; }
-  template <typename H>
-  friend H AbslHashValue(H h, const SiteKey& k) {
-    return H::combine(std::move(h), k.stack, k.device, k.kind);
-  }
-};
-
 std::string fmt_s(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.2f s", s);
@@ -229,7 +218,7 @@ AllocationRankings rank_allocations(const TraceData& t, double temporary_ms) {
       continue;
     }
     if (e.kind != EventKind::kAlloc && e.kind != EventKind::kFree) continue;
-    const SiteKey k{e.stack, e.device, static_cast<uint8_t>(e.flags & trace::kFlagKindMask)};
+    const SiteKey k = site_key(e);
     if (e.kind == EventKind::kAlloc) {
       AllocationRank& s = sites[k];
       ++s.allocs, s.bytes += e.size;
@@ -250,7 +239,7 @@ AllocationRankings rank_allocations(const TraceData& t, double temporary_ms) {
   std::map<std::string, size_t> by_identity;
   for (auto& [k, s] : sites) {
     s.device = k.device;
-    s.kind = memory_kind_name(static_cast<MemoryKind>(k.kind));
+    s.kind = memory_kind_name(k.kind);
     s.frames = sym.stack(k.stack);
     SiteView id;
     id.device = s.device, id.kind = s.kind, id.frames = s.frames;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "accounting/allocation_tracker.h"
 #include "trace/trace_encoder.h"
 #include "trace/trace_event.h"
 
@@ -16,6 +17,12 @@ namespace gpushim::analysis {
 
 using trace::EventKind;
 using trace::TraceEvent;
+
+// The site of an allocation or free event: the shim's own key (accounting/allocation_tracker.h),
+// so that the offline tools group a trace's events as the report groups live allocations.
+inline SiteKey site_key(const TraceEvent& e) {
+  return SiteKey{e.stack, e.device, static_cast<MemoryKind>(e.flags & trace::kFlagKindMask)};
+}
 
 struct TraceData {
   trace::HeaderInfo header;

@@ -54,6 +54,11 @@ std::vector<SiteSeries> SiteHistory::series() const {
   return out;
 }
 
+uint64_t SiteHistory::last_instant_ns() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_t_ns_;
+}
+
 uint64_t SiteHistory::samples() const {
   std::lock_guard<std::mutex> lock(mu_);
   return instants_;

@@ -38,6 +38,8 @@ class SiteHistory {
   std::vector<SiteSeries> series() const;
   // Sampling instants so far.
   uint64_t samples() const;
+  // The time of the latest instant kept (0: none yet). sample() refuses an older one.
+  uint64_t last_instant_ns() const;
   size_t memory_bytes() const;
 
   void lock_for_fork() { mu_.lock(); }

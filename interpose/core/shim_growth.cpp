@@ -1,6 +1,8 @@
 // Growth (leak) tracking of the Shim: sampling per-site totals at checkpoints (logical time and
 // the time series' instants), recording each checkpoint in the trace so that gpushim-analyze can
 // replay it, and the report's growth section from the one growth definition (report/growth_verdict.h).
+#include <algorithm>
+
 #include "core/shim.h"
 #include "report/growth_verdict.h"
 #include "trace/trace_recorder.h"
@@ -25,7 +27,9 @@ void Shim::sample_sites(uint64_t t_ns) {
 void Shim::add_growth(ReportData* r, Symbolizer& sym, uint64_t t) {
   // The present is the last checkpoint, so that the verdict covers the run up to this report
   // (after interpreter shutdown began, sample_sites takes none: that checkpoint was the last).
-  sample_sites(t);
+  // Never older than the latest instant kept, which the history would refuse: the series would
+  // then end before the report's own figures.
+  sample_sites(std::max(t, site_history_.last_instant_ns()));
   GrowthEvidence evidence;
   evidence.samples = site_history_.samples();
   evidence.iterations = iterations_.count();

@@ -12,7 +12,8 @@ namespace gpushim::analysis {
 namespace {
 
 constexpr char kHelp[] = R"(usage: gpushim-analyze replay TRACE [--policy P]... [--limit BYTES|N%|none]
-                              [--capacity BYTES] [--set GPUSHIM_NAME=value]... [--json]
+                              [--capacity BYTES] [--set GPUSHIM_NAME=value]... [--stream-ordered]
+                              [--json]
 
 Replays the recorded allocation sequence through each policy on a simulated device. The pools are
 the shim's own (policy_factory over SimBackend), configured as the trace was recorded (its
@@ -37,6 +38,10 @@ options:
                   Default: the cap the trace was recorded with.
   --capacity B    simulated device size. Default: the recorded device's capacity.
   --set N=V       override one recorded GPUSHIM_* setting (e.g. --set GPUSHIM_ROUND=1MiB).
+  --stream-ordered
+                  replay every allocation and free as stream-ordered (cudaMallocAsync and
+                  cudaFreeAsync on its recorded stream): what PyTorch's backend:cudaMallocAsync
+                  (gpushim run --torch-alloc async) makes of tensors recorded as cudaMalloc/cudaFree
   --json          machine-readable output
 )";
 
@@ -59,7 +64,7 @@ std::string first_site(OfflineSymbolizer& sym, uint32_t stack) {
 int cmd_replay(const std::vector<std::string>& args) {
   Cli cli;
   std::string err;
-  if (!parse_cli(args, {"--policy", "--limit", "--capacity", "--set"}, {"--json", "--help"}, &cli, &err))
+  if (!parse_cli(args, {"--policy", "--limit", "--capacity", "--set"}, {"--json", "--help", "--stream-ordered"}, &cli, &err))
     return usage_error("replay", err);
   if (cli.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -95,6 +100,7 @@ int cmd_replay(const std::vector<std::string>& args) {
     return usage_error("replay", "--capacity expects bytes with units");
   // Overridden settings make other fences than the run's: its reuse moments would name the wrong ones.
   base.follow_recorded_reuse = cli.all("--set").empty();
+  base.stream_ordered = cli.has("--stream-ordered");
 
   std::vector<std::pair<PolicyKind, ReplayModel>> policies;
   auto baseline = [](const std::string& name, ReplayModel* out) {

@@ -153,7 +153,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
   // The run's reuse moments are followed only where the replay is the run: its policy, cap,
   // device and settings. A device whose trace has none (an older trace) keeps the simulation's.
   std::set<int> devices_with_reuse;
-  const bool follow = settings.follow_recorded_reuse && settings.model == ReplayModel::kShim &&
+  const bool follow = settings.follow_recorded_reuse && !settings.stream_ordered && settings.model == ReplayModel::kShim &&
                       !settings.limit_given && settings.capacity == 0 &&
                       parse_policy_name(trace.header.policy, &recorded_policy) && recorded_policy == settings.config.policy;
   if (follow)
@@ -221,7 +221,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
     if (kind != static_cast<uint8_t>(MemoryKind::kDevice)) continue;
     SimDevice& d = device(e.device);
     ++result.events;
-    const bool ordered = (e.flags & trace::kFlagStreamOrdered) != 0;
+    const bool ordered = settings.stream_ordered || (e.flags & trace::kFlagStreamOrdered) != 0;
     const CUstream stream = reinterpret_cast<CUstream>(e.stream);
     if (e.kind == EventKind::kAlloc || refused) {
       if (refused) {

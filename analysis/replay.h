@@ -29,6 +29,10 @@ struct ReplaySettings {
   // so the pools place every block as the run did. Otherwise (and for traces without them) the
   // simulated device completes them at once.
   bool follow_recorded_reuse = true;
+  // Every device allocation and free replayed as stream-ordered (cudaMallocAsync/cudaFreeAsync) on
+  // its recorded stream: what PyTorch's backend:cudaMallocAsync (the launcher's --torch-alloc
+  // async) makes of a job whose tensors were recorded as plain cudaMalloc/cudaFree.
+  bool stream_ordered = false;
 };
 
 struct ReplayDevice {

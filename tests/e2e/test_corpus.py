@@ -81,6 +81,23 @@ class Corpus(unittest.TestCase):
                 self.assertEqual(by_policy["pytorch-expandable"]["devices"][0]["segment_allocs"], 0)
                 self.assertGreater(by_policy["pytorch-expandable"]["devices"][0]["maps"], 0)
 
+    def test_stream_ordered_replay_is_the_async_backend(self):
+        # --stream-ordered re-issues the recorded plain frees as cudaFreeAsync on their stream (the
+        # launcher's --torch-alloc async): the pools then order reuse by the free's event, not by a
+        # device fence, and never synchronize on an unbounded device.
+        path = self.traces["lstm_train"]
+        plain = analyze_json("replay", path, "--policy", "caching", "--policy", "vmm")
+        ordered = analyze_json("replay", path, "--policy", "caching", "--policy", "vmm", "--stream-ordered")
+        for p, o in zip(plain["policies"], ordered["policies"]):
+            with self.subTest(policy=p["policy"]):
+                pd, od = p["devices"][0], o["devices"][0]
+                self.assertEqual(od["allocs"], pd["allocs"])
+                self.assertEqual(od["peak_requested"], pd["peak_requested"])
+                self.assertEqual(pd["events_recorded"], 0)  # plain frees wait behind fences, not events
+                self.assertGreater(od["events_recorded"], 0)
+                self.assertEqual(od["synchronizes"], 0)
+                self.assertFalse(od["oom"])
+
     def test_a_small_device_makes_pytorch_release_its_cache_and_retry(self):
         # The transformer's steps need 74 MiB under PyTorch's rules with nothing released; on a
         # 64 MiB device the allocator must free cached segments (or unmap free pages) and retry,

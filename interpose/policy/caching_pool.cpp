@@ -102,6 +102,7 @@ CUresult CachingPool::allocate_locked(const AllocRequest& req, Block** out) {
          rules_.wait_oldest([&](std::vector<Block*>& blocks) { release_batch(blocks, false); }))
     b = find_free(size, small, req);
   CUresult err = CUDA_SUCCESS;
+  if (b == nullptr && opt_.release_empty_before_growth) free_empty_segments();
   if (b == nullptr) b = grow(size, small, &err);
   if (b == nullptr && err == CUDA_ERROR_OUT_OF_MEMORY) {
     // Short of memory: the one place the pool waits for the device. Make everything freed

@@ -32,6 +32,11 @@ struct CachingPoolOptions {
   // the trace corpus 64 KiB-1 MiB reserve what PyTorch's allocator does (8 MiB: up to 40% more);
   // 256 KiB is one fence per 64 frees of 4 KiB.
   uint64_t quarantine_bytes = 256ull << 10;
+  // Before growing, hand back every empty segment the device is done with (no waiting). Off for
+  // the caching policy, whose segments go straight to the driver; the vmm policy's sub-allocator
+  // turns it on: its segments go back to the arena, which can stitch their chunks into the one
+  // it is asked for next, so a segment emptied in one size class does not stay stranded there.
+  bool release_empty_before_growth = false;
 };
 
 class CachingPool final : public DeviceMemoryResource {

@@ -58,11 +58,13 @@ CachingPoolOptions small_pool_options(const VmmPoolOptions& o, size_t granularit
   CachingPoolOptions c;
   c.round = o.round;
   c.small_max = o.small_max;
-  // One chunk per segment: the smallest unit the arena maps, and the caching policy's own size.
-  c.small_segment = std::max<uint64_t>(granularity, 2ull << 20);
+  c.small_segment = std::max<uint64_t>((o.small_segment + granularity - 1) / granularity * granularity, granularity);
   c.medium_max = std::max(o.medium_max, o.small_max);  // nothing larger ever reaches this pool
   c.large_segment = std::max<uint64_t>((o.medium_segment + granularity - 1) / granularity * granularity, c.medium_max);
   c.quarantine_bytes = o.quarantine_bytes;
+  // Empty segments go back to the arena before this pool asks it for more: there their chunks
+  // can serve either size class, or a large block, instead of staying stranded in one class.
+  c.release_empty_before_growth = true;
   return c;
 }
 

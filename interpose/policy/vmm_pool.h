@@ -6,7 +6,7 @@
 //
 // Two parts, composed:
 //   - requests above `medium_max` (8 MiB) are whole-chunk blocks of the VmmArena;
-//   - smaller ones are sub-allocated by a CachingPool (small requests from 2 MiB segments, medium
+//   - smaller ones are sub-allocated by a CachingPool (small requests from 4 MiB segments, medium
 //     ones from 8 MiB segments), whose segments are themselves arena blocks (SegmentSource, a
 //     Backend adaptor): small requests share chunks and follow the caching policy's reuse rules,
 //     and empty segments go back to the arena, where their chunks can be remapped.

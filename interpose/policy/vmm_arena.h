@@ -124,6 +124,13 @@ class VmmArena {
   CUresult deallocate(void* p, CUstream stream, bool stream_ordered);
   // Takes back a kSegment block; its owner guarantees that no work still uses it.
   CUresult return_segment(void* p);
+  // Grows the kSegment block at `p` by `more` bytes (whole chunks) in place: the range after it
+  // must be unmapped or idle free blocks of its reservation (or past its end, when the range
+  // after can be reserved). Holes are filled as in a build. CUDA_ERROR_NOT_SUPPORTED when the
+  // range is not free; an error of the driver's when it refuses memory.
+  CUresult extend_segment(void* p, uint64_t more);
+  // The kSegment block at `p` keeps its first `keep` bytes (whole chunks); the rest becomes free.
+  CUresult shrink_segment(void* p, uint64_t keep);
 
   // The device was just synchronized by someone else: everything freed so far is idle.
   void settle_after_external_sync();
@@ -197,6 +204,9 @@ class VmmArena {
   void settle_locked();
   void release_waiting(std::vector<Block*>& blocks);
   Block* build(uint64_t size, Attempt* attempt, CUresult* err);
+  // One build at `plan`; `replan` is set when the reservation could not be extended in place
+  // (then a new plan is needed).
+  Block* build_at(Plan plan, uint64_t size, Attempt* attempt, CUresult* err, bool* replan);
   bool make_plan(uint64_t size, Plan* plan);
   std::vector<Piece*> movable_pieces(uintptr_t lo, uintptr_t hi);
   void plan_fill(const Plan& plan, uint64_t size, std::vector<Piece*>& movable, std::vector<Slot>* slots) const;

@@ -465,16 +465,16 @@ TEST(VmmPool, EmptySubAllocatorSegmentsAreRemappedBeforeThePoolGrows) {
   std::vector<void*> medium;
   for (int i = 0; i < 20; ++i) medium.push_back(v.alloc(3 * MiB, stream(0x100), true));
   const uint64_t held = v.sim.used();
-  EXPECT_EQ(held, 80 * MiB) << "two 3 MiB blocks per 8 MiB segment";
+  EXPECT_EQ(held, 62 * MiB) << "medium segments grow in place: 60 MiB in few segments";
   for (void* p : medium) v.free(p, stream(0x100), true);
-  ASSERT_NE(v.alloc(80 * MiB), nullptr);
+  ASSERT_NE(v.alloc(held), nullptr);
   EXPECT_EQ(v.sim.used(), held) << "the empty segments became the large block";
   EXPECT_LE(v.sim.counters().synchronizes, 1u);
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 
 TEST(VmmPool, EmptySegmentsOfOneSizeClassServeTheOtherBeforeThePoolGrows) {
-  // Medium requests fill 8 MiB segments and are freed; then small requests need segments. The
+  // Medium requests fill a medium segment and are freed; then small requests need segments. The
   // sub-allocator hands its idle empty medium segments back to the arena before asking it for
   // more, so the small segments are made of those chunks: nothing new is created, and nothing
   // is synchronized (cudaFree'd memory is idle once its fence completes, asked without waiting).
@@ -482,14 +482,47 @@ TEST(VmmPool, EmptySegmentsOfOneSizeClassServeTheOtherBeforeThePoolGrows) {
   std::vector<void*> medium;
   for (int i = 0; i < 8; ++i) medium.push_back(v.alloc(3 * MiB));
   const uint64_t held = v.sim.used();
-  EXPECT_EQ(held, 32 * MiB) << "two 3 MiB blocks per 8 MiB segment";
+  EXPECT_EQ(held, 26 * MiB) << "8 MiB, grown in place by 2 MiB chunks";
   for (void* p : medium) v.free(p);
   v.sim.complete_events();
   std::vector<void*> small;
-  for (int i = 0; i < 56; ++i) small.push_back(v.alloc(512 << 10));  // 28 MiB: 7 small segments
+  for (int i = 0; i < 48; ++i) small.push_back(v.alloc(512 << 10));  // 24 MiB: 6 small segments
   for (void* p : small) ASSERT_NE(p, nullptr);
   EXPECT_EQ(v.sim.used(), held) << "the empty medium segments became small ones";
   EXPECT_EQ(v.sim.counters().synchronizes, 0u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, MediumSegmentGrowsIntoItsFreeTailAndGivesTheTailBack) {
+  // 3 MiB and 3.5 MiB blocks leave a 1.5 MiB free tail in their 8 MiB segment. A 5 MiB request
+  // grows that segment in place by the 4 MiB the tail lacks (as PyTorch's expandable segments
+  // grow), instead of making a second 8 MiB segment whose space could never merge with the first.
+  Vmm v;
+  void* a = v.alloc(3 * MiB);
+  void* b = v.alloc(3 * MiB + MiB / 2);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(v.sim.used(), 8 * MiB);
+  void* c = v.alloc(5 * MiB);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(addr(c), addr(a) + 6 * MiB + MiB / 2) << "the tail, grown in place";
+  EXPECT_EQ(v.sim.used(), 12 * MiB);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  // Freed, [6.5, 12) MiB is the segment's free tail: before the sub-allocator asks the arena for
+  // more (a small segment here), its whole chunks go back ([8, 12)) and become that segment.
+  v.free(c);
+  v.sim.complete_events();
+  std::vector<void*> small;
+  for (int i = 0; i < 8; ++i) small.push_back(v.alloc(512 << 10));  // one 4 MiB small segment
+  for (void* p : small) ASSERT_NE(p, nullptr);
+  EXPECT_EQ(v.sim.used(), 12 * MiB) << "the tail's chunks became the small segment";
+  EXPECT_EQ(v.sim.counters().synchronizes, 0u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  for (void* p : small) v.free(p);
+  v.free(a);
+  v.free(b);
+  v.pool.release_cached();
+  EXPECT_EQ(v.sim.used(), 0u) << "grown and shrunk segments still go back whole";
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 

@@ -18,6 +18,22 @@ class Backend {
   // ---- plain segments (caching policy) ----
   virtual CUresult segment_alloc(size_t bytes, void** out) = 0;
   virtual CUresult segment_free(void* p, size_t bytes) = 0;
+  // Grows the segment at `p` (`bytes` long) in place by `more` bytes, so that it ends `more` later;
+  // CUDA_ERROR_NOT_SUPPORTED when the memory after it cannot be had (or never: cudaMalloc).
+  virtual CUresult segment_extend(void* p, size_t bytes, size_t more) {
+    (void)p;
+    (void)bytes;
+    (void)more;
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  // Gives back the end of the segment at `p` (`bytes` long) past its first `keep` bytes, which
+  // nothing uses any more. CUDA_ERROR_NOT_SUPPORTED where segments cannot shrink.
+  virtual CUresult segment_shrink(void* p, size_t bytes, size_t keep) {
+    (void)p;
+    (void)bytes;
+    (void)keep;
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
 
   // ---- reuse safety ----
   // Waits until all work issued so far on the device, on every stream, has completed.

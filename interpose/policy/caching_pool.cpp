@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <vector>
 
 namespace gpushim {
 
@@ -102,6 +103,13 @@ CUresult CachingPool::allocate_locked(const AllocRequest& req, Block** out) {
          rules_.wait_oldest([&](std::vector<Block*>& blocks) { release_batch(blocks, false); }))
     b = find_free(size, small, req);
   CUresult err = CUDA_SUCCESS;
+  if (b == nullptr && opt_.release_empty_before_growth) {
+    free_empty_segments();
+    // And the whole chunks of grown segments' free tails: one trimmed to a chunk boundary can
+    // still grow below (the arena hands the same chunks back unmoved if nothing took them), and
+    // measured on the corpus this order holds less than trimming only when growing fails.
+    if (opt_.grow_in_place_unit != 0) trim_free_tails();
+  }
   if (b == nullptr) b = grow(size, small, &err);
   if (b == nullptr && err == CUDA_ERROR_OUT_OF_MEMORY) {
     // Short of memory: the one place the pool waits for the device. Make everything freed
@@ -202,7 +210,48 @@ CachingPool::Block* CachingPool::take(FreeSet& set, FreeSet::iterator it, uint64
   return front;
 }
 
+CachingPool::Block* CachingPool::grow_in_place(uint64_t size) {
+  // Only a segment whose free idle tail would take the new bytes: the request then costs what
+  // that tail lacks, not a new segment. (Growing segments whose tail is live measured worse on
+  // the trace corpus: the arena space after them is better left to whoever needs it next.)
+  // The segment needing the fewest bytes is asked first, at most a few (each ask looks at the
+  // arena's address index).
+  struct Candidate {
+    uint64_t need;
+    Segment* seg;
+    Block* tail;
+  };
+  std::vector<Candidate> candidates;
+  for (auto& [base, seg] : segments_) {
+    if (seg->small) continue;
+    Block* tail = seg->head;
+    while (tail->next != nullptr) tail = tail->next;
+    if (tail->state != State::kFree || !rules_.idle(tail) || tail->size >= size) continue;
+    candidates.push_back({round_up(size - tail->size, opt_.grow_in_place_unit), seg, tail});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.need != b.need ? a.need < b.need : a.seg->base < b.seg->base;
+  });
+  constexpr size_t kMaxAsks = 4;
+  for (size_t i = 0; i < candidates.size() && i < kMaxAsks; ++i) {
+    const Candidate& c = candidates[i];
+    if (backend_.segment_extend(reinterpret_cast<void*>(c.seg->base), c.seg->size, c.need) != CUDA_SUCCESS) continue;
+    c.seg->size += c.need;
+    reserved_ += c.need;
+    peak_reserved_ = std::max(peak_reserved_, reserved_);
+    ++segment_grows_;
+    // The tail takes the new bytes; out of the free set, as grow() returns a block that is.
+    erase_free(large_free_, c.tail);
+    c.tail->size += c.need;
+    return c.tail;
+  }
+  return nullptr;
+}
+
 CachingPool::Block* CachingPool::grow(uint64_t size, bool small, CUresult* err) {
+  if (opt_.grow_in_place_unit != 0 && !small && size <= opt_.medium_max) {
+    if (Block* b = grow_in_place(size)) return b;
+  }
   const uint64_t seg_size = segment_size_for(size);
   if (seg_size == 0) {
     *err = CUDA_ERROR_OUT_OF_MEMORY;
@@ -384,6 +433,32 @@ void CachingPool::free_empty_segments(uint64_t keep) {
     reserved_ -= seg->size;
     ++segment_frees_;
     delete seg;
+  }
+}
+
+void CachingPool::trim_free_tails() {
+  // The whole chunks at the end of a segment that lie in its free idle tail go back: a grown
+  // segment rarely becomes empty as a whole, and those chunks can serve anything elsewhere.
+  const uint64_t unit = opt_.grow_in_place_unit;
+  for (auto& [base, seg] : segments_) {
+    Block* tail = seg->head;
+    while (tail->next != nullptr) tail = tail->next;
+    if (tail->state != State::kFree || !rules_.idle(tail) || tail == seg->head) continue;
+    const uint64_t keep = round_up(tail->addr - seg->base, unit);
+    if (keep >= seg->size) continue;
+    if (backend_.segment_shrink(reinterpret_cast<void*>(seg->base), seg->size, keep) != CUDA_SUCCESS) continue;
+    const uint64_t cut = seg->size - keep;
+    seg->size = keep;
+    reserved_ -= cut;
+    FreeSet& set = free_set(seg->small);
+    erase_free(set, tail);
+    if (tail->size == cut) {
+      tail->prev->next = nullptr;
+      recycle(tail);
+    } else {
+      tail->size -= cut;
+      insert_free(tail);
+    }
   }
 }
 

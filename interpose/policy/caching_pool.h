@@ -32,6 +32,18 @@ struct CachingPoolOptions {
   // the trace corpus 64 KiB-1 MiB reserve what PyTorch's allocator does (8 MiB: up to 40% more);
   // 256 KiB is one fence per 64 frees of 4 KiB.
   uint64_t quarantine_bytes = 256ull << 10;
+  // Before growing, hand back every empty segment the device is done with (no waiting). Off for
+  // the caching policy, whose segments go straight to the driver; the vmm policy's sub-allocator
+  // turns it on: its segments go back to the arena, which can stitch their chunks into the one
+  // it is asked for next, so a segment emptied in one size class does not stay stranded there.
+  bool release_empty_before_growth = false;
+  // Segments that grow and shrink in place, by whole units of this size (0: never; the caching
+  // policy: cudaMalloc'd segments cannot). Before a medium request makes a new segment, a medium
+  // segment ending in a free idle block grows by what that block lacks (Backend::segment_extend),
+  // as PyTorch's expandable segments grow into unmapped space; with release_empty_before_growth,
+  // the whole units of every segment's free idle tail go back too (Backend::segment_shrink), since
+  // a segment that grew rarely empties as a whole.
+  uint64_t grow_in_place_unit = 0;
 };
 
 class CachingPool final : public DeviceMemoryResource {
@@ -105,6 +117,9 @@ class CachingPool final : public DeviceMemoryResource {
   // last one answered the same question and the set has not changed since (hint_).
   FreeSet::iterator first_fit_candidate(FreeSet& set, uint64_t size);
   Block* grow(uint64_t size, bool small, CUresult* err);
+  // grow()'s first try for a medium request with grow_in_place_unit: extends a medium segment
+  // whose free idle tail then serves it; null when none can be.
+  Block* grow_in_place(uint64_t size);
   Block* split(Block* b, uint64_t size, bool small);
   bool worth_splitting(const Block* b, uint64_t size, bool small) const;
   // Takes `size` bytes from the free block at `it` (usable for the request): the block itself,
@@ -127,6 +142,8 @@ class CachingPool final : public DeviceMemoryResource {
   bool sync_and_release();    // false if a capture forbids it
   // Stops once less than `keep` bytes are reserved (0: frees every empty segment).
   void free_empty_segments(uint64_t keep = 0);
+  // With grow_in_place_unit: gives back the whole units in every segment's free idle tail.
+  void trim_free_tails();
   // Blocks are recycled: a split or merge on every allocation must not cost a heap allocation.
   Block* new_block();
   void recycle(Block* b);
@@ -152,6 +169,7 @@ class CachingPool final : public DeviceMemoryResource {
   std::map<uintptr_t, Segment*> segments_;  // by base, for contains() and release
   uint64_t reserved_ = 0, peak_reserved_ = 0, allocated_bytes_ = 0;
   uint64_t segment_allocs_ = 0, segment_frees_ = 0, retries_ = 0, ooms_ = 0;
+  uint64_t segment_grows_ = 0;  // segments grown in place (grow_in_place_unit)
 };
 
 }  // namespace gpushim

@@ -405,13 +405,24 @@ VmmArena::Reservation* VmmArena::reserve_range(uint64_t size, uintptr_t hint, CU
 }
 
 VmmArena::Block* VmmArena::build(uint64_t size, Attempt* attempt, CUresult* err) {
-  const uint64_t reserve = std::max(size, round_up(opt_.reserve, gran_));
   // Extending a reservation fails when something else took the range after it; then that one
   // stops being extendable and the plan is made again (the range the driver gave instead is kept
   // as a reservation of its own, large enough for this block).
   for (int tries = 0; tries < 8; ++tries) {
     Plan plan;
     if (!make_plan(size, &plan)) break;
+    bool replan = false;
+    Block* b = build_at(plan, size, attempt, err, &replan);
+    if (replan) continue;
+    return b;
+  }
+  *err = CUDA_ERROR_OUT_OF_MEMORY;
+  return nullptr;
+}
+
+VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, CUresult* err, bool* replan) {
+  const uint64_t reserve = std::max(size, round_up(opt_.reserve, gran_));
+  {
     const uintptr_t lo = plan.res ? plan.addr : 0, hi = plan.res ? plan.addr + size : 0;
     std::vector<Piece*> movable = movable_pieces(lo, hi);
     if (!attempt->over_budget && opt_.remap_budget > 0 && !movable.empty()) {
@@ -450,7 +461,8 @@ VmmArena::Block* VmmArena::build(uint64_t size, Attempt* attempt, CUresult* err)
         fresh->end = va + n;
         fresh->parts.emplace_back(va, n);
         reservations_.emplace(va, fresh);
-        continue;
+        *replan = true;
+        return nullptr;
       }
       r->parts.emplace_back(va, n);
       r->end += n;
@@ -577,8 +589,62 @@ VmmArena::Block* VmmArena::build(uint64_t size, Attempt* attempt, CUresult* err)
     if (moved) ++stats_.stitches;
     return first;  // split() trims what sticks out at the end
   }
-  *err = CUDA_ERROR_OUT_OF_MEMORY;
-  return nullptr;
+}
+
+CUresult VmmArena::shrink_segment(void* p, uint64_t keep) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  auto it = segments_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == segments_.end()) return CUDA_ERROR_INVALID_VALUE;
+  Block* seg = it->second;
+  if (keep == 0 || keep % gran_ != 0 || keep >= seg->size) return CUDA_ERROR_NOT_SUPPORTED;
+  auto* rest = new Block;
+  rest->addr = seg->addr + keep;
+  rest->size = seg->size - keep;
+  rest->res = seg->res;
+  seg->size = keep;
+  segment_bytes_ -= rest->size;
+  blocks_.emplace(rest->addr, rest);
+  insert_free(coalesce(rest));
+  return CUDA_SUCCESS;
+}
+
+CUresult VmmArena::extend_segment(void* p, uint64_t more) {
+  if (gran_ == 0) return CUDA_ERROR_NOT_SUPPORTED;
+  const uint64_t add = round_up(more, gran_);
+  if (add == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<FutexMutex> lock(mu_);
+  auto it = segments_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == segments_.end()) return CUDA_ERROR_INVALID_VALUE;
+  Block* seg = it->second;
+  Reservation* r = seg->res;
+  const uintptr_t start = seg->addr + seg->size, end = start + add;
+  if (end < start) return CUDA_ERROR_OUT_OF_MEMORY;
+  // What lies after the segment: only holes and idle free blocks may be taken (a live block,
+  // or one whose freeing work may still run, is a wall), inside the reservation or past its end.
+  const uintptr_t inside_end = std::min<uintptr_t>(end, r->end);
+  uint64_t covered = 0;
+  for (auto b = blocks_.lower_bound(start); b != blocks_.end() && b->first < inside_end; ++b) {
+    Block* n = b->second;
+    if (n->state != State::kFree || !idle(n)) return CUDA_ERROR_NOT_SUPPORTED;
+    covered += std::min<uintptr_t>(n->addr + n->size, inside_end) - n->addr;
+  }
+  if (end > r->end && !r->extendable) return CUDA_ERROR_NOT_SUPPORTED;
+  const uint64_t extend = end > r->end ? end - r->end : 0;
+  Plan plan{r, start, (inside_end - start) - covered + extend, extend};
+  Attempt attempt;
+  CUresult err = CUDA_SUCCESS;
+  bool replan = false;
+  Block* b = build_at(plan, add, &attempt, &err, &replan);
+  if (b == nullptr) return replan ? CUDA_ERROR_NOT_SUPPORTED : (err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err);
+  // [start, end) is one idle free block now (sticking out past `end`, perhaps): the segment
+  // takes it over.
+  b = split(b, add);
+  rules_.clear(b);
+  blocks_.erase(b->addr);
+  delete b;
+  seg->size += add;
+  segment_bytes_ += add;
+  return CUDA_SUCCESS;
 }
 
 void VmmArena::carve_out(Piece* p) {

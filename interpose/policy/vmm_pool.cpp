@@ -21,6 +21,8 @@ class VmmPool::SegmentSource final : public Backend {
   }
   // The small pool frees a segment only when all of it is idle (synchronized, or its events done).
   CUresult segment_free(void* p, size_t) override { return arena_.return_segment(p); }
+  CUresult segment_extend(void* p, size_t, size_t more) override { return arena_.extend_segment(p, more); }
+  CUresult segment_shrink(void* p, size_t, size_t keep) override { return arena_.shrink_segment(p, keep); }
 
   CUresult synchronize() override {
     // Refused while the pool only wants the small pool's idle empty segments back (see
@@ -58,11 +60,16 @@ CachingPoolOptions small_pool_options(const VmmPoolOptions& o, size_t granularit
   CachingPoolOptions c;
   c.round = o.round;
   c.small_max = o.small_max;
-  // One chunk per segment: the smallest unit the arena maps, and the caching policy's own size.
-  c.small_segment = std::max<uint64_t>(granularity, 2ull << 20);
+  c.small_segment = std::max<uint64_t>((o.small_segment + granularity - 1) / granularity * granularity, granularity);
   c.medium_max = std::max(o.medium_max, o.small_max);  // nothing larger ever reaches this pool
   c.large_segment = std::max<uint64_t>((o.medium_segment + granularity - 1) / granularity * granularity, c.medium_max);
   c.quarantine_bytes = o.quarantine_bytes;
+  // Empty segments go back to the arena before this pool asks it for more: there their chunks
+  // can serve either size class, or a large block, instead of staying stranded in one class.
+  c.release_empty_before_growth = true;
+  // Medium segments grow into the arena space after them and give back their free tails (see
+  // CachingPoolOptions::grow_in_place_unit), one chunk at a time.
+  c.grow_in_place_unit = granularity;
   return c;
 }
 

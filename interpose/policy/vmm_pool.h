@@ -6,10 +6,13 @@
 //
 // Two parts, composed:
 //   - requests above `medium_max` (8 MiB) are whole-chunk blocks of the VmmArena;
-//   - smaller ones are sub-allocated by a CachingPool (small requests from 2 MiB segments, medium
+//   - smaller ones are sub-allocated by a CachingPool (small requests from 4 MiB segments, medium
 //     ones from 8 MiB segments), whose segments are themselves arena blocks (SegmentSource, a
 //     Backend adaptor): small requests share chunks and follow the caching policy's reuse rules,
-//     and empty segments go back to the arena, where their chunks can be remapped.
+//     and empty segments go back to the arena, where their chunks can be remapped. A medium
+//     segment whose free tail falls short grows in place (VmmArena::extend_segment), and before
+//     the small pool grows it hands back empty segments and its free tails' whole chunks
+//     (VmmArena::shrink_segment): the expandable-segments idea, over the arena's chunks.
 // Reuse safety is the caching policy's (reuse_rules.h, in both parts): cudaFree'd memory waits for
 // a device fence queried without waiting, stream-ordered frees are reusable at once on their
 // stream and elsewhere once their event completes, and nothing is synchronized, queried or

@@ -137,22 +137,24 @@ TEST(VmmPool, PointersAreAlignedAndSizesRounded) {
 
 TEST(VmmPool, SmallRequestsShareChunks) {
   Vmm v;
+  ASSERT_EQ(v.pool.options().small_segment, 4 * MiB);
   std::vector<void*> small;
   for (int i = 0; i < 1000; ++i) small.push_back(v.alloc(1000));  // 512 KiB after rounding... twice over
   for (void* p : small) ASSERT_NE(p, nullptr);
-  EXPECT_EQ(v.fig().reserved_bytes, 2 * MiB) << "a thousand small requests fit one chunk";
-  EXPECT_EQ(v.sim.counters().physical_creates, 1u);
-  EXPECT_EQ(v.fig().map_calls, 1u);
-  for (int i = 0; i < 100; ++i) ASSERT_NE(v.alloc(100 << 10), nullptr);  // 20 per 2 MiB segment
-  EXPECT_EQ(v.fig().reserved_bytes, 2 * MiB + 5 * 2 * MiB);
+  EXPECT_EQ(v.fig().reserved_bytes, 4 * MiB) << "a thousand small requests fit one segment";
+  EXPECT_EQ(v.sim.counters().physical_creates, 2u) << "of two chunks";
+  EXPECT_EQ(v.fig().map_calls, 2u);
+  // 10 MiB more: about 3 MiB still free in the first segment, then two more segments.
+  for (int i = 0; i < 100; ++i) ASSERT_NE(v.alloc(100 << 10), nullptr);
+  EXPECT_EQ(v.fig().reserved_bytes, 4 * MiB + 2 * 4 * MiB);
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 
 TEST(VmmPool, EmptySmallSegmentsGoBackAsFreeChunks) {
   Vmm v;
   std::vector<void*> small;
-  for (int i = 0; i < 100; ++i) small.push_back(v.alloc(512 << 10));  // 25 segments
-  EXPECT_EQ(v.fig().reserved_bytes, 50 * MiB);
+  for (int i = 0; i < 100; ++i) small.push_back(v.alloc(512 << 10));  // 13 segments of 4 MiB
+  EXPECT_EQ(v.fig().reserved_bytes, 52 * MiB);
   for (void* p : small) v.free(p);
   v.pool.release_cached();
   EXPECT_EQ(v.sim.used(), 0u) << "every chunk goes back once nothing uses it";
@@ -463,11 +465,64 @@ TEST(VmmPool, EmptySubAllocatorSegmentsAreRemappedBeforeThePoolGrows) {
   std::vector<void*> medium;
   for (int i = 0; i < 20; ++i) medium.push_back(v.alloc(3 * MiB, stream(0x100), true));
   const uint64_t held = v.sim.used();
-  EXPECT_EQ(held, 80 * MiB) << "two 3 MiB blocks per 8 MiB segment";
+  EXPECT_EQ(held, 62 * MiB) << "medium segments grow in place: 60 MiB in few segments";
   for (void* p : medium) v.free(p, stream(0x100), true);
-  ASSERT_NE(v.alloc(80 * MiB), nullptr);
+  ASSERT_NE(v.alloc(held), nullptr);
   EXPECT_EQ(v.sim.used(), held) << "the empty segments became the large block";
   EXPECT_LE(v.sim.counters().synchronizes, 1u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, EmptySegmentsOfOneSizeClassServeTheOtherBeforeThePoolGrows) {
+  // Medium requests fill a medium segment and are freed; then small requests need segments. The
+  // sub-allocator hands its idle empty medium segments back to the arena before asking it for
+  // more, so the small segments are made of those chunks: nothing new is created, and nothing
+  // is synchronized (cudaFree'd memory is idle once its fence completes, asked without waiting).
+  Vmm v;
+  std::vector<void*> medium;
+  for (int i = 0; i < 8; ++i) medium.push_back(v.alloc(3 * MiB));
+  const uint64_t held = v.sim.used();
+  EXPECT_EQ(held, 26 * MiB) << "8 MiB, grown in place by 2 MiB chunks";
+  for (void* p : medium) v.free(p);
+  v.sim.complete_events();
+  std::vector<void*> small;
+  for (int i = 0; i < 48; ++i) small.push_back(v.alloc(512 << 10));  // 24 MiB: 6 small segments
+  for (void* p : small) ASSERT_NE(p, nullptr);
+  EXPECT_EQ(v.sim.used(), held) << "the empty medium segments became small ones";
+  EXPECT_EQ(v.sim.counters().synchronizes, 0u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, MediumSegmentGrowsIntoItsFreeTailAndGivesTheTailBack) {
+  // 3 MiB and 3.5 MiB blocks leave a 1.5 MiB free tail in their 8 MiB segment. A 5 MiB request
+  // grows that segment in place by the 4 MiB the tail lacks (as PyTorch's expandable segments
+  // grow), instead of making a second 8 MiB segment whose space could never merge with the first.
+  Vmm v;
+  void* a = v.alloc(3 * MiB);
+  void* b = v.alloc(3 * MiB + MiB / 2);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(v.sim.used(), 8 * MiB);
+  void* c = v.alloc(5 * MiB);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(addr(c), addr(a) + 6 * MiB + MiB / 2) << "the tail, grown in place";
+  EXPECT_EQ(v.sim.used(), 12 * MiB);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  // Freed, [6.5, 12) MiB is the segment's free tail: before the sub-allocator asks the arena for
+  // more (a small segment here), its whole chunks go back ([8, 12)) and become that segment.
+  v.free(c);
+  v.sim.complete_events();
+  std::vector<void*> small;
+  for (int i = 0; i < 8; ++i) small.push_back(v.alloc(512 << 10));  // one 4 MiB small segment
+  for (void* p : small) ASSERT_NE(p, nullptr);
+  EXPECT_EQ(v.sim.used(), 12 * MiB) << "the tail's chunks became the small segment";
+  EXPECT_EQ(v.sim.counters().synchronizes, 0u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  for (void* p : small) v.free(p);
+  v.free(a);
+  v.free(b);
+  v.pool.release_cached();
+  EXPECT_EQ(v.sim.used(), 0u) << "grown and shrunk segments still go back whole";
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 

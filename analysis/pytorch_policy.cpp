@@ -70,6 +70,22 @@ bool PyTorchCachingAllocator::should_split(const Block* b, uint64_t size) const 
   return remaining > kSmallSize;  // no max_split_size by default
 }
 
+PyTorchCachingAllocator::Block* PyTorchCachingAllocator::split_block(Block* b, uint64_t size) {
+  Block* rest = new Block;
+  rest->ptr = b->ptr + size;
+  rest->size = b->size - size;
+  rest->stream = b->stream;
+  rest->pool = b->pool;
+  rest->segment = b->segment;
+  rest->mapped = b->mapped;
+  rest->prev = b;
+  rest->next = b->next;
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  b->size = size;
+  return rest;
+}
+
 PyTorchCachingAllocator::Block* PyTorchCachingAllocator::get_free_block(Pool& pool, uintptr_t stream, uint64_t size) {
   Block key;
   key.stream = stream;
@@ -170,18 +186,8 @@ bool PyTorchCachingAllocator::map_block(Block* b, uint64_t size) {
   pool.unmapped.erase(b);
   b->mapped = true;
   if (mapped < b->size) {
-    Block* rest = new Block;
-    rest->ptr = b->ptr + mapped;
-    rest->size = b->size - mapped;
-    rest->stream = b->stream;
-    rest->pool = b->pool;
-    rest->segment = b->segment;
+    Block* rest = split_block(b, mapped);
     rest->mapped = false;
-    rest->prev = b;
-    rest->next = b->next;
-    if (b->next) b->next->prev = rest;
-    b->next = rest;
-    b->size = mapped;
     pool.unmapped.insert(rest);
   }
   try_merge(b, b->prev);
@@ -350,20 +356,7 @@ CUresult PyTorchCachingAllocator::allocate(const AllocRequest& req, void** out, 
     ++ooms_;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  if (should_split(b, size)) {
-    Block* rest = new Block;
-    rest->ptr = b->ptr + size;
-    rest->size = b->size - size;
-    rest->stream = b->stream;
-    rest->pool = b->pool;
-    rest->segment = b->segment;
-    rest->prev = b;
-    rest->next = b->next;
-    if (b->next) b->next->prev = rest;
-    b->next = rest;
-    b->size = size;
-    pool.blocks.insert(rest);
-  }
+  if (should_split(b, size)) pool.blocks.insert(split_block(b, size));
   b->allocated = true;
   b->requested = req.size;
   live_[b->ptr] = b;

@@ -104,6 +104,9 @@ class PyTorchCachingAllocator final : public DeviceMemoryResource {
 
   Pool& pool_for(uint64_t rounded) { return rounded <= kSmallSize ? small_ : large_; }
   bool should_split(const Block* b, uint64_t size) const;
+  // Cuts `b` at `size` bytes: the rest becomes its next neighbour (same stream, pool, segment and
+  // mapping), returned for the caller to file in the right set.
+  static Block* split_block(Block* b, uint64_t size);
   Block* get_free_block(Pool& pool, uintptr_t stream, uint64_t size);
   Block* alloc_block(Pool& pool, uintptr_t stream, uint64_t size);
   Block* alloc_expandable(Pool& pool, uintptr_t stream, uint64_t size);

@@ -272,6 +272,25 @@ void describe_process(Writer& w, const ReportData& m, uint64_t t0_ns, const std:
   w.track(kMarksTrack, kProcessTrack, "gpushim events", nullptr, 0);
 }
 
+// The counter tracks (allocated and reserved over `timeline`, the cap as a flat line over the run)
+// and an instant per OOM: the same for a trace and a report.
+void write_counters_and_ooms(Writer& w, const ReportData& m, uint64_t t0, uint64_t end,
+                             const std::vector<TimelineSample>& timeline, const std::map<int, uint64_t>& limits) {
+  for (const TimelineSample& s : timeline) {
+    const uint64_t t = t0 + static_cast<uint64_t>(s.t_s * 1e9);
+    w.counter(counter_track(s.device, 0), t, s.allocated);
+    w.counter(counter_track(s.device, 1), t, s.reserved);
+  }
+  for (const auto& [d, limit] : limits) {
+    w.counter(counter_track(d, 2), t0, limit);
+    w.counter(counter_track(d, 2), end, limit);
+  }
+  for (const OomReport& o : m.ooms)
+    w.instant(kMarksTrack, t0 + static_cast<uint64_t>(o.t_s * 1e9),
+              "OOM on device " + std::to_string(o.device) + ": " + human_bytes(o.requested) + " requested");
+}
+
+
 Message heap_dump(int pid, int device, uint64_t t_ns, const std::map<uint64_t, Totals>& by_callstack) {
   Message dump;
   dump.varint(pp::kDumpPid, static_cast<uint64_t>(pid));
@@ -305,19 +324,8 @@ std::string perfetto_proto_from_trace(const TraceData& trace, size_t max_points_
     if (d.limit_bytes) limits[d.device] = d.limit_bytes;
   }
   describe_process(w, m, t0, devices, limits);
-  for (const TimelineSample& s : trace_timeline(trace, max_points_per_device)) {
-    const uint64_t t = t0 + static_cast<uint64_t>(s.t_s * 1e9);
-    w.counter(counter_track(s.device, 0), t, s.allocated);
-    w.counter(counter_track(s.device, 1), t, s.reserved);
-  }
   const uint64_t end = t0 + static_cast<uint64_t>(m.duration_s * 1e9);
-  for (const auto& [d, limit] : limits) {
-    w.counter(counter_track(d, 2), t0, limit);
-    w.counter(counter_track(d, 2), end, limit);
-  }
-  for (const OomReport& o : m.ooms)
-    w.instant(kMarksTrack, t0 + static_cast<uint64_t>(o.t_s * 1e9),
-              "OOM on device " + std::to_string(o.device) + ": " + human_bytes(o.requested) + " requested");
+  write_counters_and_ooms(w, m, t0, end, trace_timeline(trace, max_points_per_device), limits);
   for (size_t i = 0; i < run.iterations_s.size(); ++i)
     w.instant(kMarksTrack, t0 + static_cast<uint64_t>(run.iterations_s[i] * 1e9), "iteration " + std::to_string(i + 1));
 
@@ -393,19 +401,8 @@ std::string perfetto_proto_from_run(const RunView& run) {
     if (d.limit_bytes) limits[d.device] = d.limit_bytes;
   }
   describe_process(w, m, t0, devices, limits);
-  for (const TimelineSample& s : m.timeline) {
-    const uint64_t t = t0 + static_cast<uint64_t>(s.t_s * 1e9);
-    w.counter(counter_track(s.device, 0), t, s.allocated);
-    w.counter(counter_track(s.device, 1), t, s.reserved);
-  }
   const uint64_t end = t0 + static_cast<uint64_t>(m.duration_s * 1e9);
-  for (const auto& [d, limit] : limits) {
-    w.counter(counter_track(d, 2), t0, limit);
-    w.counter(counter_track(d, 2), end, limit);
-  }
-  for (const OomReport& o : m.ooms)
-    w.instant(kMarksTrack, t0 + static_cast<uint64_t>(o.t_s * 1e9),
-              "OOM on device " + std::to_string(o.device) + ": " + human_bytes(o.requested) + " requested");
+  write_counters_and_ooms(w, m, t0, end, m.timeline, limits);
   // What is live at the end, by site: a report knows no frees, so the dump holds live bytes only.
   Interner in;
   std::map<int, std::map<uint64_t, Totals>> live;

@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "stacks/stack_table.h"
+#include "util/loaded_modules.h"
 
 namespace gpushim {
 
@@ -87,13 +88,6 @@ std::string demangle(const char* name) {
   if (status == 0 && d != nullptr) plain = d;
   free(d);
   return plain;
-}
-
-std::string self_exe_path() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return {};
-  return std::string(buf, static_cast<size_t>(n));
 }
 
 }  // namespace

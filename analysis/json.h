@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "util/json_string.h"  // the writers' half: append_json_string
+
 namespace gpushim::analysis {
 
 class JsonValue {
@@ -49,9 +51,5 @@ class JsonValue {
 // Parses one JSON document (RFC 8259; surrounding whitespace allowed, nothing after it). On failure
 // returns false with a one-line message naming line and column; never throws or crashes.
 bool parse_json(const std::string& bytes, JsonValue* out, std::string* error);
-
-// Writes `s` as a JSON string literal (quotes included), escaping as needed; bytes that are not
-// UTF-8 become U+FFFD so the output always parses.
-void append_json_string(std::string* out, std::string_view s);
 
 }  // namespace gpushim::analysis

@@ -1,24 +1,12 @@
 #include "offline_symbolizer.h"
 
-#include <cxxabi.h>
-#include <elfutils/libdwfl.h>
+#include <cstdio>
+#include <memory>
 
-#include <cstdlib>
-#include <cstring>
+#include "stacks/libdw_session.h"
 
 namespace gpushim::analysis {
 namespace {
-
-std::string demangle(const char* name) {
-  if (name == nullptr) return {};
-  std::string plain(name);
-  if (const size_t at = plain.find('@'); at != std::string::npos && at > 0) plain.resize(at);
-  int status = 0;
-  char* d = abi::__cxa_demangle(plain.c_str(), nullptr, nullptr, &status);
-  if (status == 0 && d != nullptr) plain = d;
-  std::free(d);
-  return plain;
-}
 
 std::string base_name(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -35,34 +23,15 @@ std::string hex(const std::string& bytes) {
   return s;
 }
 
-// Separate debug files only from the local build-id tree and debuglink: an offline tool must not
-// start downloading through debuginfod because a login shell set DEBUGINFOD_URLS.
-int local_find_debuginfo(Dwfl_Module* mod, void** userdata, const char* modname, Dwarf_Addr base,
-                         const char* file_name, const char* debuglink_file, GElf_Word debuglink_crc,
-                         char** debuginfo_file_name) {
-  const char* urls = getenv("DEBUGINFOD_URLS");
-  if (urls != nullptr && urls[0] != '\0')
-    return dwfl_build_id_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file, debuglink_crc,
-                                        debuginfo_file_name);
-  return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name, debuglink_file, debuglink_crc,
-                                      debuginfo_file_name);
-}
-
-char* g_debuginfo_path = nullptr;
-const Dwfl_Callbacks kCallbacks = {dwfl_build_id_find_elf, local_find_debuginfo, nullptr, &g_debuginfo_path};
-
 }  // namespace
 
-// One libdw session per module, reported at bias 0: a frame's offset is then its ELF address,
-// whatever address the module had in the traced process.
+// One libdw session per module file (the symbolizer core, stacks/libdw_session.h), reported at
+// bias 0: a frame's offset is then its ELF address, whatever address the module had in the traced
+// process.
 struct OfflineSymbolizer::Module {
-  Dwfl* dwfl = nullptr;
-  Dwfl_Module* mod = nullptr;
+  std::unique_ptr<LibdwSession> session;
   const trace::ModuleInfo* info = nullptr;
   bool usable = false;
-  ~Module() {
-    if (dwfl) dwfl_end(dwfl);
-  }
 };
 
 OfflineSymbolizer::OfflineSymbolizer(const TraceData& trace) : trace_(trace) {}
@@ -81,23 +50,21 @@ OfflineSymbolizer::Module* OfflineSymbolizer::module(uint32_t id) {
   m->info = &info->second;
   const std::string& path = m->info->path;
   if (path.empty() || path[0] != '/') return m;  // the vdso and friends have no file
-  m->dwfl = dwfl_begin(&kCallbacks);
-  if (m->dwfl == nullptr) return m;
-  dwfl_report_begin(m->dwfl);
-  m->mod = dwfl_report_elf(m->dwfl, base_name(path).c_str(), path.c_str(), -1, 0, false);
-  dwfl_report_end(m->dwfl, nullptr, nullptr);
-  if (m->mod == nullptr) {
+  bool readable = false;
+  m->session = LibdwSession::for_file(path, &readable);
+  if (m->session == nullptr) {
+    if (!libdw_missing_noted_) notes_.push_back("libdw.so.1 (elfutils) cannot be loaded: frames stay as offsets");
+    libdw_missing_noted_ = true;
+    return m;
+  }
+  if (!readable) {
     notes_.push_back("cannot read " + path + ": frames in it stay as offsets");
     return m;
   }
   if (!m->info->build_id.empty()) {
-    const unsigned char* bits = nullptr;
-    GElf_Addr vaddr = 0;
-    const int n = dwfl_module_build_id(m->mod, &bits, &vaddr);
-    if (n > 0 && (static_cast<size_t>(n) != m->info->build_id.size() ||
-                  std::memcmp(bits, m->info->build_id.data(), static_cast<size_t>(n)) != 0)) {
-      notes_.push_back(path + " changed since the trace was recorded (build id " +
-                       hex(std::string(reinterpret_cast<const char*>(bits), static_cast<size_t>(n))) + ", recorded " +
+    const std::string id = m->session->build_id();
+    if (!id.empty() && id != m->info->build_id) {
+      notes_.push_back(path + " changed since the trace was recorded (build id " + hex(id) + ", recorded " +
                        hex(m->info->build_id) + "): frames in it stay as offsets");
       return m;
     }
@@ -133,15 +100,7 @@ FrameInfo OfflineSymbolizer::resolve(const trace::FrameCode& code) {
   }
   if (!m->usable || code.value == 0) return fi;
   // A return address points after the call; look up the call itself.
-  const Dwarf_Addr lookup = code.value - 1;
-  if (const char* name = dwfl_module_addrname(m->mod, lookup)) fi.function = demangle(name);
-  if (Dwfl_Line* line = dwfl_module_getsrc(m->mod, lookup)) {
-    int lineno = 0;
-    if (const char* file = dwfl_lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr)) {
-      fi.file = file;
-      fi.line = lineno;
-    }
-  }
+  m->session->describe(code.value - 1, &fi);
   return fi;
 }
 

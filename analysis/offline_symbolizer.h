@@ -1,5 +1,6 @@
-// Symbolizes the stacks of a trace after the fact, from the module files the trace names (elfutils'
-// libdw: symbol tables and DWARF line info). A module whose file is gone, or whose build id no
+// Symbolizes the stacks of a trace after the fact, from the module files the trace names, through
+// the shim's own symbolizer core (stacks/libdw_session.h: elfutils' libdw, symbol tables and DWARF
+// line info), so a frame gets the same name offline as in the exit report. A module whose file is gone, or whose build id no
 // longer matches the one recorded, keeps its frames as module+offset.
 #pragma once
 
@@ -37,6 +38,7 @@ class OfflineSymbolizer {
   absl::flat_hash_map<uint32_t, std::vector<FrameInfo>> stacks_;
   std::map<std::pair<uint64_t, uint64_t>, FrameInfo> frames_;  // (selector, value) -> resolved
   std::vector<std::string> notes_;
+  bool libdw_missing_noted_ = false;
   std::vector<FrameInfo> empty_;
 };
 

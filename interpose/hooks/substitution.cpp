@@ -5,40 +5,21 @@
 #include <atomic>
 #include <cstring>
 
+#include "cuda/hooked_symbols.h"
 #include "cuda/real_symbols.h"
 
 namespace gpushim {
 namespace {
 
-// Driver hooks of ours (hooks/driver_api.cpp, hooks/proc_address.cpp), by exported variant name.
-constexpr const char* kDriverNames[] = {
-    "cuMemAlloc_v2",          "cuMemFree_v2",          "cuMemAllocPitch_v2",
-    "cuMemAllocManaged",      "cuMemHostAlloc",        "cuMemAllocHost_v2",
-    "cuMemFreeHost",          "cuMemAllocAsync",       "cuMemAllocAsync_ptsz",
-    "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", "cuMemFreeAsync",
-    "cuMemFreeAsync_ptsz",    "cuMemCreate",           "cuMemRelease",
-    "cuMemRetainAllocationHandle", "cuMemMap",         "cuMemUnmap",
-    "cuMemAddressReserve",    "cuMemAddressFree",      "cuMemImportFromShareableHandle",
-    "cuGraphAddMemAllocNode", "cuMemGetInfo_v2",       "cuMemGetAddressRange_v2",
-    "cuPointerGetAttribute",  "cuPointerGetAttributes", "cuIpcGetMemHandle",
-    "cuGetProcAddress",       "cuGetProcAddress_v2",
-    "cuMemPoolGetAttribute",  "cuMemPoolSetAttribute", "cuMemPoolTrimTo",
-    "cuDeviceSetMemPool",
-    "cuStreamCreate",         "cuStreamCreateWithPriority", "cuStreamDestroy_v2",
-    "cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease_v2",
-    "cuCtxDestroy_v2",        "cuCtxDestroy",
-};
-// Runtime hooks of ours (hooks/runtime_api.cpp, hooks/capture_api.cpp), for dlsym on a libcudart
-// handle: what ctypes.CDLL("libcudart.so.13").cudaMalloc does.
-constexpr const char* kRuntimeNames[] = {
-    "cudaMalloc",           "cudaFree",               "cudaMallocAsync",        "cudaMallocAsync_ptsz",
-    "cudaFreeAsync",        "cudaFreeAsync_ptsz",     "cudaMallocPitch",        "cudaMemGetInfo",
-    "cudaMallocManaged",    "cudaMallocHost",         "cudaHostAlloc",          "cudaFreeHost",
-    "cudaIpcGetMemHandle",  "cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz",
-    "cudaStreamEndCapture", "cudaStreamEndCapture_ptsz",
-    "cudaMemPoolGetAttribute", "cudaMemPoolSetAttribute", "cudaMemPoolTrimTo", "cudaDeviceSetMemPool",
-    "cudaDeviceReset",
-};
+// Our hooks, by exported name (cuda/hooked_symbols.h): the driver's for cuGetProcAddress and a
+// libcuda handle, the runtime's for dlsym on a libcudart handle (what
+// ctypes.CDLL("libcudart.so.13").cudaMalloc does).
+#define GPUSHIM_DRIVER_NAME(member, symbol, type) symbol,
+constexpr const char* kDriverNames[] = {GPUSHIM_HOOKED_DRIVER_FUNCTIONS(GPUSHIM_DRIVER_NAME)};
+#undef GPUSHIM_DRIVER_NAME
+#define GPUSHIM_RUNTIME_NAME(symbol) symbol,
+constexpr const char* kRuntimeNames[] = {GPUSHIM_HOOKED_RUNTIME_FUNCTIONS(GPUSHIM_RUNTIME_NAME)};
+#undef GPUSHIM_RUNTIME_NAME
 constexpr size_t kDrivers = sizeof(kDriverNames) / sizeof(kDriverNames[0]);
 constexpr size_t kRuntimes = sizeof(kRuntimeNames) / sizeof(kRuntimeNames[0]);
 

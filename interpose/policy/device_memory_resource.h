@@ -2,7 +2,9 @@
 // reduced to what a preload needs). Passthrough is the absence of a resource: the core forwards.
 //
 // Resources compose: a pool sits over a Backend (segments from the real driver, or a simulated
-// one for replay), and caps or fault injection wrap the Backend, so a pool never knows about them.
+// one for replay), and the cap wraps the Backend (LimitedBackend), so a pool never knows about it.
+// Fault injection is not a wrapper: the core asks the FaultInjector (fault_injector.h) before it
+// asks the pool, so an injected failure never reaches a resource either.
 #pragma once
 
 #include <cuda.h>
@@ -12,7 +14,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
-#include "report/report_model.h"
+#include "policy/pool_figures.h"
 
 namespace gpushim {
 

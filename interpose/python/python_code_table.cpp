@@ -92,7 +92,7 @@ uint32_t PythonCodeTable::slow_location(uintptr_t code, int32_t byte_offset, boo
   return id;
 }
 
-bool PythonCodeTable::resolve(uint32_t id, FrameInfo* out) const {
+bool PythonCodeTable::resolve(uint32_t id, PythonLocation* out) const {
   if (id == kTableFullId) {
     out->function = "<python frame not recorded: location table full>";
     return true;

@@ -15,9 +15,16 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "python/python_runtime.h"
-#include "stacks/symbolizer.h"
 
 namespace gpushim {
+
+// What a location id stands for. The stack code turns it into a frame of its own (python/ knows
+// nothing of stacks/, which reads it).
+struct PythonLocation {
+  std::string function;  // qualified name on 3.11+
+  std::string file;
+  int line = 0;          // 0: no line for that instruction
+};
 
 class PythonCodeTable {
  public:
@@ -47,7 +54,7 @@ class PythonCodeTable {
   }
 
   // File, function (qualified name on 3.11+) and line of `id`. False for an unknown id.
-  bool resolve(uint32_t id, FrameInfo* out) const;
+  bool resolve(uint32_t id, PythonLocation* out) const;
 
   size_t locations() const;
   size_t memory_bytes() const;

@@ -1,12 +1,12 @@
 #include "python/python_runtime.h"
 
 #include <dlfcn.h>
-#include <elf.h>
-#include <link.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+
+#include "util/loaded_modules.h"
 
 namespace gpushim {
 namespace {
@@ -14,35 +14,6 @@ namespace {
 template <typename T>
 T symbol(const char* name) {
   return reinterpret_cast<T>(dlsym(RTLD_DEFAULT, name));
-}
-
-// [begin, end) of the loaded object containing `addr`, over all its PT_LOAD segments.
-bool module_range(uintptr_t addr, uintptr_t* begin, uintptr_t* end) {
-  struct Ctx {
-    uintptr_t probe, begin, end;
-  } ctx{addr, 0, 0};
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* data) -> int {
-        auto* c = static_cast<Ctx*>(data);
-        uintptr_t lo = UINTPTR_MAX, hi = 0;
-        bool inside = false;
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_LOAD) continue;
-          const uintptr_t s = info->dlpi_addr + ph.p_vaddr, e = s + ph.p_memsz;
-          lo = std::min(lo, s);
-          hi = std::max(hi, e);
-          inside |= c->probe >= s && c->probe < e;
-        }
-        if (!inside) return 0;
-        c->begin = lo;
-        c->end = hi;
-        return 1;
-      },
-      &ctx);
-  *begin = ctx.begin;
-  *end = ctx.end;
-  return ctx.end > ctx.begin;
 }
 
 }  // namespace
@@ -92,7 +63,7 @@ PythonDetection detect_python() {
   d.runtime.eval_begin = d.runtime.eval_end = reinterpret_cast<uintptr_t>(eval);
   if (dladdr1(eval, &info, reinterpret_cast<void**>(&sym), RTLD_DL_SYMENT) != 0 && sym != nullptr)
     d.runtime.eval_end = d.runtime.eval_begin + sym->st_size;
-  if (!module_range(d.runtime.eval_begin, &d.runtime.interpreter_begin, &d.runtime.interpreter_end)) {
+  if (!loaded_module_range(d.runtime.eval_begin, &d.runtime.interpreter_begin, &d.runtime.interpreter_end)) {
     d.reason = "cannot find the module of the Python interpreter";
     return d;
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "report/report_writer.h"
+#include "util/json_string.h"
 
 namespace gpushim {
 namespace {
@@ -63,7 +64,7 @@ class JsonOut {
     // Keep doubles recognisable as such for readers that type by the first value they see.
     if (s.find_first_of(".eE", at) == std::string::npos) s += ".0";
   }
-  void str(const std::string& v) { escape(v.data(), v.size()); }
+  void str(const std::string& v) { append_json_string(&s, v); }
 
   void kv(const char* k, uint64_t v) {
     key(k);
@@ -88,68 +89,6 @@ class JsonOut {
 
  private:
   bool need_comma_ = false;
-
-  // Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlongs, no surrogates, nothing
-  // above U+10FFFF), or 0 if the byte there does not start one.
-  static size_t utf8_len(const unsigned char* p, size_t n) {
-    const unsigned char c = p[0];
-    auto cont = [&](size_t i) { return i < n && (p[i] & 0xC0) == 0x80; };
-    if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-    if (c >= 0xE0 && c <= 0xEF) {
-      if (!cont(1) || !cont(2)) return 0;
-      if (c == 0xE0 && p[1] < 0xA0) return 0;  // overlong
-      if (c == 0xED && p[1] > 0x9F) return 0;  // UTF-16 surrogate
-      return 3;
-    }
-    if (c >= 0xF0 && c <= 0xF4) {
-      if (!cont(1) || !cont(2) || !cont(3)) return 0;
-      if (c == 0xF0 && p[1] < 0x90) return 0;  // overlong
-      if (c == 0xF4 && p[1] > 0x8F) return 0;  // above U+10FFFF
-      return 4;
-    }
-    return 0;
-  }
-
-  // Symbol names, paths and Python file names are arbitrary bytes; the document must stay valid
-  // JSON whatever they hold, so bytes that are not UTF-8 become U+FFFD.
-  void escape(const char* data, size_t n) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    const auto* p = reinterpret_cast<const unsigned char*>(data);
-    s += '"';
-    for (size_t i = 0; i < n;) {
-      const unsigned char c = p[i];
-      if (c < 0x80) {
-        switch (c) {
-          case '"': s += "\\\""; break;
-          case '\\': s += "\\\\"; break;
-          case '\n': s += "\\n"; break;
-          case '\r': s += "\\r"; break;
-          case '\t': s += "\\t"; break;
-          case '\b': s += "\\b"; break;
-          case '\f': s += "\\f"; break;
-          default:
-            if (c < 0x20 || c == 0x7F) {
-              s += "\\u00";
-              s += kHex[c >> 4];
-              s += kHex[c & 0xF];
-            } else {
-              s += static_cast<char>(c);
-            }
-        }
-        ++i;
-        continue;
-      }
-      const size_t len = utf8_len(p + i, n - i);
-      if (len == 0) {
-        s += "\\ufffd";
-        ++i;
-      } else {
-        s.append(data + i, len);
-        i += len;
-      }
-    }
-    s += '"';
-  }
 };
 
 void write_pool(JsonOut& j, const PoolFigures& p) {

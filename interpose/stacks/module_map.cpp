@@ -1,11 +1,9 @@
 #include "stacks/module_map.h"
 
-#include <link.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <string_view>
 
+#include "util/loaded_modules.h"
 #include "util/paths.h"
 
 namespace gpushim {
@@ -20,15 +18,9 @@ bool is_plumbing_path(std::string_view path, bool contains_self) {
   return b.starts_with("libcudart.so") || b.starts_with("libcuda.so");
 }
 
-std::string read_exe() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
 }  // namespace
 
-ModuleMap::ModuleMap() : names_(1), exe_(read_exe()) { names_.reserve(64); }
+ModuleMap::ModuleMap() : names_(1), exe_(self_exe_path()) { names_.reserve(64); }
 
 ModuleMap::~ModuleMap() {
   delete current_.load(std::memory_order_acquire);
@@ -68,46 +60,28 @@ ModuleId ModuleMap::intern(const std::string& path, bool plumbing) {
 
 void ModuleMap::rebuild() {
   const Snapshot* old = current_.load(std::memory_order_acquire);
-  struct Ctx {
-    ModuleMap* self;
-    const Snapshot* old;
-    Snapshot* fresh;
-    bool unchanged;
-  } ctx{this, old, nullptr, false};
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t size, void* data) -> int {
-        auto* c = static_cast<Ctx*>(data);
-        if (c->fresh == nullptr) {
-          // First object: the counters tell whether anything changed since the last snapshot.
-          const bool has_counters = size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs);
-          if (c->old && has_counters && info->dlpi_adds == c->old->adds && info->dlpi_subs == c->old->subs) {
-            c->unchanged = true;
-            return 1;
-          }
-          c->fresh = new Snapshot;
-          if (has_counters) c->fresh->adds = info->dlpi_adds, c->fresh->subs = info->dlpi_subs;
-        }
-        uintptr_t begin = UINTPTR_MAX, end = 0;
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_LOAD) continue;
-          begin = std::min<uintptr_t>(begin, info->dlpi_addr + ph.p_vaddr);
-          end = std::max<uintptr_t>(end, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
-        }
-        if (begin >= end) return 0;
-        const bool is_exe = info->dlpi_name == nullptr || info->dlpi_name[0] == '\0';
-        std::string path = is_exe ? c->self->exe_ : std::string(info->dlpi_name);
-        if (path.empty()) return 0;  // e.g. the vDSO under some loaders
-        const uintptr_t self = reinterpret_cast<uintptr_t>(&own_anchor);
-        const ModuleId id = c->self->intern(path, is_plumbing_path(path, self >= begin && self < end));
-        if (id != kUnknownModule) c->fresh->ranges.push_back({begin, end, id, info->dlpi_addr});
-        return 0;
-      },
-      &ctx);
-  if (ctx.unchanged || ctx.fresh == nullptr) return;
-  std::sort(ctx.fresh->ranges.begin(), ctx.fresh->ranges.end(),
-            [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  current_.store(ctx.fresh, std::memory_order_release);
+  Snapshot* fresh = nullptr;
+  bool unchanged = false;
+  const uintptr_t self = reinterpret_cast<uintptr_t>(&own_anchor);
+  for_each_loaded_module([&](const LoadedModule& m) {
+    if (fresh == nullptr) {
+      // First object: the counters tell whether anything changed since the last snapshot.
+      if (old && m.has_counters && m.adds == old->adds && m.subs == old->subs) {
+        unchanged = true;
+        return false;
+      }
+      fresh = new Snapshot;
+      if (m.has_counters) fresh->adds = m.adds, fresh->subs = m.subs;
+    }
+    const std::string path = m.is_main ? exe_ : std::string(m.name);
+    if (path.empty()) return true;  // e.g. the vDSO under some loaders
+    const ModuleId id = intern(path, is_plumbing_path(path, self >= m.begin && self < m.end));
+    if (id != kUnknownModule) fresh->ranges.push_back({m.begin, m.end, id, m.bias});
+    return true;
+  });
+  if (unchanged || fresh == nullptr) return;
+  std::sort(fresh->ranges.begin(), fresh->ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  current_.store(fresh, std::memory_order_release);
   if (old != nullptr) retired_.push_back(old);  // stays readable by anyone still on it
 }
 

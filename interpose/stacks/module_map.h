@@ -2,7 +2,7 @@
 //
 // Every allocation records the module that called into CUDA. dladdr costs ~200 ns and takes the
 // loader lock; this map answers from an immutable snapshot of the PT_LOAD ranges of every loaded
-// object (dl_iterate_phdr) with one binary search and no lock. A miss rebuilds the snapshot only if
+// object (util/loaded_modules.h) with one binary search and no lock. A miss rebuilds the snapshot only if
 // objects were loaded or unloaded since it was taken. Old snapshots are kept (never freed), so a
 // reader never races a rebuild; there is one per change of the loaded set, which stays small
 // (the shim's map lives as long as the process; others free them all when destroyed).
@@ -56,7 +56,7 @@ class ModuleMap {
     uintptr_t base = 0;  // the object's load bias (dlpi_addr): module offsets are from it
   };
   struct Snapshot {
-    unsigned long long adds = 0, subs = 0;  // dl_iterate_phdr's load/unload counters when taken
+    unsigned long long adds = 0, subs = 0;  // the loader's load/unload counters when taken
     std::vector<Range> ranges;              // sorted by begin
   };
   static constexpr size_t kMaxModules = 4096;

@@ -139,7 +139,12 @@ StackId StackCapturer::capture(bool allocation) {
 }
 
 bool StackCapturer::resolve_python(uint32_t id, FrameInfo* out) const {
-  return code_table_ != nullptr && code_table_->resolve(id, out);
+  PythonLocation loc;
+  if (code_table_ == nullptr || !code_table_->resolve(id, &loc)) return false;
+  out->function = std::move(loc.function);
+  out->file = std::move(loc.file);
+  out->line = loc.line;
+  return true;
 }
 
 }  // namespace gpushim

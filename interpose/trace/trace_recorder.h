@@ -21,7 +21,7 @@
 #include "stacks/stack_table.h"
 #include "stacks/symbolizer.h"
 #include "trace/event_ring.h"
-#include "trace/module_map.h"
+#include "trace/trace_module_table.h"
 #include "trace/trace_encoder.h"
 #include "trace/trace_event.h"
 
@@ -104,7 +104,7 @@ class TraceRecorder {
   bool io_failed_ = false;
   std::vector<TraceEvent> batch_;
   std::string out_;
-  ModuleMap modules_;
+  TraceModuleTable modules_;
   absl::flat_hash_set<uint32_t> written_stacks_;
   absl::flat_hash_set<uint32_t> written_pyframes_;
   uint64_t drains_ = 0;

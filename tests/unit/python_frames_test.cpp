@@ -298,7 +298,7 @@ TEST(PythonCodeTable, InternsLocationsAndResolvesThemLater) {
   EXPECT_NE(first, second);
   EXPECT_NE(second, third);
   EXPECT_EQ(table.locations(), 3u);
-  FrameInfo f;
+  PythonLocation f;
   ASSERT_TRUE(table.resolve(first, &f));
   EXPECT_EQ(f.function, "Trainer.step");
   EXPECT_EQ(f.file, "/src/train.py");
@@ -324,7 +324,7 @@ TEST(PythonCodeTable, ACodeObjectReusingAFreedOnesAddressGetsNewIds) {
   const uint32_t new_id = table.location(a, 0, &site);
   EXPECT_NE(new_id, old_id);
   EXPECT_EQ(table.location(a, 0, &site), new_id);
-  FrameInfo f;
+  PythonLocation f;
   ASSERT_TRUE(table.resolve(old_id, &f));
   EXPECT_EQ(f.function, "old");  // stacks recorded earlier keep their meaning
   ASSERT_TRUE(table.resolve(new_id, &f));
@@ -380,7 +380,7 @@ TEST(PythonCodeTable, GrowsAndStaysConsistentUnderConcurrentLookups) {
   for (size_t k = 0; k < n; ++k) {
     const uint32_t id = table.location(codes[k / kOffsets], static_cast<int>(k % kOffsets) * 2, &site);
     for (int t = 0; t < kThreads; ++t) ASSERT_EQ(ids[t][k], id) << k;
-    FrameInfo f;
+    PythonLocation f;
     ASSERT_TRUE(table.resolve(id, &f));
     ASSERT_EQ(f.file, "f" + std::to_string(k / kOffsets) + ".py");
   }

@@ -1,5 +1,7 @@
-// The loaded objects of this process, for writing stack frames as (module, offset): offline tools
-// symbolize a trace from the module files long after the process is gone. Used by the trace
+// The modules a trace names: the loaded objects of this process, each with the id, path, load
+// bias and build id the trace records, so that stack frames are written as (module, offset) and
+// offline tools symbolize them from the module files long after the process is gone. (The hot
+// path's module lookup is stacks/module_map.h; both walk util/loaded_modules.h.) Used by the trace
 // writer thread only.
 #pragma once
 
@@ -10,7 +12,7 @@
 
 namespace gpushim::trace {
 
-class ModuleMap {
+class TraceModuleTable {
  public:
   // The module containing `addr`, or null. Re-reads the loaded objects (dlopen'ed since the last
   // read) at most once per `refresh_token`, so that a burst of unknown addresses costs one scan.

@@ -1,0 +1,209 @@
+#include "stacks/libdw_session.h"
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <type_traits>
+
+#include "util/paths.h"
+
+namespace gpushim {
+namespace {
+
+// --- The slice of elfutils' libdwfl.h we use, declared here so that neither its headers nor the
+// library are build dependencies. Layouts and signatures match libdwfl.h (stable ABI since 0.122).
+struct DwflOpaque;
+struct DwflModuleOpaque;
+struct DwflLineOpaque;
+struct ElfOpaque;
+using DwarfAddr = uint64_t;  // Dwarf_Addr, GElf_Addr
+using DwarfWord = uint64_t;  // Dwarf_Word
+using GElfWord = uint32_t;   // GElf_Word
+
+struct DwflCallbacks {  // Dwfl_Callbacks
+  int (*find_elf)(DwflModuleOpaque* mod, void** userdata, const char* modname, DwarfAddr base,
+                  char** file_name, ElfOpaque** elfp);
+  int (*find_debuginfo)(DwflModuleOpaque* mod, void** userdata, const char* modname, DwarfAddr base,
+                        const char* file_name, const char* debuglink_file, GElfWord debuglink_crc,
+                        char** debuginfo_file_name);
+  int (*section_address)(DwflModuleOpaque* mod, void** userdata, const char* modname, DwarfAddr base,
+                         const char* secname, GElfWord shndx, const void* shdr, DwarfAddr* addr);
+  char** debuginfo_path;
+};
+
+using FindElfFn = decltype(DwflCallbacks::find_elf);
+using FindDebuginfoFn = decltype(DwflCallbacks::find_debuginfo);
+
+// Every function is looked up on a RTLD_LOCAL handle that is never closed: libdw may keep caches
+// tied to it, and unloading buys nothing.
+struct Libdw {
+  DwflOpaque* (*begin)(const DwflCallbacks*) = nullptr;
+  void (*end)(DwflOpaque*) = nullptr;
+  void (*report_begin)(DwflOpaque*) = nullptr;
+  int (*report_end)(DwflOpaque*, int (*)(DwflModuleOpaque*, void*, const char*, DwarfAddr, void*), void*) = nullptr;
+  int (*linux_proc_report)(DwflOpaque*, pid_t) = nullptr;
+  DwflModuleOpaque* (*report_elf)(DwflOpaque*, const char* name, const char* file_name, int fd, DwarfAddr base,
+                                  bool add_p_vaddr) = nullptr;
+  DwflModuleOpaque* (*addrmodule)(DwflOpaque*, DwarfAddr) = nullptr;
+  const char* (*module_addrname)(DwflModuleOpaque*, DwarfAddr) = nullptr;
+  DwflLineOpaque* (*module_getsrc)(DwflModuleOpaque*, DwarfAddr) = nullptr;
+  const char* (*lineinfo)(DwflLineOpaque*, DwarfAddr*, int*, int*, DwarfWord*, DwarfWord*) = nullptr;
+  int (*module_build_id)(DwflModuleOpaque*, const unsigned char** bits, DwarfAddr* vaddr) = nullptr;
+  FindElfFn linux_proc_find_elf = nullptr;
+  FindElfFn build_id_find_elf = nullptr;
+  FindDebuginfoFn standard_find_debuginfo = nullptr;  // may be null: then build_id_find_debuginfo
+  FindDebuginfoFn build_id_find_debuginfo = nullptr;
+};
+
+std::atomic<const Libdw*> g_libdw{nullptr};
+std::atomic<bool> g_libdw_tried{false};
+
+// Loaded at the first session, never at load time: libdw drags in libelf and compression
+// libraries that a traced process has no other reason to map. Lock-free: racing first callers
+// each load (dlopen counts references) and one table wins; no lock is ever held across fork.
+const Libdw* libdw() {
+  if (const Libdw* l = g_libdw.load(std::memory_order_acquire)) return l;
+  if (g_libdw_tried.load(std::memory_order_acquire)) return nullptr;
+  void* h = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    g_libdw_tried.store(true, std::memory_order_release);
+    return nullptr;
+  }
+  auto* l = new Libdw;
+  auto sym = [h](auto* fn, const char* name) {
+    *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(h, name));
+    return *fn != nullptr;
+  };
+  const bool ok = sym(&l->begin, "dwfl_begin") && sym(&l->end, "dwfl_end") &&
+                  sym(&l->report_begin, "dwfl_report_begin") && sym(&l->report_end, "dwfl_report_end") &&
+                  sym(&l->linux_proc_report, "dwfl_linux_proc_report") && sym(&l->report_elf, "dwfl_report_elf") &&
+                  sym(&l->addrmodule, "dwfl_addrmodule") && sym(&l->module_addrname, "dwfl_module_addrname") &&
+                  sym(&l->module_getsrc, "dwfl_module_getsrc") && sym(&l->lineinfo, "dwfl_lineinfo") &&
+                  sym(&l->module_build_id, "dwfl_module_build_id") &&
+                  sym(&l->linux_proc_find_elf, "dwfl_linux_proc_find_elf") &&
+                  sym(&l->build_id_find_elf, "dwfl_build_id_find_elf") &&
+                  sym(&l->build_id_find_debuginfo, "dwfl_build_id_find_debuginfo");
+  sym(&l->standard_find_debuginfo, "dwfl_standard_find_debuginfo");
+  if (!ok) {
+    delete l;
+    g_libdw_tried.store(true, std::memory_order_release);
+    return nullptr;
+  }
+  const Libdw* expected = nullptr;
+  if (!g_libdw.compare_exchange_strong(expected, l, std::memory_order_acq_rel)) {
+    delete l;
+    return expected;
+  }
+  return l;
+}
+
+// Separate debug files are looked up locally only (a plain callback: it has no context argument,
+// so it reads the table). dwfl_standard_find_debuginfo falls through to debuginfod when
+// DEBUGINFOD_URLS is set (some distributions set it for every login shell), which would make a
+// traced program's exit, or an offline tool, wait on HTTP downloads. In that case we keep to the
+// local build-id tree (/usr/lib/debug/.build-id, where Debian's -dbgsym packages install).
+int local_find_debuginfo(DwflModuleOpaque* mod, void** userdata, const char* modname, DwarfAddr base,
+                         const char* file_name, const char* debuglink_file, GElfWord debuglink_crc,
+                         char** debuginfo_file_name) {
+  const Libdw* l = g_libdw.load(std::memory_order_acquire);
+  if (l == nullptr) return -1;
+  const char* urls = getenv("DEBUGINFOD_URLS");
+  FindDebuginfoFn fn = l->build_id_find_debuginfo;
+  if ((urls == nullptr || urls[0] == '\0') && l->standard_find_debuginfo != nullptr) fn = l->standard_find_debuginfo;
+  return fn(mod, userdata, modname, base, file_name, debuglink_file, debuglink_crc, debuginfo_file_name);
+}
+
+}  // namespace
+
+std::string demangle_symbol(const char* name) {
+  if (name == nullptr) return {};
+  std::string plain(name);
+  if (const size_t at = plain.find('@'); at != std::string::npos && at > 0) plain.resize(at);
+  int status = 0;
+  char* d = abi::__cxa_demangle(plain.c_str(), nullptr, nullptr, &status);
+  if (status == 0 && d != nullptr) plain = d;
+  free(d);
+  return plain;
+}
+
+struct LibdwSession::State {
+  const Libdw* l = nullptr;
+  DwflCallbacks callbacks{};  // libdw keeps a pointer to it: lives as long as the session
+  DwflOpaque* dwfl = nullptr;
+  DwflModuleOpaque* file_module = nullptr;  // for_file: the one module
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State() {
+    if (dwfl != nullptr) l->end(dwfl);
+  }
+
+  bool open(FindElfFn find_elf) {
+    callbacks.find_elf = find_elf;
+    callbacks.find_debuginfo = local_find_debuginfo;
+    callbacks.section_address = nullptr;  // only needed for relocatable (ET_REL) modules
+    callbacks.debuginfo_path = nullptr;   // libdw's default: ":.debug:/usr/lib/debug"
+    dwfl = l->begin(&callbacks);
+    return dwfl != nullptr;
+  }
+};
+
+LibdwSession::LibdwSession(std::unique_ptr<State> s) : s_(std::move(s)) {}
+LibdwSession::~LibdwSession() = default;
+
+std::unique_ptr<LibdwSession> LibdwSession::for_this_process() {
+  auto s = std::make_unique<State>();
+  s->l = libdw();
+  if (s->l == nullptr || !s->open(s->l->linux_proc_find_elf)) return nullptr;
+  std::unique_ptr<LibdwSession> session(new LibdwSession(std::move(s)));
+  if (!session->refresh()) return nullptr;
+  return session;
+}
+
+std::unique_ptr<LibdwSession> LibdwSession::for_file(const std::string& path, bool* readable) {
+  *readable = false;
+  auto s = std::make_unique<State>();
+  s->l = libdw();
+  if (s->l == nullptr || !s->open(s->l->build_id_find_elf)) return nullptr;
+  const std::string name(base_name(path));
+  s->l->report_begin(s->dwfl);
+  s->file_module = s->l->report_elf(s->dwfl, name.c_str(), path.c_str(), -1, 0, false);
+  s->l->report_end(s->dwfl, nullptr, nullptr);
+  *readable = s->file_module != nullptr;
+  return std::unique_ptr<LibdwSession>(new LibdwSession(std::move(s)));
+}
+
+bool LibdwSession::refresh() {
+  s_->l->report_begin(s_->dwfl);
+  const int rc = s_->l->linux_proc_report(s_->dwfl, getpid());
+  return s_->l->report_end(s_->dwfl, nullptr, nullptr) == 0 && rc == 0;
+}
+
+bool LibdwSession::describe(uint64_t address, FrameInfo* out) {
+  DwflModuleOpaque* m = s_->l->addrmodule(s_->dwfl, address);
+  if (m == nullptr) return false;
+  // The symbol table also names static functions, which the dynamic one behind dladdr lacks.
+  if (const char* name = s_->l->module_addrname(m, address)) out->function = demangle_symbol(name);
+  if (DwflLineOpaque* line = s_->l->module_getsrc(m, address)) {
+    int lineno = 0;
+    if (const char* file = s_->l->lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr)) {
+      out->file = file;
+      out->line = lineno;
+    }
+  }
+  return true;
+}
+
+std::string LibdwSession::build_id() {
+  if (s_->file_module == nullptr) return {};
+  const unsigned char* bits = nullptr;
+  DwarfAddr vaddr = 0;
+  const int n = s_->l->module_build_id(s_->file_module, &bits, &vaddr);
+  return n > 0 ? std::string(reinterpret_cast<const char*>(bits), static_cast<size_t>(n)) : std::string();
+}
+
+}  // namespace gpushim

@@ -19,6 +19,10 @@
 
 namespace gpushim {
 
+// Whether a function's (qualified) name is named by GPUSHIM_ITERATION_SITE `wanted`: "step" names
+// "step", "Trainer.step" and "main.<locals>.step".
+bool python_names_function(const std::string& qualname, const std::string& wanted);
+
 class PythonCodeTable {
  public:
   // Id handed out once the table holds kMaxLocations; resolves to a placeholder frame.

@@ -68,6 +68,21 @@ size_t walk_python_frames(const PythonRuntime& rt, PyFrameRef* out, size_t max) 
   return n;
 }
 
+size_t python_frames_running(const PythonRuntime& rt, uintptr_t tstate, uintptr_t code, size_t max) {
+  const PythonLayout& L = *rt.layout;
+  if (!py_pointer_plausible(tstate)) return 0;
+  uintptr_t frame = py_load<uintptr_t>(tstate + L.tstate_frame);
+  if (L.cframe_current >= 0) {
+    if (!py_pointer_plausible(frame)) return 0;
+    frame = py_load<uintptr_t>(frame + L.cframe_current);
+  }
+  size_t n = 0;
+  for (size_t steps = 0; n < max && steps < kMaxSteps && py_pointer_plausible(frame);
+       ++steps, frame = py_load<uintptr_t>(frame + L.frame_previous))
+    n += py_load<uintptr_t>(frame + L.frame_code) == code;
+  return n;
+}
+
 size_t read_python_arguments(const PythonRuntime& rt, const PyFrameRef& f, uintptr_t* out, size_t max) {
   const PythonLayout& L = *rt.layout;
   const int argc = py_load<int>(f.code + L.code_argcount);

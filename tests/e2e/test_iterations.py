@@ -8,6 +8,7 @@ from pythons import interpreters
 from shimtest import BIN, ShimTestCase, program, run
 
 CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "iteration_calls.py")
+TEMPORARIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "iteration_temporaries.py")
 
 
 class IterationSite(ShimTestCase):
@@ -21,6 +22,24 @@ class IterationSite(ShimTestCase):
                     self.assertRanOK(r)
                     self.assertEqual(r.report["growth"]["iterations"], 600)
                     self.assertEqual(r.report["growth"]["iteration_source"], "site")
+
+    def test_temporaries_reallocated_at_the_same_address(self):
+        # Arguments that are not numbers were compared by address only: a temporary str, tuple or
+        # object freed when the call returns and rebuilt at the same address, or the very same
+        # objects on every call, merged calls into one (600 calls were counted as 1).
+        for python, version in interpreters():
+            for kind in ("str", "tuple", "object", "int", "same", "thread", "recursive"):
+                with self.subTest(python=python, kind=kind):
+                    r = run([python, TEMPORARIES, "600", kind], env={"GPUSHIM_ITERATION_SITE": "train_step"})
+                    self.assertRanOK(r)
+                    g = r.report["growth"]
+                    self.assertEqual((g["iterations"], g["iteration_source"]), (600, "site"), r.stderr)
+                    self.assertEqual(g["verdict"], "suspects", r.stderr)
+                    top = g["suspects"][0]
+                    self.assertAlmostEqual(top["bytes_per_iteration"], 65536, delta=0.01)
+                    live = sum(s["live_bytes"] for s in r.report["sites"] if s["stack_id"] == top["stack_id"])
+                    self.assertGreaterEqual(live, 600 * 65536)
+                    self.assertIn("train_step", [f["function"] for f in top["frames"]])
 
 
 PACED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "paced_leak.py")

@@ -1,0 +1,73 @@
+"""GPUSHIM_ITERATION_SITE=train_step, called with an argument of one kind per run (argv: calls, kind):
+a temporary "str", "tuple", "object" or "int" built for each call and freed when it returns (the
+next call's temporary usually gets the same address, and so does the frame), or "same": the same
+objects on every call; "thread": as "same", from a worker thread while the main thread waits in
+join(); "recursive": as "same", each call calling train_step once more inside itself (one
+iteration: the outer call). The weights are allocated before the loop. Each call of train_step
+leaks 64 KiB and allocates and frees a 4 KiB scratch buffer, so the suspect's bytes per iteration
+is 64 KiB (128 KiB for "recursive") exactly when every call counts once."""
+import ctypes
+import sys
+import threading
+
+from cuda_ctypes import check, cuda
+
+LEAK_BYTES = 64 << 10
+kept = []
+
+
+class Batch:
+    def __init__(self, n):
+        self.n = n
+
+
+def leak():
+    p = ctypes.c_void_p()
+    check(cuda.cudaMalloc(ctypes.byref(p), LEAK_BYTES))
+    kept.append(p)
+
+
+def scratch():
+    p = ctypes.c_void_p()
+    check(cuda.cudaMalloc(ctypes.byref(p), 4096))
+    check(cuda.cudaFree(p))
+
+
+def train_step(batch, nested=False):
+    leak()
+    scratch()
+    if nested:
+        train_step(batch)
+
+
+def loop(calls, kind):
+    model = Batch(0)
+    for j in range(calls):
+        if kind == "str":
+            train_step("batch %d" % (j % 10))
+        elif kind == "tuple":
+            train_step((j, j + 1))
+        elif kind == "object":
+            train_step(Batch(j))
+        elif kind == "int":
+            train_step(1000 + j % 7)
+        elif kind == "recursive":
+            train_step(model, True)
+        else:
+            train_step(model)
+
+
+def main():
+    calls, kind = int(sys.argv[1]), sys.argv[2]
+    # The model's weights, before the loop as in a real program: the shim starts here.
+    weights = ctypes.c_void_p()
+    check(cuda.cudaMalloc(ctypes.byref(weights), 1 << 20))
+    if kind == "thread":
+        worker = threading.Thread(target=loop, args=(calls, "same"))
+        worker.start()
+        worker.join()
+    else:
+        loop(calls, kind)
+
+
+main()

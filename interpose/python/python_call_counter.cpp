@@ -135,11 +135,12 @@ void PythonCallCounter::arm(uintptr_t interp) {
   if (api_.get_eval != nullptr) {
     // Two stores the interpreter reads without a lock; done without the GIL, which this thread
     // may not hold (and must never wait for here). Frames already running are not affected.
-    previous_eval_ = reinterpret_cast<void* (*)(void*, void*, int)>(api_.get_eval(interp));
-    if (previous_eval_ == nullptr) {
+    auto* previous = reinterpret_cast<void* (*)(void*, void*, int)>(api_.get_eval(interp));
+    if (previous == nullptr) {
       phase_.store(kOff, std::memory_order_release);
       return;
     }
+    previous_eval_.store(previous, std::memory_order_release);
     api_.set_eval(interp, &eval_hook);
   }
   phase_.store(kArmed, std::memory_order_release);
@@ -186,7 +187,14 @@ void PythonCallCounter::turn_off(const char* why) {
 // 3.9-3.11, as the interpreter's frame evaluator, with the GIL held: `frame` is a PyFrameObject
 // (3.9, 3.10) or a _PyInterpreterFrame (3.11) about to run.
 void* PythonCallCounter::eval_hook(void* tstate, void* frame, int throwflag) {
-  PythonCallCounter* c = g_counter.load(std::memory_order_relaxed);
+  // Both were stored before the interpreter could call us, but by a thread that need not hold
+  // the GIL: on a weakly ordered CPU this thread may see them a moment later. Never null for long.
+  PythonCallCounter* c;
+  while ((c = g_counter.load(std::memory_order_acquire)) == nullptr) {
+  }
+  void* (*previous)(void*, void*, int);
+  while ((previous = c->previous_eval_.load(std::memory_order_acquire)) == nullptr) {
+  }
   const PythonLayout& L = *c->rt_.layout;
   const auto f = reinterpret_cast<uintptr_t>(frame);
   const uintptr_t code = py_load<uintptr_t>(f + L.frame_code);
@@ -200,7 +208,7 @@ void* PythonCallCounter::eval_hook(void* tstate, void* frame, int throwflag) {
     if (throwflag == 0 && starts && c->phase_.load(std::memory_order_relaxed) == kArmed)
       c->count_call(reinterpret_cast<uintptr_t>(tstate), code, 0);
   }
-  return c->previous_eval_(tstate, frame, throwflag);
+  return previous(tstate, frame, throwflag);
 }
 
 // 3.12+: sys.monitoring's PY_START callback, (code, instruction_offset), with the GIL held. The

@@ -82,7 +82,8 @@ class PythonCallCounter {
   std::atomic<uintptr_t> candidate_{0};
   std::atomic<uintptr_t> targets_[kMaxTargets] = {};  // written under the GIL, referenced forever
   std::atomic<int> n_targets_{0};
-  void* (*previous_eval_)(void*, void*, int) = nullptr;  // 3.9-3.11
+  // 3.9-3.11: the evaluator ours replaced, set before ours is installed.
+  std::atomic<void* (*)(void*, void*, int)> previous_eval_{nullptr};
   void* monitoring_ = nullptr;                           // 3.12+: sys.monitoring, referenced forever
   int tool_ = -1;
   long py_start_ = -1;  // sys.monitoring.events.PY_START

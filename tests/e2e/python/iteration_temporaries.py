@@ -3,7 +3,9 @@ a temporary "str", "tuple", "object" or "int" built for each call and freed when
 next call's temporary usually gets the same address, and so does the frame), or "same": the same
 objects on every call; "thread": as "same", from a worker thread while the main thread waits in
 join(); "recursive": as "same", each call calling train_step once more inside itself (one
-iteration: the outer call). The weights are allocated before the loop. Each call of train_step
+iteration: the outer call); "profiled": as "same", under the program's own profile function
+(sys.setprofile), which must still see every call: it prints how many; "tools_taken": as "same",
+after the program took the sys.monitoring tool ids that no tool is assigned (3.12+). The weights are allocated before the loop. Each call of train_step
 leaks 64 KiB and allocates and frees a 4 KiB scratch buffer, so the suspect's bytes per iteration
 is 64 KiB (128 KiB for "recursive") exactly when every call counts once."""
 import ctypes
@@ -62,7 +64,23 @@ def main():
     # The model's weights, before the loop as in a real program: the shim starts here.
     weights = ctypes.c_void_p()
     check(cuda.cudaMalloc(ctypes.byref(weights), 1 << 20))
-    if kind == "thread":
+    if kind == "profiled":
+        seen = [0]
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_name == "train_step":
+                seen[0] += 1
+
+        sys.setprofile(profile)
+        loop(calls, "same")
+        sys.setprofile(None)
+        print("profiler saw", seen[0], "calls")
+    elif kind == "tools_taken":
+        for tool in (3, 4):
+            sys.monitoring.use_tool_id(tool, "the program's own")
+        loop(calls, "same")
+        print("tools", [sys.monitoring.get_tool(t) for t in (3, 4)])
+    elif kind == "thread":
         worker = threading.Thread(target=loop, args=(calls, "same"))
         worker.start()
         worker.join()

@@ -1,14 +1,20 @@
 """GPUSHIM_ITERATION_SITE=train_step, called with an argument of one kind per run (argv: calls, kind):
-a temporary "str", "tuple", "object" or "int" built for each call and freed when it returns (the
-next call's temporary usually gets the same address, and so does the frame), or "same": the same
-objects on every call; "thread": as "same", from a worker thread while the main thread waits in
-join(); "recursive": as "same", each call calling train_step once more inside itself (one
-iteration: the outer call); "profiled": as "same", under the program's own profile function
-(sys.setprofile), which must still see every call: it prints how many; "tools_taken": as "same",
-after the program took the sys.monitoring tool ids that no tool is assigned (3.12+). The weights are allocated before the loop. Each call of train_step
-leaks 64 KiB and allocates and frees a 4 KiB scratch buffer, so the suspect's bytes per iteration
-is 64 KiB (128 KiB for "recursive") exactly when every call counts once."""
+- "str", "tuple", "object", "int": a temporary built for each call and freed when it returns (the
+  next call's temporary usually gets the same address, and so does the frame);
+- "same": the same objects on every call;
+- "indirect": as "same", called from C (map calling a functools.partial);
+- "thread": as "same", from a worker thread while the main thread waits in join();
+- "recursive": as "same", each call calling train_step once more inside itself (one iteration:
+  the outer call);
+- "profiled": as "same", under the program's own profile function (sys.setprofile), which must
+  still see every call: it prints how many;
+- "tools_taken": as "same", after the program took the sys.monitoring tool ids that no tool is
+  assigned (3.12+).
+The weights are allocated before the loop. Each call of train_step leaks 64 KiB and allocates and
+frees a 4 KiB scratch buffer, so the suspect's bytes per iteration is 64 KiB exactly when every
+call counts once."""
 import ctypes
+import functools
 import sys
 import threading
 
@@ -53,6 +59,8 @@ def loop(calls, kind):
             train_step(Batch(j))
         elif kind == "int":
             train_step(1000 + j % 7)
+        elif kind == "indirect":  # from C code: map calling a functools.partial
+            list(map(functools.partial(train_step), [model]))
         elif kind == "recursive":
             train_step(model, True)
         else:

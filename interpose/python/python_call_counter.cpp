@@ -159,13 +159,16 @@ void PythonCallCounter::request_registration() {
 
 bool PythonCallCounter::register_target(uintptr_t code) {
   const int n = n_targets_.load(std::memory_order_relaxed);
-  if (n == kMaxTargets || py_load<uintptr_t>(code + kPyObjectType) != rt_.code_type) return false;
   // The address was the site's when an allocation saw it; a frame running it proves the object
   // alive, and its name that no other code object has taken the address since.
   std::string name;
-  if (!copy_python_str(rt_, py_load<uintptr_t>(code + rt_.layout->code_name), kMaxNameChars, &name) ||
-      !python_names_function(name, site_))
+  if (n == kMaxTargets || py_load<uintptr_t>(code + kPyObjectType) != rt_.code_type ||
+      !copy_python_str(rt_, py_load<uintptr_t>(code + rt_.layout->code_name), kMaxNameChars, &name) ||
+      !python_names_function(name, site_)) {
+    uintptr_t expected = code;  // stop comparing frames with it
+    candidate_.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
     return false;
+  }
   api_.inc_ref(reinterpret_cast<PyObj*>(code));  // never released: the address stays this code's
   targets_[n].store(code, std::memory_order_relaxed);
   n_targets_.store(n + 1, std::memory_order_release);
@@ -232,11 +235,14 @@ int PythonCallCounter::register_pending(void*) {
     return 0;
   // Alive only if a frame runs it. If the call ended before this thread got here, the next
   // allocation inside the function asks again.
-  bool running = false;
   const uintptr_t interp = c->interp_.load(std::memory_order_relaxed);
-  for (uintptr_t ts = c->api_.thread_head(interp); ts != 0 && !running; ts = c->api_.thread_next(ts))
-    running = python_frames_running(c->rt_, ts, code, 1) > 0;
-  if (!running) return 0;
+  size_t running = 0, starting = 0;
+  for (uintptr_t ts = c->api_.thread_head(interp); ts != 0; ts = c->api_.thread_next(ts)) {
+    const uintptr_t frame = python_outermost_frame_running(c->rt_, ts, code);
+    running += frame != 0;
+    starting += frame != 0 && c->at_start(frame, code);
+  }
+  if (running == 0) return 0;
   if (c->monitoring_ == nullptr && !c->setup_monitoring()) {
     c->api_.err_clear();
     c->turn_off("sys.monitoring has no free tool id, or refused the callback");
@@ -252,9 +258,18 @@ int PythonCallCounter::register_pending(void*) {
   }
   c->api_.dec_ref(r);
   // Only now do allocations stop counting calls of it: the call running now was counted by the
-  // allocation that named the code, and PY_START counts the next ones.
-  c->register_target(code);
+  // allocation that named the code, and PY_START counts the next ones. A call still at its first
+  // instruction (its RESUME, where the interpreter ran this pending call) began after that
+  // allocation and before its PY_START was instrumented: nothing has counted it.
+  if (c->register_target(code))
+    for (size_t i = 0; i < starting; ++i) c->iterations_->add(IterationCounter::kSite);
   return 0;
+}
+
+bool PythonCallCounter::at_start(uintptr_t frame, uintptr_t code) const {
+  const PythonLayout& L = *rt_.layout;
+  const auto delta = static_cast<int64_t>(py_load<uintptr_t>(frame + L.frame_position) - (code + L.code_adaptive));
+  return delta <= static_cast<int64_t>(py_load<int>(code + L.code_firsttraceable)) * 2;
 }
 
 bool PythonCallCounter::setup_monitoring() {

@@ -64,6 +64,8 @@ class PythonCallCounter {
   // frames of this call already on the thread's chain.
   void count_call(uintptr_t tstate, uintptr_t code, size_t own_frames);
   bool setup_monitoring();  // under the GIL
+  // 3.12+: whether a frame running `code` has not gone past its RESUME instruction.
+  bool at_start(uintptr_t frame, uintptr_t code) const;
   void turn_off(const char* why);
 
   static void* eval_hook(void* tstate, void* frame, int throwflag);

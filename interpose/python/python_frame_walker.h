@@ -33,4 +33,7 @@ size_t read_python_arguments(const PythonRuntime& rt, const PyFrameRef& f, uintp
 // frame of the chain is compared, including those that walk_python_frames leaves out.
 size_t python_frames_running(const PythonRuntime& rt, uintptr_t tstate, uintptr_t code, size_t max);
 
+// The outermost frame of the thread `tstate` that runs `code`, 0 if none; same conditions.
+uintptr_t python_outermost_frame_running(const PythonRuntime& rt, uintptr_t tstate, uintptr_t code);
+
 }  // namespace gpushim

@@ -9,6 +9,7 @@ from shimtest import BIN, ShimTestCase, program, run
 
 CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "iteration_calls.py")
 TEMPORARIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "iteration_temporaries.py")
+HELPERS = os.path.join(BIN, "libe2e_native_helpers.so")
 
 
 def python_frames(site):
@@ -32,9 +33,9 @@ class IterationSite(ShimTestCase):
         # object freed when the call returns and rebuilt at the same address, or the very same
         # objects on every call, merged calls into one (600 calls were counted as 1).
         for python, version in interpreters():
-            for kind in ("str", "tuple", "object", "int", "same", "indirect", "thread", "recursive"):
+            for kind in ("str", "tuple", "object", "int", "same", "indirect", "tail", "thread", "recursive"):
                 with self.subTest(python=python, kind=kind):
-                    r = run([python, TEMPORARIES, "600", kind], env={"GPUSHIM_ITERATION_SITE": "train_step"})
+                    r = run([python, TEMPORARIES, "600", kind, HELPERS], env={"GPUSHIM_ITERATION_SITE": "train_step"})
                     self.assertRanOK(r)
                     g = r.report["growth"]
                     self.assertEqual((g["iterations"], g["iteration_source"]), (600, "site"), r.stderr)
@@ -52,7 +53,7 @@ class IterationSite(ShimTestCase):
     def test_the_programs_own_profiler_still_sees_every_call(self):
         for python, version in interpreters():
             with self.subTest(python=python):
-                r = run([python, TEMPORARIES, "600", "profiled"], env={"GPUSHIM_ITERATION_SITE": "train_step"})
+                r = run([python, TEMPORARIES, "600", "profiled", HELPERS], env={"GPUSHIM_ITERATION_SITE": "train_step"})
                 self.assertRanOK(r)
                 self.assertEqual(r.stdout.strip(), "profiler saw 600 calls")
                 self.assertEqual(r.report["growth"]["iterations"], 600)
@@ -65,7 +66,7 @@ class IterationSite(ShimTestCase):
             if version < (3, 12):
                 continue
             with self.subTest(python=python):
-                r = run([python, TEMPORARIES, "600", "tools_taken"], env={"GPUSHIM_ITERATION_SITE": "train_step"})
+                r = run([python, TEMPORARIES, "600", "tools_taken", HELPERS], env={"GPUSHIM_ITERATION_SITE": "train_step"})
                 self.assertRanOK(r)
                 self.assertEqual(r.stdout.strip(), "tools [\"the program's own\", \"the program's own\"]")
                 self.assertIn("gpushim: GPUSHIM_ITERATION_SITE: sys.monitoring has no free tool id", r.stderr)

@@ -1,9 +1,12 @@
-"""GPUSHIM_ITERATION_SITE=train_step, called with an argument of one kind per run (argv: calls, kind):
+"""GPUSHIM_ITERATION_SITE=train_step, called with an argument of one kind per run (argv: calls, kind,
+the path of libe2e_native_helpers.so):
 - "str", "tuple", "object", "int": a temporary built for each call and freed when it returns (the
   next call's temporary usually gets the same address, and so does the frame);
 - "same": the same objects on every call;
 - "indirect": as "same", called from C (map calling a functools.partial);
 - "thread": as "same", from a worker thread while the main thread waits in join();
+- "tail": as "same", called by map with no Python code between calls, each allocating (in C,
+  through an operator) as its last action;
 - "recursive": as "same", each call calling train_step once more inside itself (one iteration:
   the outer call);
 - "profiled": as "same", under the program's own profile function (sys.setprofile), which must
@@ -24,6 +27,13 @@ LEAK_BYTES = 64 << 10
 kept = []
 
 
+class Allocator:
+    """`ALLOCATE + n` allocates n bytes in C (main sets __add__ from libe2e_native_helpers.so)."""
+
+
+ALLOCATE = Allocator()
+
+
 class Batch:
     def __init__(self, n):
         self.n = n
@@ -41,7 +51,11 @@ def scratch():
     check(cuda.cudaFree(p))
 
 
-def train_step(batch, nested=False):
+def train_step(batch, nested=False, tail=False):
+    if tail:
+        # One allocation, made by an operator (not a call instruction, after which the interpreter
+        # would stop for pending calls), and nothing after it until the next call has begun.
+        return ALLOCATE + LEAK_BYTES
     leak()
     scratch()
     if nested:
@@ -50,6 +64,9 @@ def train_step(batch, nested=False):
 
 def loop(calls, kind):
     model = Batch(0)
+    if kind == "tail":  # from C, one call right after the other
+        list(map(functools.partial(train_step, tail=True), [model] * calls))
+        return
     for j in range(calls):
         if kind == "str":
             train_step("batch %d" % (j % 10))
@@ -69,6 +86,10 @@ def loop(calls, kind):
 
 def main():
     calls, kind = int(sys.argv[1]), sys.argv[2]
+    helpers = ctypes.CDLL(sys.argv[3])
+    helpers.native_alloc_in_c.argtypes = [ctypes.c_size_t]
+    helpers.native_alloc_in_c.restype = ctypes.c_void_p
+    Allocator.__add__ = helpers.native_alloc_in_c
     # The model's weights, before the loop as in a real program: the shim starts here.
     weights = ctypes.c_void_p()
     check(cuda.cudaMalloc(ctypes.byref(weights), 1 << 20))

@@ -58,6 +58,19 @@ class IterationSite(ShimTestCase):
                 self.assertEqual(r.stdout.strip(), "profiler saw 600 calls")
                 self.assertEqual(r.report["growth"]["iterations"], 600)
 
+    def test_frame_evaluator_replaced_by_another_pep523_user(self):
+        # 3.9-3.11: when gpushim's evaluator is replaced, it says so and allocation stacks count
+        # again (exactly here, the arguments being ints of other values).
+        for python, version in interpreters():
+            if version >= (3, 12):
+                continue
+            with self.subTest(python=python):
+                r = run([python, TEMPORARIES, "600", "replaced", HELPERS], env={"GPUSHIM_ITERATION_SITE": "train_step"})
+                self.assertRanOK(r)
+                self.assertIn("gpushim: GPUSHIM_ITERATION_SITE: another frame evaluator (PEP 523) replaced gpushim's",
+                              r.stderr)
+                self.assertEqual(r.report["growth"]["iterations"], 600)
+
     def test_monitoring_tool_ids_taken_by_the_program(self):
         # 3.12+: gpushim takes a sys.monitoring tool id that no tool is assigned; when the program
         # took both, it says so and recognises calls in allocation stacks, leaving the program's

@@ -11,6 +11,8 @@ the path of libe2e_native_helpers.so):
   the outer call);
 - "profiled": as "same", under the program's own profile function (sys.setprofile), which must
   still see every call: it prints how many;
+- "replaced": as "int", with CPython's own frame evaluator put back halfway (3.9-3.11), as
+  another PEP 523 user does when it turns itself off;
 - "tools_taken": as "same", after the program took the sys.monitoring tool ids that no tool is
   assigned (3.12+).
 The weights are allocated before the loop. Each call of train_step leaks 64 KiB and allocates and
@@ -62,6 +64,16 @@ def train_step(batch, nested=False, tail=False):
         train_step(batch)
 
 
+def restore_cpython_frame_evaluator():
+    """What another PEP 523 user (TorchDynamo) does when it turns itself off (3.9-3.11)."""
+    api = ctypes.pythonapi
+    api.PyInterpreterState_Get.restype = ctypes.c_void_p
+    api._PyInterpreterState_SetEvalFrameFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    api._PyInterpreterState_SetEvalFrameFunc.restype = None
+    default = ctypes.cast(api._PyEval_EvalFrameDefault, ctypes.c_void_p)
+    api._PyInterpreterState_SetEvalFrameFunc(api.PyInterpreterState_Get(), default)
+
+
 def loop(calls, kind):
     model = Batch(0)
     if kind == "tail":  # from C, one call right after the other
@@ -75,6 +87,10 @@ def loop(calls, kind):
         elif kind == "object":
             train_step(Batch(j))
         elif kind == "int":
+            train_step(1000 + j % 7)
+        elif kind == "replaced":
+            if j == calls // 2:
+                restore_cpython_frame_evaluator()
             train_step(1000 + j % 7)
         elif kind == "indirect":  # from C code: map calling a functools.partial
             list(map(functools.partial(train_step), [model]))

@@ -15,3 +15,12 @@ set_tests_properties(bench.python_stacks_smoke PROPERTIES TIMEOUT 120
 # Cost of growth tracking per sampling instant and of the detector. Run: build/bin/growth_bench
 add_executable(growth_bench ${CMAKE_CURRENT_LIST_DIR}/growth_bench.cpp)
 target_link_libraries(growth_bench PRIVATE gpushim_core benchmark::benchmark gpushim_warnings)
+
+# Cost of exact GPUSHIM_ITERATION_SITE counting. Run: python3 bench/iteration_site_bench.py --build build
+# Smoke test, no timing asserted: every interpreter found counts every call of the site exactly.
+add_test(NAME bench.iteration_site_smoke
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/iteration_site_bench.py --build ${CMAKE_BINARY_DIR}
+                 --calls 20000 --repeat 1)
+set_tests_properties(bench.iteration_site_smoke PROPERTIES TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "other [^\n]* exact"
+  FAIL_REGULAR_EXPRESSION "WRONG|Traceback|failed")

@@ -1,5 +1,8 @@
 // GPUSHIM_ITERATION_SITE: a function whose calls count as iterations, observed passively in the
 // allocation stacks of each thread (no hook on the function itself, no GIL, no code patching).
+// A Python function is counted exactly by the interpreter instead (python/python_call_counter.h)
+// once the first allocation inside it has named its code object; this observation counts native
+// functions, and Python ones until then or where the interpreter cannot count.
 //
 // What counts as a call (one new activation), per thread, comparing each allocation whose stack
 // contains the function with the previous allocation of the same thread:
@@ -14,7 +17,8 @@
 // Where the function occurs several times on one stack (recursion), the outermost counts.
 // Limits, by construction: calls that allocate nothing are not seen; a Python function called
 // again with the very same argument objects, whose allocations all happen at one instruction, and
-// with no allocation outside it in between, looks like one activation; a native function with a
+// with no allocation outside it in between, looks like one activation (so does one called with a
+// temporary str, tuple or object rebuilt at the freed one's address); a native function with a
 // loop that allocates at several call sites counts each pass of the loop. gpushim_mark_iteration()
 // is exact when that matters.
 #pragma once

@@ -12,15 +12,14 @@ constexpr size_t kMaxNameChars = 1024;
 constexpr size_t kMaxFileChars = 4096;
 constexpr size_t kMaxLineTableBytes = 1u << 20;
 
-// "Trainer.step" and "main.<locals>.step" both name "step".
-bool names_function(const std::string& qualname, const std::string& wanted) {
+}  // namespace
+
+bool python_names_function(const std::string& qualname, const std::string& wanted) {
   if (wanted.empty()) return false;
   if (qualname == wanted) return true;
   return qualname.size() > wanted.size() && qualname.compare(qualname.size() - wanted.size(), wanted.size(), wanted) == 0 &&
          qualname[qualname.size() - wanted.size() - 1] == '.';
 }
-
-}  // namespace
 
 PythonCodeTable::PythonCodeTable(const PythonRuntime& rt, std::string iteration_site)
     : rt_(rt), iteration_site_(std::move(iteration_site)) {
@@ -48,7 +47,7 @@ const PythonCodeTable::CodeInfo* PythonCodeTable::code_info(uintptr_t code) {
   copy_python_str(rt_, info.filename_obj, kMaxFileChars, &info.filename);
   copy_python_str(rt_, info.name_obj, kMaxNameChars, &info.name);
   copy_python_bytes(rt_, info.table_obj, kMaxLineTableBytes, &info.table);
-  info.iteration_site = names_function(info.name, iteration_site_);
+  info.iteration_site = python_names_function(info.name, iteration_site_);
   code_by_address_[code] = &info;
   return &info;
 }

@@ -26,6 +26,10 @@ struct PythonLocation {
   int line = 0;          // 0: no line for that instruction
 };
 
+// Whether a function's (qualified) name is named by GPUSHIM_ITERATION_SITE `wanted`: "step" names
+// "step", "Trainer.step" and "main.<locals>.step".
+bool python_names_function(const std::string& qualname, const std::string& wanted);
+
 class PythonCodeTable {
  public:
   // Id handed out once the table holds kMaxLocations; resolves to a placeholder frame.

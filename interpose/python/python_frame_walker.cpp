@@ -68,6 +68,43 @@ size_t walk_python_frames(const PythonRuntime& rt, PyFrameRef* out, size_t max) 
   return n;
 }
 
+namespace {
+
+// Calls fn(frame) for each frame of the thread's chain, innermost first, until it returns false.
+template <typename Fn>
+void for_each_frame(const PythonRuntime& rt, uintptr_t tstate, Fn&& fn) {
+  const PythonLayout& L = *rt.layout;
+  if (!py_pointer_plausible(tstate)) return;
+  uintptr_t frame = py_load<uintptr_t>(tstate + L.tstate_frame);
+  if (L.cframe_current >= 0) {
+    if (!py_pointer_plausible(frame)) return;
+    frame = py_load<uintptr_t>(frame + L.cframe_current);
+  }
+  for (size_t steps = 0; steps < kMaxSteps && py_pointer_plausible(frame) && fn(frame);
+       ++steps, frame = py_load<uintptr_t>(frame + L.frame_previous)) {
+  }
+}
+
+}  // namespace
+
+size_t python_frames_running(const PythonRuntime& rt, uintptr_t tstate, uintptr_t code, size_t max) {
+  size_t n = 0;
+  for_each_frame(rt, tstate, [&](uintptr_t frame) {
+    n += py_load<uintptr_t>(frame + rt.layout->frame_code) == code;
+    return n < max;
+  });
+  return n;
+}
+
+uintptr_t python_outermost_frame_running(const PythonRuntime& rt, uintptr_t tstate, uintptr_t code) {
+  uintptr_t outermost = 0;
+  for_each_frame(rt, tstate, [&](uintptr_t frame) {
+    if (py_load<uintptr_t>(frame + rt.layout->frame_code) == code) outermost = frame;
+    return true;
+  });
+  return outermost;
+}
+
 size_t read_python_arguments(const PythonRuntime& rt, const PyFrameRef& f, uintptr_t* out, size_t max) {
   const PythonLayout& L = *rt.layout;
   const int argc = py_load<int>(f.code + L.code_argcount);

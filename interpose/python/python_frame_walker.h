@@ -28,4 +28,12 @@ size_t walk_python_frames(const PythonRuntime& rt, PyFrameRef* out, size_t max);
 // walk_python_frames; returns how many. Used to tell one activation of a function from the next.
 size_t read_python_arguments(const PythonRuntime& rt, const PyFrameRef& f, uintptr_t* out, size_t max);
 
+// How many frames of the thread `tstate` run `code`, counting up to `max`. The caller holds the
+// GIL, or `tstate` is its own thread state (the chain only changes in its own thread). Every
+// frame of the chain is compared, including those that walk_python_frames leaves out.
+size_t python_frames_running(const PythonRuntime& rt, uintptr_t tstate, uintptr_t code, size_t max);
+
+// The outermost frame of the thread `tstate` that runs `code`, 0 if none; same conditions.
+uintptr_t python_outermost_frame_running(const PythonRuntime& rt, uintptr_t tstate, uintptr_t code);
+
 }  // namespace gpushim

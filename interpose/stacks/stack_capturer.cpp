@@ -37,6 +37,7 @@ StackCapturer::StackCapturer(StackCaptureOptions options, StackTable* table, Ite
       case PythonSupport::kSupported:
         python_ = std::move(d.runtime);
         code_table_ = std::make_unique<PythonCodeTable>(python_, options_.iteration_site);
+        calls_ = PythonCallCounter::create(python_, options_.iteration_site, iterations_);
         python_status_ = python_.version;
         break;
     }
@@ -115,7 +116,9 @@ StackId StackCapturer::capture(bool allocation) {
     if (is_site) site_frame = i;  // the last one seen is the outermost
   }
   if (watch_site) {
-    if (site_frame != SIZE_MAX) {
+    if (site_frame != SIZE_MAX && calls_ != nullptr && calls_->counts_calls_of(py[site_frame].code)) {
+      // The interpreter counts this function's calls itself.
+    } else if (site_frame != SIZE_MAX) {
       SiteActivation cur;
       cur.kind = SiteActivation::kPython;
       cur.frame = py[site_frame].frame;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "accounting/iteration_counter.h"
+#include "python/python_call_counter.h"
 #include "python/python_code_table.h"
 #include "python/python_runtime.h"
 #include "stacks/stack_table.h"
@@ -66,6 +67,7 @@ class StackCapturer {
   IterationCounter* const iterations_;
   PythonRuntime python_;
   std::unique_ptr<PythonCodeTable> code_table_;  // null: no Python frames captured
+  PythonCallCounter* calls_ = nullptr;  // exact counting of a Python iteration site; never freed (see there)
   std::string python_status_;
   uintptr_t native_site_begin_ = 0, native_site_end_ = 0;  // GPUSHIM_ITERATION_SITE as a native symbol
 };

@@ -8,6 +8,12 @@ from pythons import interpreters
 from shimtest import BIN, ShimTestCase, program, run
 
 CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "iteration_calls.py")
+TEMPORARIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "iteration_temporaries.py")
+HELPERS = os.path.join(BIN, "libe2e_native_helpers.so")
+
+
+def python_frames(site):
+    return [(f["function"], f["file"], f["line"]) for f in site["frames"] if f["kind"] == "python"]
 
 
 class IterationSite(ShimTestCase):
@@ -21,6 +27,63 @@ class IterationSite(ShimTestCase):
                     self.assertRanOK(r)
                     self.assertEqual(r.report["growth"]["iterations"], 600)
                     self.assertEqual(r.report["growth"]["iteration_source"], "site")
+
+    def test_temporaries_reallocated_at_the_same_address(self):
+        # Arguments that are not numbers were compared by address only: a temporary str, tuple or
+        # object freed when the call returns and rebuilt at the same address, or the very same
+        # objects on every call, merged calls into one (600 calls were counted as 1).
+        for python, version in interpreters():
+            for kind in ("str", "tuple", "object", "int", "same", "indirect", "tail", "thread", "recursive"):
+                with self.subTest(python=python, kind=kind):
+                    r = run([python, TEMPORARIES, "600", kind, HELPERS], env={"GPUSHIM_ITERATION_SITE": "train_step"})
+                    self.assertRanOK(r)
+                    g = r.report["growth"]
+                    self.assertEqual((g["iterations"], g["iteration_source"]), (600, "site"), r.stderr)
+                    self.assertEqual(g["verdict"], "suspects", r.stderr)
+                    # "recursive" has a second leak site, the inner call's: the outer call's is
+                    # checked, whose allocation comes first in each iteration.
+                    top = next(s for s in g["suspects"] if [f["function"] for f in s["frames"]].count("train_step") == 1)
+                    self.assertAlmostEqual(top["bytes_per_iteration"], 65536, delta=0.01)
+                    # The sites section merges stacks that show the same frames (3.11's specializing
+                    # interpreter changes the native frames under the first calls), growth does not.
+                    site = next(s for s in r.report["sites"] if python_frames(s) == python_frames(top))
+                    self.assertEqual((site["live_bytes"], site["live_count"]), (600 * 65536, 600))
+                    self.assertIn("train_step", [f["function"] for f in top["frames"]])
+
+    def test_the_programs_own_profiler_still_sees_every_call(self):
+        for python, version in interpreters():
+            with self.subTest(python=python):
+                r = run([python, TEMPORARIES, "600", "profiled", HELPERS], env={"GPUSHIM_ITERATION_SITE": "train_step"})
+                self.assertRanOK(r)
+                self.assertEqual(r.stdout.strip(), "profiler saw 600 calls")
+                self.assertEqual(r.report["growth"]["iterations"], 600)
+
+    def test_frame_evaluator_replaced_by_another_pep523_user(self):
+        # 3.9-3.11: when gpushim's evaluator is replaced, it says so and allocation stacks count
+        # again (exactly here, the arguments being ints of other values).
+        for python, version in interpreters():
+            if version >= (3, 12):
+                continue
+            with self.subTest(python=python):
+                r = run([python, TEMPORARIES, "600", "replaced", HELPERS], env={"GPUSHIM_ITERATION_SITE": "train_step"})
+                self.assertRanOK(r)
+                self.assertIn("gpushim: GPUSHIM_ITERATION_SITE: another frame evaluator (PEP 523) replaced gpushim's",
+                              r.stderr)
+                self.assertEqual(r.report["growth"]["iterations"], 600)
+
+    def test_monitoring_tool_ids_taken_by_the_program(self):
+        # 3.12+: gpushim takes a sys.monitoring tool id that no tool is assigned; when the program
+        # took both, it says so and recognises calls in allocation stacks, leaving the program's
+        # tools alone.
+        for python, version in interpreters():
+            if version < (3, 12):
+                continue
+            with self.subTest(python=python):
+                r = run([python, TEMPORARIES, "600", "tools_taken", HELPERS], env={"GPUSHIM_ITERATION_SITE": "train_step"})
+                self.assertRanOK(r)
+                self.assertEqual(r.stdout.strip(), "tools [\"the program's own\", \"the program's own\"]")
+                self.assertIn("gpushim: GPUSHIM_ITERATION_SITE: sys.monitoring has no free tool id", r.stderr)
+                self.assertEqual(r.report["growth"]["iteration_source"], "site")
 
 
 PACED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "paced_leak.py")

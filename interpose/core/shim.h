@@ -17,7 +17,7 @@
 #include "accounting/allocation_tracker.h"
 #include "accounting/checkpoint_schedule.h"
 #include "accounting/period_detector.h"
-#include "accounting/iteration_counter.h"
+#include "util/iteration_counter.h"
 #include "accounting/driver_usage.h"
 #include "accounting/memory_counters.h"
 #include "accounting/pooled_sites.h"

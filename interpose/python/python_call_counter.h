@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <string>
 
-#include "accounting/iteration_counter.h"
+#include "util/iteration_counter.h"
 #include "python/python_runtime.h"
 
 namespace gpushim {

@@ -6,7 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "accounting/growth_detector.h"
-#include "accounting/iteration_counter.h"
+#include "util/iteration_counter.h"
 #include "accounting/memory_kind.h"
 #include "stacks/site_identity.h"
 

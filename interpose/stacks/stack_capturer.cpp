@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "accounting/iteration_site.h"
+#include "stacks/iteration_site.h"
 #include "python/python_frame_walker.h"
 #include "stacks/native_stack.h"
 #include "stacks/stack_merge.h"

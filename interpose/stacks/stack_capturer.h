@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "accounting/iteration_counter.h"
+#include "util/iteration_counter.h"
 #include "python/python_call_counter.h"
 #include "python/python_code_table.h"
 #include "python/python_runtime.h"

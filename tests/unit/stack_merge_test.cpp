@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "accounting/iteration_site.h"
+#include "stacks/iteration_site.h"
 #include "stacks/stack_table.h"
 
 namespace gpushim {

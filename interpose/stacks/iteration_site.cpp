@@ -1,4 +1,4 @@
-#include "accounting/iteration_site.h"
+#include "stacks/iteration_site.h"
 
 namespace gpushim {
 

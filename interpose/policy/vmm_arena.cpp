@@ -8,11 +8,16 @@ namespace gpushim {
 namespace {
 
 uint64_t round_up(uint64_t v, uint64_t m) { return v > UINT64_MAX - (m - 1) ? 0 : (v + m - 1) / m * m; }
+uint64_t round_down(uint64_t v, uint64_t m) { return v / m * m; }
 
 }  // namespace
 
 VmmArena::VmmArena(Backend& backend, const VmmPoolOptions& options)
-    : backend_(backend), opt_(options), gran_(backend.granularity()), rules_(backend, options.quarantine_bytes) {}
+    : backend_(backend),
+      opt_(options),
+      gran_(backend.granularity()),
+      unit_(options.whole_chunks || options.round == 0 ? gran_ : std::min<uint64_t>(options.round, gran_)),
+      rules_(backend, options.quarantine_bytes) {}
 
 VmmArena::~VmmArena() {
   // Only unit tests and the replay destroy a pool; the shim keeps its pools for the whole process.
@@ -45,12 +50,9 @@ VmmArena::~VmmArena() {
 CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner owner, void** out, uint64_t* got,
                                 Attempt* attempt) {
   if (gran_ == 0) return CUDA_ERROR_NOT_SUPPORTED;
-  // Blocks are whole chunks. A block boundary inside a chunk would leave that chunk partly live
-  // once a neighbour is freed, and a partly live chunk can be neither moved nor released: with
-  // the 512 B rounding of the caching policy, such stubs cost up to two chunks per free gap
-  // (utilization 0.82 on tests/unit/fragmentation_workload.h against 0.98 this way). Small
-  // and medium requests, where a chunk would be too much, never come here (VmmPool's sub-allocator).
-  const uint64_t want = round_up(std::max<uint64_t>(size, 1), gran_);
+  // Sub-allocator segments are whole chunks (they grow and shrink by chunks); user blocks are
+  // multiples of unit_ (vmm_arena.h says why not whole chunks).
+  const uint64_t want = round_up(std::max<uint64_t>(size, 1), owner == Owner::kSegment ? gran_ : unit_);
   if (want == 0) return CUDA_ERROR_OUT_OF_MEMORY;  // a size near 2^64 cannot be rounded
   std::lock_guard<FutexMutex> lock(mu_);
   // As in CachingPool: freed blocks the device is done with are reused before anything is carved.
@@ -210,8 +212,10 @@ VmmArena::Block* VmmArena::split(Block* b, uint64_t size) {
   r->res = b->res;
   rules_.share(b, r);  // freed together with `b`
   b->size = size;
+  b->state = State::kAllocated;  // taken: the remainder must not merge back into it
   blocks_.emplace(r->addr, r);
-  insert_free(r);
+  // The tail of a build's last page may touch a free block that was not part of the build.
+  insert_free(coalesce(r));
   return b;
 }
 
@@ -248,28 +252,35 @@ VmmArena::Block* VmmArena::coalesce(Block* b) {
 // Building a block by mapping: holes filled in place, stitching, new memory
 
 std::vector<VmmArena::Piece*> VmmArena::movable_pieces(uintptr_t lo, uintptr_t hi) {
-  // A piece can be moved (or released) only when one idle free block covers all of it: then
-  // nothing live lies on it and no work still queued can touch it (its event is complete, or
-  // there never was one). Unmapping does not wait for queued work on every driver, so a block
-  // freed on the requesting stream with its event pending does not qualify, unlike reuse in
-  // place. Pieces overlapping [lo, hi) are left out: that is where the new block goes.
+  // A piece can be moved (or released) only when idle free blocks cover all of it: then nothing
+  // live lies on it and no work still queued can touch it (their events are complete, or there
+  // never was one). Unmapping does not wait for queued work on every driver, so a block freed on
+  // the requesting stream with its event pending does not qualify, unlike reuse in place. Blocks
+  // share chunks, so a piece may lie across several touching free blocks (not merged because
+  // their streams differed when they were freed): runs of them count. Pieces overlapping
+  // [lo, hi) are left out: that is where the new block goes.
   // Highest addresses first: taking pieces from the top and filling holes lower down compacts
   // the mapped memory toward the bottom of the lowest ranges; emptied ranges are freed.
   std::vector<Piece*> out;
   if (backend_.capture_active()) return out;  // unmapping may wait for the device: not now
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+  auto it = blocks_.begin();
+  while (it != blocks_.end()) {
     Block* b = it->second;
-    if (b->state != State::kFree || b->size < gran_ || !idle(b)) continue;
-    const uintptr_t end = b->addr + b->size;
-    auto p = pieces_.lower_bound(b->addr);
-    auto stop = p;
-    while (stop != pieces_.end() && stop->first + stop->second->size <= end) ++stop;
-    while (stop != p) {  // wholly inside b, highest first
-      --stop;
-      Piece* piece = stop->second;
-      if (!(piece->va < hi && lo < piece->va + piece->size)) out.push_back(piece);
+    ++it;
+    if (b->state != State::kFree || !idle(b)) continue;
+    const Reservation* res = b->res;
+    const uintptr_t start = b->addr;
+    uintptr_t end = b->addr + b->size;
+    while (it != blocks_.end() && it->first == end && it->second->res == res && it->second->state == State::kFree &&
+           idle(it->second)) {
+      end += it->second->size;
+      ++it;
     }
+    if (end - start < gran_) continue;
+    for (auto p = pieces_.lower_bound(start); p != pieces_.end() && p->first + p->second->size <= end; ++p)
+      if (!(p->second->va < hi && lo < p->second->va + p->second->size)) out.push_back(p->second);
   }
+  std::reverse(out.begin(), out.end());
   return out;
 }
 
@@ -335,8 +346,13 @@ bool VmmArena::make_plan(uint64_t size, Plan* best) {
       auto try_at = [&](uintptr_t a) {
         const uintptr_t e = a + size;
         if (a < w_start || e < a || (e > w_end && !open)) return;
-        const uint64_t extend = e > w_end ? e - w_end : 0;
-        consider(r, a, holes_before(std::min(e, w_end)) - holes_before(a) + extend, extend);
+        // Holes are whole chunks: a block reaching into one maps every chunk it touches there.
+        // (Rounding cannot leave the window: a rounded end past w_end would lie in a chunk that
+        // a mapped free block of the window shares, or in the extension.)
+        const uintptr_t lo = std::max<uintptr_t>(round_down(a, gran_), w_start);
+        const uintptr_t hi = std::min<uintptr_t>(round_up(e, gran_), w_end);
+        const uint64_t extend = e > w_end ? round_up(e, gran_) - w_end : 0;
+        consider(r, a, holes_before(hi) - holes_before(lo) + extend, extend);
       };
       for (size_t k = i; k < j; ++k) {
         try_at(spans[k].start);
@@ -346,7 +362,7 @@ bool VmmArena::make_plan(uint64_t size, Plan* best) {
     }
   }
   // A new reservation: all of it to map.
-  consider(nullptr, UINTPTR_MAX, size, 0);
+  consider(nullptr, UINTPTR_MAX, round_up(size, gran_), 0);
   return have;
 }
 
@@ -354,7 +370,7 @@ void VmmArena::plan_fill(const Plan& plan, uint64_t size, std::vector<Piece*>& m
   // The holes of [addr, addr + size), each split at the reservation's end (a piece never spans
   // two driver reservations), are filled with movable pieces that fit, then with new pieces.
   std::vector<std::pair<uintptr_t, uintptr_t>> holes;
-  const uintptr_t a = plan.addr, e = plan.addr + size;
+  const uintptr_t a = round_down(plan.addr, gran_), e = round_up(plan.addr + size, gran_);
   uintptr_t cur = a;
   auto it = pieces_.upper_bound(a);
   if (it != pieces_.begin() && std::prev(it)->first + std::prev(it)->second->size > a) --it;  // a run reaching into it
@@ -421,9 +437,9 @@ VmmArena::Block* VmmArena::build(uint64_t size, Attempt* attempt, CUresult* err)
 }
 
 VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, CUresult* err, bool* replan) {
-  const uint64_t reserve = std::max(size, round_up(opt_.reserve, gran_));
+  const uint64_t reserve = std::max(round_up(size, gran_), round_up(opt_.reserve, gran_));
   {
-    const uintptr_t lo = plan.res ? plan.addr : 0, hi = plan.res ? plan.addr + size : 0;
+    const uintptr_t lo = plan.res ? round_down(plan.addr, gran_) : 0, hi = plan.res ? round_up(plan.addr + size, gran_) : 0;
     std::vector<Piece*> movable = movable_pieces(lo, hi);
     if (!attempt->over_budget && opt_.remap_budget > 0 && !movable.empty()) {
       uint64_t would_move = 0;
@@ -629,7 +645,7 @@ CUresult VmmArena::extend_segment(void* p, uint64_t more) {
     covered += std::min<uintptr_t>(n->addr + n->size, inside_end) - n->addr;
   }
   if (end > r->end && !r->extendable) return CUDA_ERROR_NOT_SUPPORTED;
-  const uint64_t extend = end > r->end ? end - r->end : 0;
+  const uint64_t extend = end > r->end ? round_up(end, gran_) - r->end : 0;
   Plan plan{r, start, (inside_end - start) - covered + extend, extend};
   Attempt attempt;
   CUresult err = CUDA_SUCCESS;
@@ -648,9 +664,21 @@ CUresult VmmArena::extend_segment(void* p, uint64_t more) {
 }
 
 void VmmArena::carve_out(Piece* p) {
-  // The piece, already unmapped, lies in one idle free block: that block keeps the part below
-  // it, a new block takes the part above, and the piece's range becomes a hole.
+  // The piece, already unmapped, lies in a run of idle free blocks (movable_pieces): they become
+  // one, which keeps the part below the piece; a new block takes the part above, and the piece's
+  // range becomes a hole. (Merging idle free blocks is safe: no work can touch any of them.)
   Block* holder = containing(p->va);
+  rules_.clear(holder);
+  while (holder->addr + holder->size < p->va + p->size) {
+    Block* n = after(holder);
+    free_.erase(holder);  // its key changes
+    free_.erase(n);
+    rules_.clear(n);
+    blocks_.erase(n->addr);
+    holder->size += n->size;
+    delete n;
+    free_.insert(holder);
+  }
   const uintptr_t pa = p->va, pe = p->va + p->size, ha = holder->addr, he = holder->addr + holder->size;
   free_.erase(holder);
   if (pe < he) {
@@ -817,7 +845,8 @@ std::string VmmArena::check_invariants() const {
   for (const auto& [a, b] : blocks_) {
     if (a != b->addr) return "address index key";
     if (b->state == State::kFree && free_.count(const_cast<Block*>(b)) == 0) return "a free block missing from the free set";
-    if (b->size == 0 || b->size % gran_ || b->addr % gran_) return "block not made of whole chunks";
+    const uint64_t unit = b->owner == Owner::kSegment && b->state == State::kAllocated ? gran_ : unit_;
+    if (b->size == 0 || b->size % unit || b->addr % unit_) return "block not made of whole units";
     if (b->res == nullptr || reservations_.count(b->res->base) == 0) return "block in an unknown reservation";
     if (b->addr < b->res->base || b->addr + b->size > b->res->end) return "block outside its reservation";
     if (prev && prev->addr + prev->size > b->addr) return "blocks overlap";

@@ -9,8 +9,11 @@
 //     unmapped holes wherever pieces were taken away. A reservation whose end is reached grows in
 //     place by reserving the range right after it (the driver honours the address hint when free).
 //   - Blocks: what callers get, as in the caching policy (best fit by size, split, coalesce with
-//     free neighbours, reuse by CUDA's rules as reuse_rules.h states them for both pools). Blocks are whole chunks, tile the mapped pieces
-//     exactly and never span a hole; touching blocks are neighbours (an address index finds them).
+//     free neighbours, reuse by CUDA's rules as reuse_rules.h states them for both pools). Blocks
+//     are multiples of `round` (512 B; whole chunks with VmmPoolOptions::whole_chunks, and
+//     always for sub-allocator segments), tile the mapped pieces exactly and never span a hole;
+//     touching blocks are neighbours (an address index finds them), and neighbours may share a
+//     chunk. A block placed over a hole maps every chunk it touches there.
 //
 // What the virtual-memory API buys is that free memory is not stuck where it was freed. When no
 // free block is large enough, the arena looks at every window (a run of idle free blocks and holes
@@ -24,10 +27,13 @@
 // Live blocks never move: only pieces that lie wholly in an idle free block are remapped (an idle
 // block has no pending event, so no queued work can touch it while it is unmapped).
 //
-// Why whole chunks: a block boundary inside a chunk leaves that chunk partly live once a neighbour
-// is freed, and a partly live chunk can be neither moved nor released; with 512 B rounding such
-// stubs cost up to two chunks per free gap (utilization 0.82 on tests/unit/fragmentation_workload.h,
-// against 0.98 this way). Requests too small for that rounding are sub-allocated by VmmPool.
+// Why not whole chunks: rounding every block up to 2 MiB costs up to a chunk per live block, and
+// real models hold hundreds of blocks under a chunk. Packed blocks cost at most the partly used
+// chunks at the edges of free gaps: a chunk partly live can be neither moved nor released, but
+// one whose blocks are all freed (and idle) can, wherever it lies. On the trace corpus this
+// reserves 4-10% less than whole chunks plus a sub-allocator; on the synthetic
+// tests/unit/fragmentation_workload.h both are about even (utilization 0.976-0.986 packed,
+// 0.977-0.995 whole chunks), so whole_chunks stays an option.
 //
 // Thread safety: every public member takes the arena's mutex. The arena never calls out to the
 // small-request pool, so that pool may call in while holding its own lock.
@@ -50,18 +56,20 @@
 namespace gpushim {
 
 struct VmmPoolOptions {
-  uint64_t round = 512;                     // small blocks are a multiple of this; large ones whole chunks
-  uint64_t small_max = 1ull << 20;          // requests up to this are sub-allocated from `small_segment` segments
-  // Two chunks (rounded up to the granularity): fewer segment tails too short for the next small
-  // request than one chunk each. Measured on the trace corpus with empty segments handed back
-  // before growth: 2 MiB 176-190 MiB where 4 MiB is 176-180 (cnn, segmentation), finetune_adam
-  // 54 -> 52, transformer_train 58 -> 52; 6 and 8 MiB lose on lstm_train and cnn_train.
+  uint64_t round = 512;                     // every user block is a multiple of this (see whole_chunks)
+  // Requests up to small_max (0: none) are sub-allocated by a CachingPool from `small_segment`
+  // segments, those up to medium_max (0: none) from `medium_segment` segments; the segments are
+  // whole-chunk arena blocks. Off by default: every request is an arena block of `round` bytes
+  // (see whole_chunks), which reserves less on every trace of the corpus (issue 16, measured with
+  // `gpushim-analyze replay`, peak reserved in MiB; with sub-allocation up to 1 / 8 MiB from 4 /
+  // 8 MiB segments and whole-chunk large blocks, then without sub-allocation):
+  //   cnn_train 176 -> 160, detection_infer 150 -> 138, finetune_adam 50 -> 46, lstm_train
+  //   42 -> 38, segmentation_train 178 -> 170, serving 84 -> 76, transformer_train 52 -> 50.
+  // Sub-allocated segments pin whole chunks while any small block lives in them; arena blocks
+  // pin only the chunks they touch, and a chunk whose blocks are all freed can move.
+  uint64_t small_max = 0;
   uint64_t small_segment = 4ull << 20;
-  // Requests up to this are sub-allocated from `medium_segment` segments, like the caching
-  // policy's 1-10 MiB class: a whole-chunk block would round a 2.1 MiB request up to 4 MiB
-  // (measured on uniform random sizes up to 4 MiB: 0.75 of requested bytes held that way, 0.89
-  // sub-allocated, the caching policy 0.90). Larger requests are whole-chunk arena blocks.
-  uint64_t medium_max = 8ull << 20;
+  uint64_t medium_max = 0;
   uint64_t medium_segment = 8ull << 20;
   uint64_t reserve = 1ull << 30;            // virtual space reserved at a time (0: exactly what is mapped)
   // Size of one physical allocation, rounded down to the granularity; 0: one chunk (2 MiB). A
@@ -80,6 +88,11 @@ struct VmmPoolOptions {
   // a little differently every iteration, a pool this tight would otherwise remap chunks in every
   // iteration forever; a little more memory lets the loop settle (see VmmPool tests).
   double remap_budget = 1.0;
+  // Large blocks as whole chunks (the arena's first design) instead of multiples of `round`.
+  // Whole chunks keep every chunk movable once its block is freed, but round each block up by up
+  // to a chunk; packing `round`-sized blocks lets neighbours share a chunk and maps only the
+  // chunks a block touches. Measured on the trace corpus (docs/benchmarks.md, issue 16).
+  bool whole_chunks = false;
 };
 
 // Counters beyond PoolFigures, for tests and benchmarks.
@@ -224,6 +237,7 @@ class VmmArena {
   Backend& backend_;
   const VmmPoolOptions opt_;
   const size_t gran_;
+  const uint64_t unit_;  // user blocks are multiples of this: round (or gran_ with whole_chunks)
   mutable FutexMutex mu_;
   FreeSet free_;                      // free blocks, for best fit
   std::map<uintptr_t, Block*> blocks_;  // every block, by address: neighbours, windows

@@ -101,7 +101,7 @@ void VmmPool::reclaim_before_growth() {
 }
 
 CUresult VmmPool::allocate(const AllocRequest& req, void** out, uint64_t* allocated) {
-  if (req.size <= std::max(opt_.small_max, opt_.medium_max)) return small_->allocate(req, out, allocated);
+  if (sub_allocated(req.size)) return small_->allocate(req, out, allocated);
   // Before creating memory the arena reports what it would need; reclaiming happens here, outside
   // its lock, because it goes through the small pool, which calls into the arena. (The arena's
   // own quarantine syncs stay inside: they need not disturb the small pool's segments.)
@@ -126,7 +126,7 @@ CUresult VmmPool::allocate(const AllocRequest& req, void** out, uint64_t* alloca
 }
 
 CUresult VmmPool::allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) {
-  if (req.size > std::max(opt_.small_max, opt_.medium_max)) return CUDA_ERROR_NOT_SUPPORTED;
+  if (!sub_allocated(req.size)) return CUDA_ERROR_NOT_SUPPORTED;
   return small_->allocate_with(req, out, allocated, hooks);
 }
 

@@ -4,8 +4,10 @@
 // physical memory is remapped, wherever it sits, into one contiguous range (vmm_arena.h), so the
 // pool grows only by what free memory cannot cover.
 //
-// Two parts, composed:
-//   - requests above `medium_max` (8 MiB) are whole-chunk blocks of the VmmArena;
+// By default every request is a block of the VmmArena, 512 B rounded and packed so that
+// neighbours share chunks (vmm_arena.h). Optionally (VmmPoolOptions::small_max, medium_max), two
+// parts, composed:
+//   - requests above `medium_max` are blocks of the VmmArena;
 //   - smaller ones are sub-allocated by a CachingPool (small requests from 4 MiB segments, medium
 //     ones from 8 MiB segments), whose segments are themselves arena blocks (SegmentSource, a
 //     Backend adaptor): small requests share chunks and follow the caching policy's reuse rules,
@@ -24,6 +26,7 @@
 // lets the core refuse it with a clear message instead of handing out a handle that fails later.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -48,7 +51,7 @@ class VmmPool final : public DeviceMemoryResource {
   const char* ipc_export_refusal(const void* block, uint64_t size) const override;
   void figures(PoolFigures* out) const override;
   void release_cached() override;
-  // The small pool's blocks carry the caller's payload; the arena's (above medium_max) do not:
+  // The small pool's blocks carry the caller's payload; the arena's (all, by default) do not:
   // allocate_with refuses those (CUDA_ERROR_NOT_SUPPORTED) and the caller keeps their records.
   bool holds_payloads() const override { return true; }
   CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override;
@@ -69,6 +72,10 @@ class VmmPool final : public DeviceMemoryResource {
 
  private:
   class SegmentSource;
+  bool sub_allocated(uint64_t size) const {
+    const uint64_t max = std::max(opt_.small_max, opt_.medium_max);
+    return max > 0 && size <= max;
+  }
   // One device synchronization that settles both parts: the small pool's, which passes through
   // SegmentSource and so settles the arena too, and which hands every empty segment back.
   void sync_all();

@@ -196,8 +196,24 @@ TEST(PooledRecords, FiguresExactUnderConcurrentAllocFreeAndLockedWriters) {
 // cannot, so allocate_with refuses it without doing anything, and allocate() serves it.
 TEST(PooledRecords, VmmPoolCarriesSmallBlocksAndRefusesArenaBlocks) {
   SimBackend sim(4ull << 30);
-  VmmPool pool(sim, VmmPoolOptions{});
+  // With sub-allocation on (by default every request is an arena block, refused here too).
+  VmmPoolOptions o;
+  o.small_max = 1ull << 20;
+  o.medium_max = 8ull << 20;
+  VmmPool pool(sim, o);
   ASSERT_TRUE(pool.holds_payloads());
+  {
+    VmmPool plain(sim, VmmPoolOptions{});
+    MemoryCounters c;
+    PooledSites s;
+    AllocationTracker t;
+    AllocationRecord r{0, 4096, 1, 5, 0, MemoryKind::kDevice, Route::kPooled, 3};
+    PooledAlloc h(c, s, t, r, false);
+    void* p = nullptr;
+    uint64_t n = 0;
+    EXPECT_EQ(plain.allocate_with(AllocRequest{4096, nullptr, false}, &p, &n, h), CUDA_ERROR_NOT_SUPPORTED);
+    EXPECT_EQ(p, nullptr);
+  }
   MemoryCounters counters;
   PooledSites sites;
   AllocationTracker tracker;

@@ -57,18 +57,19 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   std::lock_guard<FutexMutex> lock(mu_);
   // As in CachingPool: freed blocks the device is done with are reused before anything is carved.
   if (rules_.has_closed_epochs()) rules_.poll_closed([&](std::vector<Block*>& blocks) { release_waiting(blocks); });
-  Block* b = find_free(want, req);
+  const uint8_t cls = class_of(want, owner);
+  Block* b = find_free(want, cls, req);
   // Freed memory whose fence has completed is reusable where it is: asked without waiting,
   // before anything is mapped.
-  if (b == nullptr && rules_.waiting_bytes() > 0 && collect_locked()) b = find_free(want, req);
+  if (b == nullptr && rules_.waiting_bytes() > 0 && collect_locked()) b = find_free(want, cls, req);
   // Rather than map new memory while memory freed with cudaFree still waits for the device, wait
   // for that work (the oldest epochs' fences, not the device): here any idle chunk can be stitched
   // into the new block, so every waiting byte is memory not created (the point of this policy).
   while (b == nullptr && rules_.waiting_bytes() > 0 &&
          rules_.wait_oldest([&](std::vector<Block*>& blocks) { release_waiting(blocks); }))
-    b = find_free(want, req);
+    b = find_free(want, cls, req);
   CUresult err = CUDA_SUCCESS;
-  if (b == nullptr) b = build(want, attempt, &err);
+  if (b == nullptr) b = build(want, cls, attempt, &err);
   if (b == nullptr) {
     if (err == CUDA_ERROR_NOT_READY) attempt->need = Need::kMemory;
     return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
@@ -91,8 +92,11 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   return CUDA_SUCCESS;
 }
 
-VmmArena::Block* VmmArena::find_free(uint64_t size, const AllocRequest& req) {
+VmmArena::Block* VmmArena::find_free(uint64_t size, uint8_t cls, const AllocRequest& req) {
+  Reservation key_res;
+  key_res.cls = cls;
   Block key;
+  key.res = &key_res;
   key.size = size;
   // Blocks still in use by another stream are skipped; bound the scan so a long run of them
   // cannot make allocation linear in the number of free blocks.
@@ -100,6 +104,7 @@ VmmArena::Block* VmmArena::find_free(uint64_t size, const AllocRequest& req) {
   int scanned = 0;
   for (auto it = free_.lower_bound(&key); it != free_.end() && scanned < kMaxScan; ++it, ++scanned) {
     Block* b = *it;
+    if (b->res->cls != cls) break;
     if (rules_.usable(b, req)) {
       free_.erase(it);
       return b;
@@ -284,7 +289,7 @@ std::vector<VmmArena::Piece*> VmmArena::movable_pieces(uintptr_t lo, uintptr_t h
   return out;
 }
 
-bool VmmArena::make_plan(uint64_t size, Plan* best) {
+bool VmmArena::make_plan(uint64_t size, uint8_t cls, Plan* best) {
   // A window is a run of touching idle free blocks and unmapped holes inside one reservation (a
   // hole at its end may continue past it when the range after it can be reserved). Any
   // [addr, addr + size) inside a window becomes one block once its holes are mapped, so the best
@@ -293,7 +298,7 @@ bool VmmArena::make_plan(uint64_t size, Plan* best) {
   bool have = false;
   auto consider = [&](Reservation* r, uintptr_t addr, uint64_t holes, uint64_t extend) {
     if (have && (holes > best->hole_bytes || (holes == best->hole_bytes && addr >= best->addr))) return;
-    *best = Plan{r, addr, holes, extend};
+    *best = Plan{cls, r, addr, holes, extend};
     have = true;
   };
   enum class Kind : uint8_t { kHole, kFree, kWall };
@@ -306,6 +311,7 @@ bool VmmArena::make_plan(uint64_t size, Plan* best) {
     // A plain variable, not a structured binding: lambdas below capture it, which C++20 compilers
     // before clang 16 reject for bindings.
     Reservation* const r = entry.second;
+    if (r->cls != cls) continue;
     // Address-ordered spans of the reservation: idle free blocks, walls (every other block) that
     // separate windows, and holes, which are the gaps between blocks since blocks tile the pieces.
     spans.clear();
@@ -420,13 +426,13 @@ VmmArena::Reservation* VmmArena::reserve_range(uint64_t size, uintptr_t hint, CU
   return r;
 }
 
-VmmArena::Block* VmmArena::build(uint64_t size, Attempt* attempt, CUresult* err) {
+VmmArena::Block* VmmArena::build(uint64_t size, uint8_t cls, Attempt* attempt, CUresult* err) {
   // Extending a reservation fails when something else took the range after it; then that one
   // stops being extendable and the plan is made again (the range the driver gave instead is kept
   // as a reservation of its own, large enough for this block).
   for (int tries = 0; tries < 8; ++tries) {
     Plan plan;
-    if (!make_plan(size, &plan)) break;
+    if (!make_plan(size, cls, &plan)) break;
     bool replan = false;
     Block* b = build_at(plan, size, attempt, err, &replan);
     if (replan) continue;
@@ -462,6 +468,7 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
     if (plan.res == nullptr) {
       plan.res = reserve_range(reserve, 0, err);
       if (plan.res == nullptr) return nullptr;
+      plan.res->cls = plan.cls;
       plan.addr = plan.res->base;
     } else if (plan.extend > 0) {
       Reservation* r = plan.res;
@@ -476,6 +483,7 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
         fresh->base = va;
         fresh->end = va + n;
         fresh->parts.emplace_back(va, n);
+        fresh->cls = r->cls;
         reservations_.emplace(va, fresh);
         *replan = true;
         return nullptr;
@@ -646,7 +654,7 @@ CUresult VmmArena::extend_segment(void* p, uint64_t more) {
   }
   if (end > r->end && !r->extendable) return CUDA_ERROR_NOT_SUPPORTED;
   const uint64_t extend = end > r->end ? round_up(end, gran_) - r->end : 0;
-  Plan plan{r, start, (inside_end - start) - covered + extend, extend};
+  Plan plan{r->cls, r, start, (inside_end - start) - covered + extend, extend};
   Attempt attempt;
   CUresult err = CUDA_SUCCESS;
   bool replan = false;
@@ -782,7 +790,17 @@ void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* seg
   out->peak_reserved_bytes = peak_held_;
   out->cached_free_bytes = held_ - user_allocated_ - segment_bytes_;
   out->quarantined_bytes = rules_.waiting_bytes();
-  out->largest_free_block = free_.empty() ? 0 : (*free_.rbegin())->size;
+  out->largest_free_block = 0;
+  // The largest of each class: the last block of the set, and the last one before class 1.
+  if (!free_.empty()) {
+    out->largest_free_block = (*free_.rbegin())->size;
+    Reservation key_res;
+    key_res.cls = 1;
+    Block key;
+    key.res = &key_res;
+    auto it = free_.lower_bound(&key);
+    if (it != free_.begin()) out->largest_free_block = std::max(out->largest_free_block, (*std::prev(it))->size);
+  }
   out->segment_allocs = creates_;
   out->segment_frees = releases_;
   out->alloc_retries = retries_;

@@ -182,6 +182,24 @@ TEST(VmmPool, NeighboursShareAChunkAndAFreedChunkMovesAcrossBlocks) {
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 
+TEST(VmmPool, SmallBlocksLiveInRangesOfTheirOwnAndTheirChunksServeLargeOnes) {
+  Vmm v;
+  ASSERT_EQ(v.pool.options().small_class_max, 256u << 10);
+  void* a = v.alloc(64 << 10);
+  void* b = v.alloc(4 * MiB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(v.sim.reservations(), 2u) << "one virtual range per size class";
+  EXPECT_FALSE(addr(b) < addr(a) + 2 * MiB && addr(a) < addr(b) + 4 * MiB);
+  EXPECT_EQ(v.sim.used(), 6 * MiB);
+  ASSERT_EQ(v.free(a), CUDA_SUCCESS);
+  v.sim.complete_events();
+  ASSERT_NE(v.alloc(2 * MiB), nullptr);
+  EXPECT_EQ(v.sim.used(), 6 * MiB) << "the small range's emptied chunk moved to the large one";
+  EXPECT_EQ(v.pool.stats().pieces_moved, 1u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
 TEST(VmmPool, SmallRequestsShareChunks) {
   Vmm v(4 * GiB, classic());
   ASSERT_EQ(v.pool.options().small_segment, 4 * MiB);

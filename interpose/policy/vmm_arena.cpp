@@ -42,6 +42,23 @@ VmmArena::~VmmArena() {
     for (auto& [va, n] : r->parts) backend_.va_free(va, n);
     delete r;
   }
+  for (Block* b : spare_) delete b;
+}
+
+VmmArena::Block* VmmArena::new_block() {
+  if (spare_.empty()) return new Block;
+  Block* b = spare_.back();
+  spare_.pop_back();
+  *b = Block{};
+  return b;
+}
+
+void VmmArena::recycle(Block* b) {
+  if (spare_.size() < kMaxSpareBlocks) {
+    spare_.push_back(b);
+    return;
+  }
+  delete b;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -211,7 +228,7 @@ VmmArena::Block* VmmArena::after(const Block* b) const {
 
 VmmArena::Block* VmmArena::split(Block* b, uint64_t size) {
   if (b->size == size) return b;
-  auto* r = new Block;
+  auto* r = new_block();
   r->addr = b->addr + size;
   r->size = b->size - size;
   r->res = b->res;
@@ -241,14 +258,14 @@ VmmArena::Block* VmmArena::coalesce(Block* b) {
     b->addr = p->addr;
     b->size += p->size;
     blocks_[b->addr] = b;  // takes over p's entry
-    delete p;
+    recycle(p);
   }
   if (Block* n = after(b); compatible(n)) {
     free_.erase(n);
     rules_.absorb(b, n);
     blocks_.erase(n->addr);
     b->size += n->size;
-    delete n;
+    recycle(n);
   }
   return b;
 }
@@ -558,7 +575,7 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
         run->size += p->size;
         continue;
       }
-      run = new Block;
+      run = new_block();
       run->addr = s.va;
       run->size = p->size;
       run->res = plan.res;
@@ -588,10 +605,10 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
       rules_.clear(n);
       blocks_.erase(n->addr);
       first->size += n->size;
-      delete n;
+      recycle(n);
     }
     if (first->addr < plan.addr) {
-      auto* head = new Block;
+      auto* head = new_block();
       head->addr = first->addr;
       head->size = plan.addr - first->addr;
       head->res = first->res;
@@ -621,7 +638,7 @@ CUresult VmmArena::shrink_segment(void* p, uint64_t keep) {
   if (it == segments_.end()) return CUDA_ERROR_INVALID_VALUE;
   Block* seg = it->second;
   if (keep == 0 || keep % gran_ != 0 || keep >= seg->size) return CUDA_ERROR_NOT_SUPPORTED;
-  auto* rest = new Block;
+  auto* rest = new_block();
   rest->addr = seg->addr + keep;
   rest->size = seg->size - keep;
   rest->res = seg->res;
@@ -665,7 +682,7 @@ CUresult VmmArena::extend_segment(void* p, uint64_t more) {
   b = split(b, add);
   rules_.clear(b);
   blocks_.erase(b->addr);
-  delete b;
+  recycle(b);
   seg->size += add;
   segment_bytes_ += add;
   return CUDA_SUCCESS;
@@ -684,13 +701,13 @@ void VmmArena::carve_out(Piece* p) {
     rules_.clear(n);
     blocks_.erase(n->addr);
     holder->size += n->size;
-    delete n;
+    recycle(n);
     free_.insert(holder);
   }
   const uintptr_t pa = p->va, pe = p->va + p->size, ha = holder->addr, he = holder->addr + holder->size;
   free_.erase(holder);
   if (pe < he) {
-    auto* above = new Block;
+    auto* above = new_block();
     above->addr = pe;
     above->size = he - pe;
     above->res = holder->res;
@@ -702,7 +719,7 @@ void VmmArena::carve_out(Piece* p) {
     insert_free(holder);
   } else {
     blocks_.erase(ha);
-    delete holder;
+    recycle(holder);
   }
   pieces_.erase(pa);
   --p->res->pieces;
@@ -822,7 +839,8 @@ void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* seg
   out->host_bytes = blocks_.size() * (sizeof(Block) + kHeapOverhead + kTreeNode) + free_.size() * kTreeNode +
                     rules_.waiting_capacity() * sizeof(Block*) + (user_.capacity() + segments_.capacity()) * kHashSlot +
                     pieces_.size() * (sizeof(Piece) + kHeapOverhead + kTreeNode) + reservation_bytes +
-                    loose_.capacity() * sizeof(Piece*);
+                    loose_.capacity() * sizeof(Piece*) + spare_.capacity() * sizeof(Block*) +
+                    spare_.size() * (sizeof(Block) + kHeapOverhead);
   *user_allocated = user_allocated_;
   *segment_bytes = segment_bytes_;
 }

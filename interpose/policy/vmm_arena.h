@@ -247,6 +247,10 @@ class VmmArena {
   void release_piece_memory(Piece* p);
   void free_empty_reservations();
   Block* split(Block* b, uint64_t size);
+  // Blocks are recycled: every allocation splits and every free merges, and a heap allocation
+  // for each would be most of the cost of a small pair.
+  Block* new_block();
+  void recycle(Block* b);
   void insert_free(Block* b);
   Block* coalesce(Block* b);
 
@@ -267,6 +271,8 @@ class VmmArena {
   uint64_t creates_ = 0, releases_ = 0, maps_ = 0, unmaps_ = 0, retries_ = 0, ooms_ = 0;
   uint64_t moved_since_growth_ = 0;  // bytes of pieces moved since memory was last created
   VmmStats stats_;
+  std::vector<Block*> spare_;
+  static constexpr size_t kMaxSpareBlocks = 4096;
 };
 
 }  // namespace gpushim

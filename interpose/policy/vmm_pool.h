@@ -51,9 +51,11 @@ class VmmPool final : public DeviceMemoryResource {
   const char* ipc_export_refusal(const void* block, uint64_t size) const override;
   void figures(PoolFigures* out) const override;
   void release_cached() override;
-  // The small pool's blocks carry the caller's payload; the arena's (all, by default) do not:
-  // allocate_with refuses those (CUDA_ERROR_NOT_SUPPORTED) and the caller keeps their records.
-  bool holds_payloads() const override { return true; }
+  // The small pool's blocks carry the caller's payload; the arena's do not: allocate_with refuses
+  // those (CUDA_ERROR_NOT_SUPPORTED) and the caller keeps their records. Without sub-allocation
+  // (the default) no block carries one, and saying so spares the caller a lookup in the empty
+  // small pool on every free.
+  bool holds_payloads() const override { return opt_.small_max > 0 || opt_.medium_max > 0; }
   CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override;
   CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) override {
     return small_->deallocate_with(p, stream, stream_ordered, hooks);

@@ -204,6 +204,7 @@ TEST(PooledRecords, VmmPoolCarriesSmallBlocksAndRefusesArenaBlocks) {
   ASSERT_TRUE(pool.holds_payloads());
   {
     VmmPool plain(sim, VmmPoolOptions{});
+    EXPECT_FALSE(plain.holds_payloads());
     MemoryCounters c;
     PooledSites s;
     AllocationTracker t;

@@ -65,7 +65,7 @@ void VmmArena::recycle(Block* b) {
 // Allocation and free
 
 CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner owner, void** out, uint64_t* got,
-                                Attempt* attempt) {
+                                Attempt* attempt, PayloadHooks* hooks) {
   if (gran_ == 0) return CUDA_ERROR_NOT_SUPPORTED;
   // Sub-allocator segments are whole chunks (they grow and shrink by chunks); user blocks are
   // multiples of unit_ (vmm_arena.h says why not whole chunks).
@@ -100,6 +100,7 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   if (owner == Owner::kUser) {
     user_.emplace(b->addr, b);
     user_allocated_ += b->size;
+    if (hooks != nullptr) hooks->on_allocated(b->addr, b->size, b->payload);
   } else {
     segments_.emplace(b->addr, b);
     segment_bytes_ += b->size;
@@ -130,11 +131,12 @@ VmmArena::Block* VmmArena::find_free(uint64_t size, uint8_t cls, const AllocRequ
   return nullptr;
 }
 
-CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered) {
+CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered, PayloadHooks* hooks) {
   std::lock_guard<FutexMutex> lock(mu_);
   auto it = user_.find(reinterpret_cast<uintptr_t>(p));
-  if (it == user_.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (it == user_.end()) return hooks != nullptr ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_INVALID_VALUE;
   Block* b = it->second;
+  if (hooks != nullptr && !hooks->on_freeing(b->addr, b->size, b->payload)) return CUDA_ERROR_NOT_PERMITTED;
   user_.erase(it);
   user_allocated_ -= b->size;
   // During capture the free belongs to the graph being built: it waits as a plain cudaFree does.
@@ -790,6 +792,19 @@ bool VmmArena::contains(const void* p) const {
   if (it == pieces_.begin()) return false;
   --it;
   return a < it->first + it->second->size;
+}
+
+bool VmmArena::find_payload(const void* p, BlockPayload* out) const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  auto it = user_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == user_.end()) return false;
+  *out = it->second->payload;
+  return true;
+}
+
+void VmmArena::live_user_blocks(std::vector<uintptr_t>* out) const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  for (const auto& [a, b] : user_) out->push_back(a);
 }
 
 bool VmmArena::find_user_block(const void* p, uintptr_t* base, uint64_t* size) const {

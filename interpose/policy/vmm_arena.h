@@ -48,7 +48,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "policy/backend.h"
 #include "policy/device_memory_resource.h"
 #include "policy/reuse_rules.h"
@@ -140,10 +143,20 @@ class VmmArena {
   // One attempt: best fit (again after collecting what became idle), then a build.
   // Returns CUDA_ERROR_OUT_OF_MEMORY when the device (or the cap) refuses the memory still needed;
   // the caller decides whether to make more memory reusable and retry.
+  // With `hooks` (kUser blocks), hooks->on_allocated fills the block's payload under the lock.
   CUresult try_allocate(uint64_t size, const AllocRequest& req, Owner owner, void** out, uint64_t* got,
-                        Attempt* attempt);
-  // Frees a kUser block (reuse_rules.h says when it can serve again).
-  CUresult deallocate(void* p, CUstream stream, bool stream_ordered);
+                        Attempt* attempt, PayloadHooks* hooks = nullptr);
+  // Frees a kUser block (reuse_rules.h says when it can serve again). Unknown pointers:
+  // CUDA_ERROR_INVALID_VALUE, or CUDA_ERROR_NOT_FOUND with `hooks`; CUDA_ERROR_NOT_PERMITTED when
+  // hooks->on_freeing refused (the block stays live).
+  CUresult deallocate(void* p, CUstream stream, bool stream_ordered, PayloadHooks* hooks = nullptr);
+  // The payload of the live kUser block starting at `p`.
+  bool find_payload(const void* p, BlockPayload* out) const;
+  void live_user_blocks(std::vector<uintptr_t>* out) const;
+  void with_lock(absl::FunctionRef<void()> fn) const {
+    std::lock_guard<FutexMutex> lock(mu_);
+    fn();
+  }
   // Takes back a kSegment block; its owner guarantees that no work still uses it.
   CUresult return_segment(void* p);
   // Grows the kSegment block at `p` by `more` bytes (whole chunks) in place: the range after it
@@ -199,6 +212,7 @@ class VmmArena {
     Owner owner = Owner::kUser;
     CUstream stream = nullptr;    // stream-ordered frees: the stream it was freed on
     ReuseEvent* event = nullptr;  // completes when the work before that free is done
+    BlockPayload payload;         // the caller's, while allocated through try_allocate's hooks
   };
   // Class first: each class's free blocks are one contiguous run of the set.
   struct BySizeThenAddress {
@@ -207,7 +221,9 @@ class VmmArena {
       return a->size != b->size ? a->size < b->size : a->addr < b->addr;
     }
   };
-  using FreeSet = std::set<Block*, BySizeThenAddress>;
+  // B-trees rather than red-black trees: one node holds many blocks, so the split and merge of
+  // every allocation and free rarely allocate (as in CachingPool).
+  using FreeSet = absl::btree_set<Block*, BySizeThenAddress>;
 
   // Where a block of `size` will be made: [addr, addr + size) in `res`, today a run of idle free
   // blocks and unmapped holes (a "window"); the holes are filled with pieces.
@@ -260,7 +276,7 @@ class VmmArena {
   const uint64_t unit_;  // user blocks are multiples of this: round (or gran_ with whole_chunks)
   mutable FutexMutex mu_;
   FreeSet free_;                      // free blocks, for best fit
-  std::map<uintptr_t, Block*> blocks_;  // every block, by address: neighbours, windows
+  absl::btree_map<uintptr_t, Block*> blocks_;  // every block, by address: neighbours, windows
   ReuseRules<Block> rules_;  // holds the cudaFree'd blocks until their fence completes
   absl::flat_hash_map<uintptr_t, Block*> user_;      // live kUser blocks by address
   absl::flat_hash_map<uintptr_t, Block*> segments_;  // live kSegment blocks by address

@@ -101,6 +101,7 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
     user_.emplace(b->addr, b);
     user_allocated_ += b->size;
     if (hooks != nullptr) hooks->on_allocated(b->addr, b->size, b->payload);
+    else b->payload = BlockPayload{};  // nobody fills it: no stale record from an earlier life
   } else {
     segments_.emplace(b->addr, b);
     segment_bytes_ += b->size;

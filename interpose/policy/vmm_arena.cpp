@@ -70,7 +70,11 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   // Sub-allocator segments are whole chunks (they grow and shrink by chunks); user blocks are
   // multiples of unit_ (vmm_arena.h says why not whole chunks).
   const uint64_t want = round_up(std::max<uint64_t>(size, 1), owner == Owner::kSegment ? gran_ : unit_);
-  if (want == 0) return CUDA_ERROR_OUT_OF_MEMORY;  // a size near 2^64 cannot be rounded
+  // A size near 2^64 cannot be rounded (to the unit, or to the chunks a build would map), and
+  // none above the 48-bit virtual address space of any GPU can be mapped: refused before a plan
+  // counts chunks (or wraps addresses) for it.
+  constexpr uint64_t kMaxBlock = 1ull << 48;
+  if (want == 0 || want > kMaxBlock) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard<FutexMutex> lock(mu_);
   // As in CachingPool: freed blocks the device is done with are reused before anything is carved.
   if (rules_.has_closed_epochs()) rules_.poll_closed([&](std::vector<Block*>& blocks) { release_waiting(blocks); });
@@ -371,7 +375,7 @@ bool VmmArena::make_plan(uint64_t size, uint8_t cls, Plan* best) {
       };
       auto try_at = [&](uintptr_t a) {
         const uintptr_t e = a + size;
-        if (a < w_start || e < a || (e > w_end && !open)) return;
+        if (a < w_start || e < a || e > UINTPTR_MAX - gran_ || (e > w_end && !open)) return;
         // Holes are whole chunks: a block reaching into one maps every chunk it touches there.
         // (Rounding cannot leave the window: a rounded end past w_end would lie in a chunk that
         // a mapped free block of the window shares, or in the extension.)

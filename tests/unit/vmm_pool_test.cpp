@@ -228,6 +228,22 @@ TEST(VmmPool, EmptySmallSegmentsGoBackAsFreeChunks) {
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 
+TEST(VmmPool, SizesNearTwoToTheSixtyFourAreRefusedNotWrapped) {
+  // 512 B rounding leaves room below 2^64 that whole chunks would not: the chunks a build maps
+  // must not wrap either.
+  Vmm v;
+  void* a = v.alloc(1 * MiB);
+  ASSERT_NE(a, nullptr);
+  for (uint64_t n : std::vector<uint64_t>{UINT64_MAX, UINT64_MAX - 511, UINT64_MAX - 1 * MiB, UINT64_MAX - 3 * MiB, 1ull << 63}) {
+    void* p = reinterpret_cast<void*>(1);
+    uint64_t got = 7;
+    EXPECT_EQ(v.pool.allocate(AllocRequest{n, nullptr, false}, &p, &got), CUDA_ERROR_OUT_OF_MEMORY) << n;
+  }
+  EXPECT_NE(v.alloc(1 * MiB), nullptr) << "the pool still serves";
+  EXPECT_EQ(v.free(a), CUDA_SUCCESS);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
 TEST(VmmPool, UnknownPointerIsInvalid) {
   Vmm v;
   void* s = v.alloc(1000);

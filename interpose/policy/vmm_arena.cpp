@@ -8,11 +8,16 @@ namespace gpushim {
 namespace {
 
 uint64_t round_up(uint64_t v, uint64_t m) { return v > UINT64_MAX - (m - 1) ? 0 : (v + m - 1) / m * m; }
+uint64_t round_down(uint64_t v, uint64_t m) { return v / m * m; }
 
 }  // namespace
 
 VmmArena::VmmArena(Backend& backend, const VmmPoolOptions& options)
-    : backend_(backend), opt_(options), gran_(backend.granularity()), rules_(backend, options.quarantine_bytes) {}
+    : backend_(backend),
+      opt_(options),
+      gran_(backend.granularity()),
+      unit_(options.whole_chunks || options.round == 0 ? gran_ : std::min<uint64_t>(options.round, gran_)),
+      rules_(backend, options.quarantine_bytes) {}
 
 VmmArena::~VmmArena() {
   // Only unit tests and the replay destroy a pool; the shim keeps its pools for the whole process.
@@ -37,36 +42,55 @@ VmmArena::~VmmArena() {
     for (auto& [va, n] : r->parts) backend_.va_free(va, n);
     delete r;
   }
+  for (Block* b : spare_) delete b;
+}
+
+VmmArena::Block* VmmArena::new_block() {
+  if (spare_.empty()) return new Block;
+  Block* b = spare_.back();
+  spare_.pop_back();
+  *b = Block{};
+  return b;
+}
+
+void VmmArena::recycle(Block* b) {
+  if (spare_.size() < kMaxSpareBlocks) {
+    spare_.push_back(b);
+    return;
+  }
+  delete b;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Allocation and free
 
 CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner owner, void** out, uint64_t* got,
-                                Attempt* attempt) {
+                                Attempt* attempt, PayloadHooks* hooks) {
   if (gran_ == 0) return CUDA_ERROR_NOT_SUPPORTED;
-  // Blocks are whole chunks. A block boundary inside a chunk would leave that chunk partly live
-  // once a neighbour is freed, and a partly live chunk can be neither moved nor released: with
-  // the 512 B rounding of the caching policy, such stubs cost up to two chunks per free gap
-  // (utilization 0.82 on tests/unit/fragmentation_workload.h against 0.98 this way). Small
-  // and medium requests, where a chunk would be too much, never come here (VmmPool's sub-allocator).
-  const uint64_t want = round_up(std::max<uint64_t>(size, 1), gran_);
-  if (want == 0) return CUDA_ERROR_OUT_OF_MEMORY;  // a size near 2^64 cannot be rounded
+  // Sub-allocator segments are whole chunks (they grow and shrink by chunks); user blocks are
+  // multiples of unit_ (vmm_arena.h says why not whole chunks).
+  const uint64_t want = round_up(std::max<uint64_t>(size, 1), owner == Owner::kSegment ? gran_ : unit_);
+  // A size near 2^64 cannot be rounded (to the unit, or to the chunks a build would map), and
+  // none above the 48-bit virtual address space of any GPU can be mapped: refused before a plan
+  // counts chunks (or wraps addresses) for it.
+  constexpr uint64_t kMaxBlock = 1ull << 48;
+  if (want == 0 || want > kMaxBlock) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard<FutexMutex> lock(mu_);
   // As in CachingPool: freed blocks the device is done with are reused before anything is carved.
   if (rules_.has_closed_epochs()) rules_.poll_closed([&](std::vector<Block*>& blocks) { release_waiting(blocks); });
-  Block* b = find_free(want, req);
+  const uint8_t cls = class_of(want, owner);
+  Block* b = find_free(want, cls, req);
   // Freed memory whose fence has completed is reusable where it is: asked without waiting,
   // before anything is mapped.
-  if (b == nullptr && rules_.waiting_bytes() > 0 && collect_locked()) b = find_free(want, req);
+  if (b == nullptr && rules_.waiting_bytes() > 0 && collect_locked()) b = find_free(want, cls, req);
   // Rather than map new memory while memory freed with cudaFree still waits for the device, wait
   // for that work (the oldest epochs' fences, not the device): here any idle chunk can be stitched
   // into the new block, so every waiting byte is memory not created (the point of this policy).
   while (b == nullptr && rules_.waiting_bytes() > 0 &&
          rules_.wait_oldest([&](std::vector<Block*>& blocks) { release_waiting(blocks); }))
-    b = find_free(want, req);
+    b = find_free(want, cls, req);
   CUresult err = CUDA_SUCCESS;
-  if (b == nullptr) b = build(want, attempt, &err);
+  if (b == nullptr) b = build(want, cls, attempt, &err);
   if (b == nullptr) {
     if (err == CUDA_ERROR_NOT_READY) attempt->need = Need::kMemory;
     return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
@@ -80,6 +104,8 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   if (owner == Owner::kUser) {
     user_.emplace(b->addr, b);
     user_allocated_ += b->size;
+    if (hooks != nullptr) hooks->on_allocated(b->addr, b->size, b->payload);
+    else b->payload = BlockPayload{};  // nobody fills it: no stale record from an earlier life
   } else {
     segments_.emplace(b->addr, b);
     segment_bytes_ += b->size;
@@ -89,8 +115,11 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   return CUDA_SUCCESS;
 }
 
-VmmArena::Block* VmmArena::find_free(uint64_t size, const AllocRequest& req) {
+VmmArena::Block* VmmArena::find_free(uint64_t size, uint8_t cls, const AllocRequest& req) {
+  Reservation key_res;
+  key_res.cls = cls;
   Block key;
+  key.res = &key_res;
   key.size = size;
   // Blocks still in use by another stream are skipped; bound the scan so a long run of them
   // cannot make allocation linear in the number of free blocks.
@@ -98,6 +127,7 @@ VmmArena::Block* VmmArena::find_free(uint64_t size, const AllocRequest& req) {
   int scanned = 0;
   for (auto it = free_.lower_bound(&key); it != free_.end() && scanned < kMaxScan; ++it, ++scanned) {
     Block* b = *it;
+    if (b->res->cls != cls) break;
     if (rules_.usable(b, req)) {
       free_.erase(it);
       return b;
@@ -106,11 +136,12 @@ VmmArena::Block* VmmArena::find_free(uint64_t size, const AllocRequest& req) {
   return nullptr;
 }
 
-CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered) {
+CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered, PayloadHooks* hooks) {
   std::lock_guard<FutexMutex> lock(mu_);
   auto it = user_.find(reinterpret_cast<uintptr_t>(p));
-  if (it == user_.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (it == user_.end()) return hooks != nullptr ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_INVALID_VALUE;
   Block* b = it->second;
+  if (hooks != nullptr && !hooks->on_freeing(b->addr, b->size, b->payload)) return CUDA_ERROR_NOT_PERMITTED;
   user_.erase(it);
   user_allocated_ -= b->size;
   // During capture the free belongs to the graph being built: it waits as a plain cudaFree does.
@@ -204,14 +235,16 @@ VmmArena::Block* VmmArena::after(const Block* b) const {
 
 VmmArena::Block* VmmArena::split(Block* b, uint64_t size) {
   if (b->size == size) return b;
-  auto* r = new Block;
+  auto* r = new_block();
   r->addr = b->addr + size;
   r->size = b->size - size;
   r->res = b->res;
   rules_.share(b, r);  // freed together with `b`
   b->size = size;
+  b->state = State::kAllocated;  // taken: the remainder must not merge back into it
   blocks_.emplace(r->addr, r);
-  insert_free(r);
+  // The tail of a build's last page may touch a free block that was not part of the build.
+  insert_free(coalesce(r));
   return b;
 }
 
@@ -232,14 +265,14 @@ VmmArena::Block* VmmArena::coalesce(Block* b) {
     b->addr = p->addr;
     b->size += p->size;
     blocks_[b->addr] = b;  // takes over p's entry
-    delete p;
+    recycle(p);
   }
   if (Block* n = after(b); compatible(n)) {
     free_.erase(n);
     rules_.absorb(b, n);
     blocks_.erase(n->addr);
     b->size += n->size;
-    delete n;
+    recycle(n);
   }
   return b;
 }
@@ -248,32 +281,39 @@ VmmArena::Block* VmmArena::coalesce(Block* b) {
 // Building a block by mapping: holes filled in place, stitching, new memory
 
 std::vector<VmmArena::Piece*> VmmArena::movable_pieces(uintptr_t lo, uintptr_t hi) {
-  // A piece can be moved (or released) only when one idle free block covers all of it: then
-  // nothing live lies on it and no work still queued can touch it (its event is complete, or
-  // there never was one). Unmapping does not wait for queued work on every driver, so a block
-  // freed on the requesting stream with its event pending does not qualify, unlike reuse in
-  // place. Pieces overlapping [lo, hi) are left out: that is where the new block goes.
+  // A piece can be moved (or released) only when idle free blocks cover all of it: then nothing
+  // live lies on it and no work still queued can touch it (their events are complete, or there
+  // never was one). Unmapping does not wait for queued work on every driver, so a block freed on
+  // the requesting stream with its event pending does not qualify, unlike reuse in place. Blocks
+  // share chunks, so a piece may lie across several touching free blocks (not merged because
+  // their streams differed when they were freed): runs of them count. Pieces overlapping
+  // [lo, hi) are left out: that is where the new block goes.
   // Highest addresses first: taking pieces from the top and filling holes lower down compacts
   // the mapped memory toward the bottom of the lowest ranges; emptied ranges are freed.
   std::vector<Piece*> out;
   if (backend_.capture_active()) return out;  // unmapping may wait for the device: not now
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+  auto it = blocks_.begin();
+  while (it != blocks_.end()) {
     Block* b = it->second;
-    if (b->state != State::kFree || b->size < gran_ || !idle(b)) continue;
-    const uintptr_t end = b->addr + b->size;
-    auto p = pieces_.lower_bound(b->addr);
-    auto stop = p;
-    while (stop != pieces_.end() && stop->first + stop->second->size <= end) ++stop;
-    while (stop != p) {  // wholly inside b, highest first
-      --stop;
-      Piece* piece = stop->second;
-      if (!(piece->va < hi && lo < piece->va + piece->size)) out.push_back(piece);
+    ++it;
+    if (b->state != State::kFree || !idle(b)) continue;
+    const Reservation* res = b->res;
+    const uintptr_t start = b->addr;
+    uintptr_t end = b->addr + b->size;
+    while (it != blocks_.end() && it->first == end && it->second->res == res && it->second->state == State::kFree &&
+           idle(it->second)) {
+      end += it->second->size;
+      ++it;
     }
+    if (end - start < gran_) continue;
+    for (auto p = pieces_.lower_bound(start); p != pieces_.end() && p->first + p->second->size <= end; ++p)
+      if (!(p->second->va < hi && lo < p->second->va + p->second->size)) out.push_back(p->second);
   }
+  std::reverse(out.begin(), out.end());
   return out;
 }
 
-bool VmmArena::make_plan(uint64_t size, Plan* best) {
+bool VmmArena::make_plan(uint64_t size, uint8_t cls, Plan* best) {
   // A window is a run of touching idle free blocks and unmapped holes inside one reservation (a
   // hole at its end may continue past it when the range after it can be reserved). Any
   // [addr, addr + size) inside a window becomes one block once its holes are mapped, so the best
@@ -282,7 +322,7 @@ bool VmmArena::make_plan(uint64_t size, Plan* best) {
   bool have = false;
   auto consider = [&](Reservation* r, uintptr_t addr, uint64_t holes, uint64_t extend) {
     if (have && (holes > best->hole_bytes || (holes == best->hole_bytes && addr >= best->addr))) return;
-    *best = Plan{r, addr, holes, extend};
+    *best = Plan{cls, r, addr, holes, extend};
     have = true;
   };
   enum class Kind : uint8_t { kHole, kFree, kWall };
@@ -295,6 +335,7 @@ bool VmmArena::make_plan(uint64_t size, Plan* best) {
     // A plain variable, not a structured binding: lambdas below capture it, which C++20 compilers
     // before clang 16 reject for bindings.
     Reservation* const r = entry.second;
+    if (r->cls != cls) continue;
     // Address-ordered spans of the reservation: idle free blocks, walls (every other block) that
     // separate windows, and holes, which are the gaps between blocks since blocks tile the pieces.
     spans.clear();
@@ -334,9 +375,14 @@ bool VmmArena::make_plan(uint64_t size, Plan* best) {
       };
       auto try_at = [&](uintptr_t a) {
         const uintptr_t e = a + size;
-        if (a < w_start || e < a || (e > w_end && !open)) return;
-        const uint64_t extend = e > w_end ? e - w_end : 0;
-        consider(r, a, holes_before(std::min(e, w_end)) - holes_before(a) + extend, extend);
+        if (a < w_start || e < a || e > UINTPTR_MAX - gran_ || (e > w_end && !open)) return;
+        // Holes are whole chunks: a block reaching into one maps every chunk it touches there.
+        // (Rounding cannot leave the window: a rounded end past w_end would lie in a chunk that
+        // a mapped free block of the window shares, or in the extension.)
+        const uintptr_t lo = std::max<uintptr_t>(round_down(a, gran_), w_start);
+        const uintptr_t hi = std::min<uintptr_t>(round_up(e, gran_), w_end);
+        const uint64_t extend = e > w_end ? round_up(e, gran_) - w_end : 0;
+        consider(r, a, holes_before(hi) - holes_before(lo) + extend, extend);
       };
       for (size_t k = i; k < j; ++k) {
         try_at(spans[k].start);
@@ -346,7 +392,7 @@ bool VmmArena::make_plan(uint64_t size, Plan* best) {
     }
   }
   // A new reservation: all of it to map.
-  consider(nullptr, UINTPTR_MAX, size, 0);
+  consider(nullptr, UINTPTR_MAX, round_up(size, gran_), 0);
   return have;
 }
 
@@ -354,7 +400,7 @@ void VmmArena::plan_fill(const Plan& plan, uint64_t size, std::vector<Piece*>& m
   // The holes of [addr, addr + size), each split at the reservation's end (a piece never spans
   // two driver reservations), are filled with movable pieces that fit, then with new pieces.
   std::vector<std::pair<uintptr_t, uintptr_t>> holes;
-  const uintptr_t a = plan.addr, e = plan.addr + size;
+  const uintptr_t a = round_down(plan.addr, gran_), e = round_up(plan.addr + size, gran_);
   uintptr_t cur = a;
   auto it = pieces_.upper_bound(a);
   if (it != pieces_.begin() && std::prev(it)->first + std::prev(it)->second->size > a) --it;  // a run reaching into it
@@ -404,13 +450,13 @@ VmmArena::Reservation* VmmArena::reserve_range(uint64_t size, uintptr_t hint, CU
   return r;
 }
 
-VmmArena::Block* VmmArena::build(uint64_t size, Attempt* attempt, CUresult* err) {
+VmmArena::Block* VmmArena::build(uint64_t size, uint8_t cls, Attempt* attempt, CUresult* err) {
   // Extending a reservation fails when something else took the range after it; then that one
   // stops being extendable and the plan is made again (the range the driver gave instead is kept
   // as a reservation of its own, large enough for this block).
   for (int tries = 0; tries < 8; ++tries) {
     Plan plan;
-    if (!make_plan(size, &plan)) break;
+    if (!make_plan(size, cls, &plan)) break;
     bool replan = false;
     Block* b = build_at(plan, size, attempt, err, &replan);
     if (replan) continue;
@@ -421,9 +467,9 @@ VmmArena::Block* VmmArena::build(uint64_t size, Attempt* attempt, CUresult* err)
 }
 
 VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, CUresult* err, bool* replan) {
-  const uint64_t reserve = std::max(size, round_up(opt_.reserve, gran_));
+  const uint64_t reserve = std::max(round_up(size, gran_), round_up(opt_.reserve, gran_));
   {
-    const uintptr_t lo = plan.res ? plan.addr : 0, hi = plan.res ? plan.addr + size : 0;
+    const uintptr_t lo = plan.res ? round_down(plan.addr, gran_) : 0, hi = plan.res ? round_up(plan.addr + size, gran_) : 0;
     std::vector<Piece*> movable = movable_pieces(lo, hi);
     if (!attempt->over_budget && opt_.remap_budget > 0 && !movable.empty()) {
       uint64_t would_move = 0;
@@ -446,6 +492,7 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
     if (plan.res == nullptr) {
       plan.res = reserve_range(reserve, 0, err);
       if (plan.res == nullptr) return nullptr;
+      plan.res->cls = plan.cls;
       plan.addr = plan.res->base;
     } else if (plan.extend > 0) {
       Reservation* r = plan.res;
@@ -460,6 +507,7 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
         fresh->base = va;
         fresh->end = va + n;
         fresh->parts.emplace_back(va, n);
+        fresh->cls = r->cls;
         reservations_.emplace(va, fresh);
         *replan = true;
         return nullptr;
@@ -534,7 +582,7 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
         run->size += p->size;
         continue;
       }
-      run = new Block;
+      run = new_block();
       run->addr = s.va;
       run->size = p->size;
       run->res = plan.res;
@@ -564,10 +612,10 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
       rules_.clear(n);
       blocks_.erase(n->addr);
       first->size += n->size;
-      delete n;
+      recycle(n);
     }
     if (first->addr < plan.addr) {
-      auto* head = new Block;
+      auto* head = new_block();
       head->addr = first->addr;
       head->size = plan.addr - first->addr;
       head->res = first->res;
@@ -597,7 +645,7 @@ CUresult VmmArena::shrink_segment(void* p, uint64_t keep) {
   if (it == segments_.end()) return CUDA_ERROR_INVALID_VALUE;
   Block* seg = it->second;
   if (keep == 0 || keep % gran_ != 0 || keep >= seg->size) return CUDA_ERROR_NOT_SUPPORTED;
-  auto* rest = new Block;
+  auto* rest = new_block();
   rest->addr = seg->addr + keep;
   rest->size = seg->size - keep;
   rest->res = seg->res;
@@ -629,8 +677,8 @@ CUresult VmmArena::extend_segment(void* p, uint64_t more) {
     covered += std::min<uintptr_t>(n->addr + n->size, inside_end) - n->addr;
   }
   if (end > r->end && !r->extendable) return CUDA_ERROR_NOT_SUPPORTED;
-  const uint64_t extend = end > r->end ? end - r->end : 0;
-  Plan plan{r, start, (inside_end - start) - covered + extend, extend};
+  const uint64_t extend = end > r->end ? round_up(end, gran_) - r->end : 0;
+  Plan plan{r->cls, r, start, (inside_end - start) - covered + extend, extend};
   Attempt attempt;
   CUresult err = CUDA_SUCCESS;
   bool replan = false;
@@ -641,20 +689,32 @@ CUresult VmmArena::extend_segment(void* p, uint64_t more) {
   b = split(b, add);
   rules_.clear(b);
   blocks_.erase(b->addr);
-  delete b;
+  recycle(b);
   seg->size += add;
   segment_bytes_ += add;
   return CUDA_SUCCESS;
 }
 
 void VmmArena::carve_out(Piece* p) {
-  // The piece, already unmapped, lies in one idle free block: that block keeps the part below
-  // it, a new block takes the part above, and the piece's range becomes a hole.
+  // The piece, already unmapped, lies in a run of idle free blocks (movable_pieces): they become
+  // one, which keeps the part below the piece; a new block takes the part above, and the piece's
+  // range becomes a hole. (Merging idle free blocks is safe: no work can touch any of them.)
   Block* holder = containing(p->va);
+  rules_.clear(holder);
+  while (holder->addr + holder->size < p->va + p->size) {
+    Block* n = after(holder);
+    free_.erase(holder);  // its key changes
+    free_.erase(n);
+    rules_.clear(n);
+    blocks_.erase(n->addr);
+    holder->size += n->size;
+    recycle(n);
+    free_.insert(holder);
+  }
   const uintptr_t pa = p->va, pe = p->va + p->size, ha = holder->addr, he = holder->addr + holder->size;
   free_.erase(holder);
   if (pe < he) {
-    auto* above = new Block;
+    auto* above = new_block();
     above->addr = pe;
     above->size = he - pe;
     above->res = holder->res;
@@ -666,7 +726,7 @@ void VmmArena::carve_out(Piece* p) {
     insert_free(holder);
   } else {
     blocks_.erase(ha);
-    delete holder;
+    recycle(holder);
   }
   pieces_.erase(pa);
   --p->res->pieces;
@@ -739,6 +799,19 @@ bool VmmArena::contains(const void* p) const {
   return a < it->first + it->second->size;
 }
 
+bool VmmArena::find_payload(const void* p, BlockPayload* out) const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  auto it = user_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == user_.end()) return false;
+  *out = it->second->payload;
+  return true;
+}
+
+void VmmArena::live_user_blocks(std::vector<uintptr_t>* out) const {
+  std::lock_guard<FutexMutex> lock(mu_);
+  for (const auto& [a, b] : user_) out->push_back(a);
+}
+
 bool VmmArena::find_user_block(const void* p, uintptr_t* base, uint64_t* size) const {
   std::lock_guard<FutexMutex> lock(mu_);
   const Block* b = containing(reinterpret_cast<uintptr_t>(p));
@@ -754,7 +827,17 @@ void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* seg
   out->peak_reserved_bytes = peak_held_;
   out->cached_free_bytes = held_ - user_allocated_ - segment_bytes_;
   out->quarantined_bytes = rules_.waiting_bytes();
-  out->largest_free_block = free_.empty() ? 0 : (*free_.rbegin())->size;
+  out->largest_free_block = 0;
+  // The largest of each class: the last block of the set, and the last one before class 1.
+  if (!free_.empty()) {
+    out->largest_free_block = (*free_.rbegin())->size;
+    Reservation key_res;
+    key_res.cls = 1;
+    Block key;
+    key.res = &key_res;
+    auto it = free_.lower_bound(&key);
+    if (it != free_.begin()) out->largest_free_block = std::max(out->largest_free_block, (*std::prev(it))->size);
+  }
   out->segment_allocs = creates_;
   out->segment_frees = releases_;
   out->alloc_retries = retries_;
@@ -776,7 +859,8 @@ void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* seg
   out->host_bytes = blocks_.size() * (sizeof(Block) + kHeapOverhead + kTreeNode) + free_.size() * kTreeNode +
                     rules_.waiting_capacity() * sizeof(Block*) + (user_.capacity() + segments_.capacity()) * kHashSlot +
                     pieces_.size() * (sizeof(Piece) + kHeapOverhead + kTreeNode) + reservation_bytes +
-                    loose_.capacity() * sizeof(Piece*);
+                    loose_.capacity() * sizeof(Piece*) + spare_.capacity() * sizeof(Block*) +
+                    spare_.size() * (sizeof(Block) + kHeapOverhead);
   *user_allocated = user_allocated_;
   *segment_bytes = segment_bytes_;
 }
@@ -817,7 +901,8 @@ std::string VmmArena::check_invariants() const {
   for (const auto& [a, b] : blocks_) {
     if (a != b->addr) return "address index key";
     if (b->state == State::kFree && free_.count(const_cast<Block*>(b)) == 0) return "a free block missing from the free set";
-    if (b->size == 0 || b->size % gran_ || b->addr % gran_) return "block not made of whole chunks";
+    const uint64_t unit = b->owner == Owner::kSegment && b->state == State::kAllocated ? gran_ : unit_;
+    if (b->size == 0 || b->size % unit || b->addr % unit_) return "block not made of whole units";
     if (b->res == nullptr || reservations_.count(b->res->base) == 0) return "block in an unknown reservation";
     if (b->addr < b->res->base || b->addr + b->size > b->res->end) return "block outside its reservation";
     if (prev && prev->addr + prev->size > b->addr) return "blocks overlap";

@@ -9,8 +9,12 @@
 //     unmapped holes wherever pieces were taken away. A reservation whose end is reached grows in
 //     place by reserving the range right after it (the driver honours the address hint when free).
 //   - Blocks: what callers get, as in the caching policy (best fit by size, split, coalesce with
-//     free neighbours, reuse by CUDA's rules as reuse_rules.h states them for both pools). Blocks are whole chunks, tile the mapped pieces
-//     exactly and never span a hole; touching blocks are neighbours (an address index finds them).
+//     free neighbours, reuse by CUDA's rules as reuse_rules.h states them for both pools). Blocks
+//     are multiples of `round` (512 B; whole chunks with VmmPoolOptions::whole_chunks, and
+//     always for sub-allocator segments), tile the mapped pieces exactly and never span a hole;
+//     touching blocks are neighbours (an address index finds them), and neighbours may share a
+//     chunk. A block placed over a hole maps every chunk it touches there. Blocks up to
+//     small_class_max live in reservations of their own (two size classes, as in PyTorch).
 //
 // What the virtual-memory API buys is that free memory is not stuck where it was freed. When no
 // free block is large enough, the arena looks at every window (a run of idle free blocks and holes
@@ -21,16 +25,20 @@
 //     so emptied reservations are freed and holes do not accumulate);
 //   - then with new pieces, only for what free pieces cannot cover (growth in place: a free block
 //     at a window's edge is extended by what it lacks).
-// Live blocks never move: only pieces that lie wholly in an idle free block are remapped (an idle
+// Live blocks never move: only pieces that lie wholly in idle free blocks are remapped (an idle
 // block has no pending event, so no queued work can touch it while it is unmapped).
 //
-// Why whole chunks: a block boundary inside a chunk leaves that chunk partly live once a neighbour
-// is freed, and a partly live chunk can be neither moved nor released; with 512 B rounding such
-// stubs cost up to two chunks per free gap (utilization 0.82 on tests/unit/fragmentation_workload.h,
-// against 0.98 this way). Requests too small for that rounding are sub-allocated by VmmPool.
+// Why not whole chunks: rounding every block up to 2 MiB costs up to a chunk per live block, and
+// real models hold hundreds of blocks under a chunk. Packed blocks cost at most the partly used
+// chunks at the edges of free gaps: a chunk partly live can be neither moved nor released, but
+// one whose blocks are all freed (and idle) can, wherever it lies. On the trace corpus this
+// reserves 4-10% less than whole chunks plus a sub-allocator; on the synthetic
+// tests/unit/fragmentation_workload.h (blocks of 1-64 MiB) whole chunks with the sub-allocator
+// do a little better (utilization 0.983-0.997, packed 0.976-0.986), so both stay options.
 //
 // Thread safety: every public member takes the arena's mutex. The arena never calls out to the
-// small-request pool, so that pool may call in while holding its own lock.
+// small-request pool, so that pool may call in while holding its own lock; payload hooks run
+// under the arena's mutex and must not call back.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +49,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "policy/backend.h"
 #include "policy/device_memory_resource.h"
 #include "policy/reuse_rules.h"
@@ -50,18 +61,20 @@
 namespace gpushim {
 
 struct VmmPoolOptions {
-  uint64_t round = 512;                     // small blocks are a multiple of this; large ones whole chunks
-  uint64_t small_max = 1ull << 20;          // requests up to this are sub-allocated from `small_segment` segments
-  // Two chunks (rounded up to the granularity): fewer segment tails too short for the next small
-  // request than one chunk each. Measured on the trace corpus with empty segments handed back
-  // before growth: 2 MiB 176-190 MiB where 4 MiB is 176-180 (cnn, segmentation), finetune_adam
-  // 54 -> 52, transformer_train 58 -> 52; 6 and 8 MiB lose on lstm_train and cnn_train.
+  uint64_t round = 512;                     // every user block is a multiple of this (see whole_chunks)
+  // Requests up to small_max (0: none) are sub-allocated by a CachingPool from `small_segment`
+  // segments, those up to medium_max (0: none) from `medium_segment` segments; the segments are
+  // whole-chunk arena blocks. Off by default: every request is an arena block of `round` bytes
+  // (see whole_chunks), which reserves less on every trace of the corpus (issue 16, measured with
+  // `gpushim-analyze replay`, peak reserved in MiB; with sub-allocation up to 1 / 8 MiB from 4 /
+  // 8 MiB segments and whole-chunk large blocks, then without sub-allocation):
+  //   cnn_train 176 -> 160, detection_infer 150 -> 138, finetune_adam 50 -> 46, lstm_train
+  //   42 -> 38, segmentation_train 178 -> 170, serving 84 -> 76, transformer_train 52 -> 50.
+  // Sub-allocated segments pin whole chunks while any small block lives in them; arena blocks
+  // pin only the chunks they touch, and a chunk whose blocks are all freed can move.
+  uint64_t small_max = 0;
   uint64_t small_segment = 4ull << 20;
-  // Requests up to this are sub-allocated from `medium_segment` segments, like the caching
-  // policy's 1-10 MiB class: a whole-chunk block would round a 2.1 MiB request up to 4 MiB
-  // (measured on uniform random sizes up to 4 MiB: 0.75 of requested bytes held that way, 0.89
-  // sub-allocated, the caching policy 0.90). Larger requests are whole-chunk arena blocks.
-  uint64_t medium_max = 8ull << 20;
+  uint64_t medium_max = 0;
   uint64_t medium_segment = 8ull << 20;
   uint64_t reserve = 1ull << 30;            // virtual space reserved at a time (0: exactly what is mapped)
   // Size of one physical allocation, rounded down to the granularity; 0: one chunk (2 MiB). A
@@ -80,6 +93,19 @@ struct VmmPoolOptions {
   // a little differently every iteration, a pool this tight would otherwise remap chunks in every
   // iteration forever; a little more memory lets the loop settle (see VmmPool tests).
   double remap_budget = 1.0;
+  // Large blocks as whole chunks (the arena's first design) instead of multiples of `round`.
+  // Whole chunks keep every chunk movable once its block is freed, but round each block up by up
+  // to a chunk; packing `round`-sized blocks lets neighbours share a chunk and maps only the
+  // chunks a block touches. Measured on the trace corpus (docs/benchmarks.md, issue 16).
+  bool whole_chunks = false;
+  // User blocks up to this size are placed in virtual ranges of their own, apart from larger
+  // ones (0: one class), as PyTorch keeps a small and a large pool: small blocks pack together
+  // instead of scattering over the chunks that larger blocks' edges share. Physical chunks move
+  // between the classes freely. Peak reserved summed over the seven corpus traces (MiB): one
+  // class 678, up to 32 KiB 678, 64 KiB 676, 128 KiB 676, 256 KiB 672, 512 KiB 684, 1 MiB 680,
+  // 2 MiB 688. Single traces move by a chunk or two either way from one setting to the next:
+  // placement decides which chunks end up partly used, and that is chaotic.
+  uint64_t small_class_max = 256ull << 10;
 };
 
 // Counters beyond PoolFigures, for tests and benchmarks.
@@ -118,10 +144,20 @@ class VmmArena {
   // One attempt: best fit (again after collecting what became idle), then a build.
   // Returns CUDA_ERROR_OUT_OF_MEMORY when the device (or the cap) refuses the memory still needed;
   // the caller decides whether to make more memory reusable and retry.
+  // With `hooks` (kUser blocks), hooks->on_allocated fills the block's payload under the lock.
   CUresult try_allocate(uint64_t size, const AllocRequest& req, Owner owner, void** out, uint64_t* got,
-                        Attempt* attempt);
-  // Frees a kUser block (reuse_rules.h says when it can serve again).
-  CUresult deallocate(void* p, CUstream stream, bool stream_ordered);
+                        Attempt* attempt, PayloadHooks* hooks = nullptr);
+  // Frees a kUser block (reuse_rules.h says when it can serve again). Unknown pointers:
+  // CUDA_ERROR_INVALID_VALUE, or CUDA_ERROR_NOT_FOUND with `hooks`; CUDA_ERROR_NOT_PERMITTED when
+  // hooks->on_freeing refused (the block stays live).
+  CUresult deallocate(void* p, CUstream stream, bool stream_ordered, PayloadHooks* hooks = nullptr);
+  // The payload of the live kUser block starting at `p`.
+  bool find_payload(const void* p, BlockPayload* out) const;
+  void live_user_blocks(std::vector<uintptr_t>* out) const;
+  void with_lock(absl::FunctionRef<void()> fn) const {
+    std::lock_guard<FutexMutex> lock(mu_);
+    fn();
+  }
   // Takes back a kSegment block; its owner guarantees that no work still uses it.
   CUresult return_segment(void* p);
   // Grows the kSegment block at `p` by `more` bytes (whole chunks) in place: the range after it
@@ -161,6 +197,7 @@ class VmmArena {
     std::vector<std::pair<uintptr_t, uint64_t>> parts;  // what va_free must be given back
     uint64_t pieces = 0;
     bool extendable = true;  // false once the driver refused the range right after `end`
+    uint8_t cls = 0;         // size class of the blocks placed here (VmmPoolOptions::small_class_max)
   };
   struct Piece {
     uint64_t handle = 0;
@@ -176,13 +213,18 @@ class VmmArena {
     Owner owner = Owner::kUser;
     CUstream stream = nullptr;    // stream-ordered frees: the stream it was freed on
     ReuseEvent* event = nullptr;  // completes when the work before that free is done
+    BlockPayload payload;         // the caller's, while allocated through try_allocate's hooks
   };
+  // Class first: each class's free blocks are one contiguous run of the set.
   struct BySizeThenAddress {
     bool operator()(const Block* a, const Block* b) const {
+      if (a->res->cls != b->res->cls) return a->res->cls < b->res->cls;
       return a->size != b->size ? a->size < b->size : a->addr < b->addr;
     }
   };
-  using FreeSet = std::set<Block*, BySizeThenAddress>;
+  // B-trees rather than red-black trees: one node holds many blocks, so the split and merge of
+  // every allocation and free rarely allocate (as in CachingPool).
+  using FreeSet = absl::btree_set<Block*, BySizeThenAddress>;
 
   // Where a block of `size` will be made: [addr, addr + size) in `res`, today a run of idle free
   // blocks and unmapped holes (a "window"); the holes are filled with pieces.
@@ -192,22 +234,26 @@ class VmmArena {
     Piece* moved;  // null: a new piece of `size`
   };
   struct Plan {
+    uint8_t cls = 0;             // size class of the block (and of a new reservation)
     Reservation* res = nullptr;  // null: a new reservation
     uintptr_t addr = 0;
     uint64_t hole_bytes = 0;     // what must be mapped
     uint64_t extend = 0;         // bytes needed past res->end (extension through the address hint)
   };
 
-  Block* find_free(uint64_t size, const AllocRequest& req);
+  uint8_t class_of(uint64_t size, Owner owner) const {
+    return owner == Owner::kUser && size <= opt_.small_class_max ? 0 : 1;
+  }
+  Block* find_free(uint64_t size, uint8_t cls, const AllocRequest& req);
   bool idle(Block* b) { return rules_.idle(b); }
   bool collect_locked();
   void settle_locked();
   void release_waiting(std::vector<Block*>& blocks);
-  Block* build(uint64_t size, Attempt* attempt, CUresult* err);
+  Block* build(uint64_t size, uint8_t cls, Attempt* attempt, CUresult* err);
   // One build at `plan`; `replan` is set when the reservation could not be extended in place
   // (then a new plan is needed).
   Block* build_at(Plan plan, uint64_t size, Attempt* attempt, CUresult* err, bool* replan);
-  bool make_plan(uint64_t size, Plan* plan);
+  bool make_plan(uint64_t size, uint8_t cls, Plan* plan);
   std::vector<Piece*> movable_pieces(uintptr_t lo, uintptr_t hi);
   void plan_fill(const Plan& plan, uint64_t size, std::vector<Piece*>& movable, std::vector<Slot>* slots) const;
   Reservation* reserve_range(uint64_t size, uintptr_t hint, CUresult* err);
@@ -218,15 +264,20 @@ class VmmArena {
   void release_piece_memory(Piece* p);
   void free_empty_reservations();
   Block* split(Block* b, uint64_t size);
+  // Blocks are recycled: every allocation splits and every free merges, and a heap allocation
+  // for each would be most of the cost of a small pair.
+  Block* new_block();
+  void recycle(Block* b);
   void insert_free(Block* b);
   Block* coalesce(Block* b);
 
   Backend& backend_;
   const VmmPoolOptions opt_;
   const size_t gran_;
+  const uint64_t unit_;  // user blocks are multiples of this: round (or gran_ with whole_chunks)
   mutable FutexMutex mu_;
   FreeSet free_;                      // free blocks, for best fit
-  std::map<uintptr_t, Block*> blocks_;  // every block, by address: neighbours, windows
+  absl::btree_map<uintptr_t, Block*> blocks_;  // every block, by address: neighbours, windows
   ReuseRules<Block> rules_;  // holds the cudaFree'd blocks until their fence completes
   absl::flat_hash_map<uintptr_t, Block*> user_;      // live kUser blocks by address
   absl::flat_hash_map<uintptr_t, Block*> segments_;  // live kSegment blocks by address
@@ -237,6 +288,8 @@ class VmmArena {
   uint64_t creates_ = 0, releases_ = 0, maps_ = 0, unmaps_ = 0, retries_ = 0, ooms_ = 0;
   uint64_t moved_since_growth_ = 0;  // bytes of pieces moved since memory was last created
   VmmStats stats_;
+  std::vector<Block*> spare_;
+  static constexpr size_t kMaxSpareBlocks = 4096;
 };
 
 }  // namespace gpushim

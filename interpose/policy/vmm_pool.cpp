@@ -101,17 +101,21 @@ void VmmPool::reclaim_before_growth() {
 }
 
 CUresult VmmPool::allocate(const AllocRequest& req, void** out, uint64_t* allocated) {
-  if (req.size <= std::max(opt_.small_max, opt_.medium_max)) return small_->allocate(req, out, allocated);
+  if (sub_allocated(req.size)) return small_->allocate(req, out, allocated);
+  return allocate_large(req, out, allocated, nullptr);
+}
+
+CUresult VmmPool::allocate_large(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks* hooks) {
   // Before creating memory the arena reports what it would need; reclaiming happens here, outside
   // its lock, because it goes through the small pool, which calls into the arena. (The arena's
   // own quarantine syncs stay inside: they need not disturb the small pool's segments.)
   VmmArena::Attempt attempt;
   attempt.may_create = false;
-  CUresult r = arena_.try_allocate(req.size, req, VmmArena::Owner::kUser, out, allocated, &attempt);
+  CUresult r = arena_.try_allocate(req.size, req, VmmArena::Owner::kUser, out, allocated, &attempt, hooks);
   if (r == CUDA_ERROR_NOT_READY && attempt.need == VmmArena::Need::kMemory) {
     reclaim_before_growth();
     attempt = {};
-    r = arena_.try_allocate(req.size, req, VmmArena::Owner::kUser, out, allocated, &attempt);
+    r = arena_.try_allocate(req.size, req, VmmArena::Owner::kUser, out, allocated, &attempt, hooks);
   }
   if (r != CUDA_ERROR_OUT_OF_MEMORY) return r;
   // Short of memory, retry once after making every freed byte usable: one sync settles both parts
@@ -120,22 +124,32 @@ CUresult VmmPool::allocate(const AllocRequest& req, void** out, uint64_t* alloca
   sync_all();
   attempt = {};
   attempt.over_budget = true;
-  r = arena_.try_allocate(req.size, req, VmmArena::Owner::kUser, out, allocated, &attempt);
+  r = arena_.try_allocate(req.size, req, VmmArena::Owner::kUser, out, allocated, &attempt, hooks);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) arena_.count_oom();
   return r;
 }
 
 CUresult VmmPool::allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) {
-  if (req.size > std::max(opt_.small_max, opt_.medium_max)) return CUDA_ERROR_NOT_SUPPORTED;
-  return small_->allocate_with(req, out, allocated, hooks);
+  if (sub_allocated(req.size)) return small_->allocate_with(req, out, allocated, hooks);
+  return allocate_large(req, out, allocated, &hooks);
 }
 
 CUresult VmmPool::deallocate(void* p, CUstream stream, bool stream_ordered) {
-  // Small blocks are the common case. The two address sets are disjoint: small blocks lie inside
-  // segments, which the arena never lists as live user blocks.
-  const CUresult r = small_->deallocate(p, stream, stream_ordered);
-  if (r != CUDA_ERROR_INVALID_VALUE) return r;
+  // The two address sets are disjoint: small blocks lie inside segments, which the arena never
+  // lists as live user blocks.
+  if (sub_allocating()) {
+    const CUresult r = small_->deallocate(p, stream, stream_ordered);
+    if (r != CUDA_ERROR_INVALID_VALUE) return r;
+  }
   return arena_.deallocate(p, stream, stream_ordered);
+}
+
+CUresult VmmPool::deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) {
+  if (sub_allocating()) {
+    const CUresult r = small_->deallocate_with(p, stream, stream_ordered, hooks);
+    if (r != CUDA_ERROR_NOT_FOUND) return r;
+  }
+  return arena_.deallocate(p, stream, stream_ordered, &hooks);
 }
 
 bool VmmPool::contains(const void* p) const { return arena_.contains(p); }

@@ -4,8 +4,10 @@
 // physical memory is remapped, wherever it sits, into one contiguous range (vmm_arena.h), so the
 // pool grows only by what free memory cannot cover.
 //
-// Two parts, composed:
-//   - requests above `medium_max` (8 MiB) are whole-chunk blocks of the VmmArena;
+// By default every request is a block of the VmmArena, 512 B rounded and packed so that
+// neighbours share chunks (vmm_arena.h). Optionally (VmmPoolOptions::small_max, medium_max), two
+// parts, composed:
+//   - requests above `medium_max` are blocks of the VmmArena;
 //   - smaller ones are sub-allocated by a CachingPool (small requests from 4 MiB segments, medium
 //     ones from 8 MiB segments), whose segments are themselves arena blocks (SegmentSource, a
 //     Backend adaptor): small requests share chunks and follow the caching policy's reuse rules,
@@ -24,6 +26,7 @@
 // lets the core refuse it with a clear message instead of handing out a handle that fails later.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -48,16 +51,22 @@ class VmmPool final : public DeviceMemoryResource {
   const char* ipc_export_refusal(const void* block, uint64_t size) const override;
   void figures(PoolFigures* out) const override;
   void release_cached() override;
-  // The small pool's blocks carry the caller's payload; the arena's (above medium_max) do not:
-  // allocate_with refuses those (CUDA_ERROR_NOT_SUPPORTED) and the caller keeps their records.
+  // Every block carries the caller's payload (its allocation record), in the small pool or in
+  // the arena: one lock and one lookup per call instead of a separate record table.
   bool holds_payloads() const override { return true; }
   CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override;
-  CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) override {
-    return small_->deallocate_with(p, stream, stream_ordered, hooks);
+  CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) override;
+  bool find_payload(const void* p, BlockPayload* out) const override {
+    return (sub_allocating() && small_->find_payload(p, out)) || arena_.find_payload(p, out);
   }
-  bool find_payload(const void* p, BlockPayload* out) const override { return small_->find_payload(p, out); }
-  void live_payload_blocks(std::vector<uintptr_t>* out) const override { small_->live_payload_blocks(out); }
-  void with_lock(absl::FunctionRef<void()> fn) const override { small_->with_lock(fn); }
+  void live_payload_blocks(std::vector<uintptr_t>* out) const override {
+    small_->live_payload_blocks(out);
+    arena_.live_user_blocks(out);
+  }
+  // Both locks, in the order small pool -> arena.
+  void with_lock(absl::FunctionRef<void()> fn) const override {
+    small_->with_lock([&] { arena_.with_lock(fn); });
+  }
 
   // All memory of this pool is mapped with cuMemMap, which legacy IPC cannot share.
   bool is_vmm() const { return true; }
@@ -69,6 +78,12 @@ class VmmPool final : public DeviceMemoryResource {
 
  private:
   class SegmentSource;
+  bool sub_allocating() const { return opt_.small_max > 0 || opt_.medium_max > 0; }
+  bool sub_allocated(uint64_t size) const {
+    const uint64_t max = std::max(opt_.small_max, opt_.medium_max);
+    return max > 0 && size <= max;
+  }
+  CUresult allocate_large(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks* hooks);
   // One device synchronization that settles both parts: the small pool's, which passes through
   // SegmentSource and so settles the arena too, and which hands every empty segment back.
   void sync_all();

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <atomic>
 #include <map>
 #include <thread>
@@ -192,43 +194,60 @@ TEST(PooledRecords, FiguresExactUnderConcurrentAllocFreeAndLockedWriters) {
   EXPECT_EQ(f.reserved_bytes, f.cached_free_bytes);
 }
 
-// The vmm policy: its small pool's blocks carry the records; an arena block (above medium_max)
-// cannot, so allocate_with refuses it without doing anything, and allocate() serves it.
-TEST(PooledRecords, VmmPoolCarriesSmallBlocksAndRefusesArenaBlocks) {
+// The vmm policy: every block carries its record, sub-allocated or an arena block; a block
+// allocate() served (no record in it) is not found by deallocate_with, whose caller then frees
+// it through its own record.
+void vmm_blocks_carry_records(const VmmPoolOptions& o, uint64_t small_size, uint64_t large_size) {
   SimBackend sim(4ull << 30);
-  VmmPool pool(sim, VmmPoolOptions{});
+  VmmPool pool(sim, o);
   ASSERT_TRUE(pool.holds_payloads());
   MemoryCounters counters;
   PooledSites sites;
   AllocationTracker tracker;
   AllocationRecord rec{0, 4096, 1, 5, 0, MemoryKind::kDevice, Route::kPooled, 3};
   void* small = nullptr;
-  uint64_t got = 0;
+  uint64_t got = 0, total = 0;
   PooledAlloc a(counters, sites, tracker, rec, false);
-  ASSERT_EQ(pool.allocate_with(AllocRequest{4096, nullptr, false}, &small, &got, a), CUDA_SUCCESS);
+  ASSERT_EQ(pool.allocate_with(AllocRequest{small_size, nullptr, false}, &small, &got, a), CUDA_SUCCESS);
+  total += got;
   BlockPayload payload;
   ASSERT_TRUE(pool.find_payload(small, &payload));
   EXPECT_EQ(load_record(payload).stack, 5u);
-  EXPECT_EQ(counters.snapshot().live_bytes, got);
+  EXPECT_EQ(counters.snapshot().live_bytes, total);
 
-  const uint64_t large = pool.options().medium_max + 1;
-  PooledAlloc b(counters, sites, tracker, rec, false);
   void* big = nullptr;
-  PoolFigures before, after;
-  pool.figures(&before);
-  EXPECT_EQ(pool.allocate_with(AllocRequest{large, nullptr, false}, &big, &got, b), CUDA_ERROR_NOT_SUPPORTED);
-  pool.figures(&after);
-  EXPECT_EQ(big, nullptr);
-  EXPECT_EQ(after.reserved_bytes, before.reserved_bytes);
-  EXPECT_EQ(counters.snapshot().total_allocs, 1u);
-  ASSERT_EQ(pool.allocate(AllocRequest{large, nullptr, false}, &big, &got), CUDA_SUCCESS);
-  EXPECT_FALSE(pool.find_payload(big, &payload));
+  PooledAlloc b(counters, sites, tracker, rec, false);
+  ASSERT_EQ(pool.allocate_with(AllocRequest{large_size, nullptr, false}, &big, &got, b), CUDA_SUCCESS);
+  total += got;
+  ASSERT_TRUE(pool.find_payload(big, &payload));
+  EXPECT_EQ(load_record(payload).stack, 5u);
+  EXPECT_EQ(counters.snapshot().live_bytes, total);
+  std::vector<uintptr_t> live;
+  pool.live_payload_blocks(&live);
+  std::sort(live.begin(), live.end());
+  std::vector<uintptr_t> want{reinterpret_cast<uintptr_t>(small), reinterpret_cast<uintptr_t>(big)};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(live, want);
+
+  void* plain = nullptr;
+  ASSERT_EQ(pool.allocate(AllocRequest{large_size, nullptr, false}, &plain, &got), CUDA_SUCCESS);
   PooledFree f(counters, sites, tracker, false);
-  EXPECT_EQ(pool.deallocate_with(big, nullptr, false, f), CUDA_ERROR_NOT_FOUND);  // the caller's record: its free
-  EXPECT_EQ(pool.deallocate(big, nullptr, false), CUDA_SUCCESS);
+  EXPECT_EQ(pool.deallocate(plain, nullptr, false), CUDA_SUCCESS);
+  EXPECT_EQ(pool.deallocate_with(big, nullptr, false, f), CUDA_SUCCESS);
   EXPECT_EQ(pool.deallocate_with(small, nullptr, false, f), CUDA_SUCCESS);
+  EXPECT_EQ(pool.deallocate_with(small, nullptr, false, f), CUDA_ERROR_NOT_FOUND) << "already freed";
   EXPECT_EQ(counters.snapshot().live_bytes, 0u);
   EXPECT_EQ(pool.check_invariants(), "");
+}
+
+TEST(PooledRecords, VmmPoolBlocksCarryRecords) { vmm_blocks_carry_records(VmmPoolOptions{}, 4096, 12ull << 20); }
+
+TEST(PooledRecords, VmmPoolWithSubAllocationCarriesRecordsInBothParts) {
+  VmmPoolOptions o;
+  o.small_max = 1ull << 20;
+  o.medium_max = 8ull << 20;
+  o.whole_chunks = true;
+  vmm_blocks_carry_records(o, 4096, o.medium_max + 1);
 }
 
 }  // namespace

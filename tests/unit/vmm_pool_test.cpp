@@ -55,6 +55,16 @@ struct Vmm {
   VmmPool pool;
 };
 
+// The arena's first design, still an option: small and medium requests sub-allocated from
+// whole-chunk segments by a CachingPool, large blocks rounded to whole chunks.
+VmmPoolOptions classic() {
+  VmmPoolOptions o;
+  o.small_max = 1 * MiB;
+  o.medium_max = 8 * MiB;
+  o.whole_chunks = true;
+  return o;
+}
+
 // What backs a block: (handle, offset) at its first, middle and last byte.
 std::vector<std::pair<uint64_t, uint64_t>> backing(const SimBackend& sim, uintptr_t a, uint64_t n) {
   std::vector<std::pair<uint64_t, uint64_t>> out;
@@ -95,12 +105,12 @@ TEST(VmmPool, AllocatesMapsAndReusesABlockAsIs) {
   uint64_t got = 0;
   void* a = v.alloc(11 * MiB, nullptr, false, &got);
   ASSERT_NE(a, nullptr);
-  EXPECT_EQ(got, 12 * MiB) << "large blocks are whole 2 MiB chunks";
+  EXPECT_EQ(got, 11 * MiB) << "blocks are rounded to 512 B, not to chunks";
   PoolFigures f = v.fig();
-  EXPECT_EQ(f.reserved_bytes, 12 * MiB);
+  EXPECT_EQ(f.reserved_bytes, 12 * MiB) << "the chunks it touches";
   EXPECT_EQ(f.map_calls, 6u) << "one map per chunk";
   EXPECT_EQ(f.mapped_bytes, 12 * MiB);
-  EXPECT_EQ(f.cached_free_bytes, 0u);
+  EXPECT_EQ(f.cached_free_bytes, 1 * MiB) << "the rest of the last chunk is free for the next block";
   EXPECT_EQ(v.sim.used(), 12 * MiB);
   EXPECT_EQ(v.sim.counters().physical_creates, 6u);
   EXPECT_TRUE(v.pool.contains(static_cast<char*>(a) + 11 * MiB - 1));
@@ -113,6 +123,21 @@ TEST(VmmPool, AllocatesMapsAndReusesABlockAsIs) {
 
 TEST(VmmPool, PointersAreAlignedAndSizesRounded) {
   Vmm v(64 * GiB);
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 2000; ++i) {
+    const uint64_t n = 1 + (rng() % 3 == 0 ? rng() % (64 * MiB) : rng() % (1 * MiB));
+    uint64_t got = 0;
+    void* p = v.alloc(n, nullptr, false, &got);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(addr(p) % 512, 0u) << n;
+    EXPECT_LT(got - n, 512u) << "every block is rounded to 512 B, nothing more";
+    if (rng() % 2) v.free(p, nullptr, rng() % 2);
+  }
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, ClassicPointersAreAlignedAndSizesRounded) {
+  Vmm v(64 * GiB, classic());
   std::mt19937_64 rng(3);
   for (int i = 0; i < 2000; ++i) {
     const uint64_t n = 1 + (rng() % 3 == 0 ? rng() % (64 * MiB) : rng() % (1 * MiB));
@@ -135,8 +160,48 @@ TEST(VmmPool, PointersAreAlignedAndSizesRounded) {
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 
-TEST(VmmPool, SmallRequestsShareChunks) {
+TEST(VmmPool, NeighboursShareAChunkAndAFreedChunkMovesAcrossBlocks) {
   Vmm v;
+  void* a = v.alloc(1 * MiB);
+  void* b = v.alloc(1 * MiB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(addr(b), addr(a) + 1 * MiB) << "packed";
+  EXPECT_EQ(v.sim.used(), 2 * MiB) << "two blocks, one chunk";
+  void* c = v.alloc(2 * MiB);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(v.sim.used(), 4 * MiB);
+  // Freed on two streams, the two blocks stay apart in the free set; together they cover their
+  // chunk, which can then be unmapped and mapped where a larger block goes.
+  ASSERT_EQ(v.free(a, stream(0x100), true), CUDA_SUCCESS);
+  ASSERT_EQ(v.free(b, stream(0x200), true), CUDA_SUCCESS);
+  ASSERT_NE(v.alloc(4 * MiB), nullptr);
+  EXPECT_EQ(v.sim.used(), 6 * MiB) << "the freed chunk became half of the new block";
+  EXPECT_EQ(v.pool.stats().pieces_moved, 1u);
+  EXPECT_EQ(v.sim.counters().synchronizes, 0u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, SmallBlocksLiveInRangesOfTheirOwnAndTheirChunksServeLargeOnes) {
+  Vmm v;
+  ASSERT_EQ(v.pool.options().small_class_max, 256u << 10);
+  void* a = v.alloc(64 << 10);
+  void* b = v.alloc(4 * MiB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(v.sim.reservations(), 2u) << "one virtual range per size class";
+  EXPECT_FALSE(addr(b) < addr(a) + 2 * MiB && addr(a) < addr(b) + 4 * MiB);
+  EXPECT_EQ(v.sim.used(), 6 * MiB);
+  ASSERT_EQ(v.free(a), CUDA_SUCCESS);
+  v.sim.complete_events();
+  ASSERT_NE(v.alloc(2 * MiB), nullptr);
+  EXPECT_EQ(v.sim.used(), 6 * MiB) << "the small range's emptied chunk moved to the large one";
+  EXPECT_EQ(v.pool.stats().pieces_moved, 1u);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, SmallRequestsShareChunks) {
+  Vmm v(4 * GiB, classic());
   ASSERT_EQ(v.pool.options().small_segment, 4 * MiB);
   std::vector<void*> small;
   for (int i = 0; i < 1000; ++i) small.push_back(v.alloc(1000));  // 512 KiB after rounding... twice over
@@ -151,7 +216,7 @@ TEST(VmmPool, SmallRequestsShareChunks) {
 }
 
 TEST(VmmPool, EmptySmallSegmentsGoBackAsFreeChunks) {
-  Vmm v;
+  Vmm v(4 * GiB, classic());
   std::vector<void*> small;
   for (int i = 0; i < 100; ++i) small.push_back(v.alloc(512 << 10));  // 13 segments of 4 MiB
   EXPECT_EQ(v.fig().reserved_bytes, 52 * MiB);
@@ -160,6 +225,22 @@ TEST(VmmPool, EmptySmallSegmentsGoBackAsFreeChunks) {
   EXPECT_EQ(v.sim.used(), 0u) << "every chunk goes back once nothing uses it";
   EXPECT_EQ(v.sim.mapped_bytes(), 0u);
   EXPECT_EQ(v.sim.reservations(), 0u) << "and every virtual range";
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+TEST(VmmPool, SizesNearTwoToTheSixtyFourAreRefusedNotWrapped) {
+  // 512 B rounding leaves room below 2^64 that whole chunks would not: the chunks a build maps
+  // must not wrap either.
+  Vmm v;
+  void* a = v.alloc(1 * MiB);
+  ASSERT_NE(a, nullptr);
+  for (uint64_t n : std::vector<uint64_t>{UINT64_MAX, UINT64_MAX - 511, UINT64_MAX - 1 * MiB, UINT64_MAX - 3 * MiB, 1ull << 63}) {
+    void* p = reinterpret_cast<void*>(1);
+    uint64_t got = 7;
+    EXPECT_EQ(v.pool.allocate(AllocRequest{n, nullptr, false}, &p, &got), CUDA_ERROR_OUT_OF_MEMORY) << n;
+  }
+  EXPECT_NE(v.alloc(1 * MiB), nullptr) << "the pool still serves";
+  EXPECT_EQ(v.free(a), CUDA_SUCCESS);
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 
@@ -461,7 +542,7 @@ TEST(VmmPool, EmptySubAllocatorSegmentsAreRemappedBeforeThePoolGrows) {
   // 3 MiB requests live in 8 MiB medium segments. Once all are freed, a large request reuses
   // those chunks rather than creating memory beside them. (One sync: a segment freed
   // stream-ordered holds blocks with and without events, merged only after a sync.)
-  Vmm v;
+  Vmm v(4 * GiB, classic());
   std::vector<void*> medium;
   for (int i = 0; i < 20; ++i) medium.push_back(v.alloc(3 * MiB, stream(0x100), true));
   const uint64_t held = v.sim.used();
@@ -478,7 +559,7 @@ TEST(VmmPool, EmptySegmentsOfOneSizeClassServeTheOtherBeforeThePoolGrows) {
   // sub-allocator hands its idle empty medium segments back to the arena before asking it for
   // more, so the small segments are made of those chunks: nothing new is created, and nothing
   // is synchronized (cudaFree'd memory is idle once its fence completes, asked without waiting).
-  Vmm v;
+  Vmm v(4 * GiB, classic());
   std::vector<void*> medium;
   for (int i = 0; i < 8; ++i) medium.push_back(v.alloc(3 * MiB));
   const uint64_t held = v.sim.used();
@@ -497,7 +578,7 @@ TEST(VmmPool, MediumSegmentGrowsIntoItsFreeTailAndGivesTheTailBack) {
   // 3 MiB and 3.5 MiB blocks leave a 1.5 MiB free tail in their 8 MiB segment. A 5 MiB request
   // grows that segment in place by the 4 MiB the tail lacks (as PyTorch's expandable segments
   // grow), instead of making a second 8 MiB segment whose space could never merge with the first.
-  Vmm v;
+  Vmm v(4 * GiB, classic());
   void* a = v.alloc(3 * MiB);
   void* b = v.alloc(3 * MiB + MiB / 2);
   ASSERT_NE(a, nullptr);

@@ -24,6 +24,7 @@ struct SitePoint {
   uint64_t bytes;      // live bytes of the site
   uint64_t count;      // live allocations of the site
   uint64_t iteration;  // iterations counted so far (0 without marks)
+  uint64_t instant = 0;  // the site history's checkpoint number (from 1); 0: not from a history
 };
 
 struct GrowthParams {

@@ -22,20 +22,24 @@ bool SiteHistory::sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pai
     if (totals.count == 0) continue;
     Track& t = tracks_[key];
     t.seen = now;
-    const SitePoint point{t_ns, totals.bytes, totals.count, iteration};
-    if (!t.points.empty() && ++t.since_kept < t.stride) {
+    const SitePoint point{t_ns, totals.bytes, totals.count, iteration, now};
+    // A kept checkpoint is a multiple of the track's stride (a power of two), whatever the track's
+    // age: the instants a coarse track keeps are kept by every finer track alive then, so series
+    // of one site can be summed exactly (report/growth_verdict.cpp). The first point is the
+    // baseline and always stays.
+    if (!t.points.empty() && now % t.stride != 0) {
       t.latest = point;
       t.has_latest = true;
       continue;
     }
-    t.since_kept = 0;
     t.has_latest = false;
     t.points.push_back(point);
-    if (t.points.size() >= max_points_) {
-      size_t kept = 0;
-      for (size_t i = 0; i < t.points.size(); i += 2) t.points[kept++] = t.points[i];
-      t.points.resize(kept);
+    while (t.points.size() >= max_points_) {
       t.stride *= 2;
+      size_t kept = 1;
+      for (size_t i = 1; i < t.points.size(); ++i)
+        if (t.points[i].instant % t.stride == 0) t.points[kept++] = t.points[i];
+      t.points.resize(kept);
     }
   }
   // Sites with nothing live (or no longer among the largest) lose their history.

@@ -48,8 +48,7 @@ class SiteHistory {
  private:
   struct Track {
     std::vector<SitePoint> points;
-    uint32_t stride = 1;       // keep one instant in `stride`
-    uint32_t since_kept = 0;   // instants since the last kept one
+    uint64_t stride = 1;       // keep the instants that are multiples of `stride`
     uint64_t seen = 0;         // the last instant the site had live memory
     bool has_latest = false;   // `latest` is the latest instant, not kept in `points`
     SitePoint latest{};

@@ -1,6 +1,7 @@
 #include "report/growth_verdict.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -11,6 +12,76 @@
 #include "stacks/site_identity.h"
 
 namespace gpushim {
+
+namespace {
+
+struct Merged {
+  SiteKey key;  // the member with the smallest stack id: the same one whichever side merges
+  std::vector<FrameInfo> frames;
+  std::vector<SitePoint> points;
+};
+
+// The site's own series: at each checkpoint, the sum over its stacks. A stack's series exists only
+// while it had live memory at every checkpoint since its first (site history drops a stack that
+// ran empty), so before its first point it adds nothing; and site history keeps the checkpoints
+// that are multiples of a track's stride, so a checkpoint one stack kept is kept by every other
+// stack of the site alive then unless that one thinned it out. Such a checkpoint is left out: a
+// stale value there would bend the slope. The last checkpoint is every stack's.
+std::vector<SitePoint> sum_series(const std::vector<const SiteSeries*>& members) {
+  std::vector<SitePoint> out;
+  for (const SiteSeries* m : members) out.insert(out.end(), m->points.begin(), m->points.end());
+  std::sort(out.begin(), out.end(), [](const SitePoint& a, const SitePoint& b) { return a.t_ns < b.t_ns; });
+  out.erase(std::unique(out.begin(), out.end(), [](const SitePoint& a, const SitePoint& b) { return a.t_ns == b.t_ns; }),
+            out.end());
+  size_t kept = 0;
+  for (SitePoint p : out) {
+    p.bytes = p.count = 0;
+    bool exact = true;
+    for (const SiteSeries* m : members) {
+      if (m->points.empty() || m->points.front().t_ns > p.t_ns) continue;
+      auto at = std::lower_bound(m->points.begin(), m->points.end(), p.t_ns,
+                                 [](const SitePoint& q, uint64_t t) { return q.t_ns < t; });
+      if (at == m->points.end() || at->t_ns != p.t_ns) {
+        exact = false;
+        break;
+      }
+      p.bytes += at->bytes;
+      p.count += at->count;
+    }
+    if (exact) out[kept++] = p;
+  }
+  out.resize(kept);
+  return out;
+}
+
+std::vector<Merged> merge_by_identity(const std::vector<SiteSeries>& series, const SiteFrames& frames_of) {
+  std::vector<Merged> merged;
+  std::vector<std::vector<const SiteSeries*>> members;
+  absl::flat_hash_map<std::string, size_t> by_identity;
+  // In stack-id order, so that the representative and the order of the merged series do not
+  // depend on the order the history's map hands them out.
+  std::vector<const SiteSeries*> order;
+  for (const SiteSeries& s : series) order.push_back(&s);
+  std::sort(order.begin(), order.end(), [](const SiteSeries* a, const SiteSeries* b) {
+    if (a->key.stack != b->key.stack) return a->key.stack < b->key.stack;
+    if (a->key.device != b->key.device) return a->key.device < b->key.device;
+    return static_cast<int>(a->key.kind) < static_cast<int>(b->key.kind);
+  });
+  for (const SiteSeries* s : order) {
+    std::vector<FrameInfo> frames = frames_of(s->key);
+    auto [it, fresh] = by_identity.emplace(site_identity(s->key.device, memory_kind_name(s->key.kind), frames), merged.size());
+    if (fresh) {
+      merged.push_back(Merged{s->key, std::move(frames), {}});
+      members.emplace_back();
+    }
+    members[it->second].push_back(s);
+  }
+  for (size_t i = 0; i < merged.size(); ++i)
+    merged[i].points = members[i].size() == 1 ? members[i][0]->points : sum_series(members[i]);
+  return merged;
+}
+
+}  // namespace
 
 GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvidence& evidence,
                           const SiteFrames& frames_of) {
@@ -25,36 +96,23 @@ GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvi
     g.detected_period = detected.period;
   }
 
+  // One series per site identity, merged before judging: stacks that symbolize alike (the same
+  // Python line reached through different interpreter frames, e.g. while 3.11 specializes the
+  // first calls) are one site to the reader, and a variant that holds a few of the site's
+  // allocations must count in its live figures even though it does not grow on its own.
+  std::vector<Merged> merged = merge_by_identity(series, frames_of);
   std::vector<std::vector<SitePoint>> points;
-  points.reserve(series.size());
-  for (const SiteSeries& s : series) points.push_back(s.points);
-  absl::flat_hash_map<std::string, size_t> by_identity;
+  points.reserve(merged.size());
+  for (const Merged& m : merged) points.push_back(m.points);
   for (const GrowthFinding& f : detect_growth(points)) {
-    const SiteKey& key = series[f.series].key;
-    std::vector<FrameInfo> frames = frames_of(key);
+    Merged& m = merged[f.series];
     double per_iteration = f.has_iterations ? f.bytes_per_iteration : std::numeric_limits<double>::quiet_NaN();
     // Detected iterations are not on the points: the growth over the loop's iterations.
     if (detected.iterations > 1 && !f.has_iterations)
       per_iteration = static_cast<double>(f.growth_bytes) / static_cast<double>(detected.iterations - 1);
-    auto [it, fresh] = by_identity.emplace(site_identity(key.device, memory_kind_name(key.kind), frames), g.suspects.size());
-    if (!fresh) {
-      GrowthSuspectReport& m = g.suspects[it->second];
-      m.growth_bytes += f.growth_bytes;
-      m.bytes_per_s += f.bytes_per_s;
-      m.bytes_per_iteration += per_iteration;
-      m.live_bytes += f.live_bytes;
-      m.live_count += f.live_count;
-      m.samples = std::max<uint64_t>(m.samples, f.samples);
-      m.first_s = std::min(m.first_s, static_cast<double>(f.first_t_ns) / 1e9);
-      m.last_s = std::max(m.last_s, static_cast<double>(f.last_t_ns) / 1e9);
-      m.trend = std::min(m.trend, f.trend);
-      m.iterations = std::max(m.iterations, f.iterations);
-      m.stack_id = std::min(m.stack_id, key.stack);
-      continue;
-    }
     GrowthSuspectReport s;
-    s.device = key.device;
-    s.kind = memory_kind_name(key.kind);
+    s.device = m.key.device;
+    s.kind = memory_kind_name(m.key.kind);
     s.growth_bytes = f.growth_bytes;
     s.bytes_per_s = f.bytes_per_s;
     s.bytes_per_iteration = per_iteration;
@@ -65,8 +123,8 @@ GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvi
     s.first_s = static_cast<double>(f.first_t_ns) / 1e9;
     s.last_s = static_cast<double>(f.last_t_ns) / 1e9;
     s.trend = f.trend;
-    s.stack_id = key.stack;
-    s.frames = std::move(frames);
+    s.stack_id = m.key.stack;
+    s.frames = std::move(m.frames);
     g.suspects.push_back(std::move(s));
   }
   // Ties (and merged suspects) in a fixed order, so that both sides list them alike.

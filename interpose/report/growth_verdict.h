@@ -5,7 +5,8 @@
 //
 // A site's series is judged by detect_growth (accounting/growth_detector.h: at least 8 points, a
 // steady rise by Kendall's tau, never back to its baseline, still rising at the end). Series whose
-// stacks symbolize alike (stacks/site_identity.h) are one suspect. The verdict is "not judged"
+// stacks symbolize alike (stacks/site_identity.h) are summed into one before they are judged, so
+// a suspect's live figures are its site's. The verdict is "not judged"
 // when the run shows fewer iterations (counted or detected) than the detector needs points, or,
 // without iterations, fewer checkpoints: thin evidence never reads as "none".
 #pragma once

@@ -14,7 +14,6 @@
 #include "cuda/driver_backend.h"
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
-#include "policy/limited_backend.h"
 #include "policy/policy_factory.h"
 #include "live/termination_signals.h"
 #include "python/interpreter_shutdown.h"
@@ -215,13 +214,7 @@ DeviceState* Shim::create_device(int ordinal) {
   if (d) return d;  // another thread won; ours is dropped (its context retain is harmless)
   d = fresh.release();
   if (trace_) trace_device(d);
-  // Listed before it is published: whoever can reach the device (and so hold a record of it) then
-  // also sees that its pool keeps records, and takes its lock (under_device_lock, untrack).
-  if (d->pool_keeps_records) {
-    const int n = record_pool_count_.load(std::memory_order_relaxed);
-    record_pools_[n].store(d, std::memory_order_release);
-    record_pool_count_.store(n + 1, std::memory_order_release);
-  }
+  books_.add(&d->ledger);  // before the device is published (Ledgers::add says why)
   devices_[ordinal].store(d, std::memory_order_release);
   // The driver's view of a new device is sampled on its next allocation (unaccounted memory).
   usage_pending_.fetch_or(1ull << ordinal, std::memory_order_relaxed);
@@ -229,23 +222,22 @@ DeviceState* Shim::create_device(int ordinal) {
 }
 
 std::unique_ptr<DeviceState> Shim::make_device(int ordinal) {
-  auto d = std::make_unique<DeviceState>();
-  d->ordinal = ordinal;
+  auto d = std::make_unique<DeviceState>(ordinal, books_.records());
   // Asked of the device, not of a context: a device first seen through a driver-API program's own
   // context must not get a primary context created for it (that costs hundreds of MB).
   d->capacity = device_total_memory(ordinal);
   if (config_.policy != PolicyKind::kPassthrough) {
     auto driver = std::make_unique<DriverBackend>(ordinal);
     if (driver_api() != nullptr) {
-      d->limited = std::make_unique<LimitedBackend>(*driver, d->budget);
-      d->pool = trace_ ? make_traced_pool(d.get()) : make_pool(config_, *d->limited);
-      d->pool_keeps_records = d->pool != nullptr && d->pool->holds_payloads();
+      Backend& capped = d->ledger.capped(*driver);
+      d->pool = trace_ ? make_traced_pool(d.get(), capped) : make_pool(config_, capped);
+      d->ledger.serve_with(d->pool.get());
       d->driver = std::move(driver);
     }
   }
   if (config_.limit.active()) {
     const uint64_t limit = config_.limit.resolve(d->capacity);
-    d->budget.set_limit(limit);
+    d->ledger.set_limit(limit);
     if (d->capacity != 0 && limit > d->capacity)
       log_line("GPUSHIM_LIMIT (%s) is above device %d's capacity (%s); the device is the limit",
                format_bytes(limit).c_str(), ordinal, format_bytes(d->capacity).c_str());
@@ -277,65 +269,6 @@ bool Shim::capture_forbids_unsafe_call() {
   return probe != nullptr && probe(0) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
-MemoryCounters& Shim::counters_for(MemoryKind kind, int dev) {
-  switch (kind) {
-    case MemoryKind::kManaged: return managed_;
-    case MemoryKind::kHost: return host_;
-    case MemoryKind::kGraph: return graph_;
-    case MemoryKind::kImported: return imported_;
-    case MemoryKind::kDevice: break;
-  }
-  return device(dev)->counters;
-}
-
-bool Shim::track(uintptr_t ptr, const AllocationRecord& rec) {
-  bool inserted = false;
-  under_device_lock(rec.kind, rec.device, [&] {
-    inserted = tracker_.insert(ptr, rec);
-    if (inserted) counters_for(rec.kind, rec.device).on_alloc(rec.size, rec.requested);
-  });
-  return inserted;
-}
-
-bool Shim::untrack(uintptr_t ptr, AllocationRecord* rec) {
-  // The record says which lock guards its figures (the erase moves its module row). Between the
-  // find and the erase another thread could free the address and have it handed out again, but
-  // only to the same kind of memory on the same device (an address belongs to one device or the
-  // host), whose lock is the same.
-  // Without such pools no lock is needed: one lookup.
-  if (record_pool_count_.load(std::memory_order_acquire) == 0) return tracker_.erase(ptr, rec);
-  AllocationRecord found;
-  if (!tracker_.find(ptr, &found)) return false;
-  bool erased = false;
-  under_device_lock(found.kind, found.device, [&] { erased = tracker_.erase(ptr, rec); });
-  return erased;
-}
-
-void Shim::retrack(uintptr_t ptr, const AllocationRecord& rec) {
-  under_device_lock(rec.kind, rec.device, [&] { tracker_.insert(ptr, rec); });
-}
-
-std::vector<std::pair<SiteKey, SiteTotals>> Shim::sites() const {
-  std::vector<std::pair<SiteKey, SiteTotals>> out = tracker_.sites();
-  const int n = record_pool_count_.load(std::memory_order_acquire);
-  if (n == 0) return out;
-  const size_t tracked = out.size();
-  for (int i = 0; i < n; ++i) {
-    const DeviceState* d = record_pools_[i].load(std::memory_order_acquire);
-    d->pool->with_lock(
-        [&] { d->pooled_sites.append_to(static_cast<int16_t>(d->ordinal), MemoryKind::kDevice, &out); });
-  }
-  if (tracked == 0) return out;
-  // A site may have both forwarded and pooled allocations live (the driver API next to cudaMalloc).
-  absl::flat_hash_map<SiteKey, SiteTotals> merged;
-  for (const auto& [key, totals] : out) {
-    SiteTotals& t = merged[key];
-    t.bytes += totals.bytes;
-    t.count += totals.count;
-  }
-  return {merged.begin(), merged.end()};
-}
-
 bool Shim::pool_contains(const void* ptr) const {
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
@@ -351,11 +284,11 @@ cudaError_t Shim::mem_get_info(size_t* free, size_t* total) {
   const cudaError_t err = rt.cudaMemGetInfo(free, total);
   if (err != cudaSuccess) return err;
   DeviceState* d = current_device_state();
-  const uint64_t limit = d ? d->budget.limit() : 0;
+  const uint64_t limit = d ? d->ledger.budget().limit() : 0;
   if (limit == 0) return err;
   size_t real_free = 0, real_total = 0;
   if (rt.cudaMemGetInfo(&real_free, &real_total) != cudaSuccess) return err;
-  apply_cap(limit, d->budget.held(), real_free, real_total, free, total);
+  apply_cap(limit, d->ledger.budget().held(), real_free, real_total, free, total);
   return err;
 }
 
@@ -368,39 +301,19 @@ void Shim::apply_cap(uint64_t limit, uint64_t held, size_t real_free, size_t rea
   if (total) *total = static_cast<size_t>(limit);
 }
 
-PoolFigures Shim::pool_figures(const DeviceState* d) const {
-  PoolFigures f;
-  const CounterSnapshot c = d->counters.snapshot();
-  if (d->pool) d->pool->figures(&f);
-  // Reserved is everything held from the driver on the device: the pool's segments, and what was
-  // allocated past any pool (passthrough, the driver API, the virtual-memory API, graph memory).
-  // The budget counts exactly that, cap or no cap.
-  f.reserved_bytes = d->budget.held();
-  f.peak_reserved_bytes = d->budget.peak();
-  f.requested_bytes = c.requested_bytes;
-  f.peak_requested_bytes = c.peak_requested_bytes;
-  f.ooms = d->ooms.load(std::memory_order_relaxed);  // every OOM a caller saw, pool or cap
-  return f;
-}
-
 uint64_t Shim::host_bytes() const {
-  uint64_t n = stacks_.memory_bytes() + tracker_.memory_bytes() + capturer_.memory_bytes() + site_history_.memory_bytes();
+  uint64_t n = stacks_.memory_bytes() + books_.records().memory_bytes() + capturer_.memory_bytes() +
+               site_history_.memory_bytes();
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (d == nullptr) continue;
-    n += sizeof(DeviceState);
-    if (d->pool) {
-      PoolFigures f;
-      d->pool->figures(&f);
-      n += f.host_bytes;
-      if (d->pool_keeps_records) d->pool->with_lock([&] { n += d->pooled_sites.memory_bytes(); });
-    }
+    n += sizeof(DeviceState) + d->ledger.host_bytes();
   }
   return n;
 }
 
 void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected) {
-  d->ooms.fetch_add(1, std::memory_order_relaxed);
+  d->ledger.count_oom();
   OomRecord rec;
   rec.injected = injected;
   rec.t_ns = now_ns() - start_ns_;
@@ -408,7 +321,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
   rec.requested = requested;
   rec.stack = stack;
   rec.pool = pool_figures(d);
-  rec.allocated = d->counters.live_bytes();
+  rec.allocated = d->ledger.counters().live_bytes();
   size_t free = 0, total = 0;
   int current = -1;
   // The caller's own context first (the real driver: our cuMemGetInfo hook would show the capped
@@ -419,7 +332,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
   else if (d->driver && d->driver->mem_info(&free, &total) == CUDA_SUCCESS) rec.device_free = free;
   else if (real_runtime().cudaMemGetInfo && real_runtime().cudaMemGetInfo(&free, &total) == cudaSuccess)
     rec.device_free = free;
-  if (total != 0) usage_.record(d->ordinal, UsageSample{true, now_ns(), total - free, d->budget.held()});
+  if (total != 0) usage_.record(d->ordinal, UsageSample{true, now_ns(), total - free, d->ledger.budget().held()});
   // Like injected failures and invalid frees: enough lines to see what fails, never a flood (a
   // program that handles OOMs in a loop); the total comes at exit.
   constexpr uint64_t kLoggedOoms = 16;
@@ -430,7 +343,8 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
            d->ordinal, format_bytes(requested).c_str(), format_bytes(rec.allocated).c_str(),
            format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),
            format_bytes(rec.pool.largest_free_block).c_str(), format_bytes(rec.device_free).c_str(),
-           d->budget.limit() ? ", cap " : "", d->budget.limit() ? format_bytes(d->budget.limit()).c_str() : "",
+           d->ledger.budget().limit() ? ", cap " : "",
+           d->ledger.budget().limit() ? format_bytes(d->ledger.budget().limit()).c_str() : "",
            nth == kLoggedOoms ? " (further out-of-memory errors are counted, and their total printed at exit)" : "");
   if (trace_) trace_oom(rec);
   std::lock_guard<std::mutex> lock(ooms_mu_);
@@ -443,6 +357,28 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
       rec.top_sites.emplace_back(sites[i].first.stack, sites[i].second);
   ooms_.push_back(std::move(rec));
 }
+
+// ---- GPUSHIM_FAIL ----
+// An allocation the FaultInjector selected fails before any pool or the real call sees it (Shim::inject),
+// and is accounted and reported like a real out-of-memory error.
+
+namespace {
+// Enough lines to see what is failing; a random:0.5 run over millions of calls must not flood stderr.
+constexpr uint64_t kLoggedInjections = 16;
+}  // namespace
+
+void Shim::note_injected_failure(DeviceState* d, uint64_t requested, uint64_t number, const char* returned) {
+  const StackId stack = capture_stack();
+  d->ledger.failed_on_purpose();
+  const uint64_t nth_injection = faults_.injected();
+  if (nth_injection <= kLoggedInjections)
+    log_line("injected allocation failure (GPUSHIM_FAIL=%s): allocation %llu, %s on device %d; returned %s%s",
+             faults_.spec().text.c_str(), static_cast<unsigned long long>(number), format_bytes(requested).c_str(),
+             d->ordinal, returned,
+             nth_injection == kLoggedInjections ? " (further injections are counted in the report only)" : "");
+  on_oom(d, requested, stack, /*injected=*/true);
+}
+
 
 // ---- stacks ----
 
@@ -489,25 +425,6 @@ void Shim::warn_invalid_free(const void* ptr, const char* what) {
   log_line("invalid free of %p (%s); returned cudaErrorInvalidValue; caller: %s%s", ptr, what,
            where.empty() ? "unknown (stack capture off)" : where.c_str(), before.c_str());
   if (n == kMaxWarnings) log_line("further invalid frees are counted in the report but not printed");
-}
-
-// ---- memory the shim only accounts ----
-
-void Shim::record_alloc(MemoryKind kind, int dev, void* ptr, uint64_t size, uint64_t requested) {
-  if (ptr == nullptr) return;
-  if (kind == MemoryKind::kDevice && device(dev) == nullptr) return;
-  const AllocationRecord rec{size, requested, now_ns(), capture_stack(), static_cast<int16_t>(dev),
-                             kind, Route::kForwarded, caller_module()};
-  if (!track(reinterpret_cast<uintptr_t>(ptr), rec)) return;
-  if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(ptr), rec, size, nullptr, false);
-  // Already made (the size was known only afterwards): held from the driver whatever the cap says,
-  // and uncharged by the free like every forwarded device allocation.
-  if (on_device(kind)) device(dev)->budget.charge(size);
-}
-
-void Shim::record_failure(MemoryKind kind, int dev) {
-  if (kind == MemoryKind::kDevice && device(dev) == nullptr) return;
-  counters_for(kind, dev).on_failed();
 }
 
 // ---- reports ----
@@ -569,7 +486,7 @@ ReportData Shim::build_report(const char* reason) {
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (!d) continue;
-    const CounterSnapshot c = d->counters.snapshot();
+    const CounterSnapshot c = d->ledger.counters().snapshot();
     DeviceReport dr;
     dr.device = d->ordinal;
     dr.live_bytes = c.live_bytes;
@@ -583,20 +500,22 @@ ReportData Shim::build_report(const char* reason) {
     dr.total_allocs = c.total_allocs;
     dr.total_frees = c.total_frees;
     dr.failed_allocs = c.failed_allocs;
-    dr.injected_failures = d->injected_failures.load(std::memory_order_relaxed);
+    dr.injected_failures = d->ledger.injected_failures();
     dr.resets = d->resets.load(std::memory_order_relaxed);
     dr.context_destroys = d->context_destroys.load(std::memory_order_relaxed);
     dr.capacity_bytes = d->capacity;
-    dr.limit_bytes = d->budget.limit();
+    dr.limit_bytes = d->ledger.budget().limit();
     dr.pool = pool_figures(d);
     dr.peak_reserved_bytes = dr.pool.peak_reserved_bytes;
     add_driver_usage(d->ordinal, &dr);
     r.devices.push_back(dr);
   }
-  const std::pair<const char*, const MemoryCounters*> others[] = {
-      {"managed", &managed_}, {"host", &host_}, {"graph", &graph_}, {"imported", &imported_}};
-  for (const auto& [name, counters] : others) {
-    const CounterSnapshot c = counters->snapshot();
+  const std::pair<const char*, MemoryKind> others[] = {{"managed", MemoryKind::kManaged},
+                                                        {"host", MemoryKind::kHost},
+                                                        {"graph", MemoryKind::kGraph},
+                                                        {"imported", MemoryKind::kImported}};
+  for (const auto& [name, kind] : others) {
+    const CounterSnapshot c = books_.counters(kind, -1)->snapshot();
     if (c.total_allocs == 0) continue;
     r.other_memory.push_back({name, c.live_bytes, c.live_count, c.peak_bytes, c.total_allocs, c.total_frees});
   }
@@ -657,7 +576,7 @@ ReportData Shim::build_report(const char* reason) {
       out.requested = o.requested;
       const DeviceState* d = devices_[o.device].load(std::memory_order_acquire);
       out.capacity = d ? d->capacity : 0;
-      out.limit = d ? d->budget.limit() : 0;
+      out.limit = d ? d->ledger.budget().limit() : 0;
       out.device_free = o.device_free;
       out.allocated = o.allocated;
       out.reserved = o.pool.reserved_bytes;
@@ -736,7 +655,7 @@ void Shim::on_interpreter_shutdown() {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (!d) continue;
     if (td->devices.size() <= static_cast<size_t>(d->ordinal)) td->devices.resize(d->ordinal + 1);
-    td->devices[d->ordinal] = d->counters.snapshot();
+    td->devices[d->ordinal] = d->ledger.counters().snapshot();
   }
   teardown_.store(td, std::memory_order_release);
 }

@@ -59,41 +59,10 @@ ModuleId Shim::caller_module() {
   return m;
 }
 
-void Shim::driver_failure(MemoryKind kind, int dev, CUresult r, uint64_t size) {
-  if (is_argument_error(r)) return;  // refused for its arguments: no failed allocation (error_codes.h)
-  if (!on_device(kind)) {
-    record_failure(kind, dev);
-    return;
-  }
-  DeviceState* d = device(dev);
-  if (d == nullptr) return;
-  d->counters.on_failed();
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, capture_stack());
-}
-
 // ---- virtual-memory API ----
 
-bool Shim::vmm_charge(int dev, uint64_t size) {
-  DeviceState* d = device(dev);
-  if (d == nullptr || d->budget.try_charge(size)) return true;
-  d->counters.on_failed();
-  on_oom(d, size, capture_stack());
-  return false;
-}
-
-void Shim::vmm_uncharge(int dev, uint64_t size) {
-  if (DeviceState* d = device(dev)) d->budget.cancel(size);
-}
-
 void Shim::vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int dev) {
-  if (kind == MemoryKind::kDevice)
-    if (DeviceState* d = device(dev)) d->budget.commit(size);  // charged by vmm_charge
   vmm_.created(VmmTracker::Physical{handle, size, dev, kind});
-  const uint64_t t = now_ns();
-  const AllocationRecord rec{size, size, t, capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded,
-                             caller_module()};
-  if (track(VmmTracker::key_of(handle), rec) && trace_) trace_alloc(VmmTracker::key_of(handle), rec, size, nullptr, false);
-  maybe_sample(t);
 }
 
 void Shim::vmm_imported(uint64_t handle, int dev) { vmm_.imported(handle, dev); }
@@ -102,9 +71,7 @@ void Shim::vmm_retained(uint64_t handle) { vmm_.retained(handle); }
 
 void Shim::drop_vmm(const VmmTracker::Physical& p) {
   AllocationRecord rec;
-  if (!untrack(VmmTracker::key_of(p.handle), &rec)) return;
-  count_free(rec);
-  if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
+  if (!books_.release(VmmTracker::key_of(p.handle), &rec)) return;
   const uint64_t t = now_ns();
   if (trace_) trace_free(t, VmmTracker::key_of(p.handle), rec, nullptr, false);
   maybe_sample(t);
@@ -121,7 +88,7 @@ void Shim::vmm_mapped(uintptr_t va, uint64_t size, uint64_t handle) {
   // Imported memory becomes visible with its first mapping (its size is unknown before).
   const AllocationRecord rec{sized.size, sized.size, now_ns(), capture_stack(), static_cast<int16_t>(sized.device),
                              sized.kind, Route::kForwarded, caller_module()};
-  if (track(VmmTracker::key_of(handle), rec) && trace_)
+  if (books_.commit(VmmTracker::key_of(handle), rec) && trace_)
     trace_alloc(VmmTracker::key_of(handle), rec, rec.size, nullptr, false);
 }
 
@@ -145,11 +112,11 @@ void Shim::cap_driver_mem_info(size_t* free, size_t* total) {
   int dev = 0;
   if (!current_context_device(&dev)) return;
   DeviceState* d = device(dev);
-  if (d == nullptr || d->budget.limit() == 0) return;
+  if (d == nullptr || d->ledger.budget().limit() == 0) return;
   size_t real_free = 0, real_total = 0;
   const RealDriver& drv = real_driver();
   if (drv.cuMemGetInfo_v2 == nullptr || drv.cuMemGetInfo_v2(&real_free, &real_total) != CUDA_SUCCESS) return;
-  apply_cap(d->budget.limit(), d->budget.held(), real_free, real_total, free, total);
+  apply_cap(d->ledger.budget().limit(), d->ledger.budget().held(), real_free, real_total, free, total);
 }
 
 Shim::PooledAddress Shim::pooled_address(uintptr_t ptr, BlockView* out) {
@@ -160,15 +127,7 @@ Shim::PooledAddress Shim::pooled_address(uintptr_t ptr, BlockView* out) {
     AllocationRecord rec;
     uintptr_t base = ptr;
     uint64_t size = 0;
-    // The record: in the pool's block where the pool keeps it, else in the tracker.
-    auto find_record = [&](uintptr_t p) {
-      BlockPayload payload;
-      if (d->pool_keeps_records && d->pool->find_payload(reinterpret_cast<const void*>(p), &payload)) {
-        rec = load_record(payload);
-        return true;
-      }
-      return tracker_.find(p, &rec) && rec.route == Route::kPooled;
-    };
+    auto find_record = [&](uintptr_t p) { return d->ledger.find_pooled(p, &rec); };
     if (find_record(ptr)) {
       size = rec.size;
     } else if (!d->pool->find_block(reinterpret_cast<const void*>(ptr), &base, &size) || !find_record(base)) {
@@ -269,10 +228,10 @@ bool Shim::sample_driver_usage(int dev, bool current_context) {
   };
   // The pair must describe one instant: retry when an allocation moved our figure meanwhile.
   for (int attempt = 0; attempt < 3; ++attempt) {
-    const uint64_t held = d->budget.held();
+    const uint64_t held = d->ledger.budget().held();
     size_t free = 0, total = 0;
     if (mem_info(&free, &total) != CUDA_SUCCESS) return false;
-    if (d->budget.held() != held) continue;
+    if (d->ledger.budget().held() != held) continue;
     usage_.record(dev, UsageSample{true, now_ns(), total >= free ? total - free : 0, held});
     return true;
   }
@@ -292,7 +251,7 @@ void Shim::add_driver_usage(int dev, DeviceReport* out) const {
 }
 
 void Shim::add_modules(ReportData* out) {
-  tracker_.modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
+  books_.records().modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
     const ModuleSnapshot snap = c.snapshot();
     if (snap.total_allocs == 0) return;
     ModuleReport m;

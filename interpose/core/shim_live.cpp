@@ -14,7 +14,7 @@ std::vector<DeviceMetrics> Shim::live_device_metrics() const {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (!d) continue;
     // The same figures build_report puts in a device entry, without the rest of the report.
-    const CounterSnapshot c = d->counters.snapshot();
+    const CounterSnapshot c = d->ledger.counters().snapshot();
     const PoolFigures f = pool_figures(d);
     DeviceMetrics m;
     m.device = d->ordinal;
@@ -23,7 +23,7 @@ std::vector<DeviceMetrics> Shim::live_device_metrics() const {
     m.peak_allocated_bytes = c.peak_bytes;
     m.peak_reserved_bytes = f.peak_reserved_bytes;
     m.capacity_bytes = d->capacity;
-    m.limit_bytes = d->budget.limit();
+    m.limit_bytes = d->ledger.budget().limit();
     m.live_allocations = c.live_count;
     m.allocations = c.total_allocs;
     m.frees = c.total_frees;

@@ -55,10 +55,10 @@ std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool
   // Reserved is what the report calls reserved (everything held from the driver on the device),
   // used what it calls allocated: the same figures, so the program's logs and the report agree.
   switch (attr) {
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = d->budget.held(); break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = d->budget.window_peak(); break;
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = d->counters.live_bytes(); break;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = d->counters.window_peak_bytes(); break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = d->ledger.budget().held(); break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = d->ledger.budget().window_peak(); break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = d->ledger.counters().live_bytes(); break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = d->ledger.counters().window_peak_bytes(); break;
     default: v = release_thresholds_[d->ordinal].load(std::memory_order_relaxed); break;
   }
   *static_cast<cuuint64_t*>(value) = v;
@@ -85,17 +85,17 @@ std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool
     // current value (CUDA's rule, which PyTorch's reset_peak_memory_stats relies on).
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
       if (v != 0) return CUDA_ERROR_INVALID_VALUE;
-      d->budget.reset_window_peak();
+      d->ledger.reset_reserved_high();
       return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
       if (v != 0) return CUDA_ERROR_INVALID_VALUE;
-      d->counters.reset_window_peak();
+      d->ledger.reset_used_high();
       return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
       release_thresholds_[d->ordinal].store(v, std::memory_order_relaxed);
       // CUDA gives back what exceeds the threshold at the next synchronization, which no hook of
       // ours sees: lowering it gives the memory back now instead.
-      if (d->budget.held() > v) d->pool->trim_to(v);
+      if (d->ledger.budget().held() > v) d->pool->trim_to(v);
       return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_INVALID_VALUE;  // the current figures are read-only

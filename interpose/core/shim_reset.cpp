@@ -35,31 +35,28 @@ void Shim::before_device_reset(int ordinal) {
     if (trace_) trace_free(record_time_ns(), p, rec, nullptr, false);
   };
   // Blocks whose records the pool keeps: freed through it, with their figures.
-  if (d->pool && d->pool_keeps_records) {
+  if (d->pool && d->ledger.pool_keeps_records()) {
     std::vector<uintptr_t> live;
     d->pool->live_payload_blocks(&live);
     for (uintptr_t p : live) {
-      PooledFree hooks(d->counters, d->pooled_sites, tracker_, /*host_api=*/false);
-      if (d->pool->deallocate_with(reinterpret_cast<void*>(p), nullptr, false, hooks) == CUDA_SUCCESS)
-        freed_one(p, hooks.record());
+      AllocationRecord rec;
+      if (d->ledger.release_pooled(reinterpret_cast<void*>(p), nullptr, false, /*host_api=*/false, &rec) ==
+          CUDA_SUCCESS)
+        freed_one(p, rec);
     }
   }
   // Everything else of the device the tracker holds: pooled blocks of pools that keep no records,
   // and forwarded memory of every kind the context owns (device, graph, pinned host, managed,
   // imported), which the real reset frees.
-  for (const auto& [p, rec] : tracker_.live()) {
+  for (const auto& [p, rec] : books_.records().live()) {
     if (rec.device != ordinal) continue;
     AllocationRecord gone;
-    if (!untrack(p, &gone)) continue;
-    if (gone.route == Route::kPooled) {
-      if (d->pool->deallocate(reinterpret_cast<void*>(p), nullptr, false) != CUDA_SUCCESS) {
-        retrack(p, gone);
-        continue;
-      }
-    } else if (on_device(gone.kind)) {
-      d->budget.uncharge(gone.size);
+    if (!books_.forget(p, &gone)) continue;
+    if (gone.route == Route::kPooled && d->pool->deallocate(reinterpret_cast<void*>(p), nullptr, false) != CUDA_SUCCESS) {
+      books_.restore(p, gone);
+      continue;
     }
-    count_free(gone);
+    books_.count_free(gone);
     freed_one(p, gone);
   }
   // Every segment back to the driver now, while it is still the process's memory; the reset then
@@ -126,7 +123,7 @@ std::vector<Shim::OwnedAllocation> Shim::owned_by_context(CUcontext ctx) {
   std::vector<OwnedAllocation> owned;
   const RealDriver& drv = real_driver();
   if (forked_child_ || ctx == nullptr || drv.cuPointerGetAttribute == nullptr) return owned;
-  for (const auto& [p, rec] : tracker_.live()) {
+  for (const auto& [p, rec] : books_.records().live()) {
     if (rec.route != Route::kForwarded || p == VmmTracker::key_of(p)) continue;  // pooled, or a cuMemCreate handle
     CUcontext owner = nullptr;
     CUmemoryPool pool = nullptr;
@@ -146,14 +143,12 @@ void Shim::after_context_destroy(const std::vector<OwnedAllocation>& owned) {
   uint64_t bytes[kMaxDevices] = {}, counts[kMaxDevices] = {};
   for (const OwnedAllocation& o : owned) {
     AllocationRecord gone;
-    if (!untrack(o.ptr, &gone)) continue;  // freed meanwhile by another thread
+    if (!books_.forget(o.ptr, &gone)) continue;  // freed meanwhile by another thread
     if (gone.serial != o.serial) {  // ... and the address handed out again, in another context
-      retrack(o.ptr, gone);
+      books_.restore(o.ptr, gone);
       continue;
     }
-    if (on_device(gone.kind))
-      if (DeviceState* d = device(gone.device)) d->budget.uncharge(gone.size);
-    count_free(gone);
+    books_.count_free(gone);
     note_freed_by_reset(gone);
     if (trace_) trace_free(record_time_ns(), o.ptr, gone, nullptr, false);
     if (gone.device >= 0 && gone.device < kMaxDevices) bytes[gone.device] += gone.size, ++counts[gone.device];

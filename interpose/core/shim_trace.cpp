@@ -169,14 +169,14 @@ void Shim::trace_oom(const OomRecord& oom) {
 }
 
 void Shim::trace_device(DeviceState* d) {
-  trace_->add_device(trace::DeviceInfo{d->ordinal, d->capacity, d->budget.limit()});
+  trace_->add_device(trace::DeviceInfo{d->ordinal, d->capacity, d->ledger.budget().limit()});
 }
 
-std::unique_ptr<DeviceMemoryResource> Shim::make_traced_pool(DeviceState* d) {
+std::unique_ptr<DeviceMemoryResource> Shim::make_traced_pool(DeviceState* d, Backend& capped) {
   auto tracer = std::make_unique<SegmentTracer>(*trace_, d->ordinal);
   SegmentTracer* segments = tracer.get();
   d->segment_tracer = std::move(tracer);
-  d->observed = std::make_unique<ObservedBackend>(*d->limited, *d->segment_tracer);
+  d->observed = std::make_unique<ObservedBackend>(capped, *d->segment_tracer);
   std::unique_ptr<DeviceMemoryResource> pool = make_pool(config_, *d->observed);
   if (pool == nullptr) return nullptr;
   auto ordered = std::make_unique<trace::TraceOrderedResource>(std::move(pool));
@@ -204,7 +204,7 @@ void Shim::finish_trace() {
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (!d) continue;
-    const CounterSnapshot c = d->counters.snapshot();
+    const CounterSnapshot c = d->ledger.counters().snapshot();
     const PoolFigures f = pool_figures(d);
     trace::DeviceTotals t;
     t.ordinal = d->ordinal;

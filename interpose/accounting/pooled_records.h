@@ -1,8 +1,9 @@
-// The hooks a device's pool calls under its lock when it keeps the allocation records itself
-// (DeviceMemoryResource::holds_payloads): the record goes into the block, and the device's
-// counters, its per-site totals and the caller module's row move in the same critical section.
-// Every other writer of those figures takes the same lock (Shim::under_device_lock), which is
-// what lets them be plain loads and stores here.
+// The private contract between a DeviceLedger and a pool that keeps the allocation records itself
+// (DeviceMemoryResource::holds_payloads): the hooks the pool calls under its lock. The record
+// goes into the block, and the device's counters, its per-site totals and the caller module's row
+// move in the same critical section. Every other writer of those figures takes the same lock
+// (DeviceLedger::locked), which is what lets them be plain loads and stores here. Only
+// accounting/device_ledger.h (and its unit test) uses these.
 #pragma once
 
 #include <cstddef>

@@ -89,18 +89,6 @@ void Ledgers::failed(MemoryKind kind, int device) {
   if (MemoryCounters* counters = counters_of(kind, device)) counters->on_failed();
 }
 
-CUresult Ledgers::release_pooled(void* ptr, CUstream stream, bool stream_ordered, bool host_api, AllocationRecord* rec,
-                                 DeviceLedger** owner) {
-  for (int i = 0, n = pool_count_.load(std::memory_order_acquire); i < n; ++i) {
-    DeviceLedger* d = record_pools_[i].load(std::memory_order_acquire);
-    const CUresult r = d->release_pooled(ptr, stream, stream_ordered, host_api, rec);
-    if (r == CUDA_ERROR_NOT_FOUND) continue;
-    *owner = d;
-    return r;
-  }
-  return CUDA_ERROR_NOT_FOUND;
-}
-
 bool Ledgers::forget(uintptr_t ptr, AllocationRecord* rec) {
   // Without pools that keep records no lock is needed: one lookup.
   if (pool_count_.load(std::memory_order_acquire) == 0) return records_.erase(ptr, rec);

@@ -133,10 +133,8 @@ class DeviceLedger {
   // CUDA_ERROR_NOT_PERMITTED: a block of the other kind of memory than `host_api` frees (the
   // block stays live). `*rec` is the block's record.
   CUresult release_pooled(void* ptr, CUstream stream, bool stream_ordered, bool host_api, AllocationRecord* rec) {
-    PooledFree hooks(counters_, pooled_sites_, records_, host_api);
-    const CUresult r = pool_->deallocate_with(ptr, stream, stream_ordered, hooks);
-    *rec = hooks.record();
-    return r;
+    PooledFree hooks(counters_, pooled_sites_, records_, host_api, rec);
+    return pool_->deallocate_with(ptr, stream, stream_ordered, hooks);
   }
   // The record of a live block of this device's pool, wherever it is kept.
   bool find_pooled(uintptr_t ptr, AllocationRecord* rec) const;
@@ -189,7 +187,16 @@ class Ledgers {
   // A free of a block whose record its pool keeps, asked of every such pool; see
   // DeviceLedger::release_pooled. `*owner`: the device whose pool answered.
   CUresult release_pooled(void* ptr, CUstream stream, bool stream_ordered, bool host_api, AllocationRecord* rec,
-                          DeviceLedger** owner);
+                          DeviceLedger** owner) {
+    for (int i = 0, n = pool_count_.load(std::memory_order_acquire); i < n; ++i) {
+      DeviceLedger* d = record_pools_[i].load(std::memory_order_acquire);
+      const CUresult r = d->release_pooled(ptr, stream, stream_ordered, host_api, rec);
+      if (r == CUDA_ERROR_NOT_FOUND) continue;
+      *owner = d;
+      return r;
+    }
+    return CUDA_ERROR_NOT_FOUND;
+  }
   // Forgets `ptr` before its memory goes (CUDA may hand the address out again at once); its
   // figures move with count_free once it is gone, or the record comes back with restore.
   bool forget(uintptr_t ptr, AllocationRecord* rec);

@@ -176,16 +176,14 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   // Blocks of pools that keep their records: found, and their figures moved, in one lock and
   // one lookup. Anything else is in the tracker.
   AllocationRecord rec;
-  if (books_.any_pool_keeps_records()) {
-    DeviceLedger* owner = nullptr;
-    const CUresult r = books_.release_pooled(ptr, stream, stream_ordered, api == FreeApi::kHost, &rec, &owner);
-    if (r == CUDA_ERROR_NOT_PERMITTED) return mismatched_pooled_free(owner, ptr, stream, stream_ordered, forward);
-    if (r != CUDA_ERROR_NOT_FOUND) {
-      if (r != CUDA_SUCCESS) return Api::from_pool(r);
-      count_late_free();
-      note_free(record_time_ns(), key, rec, stream, stream_ordered);
-      return Api::kSuccess;
-    }
+  DeviceLedger* owner = nullptr;
+  const CUresult pooled = books_.release_pooled(ptr, stream, stream_ordered, api == FreeApi::kHost, &rec, &owner);
+  if (pooled == CUDA_ERROR_NOT_PERMITTED) return mismatched_pooled_free(owner, ptr, stream, stream_ordered, forward);
+  if (pooled != CUDA_ERROR_NOT_FOUND) {
+    if (pooled != CUDA_SUCCESS) return Api::from_pool(pooled);
+    count_late_free();
+    note_free(record_time_ns(), key, rec, stream, stream_ordered);
+    return Api::kSuccess;
   }
   // Forget the pointer before the real free: once CUDA frees it, another thread may be handed the
   // same address and must be able to record it.

@@ -20,6 +20,7 @@
 #include "report/exit_verdict.h"
 #include "report/oom_advice.h"
 #include "report/output_file.h"
+#include "report/report_builder.h"
 #include "report/report_writer.h"
 #include "stacks/native_stack.h"
 #include "stacks/site_identity.h"
@@ -427,100 +428,107 @@ void Shim::warn_invalid_free(const void* ptr, const char* what) {
   if (n == kMaxWarnings) log_line("further invalid frees are counted in the report but not printed");
 }
 
-// ---- reports ----
+// ---- live outputs: the metrics file and snapshots (live/) ----
 
-namespace {
-
-// One row of the report's site lists (live sites, freed by reset): `totals` as live bytes.
-SiteReport site_report(const SiteKey& key, const SiteTotals& totals, std::vector<FrameInfo> frames) {
-  SiteReport s;
-  s.device = key.device;
-  s.kind = memory_kind_name(key.kind);
-  s.live_bytes = totals.bytes;
-  s.live_count = totals.count;
-  s.stack_id = key.stack;
-  s.frames = std::move(frames);
-  return s;
+void Shim::start_live_outputs() {
+  live_.start(config_, exe_, pid_, policy_name(config_.policy),
+              {[this] { return live_device_metrics(); }, [this] { return build_report("snapshot"); }});
 }
 
-// Largest first; ties in stack order, so that a report is the same from run to run.
-bool largest_site_first(const SiteReport& a, const SiteReport& b) {
-  if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
-  return a.stack_id < b.stack_id;
-}
-
-}  // namespace
-
-ReportData Shim::build_report(const char* reason) {
-  ReportData r;
-  r.pid = pid_;
-  r.exe = exe_;
-  char host[256] = {0};
-  if (gethostname(host, sizeof(host) - 1) == 0) r.host = host;
-  if (const char* rank = getenv("RANK")) r.rank = rank;
-  r.policy = policy_name(config_.policy);
-  r.reason = reason;
-  r.wall_time_s = static_cast<double>(wall_ns()) / 1e9;
-  r.duration_s = static_cast<double>(now_ns() - start_ns_) / 1e9;
-  r.stack_depth = static_cast<int>(config_.stack_depth);
-  // After the interpreter began its teardown, the program's figures are those of that moment.
-  const Teardown* teardown = teardown_.load(std::memory_order_acquire);
-  std::vector<std::pair<SiteKey, SiteTotals>> live = sites();
-  absl::flat_hash_map<SiteKey, SiteTotals> shutdown_freed;
-  if (teardown) {
-    r.teardown.observed = true;
-    r.teardown.began_s = static_cast<double>(teardown->t_ns) / 1e9;
-    absl::flat_hash_map<SiteKey, SiteTotals> after;
-    for (const auto& [key, totals] : live) after.emplace(key, totals);
-    for (const auto& [key, then] : teardown->sites) {
-      const SiteTotals now = after.contains(key) ? after[key] : SiteTotals{};
-      if (then.bytes <= now.bytes && then.count <= now.count) continue;
-      SiteTotals& f = shutdown_freed[key];
-      f.bytes = then.bytes > now.bytes ? then.bytes - now.bytes : 0;
-      f.count = then.count > now.count ? then.count - now.count : 0;
-      r.teardown.freed_bytes += f.bytes;
-      r.teardown.freed_count += f.count;
-    }
-    live = teardown->sites;
-  }
+std::vector<DeviceMetrics> Shim::live_device_metrics() const {
+  std::vector<DeviceMetrics> out;
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (!d) continue;
+    // The same figures build_report puts in a device entry, without the rest of the report.
     const CounterSnapshot c = d->ledger.counters().snapshot();
-    DeviceReport dr;
-    dr.device = d->ordinal;
-    dr.live_bytes = c.live_bytes;
-    dr.live_count = c.live_count;
-    if (teardown && static_cast<size_t>(d->ordinal) < teardown->devices.size()) {
-      dr.live_bytes = teardown->devices[d->ordinal].live_bytes;
-      dr.live_count = teardown->devices[d->ordinal].live_count;
-    }
-    dr.peak_allocated_bytes = c.peak_bytes;
-    dr.peak_allocated_at_s = c.peak_time_ns > start_ns_ ? static_cast<double>(c.peak_time_ns - start_ns_) / 1e9 : 0;
-    dr.total_allocs = c.total_allocs;
-    dr.total_frees = c.total_frees;
-    dr.failed_allocs = c.failed_allocs;
-    dr.injected_failures = d->ledger.injected_failures();
-    dr.resets = d->resets.load(std::memory_order_relaxed);
-    dr.context_destroys = d->context_destroys.load(std::memory_order_relaxed);
-    dr.capacity_bytes = d->capacity;
-    dr.limit_bytes = d->ledger.budget().limit();
-    dr.pool = pool_figures(d);
-    dr.peak_reserved_bytes = dr.pool.peak_reserved_bytes;
-    add_driver_usage(d->ordinal, &dr);
-    r.devices.push_back(dr);
+    const PoolFigures f = pool_figures(d);
+    DeviceMetrics m;
+    m.device = d->ordinal;
+    m.allocated_bytes = c.live_bytes;
+    m.reserved_bytes = f.reserved_bytes;
+    m.peak_allocated_bytes = c.peak_bytes;
+    m.peak_reserved_bytes = f.peak_reserved_bytes;
+    m.capacity_bytes = d->capacity;
+    m.limit_bytes = d->ledger.budget().limit();
+    m.live_allocations = c.live_count;
+    m.allocations = c.total_allocs;
+    m.frees = c.total_frees;
+    m.failed_allocations = c.failed_allocs;
+    m.ooms = f.ooms;
+    m.unaccounted_bytes = unaccounted_bytes(*d);
+    out.push_back(m);
   }
-  const std::pair<const char*, MemoryKind> others[] = {{"managed", MemoryKind::kManaged},
-                                                        {"host", MemoryKind::kHost},
-                                                        {"graph", MemoryKind::kGraph},
-                                                        {"imported", MemoryKind::kImported}};
-  for (const auto& [name, kind] : others) {
-    const CounterSnapshot c = books_.counters(kind, -1)->snapshot();
-    if (c.total_allocs == 0) continue;
-    r.other_memory.push_back({name, c.live_bytes, c.live_count, c.peak_bytes, c.total_allocs, c.total_frees});
+  return out;
+}
+
+std::optional<uint64_t> Shim::unaccounted_bytes(const DeviceState& d) const {
+  // The last driver-usage sample (taken on the allocating threads, never here: this runs on the
+  // gpushim-live thread, which must not need a CUDA context).
+  const UsageSample u = usage_.last(d.ordinal);
+  if (!u.valid) return std::nullopt;
+  return u.used > u.held ? u.used - u.held : 0;
+}
+
+void Shim::finish_live_outputs(const ReportData* exit_report) {
+  if (!live_.metrics_enabled()) return;
+  if (exit_report == nullptr) return live_.write_final_metrics(live_device_metrics());
+  std::vector<DeviceMetrics> devices;
+  for (const DeviceReport& dr : exit_report->devices) {
+    DeviceMetrics m = device_metrics_from_report(dr);
+    if (const DeviceState* d = existing_device(dr.device)) m.unaccounted_bytes = unaccounted_bytes(*d);
+    devices.push_back(m);
   }
-  // Sites whose stacks symbolize identically (a loop the compiler peeled or unrolled has several
-  // return addresses on one source line) are one site to a reader: merge them.
+  live_.write_final_metrics(std::move(devices));
+}
+
+// ---- reports ----
+
+ReportData Shim::build_report(const char* reason) {
+  ReportSources in;
+  in.pid = pid_;
+  in.exe = exe_;
+  in.policy = policy_name(config_.policy);
+  in.reason = reason;
+  in.start_ns = start_ns_;
+  in.stack_depth = static_cast<int>(config_.stack_depth);
+  in.fail_spec = config_.fail.text;
+  in.books = &books_;
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (d == nullptr) continue;
+    in.devices.push_back(DeviceSource{&d->ledger, d->capacity, d->resets.load(std::memory_order_relaxed),
+                                      d->context_destroys.load(std::memory_order_relaxed)});
+  }
+  in.teardown = teardown_.load(std::memory_order_acquire);
+  in.usage = &usage_;
+  // The present is the last growth checkpoint, so that the verdict covers the run up to this
+  // report (after interpreter shutdown began, sample_sites takes none: that checkpoint was the
+  // last). Never older than the latest instant kept, which the history would refuse: the series
+  // would then end before the report's own figures.
+  const uint64_t t = in.teardown ? in.teardown->t_ns : now_ns() - start_ns_;
+  sample_sites(std::max(t, site_history_.last_instant_ns()));
+  in.history = &site_history_;
+  in.evidence.samples = site_history_.samples();
+  in.evidence.iterations = iterations_.count();
+  in.evidence.iteration_sources = iterations_.sources();
+  // No marks: the iterations of the loop, if the allocation sequence repeats (period_detector.h).
+  if (in.evidence.iterations == 0 && config_.stack_depth > 0) in.evidence.detected = periods_.detect();
+  {
+    std::lock_guard<std::mutex> lock(resets_mu_);
+    in.freed_by_reset.assign(freed_by_reset_.begin(), freed_by_reset_.end());
+  }
+  in.timeline = timeline_.samples();
+  {
+    std::lock_guard<std::mutex> lock(ooms_mu_);
+    in.ooms = ooms_;
+  }
+  in.invalid_frees = invalid_frees_.load(std::memory_order_relaxed);
+  in.host_bytes = host_bytes();
+  in.reserved_va_bytes = vmm_.reserved_va_bytes();
+  in.stacks = &stacks_;
+  in.modules = &modules_;
+  // Sites whose stacks symbolize identically are merged by the builder (report_builder.cpp).
   Symbolizer sym;
   sym.set_python_resolver([this](uint32_t id, FrameInfo* f) { return capturer_.resolve_python(id, f); });
   sym.set_module_resolver([this](uint64_t address, std::string* path, uint64_t* base) {
@@ -529,83 +537,9 @@ ReportData Shim::build_report(const char* reason) {
     *base = b;
     return found;
   });
-  r.python = capturer_.python_status();
-  std::vector<uint64_t> words;
-  absl::flat_hash_map<std::string, size_t> by_frames;
-  for (const auto& [key, totals] : live) {
-    stacks_.frames(key.stack, &words);
-    const auto freed = shutdown_freed.find(key);
-    const SiteTotals gone = freed == shutdown_freed.end() ? SiteTotals{} : freed->second;
-    std::vector<FrameInfo> frames;
-    for (uint64_t w : words) frames.push_back(sym.resolve(w));
-    auto [it, fresh] = by_frames.emplace(site_identity(key.device, memory_kind_name(key.kind), frames), r.sites.size());
-    if (!fresh) {
-      SiteReport& s = r.sites[it->second];
-      s.live_bytes += totals.bytes;
-      s.live_count += totals.count;
-      s.shutdown_freed_bytes += gone.bytes;
-      s.shutdown_freed_count += gone.count;
-      s.stack_id = std::min(s.stack_id, key.stack);
-      continue;
-    }
-    SiteReport s = site_report(key, totals, std::move(frames));
-    s.shutdown_freed_bytes = gone.bytes;
-    s.shutdown_freed_count = gone.count;
-    r.sites.push_back(std::move(s));
-  }
-  std::sort(r.sites.begin(), r.sites.end(), largest_site_first);
-  add_growth(&r, sym, teardown ? teardown->t_ns : now_ns() - start_ns_);
-  {
-    std::lock_guard<std::mutex> lock(resets_mu_);
-    for (const auto& [key, totals] : freed_by_reset_) {
-      stacks_.frames(key.stack, &words);
-      std::vector<FrameInfo> frames;
-      for (uint64_t w : words) frames.push_back(sym.resolve(w));
-      r.freed_by_reset.push_back(site_report(key, totals, std::move(frames)));
-    }
-  }
-  std::sort(r.freed_by_reset.begin(), r.freed_by_reset.end(), largest_site_first);
-  for (const Sample& s : timeline_.samples())
-    r.timeline.push_back({static_cast<double>(s.t_ns) / 1e9, s.device, s.allocated, s.reserved});
-  {
-    std::lock_guard<std::mutex> lock(ooms_mu_);
-    for (const OomRecord& o : ooms_) {
-      OomReport out;
-      out.t_s = static_cast<double>(o.t_ns) / 1e9;
-      out.device = o.device;
-      out.requested = o.requested;
-      const DeviceState* d = devices_[o.device].load(std::memory_order_acquire);
-      out.capacity = d ? d->capacity : 0;
-      out.limit = d ? d->ledger.budget().limit() : 0;
-      out.device_free = o.device_free;
-      out.allocated = o.allocated;
-      out.reserved = o.pool.reserved_bytes;
-      out.cached_free = o.pool.cached_free_bytes;
-      out.largest_free_block = o.pool.largest_free_block;
-      stacks_.frames(o.stack, &words);
-      for (uint64_t w : words) out.frames.push_back(sym.resolve(w));
-      for (const auto& [stack, totals] : o.top_sites) {
-        SiteReport s;
-        s.device = o.device;
-        s.live_bytes = totals.bytes;
-        s.live_count = totals.count;
-        s.stack_id = stack;
-        stacks_.frames(stack, &words);
-        for (uint64_t w : words) s.frames.push_back(sym.resolve(w));
-        out.top_sites.push_back(std::move(s));
-      }
-      out.injected = o.injected;
-      out.advice = o.injected ? "Failed on purpose by GPUSHIM_FAIL=" + config_.fail.text +
-                                    "; the device was not short of memory."
-                              : oom_advice(out, r.policy);
-      r.ooms.push_back(std::move(out));
-    }
-  }
-  r.invalid_frees = invalid_frees_.load(std::memory_order_relaxed);
-  r.distinct_stacks = stacks_.size();
-  r.shim_host_bytes = host_bytes();
-  add_modules(&r);
-  return r;
+  in.symbolizer = &sym;
+  in.python_status = capturer_.python_status();
+  return gpushim::build_report(in);
 }
 
 void Shim::write_exit_report() {
@@ -648,7 +582,7 @@ void Shim::on_interpreter_shutdown() {
   if (forked_child_ || teardown_.load(std::memory_order_acquire) != nullptr) return;
   const uint64_t t = now_ns() - start_ns_;
   sample_sites(t);  // the last point of every growth series: the program's end
-  auto* td = new Teardown;
+  auto* td = new LiveSnapshot;
   td->t_ns = t;
   td->sites = sites();
   for (const auto& slot : devices_) {

@@ -32,6 +32,7 @@
 #include "policy/device_memory_resource.h"
 #include "policy/fault_injector.h"
 #include "policy/observed_backend.h"
+#include "report/report_builder.h"
 #include "report/report_model.h"
 #include "stacks/stack_capturer.h"
 #include "stacks/module_map.h"
@@ -57,19 +58,6 @@ struct DeviceState {
   // GPUSHIM_TRACE only: the pool's backend becomes pool -> observed -> limited -> driver.
   std::unique_ptr<SegmentObserver> segment_tracer;
   std::unique_ptr<Backend> observed;
-};
-
-// An OOM as recorded on the failing path; symbolized only when a report is written.
-struct OomRecord {
-  uint64_t t_ns;
-  int device;
-  uint64_t requested;
-  uint64_t device_free;
-  uint64_t allocated;
-  PoolFigures pool;
-  StackId stack;
-  std::vector<std::pair<StackId, SiteTotals>> top_sites;
-  bool injected = false;  // GPUSHIM_FAIL, not a real shortage
 };
 
 // Which free a hook implements: cudaFree-like calls free device and managed memory, cudaFreeHost
@@ -197,7 +185,7 @@ class Shim {
   // live set, sites and growth are taken now; later frees still reach the pools as usual.
   void on_interpreter_shutdown();
 
-  // ---- live outputs: metrics file and snapshots (core/shim_live.cpp) ----
+  // ---- live outputs: metrics file and snapshots ----
   // The figures of every device as the metrics file shows them; cheap (no symbolization).
   std::vector<DeviceMetrics> live_device_metrics() const;
   // Device memory the process uses that no hook saw (context, module images): the driver's used
@@ -327,11 +315,8 @@ class Shim {
   }
   template <typename Append>
   void take_samples(Append&& append);
-  // Growth tracking (shim_growth.cpp): per-site totals at each sampling instant, and the report's
-  // growth section from them.
+  // Growth tracking: per-site totals at each sampling instant (the report judges them).
   void sample_sites(uint64_t t_ns);
-  // `t_ns` (since start): the report's present, taken as the last checkpoint of every series.
-  void add_growth(ReportData* r, Symbolizer& sym, uint64_t t_ns);
   bool pool_contains(const void* ptr) const;
   // Live totals per site, wherever the records are kept (accounting/device_ledger.h).
   std::vector<std::pair<SiteKey, SiteTotals>> sites() const { return books_.sites(); }
@@ -368,8 +353,6 @@ class Shim {
                         size_t* total);
   // True if a sample was recorded.
   bool sample_driver_usage(int device, bool current_context);
-  void add_driver_usage(int device, DeviceReport* out) const;
-  void add_modules(ReportData* out);
   void drop_vmm(const VmmTracker::Physical& p);
   void note_freed_by_reset(const AllocationRecord& rec);
   // GPUSHIM_TRACE (core/shim_trace.cpp). Each is called only when trace_ is set.
@@ -406,12 +389,7 @@ class Shim {
   std::atomic<bool> trace_finished_{false};
   std::atomic<bool> verdict_failed_{false};  // GPUSHIM_EXIT_CODE's conditions held at exit
   // What was live when the Python interpreter began its teardown; set once, never freed.
-  struct Teardown {
-    uint64_t t_ns = 0;  // since start
-    std::vector<std::pair<SiteKey, SiteTotals>> sites;
-    std::vector<CounterSnapshot> devices;  // indexed by ordinal; live_count 0 for absent devices
-  };
-  std::atomic<const Teardown*> teardown_{nullptr};
+  std::atomic<const LiveSnapshot*> teardown_{nullptr};
   TimeSeries timeline_;
   std::mutex ooms_mu_;
   std::vector<OomRecord> ooms_;

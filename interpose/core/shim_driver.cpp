@@ -238,43 +238,4 @@ bool Shim::sample_driver_usage(int dev, bool current_context) {
   return false;
 }
 
-// ---- report sections ----
-
-void Shim::add_driver_usage(int dev, DeviceReport* out) const {
-  const UsageSample u = usage_.last(dev);
-  if (!u.valid) return;
-  out->usage_sampled = true;
-  out->usage_at_s = u.t_ns > start_ns_ ? static_cast<double>(u.t_ns - start_ns_) / 1e9 : 0;
-  out->driver_used_bytes = u.used;
-  out->held_bytes = u.held;
-  out->unaccounted_bytes = u.used > u.held ? u.used - u.held : 0;
-}
-
-void Shim::add_modules(ReportData* out) {
-  books_.records().modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
-    const ModuleSnapshot snap = c.snapshot();
-    if (snap.total_allocs == 0) return;
-    ModuleReport m;
-    if (id == ModuleCounters::kOverflowModule) m.module = "(other modules)";
-    else if (id == kUnknownModule) m.module = "(unknown)";
-    else m.module = modules_.name(id);
-    m.device = on_device(kind) ? dev : -1;
-    m.kind = memory_kind_name(kind);
-    m.live_bytes = snap.live_bytes;
-    m.live_count = snap.live_count;
-    m.peak_bytes = snap.peak_bytes;
-    m.total_allocs = snap.total_allocs;
-    m.total_frees = snap.total_frees;
-    out->modules.push_back(std::move(m));
-  });
-  std::sort(out->modules.begin(), out->modules.end(), [](const ModuleReport& a, const ModuleReport& b) {
-    if ((a.kind == "device") != (b.kind == "device")) return a.kind == "device";
-    if (a.kind != b.kind) return a.kind < b.kind;
-    if (a.device != b.device) return a.device < b.device;
-    if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
-    return a.module < b.module;
-  });
-  out->reserved_va_bytes = vmm_.reserved_va_bytes();
-}
-
 }  // namespace gpushim

@@ -1,5 +1,6 @@
-// The Shim's side of GPUSHIM_TRACE: turns what the core sees into trace events. Everything here
-// runs only when a trace is being recorded (trace_ set); the hot paths call in after one null check.
+// The Shim's side of GPUSHIM_TRACE and of growth: turns what the core sees into trace events, and
+// takes the growth checkpoints (which the trace records too). Everything but sample_sites runs only
+// when a trace is being recorded (trace_ set); the hot paths call in after one null check.
 #include <unistd.h>
 
 #include <cstring>
@@ -219,6 +220,25 @@ void Shim::finish_trace() {
     end.devices.push_back(t);
   }
   trace_->finish(std::move(end));
+}
+
+// ---- growth checkpoints ----
+// Per-site totals at checkpoints (logical time and the time series' instants), each recorded in the
+// trace so that gpushim-analyze replays exactly the checkpoints the report judged.
+
+void Shim::sample_sites(uint64_t t_ns) {
+  // Teardown frees what the program held: its drop must not read as the end of a leak.
+  if (teardown_.load(std::memory_order_acquire) != nullptr) return;
+  const uint64_t iteration = iterations_.count();
+  // A checkpoint goes into the trace only if the history kept it: the trace replays exactly these.
+  if (site_history_.sample(t_ns, iteration, sites()) && trace_) {
+    trace::TraceEvent e;
+    e.t_ns = t_ns + start_ns_;
+    e.size = iteration;
+    e.requested = iterations_.sources();
+    e.kind = trace::EventKind::kCheckpoint;
+    trace_->record(e);
+  }
 }
 
 }  // namespace gpushim

@@ -154,7 +154,7 @@ class Shim {
       -> std::invoke_result_t<Forward&>;
   cudaError_t mem_get_info(size_t* free, size_t* total);
 
-  // ---- the memory-pool API (core/shim_mempool.cpp) ----
+  // ---- the memory-pool API (core/shim_driver.cpp) ----
   // A device's default pool is served by the device's own pool: its attributes are our figures
   // (the report's), and trimming releases our cached memory. Each returns nullopt when the call
   // is not ours to answer (another pool, passthrough, an attribute only CUDA acts on): the hook
@@ -228,7 +228,7 @@ class Shim {
   // The program asked the driver for its memory figures (cudaMemGetInfo, cuMemGetInfo_v2): a good
   // moment to take a sample of the current device, whatever the interval says.
   void sample_usage_now();
-  // ---- device resets (core/shim_reset.cpp) ----
+  // ---- device resets (core/shim_driver.cpp) ----
   // Before cudaDeviceReset or cuDevicePrimaryCtxReset of `device`: every live allocation of the
   // device is recorded as freed by the reset, and the pool gives all its memory back.
   void before_device_reset(int device);
@@ -406,7 +406,7 @@ class Shim {
   VmmTracker vmm_;
   DriverUsage usage_;
   std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet
-  // The memory-pool API (core/shim_mempool.cpp), per device ordinal.
+  // The memory-pool API (core/shim_driver.cpp), per device ordinal.
   std::atomic<CUmemoryPool> default_mempools_[kMaxDevices] = {};
   // cudaDeviceSetMemPool made another pool current: cudaMallocAsync then goes to CUDA, from it.
   std::atomic<bool> foreign_current_mempool_[kMaxDevices] = {};

@@ -1,5 +1,7 @@
-// The shim's core: the one object that owns configuration, accounting, stacks and the per-device
-// policies. Hooks (hooks/) only translate CUDA calls into calls on this class.
+// The shim's core: lifecycle (the first CUDA call, fork, exit), the device table and dispatch.
+// Hooks (hooks/) only translate CUDA calls into calls on this class; it sequences each over the
+// books (accounting/device_ledger.h, the only writer of every figure), the device's pool and the
+// real function, and hands the report its sources (report/report_builder.h).
 //
 // Lifetime: created on the first CUDA call (so processes that never touch CUDA pay nothing: no
 // threads, files or output), never destroyed (frees that arrive during teardown stay safe).

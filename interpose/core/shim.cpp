@@ -163,7 +163,11 @@ Shim::Shim(Config config, std::string exe)
                 &stacks_, &iterations_),
       faults_(config_.fail) {
   for (auto& t : release_thresholds_) t.store(UINT64_MAX, std::memory_order_relaxed);
-  if (config_.trace_enabled) start_trace();
+  if (config_.trace_enabled) {
+    trace_owner_ = TraceTap::start(config_, exe_, pid_, start_ns_, &stacks_,
+                                   [this](uint32_t id, FrameInfo* f) { return capturer_.resolve_python(id, f); });
+    trace_ = trace_owner_.get();
+  }
 }
 
 // ---- fork ----
@@ -214,7 +218,7 @@ DeviceState* Shim::create_device(int ordinal) {
   DeviceState* d = devices_[ordinal].load(std::memory_order_relaxed);
   if (d) return d;  // another thread won; ours is dropped (its context retain is harmless)
   d = fresh.release();
-  if (trace_) trace_device(d);
+  if (trace_) trace_->device(d->ordinal, d->capacity, d->ledger.budget().limit());
   books_.add(&d->ledger);  // before the device is published (Ledgers::add says why)
   devices_[ordinal].store(d, std::memory_order_release);
   // The driver's view of a new device is sampled on its next allocation (unaccounted memory).
@@ -231,7 +235,7 @@ std::unique_ptr<DeviceState> Shim::make_device(int ordinal) {
     auto driver = std::make_unique<DriverBackend>(ordinal);
     if (driver_api() != nullptr) {
       Backend& capped = d->ledger.capped(*driver);
-      d->pool = trace_ ? make_traced_pool(d.get(), capped) : make_pool(config_, capped);
+      d->pool = trace_ ? trace_->traced_pool(config_, ordinal, capped) : make_pool(config_, capped);
       d->ledger.serve_with(d->pool.get());
       d->driver = std::move(driver);
     }
@@ -347,7 +351,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
            d->ledger.budget().limit() ? ", cap " : "",
            d->ledger.budget().limit() ? format_bytes(d->ledger.budget().limit()).c_str() : "",
            nth == kLoggedOoms ? " (further out-of-memory errors are counted, and their total printed at exit)" : "");
-  if (trace_) trace_oom(rec);
+  if (trace_) trace_->oom(rec);
   std::lock_guard<std::mutex> lock(ooms_mu_);
   if (ooms_.size() >= kMaxOomRecords) return;
   auto sites = this->sites();
@@ -480,6 +484,46 @@ void Shim::finish_live_outputs(const ReportData* exit_report) {
     devices.push_back(m);
   }
   live_.write_final_metrics(std::move(devices));
+}
+
+// ---- iterations, growth checkpoints and the trace's end ----
+
+uint64_t Shim::on_iteration_mark() {
+  const uint64_t n = iterations_.add(IterationCounter::kMark);
+  if (iteration_checkpoints_.due(n)) sample_sites(now_ns() - start_ns_);
+  if (trace_) trace_->iteration(n);
+  return n;
+}
+
+void Shim::sample_sites(uint64_t t_ns) {
+  // Teardown frees what the program held: its drop must not read as the end of a leak.
+  if (teardown_.load(std::memory_order_acquire) != nullptr) return;
+  const uint64_t iteration = iterations_.count();
+  // A checkpoint goes into the trace only if the history kept it: the trace replays exactly these.
+  if (site_history_.sample(t_ns, iteration, sites()) && trace_) trace_->checkpoint(t_ns, iteration, iterations_.sources());
+}
+
+void Shim::finish_trace() {
+  if (forked_child_) return;
+  std::vector<trace::DeviceTotals> devices;
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (!d) continue;
+    const CounterSnapshot c = d->ledger.counters().snapshot();
+    const PoolFigures f = pool_figures(d);
+    trace::DeviceTotals t;
+    t.ordinal = d->ordinal;
+    t.live_bytes = c.live_bytes;
+    t.live_count = c.live_count;
+    t.peak_allocated = c.peak_bytes;
+    t.peak_reserved = f.peak_reserved_bytes;
+    t.total_allocs = c.total_allocs;
+    t.total_frees = c.total_frees;
+    t.failed_allocs = c.failed_allocs;
+    t.ooms = f.ooms;
+    devices.push_back(t);
+  }
+  trace_->finish(std::move(devices));
 }
 
 // ---- reports ----

@@ -33,13 +33,12 @@
 #include "policy/backend.h"
 #include "policy/device_memory_resource.h"
 #include "policy/fault_injector.h"
-#include "policy/observed_backend.h"
 #include "report/report_builder.h"
 #include "report/report_model.h"
 #include "stacks/stack_capturer.h"
 #include "stacks/module_map.h"
 #include "stacks/stack_table.h"
-#include "trace/trace_recorder.h"
+#include "trace/trace_tap.h"
 #include "util/clock.h"
 
 namespace gpushim {
@@ -57,9 +56,6 @@ struct DeviceState {
   std::unique_ptr<DeviceMemoryResource> pool;   // null under passthrough
   std::atomic<uint64_t> resets{0};              // resets (or destructions) of its primary context
   std::atomic<uint64_t> context_destroys{0};    // cuCtxDestroy of contexts that owned memory we tracked
-  // GPUSHIM_TRACE only: the pool's backend becomes pool -> observed -> limited -> driver.
-  std::unique_ptr<SegmentObserver> segment_tracer;
-  std::unique_ptr<Backend> observed;
 };
 
 // Which free a hook implements: cudaFree-like calls free device and managed memory, cudaFreeHost
@@ -197,7 +193,7 @@ class Shim {
   // CUDA context.
   std::optional<uint64_t> unaccounted_bytes(const DeviceState& d) const;
   // gpushim_mark_iteration(): returns the iteration count after this mark.
-  // Also recorded in the trace when one is on (core/shim_trace.cpp).
+  // Also recorded in the trace when one is on.
   uint64_t mark_iteration() { return on_iteration_mark(); }
   // ---- virtual memory, IPC and pointer queries (core/shim_driver.cpp) ----
   // Virtual-memory API bookkeeping, after the real call succeeded. cuMemCreate itself is a
@@ -250,7 +246,6 @@ class Shim {
   // True when the outermost hook was called by CUDA itself (libcudart, libcuda): e.g. the runtime
   // releasing its context while it tears down at exit, which is no reset of the program's.
   bool called_by_cuda();
-  // ---- traces (core/shim_trace.cpp) ----
   // An iteration mark (gpushim_mark_iteration): recorded in the trace. Returns its number (1, 2, ...).
   uint64_t on_iteration_mark();
 
@@ -357,15 +352,7 @@ class Shim {
   bool sample_driver_usage(int device, bool current_context);
   void drop_vmm(const VmmTracker::Physical& p);
   void note_freed_by_reset(const AllocationRecord& rec);
-  // GPUSHIM_TRACE (core/shim_trace.cpp). Each is called only when trace_ is set.
-  void start_trace();
-  // `request` is the size the policy was asked for (differs from rec.requested for pitched memory).
-  void trace_alloc(uintptr_t ptr, const AllocationRecord& rec, uint64_t request, CUstream stream, bool stream_ordered);
-  void trace_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream, bool stream_ordered);
-  void trace_oom(const OomRecord& oom);
-  void trace_device(DeviceState* d);
-  // The device's pool built to report segments and to order the trace as the pool orders its work.
-  std::unique_ptr<DeviceMemoryResource> make_traced_pool(DeviceState* d, Backend& capped);
+  // GPUSHIM_TRACE's end chunk: the figures of every device.
   void finish_trace();
 
   static void fork_prepare();
@@ -417,8 +404,8 @@ class Shim {
   std::atomic<uint64_t> release_thresholds_[kMaxDevices];
   std::mutex resets_mu_;
   absl::flat_hash_map<SiteKey, SiteTotals> freed_by_reset_;  // under resets_mu_
-  std::unique_ptr<trace::TraceRecorder> trace_owner_;
-  trace::TraceRecorder* trace_ = nullptr;  // null unless GPUSHIM_TRACE is on and the file opened
+  std::unique_ptr<TraceTap> trace_owner_;
+  TraceTap* trace_ = nullptr;  // null unless GPUSHIM_TRACE is on and the file opened
 };
 
 }  // namespace gpushim

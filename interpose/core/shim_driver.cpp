@@ -75,7 +75,7 @@ void Shim::drop_vmm(const VmmTracker::Physical& p) {
   AllocationRecord rec;
   if (!books_.release(VmmTracker::key_of(p.handle), &rec)) return;
   const uint64_t t = now_ns();
-  if (trace_) trace_free(t, VmmTracker::key_of(p.handle), rec, nullptr, false);
+  if (trace_) trace_->free(t, VmmTracker::key_of(p.handle), rec, nullptr, false);
   maybe_sample(t);
 }
 
@@ -91,7 +91,7 @@ void Shim::vmm_mapped(uintptr_t va, uint64_t size, uint64_t handle) {
   const AllocationRecord rec{sized.size, sized.size, now_ns(), capture_stack(), static_cast<int16_t>(sized.device),
                              sized.kind, Route::kForwarded, caller_module()};
   if (books_.commit(VmmTracker::key_of(handle), rec) && trace_)
-    trace_alloc(VmmTracker::key_of(handle), rec, rec.size, nullptr, false);
+    trace_->alloc(VmmTracker::key_of(handle), rec, rec.size, nullptr, false);
 }
 
 void Shim::vmm_unmapped(uintptr_t va, uint64_t size) {
@@ -379,7 +379,7 @@ void Shim::before_device_reset(int ordinal) {
     note_freed_by_reset(rec);
     freed += rec.size;
     ++count;
-    if (trace_) trace_free(record_time_ns(), p, rec, nullptr, false);
+    if (trace_) trace_->free(record_time_ns(), p, rec, nullptr, false);
   };
   // Blocks whose records the pool keeps: freed through it, with their figures.
   if (d->pool && d->ledger.pool_keeps_records()) {
@@ -495,7 +495,7 @@ void Shim::after_context_destroy(const std::vector<OwnedAllocation>& owned) {
     }
     books_.count_free(gone);
     note_freed_by_reset(gone);
-    if (trace_) trace_free(record_time_ns(), o.ptr, gone, nullptr, false);
+    if (trace_) trace_->free(record_time_ns(), o.ptr, gone, nullptr, false);
     if (gone.device >= 0 && gone.device < kMaxDevices) bytes[gone.device] += gone.size, ++counts[gone.device];
   }
   for (int dev = 0; dev < kMaxDevices; ++dev) {

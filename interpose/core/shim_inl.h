@@ -91,7 +91,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
     return RuntimeCodes::refuse(to_runtime_error(r));
   }
-  if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
+  if (trace_) trace_->alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
   *out = p;
   maybe_sample(rec.time_ns);
   return cudaSuccess;
@@ -158,7 +158,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
                              a.kind, Route::kForwarded, caller_module()};
   // Into the trace too: its frees are recorded by deallocate(), and a trace without the
   // allocations undercounts every library that allocates through the driver API.
-  if (books_.commit(made.ptr, rec) && trace_) trace_alloc(made.ptr, rec, made.size, a.stream, a.stream_ordered);
+  if (books_.commit(made.ptr, rec) && trace_) trace_->alloc(made.ptr, rec, made.size, a.stream, a.stream_ordered);
   maybe_sample(t);
   return code;
 }
@@ -215,7 +215,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
 
 inline void Shim::note_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream,
                             bool stream_ordered) {
-  if (trace_) trace_free(t_ns, ptr, rec, stream, stream_ordered);
+  if (trace_) trace_->free(t_ns, ptr, rec, stream, stream_ordered);
   recent_frees_.record(ptr, rec.size, rec.stack, current_hook_caller());
   maybe_sample(t_ns);
 }
@@ -256,7 +256,7 @@ auto Shim::mismatched_pooled_free(DeviceLedger* d, void* ptr, CUstream stream, b
   AllocationRecord rec;
   if (code == Api::kSuccess &&
       d->release_pooled(ptr, stream, stream_ordered, /*host_api=*/false, &rec) == CUDA_SUCCESS && trace_)
-    trace_free(record_time_ns(), reinterpret_cast<uintptr_t>(ptr), rec, stream, stream_ordered);
+    trace_->free(record_time_ns(), reinterpret_cast<uintptr_t>(ptr), rec, stream, stream_ordered);
   return code;
 }
 

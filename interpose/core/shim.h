@@ -290,8 +290,9 @@ class Shim {
   // The one sequence for memory CUDA makes: the cap asked, the call made, the outcome accounted
   // (the record kept, or the failure counted and an OOM recorded). `d` is null for memory on no
   // device of ours, and while the call has yet to say the device (a.device_known_after).
+  // Out of line: it must not grow device_alloc, whose pooled path is the hot one.
   template <typename Api, typename Forward, typename Result, typename Undo>
-  typename Api::Code account_forwarded(DeviceState* d, ForwardedAlloc a, Forward&& forward, Result&& result,
+  __attribute__((noinline)) typename Api::Code account_forwarded(DeviceState* d, ForwardedAlloc a, Forward&& forward, Result&& result,
                                        Undo&& undo);
   // A call failed for the caller with `code`: counted where its figures are, an OOM recorded.
   template <typename Api>

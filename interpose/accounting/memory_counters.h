@@ -54,7 +54,7 @@ class MemoryCounters {
     total_frees_.fetch_add(1, std::memory_order_relaxed);
   }
   // The same under a lock that every writer of these counters holds (a pool's, for a device whose
-  // pool keeps the records: see Shim::under_device_lock): plain loads and stores, no lock-prefixed
+  // pool keeps the records: see DeviceLedger::locked): plain loads and stores, no lock-prefixed
   // read-modify-writes; still atomics, so that readers need no lock. on_failed is not covered: it
   // stays a read-modify-write, written without the lock.
   void on_alloc_locked(uint64_t bytes, uint64_t requested) {

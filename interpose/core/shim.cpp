@@ -14,13 +14,13 @@
 #include "cuda/driver_backend.h"
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
-#include "policy/limited_backend.h"
 #include "policy/policy_factory.h"
 #include "live/termination_signals.h"
 #include "python/interpreter_shutdown.h"
 #include "report/exit_verdict.h"
 #include "report/oom_advice.h"
 #include "report/output_file.h"
+#include "report/report_builder.h"
 #include "report/report_writer.h"
 #include "stacks/native_stack.h"
 #include "stacks/site_identity.h"
@@ -163,7 +163,11 @@ Shim::Shim(Config config, std::string exe)
                 &stacks_, &iterations_),
       faults_(config_.fail) {
   for (auto& t : release_thresholds_) t.store(UINT64_MAX, std::memory_order_relaxed);
-  if (config_.trace_enabled) start_trace();
+  if (config_.trace_enabled) {
+    trace_owner_ = TraceTap::start(config_, exe_, pid_, start_ns_, &stacks_,
+                                   [this](uint32_t id, FrameInfo* f) { return capturer_.resolve_python(id, f); });
+    trace_ = trace_owner_.get();
+  }
 }
 
 // ---- fork ----
@@ -214,14 +218,8 @@ DeviceState* Shim::create_device(int ordinal) {
   DeviceState* d = devices_[ordinal].load(std::memory_order_relaxed);
   if (d) return d;  // another thread won; ours is dropped (its context retain is harmless)
   d = fresh.release();
-  if (trace_) trace_device(d);
-  // Listed before it is published: whoever can reach the device (and so hold a record of it) then
-  // also sees that its pool keeps records, and takes its lock (under_device_lock, untrack).
-  if (d->pool_keeps_records) {
-    const int n = record_pool_count_.load(std::memory_order_relaxed);
-    record_pools_[n].store(d, std::memory_order_release);
-    record_pool_count_.store(n + 1, std::memory_order_release);
-  }
+  if (trace_) trace_->device(d->ordinal, d->capacity, d->ledger.budget().limit());
+  books_.add(&d->ledger);  // before the device is published (Ledgers::add says why)
   devices_[ordinal].store(d, std::memory_order_release);
   // The driver's view of a new device is sampled on its next allocation (unaccounted memory).
   usage_pending_.fetch_or(1ull << ordinal, std::memory_order_relaxed);
@@ -229,23 +227,22 @@ DeviceState* Shim::create_device(int ordinal) {
 }
 
 std::unique_ptr<DeviceState> Shim::make_device(int ordinal) {
-  auto d = std::make_unique<DeviceState>();
-  d->ordinal = ordinal;
+  auto d = std::make_unique<DeviceState>(ordinal, books_.records());
   // Asked of the device, not of a context: a device first seen through a driver-API program's own
   // context must not get a primary context created for it (that costs hundreds of MB).
   d->capacity = device_total_memory(ordinal);
   if (config_.policy != PolicyKind::kPassthrough) {
     auto driver = std::make_unique<DriverBackend>(ordinal);
     if (driver_api() != nullptr) {
-      d->limited = std::make_unique<LimitedBackend>(*driver, d->budget);
-      d->pool = trace_ ? make_traced_pool(d.get()) : make_pool(config_, *d->limited);
-      d->pool_keeps_records = d->pool != nullptr && d->pool->holds_payloads();
+      Backend& capped = d->ledger.capped(*driver);
+      d->pool = trace_ ? trace_->traced_pool(config_, ordinal, capped) : make_pool(config_, capped);
+      d->ledger.serve_with(d->pool.get());
       d->driver = std::move(driver);
     }
   }
   if (config_.limit.active()) {
     const uint64_t limit = config_.limit.resolve(d->capacity);
-    d->budget.set_limit(limit);
+    d->ledger.set_limit(limit);
     if (d->capacity != 0 && limit > d->capacity)
       log_line("GPUSHIM_LIMIT (%s) is above device %d's capacity (%s); the device is the limit",
                format_bytes(limit).c_str(), ordinal, format_bytes(d->capacity).c_str());
@@ -277,65 +274,6 @@ bool Shim::capture_forbids_unsafe_call() {
   return probe != nullptr && probe(0) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
-MemoryCounters& Shim::counters_for(MemoryKind kind, int dev) {
-  switch (kind) {
-    case MemoryKind::kManaged: return managed_;
-    case MemoryKind::kHost: return host_;
-    case MemoryKind::kGraph: return graph_;
-    case MemoryKind::kImported: return imported_;
-    case MemoryKind::kDevice: break;
-  }
-  return device(dev)->counters;
-}
-
-bool Shim::track(uintptr_t ptr, const AllocationRecord& rec) {
-  bool inserted = false;
-  under_device_lock(rec.kind, rec.device, [&] {
-    inserted = tracker_.insert(ptr, rec);
-    if (inserted) counters_for(rec.kind, rec.device).on_alloc(rec.size, rec.requested);
-  });
-  return inserted;
-}
-
-bool Shim::untrack(uintptr_t ptr, AllocationRecord* rec) {
-  // The record says which lock guards its figures (the erase moves its module row). Between the
-  // find and the erase another thread could free the address and have it handed out again, but
-  // only to the same kind of memory on the same device (an address belongs to one device or the
-  // host), whose lock is the same.
-  // Without such pools no lock is needed: one lookup.
-  if (record_pool_count_.load(std::memory_order_acquire) == 0) return tracker_.erase(ptr, rec);
-  AllocationRecord found;
-  if (!tracker_.find(ptr, &found)) return false;
-  bool erased = false;
-  under_device_lock(found.kind, found.device, [&] { erased = tracker_.erase(ptr, rec); });
-  return erased;
-}
-
-void Shim::retrack(uintptr_t ptr, const AllocationRecord& rec) {
-  under_device_lock(rec.kind, rec.device, [&] { tracker_.insert(ptr, rec); });
-}
-
-std::vector<std::pair<SiteKey, SiteTotals>> Shim::sites() const {
-  std::vector<std::pair<SiteKey, SiteTotals>> out = tracker_.sites();
-  const int n = record_pool_count_.load(std::memory_order_acquire);
-  if (n == 0) return out;
-  const size_t tracked = out.size();
-  for (int i = 0; i < n; ++i) {
-    const DeviceState* d = record_pools_[i].load(std::memory_order_acquire);
-    d->pool->with_lock(
-        [&] { d->pooled_sites.append_to(static_cast<int16_t>(d->ordinal), MemoryKind::kDevice, &out); });
-  }
-  if (tracked == 0) return out;
-  // A site may have both forwarded and pooled allocations live (the driver API next to cudaMalloc).
-  absl::flat_hash_map<SiteKey, SiteTotals> merged;
-  for (const auto& [key, totals] : out) {
-    SiteTotals& t = merged[key];
-    t.bytes += totals.bytes;
-    t.count += totals.count;
-  }
-  return {merged.begin(), merged.end()};
-}
-
 bool Shim::pool_contains(const void* ptr) const {
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
@@ -351,11 +289,11 @@ cudaError_t Shim::mem_get_info(size_t* free, size_t* total) {
   const cudaError_t err = rt.cudaMemGetInfo(free, total);
   if (err != cudaSuccess) return err;
   DeviceState* d = current_device_state();
-  const uint64_t limit = d ? d->budget.limit() : 0;
+  const uint64_t limit = d ? d->ledger.budget().limit() : 0;
   if (limit == 0) return err;
   size_t real_free = 0, real_total = 0;
   if (rt.cudaMemGetInfo(&real_free, &real_total) != cudaSuccess) return err;
-  apply_cap(limit, d->budget.held(), real_free, real_total, free, total);
+  apply_cap(limit, d->ledger.budget().held(), real_free, real_total, free, total);
   return err;
 }
 
@@ -368,39 +306,19 @@ void Shim::apply_cap(uint64_t limit, uint64_t held, size_t real_free, size_t rea
   if (total) *total = static_cast<size_t>(limit);
 }
 
-PoolFigures Shim::pool_figures(const DeviceState* d) const {
-  PoolFigures f;
-  const CounterSnapshot c = d->counters.snapshot();
-  if (d->pool) d->pool->figures(&f);
-  // Reserved is everything held from the driver on the device: the pool's segments, and what was
-  // allocated past any pool (passthrough, the driver API, the virtual-memory API, graph memory).
-  // The budget counts exactly that, cap or no cap.
-  f.reserved_bytes = d->budget.held();
-  f.peak_reserved_bytes = d->budget.peak();
-  f.requested_bytes = c.requested_bytes;
-  f.peak_requested_bytes = c.peak_requested_bytes;
-  f.ooms = d->ooms.load(std::memory_order_relaxed);  // every OOM a caller saw, pool or cap
-  return f;
-}
-
 uint64_t Shim::host_bytes() const {
-  uint64_t n = stacks_.memory_bytes() + tracker_.memory_bytes() + capturer_.memory_bytes() + site_history_.memory_bytes();
+  uint64_t n = stacks_.memory_bytes() + books_.records().memory_bytes() + capturer_.memory_bytes() +
+               site_history_.memory_bytes();
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (d == nullptr) continue;
-    n += sizeof(DeviceState);
-    if (d->pool) {
-      PoolFigures f;
-      d->pool->figures(&f);
-      n += f.host_bytes;
-      if (d->pool_keeps_records) d->pool->with_lock([&] { n += d->pooled_sites.memory_bytes(); });
-    }
+    n += sizeof(DeviceState) + d->ledger.host_bytes();
   }
   return n;
 }
 
 void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected) {
-  d->ooms.fetch_add(1, std::memory_order_relaxed);
+  d->ledger.count_oom();
   OomRecord rec;
   rec.injected = injected;
   rec.t_ns = now_ns() - start_ns_;
@@ -408,7 +326,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
   rec.requested = requested;
   rec.stack = stack;
   rec.pool = pool_figures(d);
-  rec.allocated = d->counters.live_bytes();
+  rec.allocated = d->ledger.counters().live_bytes();
   size_t free = 0, total = 0;
   int current = -1;
   // The caller's own context first (the real driver: our cuMemGetInfo hook would show the capped
@@ -419,7 +337,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
   else if (d->driver && d->driver->mem_info(&free, &total) == CUDA_SUCCESS) rec.device_free = free;
   else if (real_runtime().cudaMemGetInfo && real_runtime().cudaMemGetInfo(&free, &total) == cudaSuccess)
     rec.device_free = free;
-  if (total != 0) usage_.record(d->ordinal, UsageSample{true, now_ns(), total - free, d->budget.held()});
+  if (total != 0) usage_.record(d->ordinal, UsageSample{true, now_ns(), total - free, d->ledger.budget().held()});
   // Like injected failures and invalid frees: enough lines to see what fails, never a flood (a
   // program that handles OOMs in a loop); the total comes at exit.
   constexpr uint64_t kLoggedOoms = 16;
@@ -430,9 +348,10 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
            d->ordinal, format_bytes(requested).c_str(), format_bytes(rec.allocated).c_str(),
            format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),
            format_bytes(rec.pool.largest_free_block).c_str(), format_bytes(rec.device_free).c_str(),
-           d->budget.limit() ? ", cap " : "", d->budget.limit() ? format_bytes(d->budget.limit()).c_str() : "",
+           d->ledger.budget().limit() ? ", cap " : "",
+           d->ledger.budget().limit() ? format_bytes(d->ledger.budget().limit()).c_str() : "",
            nth == kLoggedOoms ? " (further out-of-memory errors are counted, and their total printed at exit)" : "");
-  if (trace_) trace_oom(rec);
+  if (trace_) trace_->oom(rec);
   std::lock_guard<std::mutex> lock(ooms_mu_);
   if (ooms_.size() >= kMaxOomRecords) return;
   auto sites = this->sites();
@@ -443,6 +362,28 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
       rec.top_sites.emplace_back(sites[i].first.stack, sites[i].second);
   ooms_.push_back(std::move(rec));
 }
+
+// ---- GPUSHIM_FAIL ----
+// An allocation the FaultInjector selected fails before any pool or the real call sees it (Shim::inject),
+// and is accounted and reported like a real out-of-memory error.
+
+namespace {
+// Enough lines to see what is failing; a random:0.5 run over millions of calls must not flood stderr.
+constexpr uint64_t kLoggedInjections = 16;
+}  // namespace
+
+void Shim::note_injected_failure(DeviceState* d, uint64_t requested, uint64_t number, const char* returned) {
+  const StackId stack = capture_stack();
+  d->ledger.failed_on_purpose();
+  const uint64_t nth_injection = faults_.injected();
+  if (nth_injection <= kLoggedInjections)
+    log_line("injected allocation failure (GPUSHIM_FAIL=%s): allocation %llu, %s on device %d; returned %s%s",
+             faults_.spec().text.c_str(), static_cast<unsigned long long>(number), format_bytes(requested).c_str(),
+             d->ordinal, returned,
+             nth_injection == kLoggedInjections ? " (further injections are counted in the report only)" : "");
+  on_oom(d, requested, stack, /*injected=*/true);
+}
+
 
 // ---- stacks ----
 
@@ -491,117 +432,147 @@ void Shim::warn_invalid_free(const void* ptr, const char* what) {
   if (n == kMaxWarnings) log_line("further invalid frees are counted in the report but not printed");
 }
 
-// ---- memory the shim only accounts ----
+// ---- live outputs: the metrics file and snapshots (live/) ----
 
-void Shim::record_alloc(MemoryKind kind, int dev, void* ptr, uint64_t size, uint64_t requested) {
-  if (ptr == nullptr) return;
-  if (kind == MemoryKind::kDevice && device(dev) == nullptr) return;
-  const AllocationRecord rec{size, requested, now_ns(), capture_stack(), static_cast<int16_t>(dev),
-                             kind, Route::kForwarded, caller_module()};
-  if (!track(reinterpret_cast<uintptr_t>(ptr), rec)) return;
-  if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(ptr), rec, size, nullptr, false);
-  // Already made (the size was known only afterwards): held from the driver whatever the cap says,
-  // and uncharged by the free like every forwarded device allocation.
-  if (on_device(kind)) device(dev)->budget.charge(size);
+void Shim::start_live_outputs() {
+  live_.start(config_, exe_, pid_, policy_name(config_.policy),
+              {[this] { return live_device_metrics(); }, [this] { return build_report("snapshot"); }});
 }
 
-void Shim::record_failure(MemoryKind kind, int dev) {
-  if (kind == MemoryKind::kDevice && device(dev) == nullptr) return;
-  counters_for(kind, dev).on_failed();
+std::vector<DeviceMetrics> Shim::live_device_metrics() const {
+  std::vector<DeviceMetrics> out;
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (!d) continue;
+    // The same figures build_report puts in a device entry, without the rest of the report.
+    const CounterSnapshot c = d->ledger.counters().snapshot();
+    const PoolFigures f = pool_figures(d);
+    DeviceMetrics m;
+    m.device = d->ordinal;
+    m.allocated_bytes = c.live_bytes;
+    m.reserved_bytes = f.reserved_bytes;
+    m.peak_allocated_bytes = c.peak_bytes;
+    m.peak_reserved_bytes = f.peak_reserved_bytes;
+    m.capacity_bytes = d->capacity;
+    m.limit_bytes = d->ledger.budget().limit();
+    m.live_allocations = c.live_count;
+    m.allocations = c.total_allocs;
+    m.frees = c.total_frees;
+    m.failed_allocations = c.failed_allocs;
+    m.ooms = f.ooms;
+    m.unaccounted_bytes = unaccounted_bytes(*d);
+    out.push_back(m);
+  }
+  return out;
+}
+
+std::optional<uint64_t> Shim::unaccounted_bytes(const DeviceState& d) const {
+  // The last driver-usage sample (taken on the allocating threads, never here: this runs on the
+  // gpushim-live thread, which must not need a CUDA context).
+  const UsageSample u = usage_.last(d.ordinal);
+  if (!u.valid) return std::nullopt;
+  return u.used > u.held ? u.used - u.held : 0;
+}
+
+void Shim::finish_live_outputs(const ReportData* exit_report) {
+  if (!live_.metrics_enabled()) return;
+  if (exit_report == nullptr) return live_.write_final_metrics(live_device_metrics());
+  std::vector<DeviceMetrics> devices;
+  for (const DeviceReport& dr : exit_report->devices) {
+    DeviceMetrics m = device_metrics_from_report(dr);
+    if (const DeviceState* d = existing_device(dr.device)) m.unaccounted_bytes = unaccounted_bytes(*d);
+    devices.push_back(m);
+  }
+  live_.write_final_metrics(std::move(devices));
+}
+
+// ---- iterations, growth checkpoints and the trace's end ----
+
+uint64_t Shim::on_iteration_mark() {
+  const uint64_t n = iterations_.add(IterationCounter::kMark);
+  if (iteration_checkpoints_.due(n)) sample_sites(now_ns() - start_ns_);
+  if (trace_) trace_->iteration(n);
+  return n;
+}
+
+void Shim::sample_sites(uint64_t t_ns) {
+  // Teardown frees what the program held: its drop must not read as the end of a leak.
+  if (teardown_.load(std::memory_order_acquire) != nullptr) return;
+  const uint64_t iteration = iterations_.count();
+  // A checkpoint goes into the trace only if the history kept it: the trace replays exactly these.
+  if (site_history_.sample(t_ns, iteration, sites()) && trace_) trace_->checkpoint(t_ns, iteration, iterations_.sources());
+}
+
+void Shim::finish_trace() {
+  if (forked_child_) return;
+  std::vector<trace::DeviceTotals> devices;
+  for (const auto& slot : devices_) {
+    const DeviceState* d = slot.load(std::memory_order_acquire);
+    if (!d) continue;
+    const CounterSnapshot c = d->ledger.counters().snapshot();
+    const PoolFigures f = pool_figures(d);
+    trace::DeviceTotals t;
+    t.ordinal = d->ordinal;
+    t.live_bytes = c.live_bytes;
+    t.live_count = c.live_count;
+    t.peak_allocated = c.peak_bytes;
+    t.peak_reserved = f.peak_reserved_bytes;
+    t.total_allocs = c.total_allocs;
+    t.total_frees = c.total_frees;
+    t.failed_allocs = c.failed_allocs;
+    t.ooms = f.ooms;
+    devices.push_back(t);
+  }
+  trace_->finish(std::move(devices));
 }
 
 // ---- reports ----
 
-namespace {
-
-// One row of the report's site lists (live sites, freed by reset): `totals` as live bytes.
-SiteReport site_report(const SiteKey& key, const SiteTotals& totals, std::vector<FrameInfo> frames) {
-  SiteReport s;
-  s.device = key.device;
-  s.kind = memory_kind_name(key.kind);
-  s.live_bytes = totals.bytes;
-  s.live_count = totals.count;
-  s.stack_id = key.stack;
-  s.frames = std::move(frames);
-  return s;
-}
-
-// Largest first; ties in stack order, so that a report is the same from run to run.
-bool largest_site_first(const SiteReport& a, const SiteReport& b) {
-  if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
-  return a.stack_id < b.stack_id;
-}
-
-}  // namespace
-
 ReportData Shim::build_report(const char* reason) {
-  ReportData r;
-  r.pid = pid_;
-  r.exe = exe_;
-  char host[256] = {0};
-  if (gethostname(host, sizeof(host) - 1) == 0) r.host = host;
-  if (const char* rank = getenv("RANK")) r.rank = rank;
-  r.policy = policy_name(config_.policy);
-  r.reason = reason;
-  r.wall_time_s = static_cast<double>(wall_ns()) / 1e9;
-  r.duration_s = static_cast<double>(now_ns() - start_ns_) / 1e9;
-  r.stack_depth = static_cast<int>(config_.stack_depth);
-  // After the interpreter began its teardown, the program's figures are those of that moment.
-  const Teardown* teardown = teardown_.load(std::memory_order_acquire);
-  std::vector<std::pair<SiteKey, SiteTotals>> live = sites();
-  absl::flat_hash_map<SiteKey, SiteTotals> shutdown_freed;
-  if (teardown) {
-    r.teardown.observed = true;
-    r.teardown.began_s = static_cast<double>(teardown->t_ns) / 1e9;
-    absl::flat_hash_map<SiteKey, SiteTotals> after;
-    for (const auto& [key, totals] : live) after.emplace(key, totals);
-    for (const auto& [key, then] : teardown->sites) {
-      const SiteTotals now = after.contains(key) ? after[key] : SiteTotals{};
-      if (then.bytes <= now.bytes && then.count <= now.count) continue;
-      SiteTotals& f = shutdown_freed[key];
-      f.bytes = then.bytes > now.bytes ? then.bytes - now.bytes : 0;
-      f.count = then.count > now.count ? then.count - now.count : 0;
-      r.teardown.freed_bytes += f.bytes;
-      r.teardown.freed_count += f.count;
-    }
-    live = teardown->sites;
-  }
+  ReportSources in;
+  in.pid = pid_;
+  in.exe = exe_;
+  in.policy = policy_name(config_.policy);
+  in.reason = reason;
+  in.start_ns = start_ns_;
+  in.stack_depth = static_cast<int>(config_.stack_depth);
+  in.fail_spec = config_.fail.text;
+  in.books = &books_;
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
-    if (!d) continue;
-    const CounterSnapshot c = d->counters.snapshot();
-    DeviceReport dr;
-    dr.device = d->ordinal;
-    dr.live_bytes = c.live_bytes;
-    dr.live_count = c.live_count;
-    if (teardown && static_cast<size_t>(d->ordinal) < teardown->devices.size()) {
-      dr.live_bytes = teardown->devices[d->ordinal].live_bytes;
-      dr.live_count = teardown->devices[d->ordinal].live_count;
-    }
-    dr.peak_allocated_bytes = c.peak_bytes;
-    dr.peak_allocated_at_s = c.peak_time_ns > start_ns_ ? static_cast<double>(c.peak_time_ns - start_ns_) / 1e9 : 0;
-    dr.total_allocs = c.total_allocs;
-    dr.total_frees = c.total_frees;
-    dr.failed_allocs = c.failed_allocs;
-    dr.injected_failures = d->injected_failures.load(std::memory_order_relaxed);
-    dr.resets = d->resets.load(std::memory_order_relaxed);
-    dr.context_destroys = d->context_destroys.load(std::memory_order_relaxed);
-    dr.capacity_bytes = d->capacity;
-    dr.limit_bytes = d->budget.limit();
-    dr.pool = pool_figures(d);
-    dr.peak_reserved_bytes = dr.pool.peak_reserved_bytes;
-    add_driver_usage(d->ordinal, &dr);
-    r.devices.push_back(dr);
+    if (d == nullptr) continue;
+    in.devices.push_back(DeviceSource{&d->ledger, d->capacity, d->resets.load(std::memory_order_relaxed),
+                                      d->context_destroys.load(std::memory_order_relaxed)});
   }
-  const std::pair<const char*, const MemoryCounters*> others[] = {
-      {"managed", &managed_}, {"host", &host_}, {"graph", &graph_}, {"imported", &imported_}};
-  for (const auto& [name, counters] : others) {
-    const CounterSnapshot c = counters->snapshot();
-    if (c.total_allocs == 0) continue;
-    r.other_memory.push_back({name, c.live_bytes, c.live_count, c.peak_bytes, c.total_allocs, c.total_frees});
+  in.teardown = teardown_.load(std::memory_order_acquire);
+  in.usage = &usage_;
+  // The present is the last growth checkpoint, so that the verdict covers the run up to this
+  // report (after interpreter shutdown began, sample_sites takes none: that checkpoint was the
+  // last). Never older than the latest instant kept, which the history would refuse: the series
+  // would then end before the report's own figures.
+  const uint64_t t = in.teardown ? in.teardown->t_ns : now_ns() - start_ns_;
+  sample_sites(std::max(t, site_history_.last_instant_ns()));
+  in.history = &site_history_;
+  in.evidence.samples = site_history_.samples();
+  in.evidence.iterations = iterations_.count();
+  in.evidence.iteration_sources = iterations_.sources();
+  // No marks: the iterations of the loop, if the allocation sequence repeats (period_detector.h).
+  if (in.evidence.iterations == 0 && config_.stack_depth > 0) in.evidence.detected = periods_.detect();
+  {
+    std::lock_guard<std::mutex> lock(resets_mu_);
+    in.freed_by_reset.assign(freed_by_reset_.begin(), freed_by_reset_.end());
   }
-  // Sites whose stacks symbolize identically (a loop the compiler peeled or unrolled has several
-  // return addresses on one source line) are one site to a reader: merge them.
+  in.timeline = timeline_.samples();
+  {
+    std::lock_guard<std::mutex> lock(ooms_mu_);
+    in.ooms = ooms_;
+  }
+  in.invalid_frees = invalid_frees_.load(std::memory_order_relaxed);
+  in.host_bytes = host_bytes();
+  in.reserved_va_bytes = vmm_.reserved_va_bytes();
+  in.stacks = &stacks_;
+  in.modules = &modules_;
+  // Sites whose stacks symbolize identically are merged by the builder (report_builder.cpp).
   Symbolizer sym;
   sym.set_python_resolver([this](uint32_t id, FrameInfo* f) { return capturer_.resolve_python(id, f); });
   sym.set_module_resolver([this](uint64_t address, std::string* path, uint64_t* base) {
@@ -610,83 +581,9 @@ ReportData Shim::build_report(const char* reason) {
     *base = b;
     return found;
   });
-  r.python = capturer_.python_status();
-  std::vector<uint64_t> words;
-  absl::flat_hash_map<std::string, size_t> by_frames;
-  for (const auto& [key, totals] : live) {
-    stacks_.frames(key.stack, &words);
-    const auto freed = shutdown_freed.find(key);
-    const SiteTotals gone = freed == shutdown_freed.end() ? SiteTotals{} : freed->second;
-    std::vector<FrameInfo> frames;
-    for (uint64_t w : words) frames.push_back(sym.resolve(w));
-    auto [it, fresh] = by_frames.emplace(site_identity(key.device, memory_kind_name(key.kind), frames), r.sites.size());
-    if (!fresh) {
-      SiteReport& s = r.sites[it->second];
-      s.live_bytes += totals.bytes;
-      s.live_count += totals.count;
-      s.shutdown_freed_bytes += gone.bytes;
-      s.shutdown_freed_count += gone.count;
-      s.stack_id = std::min(s.stack_id, key.stack);
-      continue;
-    }
-    SiteReport s = site_report(key, totals, std::move(frames));
-    s.shutdown_freed_bytes = gone.bytes;
-    s.shutdown_freed_count = gone.count;
-    r.sites.push_back(std::move(s));
-  }
-  std::sort(r.sites.begin(), r.sites.end(), largest_site_first);
-  add_growth(&r, sym, teardown ? teardown->t_ns : now_ns() - start_ns_);
-  {
-    std::lock_guard<std::mutex> lock(resets_mu_);
-    for (const auto& [key, totals] : freed_by_reset_) {
-      stacks_.frames(key.stack, &words);
-      std::vector<FrameInfo> frames;
-      for (uint64_t w : words) frames.push_back(sym.resolve(w));
-      r.freed_by_reset.push_back(site_report(key, totals, std::move(frames)));
-    }
-  }
-  std::sort(r.freed_by_reset.begin(), r.freed_by_reset.end(), largest_site_first);
-  for (const Sample& s : timeline_.samples())
-    r.timeline.push_back({static_cast<double>(s.t_ns) / 1e9, s.device, s.allocated, s.reserved});
-  {
-    std::lock_guard<std::mutex> lock(ooms_mu_);
-    for (const OomRecord& o : ooms_) {
-      OomReport out;
-      out.t_s = static_cast<double>(o.t_ns) / 1e9;
-      out.device = o.device;
-      out.requested = o.requested;
-      const DeviceState* d = devices_[o.device].load(std::memory_order_acquire);
-      out.capacity = d ? d->capacity : 0;
-      out.limit = d ? d->budget.limit() : 0;
-      out.device_free = o.device_free;
-      out.allocated = o.allocated;
-      out.reserved = o.pool.reserved_bytes;
-      out.cached_free = o.pool.cached_free_bytes;
-      out.largest_free_block = o.pool.largest_free_block;
-      stacks_.frames(o.stack, &words);
-      for (uint64_t w : words) out.frames.push_back(sym.resolve(w));
-      for (const auto& [stack, totals] : o.top_sites) {
-        SiteReport s;
-        s.device = o.device;
-        s.live_bytes = totals.bytes;
-        s.live_count = totals.count;
-        s.stack_id = stack;
-        stacks_.frames(stack, &words);
-        for (uint64_t w : words) s.frames.push_back(sym.resolve(w));
-        out.top_sites.push_back(std::move(s));
-      }
-      out.injected = o.injected;
-      out.advice = o.injected ? "Failed on purpose by GPUSHIM_FAIL=" + config_.fail.text +
-                                    "; the device was not short of memory."
-                              : oom_advice(out, r.policy);
-      r.ooms.push_back(std::move(out));
-    }
-  }
-  r.invalid_frees = invalid_frees_.load(std::memory_order_relaxed);
-  r.distinct_stacks = stacks_.size();
-  r.shim_host_bytes = host_bytes();
-  add_modules(&r);
-  return r;
+  in.symbolizer = &sym;
+  in.python_status = capturer_.python_status();
+  return gpushim::build_report(in);
 }
 
 void Shim::write_exit_report() {
@@ -729,14 +626,14 @@ void Shim::on_interpreter_shutdown() {
   if (forked_child_ || teardown_.load(std::memory_order_acquire) != nullptr) return;
   const uint64_t t = now_ns() - start_ns_;
   sample_sites(t);  // the last point of every growth series: the program's end
-  auto* td = new Teardown;
+  auto* td = new LiveSnapshot;
   td->t_ns = t;
   td->sites = sites();
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (!d) continue;
     if (td->devices.size() <= static_cast<size_t>(d->ordinal)) td->devices.resize(d->ordinal + 1);
-    td->devices[d->ordinal] = d->counters.snapshot();
+    td->devices[d->ordinal] = d->ledger.counters().snapshot();
   }
   teardown_.store(td, std::memory_order_release);
 }

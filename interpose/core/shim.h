@@ -1,5 +1,7 @@
-// The shim's core: the one object that owns configuration, accounting, stacks and the per-device
-// policies. Hooks (hooks/) only translate CUDA calls into calls on this class.
+// The shim's core: lifecycle (the first CUDA call, fork, exit), the device table and dispatch.
+// Hooks (hooks/) only translate CUDA calls into calls on this class; it sequences each over the
+// books (accounting/device_ledger.h, the only writer of every figure), the device's pool and the
+// real function, and hands the report its sources (report/report_builder.h).
 //
 // Lifetime: created on the first CUDA call (so processes that never touch CUDA pay nothing: no
 // threads, files or output), never destroyed (frees that arrive during teardown stay safe).
@@ -13,14 +15,15 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "accounting/allocation_tracker.h"
 #include "accounting/checkpoint_schedule.h"
+#include "accounting/device_ledger.h"
 #include "accounting/period_detector.h"
 #include "util/iteration_counter.h"
 #include "accounting/driver_usage.h"
 #include "accounting/memory_counters.h"
-#include "accounting/pooled_sites.h"
 #include "accounting/recent_frees.h"
 #include "accounting/site_history.h"
 #include "accounting/time_series.h"
@@ -28,63 +31,93 @@
 #include "config/config.h"
 #include "live/live_outputs.h"
 #include "policy/backend.h"
-#include "policy/device_budget.h"
 #include "policy/device_memory_resource.h"
 #include "policy/fault_injector.h"
-#include "policy/observed_backend.h"
+#include "report/report_builder.h"
 #include "report/report_model.h"
 #include "stacks/stack_capturer.h"
 #include "stacks/module_map.h"
 #include "stacks/stack_table.h"
-#include "trace/trace_recorder.h"
+#include "trace/trace_tap.h"
 #include "util/clock.h"
 
 namespace gpushim {
 
-constexpr int kMaxDevices = 64;
+constexpr int kMaxDevices = Ledgers::kMaxDevices;
 
 // Per-device state. Created on first use of the device and never freed.
-// The pool's chain is pool -> LimitedBackend (the cap) -> DriverBackend (libcuda).
+// The pool's chain is pool -> the ledger's cap (DeviceLedger::capped) -> DriverBackend (libcuda).
 struct DeviceState {
-  int ordinal = 0;
+  DeviceState(int ordinal, AllocationTracker& records) : ordinal(ordinal), ledger(ordinal, records) {}
+  const int ordinal;
   uint64_t capacity = 0;                        // total device memory, learned at creation
-  MemoryCounters counters;                      // device memory handed to callers
-  DeviceBudget budget;                          // bytes held from the driver, and the cap
+  DeviceLedger ledger;                          // the device's figures; their only writer
   std::unique_ptr<Backend> driver;
-  std::unique_ptr<Backend> limited;
   std::unique_ptr<DeviceMemoryResource> pool;   // null under passthrough
-  // The pool keeps the records of what it hands out (pool->holds_payloads()). Then the pool's
-  // lock guards `pooled_sites`, and every write to `counters` (but on_failed) and to this
-  // device's device-memory rows of the module table happens under it (Shim::under_device_lock).
-  bool pool_keeps_records = false;
-  PooledSites pooled_sites;
-  std::atomic<uint64_t> ooms{0};                // out-of-memory errors returned to callers
-  std::atomic<uint64_t> injected_failures{0};   // of those, failed on purpose by GPUSHIM_FAIL
   std::atomic<uint64_t> resets{0};              // resets (or destructions) of its primary context
   std::atomic<uint64_t> context_destroys{0};    // cuCtxDestroy of contexts that owned memory we tracked
-  // GPUSHIM_TRACE only: the pool's backend becomes pool -> observed -> limited -> driver.
-  std::unique_ptr<SegmentObserver> segment_tracer;
-  std::unique_ptr<Backend> observed;
 };
 
-// An OOM as recorded on the failing path; symbolized only when a report is written.
-struct OomRecord {
-  uint64_t t_ns;
-  int device;
-  uint64_t requested;
-  uint64_t device_free;
-  uint64_t allocated;
-  PoolFigures pool;
-  StackId stack;
-  std::vector<std::pair<StackId, SiteTotals>> top_sites;
-  bool injected = false;  // GPUSHIM_FAIL, not a real shortage
-};
-
-// What a runtime hook hands the core: how to call the real function when forwarding.
-enum class DeviceApi : uint8_t { kMalloc, kMallocAsync, kMallocPitch };
 // Which free a hook implements: cudaFree-like calls free device and managed memory, cudaFreeHost
 // pinned host memory; CUDA refuses the other kind, and so must the core.
 enum class FreeApi : uint8_t { kDevice, kHost };
+
+// An allocation a hook forwards to CUDA, as the core accounts it (Shim::forward_alloc).
+struct ForwardedAlloc {
+  MemoryKind kind = MemoryKind::kDevice;
+  // -1: the calling thread's current device (the runtime's) or context's (the driver's); memory on
+  // no device of ours (managed, pinned host) keeps what the hook says.
+  int device = -1;
+  uint64_t size = 0;       // what GPUSHIM_FAIL and the cap are asked about before the call (0: nothing)
+  uint64_t requested = 0;  // what the caller asked for
+  // The call decides the size (pitched memory: the driver picks the pitch): the cap is asked
+  // after it, with what it made. GPUSHIM_FAIL is still asked before, with `size`.
+  bool size_known_after = false;
+  // The call decides the device too (an allocation from a memory pool): nothing is asked before.
+  bool device_known_after = false;
+  bool injectable = true;  // GPUSHIM_FAIL may fail it (device memory only)
+  CUstream stream = nullptr;
+  bool stream_ordered = false;
+};
+// What the real call made: `Result` callbacks return this, or just the address (then of
+// ForwardedAlloc::size bytes, on ForwardedAlloc::device). ptr 0: nothing was made.
+struct MadeAlloc {
+  uintptr_t ptr = 0;
+  uint64_t size = 0;
+  int device = -1;
+};
+
+// The two APIs a hook speaks, for the paths written once for both: error codes, and whether the
+// caller's last error is ours to set.
+template <typename Code>
+struct ApiOf;
+template <>
+struct ApiOf<cudaError_t> {
+  using Code = cudaError_t;
+  static constexpr cudaError_t kSuccess = cudaSuccess;
+  static constexpr cudaError_t kOutOfMemory = cudaErrorMemoryAllocation;
+  static constexpr cudaError_t kInvalidValue = cudaErrorInvalidValue;
+  static constexpr cudaError_t kCaptureUnsupported = cudaErrorStreamCaptureUnsupported;
+  static constexpr const char* kOutOfMemoryName = "cudaErrorMemoryAllocation";
+  static cudaError_t from_pool(CUresult r);
+  // An error the core returns in CUDA's place becomes the runtime's last error, as CUDA's would.
+  static cudaError_t refuse(cudaError_t e);
+  static bool current_device(int* device);
+};
+template <>
+struct ApiOf<CUresult> {
+  using Code = CUresult;
+  static constexpr CUresult kSuccess = CUDA_SUCCESS;
+  static constexpr CUresult kOutOfMemory = CUDA_ERROR_OUT_OF_MEMORY;
+  static constexpr CUresult kInvalidValue = CUDA_ERROR_INVALID_VALUE;
+  static constexpr CUresult kCaptureUnsupported = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  static constexpr const char* kOutOfMemoryName = "CUDA_ERROR_OUT_OF_MEMORY";
+  static CUresult from_pool(CUresult r);
+  static CUresult refuse(CUresult e) { return e; }  // the driver keeps no last error
+  static bool current_device(int* device);
+};
+using RuntimeCodes = ApiOf<cudaError_t>;
+using DriverCodes = ApiOf<CUresult>;
 
 class Shim {
  public:
@@ -100,20 +133,26 @@ class Shim {
 
   const Config& config() const { return config_; }
 
-  // ---- device memory (runtime API) ----
-  // `forward` performs the real call and returns its cudaError_t; used when no pool serves.
+  // ---- allocations and frees (core/shim_inl.h) ----
+  // Device memory a pool may serve (cudaMalloc, cudaMallocAsync, cudaMallocPitch): the pool, or
+  // `forward` (the real call, returning its cudaError_t) when no pool serves.
   template <typename Forward>
   cudaError_t device_alloc(void** out, size_t size, size_t requested, CUstream stream, bool stream_ordered,
                            Forward&& forward);
+  // Any other allocation: `forward()` makes the real call (returning a cudaError_t or a CUresult,
+  // which says the API), `result()` then says what it made, and `undo(ptr)` (if given) frees it
+  // when the cap refuses memory whose size was known only after the call.
+  template <typename Forward, typename Result, typename Undo = std::nullptr_t>
+  auto forward_alloc(ForwardedAlloc a, Forward&& forward, Result&& result, Undo&& undo = nullptr)
+      -> std::invoke_result_t<Forward&>;
+  // Every free (cudaFree*, cuMemFree*): blocks we pooled go back to their pool, everything else to
+  // `forward` (the real call, whose code type says the API).
   template <typename Forward>
-  cudaError_t deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward,
-                         FreeApi api = FreeApi::kDevice);
+  auto deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward, FreeApi api = FreeApi::kDevice)
+      -> std::invoke_result_t<Forward&>;
   cudaError_t mem_get_info(size_t* free, size_t* total);
-  // GPUSHIM_FAIL for allocations that reach CUDA without device_alloc (passthrough's pitched
-  // allocations): cudaSuccess to proceed, or the injected failure, already accounted.
-  cudaError_t inject_if_chosen(uint64_t requested);
 
-  // ---- the memory-pool API (core/shim_mempool.cpp) ----
+  // ---- the memory-pool API (core/shim_driver.cpp) ----
   // A device's default pool is served by the device's own pool: its attributes are our figures
   // (the report's), and trimming releases our cached memory. Each returns nullopt when the call
   // is not ours to answer (another pool, passthrough, an attribute only CUDA acts on): the hook
@@ -124,17 +163,13 @@ class Shim {
   // cuDeviceSetMemPool succeeded: `device`'s stream-ordered allocations come from `pool` now.
   void mempool_current_set(int device, CUmemoryPool pool);
 
-  // ---- memory the shim only accounts (managed, pinned host, driver-level) ----
-  void record_alloc(MemoryKind kind, int device, void* ptr, uint64_t size, uint64_t requested);
-  void record_failure(MemoryKind kind, int device);
-
   // ---- reports ----
   // Builds the report of the current state (exit or on-demand snapshot).
   ReportData build_report(const char* reason);
   // Writes the report file and the stderr summary once; later calls do nothing.
   void write_exit_report();
   // Figures of `d` as the report shows them (reserved from the pool, or = allocated).
-  PoolFigures pool_figures(const DeviceState* d) const;
+  PoolFigures pool_figures(const DeviceState* d) const { return d->ledger.figures(); }
   // Host memory of the shim's own bookkeeping: stack table, live-allocation index, pool metadata.
   uint64_t host_bytes() const;
   // Called from the library destructor, after everything else.
@@ -148,43 +183,21 @@ class Shim {
   // live set, sites and growth are taken now; later frees still reach the pools as usual.
   void on_interpreter_shutdown();
 
-  // ---- live outputs: metrics file and snapshots (core/shim_live.cpp) ----
+  // ---- live outputs: metrics file and snapshots ----
   // The figures of every device as the metrics file shows them; cheap (no symbolization).
   std::vector<DeviceMetrics> live_device_metrics() const;
-  // Device memory the process uses that no hook saw (context, module images), when known.
-  // Issue 5 owns the measurement; until it lands this says "unknown" and the metrics file leaves
-  // gpushim_unaccounted_bytes out. Called from the gpushim-live thread at every metrics update:
-  // it must stay cheap and must not need a current CUDA context.
+  // Device memory the process uses that no hook saw (context, module images): the driver's used
+  // memory at the last usage sample less what we held then; unknown (nullopt) before the first
+  // sample, and the metrics file then leaves gpushim_unaccounted_bytes out. Called from the
+  // gpushim-live thread at every metrics update: it must stay cheap and must not need a current
+  // CUDA context.
   std::optional<uint64_t> unaccounted_bytes(const DeviceState& d) const;
   // gpushim_mark_iteration(): returns the iteration count after this mark.
-  // Also recorded in the trace when one is on (core/shim_trace.cpp).
+  // Also recorded in the trace when one is on.
   uint64_t mark_iteration() { return on_iteration_mark(); }
-  // ---- driver API, virtual memory, IPC and pointer queries (core/shim_driver*.{h,cpp}) ----
-  // An allocation a driver hook forwards to CUDA and accounts. `device` -1 means the current
-  // context's. `forward()` makes the real call and returns its CUresult; `result()` then gives the
-  // address it produced (0: none).
-  template <typename Forward, typename Result>
-  CUresult driver_alloc(MemoryKind kind, int device, uint64_t size, uint64_t requested, Forward&& forward,
-                        Result&& result);
-  // For real calls whose size or device is known only once they succeeded (pitched memory, memory
-  // pools): accounts `ptr` then, and if the cap refuses it, calls `undo()` and returns out of memory.
-  template <typename Undo>
-  CUresult account_after(MemoryKind kind, int device, uintptr_t ptr, uint64_t size, uint64_t requested, Undo&& undo);
-  // cuMemFree*, cuMemFreeAsync*, cuMemFreeHost: blocks we pooled go back to their pool, everything
-  // else to `forward` (which returns the real CUresult).
-  template <typename Forward>
-  CUresult driver_free(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward,
-                       FreeApi api = FreeApi::kDevice);
-  // GPUSHIM_FAIL for device memory allocated through the driver API (driver_alloc, and pitched
-  // memory, whose hook can only ask before the real call): CUDA_SUCCESS to proceed, or
-  // CUDA_ERROR_OUT_OF_MEMORY, already accounted like a real one.
-  CUresult driver_inject_if_chosen(int device, uint64_t requested);
-  // A driver-level allocation failed with `r`: counted, and an out-of-memory recorded as usual.
-  void driver_failure(MemoryKind kind, int device, CUresult r, uint64_t size);
-  // Virtual-memory API bookkeeping. Device memory is charged (the cap) before cuMemCreate and
-  // recorded after it succeeded; the others run after the real call succeeded.
-  bool vmm_charge(int device, uint64_t size);
-  void vmm_uncharge(int device, uint64_t size);  // cuMemCreate refused: the charge is cancelled
+  // ---- virtual memory, IPC and pointer queries (core/shim_driver.cpp) ----
+  // Virtual-memory API bookkeeping, after the real call succeeded. cuMemCreate itself is a
+  // forward_alloc of the handle's key (VmmTracker::key_of); vmm_created then notes its handle.
   void vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int device);
   void vmm_imported(uint64_t handle, int device);
   void vmm_retained(uint64_t handle);
@@ -213,7 +226,7 @@ class Shim {
   // The program asked the driver for its memory figures (cudaMemGetInfo, cuMemGetInfo_v2): a good
   // moment to take a sample of the current device, whatever the interval says.
   void sample_usage_now();
-  // ---- device resets (core/shim_reset.cpp) ----
+  // ---- device resets (core/shim_driver.cpp) ----
   // Before cudaDeviceReset or cuDevicePrimaryCtxReset of `device`: every live allocation of the
   // device is recorded as freed by the reset, and the pool gives all its memory back.
   void before_device_reset(int device);
@@ -233,12 +246,11 @@ class Shim {
   // True when the outermost hook was called by CUDA itself (libcudart, libcuda): e.g. the runtime
   // releasing its context while it tears down at exit, which is no reset of the program's.
   bool called_by_cuda();
-  // ---- traces (core/shim_trace.cpp) ----
   // An iteration mark (gpushim_mark_iteration): recorded in the trace. Returns its number (1, 2, ...).
   uint64_t on_iteration_mark();
 
   StackTable& stacks() { return stacks_; }
-  AllocationTracker& tracker() { return tracker_; }
+  const AllocationTracker& tracker() const { return books_.records(); }
   // Null for an invalid ordinal; creates it on first use.
   DeviceState* device(int ordinal) {
     if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
@@ -261,7 +273,6 @@ class Shim {
   DeviceState* create_device(int ordinal);  // device()'s first use of an ordinal
   StackId capture_stack();
   DeviceState* current_device_state();
-  MemoryCounters& counters_for(MemoryKind kind, int device);
   static bool stream_capturing(CUstream stream);
   // The device whose default memory pool `pool` is, if its pool serves it; null otherwise.
   DeviceState* served_default_mempool(CUmemoryPool pool);
@@ -272,8 +283,21 @@ class Shim {
   // the real call would have: a pool answering instead of CUDA must give CUDA's answer.
   static bool capture_forbids_unsafe_call();
   void on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected = false);
-  // GPUSHIM_FAIL selected this allocation: account and report it like an OOM (core/shim_faults.cpp).
-  cudaError_t injected_failure(DeviceState* d, uint64_t requested, uint64_t number);
+  // GPUSHIM_FAIL: the success code to go on, or the failure it chose for this allocation of
+  // `size` bytes on `d`, accounted and reported like an OOM (the one place injection happens).
+  template <typename Api>
+  typename Api::Code inject(DeviceState* d, uint64_t size);
+  // The one sequence for memory CUDA makes: the cap asked, the call made, the outcome accounted
+  // (the record kept, or the failure counted and an OOM recorded). `d` is null for memory on no
+  // device of ours, and while the call has yet to say the device (a.device_known_after).
+  // Out of line: it must not grow device_alloc, whose pooled path is the hot one.
+  template <typename Api, typename Forward, typename Result, typename Undo>
+  __attribute__((noinline)) typename Api::Code account_forwarded(DeviceState* d, ForwardedAlloc a, Forward&& forward, Result&& result,
+                                       Undo&& undo);
+  // A call failed for the caller with `code`: counted where its figures are, an OOM recorded.
+  template <typename Api>
+  void count_failure(DeviceState* d, MemoryKind kind, int device, typename Api::Code code, uint64_t size,
+                     StackId stack);
   // The time of an allocation or free as the hot path records it: precise while a trace is
   // recorded (its events are ordered by it), otherwise coarse. Without a trace the time only
   // decides whether a sample is due (a sample may then come up to one kernel tick late; its own
@@ -289,33 +313,24 @@ class Shim {
   }
   template <typename Append>
   void take_samples(Append&& append);
-  // Growth tracking (shim_growth.cpp): per-site totals at each sampling instant, and the report's
-  // growth section from them.
+  // Growth tracking: per-site totals at each sampling instant (the report judges them).
   void sample_sites(uint64_t t_ns);
-  // `t_ns` (since start): the report's present, taken as the last checkpoint of every series.
-  void add_growth(ReportData* r, Symbolizer& sym, uint64_t t_ns);
   bool pool_contains(const void* ptr) const;
-  // Live totals per site: the tracker's (forwarded allocations, and pooled ones of pools that keep
-  // no records) with those of every pool that keeps its own.
-  std::vector<std::pair<SiteKey, SiteTotals>> sites() const;
-  // Runs `f` under the lock that guards the figures of `kind` memory on `device`: the pool's when
-  // it keeps the records (see DeviceState::pool_keeps_records), none otherwise.
-  template <typename F>
-  void under_device_lock(MemoryKind kind, int device, F&& f) const;
-  // Allocations whose records the tracker keeps (forwarded ones, and pooled ones of pools that
-  // keep none): insert and count; erase (counted by count_free once the memory is gone); put back.
-  bool track(uintptr_t ptr, const AllocationRecord& rec);
-  bool untrack(uintptr_t ptr, AllocationRecord* rec);
-  void count_free(const AllocationRecord& rec);
-  void retrack(uintptr_t ptr, const AllocationRecord& rec);
+  // Live totals per site, wherever the records are kept (accounting/device_ledger.h).
+  std::vector<std::pair<SiteKey, SiteTotals>> sites() const { return books_.sites(); }
+  // What a free adds to the trace, the samples and the window of recent frees.
+  void note_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream, bool stream_ordered);
+  void count_late_free() {
+    if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
+  }
   // A free of a block that a pool keeping records refused: the wrong free function for it.
   template <typename Forward>
-  cudaError_t mismatched_pooled_free(DeviceState* d, void* ptr, CUstream stream, bool stream_ordered,
-                                     Forward&& forward);
+  auto mismatched_pooled_free(DeviceLedger* d, void* ptr, CUstream stream, bool stream_ordered, Forward&& forward)
+      -> std::invoke_result_t<Forward&>;
   template <typename Forward>
-  cudaError_t unknown_free(void* ptr, Forward&& forward);
+  auto unknown_free(void* ptr, Forward&& forward) -> std::invoke_result_t<Forward&>;
   template <typename Forward>
-  cudaError_t mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward);
+  auto mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward) -> std::invoke_result_t<Forward&>;
   // One line with the caller's stack; counts the invalid free.
   void warn_invalid_free(const void* ptr, const char* what);
 
@@ -336,19 +351,9 @@ class Shim {
                         size_t* total);
   // True if a sample was recorded.
   bool sample_driver_usage(int device, bool current_context);
-  void add_driver_usage(int device, DeviceReport* out) const;
-  void add_modules(ReportData* out);
   void drop_vmm(const VmmTracker::Physical& p);
   void note_freed_by_reset(const AllocationRecord& rec);
-  // GPUSHIM_TRACE (core/shim_trace.cpp). Each is called only when trace_ is set.
-  void start_trace();
-  // `request` is the size the policy was asked for (differs from rec.requested for pitched memory).
-  void trace_alloc(uintptr_t ptr, const AllocationRecord& rec, uint64_t request, CUstream stream, bool stream_ordered);
-  void trace_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream, bool stream_ordered);
-  void trace_oom(const OomRecord& oom);
-  void trace_device(DeviceState* d);
-  // The device's pool built to report segments and to order the trace as the pool orders its work.
-  std::unique_ptr<DeviceMemoryResource> make_traced_pool(DeviceState* d);
+  // GPUSHIM_TRACE's end chunk: the figures of every device.
   void finish_trace();
 
   static void fork_prepare();
@@ -362,13 +367,8 @@ class Shim {
   const uint64_t start_ns_;
   int pid_;
   StackTable stacks_;
-  AllocationTracker tracker_;
-  MemoryCounters managed_;
-  MemoryCounters host_;
+  Ledgers books_;  // every figure of every device, and the records; their only writer
   std::atomic<DeviceState*> devices_[kMaxDevices] = {};
-  // The devices whose pools keep their records, in creation order: a free asks each of them first.
-  std::atomic<DeviceState*> record_pools_[kMaxDevices] = {};
-  std::atomic<int> record_pool_count_{0};
   std::mutex devices_mu_;  // only for creating DeviceState
   std::atomic<uint64_t> invalid_frees_{0};
   RecentFrees recent_frees_;  // so that a double free can name the allocation and the first free
@@ -379,12 +379,7 @@ class Shim {
   std::atomic<bool> trace_finished_{false};
   std::atomic<bool> verdict_failed_{false};  // GPUSHIM_EXIT_CODE's conditions held at exit
   // What was live when the Python interpreter began its teardown; set once, never freed.
-  struct Teardown {
-    uint64_t t_ns = 0;  // since start
-    std::vector<std::pair<SiteKey, SiteTotals>> sites;
-    std::vector<CounterSnapshot> devices;  // indexed by ordinal; live_count 0 for absent devices
-  };
-  std::atomic<const Teardown*> teardown_{nullptr};
+  std::atomic<const LiveSnapshot*> teardown_{nullptr};
   TimeSeries timeline_;
   std::mutex ooms_mu_;
   std::vector<OomRecord> ooms_;
@@ -401,9 +396,7 @@ class Shim {
   VmmTracker vmm_;
   DriverUsage usage_;
   std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet
-  MemoryCounters graph_;
-  MemoryCounters imported_;
-  // The memory-pool API (core/shim_mempool.cpp), per device ordinal.
+  // The memory-pool API (core/shim_driver.cpp), per device ordinal.
   std::atomic<CUmemoryPool> default_mempools_[kMaxDevices] = {};
   // cudaDeviceSetMemPool made another pool current: cudaMallocAsync then goes to CUDA, from it.
   std::atomic<bool> foreign_current_mempool_[kMaxDevices] = {};
@@ -412,11 +405,10 @@ class Shim {
   std::atomic<uint64_t> release_thresholds_[kMaxDevices];
   std::mutex resets_mu_;
   absl::flat_hash_map<SiteKey, SiteTotals> freed_by_reset_;  // under resets_mu_
-  std::unique_ptr<trace::TraceRecorder> trace_owner_;
-  trace::TraceRecorder* trace_ = nullptr;  // null unless GPUSHIM_TRACE is on and the file opened
+  std::unique_ptr<TraceTap> trace_owner_;
+  TraceTap* trace_ = nullptr;  // null unless GPUSHIM_TRACE is on and the file opened
 };
 
 }  // namespace gpushim
 
 #include "core/shim_inl.h"
-#include "core/shim_driver_inl.h"

@@ -1,7 +1,9 @@
-// Shim: the driver API's allocations, the virtual-memory API, pointer and IPC queries on pooled
-// memory, module attribution and the driver's own view of device usage.
+// Shim: what the driver API tells the core besides allocations and frees (core/shim_inl.h): the
+// virtual-memory API, pointer and IPC queries on pooled memory, module attribution, the driver's
+// own view of device usage, the memory-pool API on default pools, and device resets.
 #include <algorithm>
 
+#include "cuda/driver_backend.h"
 #include "core/call_context.h"
 #include "core/shim.h"
 #include "cuda/real_driver.h"
@@ -59,41 +61,10 @@ ModuleId Shim::caller_module() {
   return m;
 }
 
-void Shim::driver_failure(MemoryKind kind, int dev, CUresult r, uint64_t size) {
-  if (is_argument_error(r)) return;  // refused for its arguments: no failed allocation (error_codes.h)
-  if (!on_device(kind)) {
-    record_failure(kind, dev);
-    return;
-  }
-  DeviceState* d = device(dev);
-  if (d == nullptr) return;
-  d->counters.on_failed();
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, capture_stack());
-}
-
 // ---- virtual-memory API ----
 
-bool Shim::vmm_charge(int dev, uint64_t size) {
-  DeviceState* d = device(dev);
-  if (d == nullptr || d->budget.try_charge(size)) return true;
-  d->counters.on_failed();
-  on_oom(d, size, capture_stack());
-  return false;
-}
-
-void Shim::vmm_uncharge(int dev, uint64_t size) {
-  if (DeviceState* d = device(dev)) d->budget.cancel(size);
-}
-
 void Shim::vmm_created(uint64_t handle, uint64_t size, MemoryKind kind, int dev) {
-  if (kind == MemoryKind::kDevice)
-    if (DeviceState* d = device(dev)) d->budget.commit(size);  // charged by vmm_charge
   vmm_.created(VmmTracker::Physical{handle, size, dev, kind});
-  const uint64_t t = now_ns();
-  const AllocationRecord rec{size, size, t, capture_stack(), static_cast<int16_t>(dev), kind, Route::kForwarded,
-                             caller_module()};
-  if (track(VmmTracker::key_of(handle), rec) && trace_) trace_alloc(VmmTracker::key_of(handle), rec, size, nullptr, false);
-  maybe_sample(t);
 }
 
 void Shim::vmm_imported(uint64_t handle, int dev) { vmm_.imported(handle, dev); }
@@ -102,11 +73,9 @@ void Shim::vmm_retained(uint64_t handle) { vmm_.retained(handle); }
 
 void Shim::drop_vmm(const VmmTracker::Physical& p) {
   AllocationRecord rec;
-  if (!untrack(VmmTracker::key_of(p.handle), &rec)) return;
-  count_free(rec);
-  if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
+  if (!books_.release(VmmTracker::key_of(p.handle), &rec)) return;
   const uint64_t t = now_ns();
-  if (trace_) trace_free(t, VmmTracker::key_of(p.handle), rec, nullptr, false);
+  if (trace_) trace_->free(t, VmmTracker::key_of(p.handle), rec, nullptr, false);
   maybe_sample(t);
 }
 
@@ -121,8 +90,8 @@ void Shim::vmm_mapped(uintptr_t va, uint64_t size, uint64_t handle) {
   // Imported memory becomes visible with its first mapping (its size is unknown before).
   const AllocationRecord rec{sized.size, sized.size, now_ns(), capture_stack(), static_cast<int16_t>(sized.device),
                              sized.kind, Route::kForwarded, caller_module()};
-  if (track(VmmTracker::key_of(handle), rec) && trace_)
-    trace_alloc(VmmTracker::key_of(handle), rec, rec.size, nullptr, false);
+  if (books_.commit(VmmTracker::key_of(handle), rec) && trace_)
+    trace_->alloc(VmmTracker::key_of(handle), rec, rec.size, nullptr, false);
 }
 
 void Shim::vmm_unmapped(uintptr_t va, uint64_t size) {
@@ -145,11 +114,11 @@ void Shim::cap_driver_mem_info(size_t* free, size_t* total) {
   int dev = 0;
   if (!current_context_device(&dev)) return;
   DeviceState* d = device(dev);
-  if (d == nullptr || d->budget.limit() == 0) return;
+  if (d == nullptr || d->ledger.budget().limit() == 0) return;
   size_t real_free = 0, real_total = 0;
   const RealDriver& drv = real_driver();
   if (drv.cuMemGetInfo_v2 == nullptr || drv.cuMemGetInfo_v2(&real_free, &real_total) != CUDA_SUCCESS) return;
-  apply_cap(d->budget.limit(), d->budget.held(), real_free, real_total, free, total);
+  apply_cap(d->ledger.budget().limit(), d->ledger.budget().held(), real_free, real_total, free, total);
 }
 
 Shim::PooledAddress Shim::pooled_address(uintptr_t ptr, BlockView* out) {
@@ -160,15 +129,7 @@ Shim::PooledAddress Shim::pooled_address(uintptr_t ptr, BlockView* out) {
     AllocationRecord rec;
     uintptr_t base = ptr;
     uint64_t size = 0;
-    // The record: in the pool's block where the pool keeps it, else in the tracker.
-    auto find_record = [&](uintptr_t p) {
-      BlockPayload payload;
-      if (d->pool_keeps_records && d->pool->find_payload(reinterpret_cast<const void*>(p), &payload)) {
-        rec = load_record(payload);
-        return true;
-      }
-      return tracker_.find(p, &rec) && rec.route == Route::kPooled;
-    };
+    auto find_record = [&](uintptr_t p) { return d->ledger.find_pooled(p, &rec); };
     if (find_record(ptr)) {
       size = rec.size;
     } else if (!d->pool->find_block(reinterpret_cast<const void*>(ptr), &base, &size) || !find_record(base)) {
@@ -269,53 +230,284 @@ bool Shim::sample_driver_usage(int dev, bool current_context) {
   };
   // The pair must describe one instant: retry when an allocation moved our figure meanwhile.
   for (int attempt = 0; attempt < 3; ++attempt) {
-    const uint64_t held = d->budget.held();
+    const uint64_t held = d->ledger.budget().held();
     size_t free = 0, total = 0;
     if (mem_info(&free, &total) != CUDA_SUCCESS) return false;
-    if (d->budget.held() != held) continue;
+    if (d->ledger.budget().held() != held) continue;
     usage_.record(dev, UsageSample{true, now_ns(), total >= free ? total - free : 0, held});
     return true;
   }
   return false;
 }
 
-// ---- report sections ----
-
-void Shim::add_driver_usage(int dev, DeviceReport* out) const {
-  const UsageSample u = usage_.last(dev);
-  if (!u.valid) return;
-  out->usage_sampled = true;
-  out->usage_at_s = u.t_ns > start_ns_ ? static_cast<double>(u.t_ns - start_ns_) / 1e9 : 0;
-  out->driver_used_bytes = u.used;
-  out->held_bytes = u.held;
-  out->unaccounted_bytes = u.used > u.held ? u.used - u.held : 0;
+// ---- the memory-pool API ----
+// Shim: the memory-pool API on a device's default pool (what PyTorch's backend:cudaMallocAsync
+// asks for its figures, resets, and empty_cache). Under a pooling policy, cudaMallocAsync is
+// served by our pool, so the driver's default pool holds nothing: its figures would be zeros. The
+// default pool's handle (the driver's own, so every handle a program holds stays valid) stands
+// for our pool instead; any other pool stays CUDA's.
+CUmemoryPool Shim::default_mempool(int ordinal) {
+  if (CUmemoryPool h = default_mempools_[ordinal].load(std::memory_order_acquire)) return h;
+  const RealDriver& drv = real_driver();
+  CUdevice dev = 0;
+  CUmemoryPool h = nullptr;
+  if (drv.cuDeviceGet == nullptr || drv.cuDeviceGetDefaultMemPool == nullptr ||
+      drv.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS || drv.cuDeviceGetDefaultMemPool(&h, dev) != CUDA_SUCCESS)
+    return nullptr;
+  default_mempools_[ordinal].store(h, std::memory_order_release);  // until a reset (after_device_reset)
+  return h;
 }
 
-void Shim::add_modules(ReportData* out) {
-  tracker_.modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
-    const ModuleSnapshot snap = c.snapshot();
-    if (snap.total_allocs == 0) return;
-    ModuleReport m;
-    if (id == ModuleCounters::kOverflowModule) m.module = "(other modules)";
-    else if (id == kUnknownModule) m.module = "(unknown)";
-    else m.module = modules_.name(id);
-    m.device = on_device(kind) ? dev : -1;
-    m.kind = memory_kind_name(kind);
-    m.live_bytes = snap.live_bytes;
-    m.live_count = snap.live_count;
-    m.peak_bytes = snap.peak_bytes;
-    m.total_allocs = snap.total_allocs;
-    m.total_frees = snap.total_frees;
-    out->modules.push_back(std::move(m));
-  });
-  std::sort(out->modules.begin(), out->modules.end(), [](const ModuleReport& a, const ModuleReport& b) {
-    if ((a.kind == "device") != (b.kind == "device")) return a.kind == "device";
-    if (a.kind != b.kind) return a.kind < b.kind;
-    if (a.device != b.device) return a.device < b.device;
-    if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
-    return a.module < b.module;
-  });
-  out->reserved_va_bytes = vmm_.reserved_va_bytes();
+DeviceState* Shim::served_default_mempool(CUmemoryPool pool) {
+  // A fork child cannot use its parent's pools (see device_alloc); passthrough has none.
+  if (pool == nullptr || forked_child_ || config_.policy == PolicyKind::kPassthrough) return nullptr;
+  const RealDriver& drv = real_driver();
+  int count = 0;
+  if (drv.cuDeviceGetCount == nullptr || drv.cuDeviceGetCount(&count) != CUDA_SUCCESS) return nullptr;
+  for (int i = 0; i < count && i < kMaxDevices; ++i) {
+    if (default_mempool(i) != pool) continue;
+    // A program may ask before its first allocation (PyTorch sets the release threshold first):
+    // the device's state is created now, as that allocation would have.
+    DeviceState* d = device(i);
+    return d != nullptr && d->pool != nullptr ? d : nullptr;
+  }
+  return nullptr;
+}
+
+std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  uint64_t v = 0;
+  DeviceState* d = nullptr;
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      d = served_default_mempool(pool);
+      break;
+    default:
+      return std::nullopt;  // the reuse flags: CUDA keeps them (our pools' reuse is always safe)
+  }
+  if (d == nullptr) return std::nullopt;
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // Reserved is what the report calls reserved (everything held from the driver on the device),
+  // used what it calls allocated: the same figures, so the program's logs and the report agree.
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = d->ledger.budget().held(); break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = d->ledger.budget().window_peak(); break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = d->ledger.counters().live_bytes(); break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = d->ledger.counters().window_peak_bytes(); break;
+    default: v = release_thresholds_[d->ordinal].load(std::memory_order_relaxed); break;
+  }
+  *static_cast<cuuint64_t*>(value) = v;
+  return CUDA_SUCCESS;
+}
+
+std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      break;
+    default:
+      return std::nullopt;
+  }
+  DeviceState* d = served_default_mempool(pool);
+  if (d == nullptr) return std::nullopt;
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t v = *static_cast<const cuuint64_t*>(value);
+  switch (attr) {
+    // A high-water mark can only be reset, by setting it to 0: it then restarts from the
+    // current value (CUDA's rule, which PyTorch's reset_peak_memory_stats relies on).
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      if (v != 0) return CUDA_ERROR_INVALID_VALUE;
+      d->ledger.reset_reserved_high();
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      if (v != 0) return CUDA_ERROR_INVALID_VALUE;
+      d->ledger.reset_used_high();
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      release_thresholds_[d->ordinal].store(v, std::memory_order_relaxed);
+      // CUDA gives back what exceeds the threshold at the next synchronization, which no hook of
+      // ours sees: lowering it gives the memory back now instead.
+      if (d->ledger.budget().held() > v) d->pool->trim_to(v);
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;  // the current figures are read-only
+  }
+}
+
+std::optional<CUresult> Shim::mempool_trim_to(CUmemoryPool pool, size_t keep) {
+  DeviceState* d = served_default_mempool(pool);
+  if (d == nullptr) return std::nullopt;
+  d->pool->trim_to(keep);
+  return CUDA_SUCCESS;
+}
+
+void Shim::mempool_current_set(int device, CUmemoryPool pool) {
+  if (device < 0 || device >= kMaxDevices) return;
+  const CUmemoryPool def = default_mempool(device);
+  foreign_current_mempool_[device].store(def != nullptr && pool != def, std::memory_order_relaxed);
+}
+
+// ---- device resets and destroyed contexts ----
+// Device resets: cudaDeviceReset and cuDevicePrimaryCtxReset free every allocation of the device's
+// primary context, and so does destroying that context (its last cuDevicePrimaryCtxRelease). A
+// pool that kept those segments would hand out addresses the driver already freed, the worst
+// defect an allocator can have. So before a reset the core frees every live allocation of the
+// device itself (the pool's, through the pool; the forwarded ones only in the books, the reset
+// frees them) and gives every pool segment back to the driver while that memory still exists:
+// nothing is freed twice, and the next allocation gets fresh memory. Each allocation the reset
+// freed is recorded per site: the report's freed_by_reset section shows who still held memory.
+void Shim::note_freed_by_reset(const AllocationRecord& rec) {
+  std::lock_guard<std::mutex> lock(resets_mu_);
+  SiteTotals& t = freed_by_reset_[SiteKey{rec.stack, rec.device, rec.kind}];
+  t.bytes += rec.size;
+  t.count += 1;
+}
+
+void Shim::before_device_reset(int ordinal) {
+  if (forked_child_) return;
+  DeviceState* d = ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
+  if (d == nullptr) return;  // nothing of this device was ever seen
+  d->resets.fetch_add(1, std::memory_order_relaxed);
+  uint64_t freed = 0, count = 0;
+  auto freed_one = [&](uintptr_t p, const AllocationRecord& rec) {
+    note_freed_by_reset(rec);
+    freed += rec.size;
+    ++count;
+    if (trace_) trace_->free(record_time_ns(), p, rec, nullptr, false);
+  };
+  // Blocks whose records the pool keeps: freed through it, with their figures.
+  if (d->pool && d->ledger.pool_keeps_records()) {
+    std::vector<uintptr_t> live;
+    d->pool->live_payload_blocks(&live);
+    for (uintptr_t p : live) {
+      AllocationRecord rec;
+      if (d->ledger.release_pooled(reinterpret_cast<void*>(p), nullptr, false, /*host_api=*/false, &rec) ==
+          CUDA_SUCCESS)
+        freed_one(p, rec);
+    }
+  }
+  // Everything else of the device the tracker holds: pooled blocks of pools that keep no records,
+  // and forwarded memory of every kind the context owns (device, graph, pinned host, managed,
+  // imported), which the real reset frees.
+  for (const auto& [p, rec] : books_.records().live()) {
+    if (rec.device != ordinal) continue;
+    AllocationRecord gone;
+    if (!books_.forget(p, &gone)) continue;
+    if (gone.route == Route::kPooled && d->pool->deallocate(reinterpret_cast<void*>(p), nullptr, false) != CUDA_SUCCESS) {
+      books_.restore(p, gone);
+      continue;
+    }
+    books_.count_free(gone);
+    freed_one(p, gone);
+  }
+  // Every segment back to the driver now, while it is still the process's memory; the reset then
+  // frees nothing of ours, and the pool starts empty.
+  // An empty pool is left alone: releasing would synchronize, and so retain a context that may
+  // be gone (after_context_destroyed) or never have existed.
+  PoolFigures f;
+  if (d->pool) d->pool->figures(&f);
+  if (f.reserved_bytes != 0) {
+    d->pool->release_cached();
+    d->pool->figures(&f);
+    if (f.reserved_bytes != 0)
+      log_line("device %d reset while its pool could not give back %s (a stream capture in progress?); "
+               "those addresses may be reused after the reset",
+               ordinal, format_bytes(f.reserved_bytes).c_str());
+  }
+  // At teardown (after the exit report) a library releasing its context is no news.
+  if (count != 0 && !reported_.load(std::memory_order_relaxed))
+    log_line("device %d reset: %s in %llu live allocation%s freed by the reset (see freed_by_reset in the report)",
+             ordinal, format_bytes(freed).c_str(), static_cast<unsigned long long>(count), count == 1 ? "" : "s");
+}
+
+void Shim::after_device_reset(int ordinal) {
+  if (forked_child_) return;
+  if (ordinal >= 0 && ordinal < kMaxDevices) {
+    // A reset destroys the device's memory pools with its context: the default pool is made anew
+    // (its handle may differ), it is current again, and its release threshold is the default.
+    default_mempools_[ordinal].store(nullptr, std::memory_order_release);
+    foreign_current_mempool_[ordinal].store(false, std::memory_order_relaxed);
+    release_thresholds_[ordinal].store(UINT64_MAX, std::memory_order_relaxed);
+  }
+  DeviceState* d = ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
+  if (d == nullptr || d->driver == nullptr) return;
+  // make_device builds the pool's driver backend as a DriverBackend, and only that.
+  static_cast<DriverBackend*>(d->driver.get())->forget_context();
+}
+
+bool Shim::called_by_cuda() {
+  const uintptr_t ra = current_hook_caller();
+  if (ra == 0) return false;
+  const ModuleId m = modules_.lookup(ra - 1);
+  return m != kUnknownModule && modules_.is_cuda_plumbing(m);
+}
+
+void Shim::after_context_destroyed(int ordinal) {
+  // The same bookkeeping as a reset; the memory is gone already, but the pool cannot have held
+  // any: its backend keeps a reference to the context from its first segment on, so the program's
+  // last release cannot destroy a context the pool uses.
+  before_device_reset(ordinal);
+  after_device_reset(ordinal);
+}
+
+
+
+// cuCtxDestroy frees what was allocated in the context (cuMemAlloc, cuMemAllocPitch, pinned host
+// and managed memory), but not stream-ordered memory (it belongs to a memory pool) nor
+// cuMemCreate's (no context at all). The pools never hold memory of such a context: their backend
+// allocates only in the device's primary context (DriverBackend::in_context). So only forwarded
+// allocations can be the context's, and the driver knows which: asked here, at a rare call,
+// rather than recording a context with every allocation.
+std::vector<Shim::OwnedAllocation> Shim::owned_by_context(CUcontext ctx) {
+  std::vector<OwnedAllocation> owned;
+  const RealDriver& drv = real_driver();
+  if (forked_child_ || ctx == nullptr || drv.cuPointerGetAttribute == nullptr) return owned;
+  for (const auto& [p, rec] : books_.records().live()) {
+    if (rec.route != Route::kForwarded || p == VmmTracker::key_of(p)) continue;  // pooled, or a cuMemCreate handle
+    CUcontext owner = nullptr;
+    CUmemoryPool pool = nullptr;
+    if (drv.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, static_cast<CUdeviceptr>(p)) != CUDA_SUCCESS ||
+        owner != ctx)
+      continue;
+    if (drv.cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, static_cast<CUdeviceptr>(p)) ==
+            CUDA_SUCCESS &&
+        pool != nullptr)
+      continue;
+    owned.push_back(OwnedAllocation{p, rec.serial});
+  }
+  return owned;
+}
+
+void Shim::after_context_destroy(const std::vector<OwnedAllocation>& owned) {
+  uint64_t bytes[kMaxDevices] = {}, counts[kMaxDevices] = {};
+  for (const OwnedAllocation& o : owned) {
+    AllocationRecord gone;
+    if (!books_.forget(o.ptr, &gone)) continue;  // freed meanwhile by another thread
+    if (gone.serial != o.serial) {  // ... and the address handed out again, in another context
+      books_.restore(o.ptr, gone);
+      continue;
+    }
+    books_.count_free(gone);
+    note_freed_by_reset(gone);
+    if (trace_) trace_->free(record_time_ns(), o.ptr, gone, nullptr, false);
+    if (gone.device >= 0 && gone.device < kMaxDevices) bytes[gone.device] += gone.size, ++counts[gone.device];
+  }
+  for (int dev = 0; dev < kMaxDevices; ++dev) {
+    if (counts[dev] == 0) continue;
+    if (DeviceState* d = devices_[dev].load(std::memory_order_acquire))
+      d->context_destroys.fetch_add(1, std::memory_order_relaxed);
+    if (!reported_.load(std::memory_order_relaxed))
+      log_line("device %d: cuCtxDestroy freed %s in %llu live allocation%s of the destroyed context (see "
+               "freed_by_reset in the report)",
+               dev, format_bytes(bytes[dev]).c_str(), static_cast<unsigned long long>(counts[dev]),
+               counts[dev] == 1 ? "" : "s");
+  }
 }
 
 }  // namespace gpushim

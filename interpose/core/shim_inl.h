@@ -1,14 +1,52 @@
-// Hot-path templates of Shim (included from shim.h). Kept inline so that the forwarding lambda a
+// Hot-path templates of Shim (included from shim.h): the allocation and free paths of every hook,
+// written once for the runtime and the driver API (ApiOf). Kept inline so that the forwarding lambda a
 // hook passes costs nothing.
 #pragma once
 
 #include "core/call_context.h"
-#include "core/pooled_records.h"
 #include "cuda/error_codes.h"
+#include "cuda/real_driver.h"
+#include "cuda/real_symbols.h"
 #include "cuda/runtime_last_error.h"
 #include "util/clock.h"
 
 namespace gpushim {
+
+inline cudaError_t ApiOf<cudaError_t>::from_pool(CUresult r) { return to_runtime_error(r); }
+inline cudaError_t ApiOf<cudaError_t>::refuse(cudaError_t e) {
+  set_runtime_last_error(e);
+  return e;
+}
+inline bool ApiOf<cudaError_t>::current_device(int* device) {
+  const RealRuntime& rt = real_runtime();
+  return rt.cudaGetDevice != nullptr && rt.cudaGetDevice(device) == cudaSuccess;
+}
+// A pool's answer as the runtime would give it, then in the driver's words: the same code a
+// driver hook gave before it shared the runtime's path.
+inline CUresult ApiOf<CUresult>::from_pool(CUresult r) { return to_driver_error(to_runtime_error(r)); }
+inline bool ApiOf<CUresult>::current_device(int* device) { return current_context_device(device); }
+
+template <typename Api>
+typename Api::Code Shim::inject(DeviceState* d, uint64_t size) {
+  // Size 0 is CUDA's own argument error: never turned into an out-of-memory error.
+  if (!faults_.active() || size == 0) return Api::kSuccess;
+  const uint64_t number = faults_.select(size);
+  if (number == 0) return Api::kSuccess;
+  note_injected_failure(d, size, number, Api::kOutOfMemoryName);
+  return Api::refuse(Api::kOutOfMemory);
+}
+
+template <typename Api>
+void Shim::count_failure(DeviceState* d, MemoryKind kind, int device, typename Api::Code code, uint64_t size,
+                         StackId stack) {
+  if (is_argument_error(code)) return;  // refused for its arguments: no failed allocation (error_codes.h)
+  if (d == nullptr) {
+    if (!on_device(kind)) books_.failed(kind, device);
+    return;
+  }
+  d->ledger.failed();
+  if (code == Api::kOutOfMemory) on_oom(d, size, stack);
+}
 
 template <typename Forward>
 cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstream stream, bool stream_ordered,
@@ -19,8 +57,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   if (forked_child_) return forward();
   DeviceState* d = current_device_state();
   if (d == nullptr || out == nullptr) return forward();  // CUDA decides the error for bad arguments
-  if (faults_.active() && size != 0)
-    if (const uint64_t number = faults_.select(size)) return injected_failure(d, size, number);
+  if (const cudaError_t refused = inject<RuntimeCodes>(d, size); refused != cudaSuccess) return refused;
   // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime.
   const bool graph = stream_ordered && stream_capturing(stream);
   // So does memory from a pool the program made current (cudaDeviceSetMemPool): its properties
@@ -28,108 +65,131 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   const bool foreign_pool =
       stream_ordered && foreign_current_mempool_[d->ordinal].load(std::memory_order_relaxed);
   if (d->pool == nullptr || graph || foreign_pool) {
-    const StackId stack = capture_stack();
-    // Under a cap, forwarded memory counts against it like a pool's segments would.
-    if (!d->budget.try_charge(size)) {
-      d->counters.on_failed();
-      on_oom(d, size, stack);
-      set_runtime_last_error(cudaErrorMemoryAllocation);
-      return cudaErrorMemoryAllocation;
-    }
-    const cudaError_t err = forward();
-    if (err != cudaSuccess || *out == nullptr) {  // *out null: size 0, CUDA hands out nothing
-      d->budget.cancel(size);
-      if (err != cudaSuccess && !is_argument_error(err)) {
-        d->counters.on_failed();
-        if (err == cudaErrorMemoryAllocation) on_oom(d, size, stack);
-      }
-      return err;
-    }
-    d->budget.commit(size);
-    const uint64_t t = record_time_ns();
-    const MemoryKind kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
-    const AllocationRecord rec{size, requested, t, stack, static_cast<int16_t>(d->ordinal),
-                               kind, Route::kForwarded, caller_module()};
-    if (track(reinterpret_cast<uintptr_t>(*out), rec) && trace_)
-      trace_alloc(reinterpret_cast<uintptr_t>(*out), rec, size, stream, stream_ordered);
-    maybe_sample(t);
-    return err;
+    ForwardedAlloc a;
+    a.kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
+    a.device = d->ordinal;
+    a.size = size;
+    a.requested = requested;
+    a.stream = stream;
+    a.stream_ordered = stream_ordered;
+    return account_forwarded<RuntimeCodes>(d, a, forward, [&] { return reinterpret_cast<uintptr_t>(*out); }, nullptr);
   }
   // cudaMalloc(0) hands out nothing, cudaMallocAsync(0) is an error: CUDA decides.
   if (size == 0) return forward();
   if (!stream_ordered && capture_forbids_unsafe_call()) {
-    d->counters.on_failed();  // as CUDA's own refusal counts under passthrough
-    set_runtime_last_error(cudaErrorStreamCaptureUnsupported);
-    return cudaErrorStreamCaptureUnsupported;
+    d->ledger.failed();  // as CUDA's own refusal counts under passthrough
+    return RuntimeCodes::refuse(cudaErrorStreamCaptureUnsupported);
   }
   bind_thread_context(d->ordinal);
   const StackId stack = capture_stack();
   void* p = nullptr;
-  uint64_t allocated = 0;
-  const AllocRequest req{size, stream, stream_ordered};
   AllocationRecord rec{0, requested, trace_ ? 0 : coarse_now_ns(), stack, static_cast<int16_t>(d->ordinal),
                        MemoryKind::kDevice, Route::kPooled, caller_module()};
-  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
-  bool in_block = false;  // the record went into the pool's block
-  if (d->pool_keeps_records) {
-    // One lock, one lookup: the record and every figure move with the block (pooled_records.h).
-    PooledAlloc hooks(d->counters, d->pooled_sites, tracker_, rec, trace_ != nullptr);  // fills in `rec`
-    r = d->pool->allocate_with(req, &p, &allocated, hooks);
-    in_block = r != CUDA_ERROR_NOT_SUPPORTED;
-  }
-  if (!in_block) r = d->pool->allocate(req, &p, &allocated);
+  const CUresult r = d->ledger.pool_allocate(AllocRequest{size, stream, stream_ordered}, &p, rec, trace_ != nullptr);
   if (r != CUDA_SUCCESS) {
-    if (!is_argument_error(r)) d->counters.on_failed();
+    if (!is_argument_error(r)) d->ledger.failed();
     if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
-    set_runtime_last_error(to_runtime_error(r));
-    return to_runtime_error(r);
+    return RuntimeCodes::refuse(to_runtime_error(r));
   }
-  if (!in_block) {
-    rec.size = allocated;
-    if (trace_) rec.time_ns = now_ns();
-    under_device_lock(MemoryKind::kDevice, d->ordinal, [&] {
-      tracker_.insert(reinterpret_cast<uintptr_t>(p), rec);
-      d->counters.on_alloc(allocated, requested);
-    });
-  }
-  if (trace_) trace_alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
+  if (trace_) trace_->alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
   *out = p;
   maybe_sample(rec.time_ns);
   return cudaSuccess;
 }
 
+template <typename Forward, typename Result, typename Undo>
+auto Shim::forward_alloc(ForwardedAlloc a, Forward&& forward, Result&& result, Undo&& undo)
+    -> std::invoke_result_t<Forward&> {
+  using Api = ApiOf<std::invoke_result_t<Forward&>>;
+  if (a.device_known_after || !on_device(a.kind))
+    return account_forwarded<Api>(nullptr, a, forward, result, undo);
+  if (a.device < 0 && !Api::current_device(&a.device)) return forward();  // no context: CUDA says
+  DeviceState* d = device(a.device);
+  if (d == nullptr) return forward();
+  if (a.kind == MemoryKind::kDevice && a.injectable)
+    if (const auto refused = inject<Api>(d, a.size); refused != Api::kSuccess) return refused;
+  return account_forwarded<Api>(d, a, forward, result, undo);
+}
+
+template <typename Api, typename Forward, typename Result, typename Undo>
+typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, Forward&& forward, Result&& result,
+                                           Undo&& undo) {
+  const StackId stack = capture_stack();
+  // Under a cap, forwarded memory counts against it like a pool's segments would.
+  const bool cap_first = d != nullptr && !a.size_known_after;
+  if (cap_first && !d->ledger.admit(a.size)) {
+    on_oom(d, a.size, stack);
+    return Api::refuse(Api::kOutOfMemory);
+  }
+  const typename Api::Code code = forward();
+  MadeAlloc made{0, a.size, a.device};
+  if (code == Api::kSuccess) {
+    if constexpr (std::is_same_v<std::invoke_result_t<Result&>, MadeAlloc>) {
+      made = result();
+      if (!a.device_known_after) made.device = a.device;
+    } else {
+      made.ptr = static_cast<uintptr_t>(result());
+    }
+  }
+  if (a.device_known_after) {
+    // The device is the call's answer, or on failure the caller's context's.
+    if (made.ptr == 0 && !Api::current_device(&made.device)) return code;
+    a.device = made.device;
+    if (on_device(a.kind) && (d = device(a.device)) == nullptr) return code;
+  }
+  if (code != Api::kSuccess || made.ptr == 0) {  // ptr 0 on success: size 0, CUDA hands out nothing
+    if (cap_first) d->ledger.settle(a.size, false);
+    if (code != Api::kSuccess) count_failure<Api>(d, a.kind, a.device, code, a.size, stack);
+    return code;
+  }
+  if (cap_first) {
+    d->ledger.settle(a.size, true);
+  } else if (d != nullptr) {
+    // Made already: without a way to undo it, held whatever the cap says.
+    constexpr bool can_undo = !std::is_same_v<std::decay_t<Undo>, std::nullptr_t>;
+    if (!d->ledger.admit_made(made.size, can_undo)) {
+      if constexpr (can_undo) undo(made.ptr);
+      on_oom(d, made.size, stack);
+      return Api::refuse(Api::kOutOfMemory);
+    }
+  }
+  const uint64_t t = record_time_ns();
+  const AllocationRecord rec{made.size, a.requested, t, stack, static_cast<int16_t>(a.device),
+                             a.kind, Route::kForwarded, caller_module()};
+  // Into the trace too: its frees are recorded by deallocate(), and a trace without the
+  // allocations undercounts every library that allocates through the driver API.
+  if (books_.commit(made.ptr, rec) && trace_) trace_->alloc(made.ptr, rec, made.size, a.stream, a.stream_ordered);
+  maybe_sample(t);
+  return code;
+}
+
 template <typename Forward>
-cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward, FreeApi api) {
+auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward, FreeApi api)
+    -> std::invoke_result_t<Forward&> {
+  using Api = ApiOf<std::invoke_result_t<Forward&>>;
   if (ptr == nullptr) return forward();  // legal no-op (and context initialization) in CUDA
   // A free during a capture that forbids it fails in CUDA, frees nothing, and invalidates the
   // capture; a pooled block must get the same answer (and stay live).
-  if (!stream_ordered && api == FreeApi::kDevice && capture_forbids_unsafe_call()) {
-    if (in_runtime_hook()) set_runtime_last_error(cudaErrorStreamCaptureUnsupported);
-    return cudaErrorStreamCaptureUnsupported;
-  }
+  if (!stream_ordered && api == FreeApi::kDevice && capture_forbids_unsafe_call())
+    return Api::refuse(Api::kCaptureUnsupported);
+  const uintptr_t key = reinterpret_cast<uintptr_t>(ptr);
   // Blocks of pools that keep their records: found, and their figures moved, in one lock and
   // one lookup. Anything else is in the tracker.
-  for (int i = 0, n = record_pool_count_.load(std::memory_order_acquire); i < n; ++i) {
-    DeviceState* d = record_pools_[i].load(std::memory_order_acquire);
-    PooledFree hooks(d->counters, d->pooled_sites, tracker_, api == FreeApi::kHost);
-    const CUresult r = d->pool->deallocate_with(ptr, stream, stream_ordered, hooks);
-    if (r == CUDA_ERROR_NOT_FOUND) continue;
-    if (r == CUDA_ERROR_NOT_PERMITTED) return mismatched_pooled_free(d, ptr, stream, stream_ordered, forward);
-    if (r != CUDA_SUCCESS) return to_runtime_error(r);
-    if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
-    const uint64_t now = record_time_ns();
-    if (trace_) trace_free(now, reinterpret_cast<uintptr_t>(ptr), hooks.record(), stream, stream_ordered);
-    recent_frees_.record(reinterpret_cast<uintptr_t>(ptr), hooks.record().size, hooks.record().stack,
-                         current_hook_caller());
-    maybe_sample(now);
-    return cudaSuccess;
-  }
   AllocationRecord rec;
+  DeviceLedger* owner = nullptr;
+  const CUresult pooled = books_.release_pooled(ptr, stream, stream_ordered, api == FreeApi::kHost, &rec, &owner);
+  if (pooled == CUDA_ERROR_NOT_PERMITTED) return mismatched_pooled_free(owner, ptr, stream, stream_ordered, forward);
+  if (pooled != CUDA_ERROR_NOT_FOUND) {
+    if (pooled != CUDA_SUCCESS) return Api::from_pool(pooled);
+    count_late_free();
+    note_free(record_time_ns(), key, rec, stream, stream_ordered);
+    return Api::kSuccess;
+  }
   // Forget the pointer before the real free: once CUDA frees it, another thread may be handed the
   // same address and must be able to record it.
-  if (!untrack(reinterpret_cast<uintptr_t>(ptr), &rec)) return unknown_free(ptr, forward);
+  if (!books_.forget(key, &rec)) return unknown_free(ptr, forward);
   if ((api == FreeApi::kHost) != (rec.kind == MemoryKind::kHost)) return mismatched_free(ptr, rec, forward);
-  if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
+  count_late_free();  // even if CUDA then refuses it (a runtime already unloading, say)
   // Forwarded frees are timed before CUDA releases the memory: once it does, another thread may
   // be handed the same address, and its alloc event must come after this free in the trace.
   // (Pooled ones are ordered by the pool itself; see trace/trace_ordered_resource.h.)
@@ -137,24 +197,27 @@ cudaError_t Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Fo
   if (rec.route == Route::kPooled) {
     const CUresult r = device(rec.device)->pool->deallocate(ptr, stream, stream_ordered);
     if (r != CUDA_SUCCESS) {
-      retrack(reinterpret_cast<uintptr_t>(ptr), rec);
-      return to_runtime_error(r);
+      books_.restore(key, rec);
+      return Api::from_pool(r);
     }
   } else {
-    const cudaError_t err = forward();
-    if (err != cudaSuccess) {
-      retrack(reinterpret_cast<uintptr_t>(ptr), rec);
-      return err;
+    const auto code = forward();
+    if (code != Api::kSuccess) {
+      books_.restore(key, rec);
+      return code;
     }
-    if (on_device(rec.kind)) device(rec.device)->budget.uncharge(rec.size);
   }
-  count_free(rec);
-  recent_frees_.record(reinterpret_cast<uintptr_t>(ptr), rec.size, rec.stack, current_hook_caller());
+  books_.count_free(rec);
   const uint64_t now = record_time_ns();
-  if (trace_) trace_free(rec.route == Route::kForwarded ? free_t : now, reinterpret_cast<uintptr_t>(ptr), rec, stream,
-                         stream_ordered);
-  maybe_sample(now);
-  return cudaSuccess;
+  note_free(rec.route == Route::kForwarded && trace_ ? free_t : now, key, rec, stream, stream_ordered);
+  return Api::kSuccess;
+}
+
+inline void Shim::note_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream,
+                            bool stream_ordered) {
+  if (trace_) trace_->free(t_ns, ptr, rec, stream, stream_ordered);
+  recent_frees_.record(ptr, rec.size, rec.stack, current_hook_caller());
+  maybe_sample(t_ns);
 }
 
 template <typename Append>
@@ -164,65 +227,52 @@ void Shim::take_samples(Append&& append) {
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (!d) continue;
-    append(Sample{t, static_cast<int16_t>(d->ordinal), d->counters.live_bytes(), pool_figures(d).reserved_bytes});
+    append(Sample{t, static_cast<int16_t>(d->ordinal), d->ledger.counters().live_bytes(), pool_figures(d).reserved_bytes});
   }
   sample_sites(t);
 }
 
 template <typename Forward>
-cudaError_t Shim::mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward) {
+auto Shim::mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward)
+    -> std::invoke_result_t<Forward&> {
+  using Api = ApiOf<std::invoke_result_t<Forward&>>;
   // cudaFreeHost of device memory, or cudaFree of pinned host memory: CUDA refuses it and keeps
   // the memory, so the record stays. Should CUDA accept it after all, the memory is gone.
-  retrack(reinterpret_cast<uintptr_t>(ptr), rec);
-  const cudaError_t err = forward();
+  books_.restore(reinterpret_cast<uintptr_t>(ptr), rec);
+  const auto code = forward();
   AllocationRecord gone;
-  if (err == cudaSuccess && untrack(reinterpret_cast<uintptr_t>(ptr), &gone)) count_free(gone);
-  return err;
+  if (code == Api::kSuccess) books_.release(reinterpret_cast<uintptr_t>(ptr), &gone);
+  return code;
 }
 
 template <typename Forward>
-cudaError_t Shim::mismatched_pooled_free(DeviceState* d, void* ptr, CUstream stream, bool stream_ordered,
-                                         Forward&& forward) {
+auto Shim::mismatched_pooled_free(DeviceLedger* d, void* ptr, CUstream stream, bool stream_ordered, Forward&& forward)
+    -> std::invoke_result_t<Forward&> {
+  using Api = ApiOf<std::invoke_result_t<Forward&>>;
   // As mismatched_free, for a block whose record its pool keeps: the block stays live while CUDA
   // answers. Should CUDA accept the free after all, the allocation is over: it goes back to the
   // pool with its figures, as a free by the right function would.
-  const cudaError_t err = forward();
-  if (err == cudaSuccess) {
-    PooledFree hooks(d->counters, d->pooled_sites, tracker_, /*host_api=*/false);
-    if (d->pool->deallocate_with(ptr, stream, stream_ordered, hooks) == CUDA_SUCCESS && trace_)
-      trace_free(record_time_ns(), reinterpret_cast<uintptr_t>(ptr), hooks.record(), stream, stream_ordered);
-  }
-  return err;
-}
-
-inline void Shim::count_free(const AllocationRecord& rec) {
-  MemoryCounters& counters = counters_for(rec.kind, rec.device);
-  under_device_lock(rec.kind, rec.device, [&] { counters.on_free(rec.size, rec.requested); });
-}
-
-template <typename F>
-void Shim::under_device_lock(MemoryKind kind, int device, F&& f) const {
-  const DeviceState* d = kind == MemoryKind::kDevice && record_pool_count_.load(std::memory_order_relaxed) != 0
-                             ? existing_device(device)
-                             : nullptr;
-  if (d != nullptr && d->pool_keeps_records) d->pool->with_lock(f);
-  else f();
+  const auto code = forward();
+  AllocationRecord rec;
+  if (code == Api::kSuccess &&
+      d->release_pooled(ptr, stream, stream_ordered, /*host_api=*/false, &rec) == CUDA_SUCCESS && trace_)
+    trace_->free(record_time_ns(), reinterpret_cast<uintptr_t>(ptr), rec, stream, stream_ordered);
+  return code;
 }
 
 template <typename Forward>
-cudaError_t Shim::unknown_free(void* ptr, Forward&& forward) {
+auto Shim::unknown_free(void* ptr, Forward&& forward) -> std::invoke_result_t<Forward&> {
+  using Api = ApiOf<std::invoke_result_t<Forward&>>;
   // Inside memory a pool holds: a double free or an interior pointer. Forwarding could free a
   // whole segment under other live blocks, so refuse it.
   if (pool_contains(ptr)) {
     warn_invalid_free(ptr, "a double free, or a pointer inside a block");
-    // Only the runtime keeps a last error: a refused cuMemFree must leave the runtime's untouched.
-    if (in_runtime_hook()) set_runtime_last_error(cudaErrorInvalidValue);
-    return cudaErrorInvalidValue;
+    return Api::refuse(Api::kInvalidValue);
   }
   // Possibly memory from a path we did not see (the driver API); CUDA decides.
-  const cudaError_t err = forward();
-  if (err != cudaSuccess) warn_invalid_free(ptr, "not a live CUDA allocation");
-  return err;
+  const auto code = forward();
+  if (code != Api::kSuccess) warn_invalid_free(ptr, "not a live CUDA allocation");
+  return code;
 }
 
 }  // namespace gpushim

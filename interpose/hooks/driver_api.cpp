@@ -14,6 +14,8 @@
 #include "cuda/real_driver.h"
 #include "hooks/driver_hook.h"
 
+using gpushim::ForwardedAlloc;
+using gpushim::MadeAlloc;
 using gpushim::MemoryKind;
 using gpushim::real_driver;
 using gpushim::Shim;
@@ -40,29 +42,34 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t size, CUstream stream, bool per_t
   Shim* s = accounting(scope);
   if (!s || dptr == nullptr) return forward();
   const MemoryKind kind = capturing(stream, per_thread) ? MemoryKind::kGraph : MemoryKind::kDevice;
-  return s->driver_alloc(kind, -1, size, size, forward, [&] { return *dptr; });
+  return s->forward_alloc(ForwardedAlloc{.kind = kind, .size = size, .requested = size}, forward,
+                          [&] { return *dptr; });
 }
 
 CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream stream, bool per_thread,
                                const gpushim::CallScope& scope) {
   const gpushim::RealDriver& d = real_driver();
-  const CUresult r = per_thread ? call(d.cuMemAllocFromPoolAsync_ptsz, dptr, size, pool, stream)
-                                : call(d.cuMemAllocFromPoolAsync, dptr, size, pool, stream);
+  auto forward = [&] {
+    return per_thread ? call(d.cuMemAllocFromPoolAsync_ptsz, dptr, size, pool, stream)
+                      : call(d.cuMemAllocFromPoolAsync, dptr, size, pool, stream);
+  };
   Shim* s = accounting(scope);
-  if (!s || dptr == nullptr) return r;
-  // The pool decides the device, which is known only from the memory it returned.
-  int device = -1;
-  if (r == CUDA_SUCCESS && call(d.cuPointerGetAttribute, static_cast<void*>(&device),
-                                CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, *dptr) != CUDA_SUCCESS)
-    return r;
-  if (r != CUDA_SUCCESS) {
-    if (gpushim::current_context_device(&device)) s->driver_failure(MemoryKind::kDevice, device, r, size);
-    return r;
-  }
+  if (!s || dptr == nullptr) return forward();
   const MemoryKind kind = capturing(stream, per_thread) ? MemoryKind::kGraph : MemoryKind::kDevice;
-  return s->account_after(kind, device, *dptr, size, size, [&] {
-    per_thread ? call(d.cuMemFreeAsync_ptsz, *dptr, stream) : call(d.cuMemFreeAsync, *dptr, stream);
-  });
+  // The pool decides the device, which is known only from the memory it returned.
+  const ForwardedAlloc a{.kind = kind, .size = size, .requested = size, .size_known_after = true,
+                         .device_known_after = true};
+  auto made = [&] {
+    int device = -1;
+    if (call(d.cuPointerGetAttribute, static_cast<void*>(&device), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, *dptr) !=
+        CUDA_SUCCESS)
+      return MadeAlloc{};
+    return MadeAlloc{*dptr, size, device};
+  };
+  auto undo = [&](uintptr_t p) {
+    per_thread ? call(d.cuMemFreeAsync_ptsz, p, stream) : call(d.cuMemFreeAsync, p, stream);
+  };
+  return s->forward_alloc(a, forward, made, undo);
 }
 
 CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread, const gpushim::CallScope& scope) {
@@ -74,7 +81,7 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, bool per_thread, const gp
   if (!s) return forward();
   // The per-thread default stream is what stream 0 means to a _ptsz caller.
   CUstream st = (per_thread && stream == nullptr) ? CU_STREAM_PER_THREAD : stream;
-  return s->driver_free(reinterpret_cast<void*>(dptr), st, true, forward);
+  return s->deallocate(reinterpret_cast<void*>(dptr), st, true, forward);
 }
 
 }  // namespace
@@ -86,7 +93,7 @@ GPUSHIM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   auto forward = [&] { return call(real_driver().cuMemAlloc_v2, dptr, bytesize); };
   Shim* s = accounting(scope);
   if (!s || dptr == nullptr) return forward();
-  return s->driver_alloc(MemoryKind::kDevice, -1, bytesize, bytesize, forward, [&] { return *dptr; });
+  return s->forward_alloc(ForwardedAlloc{.size = bytesize, .requested = bytesize}, forward, [&] { return *dptr; });
 }
 
 GPUSHIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
@@ -94,34 +101,26 @@ GPUSHIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   auto forward = [&] { return call(real_driver().cuMemFree_v2, dptr); };
   Shim* s = accounting(scope);
   if (!s) return forward();
-  return s->driver_free(reinterpret_cast<void*>(dptr), nullptr, false, forward);
+  return s->deallocate(reinterpret_cast<void*>(dptr), nullptr, false, forward);
 }
 
 GPUSHIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
                                            unsigned int ElementSizeBytes) {
   GPUSHIM_SCOPE;
+  auto forward = [&] {
+    return call(real_driver().cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  };
   Shim* s = accounting(scope);
-  int device = 0;
-  const bool ours = s && dptr != nullptr && pPitch != nullptr && gpushim::current_context_device(&device);
-  // GPUSHIM_FAIL, asked before the call (the pitch is known only after it); arguments CUDA refuses
-  // get CUDA's own answer.
+  if (!s || dptr == nullptr || pPitch == nullptr) return forward();
+  // The driver picks the pitch: the size is known only after the call. GPUSHIM_FAIL is asked
+  // with the caller's size; arguments CUDA refuses (size 0 here) get CUDA's own answer.
   uint64_t asked = 0;
-  if (ours && WidthInBytes != 0 && Height != 0 &&
-      (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16)) {
-    if (__builtin_mul_overflow(static_cast<uint64_t>(WidthInBytes), static_cast<uint64_t>(Height), &asked))
-      asked = UINT64_MAX;
-    if (const CUresult injected = s->driver_inject_if_chosen(device, asked); injected != CUDA_SUCCESS)
-      return injected;
-  }
-  const CUresult r = call(real_driver().cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-  if (!ours) return r;
-  // The driver picks the pitch: the size is known only now.
-  if (r != CUDA_SUCCESS) {
-    s->driver_failure(MemoryKind::kDevice, device, r, WidthInBytes * Height);
-    return r;
-  }
-  return s->account_after(MemoryKind::kDevice, device, *dptr, *pPitch * Height, WidthInBytes * Height,
-                          [&] { call(real_driver().cuMemFree_v2, *dptr); });
+  if (WidthInBytes != 0 && Height != 0 && (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16) &&
+      __builtin_mul_overflow(static_cast<uint64_t>(WidthInBytes), static_cast<uint64_t>(Height), &asked))
+    asked = UINT64_MAX;
+  const ForwardedAlloc a{.size = asked, .requested = WidthInBytes * Height, .size_known_after = true};
+  return s->forward_alloc(a, forward, [&] { return MadeAlloc{*dptr, *pPitch * Height}; },
+                          [&](uintptr_t p) { call(real_driver().cuMemFree_v2, p); });
 }
 
 GPUSHIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
@@ -129,7 +128,8 @@ GPUSHIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, un
   auto forward = [&] { return call(real_driver().cuMemAllocManaged, dptr, bytesize, flags); };
   Shim* s = accounting(scope);
   if (!s || dptr == nullptr) return forward();
-  return s->driver_alloc(MemoryKind::kManaged, -1, bytesize, bytesize, forward, [&] { return *dptr; });
+  return s->forward_alloc(ForwardedAlloc{.kind = MemoryKind::kManaged, .size = bytesize, .requested = bytesize},
+                          forward, [&] { return *dptr; });
 }
 
 GPUSHIM_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
@@ -137,8 +137,8 @@ GPUSHIM_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int 
   auto forward = [&] { return call(real_driver().cuMemHostAlloc, pp, bytesize, Flags); };
   Shim* s = accounting(scope);
   if (!s || pp == nullptr) return forward();
-  return s->driver_alloc(MemoryKind::kHost, -1, bytesize, bytesize, forward,
-                         [&] { return reinterpret_cast<uintptr_t>(*pp); });
+  return s->forward_alloc(ForwardedAlloc{.kind = MemoryKind::kHost, .size = bytesize, .requested = bytesize},
+                          forward, [&] { return reinterpret_cast<uintptr_t>(*pp); });
 }
 
 GPUSHIM_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
@@ -146,8 +146,8 @@ GPUSHIM_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
   auto forward = [&] { return call(real_driver().cuMemAllocHost_v2, pp, bytesize); };
   Shim* s = accounting(scope);
   if (!s || pp == nullptr) return forward();
-  return s->driver_alloc(MemoryKind::kHost, -1, bytesize, bytesize, forward,
-                         [&] { return reinterpret_cast<uintptr_t>(*pp); });
+  return s->forward_alloc(ForwardedAlloc{.kind = MemoryKind::kHost, .size = bytesize, .requested = bytesize},
+                          forward, [&] { return reinterpret_cast<uintptr_t>(*pp); });
 }
 
 GPUSHIM_EXPORT CUresult cuMemFreeHost(void* p) {
@@ -155,7 +155,7 @@ GPUSHIM_EXPORT CUresult cuMemFreeHost(void* p) {
   auto forward = [&] { return call(real_driver().cuMemFreeHost, p); };
   Shim* s = accounting(scope);
   if (!s) return forward();
-  return s->driver_free(p, nullptr, false, forward, gpushim::FreeApi::kHost);
+  return s->deallocate(p, nullptr, false, forward, gpushim::FreeApi::kHost);
 }
 
 // ---- stream-ordered allocation ----
@@ -204,8 +204,9 @@ GPUSHIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph
   Shim* s = accounting(scope);
   if (!s || nodeParams == nullptr || nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return forward();
-  return s->driver_alloc(MemoryKind::kGraph, nodeParams->poolProps.location.id, nodeParams->bytesize,
-                         nodeParams->bytesize, forward, [&] { return nodeParams->dptr; });
+  const ForwardedAlloc a{.kind = MemoryKind::kGraph, .device = nodeParams->poolProps.location.id,
+                         .size = nodeParams->bytesize, .requested = nodeParams->bytesize};
+  return s->forward_alloc(a, forward, [&] { return nodeParams->dptr; });
 }
 
 // ---- capacity ----

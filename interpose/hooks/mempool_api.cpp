@@ -1,5 +1,5 @@
 // The memory-pool API, runtime and driver: calls on a device's default pool are answered by the
-// core (core/shim_mempool.cpp) when its pool serves that device; everything else goes to CUDA.
+// core (core/shim_driver.cpp) when its pool serves that device; everything else goes to CUDA.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <cuda_runtime_api.h>

@@ -13,7 +13,7 @@ GPUSHIM_EXPORT int gpushim_get_device_stats(int device, struct gpushim_device_st
   if (s == nullptr) return -1;
   const gpushim::DeviceState* d = s->existing_device(device);
   if (d == nullptr) return -1;
-  const gpushim::CounterSnapshot c = d->counters.snapshot();
+  const gpushim::CounterSnapshot c = d->ledger.counters().snapshot();
   const gpushim::PoolFigures f = s->pool_figures(d);
   out->live_bytes = c.live_bytes;
   out->live_count = c.live_count;
@@ -26,7 +26,7 @@ GPUSHIM_EXPORT int gpushim_get_device_stats(int device, struct gpushim_device_st
   out->failed_allocs = c.failed_allocs;
   out->reuse_syncs = f.reuse_syncs;
   out->ooms = f.ooms;
-  out->limit_bytes = d->budget.limit();
+  out->limit_bytes = d->ledger.budget().limit();
   return 0;
 }
 

@@ -100,27 +100,19 @@ GPUSHIM_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t 
     return real_runtime().cudaMallocPitch ? real_runtime().cudaMallocPitch(devPtr, pitch, width, height) : missing();
   };
   Shim* s = Shim::get();
-  if (!s || pitch == nullptr) return forward();
-  if (s->config().policy == gpushim::PolicyKind::kPassthrough) {
-    // The real runtime picks the pitch, so the size is known only afterwards.
-    if (devPtr != nullptr) {
-      size_t requested = 0;
-      if (__builtin_mul_overflow(width, height, &requested)) requested = SIZE_MAX;
-      if (const cudaError_t injected = s->inject_if_chosen(requested); injected != cudaSuccess) return injected;
-    }
-    const cudaError_t err = forward();
-    if (err == cudaSuccess) s->record_alloc(MemoryKind::kDevice, current_device(), *devPtr, *pitch * height, width * height);
-    else if (!gpushim::is_argument_error(err)) s->record_failure(MemoryKind::kDevice, current_device());
-    return err;
-  }
+  if (!s || pitch == nullptr || devPtr == nullptr) return forward();
   const size_t row = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
-  // Empty or impossible shapes (a row that cannot be rounded, a size past 2^64): CUDA decides,
-  // and its refusal counts as under passthrough.
-  if (width == 0 || height == 0 || row < width || row > SIZE_MAX / height) {
-    const cudaError_t err = forward();
-    if (err != cudaSuccess && devPtr != nullptr && !gpushim::is_argument_error(err))
-      s->record_failure(MemoryKind::kDevice, current_device());
-    return err;
+  // Under passthrough the real runtime picks the pitch, so the size is known only afterwards; so
+  // it is for empty or impossible shapes (a row that cannot be rounded, a size past 2^64), which
+  // CUDA decides under every policy.
+  if (s->config().policy == gpushim::PolicyKind::kPassthrough || width == 0 || height == 0 || row < width ||
+      row > SIZE_MAX / height) {
+    size_t requested = 0;
+    if (__builtin_mul_overflow(width, height, &requested)) requested = SIZE_MAX;
+    const gpushim::ForwardedAlloc a{.size = requested, .requested = width * height, .size_known_after = true};
+    return s->forward_alloc(a, forward, [&] {
+      return gpushim::MadeAlloc{reinterpret_cast<uintptr_t>(*devPtr), *pitch * height};
+    });
   }
   *pitch = row;
   return s->device_alloc(devPtr, row * height, width * height, nullptr, false, forward);
@@ -138,34 +130,32 @@ GPUSHIM_EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 GPUSHIM_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
   GPUSHIM_SCOPE;
   if (!real_runtime().cudaMallocManaged) return missing();
-  const cudaError_t err = real_runtime().cudaMallocManaged(devPtr, size, flags);
-  if (Shim* s = Shim::get()) {
-    if (err == cudaSuccess && devPtr) s->record_alloc(MemoryKind::kManaged, current_device(), *devPtr, size, size);
-    else if (err != cudaSuccess && !gpushim::is_argument_error(err)) s->record_failure(MemoryKind::kManaged, current_device());
-  }
-  return err;
+  auto forward = [&] { return real_runtime().cudaMallocManaged(devPtr, size, flags); };
+  Shim* s = Shim::get();
+  if (!s || devPtr == nullptr) return forward();
+  const gpushim::ForwardedAlloc a{.kind = MemoryKind::kManaged, .device = current_device(), .size = size,
+                                  .requested = size};
+  return s->forward_alloc(a, forward, [&] { return reinterpret_cast<uintptr_t>(*devPtr); });
 }
 
 GPUSHIM_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
   GPUSHIM_SCOPE;
   if (!real_runtime().cudaMallocHost) return missing();
-  const cudaError_t err = real_runtime().cudaMallocHost(ptr, size);
-  if (Shim* s = Shim::get()) {
-    if (err == cudaSuccess && ptr) s->record_alloc(MemoryKind::kHost, 0, *ptr, size, size);
-    else if (err != cudaSuccess && !gpushim::is_argument_error(err)) s->record_failure(MemoryKind::kHost, 0);
-  }
-  return err;
+  auto forward = [&] { return real_runtime().cudaMallocHost(ptr, size); };
+  Shim* s = Shim::get();
+  if (!s || ptr == nullptr) return forward();
+  const gpushim::ForwardedAlloc a{.kind = MemoryKind::kHost, .device = 0, .size = size, .requested = size};
+  return s->forward_alloc(a, forward, [&] { return reinterpret_cast<uintptr_t>(*ptr); });
 }
 
 GPUSHIM_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
   GPUSHIM_SCOPE;
   if (!real_runtime().cudaHostAlloc) return missing();
-  const cudaError_t err = real_runtime().cudaHostAlloc(pHost, size, flags);
-  if (Shim* s = Shim::get()) {
-    if (err == cudaSuccess && pHost) s->record_alloc(MemoryKind::kHost, 0, *pHost, size, size);
-    else if (err != cudaSuccess && !gpushim::is_argument_error(err)) s->record_failure(MemoryKind::kHost, 0);
-  }
-  return err;
+  auto forward = [&] { return real_runtime().cudaHostAlloc(pHost, size, flags); };
+  Shim* s = Shim::get();
+  if (!s || pHost == nullptr) return forward();
+  const gpushim::ForwardedAlloc a{.kind = MemoryKind::kHost, .device = 0, .size = size, .requested = size};
+  return s->forward_alloc(a, forward, [&] { return reinterpret_cast<uintptr_t>(*pHost); });
 }
 
 GPUSHIM_EXPORT cudaError_t cudaFreeHost(void* ptr) {

@@ -38,14 +38,12 @@ GPUSHIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t
     default:
       return forward();  // invalid: CUDA says so
   }
-  if (kind == MemoryKind::kDevice && !s->vmm_charge(device, size)) return CUDA_ERROR_OUT_OF_MEMORY;
-  const CUresult r = forward();
-  if (r != CUDA_SUCCESS) {
-    if (kind == MemoryKind::kDevice) s->vmm_uncharge(device, size);
-    s->driver_failure(kind, device, r, size);
-    return r;
-  }
-  s->vmm_created(static_cast<uint64_t>(*handle), size, kind, device);
+  // Recorded under the handle's key; GPUSHIM_FAIL leaves the virtual-memory API alone.
+  const gpushim::ForwardedAlloc a{.kind = kind, .device = device, .size = size, .requested = size,
+                                  .injectable = false};
+  const CUresult r =
+      s->forward_alloc(a, forward, [&] { return gpushim::VmmTracker::key_of(static_cast<uint64_t>(*handle)); });
+  if (r == CUDA_SUCCESS) s->vmm_created(static_cast<uint64_t>(*handle), size, kind, device);
   return r;
 }
 

@@ -1,6 +1,6 @@
-// Pools that keep the allocation records (core/pooled_records.h): the record and every figure
+// Pools that keep the allocation records (accounting/pooled_records.h): the record and every figure
 // move with the block, under the pool's one lock.
-#include "core/pooled_records.h"
+#include "accounting/pooled_records.h"
 
 #include <gtest/gtest.h>
 

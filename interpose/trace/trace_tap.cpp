@@ -1,10 +1,11 @@
-// The Shim's side of GPUSHIM_TRACE: turns what the core sees into trace events. Everything here
-// runs only when a trace is being recorded (trace_ set); the hot paths call in after one null check.
+#include "trace/trace_tap.h"
+
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
-#include "core/shim.h"
+#include "policy/observed_backend.h"
 #include "policy/policy_factory.h"
 #include "report/output_file.h"
 #include "trace/trace_ordered_resource.h"
@@ -85,37 +86,39 @@ static_assert(static_cast<int>(SegmentObserver::Reuse::kFenceDone) == static_cas
 
 }  // namespace
 
-void Shim::start_trace() {
-  const std::string path = expand_path_template(config_.trace_template, file_name_of(exe_), pid_, ".trace");
+std::unique_ptr<TraceTap> TraceTap::start(const Config& config, const std::string& exe, int pid, uint64_t start_ns,
+                                           const StackTable* stacks, Symbolizer::PythonResolver python) {
+  const std::string path = expand_path_template(config.trace_template, file_name_of(exe), pid, ".trace");
   std::string created;
   const int fd = create_new_file(path, &created);
   if (fd < 0) {
     log_line("no trace is recorded (GPUSHIM_TRACE)");
-    return;
+    return nullptr;
   }
   trace::HeaderInfo h;
-  h.pid = pid_;
-  h.exe = exe_;
+  h.pid = pid;
+  h.exe = exe;
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) == 0) h.host = host;
   if (const char* rank = getenv("RANK")) h.rank = rank;
-  h.policy = policy_name(config_.policy);
-  h.start_mono_ns = start_ns_;
-  h.start_wall_ns = wall_ns() - (now_ns() - start_ns_);
-  h.stack_depth = config_.stack_depth;
+  h.policy = policy_name(config.policy);
+  h.start_mono_ns = start_ns;
+  h.start_wall_ns = wall_ns() - (now_ns() - start_ns);
+  h.stack_depth = config.stack_depth;
   for (char** e = environ; e && *e; ++e)
     if (std::strncmp(*e, "GPUSHIM_", 8) == 0) h.config.emplace_back(*e);
-  trace_owner_ = trace::TraceRecorder::start(fd, created, h, &stacks_);
-  trace_ = trace_owner_.get();
+  std::unique_ptr<trace::TraceRecorder> recorder = trace::TraceRecorder::start(fd, created, h, stacks);
+  if (recorder == nullptr) return nullptr;
   // Python frame words mean nothing outside this process: the writer thread resolves each one
   // once, from the locations the capturer copied at allocation time (no interpreter access, so no
   // GIL), and writes it before the first stack that uses it, as the report does at exit.
-  if (trace_)
-    trace_->set_python_resolver([this](uint32_t id, FrameInfo* f) { return capturer_.resolve_python(id, f); });
+  recorder->set_python_resolver(std::move(python));
+  return std::unique_ptr<TraceTap>(new TraceTap(std::move(recorder), start_ns));
 }
 
-void Shim::trace_alloc(uintptr_t ptr, const AllocationRecord& rec, uint64_t request, CUstream stream,
-                       bool stream_ordered) {
+void TraceTap::alloc(uintptr_t ptr, const AllocationRecord& rec, uint64_t request, CUstream stream,
+                     bool stream_ordered) {
+
   TraceEvent e;
   // After the memory was obtained, so after the free (timed before the memory was released) of
   // any earlier holder of the address. Pool operations also carry their number in the pool's order.
@@ -135,11 +138,11 @@ void Shim::trace_alloc(uintptr_t ptr, const AllocationRecord& rec, uint64_t requ
     e.seq = trace::TraceOrderedResource::last_op_seq();
     e.flags |= trace::kFlagSequenced;
   }
-  trace_->record(e);
+  recorder_->record(e);
 }
 
-void Shim::trace_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream,
-                      bool stream_ordered) {
+void TraceTap::free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream,
+                    bool stream_ordered) {
   TraceEvent e;
   e.t_ns = t_ns;
   e.addr = ptr;
@@ -154,10 +157,10 @@ void Shim::trace_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec,
     e.seq = trace::TraceOrderedResource::last_op_seq();
     e.flags |= trace::kFlagSequenced;
   }
-  trace_->record(e);
+  recorder_->record(e);
 }
 
-void Shim::trace_oom(const OomRecord& oom) {
+void TraceTap::oom(const OomRecord& oom) {
   TraceEvent e;
   e.t_ns = oom.t_ns + start_ns_;
   e.size = oom.device_free;
@@ -165,60 +168,52 @@ void Shim::trace_oom(const OomRecord& oom) {
   e.stack = oom.stack;
   e.device = static_cast<int16_t>(oom.device);
   e.kind = EventKind::kOom;
-  trace_->record(e);
+  recorder_->record(e);
 }
 
-void Shim::trace_device(DeviceState* d) {
-  trace_->add_device(trace::DeviceInfo{d->ordinal, d->capacity, d->budget.limit()});
+void TraceTap::device(int ordinal, uint64_t capacity, uint64_t limit) {
+  recorder_->add_device(trace::DeviceInfo{ordinal, capacity, limit});
 }
 
-std::unique_ptr<DeviceMemoryResource> Shim::make_traced_pool(DeviceState* d) {
-  auto tracer = std::make_unique<SegmentTracer>(*trace_, d->ordinal);
+std::unique_ptr<DeviceMemoryResource> TraceTap::traced_pool(const Config& config, int ordinal, Backend& capped) {
+  auto tracer = std::make_unique<SegmentTracer>(*recorder_, ordinal);
   SegmentTracer* segments = tracer.get();
-  d->segment_tracer = std::move(tracer);
-  d->observed = std::make_unique<ObservedBackend>(*d->limited, *d->segment_tracer);
-  std::unique_ptr<DeviceMemoryResource> pool = make_pool(config_, *d->observed);
+  auto observed = std::make_unique<ObservedBackend>(capped, *segments);
+  Backend& upstream = *observed;
+  {
+    std::lock_guard<std::mutex> lock(pools_mu_);
+    tracers_.push_back(std::move(tracer));
+    observed_.push_back(std::move(observed));
+  }
+  std::unique_ptr<DeviceMemoryResource> pool = make_pool(config, upstream);
   if (pool == nullptr) return nullptr;
   auto ordered = std::make_unique<trace::TraceOrderedResource>(std::move(pool));
   segments->set_order(ordered.get());
   return ordered;
 }
 
-uint64_t Shim::on_iteration_mark() {
-  const uint64_t n = iterations_.add(IterationCounter::kMark);
-  if (iteration_checkpoints_.due(n)) sample_sites(now_ns() - start_ns_);
-  if (trace_) {
-    TraceEvent e;
-    e.t_ns = now_ns();
-    e.size = n;
-    e.kind = EventKind::kIteration;
-    trace_->record(e);
-  }
-  return n;
+void TraceTap::iteration(uint64_t n) {
+  TraceEvent e;
+  e.t_ns = now_ns();
+  e.size = n;
+  e.kind = EventKind::kIteration;
+  recorder_->record(e);
 }
 
-void Shim::finish_trace() {
-  if (forked_child_) return;
+void TraceTap::checkpoint(uint64_t t_ns, uint64_t iteration, unsigned sources) {
+  TraceEvent e;
+  e.t_ns = t_ns + start_ns_;
+  e.size = iteration;
+  e.requested = sources;
+  e.kind = EventKind::kCheckpoint;
+  recorder_->record(e);
+}
+
+void TraceTap::finish(std::vector<trace::DeviceTotals> devices) {
   trace::EndInfo end;
   end.end_mono_ns = now_ns();
-  for (const auto& slot : devices_) {
-    const DeviceState* d = slot.load(std::memory_order_acquire);
-    if (!d) continue;
-    const CounterSnapshot c = d->counters.snapshot();
-    const PoolFigures f = pool_figures(d);
-    trace::DeviceTotals t;
-    t.ordinal = d->ordinal;
-    t.live_bytes = c.live_bytes;
-    t.live_count = c.live_count;
-    t.peak_allocated = c.peak_bytes;
-    t.peak_reserved = f.peak_reserved_bytes;
-    t.total_allocs = c.total_allocs;
-    t.total_frees = c.total_frees;
-    t.failed_allocs = c.failed_allocs;
-    t.ooms = f.ooms;
-    end.devices.push_back(t);
-  }
-  trace_->finish(std::move(end));
+  end.devices = std::move(devices);
+  recorder_->finish(std::move(end));
 }
 
 }  // namespace gpushim

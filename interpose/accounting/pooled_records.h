@@ -1,8 +1,9 @@
-// The hooks a device's pool calls under its lock when it keeps the allocation records itself
-// (DeviceMemoryResource::holds_payloads): the record goes into the block, and the device's
-// counters, its per-site totals and the caller module's row move in the same critical section.
-// Every other writer of those figures takes the same lock (Shim::under_device_lock), which is
-// what lets them be plain loads and stores here.
+// The private contract between a DeviceLedger and a pool that keeps the allocation records itself
+// (DeviceMemoryResource::holds_payloads): the hooks the pool calls under its lock. The record
+// goes into the block, and the device's counters, its per-site totals and the caller module's row
+// move in the same critical section. Every other writer of those figures takes the same lock
+// (DeviceLedger::locked), which is what lets them be plain loads and stores here. Only
+// accounting/device_ledger.h (and its unit test) uses these.
 #pragma once
 
 #include <cstddef>
@@ -73,8 +74,10 @@ class PooledAlloc final : public PayloadHooks {
 // the free function takes (`host_api`: cudaFreeHost and the like): CUDA would refuse it too.
 class PooledFree final : public PayloadHooks {
  public:
-  PooledFree(MemoryCounters& counters, PooledSites& sites, AllocationTracker& tracker, bool host_api)
-      : counters_(counters), sites_(sites), tracker_(tracker), host_api_(host_api) {}
+  // The record is read into `*out` when given (no copy on the free path), else kept here.
+  PooledFree(MemoryCounters& counters, PooledSites& sites, AllocationTracker& tracker, bool host_api,
+             AllocationRecord* out = nullptr)
+      : counters_(counters), sites_(sites), tracker_(tracker), rec_(out ? *out : own_), host_api_(host_api) {}
 
   void on_allocated(uintptr_t, uint64_t, BlockPayload&) override {}
   bool on_freeing(uintptr_t, uint64_t, const BlockPayload& payload) override {
@@ -93,7 +96,8 @@ class PooledFree final : public PayloadHooks {
   MemoryCounters& counters_;
   PooledSites& sites_;
   AllocationTracker& tracker_;
-  AllocationRecord rec_;
+  AllocationRecord own_;
+  AllocationRecord& rec_;
   const bool host_api_;
 };
 

@@ -1,0 +1,144 @@
+#include "accounting/device_ledger.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "policy/limited_backend.h"
+
+namespace gpushim {
+
+DeviceLedger::DeviceLedger(int ordinal, AllocationTracker& records) : ordinal_(ordinal), records_(records) {}
+
+DeviceLedger::~DeviceLedger() = default;
+
+Backend& DeviceLedger::capped(Backend& upstream) {
+  limited_ = std::make_unique<LimitedBackend>(upstream, budget_);
+  return *limited_;
+}
+
+PoolFigures DeviceLedger::figures() const {
+  PoolFigures f;
+  const CounterSnapshot c = counters_.snapshot();
+  if (pool_) pool_->figures(&f);
+  // Reserved is everything held from the driver on the device: the pool's segments, and what was
+  // allocated past any pool (passthrough, the driver API, the virtual-memory API, graph memory).
+  // The budget counts exactly that, cap or no cap.
+  f.reserved_bytes = budget_.held();
+  f.peak_reserved_bytes = budget_.peak();
+  f.requested_bytes = c.requested_bytes;
+  f.peak_requested_bytes = c.peak_requested_bytes;
+  f.ooms = ooms();  // every OOM a caller saw, pool or cap
+  return f;
+}
+
+uint64_t DeviceLedger::host_bytes() const {
+  if (pool_ == nullptr) return 0;
+  PoolFigures f;
+  pool_->figures(&f);
+  uint64_t n = f.host_bytes;
+  if (keeps_records_) pool_->with_lock([&] { n += pooled_sites_.memory_bytes(); });
+  return n;
+}
+
+bool DeviceLedger::find_pooled(uintptr_t ptr, AllocationRecord* rec) const {
+  BlockPayload payload;
+  if (keeps_records_ && pool_->find_payload(reinterpret_cast<const void*>(ptr), &payload)) {
+    *rec = load_record(payload);
+    return true;
+  }
+  return records_.find(ptr, rec) && rec->route == Route::kPooled;
+}
+
+// ---- Ledgers ----
+
+void Ledgers::add(DeviceLedger* ledger) {
+  if (ledger->pool_keeps_records()) {
+    const int n = pool_count_.load(std::memory_order_relaxed);
+    record_pools_[n].store(ledger, std::memory_order_release);
+    pool_count_.store(n + 1, std::memory_order_release);
+  }
+  ledgers_[ledger->ordinal()].store(ledger, std::memory_order_release);
+}
+
+MemoryCounters* Ledgers::counters_of(MemoryKind kind, int device) {
+  switch (kind) {
+    case MemoryKind::kManaged: return &managed_;
+    case MemoryKind::kHost: return &host_;
+    case MemoryKind::kGraph: return &graph_;
+    case MemoryKind::kImported: return &imported_;
+    case MemoryKind::kDevice: break;
+  }
+  DeviceLedger* d = mutable_ledger(device);
+  return d ? &d->counters_ : nullptr;
+}
+
+const MemoryCounters* Ledgers::counters(MemoryKind kind, int device) const {
+  return const_cast<Ledgers*>(this)->counters_of(kind, device);
+}
+
+bool Ledgers::commit(uintptr_t ptr, const AllocationRecord& rec) {
+  MemoryCounters* counters = counters_of(rec.kind, rec.device);
+  if (counters == nullptr) return false;
+  bool inserted = false;
+  locked(rec.kind, rec.device, [&] {
+    inserted = records_.insert(ptr, rec);
+    if (inserted) counters->on_alloc(rec.size, rec.requested);
+  });
+  return inserted;
+}
+
+void Ledgers::failed(MemoryKind kind, int device) {
+  if (MemoryCounters* counters = counters_of(kind, device)) counters->on_failed();
+}
+
+bool Ledgers::forget(uintptr_t ptr, AllocationRecord* rec) {
+  // Without pools that keep records no lock is needed: one lookup.
+  if (pool_count_.load(std::memory_order_acquire) == 0) return records_.erase(ptr, rec);
+  // The record says which lock guards its figures (the erase moves its module row). Between the
+  // find and the erase another thread could free the address and have it handed out again, but
+  // only to the same kind of memory on the same device (an address belongs to one device or the
+  // host), whose lock is the same.
+  AllocationRecord found;
+  if (!records_.find(ptr, &found)) return false;
+  bool erased = false;
+  locked(found.kind, found.device, [&] { erased = records_.erase(ptr, rec); });
+  return erased;
+}
+
+void Ledgers::restore(uintptr_t ptr, const AllocationRecord& rec) {
+  locked(rec.kind, rec.device, [&] { records_.insert(ptr, rec); });
+}
+
+void Ledgers::count_free(const AllocationRecord& rec) {
+  MemoryCounters* counters = counters_of(rec.kind, rec.device);
+  if (counters != nullptr) locked(rec.kind, rec.device, [&] { counters->on_free(rec.size, rec.requested); });
+  // Pooled blocks stay held by their pool (its segments are charged through capped()).
+  if (rec.route == Route::kForwarded && on_device(rec.kind))
+    if (DeviceLedger* d = mutable_ledger(rec.device)) d->budget_.uncharge(rec.size);
+}
+
+bool Ledgers::release(uintptr_t ptr, AllocationRecord* rec) {
+  if (!forget(ptr, rec)) return false;
+  count_free(*rec);
+  return true;
+}
+
+std::vector<std::pair<SiteKey, SiteTotals>> Ledgers::sites() const {
+  std::vector<std::pair<SiteKey, SiteTotals>> out = records_.sites();
+  const int n = pool_count_.load(std::memory_order_acquire);
+  if (n == 0) return out;
+  const size_t tracked = out.size();
+  for (int i = 0; i < n; ++i) {
+    const DeviceLedger* d = record_pools_[i].load(std::memory_order_acquire);
+    d->locked([&] { d->pooled_sites_.append_to(static_cast<int16_t>(d->ordinal_), MemoryKind::kDevice, &out); });
+  }
+  if (tracked == 0) return out;
+  // A site may have both forwarded and pooled allocations live (the driver API next to cudaMalloc).
+  absl::flat_hash_map<SiteKey, SiteTotals> merged;
+  for (const auto& [key, totals] : out) {
+    SiteTotals& t = merged[key];
+    t.bytes += totals.bytes;
+    t.count += totals.count;
+  }
+  return {merged.begin(), merged.end()};
+}
+
+}  // namespace gpushim

@@ -1,0 +1,240 @@
+// The books of the process: one DeviceLedger per device, the single owner of that device's
+// figures (its allocation records, MemoryCounters, DeviceBudget, per-site totals and module rows),
+// and the Ledgers that hold them with the records of memory on no device (managed, pinned host,
+// imported). Every change to those figures is one of three transactions:
+//   admit    before CUDA or a pool is asked: the cap (GPUSHIM_LIMIT) charged, or the call refused;
+//   commit   an allocation exists: its record kept and the figures moved;
+//   release  an allocation is over: its record dropped, the figures moved back.
+// The core (core/shim_inl.h) sequences them around the pool or the real call; nothing else
+// writes the figures. Readers (the report, the live outputs, the memory-pool API) get const views.
+//
+// The lock rule, written once (DeviceLedger::locked): a device whose pool keeps the records in its
+// blocks (DeviceMemoryResource::holds_payloads) has every write to its counters, its pooled sites
+// and its device-memory module rows made under that pool's lock; any other device's figures are
+// atomics and the tracker's shards, and need no lock of ours.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "accounting/allocation_tracker.h"
+#include "accounting/memory_counters.h"
+#include "accounting/pooled_records.h"
+#include "accounting/pooled_sites.h"
+#include "policy/backend.h"
+#include "policy/device_budget.h"
+#include "policy/device_memory_resource.h"
+#include "util/clock.h"
+
+namespace gpushim {
+
+class Ledgers;
+
+class DeviceLedger {
+ public:
+  DeviceLedger(int ordinal, AllocationTracker& records);
+  ~DeviceLedger();
+  DeviceLedger(const DeviceLedger&) = delete;
+  DeviceLedger& operator=(const DeviceLedger&) = delete;
+
+  int ordinal() const { return ordinal_; }
+
+  // ---- set-up, before the device is published ----
+  void set_limit(uint64_t bytes) { budget_.set_limit(bytes); }
+  // The backend a pool takes its segments from: `upstream` under this device's cap (the pool's
+  // segments are charged to the same budget as forwarded memory).
+  Backend& capped(Backend& upstream);
+  // The pool that serves the device (null: none). If it keeps the records, its lock is the ledger's.
+  void serve_with(DeviceMemoryResource* pool) {
+    pool_ = pool;
+    keeps_records_ = pool != nullptr && pool->holds_payloads();
+  }
+  bool pool_keeps_records() const { return keeps_records_; }
+
+  // ---- read-only figures ----
+  const MemoryCounters& counters() const { return counters_; }
+  const DeviceBudget& budget() const { return budget_; }
+  uint64_t ooms() const { return ooms_.load(std::memory_order_relaxed); }
+  uint64_t injected_failures() const { return injected_failures_.load(std::memory_order_relaxed); }
+  // The pool's figures with the ledger's: reserved is everything held from the driver on the device.
+  PoolFigures figures() const;
+  // Host memory of the pool's metadata and of the sites it keeps.
+  uint64_t host_bytes() const;
+
+  // ---- the lock rule ----
+  template <typename F>
+  void locked(F&& f) const {
+    if (keeps_records_) pool_->with_lock(f);
+    else f();
+  }
+
+  // ---- admit ----
+  // Memory CUDA is about to make on the device: charged against the cap. False: refused by the
+  // cap, counted as a failed allocation.
+  bool admit(uint64_t size) {
+    if (budget_.try_charge(size)) return true;
+    counters_.on_failed();
+    return false;
+  }
+  // The admitted call answered: `made`, the memory is held from now on; otherwise the charge ends.
+  void settle(uint64_t size, bool made) {
+    if (made) budget_.commit(size);
+    else budget_.cancel(size);
+  }
+  // Memory CUDA made before the ledger could be asked (its size or device known only after the
+  // call). `enforce_cap`: refused (and counted failed) past the cap, the caller then undoes it;
+  // otherwise held whatever the cap says.
+  bool admit_made(uint64_t size, bool enforce_cap) {
+    if (!enforce_cap) {
+      budget_.charge(size);
+      return true;
+    }
+    if (!admit(size)) return false;
+    budget_.commit(size);
+    return true;
+  }
+  // An allocation that failed for the caller (CUDA, a pool, or a capture refused it).
+  void failed() { counters_.on_failed(); }
+  // GPUSHIM_FAIL failed it on purpose.
+  void failed_on_purpose() {
+    counters_.on_failed();
+    injected_failures_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // An out-of-memory error the caller saw (from the pool, the cap, CUDA or GPUSHIM_FAIL).
+  void count_oom() { ooms_.fetch_add(1, std::memory_order_relaxed); }
+
+  // ---- commit and release of pooled memory ----
+  // The pool hands out a block for `req`; its record (`rec`, without size and serial, and without
+  // its time when `precise_time`: a trace orders events by it) is filled in and kept: in the
+  // pool's block, in the same lock and lookup, where the pool keeps records; in the tracker
+  // otherwise.
+  CUresult pool_allocate(const AllocRequest& req, void** out, AllocationRecord& rec, bool precise_time) {
+    uint64_t allocated = 0;
+    if (keeps_records_) {
+      PooledAlloc hooks(counters_, pooled_sites_, records_, rec, precise_time);  // fills in `rec`
+      const CUresult r = pool_->allocate_with(req, out, &allocated, hooks);
+      if (r != CUDA_ERROR_NOT_SUPPORTED) return r;
+    }
+    const CUresult r = pool_->allocate(req, out, &allocated);
+    if (r != CUDA_SUCCESS) return r;
+    rec.size = allocated;
+    if (precise_time) rec.time_ns = now_ns();
+    locked([&] {
+      records_.insert(reinterpret_cast<uintptr_t>(*out), rec);
+      counters_.on_alloc(allocated, rec.requested);
+    });
+    return CUDA_SUCCESS;
+  }
+  // A free of a block whose record this device's pool keeps (pool_keeps_records()): the block and
+  // its figures go back in one lock and one lookup. CUDA_ERROR_NOT_FOUND: not such a block;
+  // CUDA_ERROR_NOT_PERMITTED: a block of the other kind of memory than `host_api` frees (the
+  // block stays live). `*rec` is the block's record.
+  CUresult release_pooled(void* ptr, CUstream stream, bool stream_ordered, bool host_api, AllocationRecord* rec) {
+    PooledFree hooks(counters_, pooled_sites_, records_, host_api, rec);
+    return pool_->deallocate_with(ptr, stream, stream_ordered, hooks);
+  }
+  // The record of a live block of this device's pool, wherever it is kept.
+  bool find_pooled(uintptr_t ptr, AllocationRecord* rec) const;
+
+  // ---- the memory-pool API's high-water marks, which a program may reset ----
+  void reset_reserved_high() { budget_.reset_window_peak(); }
+  void reset_used_high() { counters_.reset_window_peak(); }
+
+ private:
+  friend class Ledgers;
+  const int ordinal_;
+  AllocationTracker& records_;
+  MemoryCounters counters_;     // device memory handed to callers
+  DeviceBudget budget_;         // bytes held from the driver, and the cap
+  PooledSites pooled_sites_;    // per-site totals of blocks whose records the pool keeps
+  DeviceMemoryResource* pool_ = nullptr;
+  bool keeps_records_ = false;
+  std::unique_ptr<Backend> limited_;  // the pool's upstream under the cap (capped())
+  std::atomic<uint64_t> ooms_{0};
+  std::atomic<uint64_t> injected_failures_{0};
+};
+
+// The process's books: the records of every allocation the core accounts (the tracker's map,
+// plus those pools keep in their blocks), the device ledgers, and the counters of memory on no
+// device of ours.
+class Ledgers {
+ public:
+  static constexpr int kMaxDevices = 64;
+
+  AllocationTracker& records() { return records_; }
+  const AllocationTracker& records() const { return records_; }
+  // A device's ledger, listed once it is created and before it is published: whoever can reach
+  // the device (and so hold a record of it) then also sees that its pool keeps records.
+  void add(DeviceLedger* ledger);
+  const DeviceLedger* ledger(int ordinal) const {
+    return ordinal >= 0 && ordinal < kMaxDevices ? ledgers_[ordinal].load(std::memory_order_acquire) : nullptr;
+  }
+  // The counters of `kind` memory on `device` (null: a device never seen).
+  const MemoryCounters* counters(MemoryKind kind, int device) const;
+
+  // ---- commit ----
+  // An allocation whose record the tracker keeps (forwarded memory, and blocks of pools that keep
+  // none): recorded and counted. False if `ptr` was live already (then nothing changes).
+  bool commit(uintptr_t ptr, const AllocationRecord& rec);
+  // A call that failed for the caller, counted in the figures of its kind (the device's ledger
+  // for device memory: see DeviceLedger::failed).
+  void failed(MemoryKind kind, int device);
+
+  // ---- release ----
+  // A free of a block whose record its pool keeps, asked of every such pool; see
+  // DeviceLedger::release_pooled. `*owner`: the device whose pool answered.
+  CUresult release_pooled(void* ptr, CUstream stream, bool stream_ordered, bool host_api, AllocationRecord* rec,
+                          DeviceLedger** owner) {
+    for (int i = 0, n = pool_count_.load(std::memory_order_acquire); i < n; ++i) {
+      DeviceLedger* d = record_pools_[i].load(std::memory_order_acquire);
+      const CUresult r = d->release_pooled(ptr, stream, stream_ordered, host_api, rec);
+      if (r == CUDA_ERROR_NOT_FOUND) continue;
+      *owner = d;
+      return r;
+    }
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  // Forgets `ptr` before its memory goes (CUDA may hand the address out again at once); its
+  // figures move with count_free once it is gone, or the record comes back with restore.
+  bool forget(uintptr_t ptr, AllocationRecord* rec);
+  void restore(uintptr_t ptr, const AllocationRecord& rec);
+  // The memory of a forgotten record is gone: its figures move, and forwarded device memory is no
+  // longer held from the driver.
+  void count_free(const AllocationRecord& rec);
+  // forget + count_free, for memory already gone (virtual memory released, a context destroyed).
+  bool release(uintptr_t ptr, AllocationRecord* rec);
+
+  // ---- reads ----
+  // Live totals per site, wherever the records are kept.
+  std::vector<std::pair<SiteKey, SiteTotals>> sites() const;
+  bool any_pool_keeps_records() const { return pool_count_.load(std::memory_order_acquire) != 0; }
+
+ private:
+  DeviceLedger* mutable_ledger(int ordinal) const {
+    return ordinal >= 0 && ordinal < kMaxDevices ? ledgers_[ordinal].load(std::memory_order_acquire) : nullptr;
+  }
+  MemoryCounters* counters_of(MemoryKind kind, int device);
+  // Runs `f` under the lock that guards the figures of `kind` memory on `device` (the rule above).
+  template <typename F>
+  void locked(MemoryKind kind, int device, F&& f) const {
+    const DeviceLedger* d =
+        kind == MemoryKind::kDevice && pool_count_.load(std::memory_order_relaxed) != 0 ? ledger(device) : nullptr;
+    if (d != nullptr) d->locked(f);
+    else f();
+  }
+
+  AllocationTracker records_;
+  std::atomic<DeviceLedger*> ledgers_[kMaxDevices] = {};
+  // The ledgers whose pools keep their records, in creation order: a free asks each of them first.
+  std::atomic<DeviceLedger*> record_pools_[kMaxDevices] = {};
+  std::atomic<int> pool_count_{0};
+  MemoryCounters managed_;
+  MemoryCounters host_;
+  MemoryCounters graph_;
+  MemoryCounters imported_;
+};
+
+}  // namespace gpushim

@@ -1,0 +1,229 @@
+#include "report/report_builder.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "absl/container/flat_hash_map.h"
+#include "report/oom_advice.h"
+#include "stacks/site_identity.h"
+#include "util/clock.h"
+
+namespace gpushim {
+namespace {
+
+// One row of the report's site lists (live sites, freed by reset): `totals` as live bytes.
+SiteReport site_report(const SiteKey& key, const SiteTotals& totals, std::vector<FrameInfo> frames) {
+  SiteReport s;
+  s.device = key.device;
+  s.kind = memory_kind_name(key.kind);
+  s.live_bytes = totals.bytes;
+  s.live_count = totals.count;
+  s.stack_id = key.stack;
+  s.frames = std::move(frames);
+  return s;
+}
+
+// Largest first; ties in stack order, so that a report is the same from run to run.
+bool largest_site_first(const SiteReport& a, const SiteReport& b) {
+  if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
+  return a.stack_id < b.stack_id;
+}
+
+// The device entry's driver-usage figures: the last sample, if any.
+void add_driver_usage(const ReportSources& in, int dev, DeviceReport* out) {
+  const UsageSample u = in.usage->last(dev);
+  if (!u.valid) return;
+  out->usage_sampled = true;
+  out->usage_at_s = u.t_ns > in.start_ns ? static_cast<double>(u.t_ns - in.start_ns) / 1e9 : 0;
+  out->driver_used_bytes = u.used;
+  out->held_bytes = u.held;
+  out->unaccounted_bytes = u.used > u.held ? u.used - u.held : 0;
+}
+
+void add_modules(const ReportSources& in, ReportData* out) {
+  in.books->records().modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
+    const ModuleSnapshot snap = c.snapshot();
+    if (snap.total_allocs == 0) return;
+    ModuleReport m;
+    if (id == ModuleCounters::kOverflowModule) m.module = "(other modules)";
+    else if (id == kUnknownModule) m.module = "(unknown)";
+    else m.module = in.modules->name(id);
+    m.device = on_device(kind) ? dev : -1;
+    m.kind = memory_kind_name(kind);
+    m.live_bytes = snap.live_bytes;
+    m.live_count = snap.live_count;
+    m.peak_bytes = snap.peak_bytes;
+    m.total_allocs = snap.total_allocs;
+    m.total_frees = snap.total_frees;
+    out->modules.push_back(std::move(m));
+  });
+  std::sort(out->modules.begin(), out->modules.end(), [](const ModuleReport& a, const ModuleReport& b) {
+    if ((a.kind == "device") != (b.kind == "device")) return a.kind == "device";
+    if (a.kind != b.kind) return a.kind < b.kind;
+    if (a.device != b.device) return a.device < b.device;
+    if (a.live_bytes != b.live_bytes) return a.live_bytes > b.live_bytes;
+    return a.module < b.module;
+  });
+  out->reserved_va_bytes = in.reserved_va_bytes;
+}
+
+}  // namespace
+
+ReportData build_report(const ReportSources& in) {
+  ReportData r;
+  r.pid = in.pid;
+  r.exe = in.exe;
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) == 0) r.host = host;
+  if (const char* rank = getenv("RANK")) r.rank = rank;
+  r.policy = in.policy;
+  r.reason = in.reason;
+  r.wall_time_s = static_cast<double>(wall_ns()) / 1e9;
+  r.duration_s = static_cast<double>(now_ns() - in.start_ns) / 1e9;
+  r.stack_depth = in.stack_depth;
+  // After the interpreter began its teardown, the program's figures are those of that moment.
+  const LiveSnapshot* teardown = in.teardown;
+  std::vector<std::pair<SiteKey, SiteTotals>> live = in.books->sites();
+  absl::flat_hash_map<SiteKey, SiteTotals> shutdown_freed;
+  if (teardown) {
+    r.teardown.observed = true;
+    r.teardown.began_s = static_cast<double>(teardown->t_ns) / 1e9;
+    absl::flat_hash_map<SiteKey, SiteTotals> after;
+    for (const auto& [key, totals] : live) after.emplace(key, totals);
+    for (const auto& [key, then] : teardown->sites) {
+      const SiteTotals now = after.contains(key) ? after[key] : SiteTotals{};
+      if (then.bytes <= now.bytes && then.count <= now.count) continue;
+      SiteTotals& f = shutdown_freed[key];
+      f.bytes = then.bytes > now.bytes ? then.bytes - now.bytes : 0;
+      f.count = then.count > now.count ? then.count - now.count : 0;
+      r.teardown.freed_bytes += f.bytes;
+      r.teardown.freed_count += f.count;
+    }
+    live = teardown->sites;
+  }
+  for (const DeviceSource& d : in.devices) {
+    const int ordinal = d.ledger->ordinal();
+    const CounterSnapshot c = d.ledger->counters().snapshot();
+    DeviceReport dr;
+    dr.device = ordinal;
+    dr.live_bytes = c.live_bytes;
+    dr.live_count = c.live_count;
+    if (teardown && static_cast<size_t>(ordinal) < teardown->devices.size()) {
+      dr.live_bytes = teardown->devices[ordinal].live_bytes;
+      dr.live_count = teardown->devices[ordinal].live_count;
+    }
+    dr.peak_allocated_bytes = c.peak_bytes;
+    dr.peak_allocated_at_s =
+        c.peak_time_ns > in.start_ns ? static_cast<double>(c.peak_time_ns - in.start_ns) / 1e9 : 0;
+    dr.total_allocs = c.total_allocs;
+    dr.total_frees = c.total_frees;
+    dr.failed_allocs = c.failed_allocs;
+    dr.injected_failures = d.ledger->injected_failures();
+    dr.resets = d.resets;
+    dr.context_destroys = d.context_destroys;
+    dr.capacity_bytes = d.capacity;
+    dr.limit_bytes = d.ledger->budget().limit();
+    dr.pool = d.ledger->figures();
+    dr.peak_reserved_bytes = dr.pool.peak_reserved_bytes;
+    add_driver_usage(in, ordinal, &dr);
+    r.devices.push_back(dr);
+  }
+  const std::pair<const char*, MemoryKind> others[] = {{"managed", MemoryKind::kManaged},
+                                                        {"host", MemoryKind::kHost},
+                                                        {"graph", MemoryKind::kGraph},
+                                                        {"imported", MemoryKind::kImported}};
+  for (const auto& [name, kind] : others) {
+    const CounterSnapshot c = in.books->counters(kind, -1)->snapshot();
+    if (c.total_allocs == 0) continue;
+    r.other_memory.push_back({name, c.live_bytes, c.live_count, c.peak_bytes, c.total_allocs, c.total_frees});
+  }
+  // Sites whose stacks symbolize identically (a loop the compiler peeled or unrolled has several
+  // return addresses on one source line) are one site to a reader: merge them.
+  Symbolizer& sym = *in.symbolizer;
+  const StackTable& stacks = *in.stacks;
+  r.python = in.python_status;
+  std::vector<uint64_t> words;
+  absl::flat_hash_map<std::string, size_t> by_frames;
+  for (const auto& [key, totals] : live) {
+    stacks.frames(key.stack, &words);
+    const auto freed = shutdown_freed.find(key);
+    const SiteTotals gone = freed == shutdown_freed.end() ? SiteTotals{} : freed->second;
+    std::vector<FrameInfo> frames;
+    for (uint64_t w : words) frames.push_back(sym.resolve(w));
+    auto [it, fresh] = by_frames.emplace(site_identity(key.device, memory_kind_name(key.kind), frames), r.sites.size());
+    if (!fresh) {
+      SiteReport& s = r.sites[it->second];
+      s.live_bytes += totals.bytes;
+      s.live_count += totals.count;
+      s.shutdown_freed_bytes += gone.bytes;
+      s.shutdown_freed_count += gone.count;
+      s.stack_id = std::min(s.stack_id, key.stack);
+      continue;
+    }
+    SiteReport s = site_report(key, totals, std::move(frames));
+    s.shutdown_freed_bytes = gone.bytes;
+    s.shutdown_freed_count = gone.count;
+    r.sites.push_back(std::move(s));
+  }
+  std::sort(r.sites.begin(), r.sites.end(), largest_site_first);
+  r.growth = judge_growth(in.history->series(), in.evidence, [&](const SiteKey& key) {
+    stacks.frames(key.stack, &words);
+    std::vector<FrameInfo> frames;
+    for (uint64_t w : words) frames.push_back(sym.resolve(w));
+    return frames;
+  });
+  for (const auto& [key, totals] : in.freed_by_reset) {
+    stacks.frames(key.stack, &words);
+    std::vector<FrameInfo> frames;
+    for (uint64_t w : words) frames.push_back(sym.resolve(w));
+    r.freed_by_reset.push_back(site_report(key, totals, std::move(frames)));
+  }
+  std::sort(r.freed_by_reset.begin(), r.freed_by_reset.end(), largest_site_first);
+  for (const Sample& s : in.timeline)
+    r.timeline.push_back({static_cast<double>(s.t_ns) / 1e9, s.device, s.allocated, s.reserved});
+  {
+    for (const OomRecord& o : in.ooms) {
+      OomReport out;
+      out.t_s = static_cast<double>(o.t_ns) / 1e9;
+      out.device = o.device;
+      out.requested = o.requested;
+      const DeviceSource* d = nullptr;
+      for (const DeviceSource& s : in.devices)
+        if (s.ledger->ordinal() == o.device) d = &s;
+      out.capacity = d ? d->capacity : 0;
+      out.limit = d ? d->ledger->budget().limit() : 0;
+      out.device_free = o.device_free;
+      out.allocated = o.allocated;
+      out.reserved = o.pool.reserved_bytes;
+      out.cached_free = o.pool.cached_free_bytes;
+      out.largest_free_block = o.pool.largest_free_block;
+      stacks.frames(o.stack, &words);
+      for (uint64_t w : words) out.frames.push_back(sym.resolve(w));
+      for (const auto& [stack, totals] : o.top_sites) {
+        SiteReport s;
+        s.device = o.device;
+        s.live_bytes = totals.bytes;
+        s.live_count = totals.count;
+        s.stack_id = stack;
+        stacks.frames(stack, &words);
+        for (uint64_t w : words) s.frames.push_back(sym.resolve(w));
+        out.top_sites.push_back(std::move(s));
+      }
+      out.injected = o.injected;
+      out.advice = o.injected ? "Failed on purpose by GPUSHIM_FAIL=" + in.fail_spec +
+                                    "; the device was not short of memory."
+                              : oom_advice(out, r.policy);
+      r.ooms.push_back(std::move(out));
+    }
+  }
+  r.invalid_frees = in.invalid_frees;
+  r.distinct_stacks = stacks.size();
+  r.shim_host_bytes = in.host_bytes;
+  add_modules(in, &r);
+  return r;
+}
+
+
+}  // namespace gpushim

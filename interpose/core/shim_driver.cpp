@@ -274,20 +274,26 @@ DeviceState* Shim::served_default_mempool(CUmemoryPool pool) {
   return nullptr;
 }
 
-std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
-  uint64_t v = 0;
-  DeviceState* d = nullptr;
+namespace {
+// The attributes our pool answers for the default pool: its figures and its release threshold.
+// The reuse flags stay CUDA's (our pools' reuse is always safe).
+bool served_mempool_attribute(CUmemPool_attribute attr) {
   switch (attr) {
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
     case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-      d = served_default_mempool(pool);
-      break;
+      return true;
     default:
-      return std::nullopt;  // the reuse flags: CUDA keeps them (our pools' reuse is always safe)
+      return false;
   }
+}
+}  // namespace
+
+std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  uint64_t v = 0;
+  DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool) : nullptr;
   if (d == nullptr) return std::nullopt;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // Reserved is what the report calls reserved (everything held from the driver on the device),
@@ -304,17 +310,7 @@ std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool
 }
 
 std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
-  switch (attr) {
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-      break;
-    default:
-      return std::nullopt;
-  }
-  DeviceState* d = served_default_mempool(pool);
+  DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool) : nullptr;
   if (d == nullptr) return std::nullopt;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t v = *static_cast<const cuuint64_t*>(value);

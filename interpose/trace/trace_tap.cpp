@@ -44,11 +44,7 @@ class SegmentTracer final : public SegmentObserver {
     e.t_ns = now_ns();
     e.addr = addr;
     e.size = bytes;
-    e.device = static_cast<int16_t>(device_);
-    if (order_) {
-      e.seq = order_->next_seq_locked();
-      e.flags = trace::kFlagSequenced;
-    }
+    stamp(&e);
     switch (change) {
       case Change::kAlloc: e.kind = EventKind::kSegmentAlloc; break;
       case Change::kFree: e.kind = EventKind::kSegmentFree; break;
@@ -64,15 +60,20 @@ class SegmentTracer final : public SegmentObserver {
     e.requested = static_cast<uint64_t>(what);
     e.size = ordinal;
     e.addr = queries_before;
-    e.device = static_cast<int16_t>(device_);
-    if (order_) {
-      e.seq = order_->next_seq_locked();
-      e.flags = trace::kFlagSequenced;
-    }
+    stamp(&e);
     recorder_.record(e);
   }
 
  private:
+  // The device, and the pool's sequence number: the pool holds its lock while it calls in.
+  void stamp(TraceEvent* e) {
+    e->device = static_cast<int16_t>(device_);
+    if (order_) {
+      e->seq = order_->next_seq_locked();
+      e->flags = trace::kFlagSequenced;
+    }
+  }
+
   trace::TraceRecorder& recorder_;
   const int device_;
   trace::TraceOrderedResource* order_ = nullptr;

@@ -12,11 +12,7 @@ class LimitedBackend final : public ForwardingBackend {
   LimitedBackend(Backend& upstream, DeviceBudget& budget) : ForwardingBackend(upstream), budget_(budget) {}
 
   CUresult segment_alloc(size_t bytes, void** out) override {
-    if (!budget_.try_charge(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-    const CUresult r = upstream().segment_alloc(bytes, out);
-    if (r == CUDA_SUCCESS) budget_.commit(bytes);
-    else budget_.cancel(bytes);
-    return r;
+    return charged(bytes, [&] { return upstream().segment_alloc(bytes, out); });
   }
   CUresult segment_free(void* p, size_t bytes) override {
     const CUresult r = upstream().segment_free(p, bytes);
@@ -24,11 +20,7 @@ class LimitedBackend final : public ForwardingBackend {
     return r;
   }
   CUresult physical_create(size_t bytes, uint64_t* handle) override {
-    if (!budget_.try_charge(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-    const CUresult r = upstream().physical_create(bytes, handle);
-    if (r == CUDA_SUCCESS) budget_.commit(bytes);
-    else budget_.cancel(bytes);
-    return r;
+    return charged(bytes, [&] { return upstream().physical_create(bytes, handle); });
   }
   CUresult physical_release(uint64_t handle, size_t bytes) override {
     const CUresult r = upstream().physical_release(handle, bytes);
@@ -37,6 +29,16 @@ class LimitedBackend final : public ForwardingBackend {
   }
 
  private:
+  // Charged before the call, so that two threads cannot both pass the cap with the last bytes.
+  template <typename Make>
+  CUresult charged(size_t bytes, Make make) {
+    if (!budget_.try_charge(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUresult r = make();
+    if (r == CUDA_SUCCESS) budget_.commit(bytes);
+    else budget_.cancel(bytes);
+    return r;
+  }
+
   DeviceBudget& budget_;
 };
 

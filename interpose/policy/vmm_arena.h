@@ -42,7 +42,7 @@
 // one whose blocks are all freed (and idle) can, wherever it lies. On the trace corpus this
 // reserves 4-10% less than whole chunks plus a sub-allocator; on the synthetic
 // tests/unit/fragmentation_workload.h (blocks of 1-64 MiB) whole chunks with the sub-allocator
-// do a little better (utilization 0.983-0.997, packed 0.976-0.986), so both stay options.
+// do about as well (utilization 0.983-0.997; packed with lending 0.978-0.990), so both stay options.
 //
 // Thread safety: every public member takes the arena's mutex. The arena never calls out to the
 // small-request pool, so that pool may call in while holding its own lock; payload hooks run

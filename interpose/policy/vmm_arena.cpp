@@ -840,11 +840,12 @@ void VmmArena::lendable(uint64_t* min_tail, uint64_t* max_head) {
   for (Block* f : free_) {
     const uintptr_t fe = f->addr + f->size;
     const uint64_t x = f->addr % gran_, y = fe % gran_;
-    const bool tail = x != 0 && fe >= round_up(f->addr, gran_) && (*min_tail == 0 || x < *min_tail);
-    const bool head = y != 0 && f->addr <= round_down(fe, gran_) && y > *max_head;
+    // A free block may be both: a tail of the chunk it starts in and a head of the one it ends in.
+    bool tail = x != 0 && fe >= round_up(f->addr, gran_) && (*min_tail == 0 || x < *min_tail);
+    bool head = y != 0 && f->addr <= round_down(fe, gran_) && y > *max_head;
     if ((!tail && !head) || !idle(f)) continue;
-    const uintptr_t c = round_down(tail ? f->addr : fe, gran_);
-    if (!lendable_chunk(c, tail ? f->addr : c, tail ? c + gran_ : fe)) continue;
+    tail = tail && lendable_chunk(round_down(f->addr, gran_), f->addr, round_up(f->addr, gran_));
+    head = head && lendable_chunk(round_down(fe, gran_), round_down(fe, gran_), fe);
     if (tail) *min_tail = x;
     if (head) *max_head = y;
   }

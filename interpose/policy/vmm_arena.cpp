@@ -25,13 +25,15 @@ VmmArena::~VmmArena() {
     rules_.clear(b);
     delete b;
   };
+  for (auto& [a, b] : blocks_)
+    if (b->state == State::kLent || b->state == State::kShadow) delete b;
   for (Block* b : free_) drop(b);
   rules_.for_each_waiting(drop);
   for (auto& [addr, b] : user_) drop(b);
   for (auto& [addr, b] : segments_) drop(b);
+  for (auto& [va, p] : pieces_) backend_.unmap(va, p->size);
   for (auto& [va, p] : pieces_) {
-    backend_.unmap(va, p->size);
-    backend_.physical_release(p->handle, p->size);
+    if (p->alias_of == nullptr) backend_.physical_release(p->handle, p->size);
     delete p;
   }
   for (Piece* p : loose_) {
@@ -90,7 +92,11 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
          rules_.wait_oldest([&](std::vector<Block*>& blocks) { release_waiting(blocks); }))
     b = find_free(want, cls, req);
   CUresult err = CUDA_SUCCESS;
-  if (b == nullptr) b = build(want, cls, attempt, &err);
+  if (b == nullptr) {
+    alias_ok_ = owner == Owner::kUser && opt_.alias_tails;
+    b = build(want, cls, attempt, &err);
+    alias_ok_ = false;
+  }
   if (b == nullptr) {
     if (err == CUDA_ERROR_NOT_READY) attempt->need = Need::kMemory;
     return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
@@ -319,12 +325,27 @@ bool VmmArena::make_plan(uint64_t size, uint8_t cls, Plan* best) {
   // [addr, addr + size) inside a window becomes one block once its holes are mapped, so the best
   // place is the one with the fewest hole bytes: fewest map calls, and free memory reused where
   // it is. Ties go to the lowest address, which keeps mapped memory compact.
+  //
+  // With alias_tails, a hole chunk at either end of the block costs nothing when a partly used
+  // chunk can lend what the block needs there (build_at maps it a second time); the least
+  // offset a free tail starts at and the greatest one a free head reaches decide that.
   bool have = false;
-  auto consider = [&](Reservation* r, uintptr_t addr, uint64_t holes, uint64_t extend) {
-    if (have && (holes > best->hole_bytes || (holes == best->hole_bytes && addr >= best->addr))) return;
+  uint64_t best_cost = 0;
+  auto consider = [&](Reservation* r, uintptr_t addr, uint64_t holes, uint64_t extend, uint64_t cost) {
+    if (have && (cost > best_cost || (cost == best_cost && (holes > best->hole_bytes ||
+                                                            (holes == best->hole_bytes && addr >= best->addr)))))
+      return;
     *best = Plan{cls, r, addr, holes, extend};
+    best_cost = cost;
     have = true;
   };
+  uint64_t min_tail = 0, max_head = 0;  // 0: none to lend
+  uint64_t movable = 0;  // lending matters only where free pieces cannot fill the holes
+  if (alias_ok_) {
+    lendable(&min_tail, &max_head);
+    if (min_tail != 0 || max_head != 0)
+      for (const Piece* p : movable_pieces(0, 0)) movable += p->size;
+  }
   enum class Kind : uint8_t { kHole, kFree, kWall };
   struct Span {
     uintptr_t start, end;
@@ -382,17 +403,36 @@ bool VmmArena::make_plan(uint64_t size, uint8_t cls, Plan* best) {
         const uintptr_t lo = std::max<uintptr_t>(round_down(a, gran_), w_start);
         const uintptr_t hi = std::min<uintptr_t>(round_up(e, gran_), w_end);
         const uint64_t extend = e > w_end ? round_up(e, gran_) - w_end : 0;
-        consider(r, a, holes_before(hi) - holes_before(lo) + extend, extend);
+        const uint64_t holes = holes_before(hi) - holes_before(lo) + extend;
+        uint64_t cost = holes;
+        if ((min_tail != 0 || max_head != 0) && holes > movable) {
+          auto hole_chunk = [&](uintptr_t c) {
+            if (c < w_start) return false;
+            if (c >= w_end) return true;  // in the extension
+            return c + gran_ <= w_end && holes_before(c + gran_) - holes_before(c) == gran_;
+          };
+          const uintptr_t fc = round_down(a, gran_), lc = round_down(e - 1, gran_);
+          bool head = false;
+          if (min_tail != 0 && a > fc && a - fc >= min_tail && hole_chunk(fc)) {
+            head = true;
+            cost -= gran_;
+          }
+          if (max_head != 0 && !(head && lc == fc) && e - lc < gran_ && e - lc <= max_head && hole_chunk(lc)) cost -= gran_;
+        }
+        consider(r, a, holes, extend, cost);
       };
       for (size_t k = i; k < j; ++k) {
         try_at(spans[k].start);
         if (spans[k].end - w_start >= size) try_at(spans[k].end - size);
+        // A block may start inside a hole chunk where a lent tail begins.
+        if (min_tail != 0 && spans[k].kind == Kind::kHole) try_at(spans[k].start + min_tail);
       }
+      if (min_tail != 0 && open) try_at(w_end + min_tail);
       i = j;
     }
   }
   // A new reservation: all of it to map.
-  consider(nullptr, UINTPTR_MAX, round_up(size, gran_), 0);
+  consider(nullptr, UINTPTR_MAX, round_up(size, gran_), 0, round_up(size, gran_));
   return have;
 }
 
@@ -454,6 +494,8 @@ VmmArena::Block* VmmArena::build(uint64_t size, uint8_t cls, Attempt* attempt, C
   // Extending a reservation fails when something else took the range after it; then that one
   // stops being extendable and the plan is made again (the range the driver gave instead is kept
   // as a reservation of its own, large enough for this block).
+  // Before planning: a retired alias frees its range (perhaps its reservation) and its lent tail.
+  if (!aliases_.empty()) retire_aliases();
   for (int tries = 0; tries < 8; ++tries) {
     Plan plan;
     if (!make_plan(size, cls, &plan)) break;
@@ -518,12 +560,53 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
     }
     // 2. What goes where: free pieces from elsewhere where they fit, new ones for the rest.
     std::vector<Slot> slots;
-    plan_fill(plan, size, movable, &slots);
+    // The block's first and last chunks, when they are holes and memory would be created, may
+    // instead be second mappings of partly used chunks whose free part covers what the block
+    // uses there: its head needs a chunk's free tail from its own start offset on, its tail a
+    // chunk's free head up to its own end offset (VmmPoolOptions::alias_tails). Then the holes
+    // between are filled as usual.
+    std::vector<Piece*> lent;
+    Piece* head = nullptr;
+    Piece* tail = nullptr;
+    uintptr_t fill_lo = plan.addr, fill_hi = plan.addr + size;
+    if (alias_ok_) {
+      uint64_t available = 0;
+      for (const Piece* p : movable) available += p->size;
+      const uintptr_t first = round_down(plan.addr, gran_), last = round_down(plan.addr + size - 1, gran_);
+      auto unmapped = [&](uintptr_t c) {
+        auto next = pieces_.lower_bound(c);
+        return c + gran_ <= plan.res->end && (next == pieces_.end() || next->first >= c + gran_) &&
+               (next == pieces_.begin() || std::prev(next)->first + std::prev(next)->second->size <= c);
+      };
+      if (available < plan.hole_bytes && plan.addr > first && unmapped(first)) {
+        head = lend(plan.addr - first, true, first, last + gran_);
+        if (head != nullptr) {
+          lent.push_back(head);
+          fill_lo = first + gran_;
+        }
+      }
+      const uintptr_t end = plan.addr + size;
+      if (available < plan.hole_bytes && !(head != nullptr && last == first) && end < last + gran_ && unmapped(last)) {
+        tail = lend(end - last, false, first, last + gran_);
+        if (tail != nullptr) {
+          lent.push_back(tail);
+          fill_hi = last;
+        }
+      }
+    }
+    if (head != nullptr) slots.push_back({round_down(plan.addr, gran_), gran_, head});
+    if (fill_hi > fill_lo) {
+      Plan rest = plan;
+      rest.addr = fill_lo;
+      plan_fill(rest, fill_hi - fill_lo, movable, &slots);
+    }
+    if (tail != nullptr) slots.push_back({round_down(plan.addr + size - 1, gran_), gran_, tail});
     // 3. New physical memory next: if the device or the cap refuses it, nothing has moved yet.
     // (Pieces larger than a chunk may not fit the holes even when enough bytes are free.)
     if (!attempt->may_create) {
       for (const Slot& s : slots) attempt->new_bytes += s.moved ? 0 : s.size;
       if (attempt->new_bytes > 0) {
+        for (Piece* a : lent) undo_lend(a);
         free_empty_reservations();
         *err = CUDA_ERROR_NOT_READY;
         return nullptr;
@@ -536,6 +619,7 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
       *err = backend_.physical_create(s.size, &handle);
       if (*err != CUDA_SUCCESS) {
         for (Piece* p : fresh) release_piece_memory(p);
+        for (Piece* a : lent) undo_lend(a);
         free_empty_reservations();
         return nullptr;
       }
@@ -554,6 +638,43 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
     std::vector<uintptr_t> runs;
     for (const Slot& s : slots) {
       Piece* p = s.moved ? s.moved : fresh[next_fresh++];
+      if (s.moved != nullptr && s.moved->alias_of != nullptr) {
+        if (backend_.map(s.va, p->size, p->handle, 0) != CUDA_SUCCESS) {
+          complete = false;
+          undo_lend(p);
+          continue;
+        }
+        ++maps_;
+        ++stats_.aliases;
+        mapped_ += p->size;
+        alias_bytes_ += p->size;
+        p->va = s.va;
+        p->res = plan.res;
+        ++plan.res->pieces;
+        pieces_.emplace(s.va, p);
+        aliases_.push_back(p);
+        // The lent part keeps its offset in the chunk; the shadow is the rest of the chunk.
+        const uintptr_t own = s.va + (p->lent->addr - p->alias_of->va), own_end = own + p->lent->size;
+        Block* shadow = new_block();
+        shadow->addr = own == s.va ? own_end : s.va;
+        shadow->size = p->size - p->lent->size;
+        shadow->res = plan.res;
+        shadow->state = State::kShadow;
+        blocks_.emplace(shadow->addr, shadow);
+        p->shadow = shadow;
+        if (run != nullptr && run->addr + run->size == own) {
+          run->size += p->lent->size;
+        } else {
+          run = new_block();
+          run->addr = own;
+          run->size = p->lent->size;
+          run->res = plan.res;
+          run->state = State::kFree;
+          blocks_.emplace(run->addr, run);
+          runs.push_back(run->addr);
+        }
+        continue;
+      }
       if (s.moved) {
         if (backend_.unmap(p->va, p->size) != CUDA_SUCCESS) {
           complete = false;  // it stays where it is, still mapped and free
@@ -637,6 +758,136 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
     if (moved) ++stats_.stitches;
     return first;  // split() trims what sticks out at the end
   }
+}
+
+VmmArena::Piece* VmmArena::lend(uint64_t offset, bool tail, uintptr_t skip_lo, uintptr_t skip_hi) {
+  // Candidates are idle free blocks that cover a chunk's tail from at most `offset` on (tail), or
+  // its head up to at least `offset` (head), while something else lies in the rest of the chunk:
+  // such a chunk can neither move nor be released. The tightest fit is taken, so that larger
+  // free parts stay for larger needs. The chunk must be one whole piece, not itself a second
+  // mapping, and lend only once per side.
+  Block* best = nullptr;
+  uint64_t best_len = 0;
+  for (Block* f : free_) {
+    const uintptr_t fe = f->addr + f->size;
+    uintptr_t lo, hi;
+    if (tail) {
+      if (f->addr % gran_ == 0 || f->addr % gran_ > offset || fe < round_up(f->addr, gran_)) continue;
+      lo = f->addr;
+      hi = round_up(f->addr, gran_);
+    } else {
+      if (fe % gran_ == 0 || fe % gran_ < offset || f->addr > round_down(fe, gran_)) continue;
+      lo = round_down(fe, gran_);
+      hi = fe;
+    }
+    if ((best != nullptr && hi - lo >= best_len) || (lo < skip_hi && skip_lo < hi) || !idle(f)) continue;
+    if (!lendable_chunk(round_down(lo, gran_), lo, hi)) continue;
+    best = f;
+    best_len = hi - lo;
+  }
+  if (best == nullptr) return nullptr;
+  free_.erase(best);
+  rules_.clear(best);
+  const uintptr_t c = tail ? round_down(best->addr, gran_) : round_down(best->addr + best->size - 1, gran_);
+  const uintptr_t lo = std::max<uintptr_t>(best->addr, c), hi = std::min<uintptr_t>(best->addr + best->size, c + gran_);
+  // The free block keeps [lo, hi); what lies outside stays free.
+  if (best->addr + best->size > hi) {
+    auto* rest = new_block();
+    rest->addr = hi;
+    rest->size = best->addr + best->size - hi;
+    rest->res = best->res;
+    blocks_.emplace(rest->addr, rest);
+    insert_free(rest);
+  }
+  if (best->addr < lo) {
+    auto* rest = new_block();
+    rest->addr = best->addr;
+    rest->size = lo - best->addr;
+    rest->res = best->res;
+    blocks_.erase(best->addr);
+    blocks_.emplace(rest->addr, rest);
+    blocks_.emplace(lo, best);
+    insert_free(rest);
+  }
+  best->addr = lo;
+  best->size = hi - lo;
+  best->state = State::kLent;
+  Piece* owner = pieces_.at(c);
+  auto* alias = new Piece{owner->handle, gran_, 0, nullptr};
+  alias->alias_of = owner;
+  alias->lent = best;
+  return alias;
+}
+
+bool VmmArena::lendable_chunk(uintptr_t c, uintptr_t lo, uintptr_t hi) const {
+  // One whole piece, mapped once, and pinned: something outside [lo, hi) is live or may still be
+  // used by queued work. A chunk whose blocks are all idle and free is not lent but moved whole
+  // (stitching), and it may be moved by the very build that would lend it.
+  auto p = pieces_.find(c);
+  if (p == pieces_.end() || p->second->size != gran_ || p->second->alias_of != nullptr) return false;
+  auto it = blocks_.upper_bound(c);
+  if (it != blocks_.begin()) --it;
+  for (; it != blocks_.end() && it->first < c + gran_; ++it) {
+    const Block* b = it->second;
+    if (b->addr + b->size <= c || (b->addr >= lo && b->addr + b->size <= hi)) continue;
+    if (b->state != State::kFree || b->stream != nullptr) return true;
+  }
+  return false;
+}
+
+void VmmArena::lendable(uint64_t* min_tail, uint64_t* max_head) {
+  // lend()'s candidates, summarized: what the most permissive tail and head would allow.
+  for (Block* f : free_) {
+    const uintptr_t fe = f->addr + f->size;
+    const uint64_t x = f->addr % gran_, y = fe % gran_;
+    // A free block may be both: a tail of the chunk it starts in and a head of the one it ends in.
+    bool tail = x != 0 && fe >= round_up(f->addr, gran_) && (*min_tail == 0 || x < *min_tail);
+    bool head = y != 0 && f->addr <= round_down(fe, gran_) && y > *max_head;
+    if ((!tail && !head) || !idle(f)) continue;
+    tail = tail && lendable_chunk(round_down(f->addr, gran_), f->addr, round_up(f->addr, gran_));
+    head = head && lendable_chunk(round_down(fe, gran_), round_down(fe, gran_), fe);
+    if (tail) *min_tail = x;
+    if (head) *max_head = y;
+  }
+}
+
+void VmmArena::undo_lend(Piece* alias) {
+  Block* lent = alias->lent;
+  insert_free(coalesce(lent));
+  delete alias;
+}
+
+void VmmArena::retire_aliases() {
+  if (backend_.capture_active()) return;  // unmapping may wait for the device: not now
+  bool any = false;
+  for (size_t i = 0; i < aliases_.size();) {
+    Piece* a = aliases_[i];
+    const uintptr_t lo = a->va + (a->lent->addr - a->alias_of->va), hi = lo + a->lent->size;
+    bool free_now = true;
+    // The own part's free block may begin before it (merged with the chunk before).
+    auto it = blocks_.upper_bound(lo);
+    if (it != blocks_.begin()) --it;
+    for (; free_now && it != blocks_.end() && it->first < hi; ++it)
+      free_now = it->second->state == State::kFree && idle(it->second);
+    if (!free_now || backend_.unmap(a->va, a->size) != CUDA_SUCCESS) {
+      ++i;
+      continue;
+    }
+    ++unmaps_;
+    mapped_ -= a->size;
+    alias_bytes_ -= a->size;
+    // The shadow joins the free run for carve_out, which turns the whole chunk into a hole.
+    insert_free(a->shadow);
+    carve_out(a);
+    Block* lent = a->lent;
+    rules_.clear(lent);
+    insert_free(coalesce(lent));
+    delete a;
+    aliases_[i] = aliases_.back();
+    aliases_.pop_back();
+    any = true;
+  }
+  if (any) free_empty_reservations();
 }
 
 CUresult VmmArena::shrink_segment(void* p, uint64_t keep) {
@@ -767,6 +1018,7 @@ void VmmArena::release_idle() {
   std::vector<Piece*> loose;
   loose.swap(loose_);
   for (Piece* p : loose) release_piece_memory(p);
+  retire_aliases();
   for (Piece* p : movable_pieces(0, 0)) {
     if (backend_.unmap(p->va, p->size) != CUDA_SUCCESS) continue;
     ++unmaps_;
@@ -877,6 +1129,15 @@ std::string VmmArena::check_invariants() const {
   std::lock_guard<FutexMutex> lock(mu_);
   uint64_t quarantined = 0, user = 0, segments = 0;
   size_t listed = free_.size() + rules_.waiting_blocks() + user_.size() + segments_.size();
+  for (const auto& [a, b] : blocks_) listed += b->state == State::kLent || b->state == State::kShadow;
+  for (const Piece* p : aliases_) {
+    if (p->alias_of == nullptr || p->lent == nullptr || p->shadow == nullptr || pieces_.count(p->va) == 0) return "alias bookkeeping";
+    if (p->lent->state != State::kLent || p->shadow->state != State::kShadow) return "alias walls";
+    const uint64_t off = p->lent->addr - p->alias_of->va;
+    if (p->lent->size + p->shadow->size != p->size || p->shadow->addr != (off == 0 ? p->va + p->lent->size : p->va) ||
+        (off != 0 && off + p->lent->size != p->size))
+      return "lent part and shadow disagree";
+  }
   for (const Block* b : free_)
     if (b->state != State::kFree) return "a block in the free set is not free";
   bool bad_waiting = false;
@@ -935,7 +1196,7 @@ std::string VmmArena::check_invariants() const {
   if (mapped != mapped_) return "mapped bytes disagree";
   uint64_t loose = 0;
   for (const Piece* p : loose_) loose += p->size;
-  if (mapped + loose != held_) return "held bytes disagree with the pieces";
+  if (mapped - alias_bytes_ + loose != held_) return "held bytes disagree with the pieces";
   for (const auto& [base, r] : reservations_) {
     if (r->pieces != counts[r] || r->pieces == 0) return "reservation piece count (or an empty reservation kept)";
     uintptr_t end = r->base;

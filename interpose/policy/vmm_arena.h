@@ -13,8 +13,10 @@
 //     are multiples of `round` (512 B; whole chunks with VmmPoolOptions::whole_chunks, and
 //     always for sub-allocator segments), tile the mapped pieces exactly and never span a hole;
 //     touching blocks are neighbours (an address index finds them), and neighbours may share a
-//     chunk. A block placed over a hole maps every chunk it touches there. Blocks up to
-//     small_class_max live in reservations of their own (two size classes, as in PyTorch).
+//     chunk. A block placed over a hole maps every chunk it touches there, or, at its ends, a
+//     second mapping of a partly used chunk whose free end covers what it needs (lending, see
+//     VmmPoolOptions::alias_tails). Blocks up to small_class_max (0 by default: none) live in
+//     reservations of their own.
 //
 // What the virtual-memory API buys is that free memory is not stuck where it was freed. When no
 // free block is large enough, the arena looks at every window (a run of idle free blocks and holes
@@ -25,8 +27,14 @@
 //     so emptied reservations are freed and holes do not accumulate);
 //   - then with new pieces, only for what free pieces cannot cover (growth in place: a free block
 //     at a window's edge is extended by what it lacks).
+//   - an unmapped chunk at either end of the block may instead be a partly used chunk mapped a
+//     second time, when its idle free tail (for the block's head) or head (for its tail) covers
+//     what the block uses of that chunk: lending, which counts as nothing to map in the plan.
 // Live blocks never move: only pieces that lie wholly in idle free blocks are remapped (an idle
 // block has no pending event, so no queued work can touch it while it is unmapped).
+// Lent ranges are idle when lent, and return only once the block's range in the second mapping
+// is idle and free again (the second mapping is unmapped then), so no queued work can reach the
+// same memory through both addresses.
 //
 // Why not whole chunks: rounding every block up to 2 MiB costs up to a chunk per live block, and
 // real models hold hundreds of blocks under a chunk. Packed blocks cost at most the partly used
@@ -34,7 +42,7 @@
 // one whose blocks are all freed (and idle) can, wherever it lies. On the trace corpus this
 // reserves 4-10% less than whole chunks plus a sub-allocator; on the synthetic
 // tests/unit/fragmentation_workload.h (blocks of 1-64 MiB) whole chunks with the sub-allocator
-// do a little better (utilization 0.983-0.997, packed 0.976-0.986), so both stay options.
+// do about as well (utilization 0.983-0.997; packed with lending 0.978-0.990), so both stay options.
 //
 // Thread safety: every public member takes the arena's mutex. The arena never calls out to the
 // small-request pool, so that pool may call in while holding its own lock; payload hooks run
@@ -101,11 +109,26 @@ struct VmmPoolOptions {
   // User blocks up to this size are placed in virtual ranges of their own, apart from larger
   // ones (0: one class), as PyTorch keeps a small and a large pool: small blocks pack together
   // instead of scattering over the chunks that larger blocks' edges share. Physical chunks move
-  // between the classes freely. Peak reserved summed over the seven corpus traces (MiB): one
-  // class 678, up to 32 KiB 678, 64 KiB 676, 128 KiB 676, 256 KiB 672, 512 KiB 684, 1 MiB 680,
-  // 2 MiB 688. Single traces move by a chunk or two either way from one setting to the next:
-  // placement decides which chunks end up partly used, and that is chaotic.
-  uint64_t small_class_max = 256ull << 10;
+  // between the classes freely. Peak reserved summed over the seven corpus traces (MiB), without
+  // alias_tails: one class 678, up to 32 KiB 678, 64 KiB 676, 128 KiB 676, 256 KiB 672, 512 KiB
+  // 684, 1 MiB 680, 2 MiB 688; with alias_tails: one class 666, 64 KiB 674, 128 KiB 672, 256 KiB
+  // 676, 512 KiB 680, 1 MiB 678. With lending, the free ends of every partly used chunk serve
+  // any block's ends, so keeping small blocks apart no longer pays: one class. Single traces
+  // move by a chunk or two either way from one setting to the next: placement decides which
+  // chunks end up partly used, and that is chaotic.
+  uint64_t small_class_max = 0;
+  // Lending the free ends of partly used chunks. A chunk whose live blocks leave an idle free
+  // tail [x, 2 MiB) or head [0, y) can neither move nor be released, and what arrives may not fit
+  // there: at the peak, those ends are most of the memory reserved beyond what is live. When a
+  // build would create memory and the block's first (or last) chunk is unmapped, that chunk is
+  // instead the partly used one mapped a second time (a physical allocation may be mapped at
+  // several addresses): the block starts at or after x in it (ends at or before y). The lent
+  // range is a wall where it lies until the block's range in the second mapping is idle and free
+  // again; the rest of the second mapping is a wall too (other blocks' bytes). Measured on the
+  // corpus (peak reserved MiB, 2-class layout -> one class with lending): cnn_train 160 -> 156,
+  // detection_infer 138 -> 136, transformer_train 50 -> 48, finetune_adam 46 -> 44, lstm_train
+  // 38 -> 36, serving 76 -> 76, segmentation_train 164 -> 170 (docs/benchmarks.md).
+  bool alias_tails = true;
 };
 
 // Counters beyond PoolFigures, for tests and benchmarks.
@@ -114,6 +137,7 @@ struct VmmStats {
   uint64_t grows_in_place = 0; // builds that reused free memory where it was and mapped only the rest
   uint64_t stitches = 0;       // builds that remapped free pieces from elsewhere
   uint64_t pieces_moved = 0;
+  uint64_t aliases = 0;        // free chunk ends lent to a block's end through a second mapping
   uint64_t extensions = 0;     // reservations extended in place through the address hint
   uint64_t va_reserves = 0;
   uint64_t va_frees = 0;
@@ -190,7 +214,10 @@ class VmmArena {
   std::string check_invariants() const;
 
  private:
-  enum class State : uint8_t { kAllocated, kFree, kWaiting };
+  // kLent: the free end of a partly used chunk, mapped a second time under another block (see
+  // Piece::alias_of); kShadow: the part of that second mapping that other blocks' bytes occupy.
+  // Both are walls: neither free nor handed out.
+  enum class State : uint8_t { kAllocated, kFree, kWaiting, kLent, kShadow };
   struct Reservation {
     uintptr_t base = 0;
     uintptr_t end = 0;  // one or more adjacent driver reservations, [base, end)
@@ -199,11 +226,18 @@ class VmmArena {
     bool extendable = true;  // false once the driver refused the range right after `end`
     uint8_t cls = 0;         // size class of the blocks placed here (VmmPoolOptions::small_class_max)
   };
+  struct Block;
   struct Piece {
     uint64_t handle = 0;
     uint64_t size = 0;
     uintptr_t va = 0;
     Reservation* res = nullptr;
+    // A second mapping of alias_of's memory, made for an end of a block: only the range of the
+    // chunk that `lent` covers is this mapping's; `shadow` covers the rest, at the same offsets
+    // (VmmPoolOptions::alias_tails).
+    Piece* alias_of = nullptr;
+    Block* lent = nullptr;
+    Block* shadow = nullptr;
   };
   struct Block {
     uintptr_t addr = 0;
@@ -263,6 +297,18 @@ class VmmArena {
   void carve_out(Piece* p);
   void release_piece_memory(Piece* p);
   void free_empty_reservations();
+  // A partly used chunk whose idle free tail starts at or before `offset` (tail) or whose idle
+  // free head reaches at least `offset` (head): that part becomes kLent, and the returned Piece
+  // (not yet mapped) maps the chunk again. Null when none. Nothing in [skip_lo, skip_hi) is lent.
+  Piece* lend(uint64_t offset, bool tail, uintptr_t skip_lo, uintptr_t skip_hi);
+  void undo_lend(Piece* alias);
+  // May the chunk at `c` lend [lo, hi)? (lend's conditions on the chunk.)
+  bool lendable_chunk(uintptr_t c, uintptr_t lo, uintptr_t hi) const;
+  // The least offset at which a lendable free tail starts and the greatest one a lendable free
+  // head reaches (0: none), for make_plan.
+  void lendable(uint64_t* min_tail, uint64_t* max_head);
+  // Unmaps second mappings whose own part is idle and free again; their lent ranges become free.
+  void retire_aliases();
   Block* split(Block* b, uint64_t size);
   // Blocks are recycled: every allocation splits and every free merges, and a heap allocation
   // for each would be most of the cost of a small pair.
@@ -289,6 +335,9 @@ class VmmArena {
   uint64_t moved_since_growth_ = 0;  // bytes of pieces moved since memory was last created
   VmmStats stats_;
   std::vector<Block*> spare_;
+  std::vector<Piece*> aliases_;  // second mappings (Piece::alias_of), until retire_aliases
+  uint64_t alias_bytes_ = 0;     // mapped by them: virtual space only, no memory of their own
+  bool alias_ok_ = false;        // the build in progress is for a user block
   static constexpr size_t kMaxSpareBlocks = 4096;
 };
 

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "config/config.h"
@@ -183,8 +184,9 @@ TEST(VmmPool, NeighboursShareAChunkAndAFreedChunkMovesAcrossBlocks) {
 }
 
 TEST(VmmPool, SmallBlocksLiveInRangesOfTheirOwnAndTheirChunksServeLargeOnes) {
-  Vmm v;
-  ASSERT_EQ(v.pool.options().small_class_max, 256u << 10);
+  VmmPoolOptions o;
+  o.small_class_max = 256 << 10;  // one class by default (see VmmPoolOptions)
+  Vmm v(4 * GiB, o);
   void* a = v.alloc(64 << 10);
   void* b = v.alloc(4 * MiB);
   ASSERT_NE(a, nullptr);
@@ -832,7 +834,103 @@ TEST(VmmPool, LoopWithRandomFreeKindsSettlesWithinWhatCachingHolds) {
   EXPECT_LT(late_maps, 700u) << "less than one map call per iteration once settled";
 }
 
+// ---- lending the free ends of partly used chunks ----
+
+// A chunk whose free tail is walled in by a live block (a) serves the head of a larger block
+// placed elsewhere, through a second mapping of the same memory.
+TEST(VmmPool, APartlyUsedChunksFreeTailServesANewBlocksHead) {
+  Vmm v;
+  void* a = v.alloc(512 << 10);
+  void* f = v.alloc(1536 << 10);
+  void* c = v.alloc(2 * MiB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(f, nullptr);
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(addr(f), addr(a) + (512 << 10));
+  const auto tail = backing(v.sim, addr(f), 1536 << 10);
+  EXPECT_EQ(v.sim.used(), 4 * MiB);
+  ASSERT_EQ(v.free(f), CUDA_SUCCESS);
+  v.sim.complete_events();
+  // 3 MiB fits in no free block: 1.5 MiB of it comes from the freed tail, 1.5 MiB is new.
+  void* big = v.alloc(3 * MiB);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(v.sim.used(), 6 * MiB) << "one new chunk, not two";
+  EXPECT_EQ(v.pool.stats().aliases, 1u);
+  EXPECT_EQ(backing(v.sim, addr(big), 1536 << 10).front(), tail.front()) << "the block starts on the lent memory";
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  // The lent range is not free where it lies: a block that would fit there goes elsewhere.
+  void* d = v.alloc(1536 << 10);
+  ASSERT_NE(d, nullptr);
+  EXPECT_NE(addr(d), addr(f));
+  uint64_t h1 = 0, o1 = 0, h2 = 0, o2 = 0;
+  ASSERT_TRUE(v.sim.translate(addr(big), &h1, &o1));
+  ASSERT_TRUE(v.sim.translate(addr(d), &h2, &o2));
+  EXPECT_FALSE(h1 == h2 && o2 < (2 * MiB) && o1 < o2 + (1536 << 10)) << "no two live blocks on the same memory";
+  // Once the block is freed and idle, the second mapping goes and the tail is free where it was.
+  ASSERT_EQ(v.free(big), CUDA_SUCCESS);
+  ASSERT_EQ(v.free(d), CUDA_SUCCESS);
+  v.pool.release_cached();
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  EXPECT_EQ(v.sim.used(), 4 * MiB) << "a's and c's chunks";
+  void* again = v.alloc(1536 << 10);
+  EXPECT_EQ(addr(again), addr(f)) << "the returned tail serves a block that fits it";
+  EXPECT_EQ(v.sim.used(), 4 * MiB);
+  EXPECT_EQ(v.sim.counters().synchronizes, 1u) << "release_cached's own, no other";
+}
+
+// The mirror case: a chunk's free head, walled in by a live block after it, serves a block's tail.
+TEST(VmmPool, APartlyUsedChunksFreeHeadServesANewBlocksTail) {
+  Vmm v;
+  void* f = v.alloc(1536 << 10);
+  void* a = v.alloc(512 << 10);
+  void* c = v.alloc(2 * MiB);
+  ASSERT_NE(f, nullptr);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(c, nullptr);
+  const auto head = backing(v.sim, addr(f), 1536 << 10);
+  ASSERT_EQ(v.free(f), CUDA_SUCCESS);
+  v.sim.complete_events();
+  void* big = v.alloc(3 * MiB);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(v.sim.used(), 6 * MiB) << "one new chunk, not two";
+  EXPECT_EQ(v.pool.stats().aliases, 1u);
+  uint64_t h = 0, off = 0;
+  ASSERT_TRUE(v.sim.translate(addr(big) + 3 * MiB - 1, &h, &off));
+  EXPECT_EQ(h, head.front().first) << "the block ends on the lent memory";
+  EXPECT_EQ(off, 1 * MiB - 1);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
+// Without lending, the same sequence creates two chunks (the option is what makes the difference).
+TEST(VmmPool, WithoutLendingAWalledInTailStaysUnused) {
+  VmmPoolOptions o;
+  o.alias_tails = false;
+  Vmm v(4 * GiB, o);
+  void* a = v.alloc(512 << 10);
+  void* f = v.alloc(1536 << 10);
+  ASSERT_NE(v.alloc(2 * MiB), nullptr);
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(v.free(f), CUDA_SUCCESS);
+  v.sim.complete_events();
+  ASSERT_NE(v.alloc(3 * MiB), nullptr);
+  EXPECT_EQ(v.sim.used(), 8 * MiB);
+  EXPECT_EQ(v.pool.stats().aliases, 0u);
+}
+
 // ---- randomized ----
+
+// Physical ranges (handle, offset, end) under a block, one per chunk it touches.
+std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> physical(const SimBackend& sim, uintptr_t a, uint64_t n,
+                                                                uint64_t chunk) {
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> out;
+  for (uintptr_t x = a; x < a + n;) {
+    const uintptr_t end = std::min<uintptr_t>(a + n, (x / chunk + 1) * chunk);
+    uint64_t h = 0, off = 0;
+    if (sim.translate(x, &h, &off)) out.emplace_back(h, off, off + (end - x));
+    x = end;
+  }
+  return out;
+}
 
 void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int ops, bool large_only = false) {
   Vmm v(capacity, o);
@@ -879,6 +977,15 @@ void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int o
     if (i % 1000 == 0) v.sim.set_capturing(!v.sim.capture_active() && rng() % 4 == 0);
     if (i % 250 == 0) {
       ASSERT_EQ(v.pool.check_invariants(), "") << "op " << i;
+      // Lending maps memory at two addresses: live blocks must still never share a byte of it.
+      std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> ranges;
+      for (auto& [a, l] : live)
+        for (auto& r : physical(v.sim, a, l.size, v.sim.granularity())) ranges.push_back(r);
+      std::sort(ranges.begin(), ranges.end());
+      for (size_t k = 1; k < ranges.size(); ++k) {
+        if (std::get<0>(ranges[k]) != std::get<0>(ranges[k - 1])) continue;
+        ASSERT_LE(std::get<2>(ranges[k - 1]), std::get<1>(ranges[k])) << "two live blocks on the same memory, op " << i;
+      }
     }
   }
   v.sim.set_capturing(false);
@@ -887,8 +994,9 @@ void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int o
   EXPECT_EQ(f.mapped_bytes, v.sim.mapped_bytes());
   EXPECT_EQ(f.cached_free_bytes, f.reserved_bytes - allocated);
   EXPECT_EQ(f.peak_reserved_bytes, v.sim.peak_used());
-  std::printf("randomized seed %llu: %llu failures, %llu maps, %llu unmaps, peak %.0f MiB\n", (unsigned long long)seed,
-              (unsigned long long)failures, (unsigned long long)f.map_calls, (unsigned long long)f.unmap_calls,
+  std::printf("randomized seed %llu: %llu failures, %llu maps, %llu unmaps, %llu lent chunk ends, peak %.0f MiB\n",
+              (unsigned long long)seed, (unsigned long long)failures, (unsigned long long)f.map_calls,
+              (unsigned long long)f.unmap_calls, (unsigned long long)v.pool.stats().aliases,
               f.peak_reserved_bytes / double(MiB));
   for (auto& [a, l] : live) ASSERT_EQ(v.free(reinterpret_cast<void*>(a), nullptr, false), CUDA_SUCCESS);
   v.pool.release_cached();

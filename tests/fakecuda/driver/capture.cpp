@@ -57,6 +57,12 @@ void InvalidateCapture(State& s, Capture& capture) {
   capture.invalidated = true;
 }
 
+CUresult RefuseIfCapturing(State& s, Stream* stream) {
+  if (!stream->capture) return CUDA_SUCCESS;
+  InvalidateCapture(s, *stream->capture);
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
 CUresult CheckLegacyImplicitDependency(State& s, Context* ctx) {
   bool conflict = false;
   for (const auto& st : ctx->streams) {

@@ -414,6 +414,10 @@ void RetireStream(State& s, const std::shared_ptr<Stream>& stream);
 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
 CUresult CheckUnsafeCall(State& s);
 void InvalidateCapture(State& s, Capture& capture);
+// For an operation a capture cannot record (synchronous, or a legacy callback): on a capturing
+// stream it invalidates the capture and answers CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, as CUDA
+// does; CUDA_SUCCESS otherwise.
+CUresult RefuseIfCapturing(State& s, Stream* stream);
 // Work on the legacy stream may not depend on a capturing blocking stream: invalidates and returns
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT when it would.
 CUresult CheckLegacyImplicitDependency(State& s, Context* ctx);

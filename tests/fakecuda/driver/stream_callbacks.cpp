@@ -13,10 +13,7 @@ CUresult AddCallback(CUstream hStream, CUstreamCallback callback, void* userData
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
   if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
-  if (st->capture) {
-    InvalidateCapture(s, *st->capture);
-    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  }
+  if (CUresult r = RefuseIfCapturing(s, st); r != CUDA_SUCCESS) return r;
   return Submit(s, st, [hStream, callback, userData] { callback(hStream, CUDA_SUCCESS, userData); });
 }
 

@@ -145,11 +145,8 @@ void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, const std::shared
 }
 
 CUresult SubmitAndWait(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run) {
-  if (stream->capture) {
-    // A synchronous operation cannot be captured.
-    InvalidateCapture(s, *stream->capture);
-    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  }
+  // A synchronous operation cannot be captured.
+  if (CUresult r = RefuseIfCapturing(s, stream); r != CUDA_SUCCESS) return r;
   if (CUresult r = Submit(s, stream, std::move(run)); r != CUDA_SUCCESS) return r;
   WaitForStream(s, lk, SharedStream(s, stream), stream->submitted);
   return CUDA_SUCCESS;
@@ -222,10 +219,7 @@ CUresult StreamSynchronize(CUstream hStream, bool ptsz) {
   std::unique_lock lk(s.mu);
   Stream* st = nullptr;
   if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
-  if (st->capture) {
-    InvalidateCapture(s, *st->capture);
-    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  }
+  if (CUresult r = RefuseIfCapturing(s, st); r != CUDA_SUCCESS) return r;
   if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
   WaitForStream(s, lk, SharedStream(s, st), st->submitted);
   return CUDA_SUCCESS;
@@ -236,10 +230,7 @@ CUresult StreamQuery(CUstream hStream, bool ptsz) {
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
   if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
-  if (st->capture) {
-    InvalidateCapture(s, *st->capture);
-    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  }
+  if (CUresult r = RefuseIfCapturing(s, st); r != CUDA_SUCCESS) return r;
   if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
   return st->idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }

@@ -635,6 +635,10 @@ void Shim::on_interpreter_shutdown() {
     if (td->devices.size() <= static_cast<size_t>(d->ordinal)) td->devices.resize(d->ordinal + 1);
     td->devices[d->ordinal] = d->ledger.counters().snapshot();
   }
+  books_.records().modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
+    const ModuleSnapshot m = c.snapshot();
+    if (m.live_count != 0) td->modules.push_back({id, dev, kind, m.live_bytes, m.live_count});
+  });
   teardown_.store(td, std::memory_order_release);
 }
 

@@ -44,8 +44,18 @@ void add_driver_usage(const ReportSources& in, int dev, DeviceReport* out) {
 
 void add_modules(const ReportSources& in, ReportData* out) {
   in.books->records().modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
-    const ModuleSnapshot snap = c.snapshot();
+    ModuleSnapshot snap = c.snapshot();
     if (snap.total_allocs == 0) return;
+    // After the interpreter began its teardown, live memory is that of the moment, as for the
+    // devices and the sites (a row first used later had none then).
+    if (in.teardown) {
+      snap.live_bytes = snap.live_count = 0;
+      for (const LiveSnapshot::ModuleLive& m : in.teardown->modules)
+        if (m.id == id && m.device == dev && m.kind == kind) {
+          snap.live_bytes = m.bytes;
+          snap.live_count = m.count;
+        }
+    }
     ModuleReport m;
     if (id == ModuleCounters::kOverflowModule) m.module = "(other modules)";
     else if (id == kUnknownModule) m.module = "(unknown)";

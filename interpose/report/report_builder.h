@@ -39,6 +39,15 @@ struct LiveSnapshot {
   uint64_t t_ns = 0;  // since start
   std::vector<std::pair<SiteKey, SiteTotals>> sites;
   std::vector<CounterSnapshot> devices;  // indexed by ordinal; live_count 0 for absent devices
+  // The module rows' live memory then, so that "live by module" adds up to the devices' live.
+  struct ModuleLive {
+    ModuleId id;
+    int device;
+    MemoryKind kind;
+    uint64_t bytes;
+    uint64_t count;
+  };
+  std::vector<ModuleLive> modules;
 };
 
 // One device as the report sees it.

@@ -54,6 +54,9 @@ class Teardown(ShimTestCase):
         self.assertEqual(len(site), 1, r.report["sites"])
         self.assertEqual(site[0]["live_bytes"], STEPS * per_step)
         self.assertGreaterEqual(r.report["devices"][0]["live_bytes"], STEPS * per_step)
+        # Live by module is of the same moment as the devices' live (the teardown's start).
+        device_rows = [m for m in r.report["modules"] if m["kind"] == "device" and m["device"] == 0]
+        self.assertEqual(sum(m["live_bytes"] for m in device_rows), r.report["devices"][0]["live_bytes"], device_rows)
         return site[0]
 
     def test_numba_device_arrays_in_a_global_list(self):

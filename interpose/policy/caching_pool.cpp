@@ -357,15 +357,10 @@ void CachingPool::with_lock(absl::FunctionRef<void()> fn) const {
 
 void CachingPool::deallocate_locked(Block* b, CUstream stream, bool stream_ordered) {
   allocated_bytes_ -= b->size;
-  // During capture the free belongs to the graph being built: keep the block out of reach until a
-  // later synchronization, as for a plain cudaFree.
-  if (stream_ordered && !backend_.capture_active()) {
-    rules_.freed_on_stream(b, stream);
+  b->state = State::kWaiting;
+  if (rules_.retire(b, stream, stream_ordered)) {
     b->state = State::kFree;
     insert_free(coalesce(b));
-  } else {
-    b->state = State::kWaiting;
-    rules_.hold(b);
   }
 }
 

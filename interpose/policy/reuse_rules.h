@@ -58,6 +58,19 @@ class ReuseRules {
   ReuseRules(const ReuseRules&) = delete;
   ReuseRules& operator=(const ReuseRules&) = delete;
 
+  // The one decision every pool makes when a block is freed. A stream-ordered free is free at
+  // once (reusable on its stream, elsewhere once its event completes): true, the caller puts the
+  // block in its free set. A plain cudaFree, and any free during a capture (it belongs to the
+  // graph being built), waits for its epoch's fence: false, the block is held here.
+  bool retire(Block* b, CUstream stream, bool stream_ordered) {
+    if (stream_ordered && !backend_.capture_active()) {
+      freed_on_stream(b, stream);
+      return true;
+    }
+    hold(b);
+    return false;
+  }
+
   // ---- stream-ordered frees ----
   void freed_on_stream(Block* b, CUstream stream) {
     drop_event(b);

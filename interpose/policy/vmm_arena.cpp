@@ -150,14 +150,10 @@ CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered, Pay
   if (hooks != nullptr && !hooks->on_freeing(b->addr, b->size, b->payload)) return CUDA_ERROR_NOT_PERMITTED;
   user_.erase(it);
   user_allocated_ -= b->size;
-  // During capture the free belongs to the graph being built: it waits as a plain cudaFree does.
-  if (stream_ordered && !backend_.capture_active()) {
-    rules_.freed_on_stream(b, stream);
+  b->state = State::kWaiting;
+  if (rules_.retire(b, stream, stream_ordered)) {
     b->state = State::kFree;
     insert_free(coalesce(b));
-  } else {
-    b->state = State::kWaiting;
-    rules_.hold(b);
   }
   return CUDA_SUCCESS;
 }

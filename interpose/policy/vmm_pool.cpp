@@ -2,14 +2,16 @@
 
 #include <algorithm>
 
+#include "policy/forwarding_backend.h"
+
 namespace gpushim {
 
 // The small pool's view of the device: its segments are arena blocks, everything else is the real
 // backend. The small pool calls in while holding its own lock, and the arena never calls back,
 // so the lock order is always small pool -> arena.
-class VmmPool::SegmentSource final : public Backend {
+class VmmPool::SegmentSource final : public ForwardingBackend {
  public:
-  SegmentSource(Backend& up, VmmArena& arena) : up_(up), arena_(arena) {}
+  SegmentSource(Backend& up, VmmArena& arena) : ForwardingBackend(up), arena_(arena) {}
 
   CUresult segment_alloc(size_t bytes, void** out) override {
     // A plain request: a segment may serve any stream. When the arena is short, the small pool
@@ -29,26 +31,15 @@ class VmmPool::SegmentSource final : public Backend {
     // VmmPool::reclaim_segments): CachingPool::release_cached then skips its sync and still
     // frees every empty segment that no queued work can touch.
     if (refuse_sync) return CUDA_ERROR_NOT_READY;
-    const CUresult r = up_.synchronize();
+    const CUresult r = upstream().synchronize();
     // The same synchronization makes the arena's quarantine reusable too: no second one needed.
     if (r == CUDA_SUCCESS) arena_.settle_after_external_sync();
     return r;
   }
-  uint64_t record_event(CUstream stream) override { return up_.record_event(stream); }
-  bool event_done(uint64_t event) override { return up_.event_done(event); }
-  void release_event(uint64_t event) override { up_.release_event(event); }
-  uint64_t record_device_fence() override { return up_.record_device_fence(); }
-  bool fence_done(uint64_t f) override { return up_.fence_done(f); }
-  void release_fence(uint64_t f) override { up_.release_fence(f); }
-  bool wait_fence(uint64_t f) override { return up_.wait_fence(f); }
-  bool capture_active() override { return up_.capture_active(); }
-  CUresult mem_info(size_t* free, size_t* total) override { return up_.mem_info(free, total); }
-
   // Per thread: only the reclaiming thread's own calls are refused.
   static thread_local bool refuse_sync;
 
  private:
-  Backend& up_;
   VmmArena& arena_;
 };
 

@@ -320,28 +320,31 @@ bool VmmArena::make_plan(uint64_t size, uint8_t cls, Plan* best) {
   // hole at its end may continue past it when the range after it can be reserved). Any
   // [addr, addr + size) inside a window becomes one block once its holes are mapped, so the best
   // place is the one with the fewest hole bytes: fewest map calls, and free memory reused where
-  // it is. Ties go to the lowest address, which keeps mapped memory compact.
+  // it is. Among places that map as much, the one whose block covers the most of what is already
+  // mapped and free wins (it leaves the slack in the chunks it maps, as one free end there,
+  // instead of in fragments of old chunks); then the lowest address, which keeps mapped memory
+  // compact.
   //
   // With alias_tails, a hole chunk at either end of the block costs nothing when a partly used
   // chunk can lend what the block needs there (build_at maps it a second time); the least
   // offset a free tail starts at and the greatest one a free head reaches decide that.
   bool have = false;
-  uint64_t best_cost = 0;
-  auto consider = [&](Reservation* r, uintptr_t addr, uint64_t holes, uint64_t extend, uint64_t cost) {
-    if (have && (cost > best_cost || (cost == best_cost && (holes > best->hole_bytes ||
-                                                            (holes == best->hole_bytes && addr >= best->addr)))))
+  uint64_t best_cost = 0, best_slack = 0;
+  // slack: bytes of the chunks the block maps that it leaves free. At equal cost and hole bytes,
+  // more slack means more of the block lies in memory mapped already.
+  auto consider = [&](Reservation* r, uintptr_t addr, uint64_t holes, uint64_t extend, uint64_t cost, uint64_t slack) {
+    if (have && (cost != best_cost ? cost > best_cost
+                 : holes != best->hole_bytes ? holes > best->hole_bytes
+                 : slack != best_slack ? slack < best_slack
+                 : addr >= best->addr))
       return;
     *best = Plan{cls, r, addr, holes, extend};
     best_cost = cost;
+    best_slack = slack;
     have = true;
   };
   uint64_t min_tail = 0, max_head = 0;  // 0: none to lend
-  uint64_t movable = 0;  // lending matters only where free pieces cannot fill the holes
-  if (alias_ok_) {
-    lendable(&min_tail, &max_head);
-    if (min_tail != 0 || max_head != 0)
-      for (const Piece* p : movable_pieces(0, 0)) movable += p->size;
-  }
+  if (alias_ok_) lendable(&min_tail, &max_head);
   enum class Kind : uint8_t { kHole, kFree, kWall };
   struct Span {
     uintptr_t start, end;
@@ -401,21 +404,27 @@ bool VmmArena::make_plan(uint64_t size, uint8_t cls, Plan* best) {
         const uint64_t extend = e > w_end ? round_up(e, gran_) - w_end : 0;
         const uint64_t holes = holes_before(hi) - holes_before(lo) + extend;
         uint64_t cost = holes;
-        if ((min_tail != 0 || max_head != 0) && holes > movable) {
-          auto hole_chunk = [&](uintptr_t c) {
-            if (c < w_start) return false;
-            if (c >= w_end) return true;  // in the extension
-            return c + gran_ <= w_end && holes_before(c + gran_) - holes_before(c) == gran_;
-          };
-          const uintptr_t fc = round_down(a, gran_), lc = round_down(e - 1, gran_);
-          bool head = false;
+        auto hole_chunk = [&](uintptr_t c) {
+          if (c < w_start) return false;
+          if (c >= w_end) return true;  // in the extension
+          return c + gran_ <= w_end && holes_before(c + gran_) - holes_before(c) == gran_;
+        };
+        const uintptr_t fc = round_down(a, gran_), lc = round_down(e - 1, gran_);
+        bool head = false, tail = false;
+        if (min_tail != 0 || max_head != 0) {
           if (min_tail != 0 && a > fc && a - fc >= min_tail && hole_chunk(fc)) {
             head = true;
             cost -= gran_;
           }
-          if (max_head != 0 && !(head && lc == fc) && e - lc < gran_ && e - lc <= max_head && hole_chunk(lc)) cost -= gran_;
+          if (max_head != 0 && !(head && lc == fc) && e - lc < gran_ && e - lc <= max_head && hole_chunk(lc)) {
+            tail = true;
+            cost -= gran_;
+          }
         }
-        consider(r, a, holes, extend, cost);
+        uint64_t slack = 0;  // lent ends are the lender's free memory, not slack of this build
+        if (!head && a > fc && hole_chunk(fc)) slack += a - fc;
+        if (!tail && e % gran_ != 0 && hole_chunk(lc) && !(head && lc == fc)) slack += round_up(e, gran_) - e;
+        consider(r, a, holes, extend, cost, slack);
       };
       for (size_t k = i; k < j; ++k) {
         try_at(spans[k].start);
@@ -428,7 +437,7 @@ bool VmmArena::make_plan(uint64_t size, uint8_t cls, Plan* best) {
     }
   }
   // A new reservation: all of it to map.
-  consider(nullptr, UINTPTR_MAX, round_up(size, gran_), 0, round_up(size, gran_));
+  consider(nullptr, UINTPTR_MAX, round_up(size, gran_), 0, round_up(size, gran_), round_up(size, gran_) - size);
   return have;
 }
 
@@ -556,25 +565,25 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
     }
     // 2. What goes where: free pieces from elsewhere where they fit, new ones for the rest.
     std::vector<Slot> slots;
-    // The block's first and last chunks, when they are holes and memory would be created, may
-    // instead be second mappings of partly used chunks whose free part covers what the block
-    // uses there: its head needs a chunk's free tail from its own start offset on, its tail a
-    // chunk's free head up to its own end offset (VmmPoolOptions::alias_tails). Then the holes
-    // between are filled as usual.
+    // The block's first and last chunks, when they are holes, may instead be second mappings of
+    // partly used chunks whose free part covers what the block uses there: its head needs a
+    // chunk's free tail from its own start offset on, its tail a chunk's free head up to its own
+    // end offset (VmmPoolOptions::alias_tails). Then the holes between are filled as usual. This
+    // is done even when idle free pieces could fill those chunks: a free end can serve only a
+    // block's end (or a request that fits in it), a wholly free piece any block anywhere, so the
+    // ends are spent first and the pieces kept for the builds that need whole chunks.
     std::vector<Piece*> lent;
     Piece* head = nullptr;
     Piece* tail = nullptr;
     uintptr_t fill_lo = plan.addr, fill_hi = plan.addr + size;
     if (alias_ok_) {
-      uint64_t available = 0;
-      for (const Piece* p : movable) available += p->size;
       const uintptr_t first = round_down(plan.addr, gran_), last = round_down(plan.addr + size - 1, gran_);
       auto unmapped = [&](uintptr_t c) {
         auto next = pieces_.lower_bound(c);
         return c + gran_ <= plan.res->end && (next == pieces_.end() || next->first >= c + gran_) &&
                (next == pieces_.begin() || std::prev(next)->first + std::prev(next)->second->size <= c);
       };
-      if (available < plan.hole_bytes && plan.addr > first && unmapped(first)) {
+      if (plan.addr > first && unmapped(first)) {
         head = lend(plan.addr - first, true, first, last + gran_);
         if (head != nullptr) {
           lent.push_back(head);
@@ -582,7 +591,7 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
         }
       }
       const uintptr_t end = plan.addr + size;
-      if (available < plan.hole_bytes && !(head != nullptr && last == first) && end < last + gran_ && unmapped(last)) {
+      if (!(head != nullptr && last == first) && end < last + gran_ && unmapped(last)) {
         tail = lend(end - last, false, first, last + gran_);
         if (tail != nullptr) {
           lent.push_back(tail);

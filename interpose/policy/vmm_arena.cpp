@@ -81,16 +81,17 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   // As in CachingPool: freed blocks the device is done with are reused before anything is carved.
   if (rules_.has_closed_epochs()) rules_.poll_closed([&](std::vector<Block*>& blocks) { release_waiting(blocks); });
   const uint8_t cls = class_of(want, owner);
-  Block* b = find_free(want, cls, req);
+  const Fit fit = fit_for(want, owner);
+  Block* b = find_free(want, cls, req, fit);
   // Freed memory whose fence has completed is reusable where it is: asked without waiting,
   // before anything is mapped.
-  if (b == nullptr && rules_.waiting_bytes() > 0 && collect_locked()) b = find_free(want, cls, req);
+  if (b == nullptr && rules_.waiting_bytes() > 0 && collect_locked()) b = find_free(want, cls, req, fit);
   // Rather than map new memory while memory freed with cudaFree still waits for the device, wait
   // for that work (the oldest epochs' fences, not the device): here any idle chunk can be stitched
   // into the new block, so every waiting byte is memory not created (the point of this policy).
   while (b == nullptr && rules_.waiting_bytes() > 0 &&
          rules_.wait_oldest([&](std::vector<Block*>& blocks) { release_waiting(blocks); }))
-    b = find_free(want, cls, req);
+    b = find_free(want, cls, req, fit);
   CUresult err = CUDA_SUCCESS;
   if (b == nullptr) {
     alias_ok_ = owner == Owner::kUser && opt_.alias_tails;
@@ -101,6 +102,21 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
     if (err == CUDA_ERROR_NOT_READY) attempt->need = Need::kMemory;
     return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
   }
+  if (fit == Fit::kHigh && b->size > want) {
+    // From the top of the block (vmm_arena.h, long_fall); the rest below stays free.
+    auto* low = new_block();
+    low->addr = b->addr;
+    low->size = b->size - want;
+    low->res = b->res;
+    rules_.share(b, low);  // freed together with `b`
+    blocks_.erase(b->addr);
+    b->addr += low->size;
+    b->size = want;
+    b->state = State::kAllocated;  // taken: the remainder must not merge back into it
+    blocks_.emplace(low->addr, low);
+    blocks_.emplace(b->addr, b);
+    insert_free(coalesce(low));
+  }
   b = split(b, want);
   // The block is live again; the free that ends this life will say when it may be reused. (An
   // event still attached here belongs to a free on the requesting stream, which orders after it.)
@@ -110,6 +126,8 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   if (owner == Owner::kUser) {
     user_.emplace(b->addr, b);
     user_allocated_ += b->size;
+    b->born = ++allocs_;
+    b->born_live = user_allocated_;
     if (hooks != nullptr) hooks->on_allocated(b->addr, b->size, b->payload);
     else b->payload = BlockPayload{};  // nobody fills it: no stale record from an earlier life
   } else {
@@ -121,7 +139,7 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   return CUDA_SUCCESS;
 }
 
-VmmArena::Block* VmmArena::find_free(uint64_t size, uint8_t cls, const AllocRequest& req) {
+VmmArena::Block* VmmArena::find_free(uint64_t size, uint8_t cls, const AllocRequest& req, Fit fit) {
   Reservation key_res;
   key_res.cls = cls;
   Block key;
@@ -131,15 +149,24 @@ VmmArena::Block* VmmArena::find_free(uint64_t size, uint8_t cls, const AllocRequ
   // cannot make allocation linear in the number of free blocks.
   constexpr int kMaxScan = 64;
   int scanned = 0;
-  for (auto it = free_.lower_bound(&key); it != free_.end() && scanned < kMaxScan; ++it, ++scanned) {
+  auto found = free_.end();
+  // Picking by address reads every candidate up to its bound, where best fit stops at the first
+  // usable one: a tighter bound keeps that cheap (vmm_arena.h, long_fall, says what it costs).
+  constexpr int kMaxPick = 16;
+  const int limit = fit == Fit::kBest ? kMaxScan : kMaxPick;
+  for (auto it = free_.lower_bound(&key); it != free_.end() && scanned < limit; ++it, ++scanned) {
     Block* b = *it;
     if (b->res->cls != cls) break;
-    if (rules_.usable(b, req)) {
-      free_.erase(it);
-      return b;
-    }
+    // The same bounded scan picks by address among the tightest fits (vmm_arena.h, long_fall).
+    if (found != free_.end() && (fit == Fit::kHigh ? b->addr < (*found)->addr : b->addr > (*found)->addr)) continue;
+    if (!rules_.usable(b, req)) continue;
+    found = it;
+    if (fit == Fit::kBest) break;
   }
-  return nullptr;
+  if (found == free_.end()) return nullptr;
+  Block* b = *found;
+  free_.erase(found);
+  return b;
 }
 
 CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered, PayloadHooks* hooks) {
@@ -149,7 +176,15 @@ CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered, Pay
   Block* b = it->second;
   if (hooks != nullptr && !hooks->on_freeing(b->addr, b->size, b->payload)) return CUDA_ERROR_NOT_PERMITTED;
   user_.erase(it);
+  learn_lifetime(b);
   user_allocated_ -= b->size;
+  if (opt_.long_fall > 0) {
+    while (!lows_.empty() && lows_.back().second >= user_allocated_) lows_.pop_back();
+    // Only a pathological run of frees each leaving more live than the last grows it this far;
+    // dropping the oldest entries only makes old blocks look shorter-lived.
+    if (lows_.size() == kMaxLows) lows_.erase(lows_.begin(), lows_.begin() + kMaxLows / 2);
+    lows_.emplace_back(allocs_, user_allocated_);
+  }
   b->state = State::kWaiting;
   if (rules_.retire(b, stream, stream_ordered)) {
     b->state = State::kFree;
@@ -233,6 +268,28 @@ VmmArena::Block* VmmArena::after(const Block* b) const {
   auto it = blocks_.find(b->addr);
   if (++it == blocks_.end()) return nullptr;
   return it->second->res == b->res && it->first == b->addr + b->size ? it->second : nullptr;
+}
+
+void VmmArena::learn_lifetime(const Block* b) {
+  if (opt_.long_fall <= 0) return;
+  // The least live bytes since the block's allocation: the first low recorded after it, or what
+  // is live now (the block included), or what was live just after it.
+  uint64_t least = std::min(b->born_live, user_allocated_);
+  auto low = std::lower_bound(lows_.begin(), lows_.end(), b->born,
+                              [](const std::pair<uint64_t, uint64_t>& e, uint64_t t) { return e.first < t; });
+  if (low != lows_.end()) least = std::min(least, low->second);
+  // A trough: live bytes fell well below their level at the allocation and rose well above that
+  // low again before the free. A fall alone is not one: blocks freed last in a run of frees see
+  // live bytes fall to their own size, and stay where the others were.
+  const bool outlived = static_cast<double>(b->born_live - least) > opt_.long_fall * static_cast<double>(b->born_live) &&
+                        static_cast<double>(user_allocated_ - least) > opt_.long_rise * static_cast<double>(user_allocated_);
+  auto it = long_votes_.find(b->size);
+  if (it == long_votes_.end()) {
+    if (outlived && long_votes_.size() < kMaxLongSizes) long_votes_.emplace(b->size, 1);
+    return;
+  }
+  if (outlived) it->second = static_cast<int8_t>(std::min<int>(it->second + 1, kMaxVotes));
+  else it->second = static_cast<int8_t>(std::max<int>(it->second - 1, -kMaxVotes));
 }
 
 VmmArena::Block* VmmArena::split(Block* b, uint64_t size) {
@@ -1117,7 +1174,8 @@ void VmmArena::figures(PoolFigures* out, uint64_t* user_allocated, uint64_t* seg
                     rules_.waiting_capacity() * sizeof(Block*) + (user_.capacity() + segments_.capacity()) * kHashSlot +
                     pieces_.size() * (sizeof(Piece) + kHeapOverhead + kTreeNode) + reservation_bytes +
                     loose_.capacity() * sizeof(Piece*) + spare_.capacity() * sizeof(Block*) +
-                    spare_.size() * (sizeof(Block) + kHeapOverhead);
+                    spare_.size() * (sizeof(Block) + kHeapOverhead) + lows_.capacity() * sizeof(lows_[0]) +
+                    long_votes_.capacity() * (sizeof(uint64_t) + sizeof(int8_t) + 1);
   *user_allocated = user_allocated_;
   *segment_bytes = segment_bytes_;
 }

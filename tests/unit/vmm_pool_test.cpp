@@ -710,6 +710,34 @@ void loop_iteration(Vmm& v, const std::vector<uint64_t>& sizes, Plain plain) {
 const std::vector<uint64_t> kLoopSizes = {3 * MiB, 17 * MiB + 4096, 64 * MiB, 5 * MiB + 1, 120 * MiB, 33 * MiB,
                                           200 << 10, 1024, 9 * MiB};
 
+// A block of a size that has outlived a trough of live memory (VmmPoolOptions::long_fall) is
+// taken from the top of free memory, any other from the bottom: in training, the gradients that
+// live across the trough between steps gather apart from the next step's activations.
+TEST(VmmPool, SizesThatOutliveATroughAreTakenFromTheTop) {
+  auto place = [](const VmmPoolOptions& o, uintptr_t* lasting, uintptr_t* other, uintptr_t* first) {
+    Vmm v(4 * GiB, o);
+    void* a = v.alloc(10 * MiB);
+    void* g = v.alloc(1 * MiB);
+    EXPECT_EQ(v.free(a), CUDA_SUCCESS);  // the trough: 1 MiB live
+    void* b = v.alloc(10 * MiB);         // live again
+    EXPECT_EQ(v.free(g), CUDA_SUCCESS);  // g lived through the trough: its size votes
+    EXPECT_EQ(v.free(b), CUDA_SUCCESS);
+    v.sim.complete_events();
+    *first = reinterpret_cast<uintptr_t>(a);
+    *lasting = reinterpret_cast<uintptr_t>(v.alloc(1 * MiB));
+    *other = reinterpret_cast<uintptr_t>(v.alloc(1 * MiB + 4096));
+    EXPECT_EQ(v.pool.check_invariants(), "");
+  };
+  uintptr_t lasting = 0, other = 0, first = 0;
+  place(VmmPoolOptions{}, &lasting, &other, &first);
+  EXPECT_EQ(other, first);
+  EXPECT_GT(lasting, other + 10 * MiB);
+  VmmPoolOptions off;
+  off.long_fall = 0;
+  place(off, &lasting, &other, &first);
+  EXPECT_EQ(lasting, first);  // plain best fit: the lowest address
+}
+
 TEST(VmmPool, SteadyStateLoopDoesNotMapAgain) {
   // Every allocation site frees the same way each time, as real programs do: all async, all
   // cudaFree, and a fixed mix.

@@ -145,11 +145,21 @@ class ReuseRules {
     return poll(release);
   }
   // collect() without closing the open epoch: cheap enough for every allocation (nothing at all
-  // while no closed epoch waits; else one query, of the oldest fence).
+  // while no closed epoch waits; else one query, of the oldest fence). A fence that was not done
+  // a moment ago is seldom done now, and each query is a driver call: after a "not yet" the next
+  // kPollBackoff calls do not ask. Nothing waits for it: a pool that finds no free block asks at
+  // once (collect), and a device that has finished (the replay's) is never asked twice.
   template <typename Release>
   bool poll_closed(Release&& release) {
-    if (sealed_.empty() || backend_.capture_active()) return false;
-    return poll(release);
+    if (sealed_.empty()) return false;
+    if (poll_backoff_ > 0) {
+      --poll_backoff_;
+      return false;
+    }
+    if (backend_.capture_active()) return false;
+    const bool any = poll(release);
+    if (!sealed_.empty()) poll_backoff_ = kPollBackoff;
+    return any;
   }
   bool has_closed_epochs() const { return !sealed_.empty(); }
   // Blocks until the oldest epoch's fence completes (closing the open epoch first if it is the
@@ -267,6 +277,8 @@ class ReuseRules {
   std::deque<Epoch> sealed_;
   std::vector<std::vector<Block*>> spare_;
   uint64_t waiting_bytes_ = 0, waiting_blocks_ = 0, syncs_ = 0, fences_ = 0, waits_ = 0;
+  uint32_t poll_backoff_ = 0;  // poll_closed calls left that do not query (after a "not yet")
+  static constexpr uint32_t kPollBackoff = 8;
 };
 
 }  // namespace gpushim

@@ -558,16 +558,22 @@ VmmArena::Block* VmmArena::build(uint64_t size, uint8_t cls, Attempt* attempt, C
   // as a reservation of its own, large enough for this block).
   // Before planning: a retired alias frees its range (perhaps its reservation) and its lent tail.
   if (!aliases_.empty()) retire_aliases();
-  for (int tries = 0; tries < 8; ++tries) {
+  bool replanned = false;
+  Block* b = nullptr;
+  bool built = false;
+  for (int tries = 0; tries < 8 && !built; ++tries) {
     Plan plan;
     if (!make_plan(size, cls, &plan)) break;
     bool replan = false;
-    Block* b = build_at(plan, size, attempt, err, &replan);
-    if (replan) continue;
-    return b;
+    b = build_at(plan, size, attempt, err, &replan);
+    replanned |= replan;
+    built = !replan;
   }
-  *err = CUDA_ERROR_OUT_OF_MEMORY;
-  return nullptr;
+  // The next plan may place the block elsewhere after all (lending or memory already mapped can
+  // make another place cheaper than the range the driver gave): an unused range goes back.
+  if (replanned) free_empty_reservations();
+  if (!built) *err = CUDA_ERROR_OUT_OF_MEMORY;
+  return built ? b : nullptr;
 }
 
 VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, CUresult* err, bool* replan) {

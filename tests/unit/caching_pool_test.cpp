@@ -355,7 +355,11 @@ TEST(CachingPool, RandomizedNoOverlapAndExactReserved) {
     } else {
       const uint64_t size = 1 + (rng() % 4 == 0 ? rng() % (64 * MiB) : rng() % (256 << 10));
       uint64_t got = 0;
-      void* ptr = p.alloc(size, stream(0x100 + rng() % 3), rng() % 2, &got);
+      // One draw per statement: the order in which a call's arguments are evaluated is
+      // unspecified (gcc and clang differ), and the seed must mean one sequence everywhere.
+      const CUstream on = stream(0x100 + rng() % 3);
+      const bool ordered = rng() % 2;
+      void* ptr = p.alloc(size, on, ordered, &got);
       ASSERT_NE(ptr, nullptr);
       ASSERT_GE(got, size);
       const uintptr_t a = reinterpret_cast<uintptr_t>(ptr);

@@ -983,7 +983,11 @@ void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int o
       uint64_t size = 1 + (rng() % 3 == 0 ? rng() % (96 * MiB) : rng() % (3 * MiB));
       if (large_only) size = std::max<uint64_t>(size, v.pool.options().medium_max + 1);
       uint64_t got = 0;
-      void* ptr = v.alloc(size, stream(0x100 + rng() % 3), rng() % 2, &got);
+      // One draw per statement: the order in which a call's arguments are evaluated is
+      // unspecified (gcc and clang differ), and the seed must mean one sequence everywhere.
+      const CUstream on = stream(0x100 + rng() % 3);
+      const bool ordered = rng() % 2;
+      void* ptr = v.alloc(size, on, ordered, &got);
       if (ptr == nullptr) {
         ++failures;
         continue;

@@ -102,22 +102,8 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
     if (err == CUDA_ERROR_NOT_READY) attempt->need = Need::kMemory;
     return err == CUDA_SUCCESS ? CUDA_ERROR_OUT_OF_MEMORY : err;
   }
-  if (fit == Fit::kHigh && b->size > want) {
-    // From the top of the block (vmm_arena.h, long_fall); the rest below stays free.
-    auto* low = new_block();
-    low->addr = b->addr;
-    low->size = b->size - want;
-    low->res = b->res;
-    rules_.share(b, low);  // freed together with `b`
-    blocks_.erase(b->addr);
-    b->addr += low->size;
-    b->size = want;
-    b->state = State::kAllocated;  // taken: the remainder must not merge back into it
-    blocks_.emplace(low->addr, low);
-    blocks_.emplace(b->addr, b);
-    insert_free(coalesce(low));
-  }
-  b = split(b, want);
+  // Voted sizes from the top of the block (vmm_arena.h, long_fall), the rest from its bottom.
+  b = split(b, want, fit == Fit::kHigh);
   // The block is live again; the free that ends this life will say when it may be reused. (An
   // event still attached here belongs to a free on the requesting stream, which orders after it.)
   rules_.clear(b);
@@ -178,13 +164,6 @@ CUresult VmmArena::deallocate(void* p, CUstream stream, bool stream_ordered, Pay
   user_.erase(it);
   learn_lifetime(b);
   user_allocated_ -= b->size;
-  if (opt_.long_fall > 0) {
-    while (!lows_.empty() && lows_.back().second >= user_allocated_) lows_.pop_back();
-    // Only a pathological run of frees each leaving more live than the last grows it this far;
-    // dropping the oldest entries only makes old blocks look shorter-lived.
-    if (lows_.size() == kMaxLows) lows_.erase(lows_.begin(), lows_.begin() + kMaxLows / 2);
-    lows_.emplace_back(allocs_, user_allocated_);
-  }
   b->state = State::kWaiting;
   if (rules_.retire(b, stream, stream_ordered)) {
     b->state = State::kFree;
@@ -286,19 +265,34 @@ void VmmArena::learn_lifetime(const Block* b) {
   auto it = long_votes_.find(b->size);
   if (it == long_votes_.end()) {
     if (outlived && long_votes_.size() < kMaxLongSizes) long_votes_.emplace(b->size, 1);
-    return;
+  } else if (outlived) {
+    it->second = static_cast<int8_t>(std::min<int>(it->second + 1, kMaxVotes));
+  } else {
+    it->second = static_cast<int8_t>(std::max<int>(it->second - 1, -kMaxVotes));
   }
-  if (outlived) it->second = static_cast<int8_t>(std::min<int>(it->second + 1, kMaxVotes));
-  else it->second = static_cast<int8_t>(std::max<int>(it->second - 1, -kMaxVotes));
+  // What this free leaves live is the newest low (lows_ stays increasing).
+  const uint64_t left = user_allocated_ - b->size;
+  while (!lows_.empty() && lows_.back().second >= left) lows_.pop_back();
+  // Only a pathological run of frees each leaving more live than the last grows it this far;
+  // dropping the oldest entries only makes old blocks look shorter-lived.
+  if (lows_.size() == kMaxLows) lows_.erase(lows_.begin(), lows_.begin() + kMaxLows / 2);
+  lows_.emplace_back(allocs_, left);
 }
 
-VmmArena::Block* VmmArena::split(Block* b, uint64_t size) {
+VmmArena::Block* VmmArena::split(Block* b, uint64_t size, bool from_top) {
   if (b->size == size) return b;
   auto* r = new_block();
-  r->addr = b->addr + size;
   r->size = b->size - size;
   r->res = b->res;
   rules_.share(b, r);  // freed together with `b`
+  if (from_top) {
+    r->addr = b->addr;
+    blocks_.erase(b->addr);
+    b->addr += r->size;
+    blocks_.emplace(b->addr, b);
+  } else {
+    r->addr = b->addr + size;
+  }
   b->size = size;
   b->state = State::kAllocated;  // taken: the remainder must not merge back into it
   blocks_.emplace(r->addr, r);

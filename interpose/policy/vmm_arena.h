@@ -327,7 +327,8 @@ class VmmArena {
   }
   Block* find_free(uint64_t size, uint8_t cls, const AllocRequest& req, Fit fit);
   // Learns from a kUser block being freed whether blocks of its size outlive deep falls of live
-  // memory (VmmPoolOptions::long_fall), and keeps the record of live bytes' lows.
+  // memory (VmmPoolOptions::long_fall), and keeps the record of live bytes' lows. Called while
+  // user_allocated_ still counts the block.
   void learn_lifetime(const Block* b);
   bool idle(Block* b) { return rules_.idle(b); }
   bool collect_locked();
@@ -359,7 +360,9 @@ class VmmArena {
   void lendable(uint64_t* min_tail, uint64_t* max_head);
   // Unmaps second mappings whose own part is idle and free again; their lent ranges become free.
   void retire_aliases();
-  Block* split(Block* b, uint64_t size);
+  // Keeps `size` bytes of `b` as the taken block, at its start or (from_top) at its end; the
+  // rest becomes a free block of its own.
+  Block* split(Block* b, uint64_t size, bool from_top = false);
   // Blocks are recycled: every allocation splits and every free merges, and a heap allocation
   // for each would be most of the cost of a small pair.
   Block* new_block();

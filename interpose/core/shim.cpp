@@ -632,8 +632,12 @@ void Shim::on_interpreter_shutdown() {
   for (const auto& slot : devices_) {
     const DeviceState* d = slot.load(std::memory_order_acquire);
     if (!d) continue;
-    if (td->devices.size() <= static_cast<size_t>(d->ordinal)) td->devices.resize(d->ordinal + 1);
+    if (td->devices.size() <= static_cast<size_t>(d->ordinal)) {
+      td->devices.resize(d->ordinal + 1);
+      td->pools.resize(d->ordinal + 1);
+    }
     td->devices[d->ordinal] = d->ledger.counters().snapshot();
+    td->pools[d->ordinal] = d->ledger.figures();
   }
   books_.records().modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
     const ModuleSnapshot m = c.snapshot();

@@ -120,9 +120,17 @@ ReportData build_report(const ReportSources& in) {
     dr.device = ordinal;
     dr.live_bytes = c.live_bytes;
     dr.live_count = c.live_count;
+    dr.pool = d.ledger->figures();
     if (teardown && static_cast<size_t>(ordinal) < teardown->devices.size()) {
       dr.live_bytes = teardown->devices[ordinal].live_bytes;
       dr.live_count = teardown->devices[ordinal].live_count;
+      const PoolFigures& then = teardown->pools[ordinal];
+      dr.pool.requested_bytes = then.requested_bytes;
+      dr.pool.reserved_bytes = then.reserved_bytes;
+      dr.pool.cached_free_bytes = then.cached_free_bytes;
+      dr.pool.quarantined_bytes = then.quarantined_bytes;
+      dr.pool.largest_free_block = then.largest_free_block;
+      dr.pool.mapped_bytes = then.mapped_bytes;
     }
     dr.peak_allocated_bytes = c.peak_bytes;
     dr.peak_allocated_at_s =
@@ -135,7 +143,6 @@ ReportData build_report(const ReportSources& in) {
     dr.context_destroys = d.context_destroys;
     dr.capacity_bytes = d.capacity;
     dr.limit_bytes = d.ledger->budget().limit();
-    dr.pool = d.ledger->figures();
     dr.peak_reserved_bytes = dr.pool.peak_reserved_bytes;
     add_driver_usage(in, ordinal, &dr);
     r.devices.push_back(dr);

@@ -39,6 +39,10 @@ struct LiveSnapshot {
   uint64_t t_ns = 0;  // since start
   std::vector<std::pair<SiteKey, SiteTotals>> sites;
   std::vector<CounterSnapshot> devices;  // indexed by ordinal; live_count 0 for absent devices
+  // The pools' state then (requested, reserved, cached, mapped), so that what the report derives
+  // from live and pool figures together (rounding waste) is of one moment; their counts and
+  // peaks are the whole run's, as the devices' are. Indexed by ordinal.
+  std::vector<PoolFigures> pools;
   // The module rows' live memory then, so that "live by module" adds up to the devices' live.
   struct ModuleLive {
     ModuleId id;

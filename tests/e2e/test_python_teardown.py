@@ -57,6 +57,12 @@ class Teardown(ShimTestCase):
         # Live by module is of the same moment as the devices' live (the teardown's start).
         device_rows = [m for m in r.report["modules"] if m["kind"] == "device" and m["device"] == 0]
         self.assertEqual(sum(m["live_bytes"] for m in device_rows), r.report["devices"][0]["live_bytes"], device_rows)
+        # So is the pool's state: it held what was live, and the rounding waste is that of the live
+        # blocks (whole MiB and small arrays here), not live then less requested after the teardown.
+        dev = r.report["devices"][0]
+        self.assertGreaterEqual(dev["pool"]["reserved_bytes"], dev["live_bytes"], dev["pool"])
+        self.assertLessEqual(dev["pool"]["requested_bytes"], dev["live_bytes"], dev["pool"])
+        self.assertLess(dev["internal_waste_bytes"], MiB, dev)
         return site[0]
 
     def test_numba_device_arrays_in_a_global_list(self):

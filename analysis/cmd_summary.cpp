@@ -328,7 +328,8 @@ int cmd_summary(const std::vector<std::string>& args) {
   for (const DeviceReport& d : m.devices) {
     std::string l = "  device " + std::to_string(d.device) + ": peak reserved - peak allocated = " +
                     human_bytes(d.peak_reserved_bytes - std::min(d.peak_reserved_bytes, d.peak_allocated_bytes)) +
-                    "; at the end reserved " + human_bytes(d.pool.reserved_bytes) + ", of it cached free " +
+                    (m.teardown.observed ? "; when the teardown began reserved " : "; at the end reserved ") +
+                    human_bytes(d.pool.reserved_bytes) + ", of it cached free " +
                     human_bytes(d.pool.cached_free_bytes);
     if (d.pool.largest_free_block)
       l += " (largest free block " + human_bytes(d.pool.largest_free_block) + ", external fragmentation " +

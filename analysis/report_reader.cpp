@@ -38,6 +38,12 @@ class Fields {
     if (!v || v->is_null()) return;  // NaN and infinities are written as null
     if (!v->to_double(out)) fail(key, "expected a number");
   }
+  void boolean(const char* key, bool* out) {
+    const JsonValue* v = find(key, false);
+    if (!v) return;
+    if (!v->is_bool()) return fail(key, "expected true or false");
+    *out = v->boolean();
+  }
   void str(const char* key, std::string* out, bool required = false) {
     const JsonValue* v = find(key, required);
     if (!v) return;
@@ -272,6 +278,15 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
   top.u64("invalid_frees", &r.invalid_frees);
   top.u64("distinct_stacks", &r.distinct_stacks);
   top.u64("shim_host_bytes", &r.shim_host_bytes);
+  // Reports before 0.9.0 have no teardown: then the figures are those of the exit.
+  if (const JsonValue* t = top.object("teardown")) {
+    Fields f(*t, top.path("teardown"), error);
+    f.boolean("observed", &r.teardown.observed);
+    f.dbl("began_s", &r.teardown.began_s);
+    f.u64("freed_bytes", &r.teardown.freed_bytes);
+    f.u64("freed_count", &r.teardown.freed_count);
+    if (!f.ok()) return false;
+  }
   if (!top.ok()) return false;
   if (!read_list(top, "devices", true, &r.devices, read_device, error)) return false;
   if (!read_list(top, "sites", true, &r.sites, read_site, error)) return false;

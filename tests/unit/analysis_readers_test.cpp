@@ -121,6 +121,7 @@ ReportData sample_report() {
   r.ooms.push_back(o);
   r.other_memory.push_back(OtherMemoryReport{"host", 4096, 1, 8192, 2, 1});
   r.invalid_frees = 4;
+  r.teardown = TeardownReport{true, 1.25, 3 << 20, 3};
   return r;
 }
 
@@ -152,6 +153,10 @@ TEST(ReportReader, ReadsBackWhatTheShimWrites) {
   ASSERT_EQ(r.other_memory.size(), 1u);
   EXPECT_EQ(r.other_memory[0].peak_bytes, 8192u);
   EXPECT_EQ(r.invalid_frees, 4u);
+  EXPECT_TRUE(r.teardown.observed);
+  EXPECT_EQ(r.teardown.began_s, 1.25);
+  EXPECT_EQ(r.teardown.freed_bytes, 3u << 20);
+  EXPECT_EQ(r.teardown.freed_count, 3u);
   // The shim always writes a growth section now (issue 6), empty for this report.
   EXPECT_TRUE(got.has_growth);
 }

@@ -600,7 +600,8 @@ void Shim::write_exit_report() {
   finish_live_outputs(&report);
   std::string path;
   if (config_.report_enabled)
-    path = write_new_file(expand_path_template(config_.report_template, std::string(base_name(exe_)), pid_), report_to_json(report));
+    path = write_new_file(expand_path_template(config_.report_template, std::string(base_name(exe_)), pid_),
+                          report_to_json(report), where_allowed(config_.report_template));
   if (config_.summary_sites > 0) write_summary(report, path, config_.summary_sites, stderr);
   if (config_.exit_code != 0) {
     const std::string why = exit_verdict(report, config_.exit_leak_bytes);

@@ -93,7 +93,7 @@ void LiveOutputs::write_snapshot() {
   const ReportData report = sources_.snapshot_report();
   // Expanded now, like the exit report: %h and the working directory are those of this moment.
   const std::string path = snapshot_path(expand_path_template(report_template_, exe_, id_.pid), ++snapshot_seq_);
-  const std::string written = publish_new_file(path, report_to_json(report));
+  const std::string written = publish_new_file(path, report_to_json(report), where_allowed(report_template_));
   if (written.empty()) return;  // write_new_file said why
   snapshots_written_.fetch_add(1, std::memory_order_relaxed);
   log_line("snapshot %llu written to %s", static_cast<unsigned long long>(snapshot_seq_), written.c_str());

@@ -22,11 +22,11 @@ std::string snapshot_path(const std::string& report_path, uint64_t n) {
   return insert_before_extension(report_path, ".snapshot." + std::to_string(n));
 }
 
-std::string publish_new_file(const std::string& path, const std::string& data) {
+std::string publish_new_file(const std::string& path, const std::string& data, WhereAllowed where) {
   const std::string tmp_wanted = replacement_temp_path(path);
   ::unlink(tmp_wanted.c_str());  // a leftover of a killed process with our pid
   // write_new_file decides the directory ($TMPDIR fallback) and reports failures.
-  const std::string tmp = write_new_file(tmp_wanted, data);
+  const std::string tmp = write_new_file(tmp_wanted, data, where);
   if (tmp.empty()) return "";
   const size_t tmp_slash = tmp.find_last_of('/');
   const size_t path_slash = path.find_last_of('/');

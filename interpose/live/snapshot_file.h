@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "report/output_file.h"
+
 namespace gpushim {
 
 // Snapshot `n` (1, 2, ...) of the report at `report_path`: ".snapshot.<n>" inserted before the
@@ -16,6 +18,7 @@ std::string snapshot_path(const std::string& report_path, uint64_t n);
 // line on failure), but so that the file appears complete: the data goes to a hidden temporary
 // first, which is then hard-linked to the name. Someone waiting for the snapshot (a script, a
 // test, inotify) may read it as soon as it exists. Returns the path written, or "".
-std::string publish_new_file(const std::string& path, const std::string& data);
+std::string publish_new_file(const std::string& path, const std::string& data,
+                             WhereAllowed where = WhereAllowed::kOrTmpdir);
 
 }  // namespace gpushim

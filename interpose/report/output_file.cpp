@@ -280,7 +280,7 @@ std::string expand_path_template(const std::string& tmpl, const std::string& exe
   return out;
 }
 
-std::string write_new_file(const std::string& path, const std::string& data) {
+std::string write_new_file(const std::string& path, const std::string& data, WhereAllowed where) {
   if (path.empty()) {
     log_line("cannot write a report: empty output path");
     return "";
@@ -307,6 +307,10 @@ std::string write_new_file(const std::string& path, const std::string& data) {
   if (r == Result::kFailed) return "";
 
   std::string fallback;
+  if (where == WhereAllowed::kNamedPathOnly) {
+    log_line("cannot create %s: %s", path.c_str(), std::strerror(err));
+    return "";
+  }
   if (!fallback_in_tmpdir(path, err, &fallback)) return "";
   const int first_err = err;
   r = write_in_dir(fallback, data, &written, &err);
@@ -320,7 +324,7 @@ std::string write_new_file(const std::string& path, const std::string& data) {
   return "";
 }
 
-int create_new_file(const std::string& path, std::string* written) {
+int create_new_file(const std::string& path, std::string* written, WhereAllowed where) {
   if (path.empty()) {
     log_line("cannot create a file: empty output path");
     return -1;
@@ -340,6 +344,10 @@ int create_new_file(const std::string& path, std::string* written) {
   if (r == OpenResult::kOpened) return fd;
   if (r == OpenResult::kFailed) return -1;
   std::string fallback;
+  if (where == WhereAllowed::kNamedPathOnly) {
+    log_line("cannot create %s: %s", path.c_str(), std::strerror(err));
+    return -1;
+  }
   if (!fallback_in_tmpdir(path, err, &fallback)) return -1;
   const int first_err = err;
   r = open_in_dir(fallback, &fd, written, &err);

@@ -12,15 +12,25 @@ namespace gpushim {
 std::string expand_path_template(const std::string& tmpl, const std::string& exe_name, int pid,
                                  const char* default_suffix = ".json");
 
+// Whether a file may land in $TMPDIR when its directory refuses it. Only a default name (the user
+// named no path, and the working directory is not writable) may: a path the user named is where
+// they will look, so one that cannot be created is one line and no file anywhere else.
+enum class WhereAllowed { kNamedPathOnly, kOrTmpdir };
+// The rule above for a GPUSHIM_* path template ("" is the default name).
+inline WhereAllowed where_allowed(const std::string& tmpl) {
+  return tmpl.empty() ? WhereAllowed::kOrTmpdir : WhereAllowed::kNamedPathOnly;
+}
+
 // Creates `path` with O_CREAT|O_EXCL|O_NOFOLLOW and mode 0600 and writes `data` fully. An existing
 // file is never overwritten: ".1", ".2", ... is inserted before the extension instead. If the
-// directory is not writable, falls back to $TMPDIR (else /tmp) with a one-line notice. Returns the
-// path actually written, or "" on failure (after a one-line message).
+// directory is not writable and `where` allows, falls back to $TMPDIR (else /tmp) with a one-line
+// notice. Returns the path actually written, or "" on failure (after a one-line message).
 // A path naming an existing character device (/dev/null, a terminal; not a symlink to one) is
 // written to as it is.
 // /dev/stdout and /dev/stderr (also as /dev/fd/N, /proc/self/fd/N) go to the process's own
 // descriptor 1 or 2, whatever it is (a terminal, a pipe, a file the shell opened).
-std::string write_new_file(const std::string& path, const std::string& data);
+std::string write_new_file(const std::string& path, const std::string& data,
+                           WhereAllowed where = WhereAllowed::kOrTmpdir);
 
 // 1 or 2 when `path` names the process's standard output or error, else -1.
 int standard_stream_of(const std::string& path);
@@ -30,8 +40,8 @@ int standard_stream_of(const std::string& path);
 namespace gpushim {
 
 // Like write_new_file, for a file written over time (the trace): creates `path` (or a suffixed
-// name, or the same name under $TMPDIR) and returns the open descriptor (O_WRONLY|O_CLOEXEC), or
-// -1 after a one-line message. *written receives the name actually created.
-int create_new_file(const std::string& path, std::string* written);
+// name, or, as `where` allows, the same name under $TMPDIR) and returns the open descriptor
+// (O_WRONLY|O_CLOEXEC), or -1 after a one-line message. *written receives the name actually created.
+int create_new_file(const std::string& path, std::string* written, WhereAllowed where = WhereAllowed::kOrTmpdir);
 
 }  // namespace gpushim

@@ -91,11 +91,8 @@ std::unique_ptr<TraceTap> TraceTap::start(const Config& config, const std::strin
                                            const StackTable* stacks, Symbolizer::PythonResolver python) {
   const std::string path = expand_path_template(config.trace_template, file_name_of(exe), pid, ".trace");
   std::string created;
-  const int fd = create_new_file(path, &created);
-  if (fd < 0) {
-    log_line("no trace is recorded (GPUSHIM_TRACE)");
-    return nullptr;
-  }
+  const int fd = create_new_file(path, &created, where_allowed(config.trace_template));
+  if (fd < 0) return nullptr;  // create_new_file said why, in one line
   trace::HeaderInfo h;
   h.pid = pid;
   h.exe = exe;

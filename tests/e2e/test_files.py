@@ -1,6 +1,7 @@
 """Files the shim writes: created O_EXCL|O_NOFOLLOW with mode 0600 whatever the umask, never
-overwriting anything (a suffix is added), never following a planted symlink; an unwritable
-directory falls back to $TMPDIR with one notice; a full disk costs the report, never the job."""
+overwriting anything (a suffix is added), never following a planted symlink; a default name in an
+unwritable directory falls back to $TMPDIR with one notice, a path the user named that cannot be
+created is one line and no file anywhere; a full disk costs the report, never the job."""
 import json
 import os
 import shutil
@@ -15,7 +16,9 @@ LEAK = program("e2e_leak_two_sites")
 
 
 def run_leak(workdir, report, extra_env=None, preexec_fn=None, leak=LEAK):
-    env = base_env(dict({"GPUSHIM_REPORT": report, "GPUSHIM_SUMMARY": "0"}, **(extra_env or {})))
+    """`report` None: the default name, in `workdir`."""
+    env = base_env(dict({"GPUSHIM_SUMMARY": "0"}, **({"GPUSHIM_REPORT": report} if report else {}),
+                        **(extra_env or {})))
     proc = subprocess.run([leak], env=env, cwd=workdir, capture_output=True, text=True, timeout=120,
                           preexec_fn=preexec_fn)
     check_sanitizer_clean(proc.stderr, LEAK)
@@ -125,14 +128,22 @@ class Fallback(ShimTestCase):
         self.assertTrue(lines[0].startswith(f"gpushim: cannot create {wanted} ("), lines[0])
         self.assertTrue(is_report(fallback))
 
-    def test_missing_directory_falls_back_to_tmpdir(self):
-        wanted = os.path.join(self.dir, "no", "such", "dir", "r.json")
-        self.check_fallback(run_leak(self.dir, wanted, {"TMPDIR": self.tmp}), wanted)
+    def test_a_named_path_that_cannot_be_created_is_one_line_and_no_file(self):
+        # Where the user looks is where they named: nothing lands anywhere else.
+        for var, name in [("GPUSHIM_REPORT", "r.json"), ("GPUSHIM_TRACE", "t.bin")]:
+            with self.subTest(var=var):
+                wanted = os.path.join(self.dir, "no", "such", "dir", name)
+                proc = run_leak(self.dir, None, {var: wanted, "TMPDIR": self.tmp,
+                                                 **({"GPUSHIM_REPORT": "off"} if var != "GPUSHIM_REPORT" else {})})
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                lines = shim_lines(proc)
+                self.assertEqual(lines, [f"gpushim: cannot create {wanted}: No such file or directory"], proc.stderr)
+                self.assertEqual(os.listdir(self.tmp), [])
+                self.assertEqual(os.listdir(self.dir), [])
 
-    def test_unwritable_directory_falls_back_to_tmpdir(self):
+    def test_default_name_in_unwritable_directory_falls_back_to_tmpdir(self):
         locked = os.path.join(self.dir, "locked")
         os.mkdir(locked, 0o555)
-        wanted = os.path.join(locked, "r.json")
         # Root ignores directory permissions: drop to an unprivileged user for the run.
         drop = None
         if os.getuid() == 0:
@@ -145,8 +156,12 @@ class Fallback(ShimTestCase):
             # The unprivileged user must reach the program and the libraries wherever the checkout
             # lives (a clone under a 0700 home is common): a world-readable copy of each.
             leak, extra = self.staged_for_anyone(extra)
-        proc = run_leak(self.dir, wanted, extra, preexec_fn=drop, leak=leak)
+        proc = run_leak(locked, None, extra, preexec_fn=drop, leak=leak)
         self.assertIn("Permission denied", proc.stderr)
+        lines = shim_lines(proc)
+        self.assertEqual(len(lines), 1, proc.stderr)
+        wanted = lines[0].split("gpushim: cannot create ")[-1].split(" (")[0]
+        self.assertRegex(wanted, r"^gpushim\.e2e_leak_two_sites\.\d+\.json$")  # the default name, in `locked`
         self.check_fallback(proc, wanted)
         self.assertEqual(os.listdir(locked), [])
 

@@ -196,6 +196,25 @@ TEST_F(OutputFileTest, UnwritableDirectoryFallsBackToTmpdir) {
   }
 }
 
+TEST_F(OutputFileTest, ANamedPathNeverFallsBack) {
+  // Where the user named is where they look: a path that cannot be created leaves no file anywhere.
+  set_log_enabled(false);
+  ScopedEnv tmpdir("TMPDIR", (dir_ + "/").c_str());
+  const std::string wanted = dir_ + "/no/such/dir/r.json";
+  EXPECT_EQ(write_new_file(wanted, "data", WhereAllowed::kNamedPathOnly), "");
+  std::string created;
+  EXPECT_EQ(create_new_file(dir_ + "/no/such/dir/t.trace", &created, WhereAllowed::kNamedPathOnly), -1);
+  set_log_enabled(true);
+  DIR* d = opendir(dir_.c_str());
+  ASSERT_NE(d, nullptr);
+  int entries = 0;
+  while (dirent* e = readdir(d)) entries += std::string(e->d_name) != "." && std::string(e->d_name) != "..";
+  closedir(d);
+  EXPECT_EQ(entries, 0);
+  EXPECT_EQ(where_allowed(""), WhereAllowed::kOrTmpdir);
+  EXPECT_EQ(where_allowed("r.json"), WhereAllowed::kNamedPathOnly);
+}
+
 TEST_F(OutputFileTest, FallbackFailureReturnsEmpty) {
   set_log_enabled(false);
   ScopedEnv tmpdir("TMPDIR", (dir_ + "/also/missing").c_str());

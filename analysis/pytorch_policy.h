@@ -58,6 +58,8 @@ class PyTorchCachingAllocator final : public DeviceMemoryResource {
   // empty_cache(): every entirely free segment released; with expandable segments every whole
   // free page unmapped.
   void release_cached() override;
+  // Replays never destroy a stream, and this allocator never names one to its backend.
+  void forget_streams(absl::FunctionRef<bool(CUstream)>) override {}
   bool find_block(const void* p, uintptr_t* base, uint64_t* size) const override;
   const char* ipc_export_refusal(const void*, uint64_t) const override {
     return "a block of the PyTorch-allocator simulation (replay only)";

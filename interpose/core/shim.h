@@ -233,7 +233,8 @@ class Shim {
   // After the real reset succeeded: the pool's backend retains the context again on next use.
   void after_device_reset(int device);
   // After a cuDevicePrimaryCtxRelease that destroyed the device's primary context.
-  void after_context_destroyed(int device);
+  // `primary`: the context's handle, learned before the release (null: unknown).
+  void after_context_destroyed(int device, CUcontext primary);
   // cuCtxDestroy of a context the program created. Before it: the tracked allocations the context
   // owns, as the driver says (destroy is rare; a walk then keeps the allocation path unchanged).
   // After it succeeded: those are freed in the books and recorded as freed by the reset.
@@ -243,6 +244,12 @@ class Shim {
   };
   std::vector<OwnedAllocation> owned_by_context(CUcontext ctx);
   void after_context_destroy(const std::vector<OwnedAllocation>& owned);
+  // ---- stream and context lifetimes (core/shim_driver.cpp; the rule: cuda/stream_registry.h) ----
+  // Before a cuStreamDestroy is forwarded: no pool block names `stream` afterwards.
+  void before_stream_destroy(CUstream stream);
+  // Before cuCtxDestroy(ctx) is forwarded: neither pool blocks nor device fences name a stream of
+  // `ctx` afterwards.
+  void before_context_destroy(CUcontext ctx);
   // True when the outermost hook was called by CUDA itself (libcudart, libcuda): e.g. the runtime
   // releasing its context while it tears down at exit, which is no reset of the program's.
   bool called_by_cuda();
@@ -353,6 +360,8 @@ class Shim {
   bool sample_driver_usage(int device, bool current_context);
   void drop_vmm(const VmmTracker::Physical& p);
   void note_freed_by_reset(const AllocationRecord& rec);
+  // Every pool's blocks that name a stream `doomed` says is going are retagged (forget_streams).
+  void forget_streams_in_pools(absl::FunctionRef<bool(CUstream)> doomed);
   // GPUSHIM_TRACE's end chunk: the figures of every device.
   void finish_trace();
 

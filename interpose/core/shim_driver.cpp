@@ -8,6 +8,7 @@
 #include "core/shim.h"
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
+#include "cuda/stream_registry.h"
 #include "stacks/native_stack.h"
 #include "util/log.h"
 #include "util/units.h"
@@ -365,8 +366,34 @@ void Shim::note_freed_by_reset(const AllocationRecord& rec) {
   t.count += 1;
 }
 
+void Shim::forget_streams_in_pools(absl::FunctionRef<bool(CUstream)> doomed) {
+  for (auto& slot : devices_)
+    if (DeviceState* d = slot.load(std::memory_order_acquire); d != nullptr && d->pool != nullptr)
+      d->pool->forget_streams(doomed);
+}
+
+void Shim::before_stream_destroy(CUstream stream) {
+  if (!forked_child_ && names_created_stream(stream))
+    forget_streams_in_pools([stream](CUstream s) { return s == stream; });
+  note_stream_destroying(stream);
+}
+
+void Shim::before_context_destroy(CUcontext ctx) {
+  if (forked_child_ || ctx == nullptr) return;
+  // A stream the registry cannot place is retagged too: recording its event now is safe, while
+  // every stream still exists, and a block kept naming it might outlive it.
+  forget_streams_in_pools([ctx](CUstream s) {
+    const CUcontext owner = context_of_stream(s);
+    return owner == nullptr || owner == ctx;
+  });
+  forget_context(ctx, /*context_alive=*/true);
+}
+
 void Shim::before_device_reset(int ordinal) {
   if (forked_child_) return;
+  // The reset destroys the primary context's streams (and events) without a cuStreamDestroy:
+  // blocks and fences stop naming them while they still exist.
+  if (const CUcontext primary = primary_context_if_active(ordinal)) before_context_destroy(primary);
   DeviceState* d = ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
   if (d == nullptr) return;  // nothing of this device was ever seen
   d->resets.fetch_add(1, std::memory_order_relaxed);
@@ -444,7 +471,9 @@ bool Shim::called_by_cuda() {
   return m != kUnknownModule && modules_.is_cuda_plumbing(m);
 }
 
-void Shim::after_context_destroyed(int ordinal) {
+void Shim::after_context_destroyed(int ordinal, CUcontext primary) {
+  // Its streams and events are gone already: dropped from the registry with no driver call.
+  forget_context(primary, /*context_alive=*/false);
   // The same bookkeeping as a reset; the memory is gone already, but the pool cannot have held
   // any: its backend keeps a reference to the context from its first segment on, so the program's
   // last release cannot destroy a context the pool uses.

@@ -8,6 +8,7 @@
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
 #include "cuda/runtime_last_error.h"
+#include "cuda/stream_registry.h"
 #include "util/clock.h"
 
 namespace gpushim {
@@ -81,6 +82,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     return RuntimeCodes::refuse(cudaErrorStreamCaptureUnsupported);
   }
   bind_thread_context(d->ordinal);
+  if (stream_ordered) learn_stream(stream);  // so that device fences cover it, and its end is heard of
   const StackId stack = capture_stack();
   void* p = nullptr;
   AllocationRecord rec{0, requested, trace_ ? 0 : coarse_now_ns(), stack, static_cast<int16_t>(d->ordinal),
@@ -172,6 +174,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   // capture; a pooled block must get the same answer (and stay live).
   if (!stream_ordered && api == FreeApi::kDevice && capture_forbids_unsafe_call())
     return Api::refuse(Api::kCaptureUnsupported);
+  if (stream_ordered) learn_stream(stream);  // a pool's block will name it
   const uintptr_t key = reinterpret_cast<uintptr_t>(ptr);
   // Blocks of pools that keep their records: found, and their figures moved, in one lock and
   // one lookup. Anything else is in the tracker.

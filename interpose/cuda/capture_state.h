@@ -1,5 +1,7 @@
-// How many stream captures (CUDA graphs) are in progress in this process. Maintained by the
-// capture hooks; read by pools, which must neither synchronize nor query events meanwhile.
+// How many stream captures (CUDA graphs) are in progress in this process: the size of the stream
+// registry's list of captures (stream_registry.h), which the driver's capture hooks, stream
+// destruction and context ends keep; read by pools, which must neither synchronize nor query
+// events meanwhile.
 #pragma once
 
 #include <atomic>

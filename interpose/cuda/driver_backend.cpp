@@ -8,6 +8,7 @@
 #include "cuda/capture_state.h"
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
+#include "cuda/stream_registry.h"
 #include "util/log.h"
 
 namespace gpushim {
@@ -89,79 +90,11 @@ const DriverApi* driver_api() {
   return api;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Streams a device fence covers
-
-namespace {
-
-// The last work of a destroyed non-blocking stream: cuStreamDestroy returns at once, and work
-// already queued there still runs. `event` null: none could be recorded, so only a device
-// synchronization proves that work finished.
-struct StreamTail {
-  CUevent event = nullptr;
-  ~StreamTail() {
-    if (event != nullptr) driver_api()->event_destroy(event);
-  }
-};
-
-struct StreamRegistry {
-  std::mutex mu;
-  struct Entry {
-    CUstream stream;
-    int device;
-  };
-  std::vector<Entry> streams;  // live non-blocking streams
-  struct Tail {
-    std::shared_ptr<StreamTail> tail;
-    int device;
-  };
-  std::vector<Tail> tails;
-};
-
-StreamRegistry& streams() {
-  static auto* r = new StreamRegistry;  // never destroyed: hooks may run during exit
-  return *r;
-}
-
-}  // namespace
-
-void note_stream_created(CUstream stream, unsigned flags) {
-  if (stream == nullptr || (flags & CU_STREAM_NON_BLOCKING) == 0) return;
-  int device = -1;
-  if (!current_context_device(&device)) return;
-  StreamRegistry& r = streams();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.streams.push_back({stream, device});
-}
-
-void note_stream_destroying(CUstream stream) {
-  StreamRegistry& r = streams();
-  int device = -1;
-  {
-    std::lock_guard<std::mutex> lock(r.mu);
-    auto it = std::find_if(r.streams.begin(), r.streams.end(), [&](const auto& e) { return e.stream == stream; });
-    if (it == r.streams.end()) return;
-    device = it->device;
-    r.streams.erase(it);
-  }
-  // Recorded in the caller's context, which is the stream's (destroying a stream of another
-  // context is an error the driver reports anyway).
-  auto tail = std::make_shared<StreamTail>();
-  const DriverApi* api = driver_api();
-  if (api != nullptr && api->event_create(&tail->event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
-      api->event_record(tail->event, stream) != CUDA_SUCCESS) {
-    api->event_destroy(tail->event);
-    tail->event = nullptr;
-  }
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.tails.push_back({std::move(tail), device});
-}
-
 // What a fence waits for: its own events (legacy stream and every live non-blocking stream), and
 // the tails of streams destroyed before it that had not finished yet.
 struct DeviceFence {
   std::vector<CUevent> events;
-  std::vector<std::shared_ptr<StreamTail>> tails;
+  std::vector<TailRef> tails;
 };
 
 DriverBackend::DriverBackend(int device) : device_(device), api_(driver_api()) {}
@@ -219,45 +152,23 @@ CUresult DriverBackend::segment_free(void* p, size_t) {
 
 CUresult DriverBackend::synchronize() {
   const CUresult r = in_context([&] { return api_->ctx_synchronize(); });
-  if (r == CUDA_SUCCESS) {
-    // Every stream's work has finished, destroyed streams' included.
-    StreamRegistry& reg = streams();
-    std::lock_guard<std::mutex> lock(reg.mu);
-    reg.tails.erase(std::remove_if(reg.tails.begin(), reg.tails.end(), [&](const auto& t) { return t.device == device_; }),
-                    reg.tails.end());
-  }
+  if (r == CUDA_SUCCESS) tails_settled(device_);  // every stream's work has finished, destroyed ones' too
   return r;
 }
 
 uint64_t DriverBackend::record_device_fence() {
   auto fence = std::make_unique<DeviceFence>();
-  std::vector<CUstream> targets{CU_STREAM_LEGACY};
-  {
-    StreamRegistry& reg = streams();
-    std::lock_guard<std::mutex> lock(reg.mu);
-    for (const auto& e : reg.streams)
-      if (e.device == device_) targets.push_back(e.stream);
-    for (auto it = reg.tails.begin(); it != reg.tails.end();) {
-      if (it->device != device_) {
-        ++it;
-        continue;
-      }
-      if (it->tail->event == nullptr) return 0;  // unknown work: only a synchronization proves it
-      if (api_->event_query(it->tail->event) == CUDA_SUCCESS) {
-        it = reg.tails.erase(it);
-        continue;
-      }
-      fence->tails.push_back(it->tail);
-      ++it;
-    }
-  }
-  for (CUstream s : targets) {
+  // The legacy stream's event already waits for every blocking stream of its context (CUDA's
+  // legacy stream rules); non-blocking ones are recorded under the registry's lock, so that none
+  // can be destroyed between being listed and being recorded on.
+  auto record = [&](CUstream s) {
     const uint64_t e = record_event(s);
-    if (e == 0) {  // e.g. a stream of a context other than the primary one: cannot be proven here
-      release_fence(reinterpret_cast<uint64_t>(fence.release()));
-      return 0;
-    }
-    fence->events.push_back(reinterpret_cast<CUevent>(e));
+    if (e != 0) fence->events.push_back(reinterpret_cast<CUevent>(e));
+    return e != 0;  // e.g. a stream of a context other than the primary one: cannot be proven here
+  };
+  if (!record(CU_STREAM_LEGACY) || !record_fence_targets(device_, record, &fence->tails)) {
+    release_fence(reinterpret_cast<uint64_t>(fence.release()));
+    return 0;
   }
   return reinterpret_cast<uint64_t>(fence.release());
 }
@@ -271,7 +182,7 @@ bool DriverBackend::fence_done(uint64_t f) {
     fence->events.pop_back();
   }
   while (!fence->tails.empty()) {
-    if (api_->event_query(fence->tails.back()->event) != CUDA_SUCCESS) return false;
+    if (!tail_done(fence->tails.back())) return false;
     fence->tails.pop_back();
   }
   return true;
@@ -283,7 +194,7 @@ bool DriverBackend::wait_fence(uint64_t f) {
   for (CUevent e : fence->events)
     if (api_->event_synchronize(e) != CUDA_SUCCESS) return false;
   for (const auto& t : fence->tails)
-    if (api_->event_synchronize(t->event) != CUDA_SUCCESS) return false;
+    if (!wait_tail(t)) return false;
   return true;
 }
 

@@ -15,13 +15,6 @@ struct DriverApi;  // resolved driver functions (driver_backend.cpp)
 // Null if libcuda.so.1 cannot be loaded or lacks what the pools need.
 const DriverApi* driver_api();
 
-// The streams a device fence must cover (hooks/stream_api.cpp reports them). An event on the
-// legacy default stream already waits for every blocking stream and per-thread default stream of
-// its context (CUDA's legacy stream rules), so only non-blocking streams are remembered; a
-// destroyed one leaves an event recorded at its tail, which fences wait for until it completes.
-void note_stream_created(CUstream stream, unsigned flags);
-void note_stream_destroying(CUstream stream);
-
 class DriverBackend final : public Backend {
  public:
   explicit DriverBackend(int device);

@@ -17,6 +17,7 @@ namespace gpushim {
 // The types of the variants cuda.h declares only in some modes (_ptsz with per-thread default
 // stream builds, the 4-argument cuGetProcAddress with __CUDA_API_VERSION_INTERNAL).
 using CuGetProcAddressV1 = CUresult (*)(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
+using CuStreamBeginCaptureV1 = CUresult (*)(CUstream stream);  // CUDA 10.0's, before capture modes
 
 }  // namespace gpushim
 
@@ -60,13 +61,23 @@ using CuGetProcAddressV1 = CUresult (*)(const char* symbol, void** pfn, int cuda
   X(cuStreamCreate, "cuStreamCreate", decltype(&::cuStreamCreate))                                                  \
   X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority", decltype(&::cuStreamCreateWithPriority))              \
   X(cuStreamDestroy_v2, "cuStreamDestroy_v2", decltype(&::cuStreamDestroy_v2))                                      \
+  X(cuStreamDestroy_v1, "cuStreamDestroy", decltype(&::cuStreamDestroy_v2))                                         \
+  X(cuGreenCtxStreamCreate, "cuGreenCtxStreamCreate", decltype(&::cuGreenCtxStreamCreate))                          \
+  X(cuStreamBeginCapture_v1, "cuStreamBeginCapture", CuStreamBeginCaptureV1)                                        \
+  X(cuStreamBeginCapture_v1_ptsz, "cuStreamBeginCapture_ptsz", CuStreamBeginCaptureV1)                              \
+  X(cuStreamBeginCapture_v2, "cuStreamBeginCapture_v2", decltype(&::cuStreamBeginCapture_v2))                       \
+  X(cuStreamBeginCapture_v2_ptsz, "cuStreamBeginCapture_v2_ptsz", decltype(&::cuStreamBeginCapture_v2))             \
+  X(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", decltype(&::cuStreamBeginCaptureToGraph))           \
+  X(cuStreamBeginCaptureToGraph_ptsz, "cuStreamBeginCaptureToGraph_ptsz", decltype(&::cuStreamBeginCaptureToGraph)) \
+  X(cuStreamEndCapture, "cuStreamEndCapture", decltype(&::cuStreamEndCapture))                                      \
+  X(cuStreamEndCapture_ptsz, "cuStreamEndCapture_ptsz", decltype(&::cuStreamEndCapture))                            \
   X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2", decltype(&::cuDevicePrimaryCtxReset_v2))              \
   X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2", decltype(&::cuDevicePrimaryCtxRelease_v2))        \
   X(cuCtxDestroy_v2, "cuCtxDestroy_v2", decltype(&::cuCtxDestroy_v2))                                               \
   X(cuCtxDestroy_v1, "cuCtxDestroy", decltype(&::cuCtxDestroy_v2))
 
 // X(exported symbol): the runtime entry points we define a hook for (hooks/runtime_api.cpp,
-// capture_api.cpp, mempool_api.cpp, context_api.cpp).
+// mempool_api.cpp, context_api.cpp).
 #define GPUSHIM_HOOKED_RUNTIME_FUNCTIONS(X)  \
   X("cudaMalloc")                            \
   X("cudaFree")                              \
@@ -81,10 +92,6 @@ using CuGetProcAddressV1 = CUresult (*)(const char* symbol, void** pfn, int cuda
   X("cudaHostAlloc")                         \
   X("cudaFreeHost")                          \
   X("cudaIpcGetMemHandle")                   \
-  X("cudaStreamBeginCapture")                \
-  X("cudaStreamBeginCapture_ptsz")           \
-  X("cudaStreamEndCapture")                  \
-  X("cudaStreamEndCapture_ptsz")             \
   X("cudaMemPoolGetAttribute")               \
   X("cudaMemPoolSetAttribute")               \
   X("cudaMemPoolTrimTo")                     \

@@ -55,6 +55,22 @@ bool current_context_device(int* device) {
   return true;
 }
 
+CUcontext primary_context_if_active(int ordinal) {
+  const RealDriver& d = real_driver();
+  if (!d.cuDeviceGet || !d.cuDevicePrimaryCtxGetState || !d.cuDevicePrimaryCtxRetain || !d.cuDevicePrimaryCtxRelease_v2)
+    return nullptr;
+  CUdevice dev = 0;
+  unsigned flags = 0;
+  int active = 0;
+  if (d.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS || d.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS ||
+      active == 0)
+    return nullptr;
+  CUcontext ctx = nullptr;
+  if (d.cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS) return nullptr;
+  d.cuDevicePrimaryCtxRelease_v2(dev);
+  return ctx;
+}
+
 uint64_t device_total_memory(int ordinal) {
   const RealDriver& d = real_driver();
   if (d.cuInit == nullptr || d.cuDeviceGet == nullptr || d.cuDeviceTotalMem_v2 == nullptr) return 0;

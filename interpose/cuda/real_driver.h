@@ -28,7 +28,15 @@ namespace gpushim {
   X(cuDeviceTotalMem_v2, "cuDeviceTotalMem_v2", decltype(&::cuDeviceTotalMem_v2))                      \
   X(cuDeviceGetCount, "cuDeviceGetCount", decltype(&::cuDeviceGetCount))                               \
   X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", decltype(&::cuDeviceGetDefaultMemPool))    \
-  X(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", decltype(&::cuDevicePrimaryCtxGetState))
+  X(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", decltype(&::cuDevicePrimaryCtxGetState)) \
+  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", decltype(&::cuDevicePrimaryCtxRetain))       \
+  X(cuStreamGetFlags, "cuStreamGetFlags", decltype(&::cuStreamGetFlags))                               \
+  X(cuStreamGetCtx, "cuStreamGetCtx", decltype(&::cuStreamGetCtx))                                     \
+  X(cuEventCreate, "cuEventCreate", decltype(&::cuEventCreate))                                        \
+  X(cuEventRecord, "cuEventRecord", decltype(&::cuEventRecord))                                        \
+  X(cuEventQuery, "cuEventQuery", decltype(&::cuEventQuery))                                           \
+  X(cuEventDestroy_v2, "cuEventDestroy_v2", decltype(&::cuEventDestroy_v2))                            \
+  X(cuEventSynchronize, "cuEventSynchronize", decltype(&::cuEventSynchronize))
 
 #define GPUSHIM_REAL_DRIVER_FUNCTIONS(X) \
   GPUSHIM_HOOKED_DRIVER_FUNCTIONS(X)     \
@@ -49,6 +57,10 @@ const RealDriver& real_driver();
 // The device of the calling thread's current context; false without one (the driver decides
 // what a call made then means).
 bool current_context_device(int* device);
+
+// The handle of `ordinal`'s primary context if it is active (retained and released again, which
+// leaves its reference count as it was); null otherwise. Never creates one.
+CUcontext primary_context_if_active(int ordinal);
 
 // Total memory of a device as the driver reports it, without needing a context; 0 if unknown.
 uint64_t device_total_memory(int ordinal);

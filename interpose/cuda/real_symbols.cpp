@@ -46,10 +46,6 @@ RealRuntime* resolve_runtime(void* lib) {
   resolve(lib, r->cudaMemGetInfo, "cudaMemGetInfo");
   resolve(lib, r->cudaGetDevice, "cudaGetDevice");
   resolve(lib, r->cudaSetDevice, "cudaSetDevice");
-  resolve(lib, r->cudaStreamBeginCapture, "cudaStreamBeginCapture");
-  resolve(lib, r->cudaStreamBeginCapture_ptsz, "cudaStreamBeginCapture_ptsz");
-  resolve(lib, r->cudaStreamEndCapture, "cudaStreamEndCapture");
-  resolve(lib, r->cudaStreamEndCapture_ptsz, "cudaStreamEndCapture_ptsz");
   resolve(lib, r->cudaStreamIsCapturing, "cudaStreamIsCapturing");
   resolve(lib, r->cudaIpcGetMemHandle, "cudaIpcGetMemHandle");
   resolve(lib, r->cudaMemPoolGetAttribute, "cudaMemPoolGetAttribute");

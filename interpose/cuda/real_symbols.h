@@ -47,10 +47,6 @@ struct RealRuntime {
   cudaError_t (*cudaMemGetInfo)(size_t*, size_t*) = nullptr;
   cudaError_t (*cudaGetDevice)(int*) = nullptr;
   cudaError_t (*cudaSetDevice)(int) = nullptr;
-  cudaError_t (*cudaStreamBeginCapture)(cudaStream_t, cudaStreamCaptureMode) = nullptr;
-  cudaError_t (*cudaStreamBeginCapture_ptsz)(cudaStream_t, cudaStreamCaptureMode) = nullptr;
-  cudaError_t (*cudaStreamEndCapture)(cudaStream_t, cudaGraph_t*) = nullptr;
-  cudaError_t (*cudaStreamEndCapture_ptsz)(cudaStream_t, cudaGraph_t*) = nullptr;
   cudaError_t (*cudaStreamIsCapturing)(cudaStream_t, cudaStreamCaptureStatus*) = nullptr;
   cudaError_t (*cudaIpcGetMemHandle)(cudaIpcMemHandle_t*, void*) = nullptr;
   cudaError_t (*cudaMemPoolGetAttribute)(cudaMemPool_t, cudaMemPoolAttr, void*) = nullptr;

@@ -44,6 +44,8 @@ GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 
 GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   GPUSHIM_SCOPE;
+  // Its handle, while it exists: if this release destroys it, its streams go with it.
+  const CUcontext primary = gpushim::primary_context_if_active(dev);
   const CUresult r = call(real_driver().cuDevicePrimaryCtxRelease_v2, dev);
   Shim* s = accounting(scope);
   // The runtime's own release (its teardown at exit, after which the exit report still lists
@@ -52,7 +54,7 @@ GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   unsigned flags = 0;
   int active = 1;
   if (call(real_driver().cuDevicePrimaryCtxGetState, dev, &flags, &active) == CUDA_SUCCESS && active == 0)
-    s->after_context_destroyed(dev);
+    s->after_context_destroyed(dev, primary);
   return r;
 }
 
@@ -64,6 +66,7 @@ CUresult destroy_context(CUresult (*real)(CUcontext), CUcontext ctx) {
   Shim* s = accounting(scope);
   if (s == nullptr) return call(real, ctx);
   const auto owned = s->owned_by_context(ctx);
+  s->before_context_destroy(ctx);
   const CUresult r = call(real, ctx);
   if (r == CUDA_SUCCESS) s->after_context_destroy(owned);
   return r;

@@ -350,6 +350,15 @@ bool CachingPool::find_payload(const void* p, BlockPayload* out) const {
   return true;
 }
 
+void CachingPool::forget_streams(absl::FunctionRef<bool(CUstream)> doomed) {
+  std::lock_guard<FutexMutex> lock(mu_);
+  // Free-set order is by size and address: retagging a block leaves it in place.
+  rules_.forget_streams(doomed, [&](auto&& fn) {
+    for (Block* b : small_free_) fn(b);
+    for (Block* b : large_free_) fn(b);
+  });
+}
+
 void CachingPool::with_lock(absl::FunctionRef<void()> fn) const {
   std::lock_guard<FutexMutex> lock(mu_);
   fn();

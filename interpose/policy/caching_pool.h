@@ -57,6 +57,7 @@ class CachingPool final : public DeviceMemoryResource {
   void figures(PoolFigures* out) const override;
   void release_cached() override;
   void trim_to(uint64_t keep) override;
+  void forget_streams(absl::FunctionRef<bool(CUstream)> doomed) override;
   bool find_block(const void* p, uintptr_t* base, uint64_t* size) const override;
   const char* ipc_export_refusal(const void* block, uint64_t size) const override;
   bool holds_payloads() const override { return true; }

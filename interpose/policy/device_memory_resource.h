@@ -66,6 +66,10 @@ class DeviceMemoryResource {
   virtual void trim_to(uint64_t keep) {
     if (keep == 0) release_cached();
   }
+  // Streams for which `doomed` is true are about to be destroyed, or their context is: no block may
+  // name them afterwards (ReuseRules::forget_streams). Pure: a wrapper that forgot to forward it
+  // would leave blocks naming a destroyed stream, and a real driver crashes on such a handle.
+  virtual void forget_streams(absl::FunctionRef<bool(CUstream)> doomed) = 0;
 
   // ---- what pointer queries and IPC need to stay truthful (the driver only sees segments) ----
   // Pure, not defaulted: a wrapper that forgot to forward them would answer "not ours" for every

@@ -18,6 +18,11 @@
 //   - The device is synchronized only when memory is really short (a pool's out-of-memory retry,
 //     or an explicit release of cached memory), and every such synchronization is counted.
 //   - While a graph is being captured nothing is synchronized, recorded or queried: a pool grows.
+//   - A block never names a stream that may be gone (cuda/stream_registry.h states the rule): a
+//     stream about to be destroyed has its blocks' event recorded first, and they are ordered by
+//     that event alone from then on (forget_streams); so are blocks freed on the per-thread default
+//     stream, whose handle names another stream in every thread (their event is recorded at the
+//     free, by the freeing thread).
 //
 // Blocks are the pool's: a Block has `CUstream stream` (null: ready for anyone) and
 // `ReuseEvent* event`. Blocks waiting for a fence are held here, in epochs, until released back to
@@ -27,12 +32,15 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <deque>
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "policy/backend.h"
 #include "policy/device_memory_resource.h"
+#include "policy/stream_handles.h"
 
 namespace gpushim {
 
@@ -41,11 +49,6 @@ struct ReuseEvent {
   uint64_t handle = 0;
   uint32_t refs = 1;
 };
-
-// The legacy default stream has two spellings. The per-thread default stream handle names a
-// different stream in every thread, so two uses of it are never "the same stream".
-inline CUstream normalize_stream(CUstream s) { return s == nullptr ? CU_STREAM_LEGACY : s; }
-inline bool same_stream(CUstream a, CUstream b) { return a == b && a != CU_STREAM_PER_THREAD; }
 
 template <typename Block>
 class ReuseRules {
@@ -63,18 +66,51 @@ class ReuseRules {
   // block in its free set. A plain cudaFree, and any free during a capture (it belongs to the
   // graph being built), waits for its epoch's fence: false, the block is held here.
   bool retire(Block* b, CUstream stream, bool stream_ordered) {
-    if (stream_ordered && !backend_.capture_active()) {
-      freed_on_stream(b, stream);
-      return true;
-    }
+    if (stream_ordered && !backend_.capture_active() && freed_on_stream(b, stream)) return true;
     hold(b);
     return false;
   }
 
   // ---- stream-ordered frees ----
-  void freed_on_stream(Block* b, CUstream stream) {
+  // False when `b` must wait for a fence instead (see retire).
+  bool freed_on_stream(Block* b, CUstream stream) {
     drop_event(b);
-    b->stream = normalize_stream(stream);
+    stream = normalize_stream(stream);
+    if (stream == CU_STREAM_PER_THREAD) {
+      // Only this thread can name its per-thread stream: its event is recorded now. Failing that,
+      // a device fence covers it (its legacy-stream event waits for per-thread default streams).
+      const uint64_t e = backend_.record_event(stream);
+      if (e == 0) return false;
+      b->event = new ReuseEvent{e, 1};
+      stream = event_ordered_mark();
+    }
+    b->stream = stream;
+    return true;
+  }
+  // Streams for which `doomed` is true are about to be destroyed (or their context is): each free
+  // block `for_each_free(fn)` visits that names one gets an event recorded now, while the stream
+  // exists (one per stream, shared), and is ordered by it alone from then on. A block whose event
+  // cannot be recorded (during a capture; a stream of another context) waits for the next device
+  // synchronization.
+  template <typename ForEachFree>
+  void forget_streams(absl::FunctionRef<bool(CUstream)> doomed, ForEachFree&& for_each_free) {
+    std::vector<std::pair<CUstream, ReuseEvent*>> recorded;
+    for_each_free([&](Block* b) {
+      if (!names_created_stream(b->stream) || !doomed(b->stream)) return;
+      if (b->event == nullptr) {
+        auto it = std::find_if(recorded.begin(), recorded.end(), [&](const auto& r) { return r.first == b->stream; });
+        if (it == recorded.end()) {
+          const uint64_t e = backend_.capture_active() ? 0 : backend_.record_event(b->stream);
+          recorded.emplace_back(b->stream, e == 0 ? nullptr : new ReuseEvent{e, 0});
+          it = std::prev(recorded.end());
+        }
+        if (it->second != nullptr) {
+          b->event = it->second;
+          ++b->event->refs;
+        }
+      }
+      b->stream = event_ordered_mark();
+    });
   }
   // May `b` (free) serve `req` now?
   bool usable(Block* b, const AllocRequest& req) {
@@ -87,6 +123,7 @@ class ReuseRules {
     if (b->stream == nullptr) return true;
     if (backend_.capture_active()) return false;
     if (b->event == nullptr) {
+      if (b->stream == event_ordered_mark()) return false;  // no stream to record on: a synchronization releases it
       const uint64_t e = backend_.record_event(b->stream);
       if (e == 0) return false;
       b->event = new ReuseEvent{e, 1};

@@ -218,6 +218,13 @@ class VmmArena {
     std::lock_guard<FutexMutex> lock(mu_);
     fn();
   }
+  // DeviceMemoryResource::forget_streams, for the arena's free blocks.
+  void forget_streams(absl::FunctionRef<bool(CUstream)> doomed) {
+    std::lock_guard<FutexMutex> lock(mu_);
+    rules_.forget_streams(doomed, [&](auto&& fn) {
+      for (Block* b : free_) fn(b);
+    });
+  }
   // Takes back a kSegment block; its owner guarantees that no work still uses it.
   CUresult return_segment(void* p);
   // Grows the kSegment block at `p` by `more` bytes (whole chunks) in place: the range after it

@@ -51,6 +51,10 @@ class VmmPool final : public DeviceMemoryResource {
   const char* ipc_export_refusal(const void* block, uint64_t size) const override;
   void figures(PoolFigures* out) const override;
   void release_cached() override;
+  void forget_streams(absl::FunctionRef<bool(CUstream)> doomed) override {
+    small_->forget_streams(doomed);
+    arena_.forget_streams(doomed);
+  }
   // Every block carries the caller's payload (its allocation record), in the small pool or in
   // the arena: one lock and one lookup per call instead of a separate record table.
   bool holds_payloads() const override { return true; }

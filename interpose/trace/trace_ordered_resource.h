@@ -66,6 +66,7 @@ class TraceOrderedResource final : public DeviceMemoryResource {
     std::lock_guard<std::mutex> lock(mu_);
     pool_->trim_to(keep);
   }
+  void forget_streams(absl::FunctionRef<bool(CUstream)> doomed) override { pool_->forget_streams(doomed); }
 
   // The calling thread's last allocate or deallocate, as numbered in the pool's order (from 1).
   static uint64_t last_op_seq() { return t_last_op_seq; }

@@ -1,0 +1,298 @@
+#include "cuda/stream_registry.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "cuda/capture_state.h"
+#include "cuda/real_driver.h"
+
+namespace gpushim {
+
+struct StreamTail {
+  CUevent event = nullptr;  // null: finished, or its context is gone (under the registry's lock)
+  bool unknown = false;     // no event could be recorded: only a synchronization proves it finished
+  CUcontext context = nullptr;
+  int device = -1;
+};
+
+namespace {
+
+struct Stream {
+  CUcontext context = nullptr;
+  int device = -1;
+  bool non_blocking = false;
+};
+
+struct Registry {
+  std::mutex mu;
+  absl::flat_hash_map<CUstream, Stream> streams;  // every live stream we know of
+  std::vector<TailRef> tails;                     // unfinished tails of destroyed non-blocking streams
+  // Captures in progress: a created stream, or (per_thread) the thread whose per-thread default
+  // stream captures, keyed by that thread's marker address.
+  struct Capture {
+    CUstream stream;
+    const void* thread;  // non-null for a per-thread default stream's capture
+    CUcontext context;
+    // Recorded on a non-blocking stream just before its capture began: once the stream captures,
+    // an event recorded there becomes a node of the graph instead, so this is its tail if it is
+    // destroyed while capturing (work queued before the capture still runs).
+    CUevent before = nullptr;
+  };
+  std::vector<Capture> captures;
+};
+
+// Bumped whenever a stream leaves the registry, so that a thread's memory of "already known" can
+// never vouch for a new stream that reuses a destroyed one's handle.
+std::atomic<uint64_t> g_generation{1};
+
+// Never destroyed: hooks may run during exit. A fork child starts with an empty one: the parent's
+// lock may be held by a thread that does not exist there, and the parent's streams are not the
+// child's (a child of a CUDA process cannot use CUDA; one forked before CUDA has no streams yet).
+std::atomic<Registry*> g_registry{nullptr};
+
+Registry& registry() {
+  if (Registry* r = g_registry.load(std::memory_order_acquire)) return *r;
+  static Registry* const first = [] {
+    auto* r = new Registry;
+    g_registry.store(r, std::memory_order_release);
+    pthread_atfork(nullptr, nullptr, [] {
+      g_registry.store(new Registry, std::memory_order_relaxed);
+      g_generation.fetch_add(1, std::memory_order_relaxed);  // nothing this thread knew holds there
+      active_captures().store(0, std::memory_order_relaxed);
+    });
+    return r;
+  }();
+  (void)first;
+  return *g_registry.load(std::memory_order_acquire);
+}
+
+thread_local CUstream t_known = nullptr;
+thread_local uint64_t t_known_generation = 0;
+thread_local char t_thread_marker;
+
+CUcontext current_context() {
+  CUcontext ctx = nullptr;
+  if (real_driver().cuCtxGetCurrent) real_driver().cuCtxGetCurrent(&ctx);
+  return ctx;
+}
+
+void publish_captures(const Registry& r) {
+  active_captures().store(static_cast<int>(r.captures.size()), std::memory_order_release);
+}
+
+void destroy_event(CUevent e);
+
+// Under r.mu.
+void destroy_tail_event(StreamTail& t) {
+  destroy_event(t.event);
+  t.event = nullptr;
+}
+
+// A fresh event recorded on `stream`, or null.
+CUevent record_new_event(CUstream stream) {
+  const RealDriver& d = real_driver();
+  CUevent e = nullptr;
+  if (!d.cuEventCreate || !d.cuEventRecord || d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+    return nullptr;
+  if (d.cuEventRecord(e, stream) != CUDA_SUCCESS) {
+    if (d.cuEventDestroy_v2) d.cuEventDestroy_v2(e);
+    return nullptr;
+  }
+  return e;
+}
+
+void destroy_event(CUevent e) {
+  if (e != nullptr && real_driver().cuEventDestroy_v2) real_driver().cuEventDestroy_v2(e);
+}
+
+}  // namespace
+
+void note_stream_created(CUstream stream, unsigned flags, CUcontext context) {
+  if (!names_created_stream(stream)) return;
+  int device = -1;
+  if (!current_context_device(&device)) return;
+  if (context == nullptr) context = current_context();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.streams[stream] = Stream{context, device, (flags & CU_STREAM_NON_BLOCKING) != 0};
+}
+
+void learn_stream(CUstream stream) {
+  if (!names_created_stream(stream)) return;
+  const uint64_t gen = g_generation.load(std::memory_order_acquire);
+  if (t_known == stream && t_known_generation == gen) return;
+  Registry& r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (!r.streams.contains(stream)) {
+      const RealDriver& d = real_driver();
+      unsigned flags = 0;
+      CUcontext ctx = nullptr;
+      int device = -1;
+      if (d.cuStreamGetFlags == nullptr || d.cuStreamGetFlags(stream, &flags) != CUDA_SUCCESS) return;
+      if (d.cuStreamGetCtx != nullptr && d.cuStreamGetCtx(stream, &ctx) != CUDA_SUCCESS) ctx = nullptr;
+      if (!current_context_device(&device)) return;
+      r.streams[stream] = Stream{ctx, device, (flags & CU_STREAM_NON_BLOCKING) != 0};
+    }
+  }
+  t_known = stream;
+  t_known_generation = gen;
+}
+
+void note_stream_destroying(CUstream stream) {
+  if (!names_created_stream(stream)) return;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  g_generation.fetch_add(1, std::memory_order_acq_rel);
+  // Destroying a capturing stream ends its capture; what it queued before the capture is its tail.
+  CUevent before_capture = nullptr;
+  bool was_capturing = false;
+  for (auto it = r.captures.begin(); it != r.captures.end(); ++it)
+    if (it->thread == nullptr && it->stream == stream) {
+      before_capture = it->before;
+      was_capturing = true;
+      r.captures.erase(it);
+      publish_captures(r);
+      break;
+    }
+  auto it = r.streams.find(stream);
+  if (it == r.streams.end()) {
+    destroy_event(before_capture);
+    return;
+  }
+  const Stream s = it->second;
+  r.streams.erase(it);
+  if (!s.non_blocking) {  // the legacy stream's event in every fence already orders after it
+    destroy_event(before_capture);
+    return;
+  }
+  // Recorded in the caller's context, which is the stream's (destroying a stream of another
+  // context is an error the driver reports anyway). No event: only a synchronization proves it.
+  auto tail = std::make_shared<StreamTail>();
+  tail->context = s.context;
+  tail->device = s.device;
+  tail->event = was_capturing ? before_capture : record_new_event(stream);
+  tail->unknown = tail->event == nullptr;
+  r.tails.push_back(std::move(tail));
+}
+
+void forget_context(CUcontext context, bool context_alive) {
+  if (context == nullptr) return;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  g_generation.fetch_add(1, std::memory_order_acq_rel);
+  absl::erase_if(r.streams, [&](const auto& kv) { return kv.second.context == context; });
+  for (auto it = r.tails.begin(); it != r.tails.end();) {
+    StreamTail& t = **it;
+    if (t.context != context) {
+      ++it;
+      continue;
+    }
+    if (context_alive) destroy_tail_event(t);
+    t.event = nullptr;  // fences still holding it see it finished: its work went with the context
+    t.unknown = false;
+    it = r.tails.erase(it);
+  }
+  const size_t captures = r.captures.size();
+  r.captures.erase(std::remove_if(r.captures.begin(), r.captures.end(),
+                                  [&](const auto& c) {
+                                    if (c.context != context) return false;
+                                    if (context_alive) destroy_event(c.before);
+                                    return true;
+                                  }),
+                   r.captures.end());
+  if (r.captures.size() != captures) publish_captures(r);
+}
+
+CUcontext context_of_stream(CUstream stream) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.streams.find(stream);
+  return it == r.streams.end() ? nullptr : it->second.context;
+}
+
+void note_capture_began(CUstream stream, bool per_thread) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  CUevent before = nullptr;
+  if (!per_thread) {
+    auto it = r.streams.find(stream);
+    if (it != r.streams.end() && it->second.non_blocking) before = record_new_event(stream);
+  }
+  r.captures.push_back({per_thread ? nullptr : stream, per_thread ? &t_thread_marker : nullptr, current_context(), before});
+  publish_captures(r);
+}
+
+void note_capture_ended(CUstream stream, bool per_thread) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = std::find_if(r.captures.begin(), r.captures.end(), [&](const auto& c) {
+    return per_thread ? c.thread == &t_thread_marker : (c.thread == nullptr && c.stream == stream);
+  });
+  if (it == r.captures.end()) return;
+  destroy_event(it->before);
+  r.captures.erase(it);
+  publish_captures(r);
+}
+
+bool record_fence_targets(int device, absl::FunctionRef<bool(CUstream)> record, std::vector<TailRef>* tails) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const RealDriver& d = real_driver();
+  for (auto it = r.tails.begin(); it != r.tails.end();) {
+    StreamTail& t = **it;
+    if (t.device != device) {
+      ++it;
+      continue;
+    }
+    if (t.unknown) return false;
+    if (t.event == nullptr || (d.cuEventQuery && d.cuEventQuery(t.event) == CUDA_SUCCESS)) {
+      destroy_tail_event(t);
+      it = r.tails.erase(it);
+      continue;
+    }
+    tails->push_back(*it);
+    ++it;
+  }
+  for (const auto& [stream, s] : r.streams)
+    if (s.device == device && s.non_blocking && !record(stream)) return false;
+  return true;
+}
+
+bool tail_done(const TailRef& tail) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (tail->unknown) return false;
+  if (tail->event == nullptr) return true;
+  return real_driver().cuEventQuery && real_driver().cuEventQuery(tail->event) == CUDA_SUCCESS;
+}
+
+bool wait_tail(const TailRef& tail) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (tail->unknown || real_driver().cuEventSynchronize == nullptr) return false;
+  if (tail->event == nullptr) return true;
+  // Waited for under the lock: a context's end must not destroy the event meanwhile. Only pools
+  // short of memory wait, and a tail is the last work of one stream.
+  return real_driver().cuEventSynchronize(tail->event) == CUDA_SUCCESS;
+}
+
+void tails_settled(int device) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto it = r.tails.begin(); it != r.tails.end();) {
+    if ((*it)->device != device) {
+      ++it;
+      continue;
+    }
+    destroy_tail_event(**it);
+    (*it)->unknown = false;
+    it = r.tails.erase(it);
+  }
+}
+
+}  // namespace gpushim

@@ -1,0 +1,73 @@
+// The streams the shim names to the driver on its own, and the rule that keeps every such name
+// valid. On a real GPU a destroyed stream is not an error code: NVIDIA's driver dereferences the
+// freed handle and the host process crashes (design-notes §9). So:
+//
+//   - A stream the shim may record on is in this registry from its creation (or its first use by
+//     an allocation or free, for streams made where no hook saw them) until its destruction, and
+//     every driver call naming it is made under the registry's lock. A destroy first takes the
+//     stream out under that lock (recording its tail, see below), and only then is forwarded: no
+//     call can name it afterwards.
+//   - Blocks a pool keeps tagged with a stream (stream-ordered frees) are retagged before the
+//     destroy is forwarded (DeviceMemoryResource::forget_streams: their event is recorded while the
+//     stream exists, and they carry event_ordered_mark() from then on).
+//   - A context's destruction or reset destroys its streams without any cuStreamDestroy: the core
+//     calls forget_context() for it, which drops them with no driver call (their tail events died
+//     with the context, so they are neither queried nor destroyed again).
+//
+// Also here: the captures in progress (cuda/capture_state.h's count), since a capture ends with its
+// stream or its context as well as with cuStreamEndCapture.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "policy/stream_handles.h"
+
+namespace gpushim {
+
+// ---- hooks ----
+// A stream was created (cuStreamCreate*, cuGreenCtxStreamCreate) in the calling thread's current
+// context; `context` overrides it when the creating call names one.
+void note_stream_created(CUstream stream, unsigned flags, CUcontext context = nullptr);
+// An allocation or free names `stream`: registered on first sight (flags and context asked of the
+// driver once; the program vouches that the stream exists by using it). Cheap when known: a
+// thread-local check of the last stream seen.
+void learn_stream(CUstream stream);
+// Before a destroy is forwarded: no call will name `stream` again. A non-blocking stream leaves an
+// event at its tail, which device fences wait for until it completes.
+void note_stream_destroying(CUstream stream);
+// The context is about to be destroyed or reset (`context_alive`: its tail events are destroyed
+// now) or was (they died with it): its streams, tails and captures are dropped.
+void forget_context(CUcontext context, bool context_alive);
+// The context `stream` belongs to, as the registry knows it (null: unknown).
+CUcontext context_of_stream(CUstream stream);
+
+// ---- captures ----
+// A capture began on `stream` (with `per_thread`: the calling thread's per-thread default stream).
+void note_capture_began(CUstream stream, bool per_thread);
+// The capture on `stream` ended (ended or invalidated: either way it is over).
+void note_capture_ended(CUstream stream, bool per_thread);
+
+// ---- device fences (DriverBackend) ----
+// The last work of a destroyed non-blocking stream: cuStreamDestroy returns at once, and work
+// already queued there still runs. Queried only through the registry, so that a context's end can
+// retire it first.
+struct StreamTail;
+using TailRef = std::shared_ptr<StreamTail>;
+// Under the registry's lock: calls `record(stream)` for every live non-blocking stream of `device`
+// (so none can be destroyed meanwhile) and collects the unfinished tails of destroyed ones.
+// False (nothing kept) when a tail's work cannot be proven finished or `record` failed: only a
+// synchronization proves it then.
+bool record_fence_targets(int device, absl::FunctionRef<bool(CUstream)> record, std::vector<TailRef>* tails);
+// Has the tail's work finished? A tail of a context that is gone counts as finished.
+bool tail_done(const TailRef& tail);
+// Blocks until it has; false if that cannot be done.
+bool wait_tail(const TailRef& tail);
+// A device synchronization finished every tail of `device`.
+void tails_settled(int device);
+
+}  // namespace gpushim

@@ -72,18 +72,19 @@ int freed_then_destroyed() {
 
 int reset(bool busy) {
   CHECK(cudaSetDevice(0));
-  plain_rounds(2, 64 * kMiB);  // the pool has a segment, and fences have been recorded
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   if (busy) {
+    // Memory no pool serves, so that the pool holds nothing at the reset (a pool that gives
+    // memory back synchronizes first, which would finish the tail before the reset).
     void* p = nullptr;
-    CHECK(cudaMalloc(&p, kMiB));
-    CHECK(testsupport::delayed_fill(p, 0x22, kMiB, 50000, s));
-    CHECK(cudaStreamDestroy(s));  // its tail is pending: fences wait for it
-    CHECK(cudaFree(p));
-    plain_rounds(2, 64 * kMiB);
+    CHECK(cudaMallocManaged(&p, kMiB));
+    CHECK(testsupport::delayed_fill(p, 0x22, kMiB, 200000, s));
+    CHECK(cudaStreamDestroy(s));  // its tail is pending: fences wait for it, until the reset
+  } else {
+    plain_rounds(2, 64 * kMiB);  // the pool has a segment, and fences have been recorded
   }
-  CHECK(cudaDeviceReset());  // destroys `s` (if still alive) with the context
+  CHECK(cudaDeviceReset());  // destroys `s` (if still alive) and the tail's event with the context
   plain_rounds(8, 64 * kMiB);  // seals epochs: fences must name no stream of the old context
   std::printf("{\"case\": \"%s\", \"rounds\": 8}\n", busy ? "reset_busy_destroyed" : "reset_live_stream");
   return 0;

@@ -190,7 +190,7 @@ class GpuValidateFromTheBundle(unittest.TestCase):
                          [("skipped", "--simulated: PyTorch needs a real GPU")])
         with open(os.path.join(out, "table.md")) as f:
             table = f.read()
-        self.assertIn(f"Budget {budget} s. Plan: micro", table)
+        self.assertIn(f"Budget {budget} s. Plan: micro (~15 s), e2e (~20 s). Skipped: steptime", table)
         self.assertIn("Skipped: steptime (--simulated: PyTorch needs a real GPU)", table)
         self.assertEqual(table.count("\n| micro |"), len(micro))
         with tarfile.open(os.path.join(out, "traces.tar.gz")) as t:

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -138,6 +139,90 @@ class Verdicts(unittest.TestCase):
             self.assertRegex(o.describe(), r"^exit status 127; last lines: could not start .*missing: ")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+class TorchPartsWithStandInRuns(unittest.TestCase):
+    """The PyTorch parts run only on a GPU: here their children are stood in for (run_child replaced)
+    so that the commands they build, the order of the runs and what they record are checked."""
+
+    def setUp(self):
+        import argparse
+        self.gv = load_gpu_validate()
+        self.tmp = tempfile.mkdtemp(prefix="gpushim-validate-test-")
+        self.calls = []
+        support = sys.modules["validate_support"]
+        self.gv.run_child = self.fake_run
+        results = support.Results(os.path.join(self.tmp, "out"), ["# test"], self.gv.render)
+        args = argparse.Namespace(simulated=False, reps=5)
+        self.suite = self.gv.Suite(args, BUILD, None, "/nvidia/lib", results)
+        self.outcome = support.Outcome
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def fake_run(self, cmd, env, timeout, log_base, cwd=None):
+        self.calls.append((cmd, env))
+        for path in (log_base + ".out", log_base + ".err"):
+            open(path, "w").close()
+        out = cmd[cmd.index("--out") + 1]
+        rnd = int(out.rsplit("-", 1)[-1].split(".")[0]) if "step-" in out else 1
+        step = 10.0 + rnd / 10 + (0.5 if "--policy" in cmd else 0)
+        with open(out, "w") as f:
+            json.dump({"median_step_ms": step, "losses": [3.0, 2.5], "torch_max_reserved": 64 * MiB}, f)
+        report = cmd[cmd.index("--report") + 1] if "--report" in cmd else env.get("GPUSHIM_REPORT")
+        if "--leak" in cmd:
+            line = self.gv.planted_line(os.path.join(HERE, "train.py"))
+            with open(report, "w") as f:
+                json.dump({"growth": {"verdict": "growing", "iterations": 60, "iteration_source": "train_step",
+                                      "suspects": [{"bytes_per_iteration": 2 * MiB, "frames": [
+                                          {"file": "/x/tests/gpu/train.py", "line": line if "run" in cmd else line + 1}]}]}},
+                          f)
+        return self.outcome(0, False, 1.0, log_base + ".out", log_base + ".err", timeout)
+
+    def test_steptime_interleaves_six_configurations_five_times(self):
+        self.suite.steptime(time.monotonic() + 600)
+        order = []
+        for cmd, env in self.calls:
+            if cmd[0] == sys.executable:
+                order.append(env.get("PYTORCH_CUDA_ALLOC_CONF", "native"))
+                self.assertNotIn("LD_PRELOAD", env)
+            else:
+                self.assertEqual(cmd[:2], [os.path.join(BUILD, "bin", "gpushim"), "run"])
+                self.assertIn("--trace", cmd)
+                self.assertEqual(cmd[cmd.index("--") + 1:cmd.index("--") + 3], [sys.executable, os.path.join(HERE, "train.py")])
+                order.append(" ".join(cmd[2:cmd.index("--summary")]) or "launcher")
+        self.assertEqual(order, ["native", "expandable_segments:True", "backend:cudaMallocAsync", "launcher",
+                                 "--policy caching", "--policy vmm"] * 5)
+        records = self.suite.results.records
+        self.assertEqual(len(records), 30)
+        table = self.gv.step_table(records)
+        self.assertIn("| launcher --policy vmm | 5 | 10.80 ms (IQR 10.70 ms–10.90 ms) | 1.049× (IQR 1.048×–1.049×) |", table)
+        self.assertIn("| native | 5 | 10.30 ms (IQR 10.20 ms–10.40 ms) | 1 |", table)
+
+    def test_workloads_compare_the_launchers_run_with_natives(self):
+        self.suite.workloads(time.monotonic() + 600)
+        native, launcher = self.calls[0][0], self.calls[1][0]
+        self.assertEqual(native[:3], [sys.executable, os.path.join(HERE, "torch_workloads.py"), "multistream"])
+        self.assertEqual(launcher[:2], [os.path.join(BUILD, "bin", "gpushim"), "run"])
+        self.assertEqual(launcher[launcher.index("--") + 1:][:3], native[:3])
+        self.assertEqual([(r["name"], r["status"], r["result"]) for r in self.suite.results.records],
+                         [("multistream", "pass", "checksums/losses vs native: identical"),
+                          ("graph", "pass", "checksums/losses vs native: identical")])
+
+    def test_leak_part_reports_the_top_suspect_against_the_planted_line(self):
+        self.suite.leak(time.monotonic() + 600)
+        (preload_cmd, preload_env), (launcher_cmd, _) = self.calls
+        self.assertEqual(preload_cmd[0], sys.executable)  # the mission's command: no launcher
+        self.assertEqual(preload_env["LD_PRELOAD"], os.path.join(BUILD, "lib", "libgpushim.so"))
+        self.assertNotIn("GPUSHIM_POLICY", preload_env)
+        self.assertNotIn("PYTORCH_CUDA_ALLOC_CONF", preload_env)
+        line = self.gv.planted_line(os.path.join(HERE, "train.py"))
+        preload, launcher = self.suite.results.records
+        self.assertEqual((preload["config"], preload["status"]), ("LD_PRELOAD (no launcher)", "fail"))
+        self.assertEqual(preload["message"], f"top suspect train.py:{line + 1}, not train.py:{line}; 2.00 MiB per "
+                                             "iteration, 1 suspect(s); growth verdict: growing; 60 iterations (train_step)")
+        self.assertEqual((launcher["config"], launcher["status"], launcher["top_suspect"]),
+                         ("launcher default", "pass", f"/x/tests/gpu/train.py:{line}"))
 
 
 @unittest.skipIf(sanitizer_build(), "the GPU suite runs release builds; sanitizer builds do not build the benchmarks")

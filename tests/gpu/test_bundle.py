@@ -20,8 +20,10 @@ BUILD = os.path.abspath(os.environ.get("GPUSHIM_BUILD_DIR") or os.path.join(ROOT
 # What the target machine provides: the C/C++ runtime and NVIDIA's driver and runtime.
 SYSTEM = re.compile(r"^(linux-vdso|ld-linux.*|libc|libm|libdl|libpthread|librt|libutil|libresolv|libstdc\+\+|libgcc_s)\.so")
 NVIDIA = re.compile(r"^(libcuda|libcudart)\.so")
-# Quick e2e modules for the bundle's check: native programs, a Python ctypes client, the launcher.
-E2E_MODULES = ["test_foundation.LeakingProgram", "test_foundation.Exports", "test_numba_client"]
+# Quick e2e modules for the bundle's check: native programs (file:line through the bundled libdw), the
+# helper libraries of e2e-libs/, a Python client of tests/e2e/python with gpushim-analyze.
+E2E_MODULES = ["test_foundation.LeakingProgram", "test_foundation.Exports", "test_every_allocation.Dlsym",
+               "test_user_line"]
 
 
 def sanitizer_build():

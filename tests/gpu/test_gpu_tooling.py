@@ -183,6 +183,7 @@ class TorchPartsWithStandInRuns(unittest.TestCase):
         self.suite.steptime(time.monotonic() + 600)
         order = []
         for cmd, env in self.calls:
+            self.assertNotIn("/nvidia/lib", env["LD_LIBRARY_PATH"].split(":"))
             if cmd[0] == sys.executable:
                 order.append(env.get("PYTORCH_CUDA_ALLOC_CONF", "native"))
                 self.assertNotIn("LD_PRELOAD", env)
@@ -216,6 +217,9 @@ class TorchPartsWithStandInRuns(unittest.TestCase):
         self.assertEqual(preload_env["LD_PRELOAD"], os.path.join(BUILD, "lib", "libgpushim.so"))
         self.assertNotIn("GPUSHIM_POLICY", preload_env)
         self.assertNotIn("PYTORCH_CUDA_ALLOC_CONF", preload_env)
+        # PyTorch loads its own wheel's CUDA libraries, as in users' jobs; NVIDIA's runtime folder is
+        # only for the programs built here.
+        self.assertNotIn("/nvidia/lib", preload_env["LD_LIBRARY_PATH"].split(":"))
         line = self.gv.planted_line(os.path.join(HERE, "train.py"))
         preload, launcher = self.suite.results.records
         self.assertEqual((preload["config"], preload["status"]), ("LD_PRELOAD (no launcher)", "fail"))

@@ -4,7 +4,9 @@
 
 namespace gpushim {
 
-inline constexpr char kVersionTag[] = "gpushim version " GPUSHIM_VERSION;
+// `used`: without it the compiler folds kVersion into a bare "0.9.0" and the whole tag survives only
+// in the DWARF, so a stripped library (a bundle, a distribution package) had no version to read.
+[[gnu::used]] inline constexpr char kVersionTag[] = "gpushim version " GPUSHIM_VERSION;
 inline constexpr const char* kVersion = kVersionTag + sizeof("gpushim version ") - 1;
 
 }  // namespace gpushim

@@ -1,6 +1,7 @@
-"""What of the GPU validation suite can be checked without a GPU: the relocatable bundle works under
-LD_PRELOAD (on the simulated device), scripts/gpu-validate skips cleanly and says why, and the kernel
-library built with nvcc has the contract the e2e programs rely on."""
+"""What of the GPU validation suite can be checked without a GPU: scripts/gpu-validate skips cleanly and
+says why, reads results and plans its budget right, says why a child failed, and the kernel library
+built with nvcc has the contract the e2e programs rely on. (The bundle, and gpu-validate run from it on
+the simulated device: test_bundle.py.)"""
 import json
 import os
 import re
@@ -8,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,83 +37,6 @@ def clean_env(**extra):
     return env
 
 
-@unittest.skipIf(sanitizer_build(), "bundles are made from release builds, not sanitizer builds")
-class Bundle(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="gpushim-bundle-test-")
-        built = os.path.join(cls.tmp, "built")
-        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bundle"), "--no-build", "--build-dir", BUILD,
-                        "--out", built], check=True, capture_output=True, text=True)
-        # Relocatable means it works wherever it is copied: use it from another path than the built one.
-        cls.bundle = os.path.join(cls.tmp, "elsewhere", "gpushim")
-        os.makedirs(os.path.dirname(cls.bundle))
-        shutil.move(built, cls.bundle)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def test_every_bundled_library_has_runpath_origin(self):
-        libs = sorted(os.listdir(os.path.join(self.bundle, "lib")))
-        self.assertIn("libgpushim.so", libs)
-        self.assertTrue(any(l.startswith("libabsl_") for l in libs), libs)
-        for lib in libs:
-            out = subprocess.run(["readelf", "-d", os.path.join(self.bundle, "lib", lib)], capture_output=True,
-                                 text=True, check=True).stdout
-            self.assertRegex(out, r"\(RUNPATH\)\s+Library runpath: \[\$ORIGIN\]", lib)
-
-    def test_non_system_dependencies_resolve_inside_the_bundle(self):
-        out = subprocess.run(["ldd", os.path.join(self.bundle, "lib", "libgpushim.so")], capture_output=True,
-                             text=True, check=True, env=clean_env()).stdout
-        deps = dict(re.findall(r"^\s*(\S+) => (\S+)", out, re.M))
-        absl = {k: v for k, v in deps.items() if k.startswith("libabsl_")}
-        self.assertTrue(absl, out)
-        for soname, path in absl.items():
-            self.assertEqual(path, os.path.join(self.bundle, "lib", soname))
-
-    def test_e2e_program_under_the_bundled_preload(self):
-        report = os.path.join(self.tmp, "report.json")
-        env = clean_env(LD_PRELOAD=os.path.join(self.bundle, "lib", "libgpushim.so"),
-                        LD_LIBRARY_PATH=os.path.join(self.bundle, "fakecuda"), GPUSHIM_REPORT=report, LD_DEBUG="libs")
-        proc = subprocess.run([os.path.join(self.bundle, "bin", "e2e_leak_two_sites")], env=env, capture_output=True,
-                              text=True, timeout=120)
-        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-        # The unwinder and the DWARF reader the shim dlopens come from the bundle, not the system.
-        for lib in ("libunwind.so.8", "libdw.so.1", "libabsl_hash.so.20220623"):
-            self.assertIn(f"calling init: {os.path.join(self.bundle, 'lib', lib)}", proc.stderr)
-        with open(report) as f:
-            rep = json.load(f)
-        self.assertEqual(rep["devices"][0]["live_count"], 5)
-        frames = [f for s in rep["sites"] for f in s["frames"] if "leak_from_alpha" in (f.get("function") or "")]
-        self.assertTrue(frames, json.dumps(rep["sites"])[:2000])
-        self.assertTrue(frames[0]["file"].endswith("leak_two_sites.cpp"))  # file:line through bundled libdw
-        self.assertGreater(frames[0]["line"], 0)
-
-    def test_e2e_helpers_run_from_the_bundle(self):
-        env = clean_env(GPUSHIM_BUILD_DIR=self.bundle)
-        proc = subprocess.run([sys.executable, "-m", "unittest", "test_foundation.LeakingProgram",
-                               "test_foundation.Exports"], cwd=os.path.join(self.bundle, "tests", "e2e"), env=env,
-                              capture_output=True, text=True, timeout=300)
-        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-        self.assertRegex(proc.stderr, r"Ran [1-9]\d* tests?")
-
-    def test_manifest_says_what_the_target_needs(self):
-        with open(os.path.join(self.bundle, "MANIFEST.json")) as f:
-            m = json.load(f)
-        self.assertEqual(m["kind"], "gpushim-bundle")
-        self.assertRegex(m["requires"]["GLIBC"], r"^2\.\d+$")
-        self.assertIn("libgpushim.so", m["libraries"])
-        self.assertIn("e2e_reuse_integrity", m["programs"])
-        self.assertIn("gpushim_bench_alloc", m["programs"])
-
-    def test_gpu_validate_from_the_bundle_says_so_and_skips_without_a_gpu(self):
-        proc = subprocess.run([sys.executable, os.path.join(self.bundle, "scripts", "gpu-validate")],
-                              env=clean_env(CUDA_VISIBLE_DEVICES=""), capture_output=True, text=True, timeout=120)
-        self.assertEqual(proc.returncode, 77, proc.stdout + proc.stderr)
-        self.assertIn(f"running from the bundle {self.bundle}", proc.stderr)
-        self.assertRegex(proc.stdout, r"^SKIPPED: gpu-validate needs an NVIDIA GPU: .+\. Nothing was run\.")
-
 
 class GpuValidateWithoutGpu(unittest.TestCase):
     def run_validate(self, **env):
@@ -133,34 +58,6 @@ class GpuValidateWithoutGpu(unittest.TestCase):
         self.assertIn("is the simulated device, not NVIDIA's driver", proc.stdout)
 
 
-@unittest.skipIf(sanitizer_build(), "an instrumented shim cannot be preloaded into the uninstrumented bench programs")
-class GpuValidateOnTheSimulatedDevice(unittest.TestCase):
-    """--simulated lets the simulated device stand in for a GPU: it exercises the script's own
-    logic (running the parts, reading their results, the table), not gpushim on a GPU."""
-
-    def test_one_table_with_every_part_and_every_policy(self):
-        policies = subprocess.run([os.path.join(BUILD, "bin", "gpushim_bench_policies")], capture_output=True,
-                                  text=True, check=True).stdout.split()
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu-validate"), "--build-dir", BUILD,
-                               "--no-build", "--simulated", "--quick", "--parts", "e2e,micro",
-                               "--e2e-modules", "test_foundation.Exports,test_foundation.Quiet"],
-                              env=clean_env(), capture_output=True, text=True, timeout=600)
-        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr[-3000:])
-        out = proc.stdout
-        self.assertIn("--simulated: the simulated device stood in for a GPU", out)
-        table = [l for l in out.splitlines() if l.startswith("| ")]
-        self.assertTrue(table[0].startswith("| part | workload | configuration |"), table[:1])
-        e2e = [l for l in table if l.startswith("| e2e |")]
-        self.assertEqual(len(e2e), 1, table)
-        self.assertRegex(e2e[0], r"\| 3 passed, 0 failed, 0 skipped \|")
-        micro = [l for l in table if l.startswith("| micro |")]
-        for config in ["raw CUDA (no shim)"] + [f"{p}, stacks 32" for p in policies]:
-            rows = [l for l in micro if f"| {config} |" in l]
-            self.assertEqual(len(rows), 6, (config, micro))  # 2 APIs x 3 sizes
-            for r in rows:
-                self.assertRegex(r, r"\| \d+(\.\d)? (ns|µs|ms) / \d+(\.\d)? (ns|µs|ms) per pair \|")
-
-
 def load_gpu_validate():
     import importlib.machinery
     import importlib.util
@@ -172,54 +69,164 @@ def load_gpu_validate():
 
 
 class Verdicts(unittest.TestCase):
-    """How gpu-validate reads a PyTorch run and the shim's report (the parts a GPU run would need)."""
+    """How gpu-validate reads runs and reports, and plans its time."""
 
     @classmethod
     def setUpClass(cls):
         cls.gv = load_gpu_validate()
-
-    LEAK = {"leaked_bytes": 60 * 4 * MiB, "leaked_count": 60, "leak_function": "keep_for_later"}
-
-    def site(self, count, nbytes, functions):
-        return {"live_count": count, "live_bytes": nbytes, "frames": [{"function": f} for f in functions]}
 
     def test_losses_identical_or_how_far_apart(self):
         self.assertEqual(self.gv.compare_losses([1.5, 2.25], [1.5, 2.25]), "identical")
         self.assertEqual(self.gv.compare_losses([1.5, 2.0], [1.5, 2.25]), "differs: max |Δ| 0.25")
         self.assertIn("different length", self.gv.compare_losses([1.0], [1.0, 2.0]))
 
-    def test_leak_found_through_the_growth_section(self):
-        rep = {"growth": {"suspects": [
-            {"bytes_per_iteration": 0, "bytes_per_s": 10.0, "frames": [{"function": "load_model"}]},
-            {"bytes_per_iteration": 4194304.0, "frames": [{"function": "keep_for_later"}, {"function": "step"}]}]},
-            "sites": []}
-        found, how = self.gv.leak_verdict(rep, self.LEAK)
-        self.assertTrue(found)
-        self.assertIn("growth suspect #2 is keep_for_later()", how)
+    def test_top_suspect_at_the_jobs_own_frame(self):
+        rep = {"growth": {"verdict": "growing", "evidence": "", "iterations": 60, "iteration_source": "train_step",
+                          "suspects": [{"bytes_per_iteration": 2 * MiB, "frames": [
+                              {"function": "clone", "file": "", "line": 0},
+                              {"function": "train_step", "file": "/b/tests/gpu/train.py", "line": 71},
+                              {"function": "main", "file": "/b/tests/gpu/train.py", "line": 99}]},
+                              {"bytes_per_iteration": 1, "frames": []}]}}
+        file, line, how = self.gv.top_suspect(rep, "train.py")
+        self.assertEqual((file, line), ("/b/tests/gpu/train.py", 71))
+        self.assertIn("2.00 MiB per iteration, 2 suspect(s); growth verdict: growing; 60 iterations (train_step)", how)
+        file, line, how = self.gv.top_suspect({"growth": {"verdict": "not judged", "evidence": "4 iterations, 8 needed",
+                                                          "suspects": []}}, "train.py")
+        self.assertIsNone(file)
+        self.assertIn("no growth suspect; growth verdict: not judged (4 iterations, 8 needed)", how)
+        self.assertEqual(self.gv.top_suspect({}, "train.py")[2], "the report has no growth section")
 
-    def test_growth_section_that_misses_it_is_a_miss_even_if_live_at_exit(self):
-        rep = {"growth": {"suspects": []}, "sites": [self.site(60, 60 * 4 * MiB, ["?"])]}
-        found, how = self.gv.leak_verdict(rep, self.LEAK)
-        self.assertFalse(found)
-        self.assertIn("does not name keep_for_later()", how)
+    def test_planted_line_is_the_marked_one(self):
+        path = os.path.join(HERE, "train.py")
+        n = self.gv.planted_line(path)
+        with open(path) as f:
+            self.assertIn("kept.append(", f.read().splitlines()[n - 1])
 
-    def test_without_growth_section_a_site_holding_the_leak_at_exit(self):
-        rep = {"sites": [self.site(3, 300 * MiB, ["load"]), self.site(60, 60 * 4 * MiB, ["clone", "keep_for_later"])]}
-        found, how = self.gv.leak_verdict(rep, self.LEAK)
-        self.assertTrue(found)
-        self.assertIn("site with 60 live blocks, 240 MiB at exit, frames name keep_for_later()", how)
-        found, how = self.gv.leak_verdict({"sites": [self.site(59, 60 * 4 * MiB, [])]}, self.LEAK)
-        self.assertFalse(found)
-        self.assertFalse(self.gv.leak_verdict(None, self.LEAK)[0])
+    def test_plan_keeps_parts_in_order_while_they_fit_and_says_what_it_skipped(self):
+        est = {"micro": 50, "leak": 40, "steptime": 210, "e2e": 90, "workloads": 40}
+        kept, skipped = self.gv.plan(self.gv.PARTS, 420, est, {})
+        self.assertEqual([p for p, _ in kept], ["micro", "leak", "steptime", "e2e"])
+        self.assertEqual(skipped, [("workloads", "needs ~40 s, 20 s of the 420 s budget left")])
+        kept, skipped = self.gv.plan(["micro", "steptime", "e2e"], 120, est, {"steptime": "no torch"})
+        self.assertEqual(kept, [("micro", 50)])
+        self.assertEqual(skipped, [("steptime", "no torch"), ("e2e", "needs ~90 s, 60 s of the 120 s budget left")])
 
-    def test_nccl_and_cublas_from_the_modules_section(self):
-        rep = {"modules": [{"module": "/venv/lib/libnccl.so.2", "peak_bytes": 96 * MiB, "live_bytes": 32 * MiB},
-                           {"module": "/venv/lib/libtorch_cuda.so", "peak_bytes": 5 * MiB, "live_bytes": 0},
-                           {"module": "/venv/lib/libcublasLt.so.13", "peak_bytes": 8 * MiB, "live_bytes": 8 * MiB}]}
-        self.assertEqual(self.gv.module_view(rep), "NCCL/cuBLAS: libnccl.so.2 peak 96 MiB (live at exit 32 MiB), "
-                                                   "libcublasLt.so.13 peak 8 MiB (live at exit 8 MiB)")
-        self.assertEqual(self.gv.module_view({"modules": []}), "NCCL/cuBLAS: none seen")
-        self.assertIn("n/a", self.gv.module_view({}))
+    def test_step_table_median_iqr_and_ratios_paired_by_round(self):
+        recs = []
+        for rnd, (native, shim) in enumerate([(10.0, 10.5), (12.0, 12.0), (11.0, 11.55), (10.0, 10.0), (10.0, 11.0)], 1):
+            for label, ms in (("native", native), ("launcher --policy vmm", shim)):
+                recs.append({"part": "steptime", "status": "pass", "config": label, "round": rnd, "step_ms": ms,
+                             "peak_bytes": 100 * MiB, "torch_max_reserved": 80 * MiB, "final_loss": 2.0})
+        text = self.gv.step_table(recs)
+        row = [l for l in text.splitlines() if l.startswith("| launcher --policy vmm |")][0]
+        # ratios 1.05, 1.0, 1.05, 1.0, 1.1: median 1.05, quartiles 1.0 and 1.05
+        self.assertIn("| 5 | 11.00 ms (IQR 10.50 ms–11.55 ms) | 1.050× (IQR 1.000×–1.050×) | 100 MiB (IQR 100 MiB–100 MiB) |",
+                      row)
+
+    def test_a_failure_always_says_why(self):
+        support = sys.modules["validate_support"]
+        tmp = tempfile.mkdtemp(prefix="gpushim-validate-test-")
+        try:
+            o = support.run_child(["sh", "-c", "echo first >&2; echo last words >&2; kill -SEGV $$"], clean_env(), 30,
+                                  os.path.join(tmp, "segv"))
+            self.assertFalse(o.ok)
+            self.assertEqual(o.describe(), "killed by signal SIGSEGV; last lines: first / last words")
+            o = support.run_child(["sh", "-c", "exit 3"], clean_env(), 30, os.path.join(tmp, "quiet"))
+            self.assertEqual(o.describe(), "exit status 3; it printed nothing")
+            o = support.run_child(["sh", "-c", "echo waiting; sleep 30"], clean_env(), 1, os.path.join(tmp, "slow"))
+            self.assertEqual(o.describe(), "timed out after 1 s (killed); last lines: waiting")
+            o = support.run_child([os.path.join(tmp, "missing")], clean_env(), 30, os.path.join(tmp, "missing"))
+            self.assertRegex(o.describe(), r"^exit status 127; last lines: could not start .*missing: ")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class TorchPartsWithStandInRuns(unittest.TestCase):
+    """The PyTorch parts run only on a GPU: here their children are stood in for (run_child replaced)
+    so that the commands they build, the order of the runs and what they record are checked."""
+
+    def setUp(self):
+        import argparse
+        self.gv = load_gpu_validate()
+        self.tmp = tempfile.mkdtemp(prefix="gpushim-validate-test-")
+        self.calls = []
+        support = sys.modules["validate_support"]
+        self.gv.run_child = self.fake_run
+        results = support.Results(os.path.join(self.tmp, "out"), ["# test"], self.gv.render)
+        args = argparse.Namespace(simulated=False, reps=5)
+        self.suite = self.gv.Suite(args, BUILD, None, "/nvidia/lib", results)
+        self.outcome = support.Outcome
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def fake_run(self, cmd, env, timeout, log_base, cwd=None):
+        self.calls.append((cmd, env))
+        for path in (log_base + ".out", log_base + ".err"):
+            open(path, "w").close()
+        out = cmd[cmd.index("--out") + 1]
+        rnd = int(out.rsplit("-", 1)[-1].split(".")[0]) if "step-" in out else 1
+        step = 10.0 + rnd / 10 + (0.5 if "--policy" in cmd else 0)
+        with open(out, "w") as f:
+            json.dump({"median_step_ms": step, "losses": [3.0, 2.5], "torch_max_reserved": 64 * MiB}, f)
+        report = cmd[cmd.index("--report") + 1] if "--report" in cmd else env.get("GPUSHIM_REPORT")
+        if "--leak" in cmd:
+            line = self.gv.planted_line(os.path.join(HERE, "train.py"))
+            with open(report, "w") as f:
+                json.dump({"growth": {"verdict": "growing", "iterations": 60, "iteration_source": "train_step",
+                                      "suspects": [{"bytes_per_iteration": 2 * MiB, "frames": [
+                                          {"file": "/x/tests/gpu/train.py", "line": line if "run" in cmd else line + 1}]}]}},
+                          f)
+        return self.outcome(0, False, 1.0, log_base + ".out", log_base + ".err", timeout)
+
+    def test_steptime_interleaves_six_configurations_five_times(self):
+        self.suite.steptime(time.monotonic() + 600)
+        order = []
+        for cmd, env in self.calls:
+            self.assertNotIn("/nvidia/lib", env["LD_LIBRARY_PATH"].split(":"))
+            if cmd[0] == sys.executable:
+                order.append(env.get("PYTORCH_CUDA_ALLOC_CONF", "native"))
+                self.assertNotIn("LD_PRELOAD", env)
+            else:
+                self.assertEqual(cmd[:2], [os.path.join(BUILD, "bin", "gpushim"), "run"])
+                self.assertIn("--trace", cmd)
+                self.assertEqual(cmd[cmd.index("--") + 1:cmd.index("--") + 3], [sys.executable, os.path.join(HERE, "train.py")])
+                order.append(" ".join(cmd[2:cmd.index("--summary")]) or "launcher")
+        self.assertEqual(order, ["native", "expandable_segments:True", "backend:cudaMallocAsync", "launcher",
+                                 "--policy caching", "--policy vmm"] * 5)
+        records = self.suite.results.records
+        self.assertEqual(len(records), 30)
+        table = self.gv.step_table(records)
+        self.assertIn("| launcher --policy vmm | 5 | 10.80 ms (IQR 10.70 ms–10.90 ms) | 1.049× (IQR 1.048×–1.049×) |", table)
+        self.assertIn("| native | 5 | 10.30 ms (IQR 10.20 ms–10.40 ms) | 1 |", table)
+
+    def test_workloads_compare_the_launchers_run_with_natives(self):
+        self.suite.workloads(time.monotonic() + 600)
+        native, launcher = self.calls[0][0], self.calls[1][0]
+        self.assertEqual(native[:3], [sys.executable, os.path.join(HERE, "torch_workloads.py"), "multistream"])
+        self.assertEqual(launcher[:2], [os.path.join(BUILD, "bin", "gpushim"), "run"])
+        self.assertEqual(launcher[launcher.index("--") + 1:][:3], native[:3])
+        self.assertEqual([(r["name"], r["status"], r["result"]) for r in self.suite.results.records],
+                         [("multistream", "pass", "checksums/losses vs native: identical"),
+                          ("graph", "pass", "checksums/losses vs native: identical")])
+
+    def test_leak_part_reports_the_top_suspect_against_the_planted_line(self):
+        self.suite.leak(time.monotonic() + 600)
+        (preload_cmd, preload_env), (launcher_cmd, _) = self.calls
+        self.assertEqual(preload_cmd[0], sys.executable)  # the mission's command: no launcher
+        self.assertEqual(preload_env["LD_PRELOAD"], os.path.join(BUILD, "lib", "libgpushim.so"))
+        self.assertNotIn("GPUSHIM_POLICY", preload_env)
+        self.assertNotIn("PYTORCH_CUDA_ALLOC_CONF", preload_env)
+        # PyTorch loads its own wheel's CUDA libraries, as in users' jobs; NVIDIA's runtime folder is
+        # only for the programs built here.
+        self.assertNotIn("/nvidia/lib", preload_env["LD_LIBRARY_PATH"].split(":"))
+        line = self.gv.planted_line(os.path.join(HERE, "train.py"))
+        preload, launcher = self.suite.results.records
+        self.assertEqual((preload["config"], preload["status"]), ("LD_PRELOAD (no launcher)", "fail"))
+        self.assertEqual(preload["message"], f"top suspect train.py:{line + 1}, not train.py:{line}; 2.00 MiB per "
+                                             "iteration, 1 suspect(s); growth verdict: growing; 60 iterations (train_step)")
+        self.assertEqual((launcher["config"], launcher["status"], launcher["top_suspect"]),
+                         ("launcher default", "pass", f"/x/tests/gpu/train.py:{line}"))
 
 
 @unittest.skipIf(sanitizer_build(), "the GPU suite runs release builds; sanitizer builds do not build the benchmarks")

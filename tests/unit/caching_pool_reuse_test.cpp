@@ -9,7 +9,8 @@ namespace gpushim {
 namespace {
 
 constexpr uint64_t MiB = 1ull << 20;
-CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
+// Created streams: 1, 2 and 3 are CUDA's legacy and per-thread default streams and our own mark.
+CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(0x1000 * v); }
 
 TEST(CachingPoolReuse, AnEventOfAnEarlierFreeNeverVouchesForALaterOne) {
   SimBackend sim(1024 * MiB);

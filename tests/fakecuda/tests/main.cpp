@@ -285,5 +285,8 @@ int main(int argc, char** argv) {
     return fakecuda_test::RunChildMode(argv[1] + 8, argv + 2);
   }
   ::testing::InitGoogleTest(&argc, argv);
+  // Misuse death tests run while the simulated device's stream workers exist: the child re-runs
+  // the test from the start instead of forking a multi-threaded process.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   return RUN_ALL_TESTS();
 }

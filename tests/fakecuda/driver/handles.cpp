@@ -74,11 +74,11 @@ void BadHandle(const State& s, const char* call, HandleKind kind, std::uintptr_t
     Misuse("%s: %s %#lx was destroyed (%s)", call, what, static_cast<unsigned long>(handle), it->second.destroyed_by);
   }
   if (it != s.tombstones.end()) {
-    Misuse("%s: %#lx is not a %s but a destroyed %s (%s)", call, static_cast<unsigned long>(handle), what,
-           HandleKindName(it->second.kind), it->second.destroyed_by);
+    Misuse("%s: %#lx is no %s: it is a handle of another kind (%s), destroyed (%s)", call,
+           static_cast<unsigned long>(handle), what, HandleKindName(it->second.kind), it->second.destroyed_by);
   }
   if (Minted(handle) && KindOf(handle) != kind) {
-    Misuse("%s: %#lx is not a %s but a %s handle", call, static_cast<unsigned long>(handle), what,
+    Misuse("%s: %#lx is no %s: it is a handle of another kind (%s)", call, static_cast<unsigned long>(handle), what,
            HandleKindName(KindOf(handle)));
   }
   Misuse("%s: %s %#lx was never created", call, what, static_cast<unsigned long>(handle));

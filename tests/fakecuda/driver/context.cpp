@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "driver.h"
 
@@ -33,13 +34,18 @@ thread_local ContextStack t_context_stack;
 
 // fork(): the child inherits our memory but none of the worker threads, so a child of a process
 // that initialized the device must not use it (real CUDA behaves the same). Holding the state mutex
-// across fork() guarantees that the child sees it unlocked and consistent, so it cannot deadlock.
+// across fork() keeps the copied state consistent; the child then starts from a fresh mutex and
+// condition variable rather than unlocking the copies: whatever the parent's other threads left
+// in them (a waiter's futex word, a wakeup in flight) stays in the parent. The handlers are
+// registered when the library is loaded (ForkSafety below), before any thread can take the mutex.
 void AtForkPrepare() { GetState().mu.lock(); }
 void AtForkParent() { GetState().mu.unlock(); }
 void AtForkChild() {
   State& s = GetState();
   if (s.initialized) s.unusable_after_fork = true;
-  s.mu.unlock();
+  // Both types are plain pthread objects on glibc; the copies are abandoned, not destroyed.
+  new (&s.mu) std::mutex();
+  new (&s.progress) std::condition_variable();
 }
 
 CUresult ActivatePrimary(State& s, Device& dev) {
@@ -77,6 +83,14 @@ State& GetState() {
   }();
   return *state;
 }
+
+namespace {
+// The state (and with it the fork handlers) comes to life when the library is loaded, by one
+// thread: a fork can then never copy a half-built state (a C++ static-initialization guard left
+// "in progress" by another thread would block the child's first driver call forever), nor happen
+// while handlers are being registered.
+[[maybe_unused]] const bool g_state_at_load = (GetState(), true);
+}  // namespace
 
 CUresult CheckInitialized(const State& s) {
   if (!s.initialized || s.unusable_after_fork) return CUDA_ERROR_NOT_INITIALIZED;

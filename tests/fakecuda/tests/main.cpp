@@ -186,7 +186,7 @@ int ChildForkWhileAllocating() {
   }
   int hung = 0, failed = 0;
   std::thread forker([&] {  // never calls CUDA itself: its child's first call binds
-    for (int i = 0; i < 40; ++i) {
+    for (int i = 0; i < 20; ++i) {
       const pid_t pid = fork();
       if (pid == 0) {
         void* q = nullptr;
@@ -210,7 +210,7 @@ int ChildForkWhileAllocating() {
   forker.join();
   stop = true;
   for (auto& w : workers) w.join();
-  std::printf("forks=40 hung=%d failed=%d\n", hung, failed);
+  std::printf("forks=20 hung=%d failed=%d\n", hung, failed);
   return hung == 0 && failed == 0 ? 0 : 1;
 }
 

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <new>
 
 #include "driver.h"
 
@@ -34,18 +33,17 @@ thread_local ContextStack t_context_stack;
 
 // fork(): the child inherits our memory but none of the worker threads, so a child of a process
 // that initialized the device must not use it (real CUDA behaves the same). Holding the state mutex
-// across fork() keeps the copied state consistent; the child then starts from a fresh mutex and
-// condition variable rather than unlocking the copies: whatever the parent's other threads left
-// in them (a waiter's futex word, a wakeup in flight) stays in the parent. The handlers are
-// registered when the library is loaded (ForkSafety below), before any thread can take the mutex.
+// across fork() guarantees that the child sees it unlocked and consistent, so it cannot deadlock.
+// (The child unlocks what the forking thread locked in the prepare handler, rather than building
+// a fresh mutex: ThreadSanitizer follows the lock through fork that way.) The handlers are
+// registered when the library is loaded (g_state_at_load below), before any thread can take the
+// mutex.
 void AtForkPrepare() { GetState().mu.lock(); }
 void AtForkParent() { GetState().mu.unlock(); }
 void AtForkChild() {
   State& s = GetState();
   if (s.initialized) s.unusable_after_fork = true;
-  // Both types are plain pthread objects on glibc; the copies are abandoned, not destroyed.
-  new (&s.mu) std::mutex();
-  new (&s.progress) std::condition_variable();
+  s.mu.unlock();
 }
 
 CUresult ActivatePrimary(State& s, Device& dev) {

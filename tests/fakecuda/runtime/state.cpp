@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
-#include <new>
 
 #include "runtime.h"
 
@@ -31,7 +30,7 @@ thread_local std::uint64_t t_bound_generation = 0;
 // the library is loaded (one thread, before any g_mu use): registered at the first Bind, a fork
 // racing with another thread's first Bind could copy g_mu held with no handler to release it.
 [[maybe_unused]] const bool g_fork_handlers =
-    pthread_atfork([] { g_mu.lock(); }, [] { g_mu.unlock(); }, [] { new (&g_mu) std::mutex(); }) == 0;
+    pthread_atfork([] { g_mu.lock(); }, [] { g_mu.unlock(); }, [] { g_mu.unlock(); }) == 0;
 
 }  // namespace
 

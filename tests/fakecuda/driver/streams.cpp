@@ -284,9 +284,10 @@ CUresult StreamDestroy(CUstream hStream, const char* call) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  // The default streams are not the program's to destroy; CUDA leaves it undefined, so: misuse.
+  // The default streams are not the program's to destroy: an H100 answers
+  // CUDA_ERROR_INVALID_HANDLE for 0 and CU_STREAM_LEGACY (2026-11-26), and does not crash.
   if (hStream == nullptr || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
-    Misuse("%s: stream %p is a default stream, which cannot be destroyed", call, static_cast<void*>(hStream));
+    return CUDA_ERROR_INVALID_HANDLE;
   }
   auto it = s.streams.find(hStream);
   if (it == s.streams.end()) BadHandle(s, call, HandleKind::kStream, reinterpret_cast<std::uintptr_t>(hStream));

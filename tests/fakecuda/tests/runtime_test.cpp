@@ -377,6 +377,39 @@ TEST_F(RuntimeTest, MemoryPoolAttributes) {
   ASSERT_RT(cudaMemPoolSetAttribute(def, cudaMemPoolReuseAllowOpportunistic, &flag));
 }
 
+// The sequence measured on an H100 (2026-11-26): the release threshold is a ceiling on what freed
+// memory leaves reserved, cudaMemPoolTrimTo's argument a floor, both in whole 32 MiB chunks.
+TEST_F(RuntimeTest, MemoryPoolThresholdAndTrimAsOnAnH100) {
+  cudaMemPool_t def = nullptr;
+  ASSERT_RT(cudaDeviceGetDefaultMemPool(&def, 0));
+  auto reserved = [&] {
+    cuuint64_t v = 0;
+    EXPECT_EQ(cudaMemPoolGetAttribute(def, cudaMemPoolAttrReservedMemCurrent, &v), cudaSuccess);
+    return static_cast<uint64_t>(v);
+  };
+  auto three_allocations_freed = [&] {
+    void* p[3] = {};
+    for (void*& q : p) ASSERT_RT(cudaMallocAsync(&q, 40000000, nullptr));
+    EXPECT_EQ(reserved(), 128u << 20);
+    for (void* q : p) ASSERT_RT(cudaFreeAsync(q, nullptr));
+    ASSERT_RT(cudaStreamSynchronize(nullptr));
+  };
+  cuuint64_t threshold = 40u << 20;
+  ASSERT_RT(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReleaseThreshold, &threshold));
+  three_allocations_freed();
+  EXPECT_EQ(reserved(), 32u << 20);
+  threshold = UINT64_MAX;
+  ASSERT_RT(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReleaseThreshold, &threshold));
+  three_allocations_freed();
+  EXPECT_EQ(reserved(), 128u << 20);
+  ASSERT_RT(cudaMemPoolTrimTo(def, 40u << 20));
+  EXPECT_EQ(reserved(), 64u << 20);
+  ASSERT_RT(cudaMemPoolTrimTo(def, 0));
+  EXPECT_EQ(reserved(), 0u);
+  threshold = 0;
+  ASSERT_RT(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReleaseThreshold, &threshold));
+}
+
 TEST_F(RuntimeTest, DeviceResetFreesEverythingAndRecovers) {
   const size_t baseline_used = fakecudaDeviceUsedBytes(0);
   void* p = nullptr;

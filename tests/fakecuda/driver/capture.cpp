@@ -74,6 +74,25 @@ CUresult CheckLegacyImplicitDependency(State& s, Context* ctx) {
   return conflict ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_SUCCESS;
 }
 
+void PublishGraph(State& s, const std::shared_ptr<Graph>& graph) {
+  if (graph->handle == 0) graph->handle = MintHandle(s, HandleKind::kGraph);
+  s.graphs[reinterpret_cast<const void*>(graph->handle)] = graph;
+}
+
+std::shared_ptr<Graph> LiveGraph(State& s, CUgraph h, const char* call) {
+  auto it = s.graphs.find(h);
+  if (it == s.graphs.end()) BadHandle(s, call, HandleKind::kGraph, reinterpret_cast<std::uintptr_t>(h));
+  return it->second;
+}
+
+namespace {
+std::shared_ptr<GraphExec> LiveGraphExec(State& s, CUgraphExec h, const char* call) {
+  auto it = s.graph_execs.find(h);
+  if (it == s.graph_execs.end()) BadHandle(s, call, HandleKind::kGraphExec, reinterpret_cast<std::uintptr_t>(h));
+  return it->second;
+}
+}  // namespace
+
 void MaybeReleaseGraph(State& s, const std::shared_ptr<Graph>& graph) {
   if (graph->user_handle_alive || graph->execs > 0) return;
   for (std::uintptr_t base : graph->owned_allocations) {
@@ -81,6 +100,15 @@ void MaybeReleaseGraph(State& s, const std::shared_ptr<Graph>& graph) {
     ReleaseRegion(s, base);
   }
   graph->owned_allocations.clear();
+  // Graph memory no launch ever allocated never existed for the program (it cannot free it).
+  for (std::uintptr_t base : graph->allocations) {
+    auto it = s.regions.find(base);
+    if (it != s.regions.end() && it->second.kind == RegionKind::kGraph && it->second.graph_unlaunched) {
+      ++s.device_free_calls;
+      ReleaseRegion(s, base);
+    }
+  }
+  graph->allocations.clear();
   graph->nodes.clear();
 }
 
@@ -115,7 +143,7 @@ CUresult BeginCapture(CUstream hStream, CUstreamCaptureMode mode, bool ptsz) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamBeginCapture"); r != CUDA_SUCCESS) return r;
   if (!ValidMode(mode)) return CUDA_ERROR_INVALID_VALUE;
   if (st->kind == StreamKind::kLegacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (st->capture) return CUDA_ERROR_ILLEGAL_STATE;
@@ -125,6 +153,9 @@ CUresult BeginCapture(CUstream hStream, CUstreamCaptureMode mode, bool ptsz) {
   cap->thread = std::this_thread::get_id();
   cap->origin = st;
   cap->graph = std::make_shared<Graph>();
+  cap->graph->ctx = st->ctx;
+  // The handle exists from now on (cuStreamGetCaptureInfo reports it); it goes live at the end.
+  cap->graph->handle = MintHandle(s, HandleKind::kGraph);
   cap->streams.push_back(SharedStream(s, st));
   st->capture = cap;
   s.captures.push_back(cap);
@@ -135,7 +166,7 @@ CUresult EndCapture(CUstream hStream, CUgraph* phGraph, bool ptsz) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamEndCapture"); r != CUDA_SUCCESS) return r;
   if (phGraph == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!st->capture) return CUDA_ERROR_ILLEGAL_STATE;
   const std::shared_ptr<Capture> cap = st->capture;
@@ -149,8 +180,8 @@ CUresult EndCapture(CUstream hStream, CUgraph* phGraph, bool ptsz) {
     return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
   EndSequence(s, cap);
-  s.graphs[cap->graph.get()] = cap->graph;
-  *phGraph = reinterpret_cast<CUgraph>(cap->graph.get());
+  PublishGraph(s, cap->graph);
+  *phGraph = reinterpret_cast<CUgraph>(cap->graph->handle);
   return CUDA_SUCCESS;
 }
 
@@ -175,7 +206,7 @@ CUresult IsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus, boo
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamIsCapturing"); r != CUDA_SUCCESS) return r;
   return CaptureStatus(st, captureStatus);
 }
 
@@ -185,10 +216,10 @@ CUresult GetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* status, cuuint6
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamGetCaptureInfo"); r != CUDA_SUCCESS) return r;
   if (CUresult r = CaptureStatus(st, status); r != CUDA_SUCCESS) return r;
   if (id != nullptr && st->capture) *id = st->capture->id;
-  if (graph != nullptr) *graph = st->capture ? reinterpret_cast<CUgraph>(st->capture->graph.get()) : nullptr;
+  if (graph != nullptr) *graph = st->capture ? reinterpret_cast<CUgraph>(st->capture->graph->handle) : nullptr;
   if (deps != nullptr) *deps = nullptr;
   if (edges != nullptr) *edges = nullptr;
   if (num_deps != nullptr) *num_deps = 0;
@@ -262,8 +293,10 @@ CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   if (phGraph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   auto g = std::make_shared<Graph>();
-  s.graphs[g.get()] = g;
-  *phGraph = reinterpret_cast<CUgraph>(g.get());
+  Context* ctx = nullptr;
+  if (CurrentContext(s, &ctx) == CUDA_SUCCESS) g->ctx = ctx;
+  PublishGraph(s, g);
+  *phGraph = reinterpret_cast<CUgraph>(g->handle);
   return CUDA_SUCCESS;
 }
 
@@ -271,10 +304,9 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  auto it = s.graphs.find(hGraph);
-  if (it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<Graph> g = it->second;
-  s.graphs.erase(it);
+  std::shared_ptr<Graph> g = LiveGraph(s, hGraph, "cuGraphDestroy");
+  s.graphs.erase(hGraph);
+  BuryHandle(s, HandleKind::kGraph, g->handle, "cuGraphDestroy");
   g->user_handle_alive = false;
   MaybeReleaseGraph(s, g);
   return CUDA_SUCCESS;
@@ -285,13 +317,15 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   (void)flags;
-  auto it = s.graphs.find(hGraph);
-  if (phGraphExec == nullptr || it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Graph> g = LiveGraph(s, hGraph, "cuGraphInstantiateWithFlags");
+  if (phGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto exec = std::make_shared<GraphExec>();
-  exec->graph = it->second;
+  exec->graph = g;
+  exec->ctx = g->ctx;
   ++exec->graph->execs;
-  s.graph_execs[exec.get()] = exec;
-  *phGraphExec = reinterpret_cast<CUgraphExec>(exec.get());
+  exec->handle = MintHandle(s, HandleKind::kGraphExec);
+  s.graph_execs[reinterpret_cast<const void*>(exec->handle)] = exec;
+  *phGraphExec = reinterpret_cast<CUgraphExec>(exec->handle);
   return CUDA_SUCCESS;
 }
 
@@ -299,10 +333,9 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  auto it = s.graph_execs.find(hGraphExec);
-  if (it == s.graph_execs.end()) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<Graph> g = it->second->graph;
-  s.graph_execs.erase(it);
+  std::shared_ptr<Graph> g = LiveGraphExec(s, hGraphExec, "cuGraphExecDestroy")->graph;
+  s.graph_execs.erase(hGraphExec);
+  BuryHandle(s, HandleKind::kGraphExec, reinterpret_cast<std::uintptr_t>(hGraphExec), "cuGraphExecDestroy");
   --g->execs;
   MaybeReleaseGraph(s, g);
   return CUDA_SUCCESS;
@@ -313,11 +346,17 @@ CUresult GraphLaunch(CUgraphExec hGraphExec, CUstream hStream, bool ptsz) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
-  auto it = s.graph_execs.find(hGraphExec);
-  if (it == s.graph_execs.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuGraphLaunch"); r != CUDA_SUCCESS) return r;
+  const std::shared_ptr<Graph> g = LiveGraphExec(s, hGraphExec, "cuGraphLaunch")->graph;
+  // Its graph memory exists from this launch on (the fake reserved it earlier).
+  if (!st->capture) {
+    for (std::uintptr_t base : g->allocations) {
+      auto r = s.regions.find(base);
+      if (r != s.regions.end() && r->second.kind == RegionKind::kGraph) r->second.graph_unlaunched = false;
+    }
+  }
   // Copy the nodes: the graph may be destroyed while the launch is still queued.
-  std::vector<std::function<void()>> nodes = it->second->graph->nodes;
+  std::vector<std::function<void()>> nodes = g->nodes;
   SubmitOptions opts;
   opts.replayable = true;
   return Submit(s, st, [nodes = std::move(nodes)] {
@@ -342,8 +381,8 @@ CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph
   std::lock_guard lk(s.mu);
   Context* ctx = nullptr;
   if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
-  auto it = s.graphs.find(hGraph);
-  if (phGraphNode == nullptr || nodeParams == nullptr || it == s.graphs.end() || nodeParams->bytesize == 0 ||
+  std::shared_ptr<Graph> g = LiveGraph(s, hGraph, "cuGraphAddMemAllocNode");
+  if (phGraphNode == nullptr || nodeParams == nullptr || nodeParams->bytesize == 0 ||
       nodeParams->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
       nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
       nodeParams->poolProps.handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
@@ -359,7 +398,9 @@ CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph
     return r;
   }
   nodeParams->dptr = base;
-  *phGraphNode = AddGraphNodeHandle(s, it->second.get());
+  s.regions[base].graph_unlaunched = true;
+  g->allocations.push_back(base);
+  *phGraphNode = AddGraphNodeHandle(s, g.get());
   return CUDA_SUCCESS;
 }
 

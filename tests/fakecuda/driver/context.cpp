@@ -34,6 +34,10 @@ thread_local ContextStack t_context_stack;
 // fork(): the child inherits our memory but none of the worker threads, so a child of a process
 // that initialized the device must not use it (real CUDA behaves the same). Holding the state mutex
 // across fork() guarantees that the child sees it unlocked and consistent, so it cannot deadlock.
+// (The child unlocks what the forking thread locked in the prepare handler, rather than building
+// a fresh mutex: ThreadSanitizer follows the lock through fork that way.) The handlers are
+// registered when the library is loaded (g_state_at_load below), before any thread can take the
+// mutex.
 void AtForkPrepare() { GetState().mu.lock(); }
 void AtForkParent() { GetState().mu.unlock(); }
 void AtForkChild() {
@@ -78,6 +82,14 @@ State& GetState() {
   return *state;
 }
 
+namespace {
+// The state (and with it the fork handlers) comes to life when the library is loaded, by one
+// thread: a fork can then never copy a half-built state (a C++ static-initialization guard left
+// "in progress" by another thread would block the child's first driver call forever), nor happen
+// while handlers are being registered.
+[[maybe_unused]] const bool g_state_at_load = (GetState(), true);
+}  // namespace
+
 CUresult CheckInitialized(const State& s) {
   if (!s.initialized || s.unusable_after_fork) return CUDA_ERROR_NOT_INITIALIZED;
   return CUDA_SUCCESS;
@@ -103,14 +115,17 @@ CUresult GetDevice(State& s, CUdevice dev, Device** out) {
 
 Device& DeviceOf(State& s, const Context* ctx) { return *s.devices[static_cast<std::size_t>(ctx->device)]; }
 
-Context* ContextFromHandle(State& s, CUcontext h) {
+Context* ContextFromHandle(State& s, CUcontext h, const char* call) {
   for (auto& dev : s.devices) {
     if (reinterpret_cast<CUcontext>(&dev->primary) == h) return &dev->primary;
   }
-  return CreatedContextFromHandle(h);
+  Context* c = CreatedContextFromHandle(h);
+  if (c == nullptr) BadHandle(s, call, HandleKind::kContext, reinterpret_cast<std::uintptr_t>(h));
+  return c;
 }
 
-void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx, bool keep_pool_memory) {
+void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx, const char* call,
+                       bool keep_pool_memory) {
   if (!ctx->active) return;
   // Let queued work finish first: it may still write into memory we are about to release.
   SyncContext(s, lk, ctx);
@@ -118,11 +133,31 @@ void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx,
 
   DropCapturesOfContext(s, ctx);
   std::vector<std::shared_ptr<Stream>> streams = ctx->streams;
-  for (const auto& st : streams) RetireStream(s, st);
+  for (const auto& st : streams) RetireStream(s, st, call);
   ctx->legacy.reset();
   ctx->per_thread.clear();
-  for (auto it = s.events.begin(); it != s.events.end();) {
-    it = (it->second->ctx == ctx) ? s.events.erase(it) : std::next(it);
+  // Every handle of the context dies with it: later uses are misuse, as for an explicit destroy.
+  auto bury_all = [&](auto& handles, HandleKind kind, auto&& owned) {
+    for (auto it = handles.begin(); it != handles.end();) {
+      if (!owned(*it->second)) {
+        ++it;
+        continue;
+      }
+      BuryHandle(s, kind, reinterpret_cast<std::uintptr_t>(it->first), call);
+      it = handles.erase(it);
+    }
+  };
+  bury_all(s.events, HandleKind::kEvent, [&](const Event& e) { return e.ctx == ctx; });
+  bury_all(s.graph_execs, HandleKind::kGraphExec, [&](const GraphExec& e) { return e.ctx == ctx; });
+  bury_all(s.graphs, HandleKind::kGraph, [&](const Graph& g) { return g.ctx == ctx; });
+  Device& device = DeviceOf(s, ctx);
+  if (ctx == &device.primary) {
+    // A device reset also destroys the memory pools the program created on the device.
+    for (auto& [base, region] : s.regions) {
+      if (region.pool != nullptr && !region.pool->is_default && region.pool->device == ctx->device) region.pool = nullptr;
+    }
+    device.current_pool = &device.default_pool;
+    bury_all(s.pools, HandleKind::kMemPool, [&](const MemPool& p) { return p.device == ctx->device; });
   }
   std::vector<std::uintptr_t> owned;
   for (const auto& [base, region] : s.regions) {
@@ -130,8 +165,7 @@ void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx,
   }
   for (std::uintptr_t base : owned) ReleaseRegion(s, base);
 
-  Device& dev = DeviceOf(s, ctx);
-  UnchargeDevice(dev, GetConfig().context_mem);
+  UnchargeDevice(device, GetConfig().context_mem);
   ctx->active = false;
   ctx->retain_count = 0;
 }
@@ -333,7 +367,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   Device* d = nullptr;
   if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
   if (d->primary.retain_count <= 0) return CUDA_ERROR_INVALID_CONTEXT;
-  if (--d->primary.retain_count == 0) DeactivateContext(s, lk, &d->primary);
+  if (--d->primary.retain_count == 0) DeactivateContext(s, lk, &d->primary, "cuDevicePrimaryCtxRelease_v2");
   return CUDA_SUCCESS;
 }
 
@@ -342,7 +376,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   std::unique_lock lk(s.mu);
   Device* d = nullptr;
   if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
-  DeactivateContext(s, lk, &d->primary);
+  DeactivateContext(s, lk, &d->primary, "cuDevicePrimaryCtxReset_v2");
   return CUDA_SUCCESS;
 }
 
@@ -387,7 +421,7 @@ CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
     if (!t_context_stack.empty()) t_context_stack.pop_back();
     return CUDA_SUCCESS;
   }
-  Context* c = ContextFromHandle(s, ctx);
+  Context* c = ContextFromHandle(s, ctx, "cuCtxSetCurrent");
   if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (t_context_stack.empty()) {
     t_context_stack.push_back(c);
@@ -401,8 +435,7 @@ CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  Context* c = ContextFromHandle(s, ctx);
-  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = ContextFromHandle(s, ctx, "cuCtxPushCurrent_v2");
   if (!t_context_stack.push_back(c)) return CUDA_ERROR_OUT_OF_MEMORY;
   return CUDA_SUCCESS;
 }

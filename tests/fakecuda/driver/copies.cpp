@@ -43,7 +43,7 @@ CUresult Launch(std::initializer_list<Range> ranges, bool sync, CUstream hStream
     Context* ctx = nullptr;
     if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
     st = per_thread ? PerThreadStream(s, ctx) : LegacyStream(s, ctx);
-  } else if (CUresult r = ResolveStream(s, hStream, per_thread, &st); r != CUDA_SUCCESS) {
+  } else if (CUresult r = ResolveStream(s, hStream, per_thread, &st, "a cuMemcpy*Async/cuMemset*Async"); r != CUDA_SUCCESS) {
     return r;
   }
   for (const Range& range : ranges) {
@@ -105,7 +105,7 @@ CUresult LaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData, bool ptsz
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuLaunchHostFunc"); r != CUDA_SUCCESS) return r;
   SubmitOptions opts;
   opts.replayable = true;
   return Submit(s, st, [fn, userData] { fn(userData); }, std::move(opts));

@@ -181,7 +181,7 @@ void ReleaseRegion(State& s, std::uintptr_t base) {
   auto it = s.regions.find(base);
   if (it == s.regions.end()) return;
   Region& r = it->second;
-  if (r.pool != nullptr && r.kind == RegionKind::kDeviceAsync) r.pool->OnReleased(r.charged);
+  if (r.pool != nullptr && r.kind == RegionKind::kDeviceAsync) r.pool->OnReleased(r.size);
   if (IsArenaKind(r.kind)) {
     Device& dev = *s.devices[static_cast<std::size_t>(r.device)];
     dev.arena.Release(r.arena_offset, r.charged);

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "config.h"
+#include "handles.h"
 
 namespace fakecuda {
 
@@ -138,6 +139,7 @@ struct Region {
   std::size_t arena_offset = 0;
   std::size_t charged = 0;
   bool free_pending = false;   // cuMemFreeAsync issued (or graph free captured)
+  bool graph_unlaunched = false;  // kGraph: no launch has allocated it yet (cannot be freed outside a graph)
   MemPool* pool = nullptr;
   std::uint64_t capture_id = 0;  // kGraph: the capture sequence that allocated it
   // kVmmMapping
@@ -177,6 +179,7 @@ enum class StreamKind { kLegacy, kPerThread, kUser };
 
 struct Stream : std::enable_shared_from_this<Stream> {
   std::uint64_t id = 0;
+  std::uintptr_t handle = 0;  // kUser: the program's CUstream (handles.h); 0 for default streams
   Context* ctx = nullptr;
   StreamKind kind = StreamKind::kUser;
   unsigned flags = 0;  // CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING
@@ -195,6 +198,7 @@ struct Stream : std::enable_shared_from_this<Stream> {
 };
 
 struct Event {
+  std::uintptr_t handle = 0;
   Context* ctx = nullptr;
   unsigned flags = 0;
   bool recorded = false;          // recorded at least once outside capture
@@ -212,7 +216,12 @@ struct Event {
 // A dummy graph: what a capture recorded. Replayable data operations are kept so that a launched
 // graph does the same memory writes; graph memory freed inside the graph is owned by it.
 struct Graph {
+  std::uintptr_t handle = 0;  // 0 until the program gets one (end of capture, cuGraphCreate)
+  Context* ctx = nullptr;     // current when it was made; a reset of that context destroys it
   std::vector<std::function<void()>> nodes;
+  // Graph memory its allocation nodes (or captured allocations) make: usable outside the graph,
+  // and freeable there, only once a launch has run them.
+  std::vector<std::uintptr_t> allocations;
   std::vector<std::uintptr_t> owned_allocations;
   // Allocations from outside the graph whose free was captured (freed when the graph launches):
   // (base, buffer id).
@@ -222,6 +231,8 @@ struct Graph {
 };
 
 struct GraphExec {
+  std::uintptr_t handle = 0;
+  Context* ctx = nullptr;
   std::shared_ptr<Graph> graph;
 };
 
@@ -240,11 +251,21 @@ struct Capture {
 // ------------------------------------------------------------------------------------------------
 
 // A memory pool's figures, as CUDA reports them through cuMemPoolGetAttribute. Only the figures
-// are modelled: the memory itself goes back to the arena when freed. What a freed allocation
-// leaves reserved is kept up to the release threshold (CUDA gives the excess back at the next
-// synchronization; the fake does at the free, which a program can only tell by reading the
-// figures in between).
+// are modelled: the memory itself goes back to the arena when freed.
+//
+// "Used" is the bytes asked for, unrounded. "Reserved" is what the pool holds from the device, in
+// whole chunks of kPoolChunk: measured on an H100 (driver 580, 2026-11-26), the default pool
+// reserved 32 MiB for a first 1000-byte allocation, 64 MiB once 57 MiB were used, 160 MiB for
+// 157 MiB, 128 MiB for one 120,953,344-byte allocation (the 134217728 PyTorch read on an H200) --
+// always the used bytes rounded up to 32 MiB while the pool grows. The fake assumes no
+// fragmentation beyond that: reserved = max(reserved, used rounded up to a chunk). What a freed
+// allocation leaves reserved is kept up to the release threshold (CUDA gives the excess back at
+// the next synchronization; the fake does at the free, which a program can only tell by reading
+// the figures in between).
+inline constexpr std::uint64_t kPoolChunk = std::uint64_t{32} << 20;
+
 struct MemPool {
+  std::uintptr_t handle = 0;  // a created pool's (handles.h); a default pool's handle is its address
   int device = 0;
   bool is_default = false;
   std::uint64_t used = 0, used_high = 0;
@@ -252,20 +273,28 @@ struct MemPool {
   std::uint64_t release_threshold = 0;  // CUDA's default: give everything back
   int reuse_follow_event_dependencies = 1, reuse_allow_opportunistic = 1, reuse_allow_internal_dependencies = 1;
 
+  static std::uint64_t Chunks(std::uint64_t bytes) {
+    if (bytes > UINT64_MAX - kPoolChunk) return UINT64_MAX;  // a "keep everything" threshold
+    return (bytes + kPoolChunk - 1) / kPoolChunk * kPoolChunk;
+  }
   void OnAllocated(std::uint64_t bytes) {
     used += bytes;
     used_high = std::max(used_high, used);
-    reserved = std::max(reserved, used);
+    reserved = std::max(reserved, Chunks(used));
     reserved_high = std::max(reserved_high, reserved);
   }
+  // The release threshold is a ceiling: whole chunks go back while more than it is reserved (an
+  // H100 kept 32 MiB of 128 under a 40 MiB threshold), never those that used memory needs.
   void OnReleased(std::uint64_t bytes) {
     used -= std::min(used, bytes);
-    const std::uint64_t keep = std::max(used, release_threshold);
-    if (reserved > keep) reserved = keep;
+    const std::uint64_t floor = std::max(Chunks(used), release_threshold / kPoolChunk * kPoolChunk);
+    if (reserved > floor) reserved = floor;
   }
-  // cuMemPoolTrimTo: cached memory goes back until fewer than `keep` bytes are reserved.
+  // cuMemPoolTrimTo: a floor instead: chunks go back while the rest still holds `keep` bytes (the
+  // same H100 trimmed 128 MiB to 64 MiB for minBytesToKeep = 40 MiB, and to 0 for 0).
   void TrimTo(std::uint64_t keep) {
-    if (reserved > keep) reserved = std::max(used, keep);
+    const std::uint64_t floor = std::max(Chunks(used), Chunks(keep));
+    if (reserved > floor) reserved = floor;
   }
 };
 
@@ -335,6 +364,14 @@ struct State {
 
   std::uint64_t next_id = 1;
 
+  // handles.h: the last minted handle's sequence number, and the destroyed handles.
+  std::uint64_t handle_sequence = 0;
+  struct Tombstone {
+    HandleKind kind;
+    const char* destroyed_by;
+  };
+  std::unordered_map<std::uintptr_t, Tombstone> tombstones;
+
   // Accounting exposed through the fakecuda* test hooks.
   std::uint64_t device_alloc_calls = 0;
   std::uint64_t device_free_calls = 0;
@@ -356,7 +393,8 @@ CUresult CheckInitialized(const State& s);
 CUresult CurrentContext(State& s, Context** out);
 CUresult GetDevice(State& s, CUdevice dev, Device** out);
 Device& DeviceOf(State& s, const Context* ctx);
-Context* ContextFromHandle(State& s, CUcontext h);
+// A live context's handle (primary, or made by cuCtxCreate); any other value is misuse by `call`.
+Context* ContextFromHandle(State& s, CUcontext h, const char* call);
 
 // ---- device_memory.cpp ----
 // Counts one device-memory allocation call (the FAKECUDA_FAIL_ALLOC counter) and returns true if
@@ -383,7 +421,8 @@ CUresult CheckAnyRange(State& s, std::uintptr_t p, std::size_t n);
 // ---- streams.cpp ----
 // Maps a handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream) to a stream of the
 // current context. `per_thread_default` selects what 0 means (true for the _ptsz/_ptds variants).
-CUresult ResolveStream(State& s, CUstream h, bool per_thread_default, Stream** out);
+// `call` names the API call for a misuse report: a handle that is no live stream stops the process.
+CUresult ResolveStream(State& s, CUstream h, bool per_thread_default, Stream** out, const char* call);
 Stream* LegacyStream(State& s, Context* ctx);
 Stream* PerThreadStream(State& s, Context* ctx);
 std::shared_ptr<Stream> SharedStream(State& s, Stream* stream);
@@ -404,8 +443,8 @@ void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, const std::shared
 void SyncContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx);
 void SyncDevice(State& s, std::unique_lock<std::mutex>& lk, int device);
 void SyncAllDevices(State& s, std::unique_lock<std::mutex>& lk);
-// Marks a stream destroyed; its worker exits once the queue drains.
-void RetireStream(State& s, const std::shared_ptr<Stream>& stream);
+// Marks a stream destroyed (by `call`: its handle is buried); its worker exits once the queue drains.
+void RetireStream(State& s, const std::shared_ptr<Stream>& stream, const char* call);
 
 // ---- capture.cpp ----
 // Applies the stream-capture interaction rules (cuThreadExchangeStreamCaptureMode) to a
@@ -421,6 +460,10 @@ CUresult RefuseIfCapturing(State& s, Stream* stream);
 // Work on the legacy stream may not depend on a capturing blocking stream: invalidates and returns
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT when it would.
 CUresult CheckLegacyImplicitDependency(State& s, Context* ctx);
+// Gives `graph` a handle (minted at capture begin, or now) and makes it live.
+void PublishGraph(State& s, const std::shared_ptr<Graph>& graph);
+// The live graph of a handle; any other value is misuse by `call`.
+std::shared_ptr<Graph> LiveGraph(State& s, CUgraph h, const char* call);
 // Releases graph memory owned by a graph that is no longer referenced.
 void MaybeReleaseGraph(State& s, const std::shared_ptr<Graph>& graph);
 // Ends every capture sequence that involves a stream of `ctx` (context reset).
@@ -455,6 +498,9 @@ bool IpcEventDone(const IpcEventPage& page, std::uint64_t record);
 // Frees everything owned by a context (streams, events, memory) and marks it inactive.
 // `keep_pool_memory`: cuCtxDestroy leaves stream-ordered allocations alone, like CUDA (they belong
 // to their memory pool, not to the context).
-void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx, bool keep_pool_memory = false);
+// Every handle of the context (streams, events, graphs, graph execs; for a primary context also
+// the device's created memory pools) is buried as destroyed by `call`.
+void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx, const char* call,
+                       bool keep_pool_memory = false);
 
 }  // namespace fakecuda

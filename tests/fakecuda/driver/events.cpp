@@ -9,10 +9,10 @@
 namespace fakecuda {
 namespace {
 
-CUresult LookupEvent(State& s, CUevent h, std::shared_ptr<Event>* out) {
+CUresult LookupEvent(State& s, CUevent h, std::shared_ptr<Event>* out, const char* call) {
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   auto it = s.events.find(h);
-  if (it == s.events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (it == s.events.end()) BadHandle(s, call, HandleKind::kEvent, reinterpret_cast<std::uintptr_t>(h));
   *out = it->second;
   return CUDA_SUCCESS;
 }
@@ -41,10 +41,13 @@ CUresult EventRecord(CUevent hEvent, CUstream hStream, unsigned int flags, bool 
   State& s = GetState();
   std::lock_guard lk(s.mu);
   std::shared_ptr<Event> ev;
-  if (CUresult r = LookupEvent(s, hEvent, &ev); r != CUDA_SUCCESS) return r;
+  if (CUresult r = LookupEvent(s, hEvent, &ev, "cuEventRecord"); r != CUDA_SUCCESS) return r;
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuEventRecord"); r != CUDA_SUCCESS) return r;
   if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  // "hStream and hEvent must be from the same context otherwise CUDA_ERROR_INVALID_HANDLE is
+  // returned" (cuEventRecord); an H100 answers so (2026-11-26).
+  if (ev->ctx != st->ctx) return CUDA_ERROR_INVALID_HANDLE;
 
   if (st->capture) {
     if (st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
@@ -82,9 +85,9 @@ CUresult StreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int flags, b
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamWaitEvent"); r != CUDA_SUCCESS) return r;
   std::shared_ptr<Event> ev;
-  if (CUresult r = LookupEvent(s, hEvent, &ev); r != CUDA_SUCCESS) return r;
+  if (CUresult r = LookupEvent(s, hEvent, &ev, "cuStreamWaitEvent"); r != CUDA_SUCCESS) return r;
   if ((flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
 
   if (ev->capture) {
@@ -130,8 +133,8 @@ CUresult ElapsedTime(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   std::shared_ptr<Event> start, end;
-  if (CUresult r = LookupEvent(s, hStart, &start); r != CUDA_SUCCESS) return r;
-  if (CUresult r = LookupEvent(s, hEnd, &end); r != CUDA_SUCCESS) return r;
+  if (CUresult r = LookupEvent(s, hStart, &start, "cuEventElapsedTime"); r != CUDA_SUCCESS) return r;
+  if (CUresult r = LookupEvent(s, hEnd, &end, "cuEventElapsedTime"); r != CUDA_SUCCESS) return r;
   if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (start->capture || end->capture) return CUDA_ERROR_CAPTURED_EVENT;
   if ((start->flags & CU_EVENT_DISABLE_TIMING) || (end->flags & CU_EVENT_DISABLE_TIMING)) {
@@ -166,8 +169,9 @@ CUresult CUDAAPI cuEventCreate(CUevent* phEvent, unsigned int Flags) {
     ev->ipc = CreateIpcEventPage();
     if (!ev->ipc) return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  s.events[ev.get()] = ev;
-  *phEvent = reinterpret_cast<CUevent>(ev.get());
+  ev->handle = MintHandle(s, HandleKind::kEvent);
+  s.events[reinterpret_cast<const void*>(ev->handle)] = ev;
+  *phEvent = reinterpret_cast<CUevent>(ev->handle);
   return CUDA_SUCCESS;
 }
 
@@ -176,7 +180,9 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   // A pending record keeps the object alive through its op; the handle dies now.
-  return s.events.erase(hEvent) != 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (s.events.erase(hEvent) == 0) BadHandle(s, "cuEventDestroy_v2", HandleKind::kEvent, reinterpret_cast<std::uintptr_t>(hEvent));
+  BuryHandle(s, HandleKind::kEvent, reinterpret_cast<std::uintptr_t>(hEvent), "cuEventDestroy_v2");
+  return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) { return EventRecord(hEvent, hStream, 0, false); }
@@ -192,7 +198,7 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   std::shared_ptr<Event> ev;
-  if (CUresult r = LookupEvent(s, hEvent, &ev); r != CUDA_SUCCESS) return r;
+  if (CUresult r = LookupEvent(s, hEvent, &ev, "cuEventQuery"); r != CUDA_SUCCESS) return r;
   if (CUresult r = CheckEventObservable(s, *ev); r != CUDA_SUCCESS) return r;
   if (GetConfig().broken_events) return CUDA_SUCCESS;
   return EventComplete(*ev) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -202,7 +208,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
   State& s = GetState();
   std::unique_lock lk(s.mu);
   std::shared_ptr<Event> ev;
-  if (CUresult r = LookupEvent(s, hEvent, &ev); r != CUDA_SUCCESS) return r;
+  if (CUresult r = LookupEvent(s, hEvent, &ev, "cuEventSynchronize"); r != CUDA_SUCCESS) return r;
   if (CUresult r = CheckEventObservable(s, *ev); r != CUDA_SUCCESS) return r;
   if (ev->ipc) {
     const std::shared_ptr<IpcEventPage> page = ev->ipc;

@@ -20,11 +20,9 @@ std::map<const Graph*, std::vector<CUgraphNode>>& Handles() {
   return *m;
 }
 
-CUresult LookupGraph(State& s, CUgraph h, std::shared_ptr<Graph>* out) {
+CUresult LookupGraph(State& s, CUgraph h, std::shared_ptr<Graph>* out, const char* call) {
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  auto it = s.graphs.find(h);
-  if (it == s.graphs.end()) return CUDA_ERROR_INVALID_VALUE;
-  *out = it->second;
+  *out = LiveGraph(s, h, call);
   return CUDA_SUCCESS;
 }
 
@@ -39,11 +37,12 @@ CUresult CheckDependencies(const Graph* g, const CUgraphNode* deps, size_t n) {
 
 // The common shape: validate, build the operation (may fail), append it, hand out a handle.
 template <typename Build>
-CUresult AddNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* deps, size_t n, Build&& build) {
+CUresult AddNode(const char* call, CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* deps, size_t n,
+                 Build&& build) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   std::shared_ptr<Graph> g;
-  if (CUresult r = LookupGraph(s, hGraph, &g); r != CUDA_SUCCESS) return r;
+  if (CUresult r = LookupGraph(s, hGraph, &g, call); r != CUDA_SUCCESS) return r;
   if (phGraphNode == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = CheckDependencies(g.get(), deps, n); r != CUDA_SUCCESS) return r;
   std::function<void()> op;
@@ -67,7 +66,7 @@ using namespace fakecuda;
 
 CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                      size_t numDependencies) {
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies,
+  return AddNode("cuGraphAddEmptyNode", phGraphNode, hGraph, dependencies, numDependencies,
                  [](State&, std::function<void()>*) { return CUDA_SUCCESS; });
 }
 
@@ -76,7 +75,7 @@ CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* phGraphNode, CUgraph hGraph, co
   if (nodeParams == nullptr || nodeParams->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const CUhostFn fn = nodeParams->fn;
   void* user = nodeParams->userData;
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies, [&](State&, std::function<void()>* op) {
+  return AddNode("cuGraphAddHostNode", phGraphNode, hGraph, dependencies, numDependencies, [&](State&, std::function<void()>* op) {
     *op = [fn, user] { fn(user); };
     return CUDA_SUCCESS;
   });
@@ -90,7 +89,7 @@ CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* phGraphNode, CUgraph hGraph, 
     return CUDA_ERROR_INVALID_VALUE;
   }
   const CUDA_MEMSET_NODE_PARAMS params = *p;
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies, [&](State& s, std::function<void()>* op) {
+  return AddNode("cuGraphAddMemsetNode", phGraphNode, hGraph, dependencies, numDependencies, [&](State& s, std::function<void()>* op) {
     const std::size_t row = params.width * params.elementSize;
     const std::size_t span = params.height > 1 ? params.pitch * (params.height - 1) + row : row;
     if (CUresult r = CheckDeviceRange(s, params.dst, span); r != CUDA_SUCCESS) return r;
@@ -123,7 +122,7 @@ CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph, 
   const std::uintptr_t dst = address(c.dstMemoryType, c.dstHost, c.dstDevice);
   const std::size_t n = c.WidthInBytes;
   if (src == 0 || dst == 0 || n == 0) return CUDA_ERROR_INVALID_VALUE;
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies, [&](State& s, std::function<void()>* op) {
+  return AddNode("cuGraphAddMemcpyNode", phGraphNode, hGraph, dependencies, numDependencies, [&](State& s, std::function<void()>* op) {
     if (CUresult r = CheckAnyRange(s, src, n); r != CUDA_SUCCESS) return r;
     if (CUresult r = CheckAnyRange(s, dst, n); r != CUDA_SUCCESS) return r;
     *op = DeviceWork([src, dst, n] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n); });
@@ -136,7 +135,7 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGrap
   if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (nodeParams->func == nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // CUkernel (library) kernels
   const CUDA_KERNEL_NODE_PARAMS p = *nodeParams;
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies, [&](State& s, std::function<void()>* op) {
+  return AddNode("cuGraphAddKernelNode_v2", phGraphNode, hGraph, dependencies, numDependencies, [&](State& s, std::function<void()>* op) {
     const unsigned grid[3] = {p.gridDimX, p.gridDimY, p.gridDimZ}, block[3] = {p.blockDimX, p.blockDimY, p.blockDimZ};
     return PrepareKernelOp(s, p.func, grid, block, p.sharedMemBytes, p.kernelParams, p.extra, op);
   });
@@ -144,7 +143,7 @@ CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGrap
 
 CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                                        size_t numDependencies, CUdeviceptr dptr) {
-  return AddNode(phGraphNode, hGraph, dependencies, numDependencies, [&](State& s, std::function<void()>*) {
+  return AddNode("cuGraphAddMemFreeNode", phGraphNode, hGraph, dependencies, numDependencies, [&](State& s, std::function<void()>*) {
     // Only graph memory can be freed by a graph, and only at its base address.
     auto it = s.regions.find(dptr);
     if (it == s.regions.end() || it->second.kind != RegionKind::kGraph) return CUDA_ERROR_INVALID_VALUE;
@@ -162,15 +161,16 @@ CUresult CUDAAPI cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   std::shared_ptr<Graph> original;
-  if (CUresult r = LookupGraph(s, originalGraph, &original); r != CUDA_SUCCESS) return r;
+  if (CUresult r = LookupGraph(s, originalGraph, &original, "cuGraphClone"); r != CUDA_SUCCESS) return r;
   if (phGraphClone == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // Graph memory belongs to one graph in the fake's model; a clone would share its addresses.
   if (!original->owned_allocations.empty()) return CUDA_ERROR_NOT_SUPPORTED;
   auto g = std::make_shared<Graph>();
   g->nodes = original->nodes;
-  s.graphs[g.get()] = g;
+  g->ctx = original->ctx;
+  PublishGraph(s, g);
   for (std::size_t i = 0; i < Handles()[original.get()].size(); ++i) AddGraphNodeHandle(s, g.get());
-  *phGraphClone = reinterpret_cast<CUgraph>(g.get());
+  *phGraphClone = reinterpret_cast<CUgraph>(g->handle);
   return CUDA_SUCCESS;
 }
 
@@ -178,7 +178,7 @@ CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* num
   State& s = GetState();
   std::lock_guard lk(s.mu);
   std::shared_ptr<Graph> g;
-  if (CUresult r = LookupGraph(s, hGraph, &g); r != CUDA_SUCCESS) return r;
+  if (CUresult r = LookupGraph(s, hGraph, &g, "cuGraphGetNodes"); r != CUDA_SUCCESS) return r;
   if (numNodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const std::vector<CUgraphNode>& mine = Handles()[g.get()];
   if (nodes == nullptr) {

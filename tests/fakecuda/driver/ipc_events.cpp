@@ -86,7 +86,8 @@ CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle* pHandle, CUevent event) {
   if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
   if (pHandle == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto it = s.events.find(event);
-  if (it == s.events.end() || !(it->second->flags & CU_EVENT_INTERPROCESS)) return CUDA_ERROR_INVALID_HANDLE;
+  if (it == s.events.end()) BadHandle(s, "cuIpcGetEventHandle", HandleKind::kEvent, reinterpret_cast<std::uintptr_t>(event));
+  if (!(it->second->flags & CU_EVENT_INTERPROCESS)) return CUDA_ERROR_INVALID_HANDLE;
   IpcEventPayload payload{kIpcEventMagic, static_cast<std::int32_t>(getpid()), it->second->ipc->fd};
   std::memset(pHandle, 0, sizeof(*pHandle));
   std::memcpy(pHandle->reserved, &payload, sizeof(payload));
@@ -112,7 +113,8 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* phEvent, CUipcEventHandle handle)
   ev->flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
   ev->ipc = MapPage(fd);
   if (!ev->ipc) return CUDA_ERROR_OUT_OF_MEMORY;
-  s.events[ev.get()] = ev;
-  *phEvent = reinterpret_cast<CUevent>(ev.get());
+  ev->handle = MintHandle(s, HandleKind::kEvent);
+  s.events[reinterpret_cast<const void*>(ev->handle)] = ev;
+  *phEvent = reinterpret_cast<CUevent>(ev->handle);
   return CUDA_SUCCESS;
 }

@@ -12,12 +12,18 @@ bool IsFreeableDeviceKind(RegionKind k) {
   return k == RegionKind::kDeviceMalloc || k == RegionKind::kDeviceAsync || k == RegionKind::kGraph;
 }
 
-MemPool* LookupPool(State& s, CUmemoryPool pool) {
+// A live pool (a device's default pool, or one the program created); any other value is misuse.
+MemPool* LookupPool(State& s, CUmemoryPool pool, const char* call) {
   for (auto& dev : s.devices) {
     if (reinterpret_cast<CUmemoryPool>(&dev->default_pool) == pool) return &dev->default_pool;
   }
   auto it = s.pools.find(pool);
-  return it == s.pools.end() ? nullptr : it->second.get();
+  if (it == s.pools.end()) BadHandle(s, call, HandleKind::kMemPool, reinterpret_cast<std::uintptr_t>(pool));
+  return it->second.get();
+}
+
+CUmemoryPool PoolHandle(MemPool* pool) {
+  return pool->is_default ? reinterpret_cast<CUmemoryPool>(pool) : reinterpret_cast<CUmemoryPool>(pool->handle);
 }
 
 CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, bool explicit_pool, CUstream hStream,
@@ -25,12 +31,11 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, bool 
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuMemAllocAsync"); r != CUDA_SUCCESS) return r;
   if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   MemPool* mp = nullptr;
   if (explicit_pool) {
-    mp = LookupPool(s, pool);
-    if (mp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    mp = LookupPool(s, pool, "cuMemAllocFromPoolAsync");
   } else {
     mp = DeviceOf(s, st->ctx).current_pool;
   }
@@ -41,9 +46,16 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, bool 
   const RegionKind kind = st->capture ? RegionKind::kGraph : RegionKind::kDeviceAsync;
   std::uintptr_t base = 0;
   if (CUresult r = AllocateArenaRegion(s, st->ctx, bytesize, kind, mp, &base); r != CUDA_SUCCESS) return r;
-  if (st->capture) s.regions[base].capture_id = st->capture->id;
-  // Graph memory comes from the graph's own pool, not this one.
-  else mp->OnAllocated(s.regions[base].charged);
+  if (st->capture) {
+    Region& region = s.regions[base];
+    region.capture_id = st->capture->id;
+    region.graph_unlaunched = true;
+    st->capture->graph->allocations.push_back(base);
+  } else {
+    // Graph memory comes from the graph's own pool, not this one. A pool counts the bytes asked
+    // for, not their rounding (an H100 reports 1000 bytes used after cuMemAllocAsync(1000)).
+    mp->OnAllocated(bytesize);
+  }
   *dptr = base;
   return CUDA_SUCCESS;
 }
@@ -52,12 +64,17 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream hStream, bool ptsz) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuMemFreeAsync"); r != CUDA_SUCCESS) return r;
   auto it = s.regions.find(dptr);
   if (it == s.regions.end() || !IsFreeableDeviceKind(it->second.kind) || it->second.free_pending) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   Region& region = it->second;
+  // Graph memory that no launch has allocated yet cannot be freed outside a graph: an H200 and an
+  // H100 answer CUDA_ERROR_INVALID_VALUE (2026-11-26), on any stream.
+  if (region.graph_unlaunched && !(st->capture && region.capture_id == st->capture->id)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   const std::uintptr_t base = region.base;
   const std::uint64_t buffer_id = region.buffer_id;
   // Releases the allocation when the op runs, unless it is gone already (context reset).
@@ -172,7 +189,7 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
   if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
   auto it = s.regions.find(dptr);
-  if (it == s.regions.end() || it->second.free_pending ||
+  if (it == s.regions.end() || it->second.free_pending || it->second.graph_unlaunched ||
       !(IsFreeableDeviceKind(it->second.kind) || it->second.kind == RegionKind::kManaged)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -279,7 +296,7 @@ CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
   Device* d = nullptr;
   if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *pool = reinterpret_cast<CUmemoryPool>(d->current_pool);
+  *pool = PoolHandle(d->current_pool);
   return CUDA_SUCCESS;
 }
 
@@ -288,8 +305,8 @@ CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   std::lock_guard lk(s.mu);
   Device* d = nullptr;
   if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
-  MemPool* mp = LookupPool(s, pool);
-  if (mp == nullptr || mp->device != dev) return CUDA_ERROR_INVALID_VALUE;
+  MemPool* mp = LookupPool(s, pool, "cuDeviceSetMemPool");
+  if (mp->device != dev) return CUDA_ERROR_INVALID_VALUE;
   d->current_pool = mp;
   return CUDA_SUCCESS;
 }
@@ -306,8 +323,9 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolP
   if (GetDevice(s, poolProps->location.id, &d) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
   auto mp = std::make_unique<MemPool>();
   mp->device = d->ordinal;
-  *pool = reinterpret_cast<CUmemoryPool>(mp.get());
-  s.pools[mp.get()] = std::move(mp);
+  mp->handle = MintHandle(s, HandleKind::kMemPool);
+  *pool = reinterpret_cast<CUmemoryPool>(mp->handle);
+  s.pools[reinterpret_cast<const void*>(mp->handle)] = std::move(mp);
   return CUDA_SUCCESS;
 }
 
@@ -315,8 +333,13 @@ CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  for (auto& dev : s.devices) {
+    // "Destroying the current mempool of a device sets the default mempool of that device as the
+    // current mempool" -- but a default pool itself cannot be destroyed.
+    if (reinterpret_cast<CUmemoryPool>(&dev->default_pool) == pool) return CUDA_ERROR_INVALID_VALUE;
+  }
   auto it = s.pools.find(pool);
-  if (it == s.pools.end()) return CUDA_ERROR_INVALID_VALUE;  // includes default pools
+  if (it == s.pools.end()) BadHandle(s, "cuMemPoolDestroy", HandleKind::kMemPool, reinterpret_cast<std::uintptr_t>(pool));
   for (auto& dev : s.devices) {
     if (dev->current_pool == it->second.get()) dev->current_pool = &dev->default_pool;
   }
@@ -325,6 +348,7 @@ CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
     if (region.pool == it->second.get()) region.pool = nullptr;
   }
   s.pools.erase(it);
+  BuryHandle(s, HandleKind::kMemPool, reinterpret_cast<std::uintptr_t>(pool), "cuMemPoolDestroy");
   return CUDA_SUCCESS;
 }
 
@@ -332,8 +356,7 @@ CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  MemPool* mp = LookupPool(s, pool);
-  if (mp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  MemPool* mp = LookupPool(s, pool, "cuMemPoolTrimTo");
   mp->TrimTo(minBytesToKeep);
   return CUDA_SUCCESS;
 }
@@ -342,8 +365,8 @@ CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute at
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  MemPool* mp = LookupPool(s, pool);
-  if (mp == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  MemPool* mp = LookupPool(s, pool, "cuMemPoolGetAttribute");
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto as_int = [&](int v) { *static_cast<int*>(value) = v; };
   auto as_u64 = [&](std::uint64_t v) { *static_cast<cuuint64_t*>(value) = v; };
   switch (attr) {
@@ -364,8 +387,8 @@ CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  MemPool* mp = LookupPool(s, pool);
-  if (mp == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  MemPool* mp = LookupPool(s, pool, "cuMemPoolSetAttribute");
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const int i = *static_cast<const int*>(value);
   switch (attr) {
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: mp->reuse_follow_event_dependencies = i != 0; break;

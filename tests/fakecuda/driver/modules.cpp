@@ -189,7 +189,7 @@ CUresult LaunchKernel(CUfunction f, const unsigned grid[3], const unsigned block
     return r;
   }
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, per_thread, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, per_thread, &st, "cuLaunchKernel"); r != CUDA_SUCCESS) return r;
   SubmitOptions opts;
   opts.replayable = true;  // captured launches become graph nodes that launch again on replay
   return Submit(s, st, std::move(run), std::move(opts));

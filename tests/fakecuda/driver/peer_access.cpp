@@ -18,7 +18,7 @@ std::set<std::pair<const Context*, const Context*>>& Enabled() {
 
 CUresult Peers(State& s, CUcontext peer_handle, Context** self, Context** peer) {
   if (CUresult r = CurrentContext(s, self); r != CUDA_SUCCESS) return r;
-  *peer = ContextFromHandle(s, peer_handle);
+  *peer = ContextFromHandle(s, peer_handle, "cuCtxEnablePeerAccess/cuCtxDisablePeerAccess");
   if (*peer == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if ((*peer)->device == (*self)->device) return CUDA_ERROR_INVALID_DEVICE;
   return CUDA_SUCCESS;

@@ -83,7 +83,10 @@ CUresult Describe(State& s, const Region& r, CUpointer_attribute attribute, CUde
       return CUDA_SUCCESS;
     }
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-      Put(data, reinterpret_cast<CUmemoryPool>(r.pool));
+      // The program's handle: a default pool's is its address, a created pool's is minted.
+      Put(data, r.pool == nullptr   ? CUmemoryPool{}
+                : r.pool->is_default ? reinterpret_cast<CUmemoryPool>(r.pool)
+                                     : reinterpret_cast<CUmemoryPool>(r.pool->handle));
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
       Put(data, static_cast<size_t>(r.size));

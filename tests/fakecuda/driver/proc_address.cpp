@@ -100,6 +100,7 @@ const ProcEntry kProcTable[] = {
     // streams
     {"cuStreamCreate",                         2000, Fn(cuStreamCreate),                          nullptr},
     {"cuStreamCreateWithPriority",             5050, Fn(cuStreamCreateWithPriority),              nullptr},
+    {"cuStreamDestroy",                        2000, Fn(cuStreamDestroy),                         nullptr},
     {"cuStreamDestroy",                        4000, Fn(cuStreamDestroy_v2),                      nullptr},
     {"cuStreamSynchronize",                    2000, Fn(cuStreamSynchronize),                     Fn(cuStreamSynchronize_ptsz)},
     {"cuStreamQuery",                          2000, Fn(cuStreamQuery),                           Fn(cuStreamQuery_ptsz)},

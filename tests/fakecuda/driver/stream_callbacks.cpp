@@ -12,7 +12,7 @@ CUresult AddCallback(CUstream hStream, CUstreamCallback callback, void* userData
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamAddCallback"); r != CUDA_SUCCESS) return r;
   if (CUresult r = RefuseIfCapturing(s, st); r != CUDA_SUCCESS) return r;
   return Submit(s, st, [hStream, callback, userData] { callback(hStream, CUDA_SUCCESS, userData); });
 }

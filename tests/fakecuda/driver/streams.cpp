@@ -74,7 +74,10 @@ std::shared_ptr<Stream> CreateStream(State& s, Context* ctx, StreamKind kind, un
   st->flags = flags;
   st->priority = priority;
   ctx->streams.push_back(st);
-  if (kind == StreamKind::kUser) s.streams[st.get()] = st;
+  if (kind == StreamKind::kUser) {
+    st->handle = MintHandle(s, HandleKind::kStream);
+    s.streams[reinterpret_cast<const void*>(st->handle)] = st;
+  }
   return st;
 }
 
@@ -94,7 +97,7 @@ Stream* PerThreadStream(State& s, Context* ctx) {
   return slot.get();
 }
 
-CUresult ResolveStream(State& s, CUstream h, bool per_thread_default, Stream** out) {
+CUresult ResolveStream(State& s, CUstream h, bool per_thread_default, Stream** out, const char* call) {
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   const bool is_null = (h == nullptr);
   if (is_null || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
@@ -105,8 +108,8 @@ CUresult ResolveStream(State& s, CUstream h, bool per_thread_default, Stream** o
     return CUDA_SUCCESS;
   }
   auto it = s.streams.find(h);
-  if (it == s.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
-  if (!it->second->ctx->active) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  // A stream of a reset or destroyed context was retired with it, so it is not found either.
+  if (it == s.streams.end()) BadHandle(s, call, HandleKind::kStream, reinterpret_cast<std::uintptr_t>(h));
   *out = it->second.get();
   return CUDA_SUCCESS;
 }
@@ -175,9 +178,12 @@ void SyncAllDevices(State& s, std::unique_lock<std::mutex>& lk) {
   s.progress.wait(lk, [&] { return DepsSatisfied(targets); });
 }
 
-void RetireStream(State& s, const std::shared_ptr<Stream>& stream) {
+void RetireStream(State& s, const std::shared_ptr<Stream>& stream, const char* call) {
   stream->retired = true;
-  s.streams.erase(stream.get());
+  if (stream->handle != 0) {
+    s.streams.erase(reinterpret_cast<const void*>(stream->handle));
+    BuryHandle(s, HandleKind::kStream, stream->handle, call);
+  }
   if (stream->capture) {
     if (stream->capture->origin == stream.get()) {
       AbandonCapture(s, stream->capture);  // nobody can end it any more
@@ -210,7 +216,7 @@ CUresult CreateUserStream(CUstream* phStream, unsigned int flags, int priority) 
   }
   // Priorities: [-5, 0] like recent GPUs (lower is higher priority); out-of-range values clamp.
   std::shared_ptr<Stream> st = CreateStream(s, ctx, StreamKind::kUser, flags, std::clamp(priority, -5, 0));
-  *phStream = reinterpret_cast<CUstream>(st.get());
+  *phStream = reinterpret_cast<CUstream>(st->handle);
   return CUDA_SUCCESS;
 }
 
@@ -218,7 +224,7 @@ CUresult StreamSynchronize(CUstream hStream, bool ptsz) {
   State& s = GetState();
   std::unique_lock lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamSynchronize"); r != CUDA_SUCCESS) return r;
   if (CUresult r = RefuseIfCapturing(s, st); r != CUDA_SUCCESS) return r;
   if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
   WaitForStream(s, lk, SharedStream(s, st), st->submitted);
@@ -229,7 +235,7 @@ CUresult StreamQuery(CUstream hStream, bool ptsz) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamQuery"); r != CUDA_SUCCESS) return r;
   if (CUresult r = RefuseIfCapturing(s, st); r != CUDA_SUCCESS) return r;
   if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
   return st->idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -239,7 +245,7 @@ CUresult StreamGetFlags(CUstream hStream, unsigned int* flags, bool ptsz) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamGetFlags"); r != CUDA_SUCCESS) return r;
   if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *flags = st->flags;
   return CUDA_SUCCESS;
@@ -249,7 +255,7 @@ CUresult StreamGetPriority(CUstream hStream, int* priority, bool ptsz) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamGetPriority"); r != CUDA_SUCCESS) return r;
   if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *priority = st->priority;
   return CUDA_SUCCESS;
@@ -259,7 +265,7 @@ CUresult StreamGetCtx(CUstream hStream, CUcontext* pctx, bool ptsz) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
-  if (CUresult r = ResolveStream(s, hStream, ptsz, &st); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamGetCtx"); r != CUDA_SUCCESS) return r;
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pctx = reinterpret_cast<CUcontext>(st->ctx);
   return CUDA_SUCCESS;
@@ -273,17 +279,27 @@ CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* phStream, unsigned int fla
   return CreateUserStream(phStream, flags, priority);
 }
 
-CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
+namespace {
+CUresult StreamDestroy(CUstream hStream, const char* call) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  // The default streams are not the program's to destroy: an H100 answers
+  // CUDA_ERROR_INVALID_HANDLE for 0 and CU_STREAM_LEGACY (2026-11-26), and does not crash.
+  if (hStream == nullptr || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   auto it = s.streams.find(hStream);
-  if (it == s.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (it == s.streams.end()) BadHandle(s, call, HandleKind::kStream, reinterpret_cast<std::uintptr_t>(hStream));
   // Like CUDA, destruction returns at once; queued work still completes, then the worker exits.
   std::shared_ptr<Stream> st = it->second;
-  RetireStream(s, st);
+  RetireStream(s, st, call);
   return CUDA_SUCCESS;
 }
+}  // namespace
+
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream) { return StreamDestroy(hStream, "cuStreamDestroy"); }
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) { return StreamDestroy(hStream, "cuStreamDestroy_v2"); }
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return StreamSynchronize(hStream, false); }
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return StreamSynchronize(hStream, true); }

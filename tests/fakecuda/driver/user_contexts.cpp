@@ -76,13 +76,17 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   State& s = GetState();
   std::unique_lock lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  Context* c = CreatedContextFromHandle(ctx);
   // Primary contexts are reset with cuDevicePrimaryCtxReset, never destroyed.
-  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  for (auto& dev : s.devices) {
+    if (reinterpret_cast<CUcontext>(&dev->primary) == ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  Context* c = CreatedContextFromHandle(ctx);
+  if (c == nullptr) BadHandle(s, "cuCtxDestroy_v2", HandleKind::kContext, reinterpret_cast<std::uintptr_t>(ctx));
   // Frees its streams, events and memory, but not stream-ordered memory ("cuCtxDestroy() will not
   // destroy memory allocations by cuMemCreate(), cuMemAllocAsync() and cuMemAllocFromPoolAsync()");
   // uncharges the context.
-  DeactivateContext(s, lk, c, /*keep_pool_memory=*/true);
+  DeactivateContext(s, lk, c, "cuCtxDestroy_v2", /*keep_pool_memory=*/true);
+  BuryHandle(s, HandleKind::kContext, reinterpret_cast<std::uintptr_t>(ctx), "cuCtxDestroy_v2");
   lk.unlock();
   // Off the calling thread's stack if it is current there (other threads see it destroyed).
   CUcontext current = nullptr;

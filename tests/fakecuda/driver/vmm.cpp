@@ -65,21 +65,34 @@ void DestroyPhysical(State& s, PhysicalAllocation& phys) {
 }
 
 void DropReference(State& s, const std::shared_ptr<PhysicalAllocation>& phys) {
-  if (--phys->refs == 0) s.physical.erase(phys->handle);
+  if (--phys->refs == 0) {
+    s.physical.erase(phys->handle);
+    BuryHandle(s, HandleKind::kPhysical, phys->handle, "cuMemRelease");
+  }
   if (phys->refs == 0 && phys->mappings == 0) DestroyPhysical(s, *phys);
 }
 
-std::shared_ptr<PhysicalAllocation> LookupPhysical(State& s, CUmemGenericAllocationHandle handle) {
+// The live allocation of a handle; any other value is misuse by `call`.
+std::shared_ptr<PhysicalAllocation> LookupPhysical(State& s, CUmemGenericAllocationHandle handle, const char* call) {
   auto it = s.physical.find(handle);
-  return it == s.physical.end() ? nullptr : it->second;
+  if (it == s.physical.end()) BadHandle(s, call, HandleKind::kPhysical, handle);
+  return it->second;
+}
+
+// cuMemUnmap and cuMemSetAccess act on mappings: a range that starts where nothing is mapped (never
+// mapped, or unmapped already) is the VMM form of a destroyed handle.
+void RequireMapping(State& s, std::uintptr_t ptr, const char* call) {
+  const Region* m = FindRegion(s, ptr);
+  if (m == nullptr || m->kind != RegionKind::kVmmMapping) {
+    Misuse("%s: nothing is mapped at %#lx (never mapped, or unmapped already)", call, static_cast<unsigned long>(ptr));
+  }
 }
 
 std::shared_ptr<PhysicalAllocation> RegisterPhysical(State& s, int fd, std::size_t size, const CUmemAllocationProp& prop,
                                                      int device, std::size_t charged) {
   auto phys = std::make_shared<PhysicalAllocation>();
   phys->id = NextId(s);
-  // Recognisable handle values; real ones are opaque too.
-  phys->handle = 0xfc000000ULL + phys->id;
+  phys->handle = MintHandle(s, HandleKind::kPhysical);
   phys->fd = fd;
   phys->size = size;
   phys->prop = prop;
@@ -184,7 +197,11 @@ CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   auto it = s.reservations.find(ptr);
-  if (it == s.reservations.end() || it->second.size != size) return CUDA_ERROR_INVALID_VALUE;
+  if (it == s.reservations.end()) {
+    Misuse("cuMemAddressFree: no reservation starts at %#lx (never reserved, or freed already)",
+           static_cast<unsigned long>(ptr));
+  }
+  if (it->second.size != size) return CUDA_ERROR_INVALID_VALUE;
   // Mappings must be unmapped first (cuMemUnmap), otherwise their memory would leak.
   auto m = s.regions.lower_bound(ptr);
   if (m != s.regions.end() && m->first < ptr + size) return CUDA_ERROR_INVALID_VALUE;
@@ -240,8 +257,7 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  std::shared_ptr<PhysicalAllocation> phys = LookupPhysical(s, handle);
-  if (!phys) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<PhysicalAllocation> phys = LookupPhysical(s, handle, "cuMemRelease");
   if (phys->device >= 0) ++s.device_free_calls;
   DropReference(s, phys);
   return CUDA_SUCCESS;
@@ -252,8 +268,8 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  std::shared_ptr<PhysicalAllocation> phys = LookupPhysical(s, handle);
-  if (!phys || flags != 0 || size == 0 || !Aligned(ptr) || !Aligned(size)) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<PhysicalAllocation> phys = LookupPhysical(s, handle, "cuMemMap");
+  if (flags != 0 || size == 0 || !Aligned(ptr) || !Aligned(size)) return CUDA_ERROR_INVALID_VALUE;
   // cuda.h: "offset ... currently must be zero".
   if (offset != 0 || size > phys->size) return CUDA_ERROR_INVALID_VALUE;
   Reservation* res = FindReservation(s, ptr, size);
@@ -285,6 +301,7 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   State& s = GetState();
   std::unique_lock lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  RequireMapping(s, ptr, "cuMemUnmap");
   std::vector<Region*> mappings;
   if (!Aligned(ptr) || !Aligned(size) || !WholeMappings(s, ptr, size, &mappings)) return CUDA_ERROR_INVALID_VALUE;
   // Unmapping synchronizes: queued work may still access the range.
@@ -307,6 +324,7 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   if (desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  RequireMapping(s, ptr, "cuMemSetAccess");
   std::vector<Region*> mappings;
   if (!WholeMappings(s, ptr, size, &mappings)) return CUDA_ERROR_INVALID_VALUE;
   for (std::size_t i = 0; i < count; ++i) {
@@ -348,8 +366,8 @@ CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* pro
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  std::shared_ptr<PhysicalAllocation> phys = LookupPhysical(s, handle);
-  if (prop == nullptr || !phys) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<PhysicalAllocation> phys = LookupPhysical(s, handle, "cuMemGetAllocationPropertiesFromHandle");
+  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *prop = phys->prop;
   return CUDA_SUCCESS;
 }
@@ -361,7 +379,10 @@ CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handl
   const Region* m = FindRegion(s, reinterpret_cast<std::uintptr_t>(addr));
   if (handle == nullptr || m == nullptr || m->kind != RegionKind::kVmmMapping) return CUDA_ERROR_INVALID_VALUE;
   // Each retain must be paired with cuMemRelease, exactly like the handle from cuMemCreate.
-  if (m->phys->refs++ == 0) s.physical[m->phys->handle] = m->phys;
+  if (m->phys->refs++ == 0) {
+    s.physical[m->phys->handle] = m->phys;
+    ReviveHandle(s, HandleKind::kPhysical, m->phys->handle);
+  }
   *handle = m->phys->handle;
   return CUDA_SUCCESS;
 }
@@ -371,8 +392,8 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void* shareableHandle, CUmemGeneri
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  std::shared_ptr<PhysicalAllocation> phys = LookupPhysical(s, handle);
-  if (shareableHandle == nullptr || !phys || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<PhysicalAllocation> phys = LookupPhysical(s, handle, "cuMemExportToShareableHandle");
+  if (shareableHandle == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
   // Only allocations created with this handle type requested may be exported.
   if ((phys->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {

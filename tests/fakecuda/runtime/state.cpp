@@ -26,13 +26,11 @@ thread_local int t_device = 0;
 thread_local bool t_bound = false;
 thread_local std::uint64_t t_bound_generation = 0;
 
-// fork() while another thread holds g_mu must not leave it locked in the child.
-void RegisterForkHandlers() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    pthread_atfork([] { g_mu.lock(); }, [] { g_mu.unlock(); }, [] { g_mu.unlock(); });
-  });
-}
+// fork() while another thread holds g_mu must not leave it locked in the child. Registered when
+// the library is loaded (one thread, before any g_mu use): registered at the first Bind, a fork
+// racing with another thread's first Bind could copy g_mu held with no handler to release it.
+[[maybe_unused]] const bool g_fork_handlers =
+    pthread_atfork([] { g_mu.lock(); }, [] { g_mu.unlock(); }, [] { g_mu.unlock(); }) == 0;
 
 }  // namespace
 
@@ -52,7 +50,6 @@ namespace {
 
 cudaError_t Bind(int device) {
   if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
-  RegisterForkHandlers();
   const std::uint64_t generation = g_generation[device].load();
   CUcontext ctx = nullptr;
   if (cudaError_t e = PrimaryContext(device, &ctx); e != cudaSuccess) return e;

@@ -208,6 +208,16 @@ TEST_F(Capture, AllocAsyncDuringCaptureIsGraphMemory) {
   CUgraph g = nullptr;
   ASSERT_CU(cuStreamEndCapture(s_, &g));
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (2 << 20));
+  // Graph memory exists for the program once a launch has allocated it: before, real GPUs refuse
+  // to free it (H200 and H100, 2026-11-26).
+  EXPECT_EQ(cuMemFreeAsync(kept, s_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFreeAsync(kept, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFree(kept), CUDA_ERROR_INVALID_VALUE);
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, g, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  ASSERT_CU(cuGraphExecDestroy(exec));
   ASSERT_CU(cuGraphDestroy(g));
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (1 << 20));
   // Graph memory not freed by the graph stays with the program.
@@ -296,6 +306,7 @@ TEST_F(Capture, FreeOfOutsideMemoryHappensWhenTheGraphLaunches) {
 }
 
 TEST_F(Capture, DestroyingACapturingStreamAbandonsTheCapture) {
+  const size_t used = fakecudaDeviceUsedBytes(0);
   CUstream doomed = nullptr;
   ASSERT_CU(cuStreamCreate(&doomed, CU_STREAM_NON_BLOCKING));
   ASSERT_CU(cuStreamBeginCapture(doomed, CU_STREAM_CAPTURE_MODE_GLOBAL));
@@ -305,7 +316,9 @@ TEST_F(Capture, DestroyingACapturingStreamAbandonsTheCapture) {
   ASSERT_CU(cuStreamDestroy(doomed));
   ASSERT_CU(cuCtxSynchronize());  // no capture in progress any more
   EXPECT_EQ(At(0), 0);
-  ASSERT_CU(cuMemFree(graph_mem));
+  // No graph, so no launch: the captured allocation never existed and cannot be freed.
+  EXPECT_EQ(cuMemFree(graph_mem), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);
 }
 
 TEST_F(Capture, MemAllocNodeReservesGraphMemoryUntilTheProgramFreesIt) {
@@ -318,7 +331,8 @@ TEST_F(Capture, MemAllocNodeReservesGraphMemoryUntilTheProgramFreesIt) {
   params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   params.poolProps.location.id = 0;
   params.bytesize = 1000;
-  EXPECT_EQ(cuGraphAddMemAllocNode(&node, nullptr, nullptr, 0, &params), CUDA_ERROR_INVALID_VALUE);  // no graph
+  EXPECT_DEATH(cuGraphAddMemAllocNode(&node, nullptr, nullptr, 0, &params),
+               "fakecuda: misuse: cuGraphAddMemAllocNode: graph 0 was never created");
   const size_t before = fakecudaDeviceUsedBytes(0);
   const unsigned long long calls = fakecudaDriverAllocCount();
   ASSERT_CU(cuGraphAddMemAllocNode(&node, g, nullptr, 0, &params));
@@ -326,11 +340,18 @@ TEST_F(Capture, MemAllocNodeReservesGraphMemoryUntilTheProgramFreesIt) {
   ASSERT_NE(params.dptr, 0u);
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + 1024);  // charged, rounded to 512 bytes
   EXPECT_EQ(fakecudaDriverAllocCount(), calls + 1);
+  // Not the program's before a launch allocates it (H200 and H100 refuse the free, 2026-11-26).
+  EXPECT_EQ(cuMemFreeAsync(params.dptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, g, 0));
+  ASSERT_CU(cuGraphLaunch(exec, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
   ASSERT_CU(cuMemsetD8(params.dptr, 7, 1000));  // device memory from now on
   EXPECT_EQ(reinterpret_cast<const unsigned char*>(params.dptr)[999], 7);
   // Not freed inside the graph: destroying the graph leaves it to the program.
+  ASSERT_CU(cuGraphExecDestroy(exec));
   ASSERT_CU(cuGraphDestroy(g));
-  EXPECT_EQ(cuGraphDestroy(g), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_DEATH(cuGraphDestroy(g), "fakecuda: misuse: cuGraphDestroy: graph 0x[0-9a-f]+ was destroyed \\(cuGraphDestroy\\)");
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + 1024);
   ASSERT_CU(cuMemFree(params.dptr));
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);

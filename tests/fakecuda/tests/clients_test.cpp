@@ -385,8 +385,8 @@ TEST_F(CreatedContexts, CreateMakesCurrentAndDestroyFreesEverythingItOwns) {
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);  // its memory went with it
   ASSERT_CU(cuCtxGetCurrent(&current));
   EXPECT_EQ(current, ctx_);  // popped off this thread's stack
-  EXPECT_EQ(cuCtxDestroy(ctx), CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_EQ(cuCtxDestroy(ctx_), CUDA_ERROR_INVALID_CONTEXT);  // primary contexts are reset, not destroyed
+  EXPECT_DEATH(cuCtxDestroy(ctx), "fakecuda: misuse: cuCtxDestroy_v2: context 0x[0-9a-f]+ was destroyed \\(cuCtxDestroy_v2\\)");
 }
 
 TEST_F(CreatedContexts, DestroyLeavesStreamOrderedMemoryToItsPool) {

@@ -121,7 +121,8 @@ TEST(DriverContext, PushPop) {
     ASSERT_CU(cuCtxGetCurrent(&cur));
     EXPECT_EQ(cur, nullptr);
     EXPECT_EQ(cuCtxPopCurrent(&popped), CUDA_ERROR_INVALID_CONTEXT);
-    EXPECT_EQ(cuCtxPushCurrent(reinterpret_cast<CUcontext>(0x1234)), CUDA_ERROR_INVALID_CONTEXT);
+    EXPECT_DEATH(cuCtxPushCurrent(reinterpret_cast<CUcontext>(0x1234)),
+                 "^fakecuda: misuse: cuCtxPushCurrent_v2: context 0x1234 was never created\n$");
     // cuCtxSetCurrent replaces the top of the stack; NULL unbinds.
     ASSERT_CU(cuCtxSetCurrent(ctx));
     ASSERT_CU(cuCtxSetCurrent(nullptr));

@@ -6,11 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "test_util.h"
 
@@ -161,6 +163,57 @@ int ChildFork() {
   return Fail("grandchild hung", -1);
 }
 
+// fork() from a thread that never called CUDA while three threads allocate: each grandchild's
+// first call binds the thread (the runtime's lock, then the driver's cuCtxSetCurrent), so it must
+// find neither lock held by a parent thread. Prints the number of grandchildren that hung.
+int ChildForkWhileAllocating() {
+  if (cudaError_t e = cudaFree(nullptr); e != cudaSuccess) return Fail("cudaFree", e);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 3; ++w) {
+    workers.emplace_back([&stop, w] {
+      cudaStream_t s = nullptr;
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      while (!stop.load()) {
+        void* p = nullptr;
+        if (w == 0 ? cudaMallocAsync(&p, 4096, s) == cudaSuccess : cudaMalloc(&p, 4096) == cudaSuccess) {
+          w == 0 ? cudaFreeAsync(p, s) : cudaFree(p);
+        }
+      }
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    });
+  }
+  int hung = 0, failed = 0;
+  std::thread forker([&] {  // never calls CUDA itself: its child's first call binds
+    for (int i = 0; i < 20; ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        void* q = nullptr;
+        const cudaError_t e = cudaMalloc(&q, 4096);
+        _exit(e == cudaErrorInitializationError ? 0 : 3);
+      }
+      int status = 0;
+      int waited = 0;
+      while (waitpid(pid, &status, WNOHANG) != pid) {
+        if (++waited > 500) {  // 5 s
+          ++hung;
+          kill(pid, SIGKILL);
+          waitpid(pid, &status, 0);
+          break;
+        }
+        usleep(10000);
+      }
+      if (waited <= 500 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) ++failed;
+    }
+  });
+  forker.join();
+  stop = true;
+  for (auto& w : workers) w.join();
+  std::printf("forks=20 hung=%d failed=%d\n", hung, failed);
+  return hung == 0 && failed == 0 ? 0 : 1;
+}
+
 int ChildPrintConfig() {
   int count = 0;
   cudaGetDeviceCount(&count);
@@ -214,6 +267,7 @@ int RunChildMode(const std::string& mode, char** rest) {
   if (mode == "vmm-import") return ChildVmmImport(rest);
   if (mode == "exit-pending") return ChildExitWithPendingWork();
   if (mode == "fork") return ChildFork();
+  if (mode == "fork-while-allocating") return ChildForkWhileAllocating();
   if (mode == "print-config") return ChildPrintConfig();
   std::printf("unknown child mode %s\n", mode.c_str());
   return 2;
@@ -285,5 +339,8 @@ int main(int argc, char** argv) {
     return fakecuda_test::RunChildMode(argv[1] + 8, argv + 2);
   }
   ::testing::InitGoogleTest(&argc, argv);
+  // Misuse death tests run while the simulated device's stream workers exist: the child re-runs
+  // the test from the start instead of forking a multi-threaded process.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   return RUN_ALL_TESTS();
 }

@@ -19,5 +19,11 @@ TEST(Process, ForkAfterUseNeitherDeadlocksNorLetsTheChildUseTheDevice) {
   EXPECT_NE(r.output.find("child: ok"), std::string::npos) << r.output;
 }
 
+TEST(Process, ForkFromAnUnboundThreadWhileThreadsAllocateNeverHangsTheChild) {
+  ChildResult r = RunChild({"--child=fork-while-allocating"}, {}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("forks=20 hung=0 failed=0"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace fakecuda_test

@@ -140,7 +140,7 @@ TEST_F(Streams, EventsRecordQuerySynchronizeElapsed) {
   EXPECT_EQ(cuEventElapsedTime(&ms, start, untimed), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuEventElapsedTime(&ms, start, never), CUDA_ERROR_INVALID_HANDLE);
   for (CUevent e : {start, end, untimed, never}) ASSERT_CU(cuEventDestroy(e));
-  EXPECT_EQ(cuEventQuery(start), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_DEATH(cuEventQuery(start), "fakecuda: misuse: cuEventQuery: event 0x[0-9a-f]+ was destroyed \\(cuEventDestroy_v2\\)");
   ASSERT_CU(cuStreamDestroy(s));
 }
 
@@ -298,15 +298,18 @@ TEST_F(Streams, DestroyingAStreamLetsItsWorkFinish) {
   const auto start = std::chrono::steady_clock::now();
   ASSERT_CU(cuStreamDestroy(s));
   EXPECT_LT(Seconds(start), 0.05);
-  EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_DEATH(cuStreamQuery(s), "fakecuda: misuse: cuStreamQuery: stream 0x[0-9a-f]+ was destroyed \\(cuStreamDestroy_v2\\)");
   ASSERT_CU(cuCtxSynchronize());  // still waits for the destroyed stream's work
   EXPECT_TRUE(AllEqual(8));
 }
 
 TEST_F(Streams, InvalidHandles) {
-  EXPECT_EQ(cuStreamSynchronize(reinterpret_cast<CUstream>(0x1234)), CUDA_ERROR_INVALID_HANDLE);
-  EXPECT_EQ(cuStreamDestroy(nullptr), CUDA_ERROR_INVALID_HANDLE);
-  EXPECT_EQ(cuEventRecord(reinterpret_cast<CUevent>(0x1234), nullptr), CUDA_ERROR_INVALID_HANDLE);
+  // A handle that never existed is misuse, like a destroyed one (misuse_test.cpp).
+  EXPECT_DEATH(cuStreamSynchronize(reinterpret_cast<CUstream>(0x1234)),
+               "^fakecuda: misuse: cuStreamSynchronize: stream 0x1234 was never created\n$");
+  EXPECT_EQ(cuStreamDestroy(nullptr), CUDA_ERROR_INVALID_HANDLE);  // an H100's answer (2026-11-26)
+  EXPECT_DEATH(cuEventRecord(reinterpret_cast<CUevent>(0x1234), nullptr),
+               "fakecuda: misuse: cuEventRecord: event 0x1234 was never created");
   CUstream s = nullptr;
   EXPECT_EQ(cuStreamCreate(&s, 0x10), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(fakecuLaunchDelayedFill(buf_ + kBytes - 16, 0, 32, 0, nullptr), CUDA_ERROR_INVALID_VALUE);

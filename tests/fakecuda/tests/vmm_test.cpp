@@ -182,8 +182,8 @@ TEST_F(Vmm, ArgumentValidation) {
   EXPECT_EQ(cuMemsetD8(va, 1, 16), CUDA_ERROR_INVALID_VALUE);
   ASSERT_CU(cuMemUnmap(va, 2 * kGran));
   ASSERT_CU(cuMemRelease(h));
-  EXPECT_EQ(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(cuMemMap(va, 2 * kGran, 0, h, 0), CUDA_ERROR_INVALID_VALUE);        // released handle
+  EXPECT_DEATH(cuMemRelease(h), "fakecuda: misuse: cuMemRelease: physical memory handle 0x[0-9a-f]+ was destroyed \\(cuMemRelease\\)");
+  EXPECT_DEATH(cuMemMap(va, 2 * kGran, 0, h, 0), "fakecuda: misuse: cuMemMap: physical memory handle 0x[0-9a-f]+ was destroyed");
   ASSERT_CU(cuMemAddressFree(va, 4 * kGran));
   EXPECT_EQ(cuMemAddressReserve(&va, 1000, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
 }

@@ -1,0 +1,87 @@
+// Handle minting, tombstones and misuse reports (see handles.h).
+#include "handles.h"
+
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+
+#include "driver.h"
+
+namespace fakecuda {
+namespace {
+
+// [kTag << 44 | kind << 40 | sequence << 4]: user-space addresses the kernel leaves unmapped in
+// practice (heap near 0x55..., mappings near 0x7f...), 16-byte spaced, 2^36 handles per kind.
+constexpr std::uintptr_t kTag = 0x6;
+constexpr int kTagShift = 44, kKindShift = 40, kSeqShift = 4;
+constexpr std::uintptr_t kSeqMask = (std::uintptr_t{1} << (kKindShift - kSeqShift)) - 1;
+
+bool Minted(std::uintptr_t h) { return (h >> kTagShift) == kTag && (h & 0xf) == 0; }
+HandleKind KindOf(std::uintptr_t h) { return static_cast<HandleKind>((h >> kKindShift) & 0xf); }
+
+}  // namespace
+
+const char* HandleKindName(HandleKind kind) {
+  switch (kind) {
+    case HandleKind::kStream: return "stream";
+    case HandleKind::kEvent: return "event";
+    case HandleKind::kGraph: return "graph";
+    case HandleKind::kGraphExec: return "graph exec";
+    case HandleKind::kMemPool: return "memory pool";
+    case HandleKind::kContext: return "context";
+    case HandleKind::kPhysical: return "physical memory handle";
+  }
+  return "handle";
+}
+
+std::uintptr_t MintHandle(State& s, HandleKind kind) {
+  const std::uintptr_t seq = ++s.handle_sequence & kSeqMask;
+  return (kTag << kTagShift) | (static_cast<std::uintptr_t>(kind) << kKindShift) | (seq << kSeqShift);
+}
+
+void BuryHandle(State& s, HandleKind kind, std::uintptr_t handle, const char* call) {
+  s.tombstones[handle] = State::Tombstone{kind, call};
+}
+
+void ReviveHandle(State& s, HandleKind kind, std::uintptr_t handle) {
+  auto it = s.tombstones.find(handle);
+  if (it != s.tombstones.end() && it->second.kind == kind) s.tombstones.erase(it);
+}
+
+void Misuse(const char* fmt, ...) {
+  char line[512];
+  int n = std::snprintf(line, sizeof(line), "fakecuda: misuse: ");
+  va_list ap;
+  va_start(ap, fmt);
+  n += std::vsnprintf(line + n, sizeof(line) - static_cast<std::size_t>(n) - 1, fmt, ap);
+  va_end(ap);
+  if (n > static_cast<int>(sizeof(line)) - 2) n = static_cast<int>(sizeof(line)) - 2;
+  line[n++] = '\n';
+  // One write(): the line stays whole among other threads' output.
+  ssize_t ignored = write(STDERR_FILENO, line, static_cast<std::size_t>(n));
+  (void)ignored;
+  const char* abort_env = std::getenv("FAKECUDA_MISUSE_ABORT");
+  if (abort_env != nullptr && abort_env[0] == '1') std::abort();
+  _exit(kMisuseExitStatus);
+}
+
+void BadHandle(const State& s, const char* call, HandleKind kind, std::uintptr_t handle) {
+  const char* what = HandleKindName(kind);
+  auto it = s.tombstones.find(handle);
+  if (it != s.tombstones.end() && it->second.kind == kind) {
+    Misuse("%s: %s %#lx was destroyed (%s)", call, what, static_cast<unsigned long>(handle), it->second.destroyed_by);
+  }
+  if (it != s.tombstones.end()) {
+    Misuse("%s: %#lx is no %s: it is a handle of another kind (%s), destroyed (%s)", call,
+           static_cast<unsigned long>(handle), what, HandleKindName(it->second.kind), it->second.destroyed_by);
+  }
+  if (Minted(handle) && KindOf(handle) != kind) {
+    Misuse("%s: %#lx is no %s: it is a handle of another kind (%s)", call, static_cast<unsigned long>(handle), what,
+           HandleKindName(KindOf(handle)));
+  }
+  Misuse("%s: %s %#lx was never created", call, what, static_cast<unsigned long>(handle));
+}
+
+}  // namespace fakecuda

@@ -1,0 +1,248 @@
+// The simulated device stops the process at any use of a destroyed or never-created handle, as a
+// sanitizer would: NVIDIA's driver dereferences such handles and crashes (design-notes §9), so no
+// test may pass through such a call. Each kind of handle, and each way it dies, has a case here.
+#include <sys/mman.h>
+
+#include <regex>
+#include <set>
+
+#include "test_util.h"
+
+namespace fakecuda_test {
+namespace {
+
+// The one line a misuse prints, and the exit status it ends with (handles.h: kMisuseExitStatus).
+constexpr int kMisuseStatus = 86;
+#define EXPECT_MISUSE(stmt, regex) EXPECT_EXIT(stmt, ::testing::ExitedWithCode(kMisuseStatus), "^fakecuda: misuse: " regex)
+
+class MisuseRuntime : public RuntimeTest {};
+class Misuse : public DriverTest {};
+
+// The issue's own case: a program (no shim) records an event on a stream it destroyed.
+TEST_F(MisuseRuntime, RecordingAnEventOnADestroyedStreamStopsTheProgram) {
+  cudaStream_t s = nullptr;
+  cudaEvent_t e = nullptr;
+  ASSERT_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  ASSERT_RT(cudaEventCreate(&e));
+  ASSERT_RT(cudaStreamDestroy(s));
+  EXPECT_MISUSE(cudaEventRecord(e, s),
+                "cuEventRecord: stream 0x[0-9a-f]+ was destroyed \\(cuStreamDestroy_v2\\)\n$");
+}
+
+TEST_F(MisuseRuntime, ExitsAtOnceWithItsOwnStatusAndOneLine) {
+  cudaStream_t s = nullptr;
+  ASSERT_RT(cudaStreamCreate(&s));
+  ASSERT_RT(cudaStreamDestroy(s));
+  // No atexit handler runs (an interposer's exit report would otherwise follow the line).
+  EXPECT_EXIT(
+      {
+        std::atexit([] { fprintf(stderr, "atexit ran\n"); });
+        cudaStreamSynchronize(s);
+      },
+      ::testing::ExitedWithCode(kMisuseStatus),
+      "^fakecuda: misuse: cuStreamSynchronize: stream 0x[0-9a-f]+ was destroyed \\(cuStreamDestroy_v2\\)\n$");
+}
+
+TEST_F(Misuse, StreamDestroyedByEitherDestroyCall) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamDestroy(s));  // cuStreamDestroy_v2 through cuda.h
+  EXPECT_MISUSE(cuStreamDestroy(s), "cuStreamDestroy_v2: stream 0x[0-9a-f]+ was destroyed \\(cuStreamDestroy_v2\\)");
+  CUstream t = nullptr;
+  ASSERT_CU(cuStreamCreate(&t, 0));
+  // The CUDA 2.0 symbol, which older binaries and cuGetProcAddress(version < 4000) reach.
+  using V1 = CUresult (*)(CUstream);
+  void* v1 = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  ASSERT_CU(cuGetProcAddress("cuStreamDestroy", &v1, 2000, CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  ASSERT_CU(reinterpret_cast<V1>(v1)(t));
+  EXPECT_MISUSE(cuStreamQuery(t), "cuStreamQuery: stream 0x[0-9a-f]+ was destroyed \\(cuStreamDestroy\\)");
+}
+
+TEST_F(Misuse, HandlesAreNeverRecycled) {
+  std::set<CUstream> seen;
+  CUstream first = nullptr;
+  for (int i = 0; i < 100; ++i) {
+    CUstream s = nullptr;
+    ASSERT_CU(cuStreamCreate(&s, 0));
+    EXPECT_TRUE(seen.insert(s).second);
+    if (i == 0) first = s;
+    ASSERT_CU(cuStreamDestroy(s));
+  }
+  // However many streams came since, the first handle is still a destroyed one.
+  EXPECT_MISUSE(cuStreamQuery(first), "cuStreamQuery: stream 0x[0-9a-f]+ was destroyed");
+}
+
+TEST_F(Misuse, SpecialStreamsAreValid) {
+  CUevent e = nullptr;
+  ASSERT_CU(cuEventCreate(&e, 0));
+  for (CUstream s : {CUstream{}, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) {
+    EXPECT_CU(cuEventRecord(e, s));
+    EXPECT_CU(cuStreamSynchronize(s));
+  }
+  ASSERT_CU(cuEventDestroy(e));
+  // Destroying one is an error, not a crash, on an H100 (2026-11-26).
+  for (CUstream s : {CUstream{}, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) EXPECT_EQ(cuStreamDestroy(s), CUDA_ERROR_INVALID_HANDLE);
+}
+
+TEST_F(Misuse, NeverCreatedAndWrongKindHandles) {
+  EXPECT_MISUSE(cuStreamQuery(reinterpret_cast<CUstream>(0x1234)), "cuStreamQuery: stream 0x1234 was never created\n$");
+  CUevent e = nullptr;
+  ASSERT_CU(cuEventCreate(&e, 0));
+  EXPECT_MISUSE(cuStreamQuery(reinterpret_cast<CUstream>(e)),
+                "cuStreamQuery: 0x[0-9a-f]+ is no stream: it is a handle of another kind \\(event\\)\n$");
+  ASSERT_CU(cuEventDestroy(e));
+  EXPECT_MISUSE(cuStreamQuery(reinterpret_cast<CUstream>(e)),
+                "cuStreamQuery: 0x[0-9a-f]+ is no stream: it is a handle of another kind \\(event\\), destroyed "
+                "\\(cuEventDestroy_v2\\)\n$");
+}
+
+TEST_F(Misuse, Events) {
+  CUevent e = nullptr;
+  ASSERT_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventDestroy(e));
+  EXPECT_MISUSE(cuEventRecord(e, nullptr), "cuEventRecord: event 0x[0-9a-f]+ was destroyed \\(cuEventDestroy_v2\\)");
+  EXPECT_MISUSE(cuEventQuery(e), "cuEventQuery: event 0x[0-9a-f]+ was destroyed");
+  EXPECT_MISUSE(cuEventSynchronize(e), "cuEventSynchronize: event 0x[0-9a-f]+ was destroyed");
+  EXPECT_MISUSE(cuStreamWaitEvent(nullptr, e, 0), "cuStreamWaitEvent: event 0x[0-9a-f]+ was destroyed");
+  EXPECT_MISUSE(cuEventDestroy(e), "cuEventDestroy_v2: event 0x[0-9a-f]+ was destroyed");
+}
+
+TEST_F(Misuse, GraphsAndGraphExecs) {
+  CUgraph g = nullptr;
+  ASSERT_CU(cuGraphCreate(&g, 0));
+  CUgraphExec x = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&x, g, 0));
+  ASSERT_CU(cuGraphExecDestroy(x));
+  EXPECT_MISUSE(cuGraphLaunch(x, nullptr), "cuGraphLaunch: graph exec 0x[0-9a-f]+ was destroyed \\(cuGraphExecDestroy\\)");
+  ASSERT_CU(cuGraphDestroy(g));
+  EXPECT_MISUSE(cuGraphInstantiateWithFlags(&x, g, 0),
+                "cuGraphInstantiateWithFlags: graph 0x[0-9a-f]+ was destroyed \\(cuGraphDestroy\\)");
+  CUgraphNode n = nullptr;
+  EXPECT_MISUSE(cuGraphAddEmptyNode(&n, g, nullptr, 0), "cuGraphAddEmptyNode: graph 0x[0-9a-f]+ was destroyed");
+}
+
+TEST_F(Misuse, MemoryPools) {
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool pool = nullptr;
+  ASSERT_CU(cuMemPoolCreate(&pool, &props));
+  ASSERT_CU(cuMemPoolDestroy(pool));
+  CUdeviceptr p = 0;
+  EXPECT_MISUSE(cuMemAllocFromPoolAsync(&p, 4096, pool, nullptr),
+                "cuMemAllocFromPoolAsync: memory pool 0x[0-9a-f]+ was destroyed \\(cuMemPoolDestroy\\)");
+  cuuint64_t v = 0;
+  EXPECT_MISUSE(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v),
+                "cuMemPoolGetAttribute: memory pool 0x[0-9a-f]+ was destroyed");
+  // The default pool is the device's: it cannot be destroyed (an error), and outlives resets.
+  CUmemoryPool def = nullptr;
+  ASSERT_CU(cuDeviceGetDefaultMemPool(&def, 0));
+  EXPECT_EQ(cuMemPoolDestroy(def), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(Misuse, ContextsAndTheirHandles) {
+  CUcontext c = nullptr;
+  ASSERT_CU(cuCtxCreate(&c, nullptr, 0, 0));
+  CUstream s = nullptr;
+  CUevent e = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, 0));
+  ASSERT_CU(cuEventCreate(&e, 0));
+  ASSERT_CU(cuCtxDestroy(c));
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+  EXPECT_MISUSE(cuCtxSetCurrent(c), "cuCtxSetCurrent: context 0x[0-9a-f]+ was destroyed \\(cuCtxDestroy_v2\\)");
+  EXPECT_MISUSE(cuCtxPushCurrent(c), "cuCtxPushCurrent_v2: context 0x[0-9a-f]+ was destroyed");
+  EXPECT_MISUSE(cuStreamQuery(s), "cuStreamQuery: stream 0x[0-9a-f]+ was destroyed \\(cuCtxDestroy_v2\\)");
+  EXPECT_MISUSE(cuEventQuery(e), "cuEventQuery: event 0x[0-9a-f]+ was destroyed \\(cuCtxDestroy_v2\\)");
+}
+
+TEST_F(Misuse, PrimaryContextResetAndLastReleaseDestroyEverythingOfTheContext) {
+  CUstream s = nullptr;
+  CUevent e = nullptr;
+  CUgraph g = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuEventCreate(&e, 0));
+  ASSERT_CU(cuGraphCreate(&g, 0));
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  CUmemoryPool pool = nullptr;
+  ASSERT_CU(cuMemPoolCreate(&pool, &props));
+  ASSERT_CU(cuDevicePrimaryCtxReset(0));
+  CUcontext again = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&again, 0));
+  EXPECT_EQ(again, ctx_);  // the primary context's handle survives its reset
+  EXPECT_MISUSE(cuEventRecord(e, s), "cuEventRecord: event 0x[0-9a-f]+ was destroyed \\(cuDevicePrimaryCtxReset_v2\\)");
+  EXPECT_MISUSE(cuStreamQuery(s), "cuStreamQuery: stream 0x[0-9a-f]+ was destroyed \\(cuDevicePrimaryCtxReset_v2\\)");
+  EXPECT_MISUSE(cuGraphDestroy(g), "cuGraphDestroy: graph 0x[0-9a-f]+ was destroyed \\(cuDevicePrimaryCtxReset_v2\\)");
+  EXPECT_MISUSE(cuMemPoolTrimTo(pool, 0), "cuMemPoolTrimTo: memory pool 0x[0-9a-f]+ was destroyed");
+  // The last release ends the context the same way.
+  ASSERT_CU(cuStreamCreate(&s, 0));
+  ASSERT_CU(cuDevicePrimaryCtxRelease(0));  // the reset dropped every retain but the one above
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&again, 0));
+  EXPECT_MISUSE(cuStreamQuery(s), "cuStreamQuery: stream 0x[0-9a-f]+ was destroyed \\(cuDevicePrimaryCtxRelease_v2\\)");
+}
+
+TEST_F(MisuseRuntime, DeviceResetDestroysStreamsAndEvents) {
+  cudaStream_t s = nullptr;
+  cudaEvent_t e = nullptr;
+  ASSERT_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  ASSERT_RT(cudaEventCreate(&e));
+  ASSERT_RT(cudaDeviceReset());
+  void* p = nullptr;
+  ASSERT_RT(cudaMalloc(&p, 1 << 20));  // the device itself works again
+  ASSERT_RT(cudaFree(p));
+  EXPECT_MISUSE(cudaEventRecord(e, nullptr), "cuEventRecord: event 0x[0-9a-f]+ was destroyed \\(cuDevicePrimaryCtxReset_v2\\)");
+  EXPECT_MISUSE(cudaMallocAsync(&p, 64, s), "cuMemAllocAsync: stream 0x[0-9a-f]+ was destroyed \\(cuDevicePrimaryCtxReset_v2\\)");
+}
+
+TEST_F(Misuse, PhysicalMemoryAndMappings) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t gran = 0;
+  ASSERT_CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_CU(cuMemCreate(&h, gran, &prop, 0));
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, 2 * gran, 0, 0, 0));
+  ASSERT_CU(cuMemMap(va, gran, 0, h, 0));
+  ASSERT_CU(cuMemRelease(h));  // still mapped: the memory lives, the handle is gone
+  EXPECT_MISUSE(cuMemMap(va + gran, gran, 0, h, 0), "cuMemMap: physical memory handle 0x[0-9a-f]+ was destroyed \\(cuMemRelease\\)");
+  // cuMemRetainAllocationHandle gives the same handle back to life.
+  CUmemGenericAllocationHandle again = 0;
+  ASSERT_CU(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(va)));
+  EXPECT_EQ(again, h);
+  ASSERT_CU(cuMemRelease(again));
+  ASSERT_CU(cuMemUnmap(va, gran));
+  EXPECT_MISUSE(cuMemUnmap(va, gran), "cuMemUnmap: nothing is mapped at 0x[0-9a-f]+ \\(never mapped, or unmapped already\\)");
+  CUmemAccessDesc rw{};
+  rw.location = prop.location;
+  rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  EXPECT_MISUSE(cuMemSetAccess(va, gran, &rw, 1), "cuMemSetAccess: nothing is mapped at 0x[0-9a-f]+");
+  ASSERT_CU(cuMemAddressFree(va, 2 * gran));
+  EXPECT_MISUSE(cuMemAddressFree(va, 2 * gran), "cuMemAddressFree: no reservation starts at 0x[0-9a-f]+");
+}
+
+// Argument checks that are errors, not misuse: what CUDA documents or a real GPU answered.
+TEST_F(Misuse, EventAndStreamOfDifferentContextsIsAnInvalidHandle) {
+  CUcontext c = nullptr;
+  ASSERT_CU(cuCtxCreate(&c, nullptr, 0, 0));
+  CUevent e = nullptr;
+  ASSERT_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  CUcontext popped = nullptr;
+  ASSERT_CU(cuCtxPopCurrent(&popped));
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, 0));
+  EXPECT_EQ(cuEventRecord(e, s), CUDA_ERROR_INVALID_HANDLE);        // H100, 2026-11-26
+  EXPECT_EQ(cuEventRecord(e, nullptr), CUDA_ERROR_INVALID_HANDLE);  // the current context's default stream
+  ASSERT_CU(cuEventDestroy(e));
+  ASSERT_CU(cuStreamDestroy(s));
+  ASSERT_CU(cuCtxDestroy(c));
+}
+
+}  // namespace
+}  // namespace fakecuda_test

@@ -21,26 +21,29 @@ formats:
               live site becomes one block in a segment of its own, with no history.
   folded      Folded stacks ("outer;...;inner bytes") for flamegraph.pl, speedscope, inferno.
               Weight: bytes live at the end (reports), or bytes held at the device's peak
-              allocated (traces; --metric live for bytes live at the end). Frames name their
-              file:line where known. The counts are bytes: tell the viewer so, e.g.
-                flamegraph.pl --countname bytes --title "GPU memory" stacks.folded > mem.svg
+              allocated (traces; --metric live for bytes live at the end). A frame is its
+              function (Python: function and file); --lines splits it by line. The counts are
+              bytes: tell the viewer so, e.g.
+                flamegraph.pl --countname bytes --colors mem --title "GPU memory" stacks.folded > mem.svg
   speedscope  The same sites in speedscope's own JSON format (https://www.speedscope.app, or
-              `speedscope FILE`): unit "bytes", so sizes read as MB, frames with file and line,
-              one profile per device.
+              `speedscope FILE`): unit "bytes", so sizes read as MB, frames with their file (and
+              line with --lines), one profile per device.
   perfetto    Perfetto's own protobuf trace for https://ui.perfetto.dev (name it *.pftrace): a
               native heap profile per device ("cuda device N": every callstack's bytes and
               allocations, allocated and freed, at the device's peak and at the end; the UI's
               heap profile flame graph), counter tracks of allocated, reserved and the cap in
               bytes, and instants for OOMs and iteration marks. From a report: its sampled
               timeline and one dump of what is live.
-  perfetto-json  The counters and instants as Chrome Trace Event JSON (chrome://tracing too);
-              no heap profile, and the JSON format has no units.
+  perfetto-json  The counters and instants as Chrome Trace Event JSON (chrome://tracing too):
+              allocated and reserved as two counters of their own (one counter's several values
+              would be stacked); no heap profile, and the JSON format has no units.
   timeline    JSON of allocated/reserved over time, OOMs and iteration marks (what
               scripts/gpushim-plot draws).
 
 options:
   -o, --output FILE    where to write ("-" for stdout); required
   --metric live|peak   folded, speedscope: what weighs a site (default: peak for traces, live for reports)
+  --lines              folded, speedscope: one frame per source line, not per function
   --max-events N       memory-viz: keep the newest N events per device (default 200000; 0: all)
   --max-points N       perfetto(-json), timeline: thin each device's track to about N points, keeping
                        peaks (default 200000 for perfetto, 5000 for timeline; 0: all)
@@ -51,7 +54,7 @@ options:
 int cmd_export(const std::vector<std::string>& args) {
   Cli cli;
   std::string err;
-  if (!parse_cli(args, {"--format", "--output", "--metric", "--max-events", "--max-points"}, {"--help"}, &cli, &err))
+  if (!parse_cli(args, {"--format", "--output", "--metric", "--max-events", "--max-points"}, {"--help", "--lines"}, &cli, &err))
     return usage_error("export", err);
   if (cli.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -67,6 +70,9 @@ int cmd_export(const std::vector<std::string>& args) {
   if (!metric.empty() && metric != "live" && metric != "peak")
     return usage_error("export", "--metric must be live or peak");
 
+  const bool lines = cli.has("--lines");
+  if (lines && format != "folded" && format != "speedscope")
+    return usage_error("export", "--lines is for folded and speedscope");
   const std::string path = cli.positional[0];
   std::string bytes;
   if (!read_file(path, &bytes, &err)) {
@@ -94,8 +100,8 @@ int cmd_export(const std::vector<std::string>& args) {
     } else {
       RunView run;
       run_from_trace(trace, path, &run);
-      if (format == "folded") out = folded_from_run(run, metric != "live");
-      else if (format == "speedscope") out = speedscope_from_run(run, metric != "live");
+      if (format == "folded") out = folded_from_run(run, metric != "live", lines);
+      else if (format == "speedscope") out = speedscope_from_run(run, metric != "live", lines);
       else out = timeline_json(run, trace_timeline(trace, std::strtoull(cli.get("--max-points", "5000").c_str(), nullptr, 10)));
     }
   } else {
@@ -109,7 +115,7 @@ int cmd_export(const std::vector<std::string>& args) {
     if (format == "memory-viz") out = memory_viz_from_run(run);
     else if (format == "folded" || format == "speedscope") {
       if (metric == "peak") return usage_error("export", "--metric peak needs a trace (a report knows only live memory)");
-      out = format == "folded" ? folded_from_run(run, false) : speedscope_from_run(run, false);
+      out = format == "folded" ? folded_from_run(run, false, lines) : speedscope_from_run(run, false, lines);
     } else if (format == "perfetto") out = perfetto_proto_from_run(run);
     else if (format == "perfetto-json") out = perfetto_from_run(run);
     else out = timeline_json(run, run.meta.timeline);

@@ -10,6 +10,7 @@
 #include "offline_symbolizer.h"
 #include "run_view.h"
 #include "summary_views.h"
+#include "torch_summary.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -34,9 +35,11 @@ options:
   --top N      sites and suspects shown (default 10)
   --frames N   frames shown per site (default 6; frames of the shim and the CUDA runtime are skipped)
   --json       machine-readable output instead of text (the same as --format json)
-  --format F   text (default), json, or torch: torch.cuda.memory_summary()'s table per device
-               (current, peak, allocated and freed totals; traces also split large and small
-               pools), then the shim's rows: largest free block, syncs, unaccounted memory
+  --format F   text (default), json, or torch: PyTorch 2's torch.cuda.memory_summary() table
+               per device (its 11 blocks, units and counts; a trace fills every cell, a report
+               those its counters hold, n/a the rest), then the shim's own rows in a block
+               below it: cached free memory, largest free block, syncs, peak time, duration,
+               unaccounted memory
   --temporary-ms N  an allocation freed within N ms is temporary (default 10)
   --site N     the callers and callees of site #N of the first site list (traces: "Top sites
                at peak allocated"; reports: "Top sites live at the end"): every path through

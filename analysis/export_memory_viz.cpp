@@ -53,6 +53,26 @@ struct DeviceModel {
   std::map<uint64_t, Block> blocks;
   std::vector<Entry> entries;
   uint64_t repairs = 0;
+  // segment_alloc/segment_map entries still without frames, by address: the trace records no stack
+  // for a pool's segment, so each takes the stack of the first allocation placed in it (the one
+  // that made the pool grow, as PyTorch's own segment_alloc events carry). Without frames, memory_viz
+  // shows "allocated before _record_history was enabled".
+  std::map<uint64_t, size_t> unstacked;
+
+  void give_frames(uint64_t addr, uint64_t size, uint32_t stack) {
+    if (stack == 0 || unstacked.empty()) return;
+    auto it = unstacked.upper_bound(addr);
+    if (it != unstacked.begin()) --it;
+    while (it != unstacked.end() && it->first < addr + size) {
+      Entry& seg = entries[it->second];
+      if (seg.addr + seg.size > addr) {
+        seg.stack = stack;
+        it = unstacked.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
 
   Segment* containing(uint64_t addr, uint64_t size) {
     auto it = segments.upper_bound(addr);
@@ -77,11 +97,13 @@ struct DeviceModel {
       ++repairs;
     }
   }
-  void add_segment(const Segment& s, Action action, uint64_t t_us) {
+  void add_segment(const Segment& s, Action action, uint64_t t_us, uint32_t stack = 0) {
     segments[s.addr] = s;
-    entries.push_back(Entry{action, s.addr, s.size, s.stream, t_us, 0, 0});
+    if (stack == 0) unstacked[s.addr] = entries.size();
+    entries.push_back(Entry{action, s.addr, s.size, s.stream, t_us, 0, stack});
   }
   void map_range(uint64_t addr, uint64_t size, uint64_t t_us) {
+    unstacked[addr] = entries.size();
     entries.push_back(Entry{Action::kSegmentMap, addr, size, 0, t_us, 0, 0});
     Segment s{addr, size, 0, true, false};
     auto next = segments.find(addr + size);
@@ -106,6 +128,7 @@ struct DeviceModel {
       return;
     }
     drop_blocks_in(addr, size, t_us);
+    unstacked.erase(addr);
     entries.push_back(Entry{Action::kSegmentUnmap, addr, size, 0, t_us, 0, 0});
     const Segment whole = *s;
     segments.erase(whole.addr);
@@ -248,6 +271,7 @@ std::string memory_viz_from_trace(const TraceData& trace, OfflineSymbolizer& sym
           break;
         }
         d.drop_blocks_in(it->second.addr, it->second.size, t_us);
+        d.unstacked.erase(e.addr);
         d.entries.push_back(Entry{Action::kSegmentFree, e.addr, it->second.size, it->second.stream, t_us, 0, 0});
         d.segments.erase(it);
         break;
@@ -270,8 +294,9 @@ std::string memory_viz_from_trace(const TraceData& trace, OfflineSymbolizer& sym
             ++d.repairs;
             break;
           }
-          d.add_segment(Segment{e.addr, e.size, e.stream, false, true}, Action::kSegmentAlloc, t_us);
+          d.add_segment(Segment{e.addr, e.size, e.stream, false, true}, Action::kSegmentAlloc, t_us, e.stack);
         }
+        d.give_frames(e.addr, e.size, e.stack);
         d.blocks[e.addr] = Block{e.addr, e.size, e.requested, e.stream, e.stack};
         d.entries.push_back(Entry{Action::kAlloc, e.addr, e.size, e.stream, t_us, 0, e.stack});
         break;

@@ -16,16 +16,18 @@ std::string base_name(const std::string& p) {
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
-// One frame of a folded line: the function name (or module+offset) with its file and line where
-// known, so that two lines of one function stay two frames. ';' separates frames and a line ends
-// with " <count>", so neither may appear raw.
-std::string folded_frame(const FrameInfo& f) {
+// One frame of a folded line: the function name (or module+offset). A Python function keeps its
+// file, as `forward` is a method of every module; `lines` adds the line, so that two lines of one
+// function become two frames (flamegraph.pl would draw them as siblings otherwise merged). ';'
+// separates frames and a line ends with " <count>", so neither may appear raw.
+std::string folded_frame(const FrameInfo& f, bool lines) {
   std::string s;
+  const std::string line = lines && f.line > 0 ? ":" + std::to_string(f.line) : "";
   if (f.python) {
-    s = (f.function.empty() ? "<python>" : f.function) + " (" + base_name(f.file) + ":" + std::to_string(f.line) + ")";
+    s = (f.function.empty() ? "<python>" : f.function) + " (" + base_name(f.file) + line + ")";
   } else if (!f.function.empty()) {
     s = f.function;
-    if (!f.file.empty() && f.line > 0) s += " (" + base_name(f.file) + ":" + std::to_string(f.line) + ")";
+    if (lines && !f.file.empty() && f.line > 0) s += " (" + base_name(f.file) + line + ")";
   } else {
     FrameInfo bare = f;
     bare.file.clear();
@@ -44,8 +46,8 @@ std::string number(double v) {
 
 }  // namespace
 
-std::string folded_from_run(const RunView& run, bool at_peak) {
-  std::map<std::string, uint64_t> lines;
+std::string folded_from_run(const RunView& run, bool at_peak, bool lines) {
+  std::map<std::string, uint64_t> stacks;
   for (const SiteView& s : run.sites) {
     const uint64_t weight = at_peak ? s.at_device_peak_bytes : s.live_bytes;
     if (weight == 0) continue;
@@ -53,17 +55,17 @@ std::string folded_from_run(const RunView& run, bool at_peak) {
     for (auto it = s.frames.rbegin(); it != s.frames.rend(); ++it) {  // outermost first
       if (is_plumbing_frame(*it)) continue;
       if (!line.empty()) line += ';';
-      line += folded_frame(*it);
+      line += folded_frame(*it, lines);
     }
     if (line.empty()) line = "(no stack)";
-    lines[line] += weight;
+    stacks[line] += weight;
   }
   std::string out;
-  for (const auto& [stack, bytes] : lines) out += stack + " " + std::to_string(bytes) + "\n";
+  for (const auto& [stack, bytes] : stacks) out += stack + " " + std::to_string(bytes) + "\n";
   return out;
 }
 
-std::string speedscope_from_run(const RunView& run, bool at_peak) {
+std::string speedscope_from_run(const RunView& run, bool at_peak, bool lines) {
   // speedscope's file format (https://www.speedscope.app/file-format-schema.json): one sampled
   // profile per device and memory kind, each site a "sample" (its stack, outermost first) weighed
   // in bytes, so the viewer says "MB" where folded stacks make it say "samples".
@@ -71,8 +73,9 @@ std::string speedscope_from_run(const RunView& run, bool at_peak) {
   std::map<std::string, size_t> frame_index;
   std::string frames_json;
   auto frame_of = [&](const FrameInfo& f) {
-    const std::string name = folded_frame(f);
-    const std::string key = name + "\x1f" + f.file + "\x1f" + std::to_string(f.line);
+    const std::string name = folded_frame(f, lines);
+    // Without `lines`, one frame per function and file: the line of its first site would mislead.
+    const std::string key = name + "\x1f" + f.file + "\x1f" + (lines ? std::to_string(f.line) : "");
     auto [it, fresh] = frame_index.emplace(key, frame_index.size());
     if (fresh) {
       frames_json += frames_json.empty() ? "" : ",";
@@ -81,7 +84,7 @@ std::string speedscope_from_run(const RunView& run, bool at_peak) {
       if (!f.file.empty()) {
         frames_json += ",\"file\":";
         append_json_string(&frames_json, f.file);
-        if (f.line > 0) frames_json += ",\"line\":" + std::to_string(f.line);
+        if (lines && f.line > 0) frames_json += ",\"line\":" + std::to_string(f.line);
       } else if (!f.module.empty()) {
         frames_json += ",\"file\":";
         append_json_string(&frames_json, f.module);
@@ -153,11 +156,14 @@ std::string perfetto_document(const ReportData& m, const std::vector<TimelineSam
   for (const DeviceReport& d : m.devices)
     if (d.limit_bytes) limits[d.device] = d.limit_bytes;
   std::map<int, double> last_t;
+  // Allocated and reserved as two counters: Chrome's trace viewer stacks the values of one
+  // counter's args (allocated would be drawn on top of reserved, as if added to it).
   for (const TimelineSample& s : timeline) {
-    begin_event(&j, &first);
-    j += "{\"name\":\"device " + std::to_string(s.device) + " memory\",\"ph\":\"C\",\"ts\":" + number(s.t_s * 1e6) +
-         ",\"pid\":" + pid + ",\"args\":{\"allocated\":" + std::to_string(s.allocated) +
-         ",\"reserved\":" + std::to_string(s.reserved) + "}}";
+    for (const auto& [what, value] : {std::pair<const char*, uint64_t>{"allocated", s.allocated}, {"reserved", s.reserved}}) {
+      begin_event(&j, &first);
+      j += "{\"name\":\"device " + std::to_string(s.device) + " " + what + "\",\"ph\":\"C\",\"ts\":" +
+           number(s.t_s * 1e6) + ",\"pid\":" + pid + ",\"args\":{\"" + what + "\":" + std::to_string(value) + "}}";
+    }
     last_t[s.device] = s.t_s;
   }
   // The cap as its own track, flat over the run.

@@ -24,10 +24,12 @@ std::string memory_viz_from_run(const RunView& run);
 
 // Folded stacks ("outer;...;inner bytes" per line) for flamegraph.pl, speedscope and inferno.
 // `at_peak`: weigh each site by what it held when its device peaked (traces); else by live bytes.
-std::string folded_from_run(const RunView& run, bool at_peak);
-// The same sites in speedscope's JSON file format: unit "bytes", frames with file and line, one
-// profile per device (and per other memory kind).
-std::string speedscope_from_run(const RunView& run, bool at_peak);
+// A frame is its function (Python: function and file), so that a function that allocates from
+// several lines is one box, as profilers show it; `lines` adds the line, one box per line.
+std::string folded_from_run(const RunView& run, bool at_peak, bool lines = false);
+// The same sites in speedscope's JSON file format: unit "bytes", frames with their file (and line
+// with `lines`), one profile per device (and per other memory kind).
+std::string speedscope_from_run(const RunView& run, bool at_peak, bool lines = false);
 
 // Chrome Trace Event JSON for Perfetto: counter tracks of allocated and reserved per device (and
 // the cap), instant events for OOMs and iteration marks.

@@ -1,5 +1,5 @@
-// The views of `gpushim-analyze summary` for users of other tools: PyTorch's memory_summary()
-// table (--format torch), heaptrack's "most allocations" and "temporary allocations" rankings,
+// The views of `gpushim-analyze summary` for users of other tools (PyTorch's memory_summary()
+// table is torch_summary.h): heaptrack's "most allocations" and "temporary allocations" rankings,
 // and a caller/callee tree around one site (--site N).
 #pragma once
 
@@ -11,11 +11,6 @@
 #include "trace_reader.h"
 
 namespace gpushim::analysis {
-
-// torch.cuda.memory_summary()'s layout, one table per device, with the shim's own rows after it.
-// `trace` (null for a report) supplies what only a trace knows: totals in bytes, peaks of counts,
-// and the large/small pool split (PyTorch's: blocks above 1 MiB are large).
-std::string torch_summary(const RunView& run, const TraceData* trace);
 
 // One site ranked by how it allocates rather than by what it holds.
 struct AllocationRank {

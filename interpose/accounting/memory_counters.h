@@ -43,9 +43,9 @@ class MemoryCounters {
     const uint64_t req = requested_bytes_.fetch_add(requested, std::memory_order_relaxed) + requested;
     total_allocs_.fetch_add(1, std::memory_order_relaxed);
     raise(peak_requested_bytes_, req);
-    // Coarse: a growing program raises the peak on every allocation, and the report gives its
-    // time in seconds.
-    if (raise(peak_bytes_, live)) peak_time_ns_.store(coarse_now_ns(), std::memory_order_relaxed);
+    // The clock the trace stamps its events with (not the coarse one, 4 ms steps): the report and
+    // the trace of one run name the same moment for the peak. Read only when the peak rises.
+    if (raise(peak_bytes_, live)) peak_time_ns_.store(now_ns(), std::memory_order_relaxed);
     raise(window_peak_bytes_, live);
   }
   void on_free(uint64_t bytes, uint64_t requested) {
@@ -65,7 +65,7 @@ class MemoryCounters {
       peak_requested_bytes_.store(req, std::memory_order_relaxed);
     if (live > peak_bytes_.load(std::memory_order_relaxed)) {
       peak_bytes_.store(live, std::memory_order_relaxed);
-      peak_time_ns_.store(coarse_now_ns(), std::memory_order_relaxed);
+      peak_time_ns_.store(now_ns(), std::memory_order_relaxed);
     }
     if (live > window_peak_bytes_.load(std::memory_order_relaxed)) window_peak_bytes_.store(live, std::memory_order_relaxed);
   }

@@ -523,7 +523,9 @@ void Shim::finish_trace() {
     t.ooms = f.ooms;
     devices.push_back(t);
   }
-  trace_->finish(std::move(devices));
+  // The exit report's moment when there is one: report and trace then give one duration.
+  const uint64_t report_ns = exit_report_ns_.load(std::memory_order_relaxed);
+  trace_->finish(std::move(devices), report_ns ? report_ns : now_ns());
 }
 
 // ---- reports ----
@@ -595,8 +597,12 @@ void Shim::write_exit_report() {
     log_line("%llu out-of-memory errors in all (%llu not printed above; every one is counted in the report)",
              static_cast<unsigned long long>(ooms), static_cast<unsigned long long>(ooms - 16));
   live_.stop();  // no snapshot or metrics update from here on
-  if (!config_.report_enabled && config_.summary_sites == 0) return finish_live_outputs(nullptr);
+  // The exit verdict needs the report's figures even when neither the file nor the summary is
+  // wanted: a CI job's quiet setup (GPUSHIM_REPORT=off GPUSHIM_SUMMARY=0) must still fail a leak.
+  if (!config_.report_enabled && config_.summary_sites == 0 && config_.exit_code == 0)
+    return finish_live_outputs(nullptr);
   const ReportData report = build_report("exit");
+  exit_report_ns_.store(start_ns_ + static_cast<uint64_t>(report.duration_s * 1e9), std::memory_order_relaxed);
   finish_live_outputs(&report);
   std::string path;
   if (config_.report_enabled)

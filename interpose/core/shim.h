@@ -386,6 +386,7 @@ class Shim {
   std::atomic<bool> reported_{false};
   std::mutex report_mu_;  // a second exit path waits for the report the first is writing
   std::atomic<bool> trace_finished_{false};
+  std::atomic<uint64_t> exit_report_ns_{0};  // when the exit report's figures were taken (now_ns clock)
   std::atomic<bool> verdict_failed_{false};  // GPUSHIM_EXIT_CODE's conditions held at exit
   // What was live when the Python interpreter began its teardown; set once, never freed.
   std::atomic<const LiveSnapshot*> teardown_{nullptr};

@@ -207,9 +207,9 @@ void TraceTap::checkpoint(uint64_t t_ns, uint64_t iteration, unsigned sources) {
   recorder_->record(e);
 }
 
-void TraceTap::finish(std::vector<trace::DeviceTotals> devices) {
+void TraceTap::finish(std::vector<trace::DeviceTotals> devices, uint64_t end_ns) {
   trace::EndInfo end;
-  end.end_mono_ns = now_ns();
+  end.end_mono_ns = end_ns;
   end.devices = std::move(devices);
   recorder_->finish(std::move(end));
 }

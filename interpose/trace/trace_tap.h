@@ -41,7 +41,9 @@ class TraceTap {
   void iteration(uint64_t n);
   // A growth checkpoint the history kept, at `t_ns` since start.
   void checkpoint(uint64_t t_ns, uint64_t iteration, unsigned sources);
-  void finish(std::vector<trace::DeviceTotals> devices);
+  // `end_ns` (now_ns clock): the moment the run's exit report describes, so that the report and
+  // the trace of one run give the same duration.
+  void finish(std::vector<trace::DeviceTotals> devices, uint64_t end_ns);
   // In a fork child: the parent's trace is the parent's to write.
   void disable_in_child() { recorder_->disable_in_child(); }
 

@@ -126,6 +126,28 @@ class ExitCode(ShimTestCase):
                 else:
                     self.assertEqual(lines, [])
 
+    def test_verdict_whatever_the_other_outputs(self):
+        # The verdict is its own output: neither GPUSHIM_REPORT=off nor GPUSHIM_SUMMARY=0 (a CI
+        # job's quiet setup) may silence it, and it never brings back an output that was turned off.
+        # e2e_exit_paths return leaves 2 MiB live at exit.
+        for report in ("file", "off"):
+            for summary in ("5", "0"):
+                for code in ("4", "off"):
+                    with self.subTest(report=report, summary=summary, exit_code=code):
+                        wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+                        env = {"GPUSHIM_SUMMARY": summary, "GPUSHIM_EXIT_CODE": code, "GPUSHIM_EXIT_LEAK_BYTES": "0"}
+                        if report == "off":
+                            env["GPUSHIM_REPORT"] = "off"
+                        r = run([program("e2e_exit_paths"), "return"], env=env, workdir=wd,
+                                expect_report=report == "file")
+                        self.assertEqual(r.returncode, 4 if code == "4" else 0, r.stderr)
+                        verdict = [l for l in r.shim_lines() if "GPUSHIM_EXIT_CODE" in l]
+                        self.assertEqual(len(verdict), 1 if code == "4" else 0, r.stderr)
+                        if verdict:
+                            self.assertIn("2.0 MiB of device memory live at exit", verdict[0])
+                        self.assertEqual(os.path.exists(os.path.join(wd, "report.json")), report == "file")
+                        self.assertEqual("gpushim: report for " in r.stderr, summary != "0", r.stderr)
+
     def test_off_by_default_and_a_failing_program_keeps_its_status(self):
         r = run([program("e2e_invalid_frees")])
         self.assertEqual(r.returncode, 0, r.stderr)

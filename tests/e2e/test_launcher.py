@@ -141,15 +141,56 @@ class Launcher(unittest.TestCase):
         self.assertEqual(proc.stderr, "")
 
     def test_unknown_option_is_refused_before_running_anything(self):
-        proc, wd = launch(["run", "--polcy", "caching", "--", "/usr/bin/touch", "ran"])
+        proc, wd = launch(["run", "--frobnicate", "caching", "--", "/usr/bin/touch", "ran"])
         self.assertEqual(proc.returncode, 2)
-        self.assertIn("GPUSHIM_POLCY", proc.stderr)
-        self.assertIn("GPUSHIM_POLICY", proc.stderr)  # lists the known names
+        self.assertIn("GPUSHIM_FROBNICATE", proc.stderr)
+        self.assertIn("GPUSHIM_POLICY", proc.stderr)  # nothing near: lists the known names
         self.assertEqual(os.listdir(wd), [])
-        for bad in (["run"], ["run", "--policy", "caching"], ["frobnicate", "--", "true"], ["run", "oops", "--", "true"]):
+        for bad in (["run"], ["run", "--policy", "caching"], ["frobnicate", "--", "true"], ["run", "-x", "true"]):
             proc, _ = launch(bad)
             self.assertEqual(proc.returncode, 2, bad)
             self.assertTrue(proc.stderr.startswith("gpushim: ") or "usage" in proc.stderr, proc.stderr)
+
+    def test_first_word_that_is_not_an_option_starts_the_command(self):
+        # As compute-sanitizer and heaptrack: no '--' needed; what follows is the program's, even
+        # words that look like the launcher's options.
+        proc, wd = launch(["run", "--report", "off", ENV_PROGRAM])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("GPUSHIM_REPORT=off", proc.stdout.splitlines())
+        proc, _ = launch(["run", "--dry-run", "--policy=vmm", "/bin/echo", "--policy", "caching", "--", "x"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        lines = proc.stdout.splitlines()
+        self.assertIn("GPUSHIM_POLICY=vmm", lines)
+        self.assertEqual(lines[-1].split(), ["/bin/echo", "--policy", "caching", "--", "x"])
+        proc, _ = launch(["run", "--dry-run", "/bin/echo"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(proc.stdout.splitlines()[-1].split(), ["/bin/echo"])
+
+    def test_misspelt_option_suggests_the_nearest_name(self):
+        for args, guess in ((["--polcy", "caching"], "--policy"),
+                            (["--stack-dept=4"], "--stack-depth"),
+                            (["--sampel-ms", "5"], "--sample-ms"),
+                            (["--dryrun"], "--dry-run"),            # a launcher option (takes the command as its value)
+                            (["--error-exitcod", "3"], "--error-exitcode")):
+            with self.subTest(args=args):
+                proc, wd = launch(["run"] + args + ["/usr/bin/touch", "ran"])
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertEqual(proc.stderr.splitlines()[0],
+                                 "gpushim: unknown option %s: did you mean %s? (gpushim run --help)"
+                                 % (args[0].split("=")[0], guess))
+                self.assertEqual(os.listdir(wd), [])
+
+    def test_repeated_option_is_refused(self):
+        for args, name in ((["--policy", "vmm", "--policy", "caching"], "--policy"),
+                           (["--report=off", "--report", "r.json"], "--report"),
+                           (["--keep-torch-cache", "--torch-alloc", "async"], "--torch-alloc"),
+                           (["--error-exitcode", "3", "--exit-code=4"], "--error-exitcode"),
+                           (["--dry-run", "--dry-run"], "--dry-run")):
+            with self.subTest(args=args):
+                proc, wd = launch(["run"] + args + ["--", "/usr/bin/touch", "ran"])
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertEqual(proc.stderr, "gpushim: %s is given twice (each option may be given once)\n" % name)
+                self.assertEqual(os.listdir(wd), [])
 
     def test_source_tree_launcher_with_explicit_library(self):
         proc, _ = launch(["run", "--lib", SHIM, "--dry-run", "--", "true"], launcher=SOURCE_LAUNCHER)
@@ -162,7 +203,7 @@ class Launcher(unittest.TestCase):
     def test_help(self):
         proc, _ = launch(["--help"])
         self.assertEqual(proc.returncode, 0)
-        self.assertIn("gpushim run [options] -- command", proc.stdout)
+        self.assertIn("gpushim run [options] [--] command", proc.stdout)
         self.assertIn("--keep-torch-cache", proc.stdout)
         self.assertIn("--torch-alloc async|no-cache|keep", proc.stdout)
         self.assertIn("caching|vmm|passthrough", proc.stdout)

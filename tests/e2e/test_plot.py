@@ -76,6 +76,18 @@ class PlotFailures(unittest.TestCase):
                 proc = plot([source, "-o", os.path.join(self.dir, "z.png")], limit_memory=True)
                 self.assert_one_line_error(proc, 1, f"{source}: not a gpushim report or trace")
 
+    def test_a_python_without_matplotlib_hands_over_to_one_with_it(self):
+        # `python3 -S` has no site packages, as a virtual environment's python3 first on PATH may
+        # lack matplotlib: the script runs itself again with one that has it, once.
+        out = os.path.join(self.dir, "handed.png")
+        e = dict(os.environ, GPUSHIM_ANALYZE=ANALYZE)
+        e.pop("GPUSHIM_PLOT_REEXEC", None)
+        proc = subprocess.run([PLOT_PYTHON, "-S", PLOT, self.report, "-o", out], capture_output=True, text=True,
+                              timeout=120, env=e)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
     def test_without_matplotlib_the_message_names_the_package(self):
         shadow = tempfile.mkdtemp(prefix="gpushim-nompl-")
         os.mkdir(os.path.join(shadow, "matplotlib"))

@@ -35,7 +35,7 @@ L = train_loop_lines()
 def torch_table(text):
     """{metric: [cur, peak, alloc, freed]} from a memory_summary()-style table, sizes in bytes;
     None for n/a. Sub-rows are keyed "metric/large" and "metric/small"."""
-    units = {"B": 1, "KB": KiB, "MB": MiB, "GB": 1 << 30, "": 1, "K": 1000, "M": 1000000}
+    units = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": 1 << 30, "TiB": 1 << 40, "": 1, "K": 1000, "M": 1000000}
     rows, metric = {}, None
     for line in text.splitlines():
         m = re.fullmatch(r"\| (.{21}) \|(.{12})\|(.{12})\|(.{12})\|(.{12})\|", line)
@@ -48,7 +48,7 @@ def torch_table(text):
             if c == "n/a":
                 cells.append(None)
                 continue
-            n = re.fullmatch(r"(\d+) ?(B|KB|MB|GB|K|M)?", c)
+            n = re.fullmatch(r"(\d+) ?(B|KiB|MiB|GiB|TiB|K|M)?", c)
             assert n, (line, c)
             cells.append(int(n.group(1)) * units[n.group(2) or ""])
         if name.startswith("from "):
@@ -87,6 +87,29 @@ class SummaryViews(ShimTestCase):
         self.assertEqual(t["GPU reserved segments"][2], t["GPU reserved segments"][0] + t["GPU reserved segments"][3])
         for row in ("Largest free block", "Syncs for reuse", "Unaccounted"):
             self.assertRegex(text, r"\| " + row + r" +\| n/a")  # only a report knows them
+        # torch's 11 blocks in its order, every cell known, then the shim's rows in a block of their own.
+        blocks = [l.split("|")[1].strip() for l in text.splitlines()
+                  if re.fullmatch(r"\| \S.{20} \|.*", l) and not l.startswith("|  ") and "from" not in l]
+        torch_blocks = ["Allocated memory", "Active memory", "Requested memory", "GPU reserved memory",
+                        "Non-releasable memory", "Allocations", "Active allocs", "GPU reserved segments",
+                        "Non-releasable allocs", "Oversize allocations", "Oversize GPU segments"]
+        self.assertEqual(blocks[:len(torch_blocks)], torch_blocks)
+        self.assertEqual(blocks[len(torch_blocks)], "gpushim")
+        self.assertIn("Cached free memory", blocks[len(torch_blocks):])
+        self.assertNotIn(None, [c for row in t.values() for c in row])
+        self.assertEqual(t["Active memory"], t["Allocated memory"])
+        self.assertEqual(t["Oversize allocations"], [0, 0, 0, 0])
+        # Non-releasable: free parts of segments still in use, never more than what is reserved.
+        self.assertLessEqual(t["Non-releasable memory"][1], t["GPU reserved memory"][1])
+        self.assertEqual(t["Non-releasable memory"][2] - t["Non-releasable memory"][3], t["Non-releasable memory"][0])
+        self.assertIn("KiB", text)  # PyTorch 2's units, not "KB"
+        self.assertNotRegex(text, r"\d (KB|MB|GB) ")
+
+    def test_report_and_trace_of_one_run_give_the_same_times(self):
+        def rows(source):
+            text = analyze("summary", "--format", "torch", source).stdout
+            return {name: re.search(r"\| %s +\| (\S+ s) " % name, text).group(1) for name in ("Peak allocated at", "Duration")}
+        self.assertEqual(rows(self.trace), rows(self.recorded.report_path))
 
     def test_torch_table_from_a_report_has_the_shims_rows(self):
         text = analyze("summary", "--format", "torch", self.recorded.report_path).stdout
@@ -94,7 +117,9 @@ class SummaryViews(ShimTestCase):
         dev = self.recorded.device(0)
         self.assertEqual(t["Allocations"], [dev["live_count"], None, dev["total_allocs"], dev["total_frees"]])
         self.assertEqual(t["GPU reserved segments"][2], dev["pool"]["segment_allocs"])
-        self.assertNotIn("Allocations/large", t)  # a report has no per-allocation sizes
+        self.assertEqual(t["Allocations/large"], [None] * 4)  # a report has no per-allocation sizes
+        self.assertEqual(t["Non-releasable memory"], [None] * 4)
+        self.assertEqual(t["Active allocs"], t["Allocations"])
         self.assertIn("cudaMalloc retries: %-8d" % dev["pool"]["alloc_retries"], text)
         self.assertRegex(text, r"\| Largest free block +\| %s" % re.escape(human(dev["pool"]["largest_free_block"])))
         self.assertRegex(text, r"\| Syncs for reuse +\| %d " % dev["pool"]["reuse_syncs"])

@@ -309,7 +309,7 @@ class PythonFrames(ShimTestCase):
     def folded(self, source):
         """{chain of Python frames, outermost first: weight} from a folded export of `source`."""
         out = os.path.join(self.out, "stacks.folded")
-        analyze("export", "--format", "folded", source, "-o", out)
+        analyze("export", "--format", "folded", source, "-o", out, "--lines")
         chains = {}
         with open(out) as f:
             for line in f:
@@ -571,6 +571,11 @@ class Exports(ShimTestCase):
                 self.assertEqual(live, summary["live_bytes"])
                 self.assertTrue(any(f["name"].startswith(("leak_from", "(anonymous namespace)::leaky_step"))
                                     for e in allocs for f in e["frames"]))
+                # Every segment carries the stack of the allocation that made the pool take it, as
+                # PyTorch's do (memory_viz: not "allocated before _record_history was enabled").
+                segs = [e for e in snap["device_traces"][0] if e["action"] in ("segment_alloc", "segment_map")]
+                self.assertTrue(segs)
+                self.assertEqual([e for e in segs if not e["frames"]], [])
 
     def test_memory_viz_from_a_report_has_one_block_per_live_site(self):
         out = os.path.join(self.out, "report.pickle")
@@ -608,15 +613,23 @@ class Exports(ShimTestCase):
         with open(out) as f:
             doc = json.load(f)
         counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
-        self.assertTrue(counters)
+        # Two counters of one value each: Chrome's viewer stacks the values of one counter.
+        by_name = {}
         for e in counters:
-            self.assertEqual(set(e["args"]), {"allocated", "reserved"})
-            self.assertLessEqual(e["args"]["allocated"], e["args"]["reserved"])
-        ts = [e["ts"] for e in counters]
+            what = e["name"].rsplit(" ", 1)[1]
+            self.assertEqual(set(e["args"]), {what}, e)
+            by_name.setdefault(e["name"], []).append((e["ts"], e["args"][what]))
+        self.assertEqual(set(by_name), {"device 0 allocated", "device 0 reserved"})
+        allocated, reserved = by_name["device 0 allocated"], by_name["device 0 reserved"]
+        self.assertEqual([t for t, _ in allocated], [t for t, _ in reserved])
+        for (t, a), (_, r) in zip(allocated, reserved):
+            self.assertLessEqual(a, r, t)
+        ts = [t for t, _ in allocated]
+        self.assertTrue(ts)
         self.assertEqual(ts, sorted(ts))
         summary = analyze_json("summary", self.trace_caching)["devices"][0]
-        self.assertEqual(max(e["args"]["allocated"] for e in counters), summary["peak_allocated"])
-        self.assertEqual(max(e["args"]["reserved"] for e in counters), summary["peak_reserved"])
+        self.assertEqual(max(v for _, v in allocated), summary["peak_allocated"])
+        self.assertEqual(max(v for _, v in reserved), summary["peak_reserved"])
         self.assertTrue(any(e["ph"] == "M" and e["name"] == "process_name" for e in doc["traceEvents"]))
         # A report's sampled timeline exports too.
         analyze("export", "--format", "perfetto-json", self.run_caching.report_path, "-o", out)

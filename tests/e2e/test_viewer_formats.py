@@ -173,6 +173,15 @@ class ViewerFormats(ShimTestCase):
         [profile] = read_speedscope(self, doc)
         self.assertEqual(profile["unit"], "bytes")
         self.assertEqual(profile["endValue"], self.summary["devices"][0]["peak_allocated"])
+        # By default a function is one frame (its file, no line), however many lines allocate in it.
+        ours = [f for f in doc["shared"]["frames"] if f.get("file", "").endswith("train_loop.cpp")]
+        self.assertTrue(ours)
+        self.assertFalse([f for f in ours if "line" in f])
+        self.assertEqual(len([f for f in ours if "forward_backward" in f["name"]]), 1, ours)
+        # --lines: one frame per line.
+        with open(self.export("speedscope", self.trace, "lines.speedscope.json", "--lines")) as f:
+            doc = json.load(f)
+        read_speedscope(self, doc)
         lines = {f["line"] for f in doc["shared"]["frames"] if f.get("file", "").endswith("train_loop.cpp")}
         self.assertLessEqual({L["model"], L["activation"], L["scratch"], L["main_model"], L["main_loop"]}, lines)
         # From a report: what is live.
@@ -181,16 +190,29 @@ class ViewerFormats(ShimTestCase):
             [live] = read_speedscope(self, json.load(f))
         self.assertEqual(live["endValue"], self.recorded.device(0)["live_bytes"])
 
-    def test_folded_frames_name_file_and_line(self):
+    def test_folded_frames_are_functions_unless_lines_are_asked_for(self):
+        peak = self.summary["devices"][0]["peak_allocated"]
         path = self.export("folded", self.trace, "mem.folded")
         with open(path) as f:
             lines = f.read().splitlines()
+        # flamegraph.pl merges equal frames: a function that allocates from two lines is one box.
+        stacks = [l.rsplit(" ", 1)[0].split(";") for l in lines]
+        fb = {fr for s in stacks for fr in s if "forward_backward" in fr}
+        self.assertEqual(len(fb), 1, fb)
+        self.assertNotIn("train_loop.cpp", " ".join(fb))
+        self.assertEqual(len(lines), len(set(l.rsplit(" ", 1)[0] for l in lines)))  # each stack once
+        self.assertEqual(sum(int(l.rsplit(" ", 1)[1]) for l in lines), peak)
+        path = self.export("folded", self.trace, "lines.folded", "--lines")
+        with open(path) as f:
+            lines = f.read().splitlines()
         leaves = {l.rsplit(" ", 1)[0].split(";")[-1] for l in lines}
-        for line in (L["activation"], L["scratch"]):  # two lines of one function stay two frames
+        for line in (L["activation"], L["scratch"]):  # --lines: two lines of one function, two frames
             self.assertTrue(any(re.fullmatch(r".*forward_backward.* \(train_loop\.cpp:%d\)" % line, l) for l in leaves),
                             leaves)
-        self.assertEqual(sum(int(l.rsplit(" ", 1)[1]) for l in lines), self.summary["devices"][0]["peak_allocated"])
-        self.assertIn("--countname bytes", analyze("export", "--help").stdout)
+        self.assertEqual(sum(int(l.rsplit(" ", 1)[1]) for l in lines), peak)
+        self.assertIn("--countname bytes --colors mem", analyze("export", "--help").stdout)
+        p = analyze("export", "--format", "perfetto", self.trace, "-o", os.path.join(self.out, "x"), "--lines", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
 
     def test_perfetto_heap_profile_and_counters_in_bytes(self):
         path = self.export("perfetto", self.trace, "mem.pftrace")
@@ -228,7 +250,7 @@ class ViewerFormats(ShimTestCase):
     def test_speedscope_opens_both_exports_with_its_own_importer(self):
         # scripts/setup installs it: missing is a broken setup, never a reason to pass without checking.
         self.assertTrue(speedscope_available(), f"speedscope's npm package is not at {SPEEDSCOPE} (run scripts/setup)")
-        js = self.export("speedscope", self.trace, "mem.speedscope.json")
+        js = self.export("speedscope", self.trace, "mem.speedscope.json", "--lines")
         folded = self.export("folded", self.trace, "mem.folded")
         proc = subprocess.run(["node", CHECK_SPEEDSCOPE, "--speedscope", SPEEDSCOPE, js, folded], capture_output=True,
                               text=True, timeout=120)

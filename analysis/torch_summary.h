@@ -1,0 +1,58 @@
+// `gpushim-analyze summary --format torch`: torch.cuda.memory_summary()'s table (PyTorch 2.x,
+// torch/cuda/memory.py), block for block and unit for unit, so that a PyTorch user reads it as the
+// table they know; the shim's own rows follow in a block of their own.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "run_view.h"
+#include "trace_reader.h"
+
+namespace gpushim::analysis {
+
+// One statistic of memory_stats(): current, peak, and the totals of its rises and falls. An
+// unknown cell (a report does not keep it) is empty and prints "n/a".
+struct TorchStat {
+  std::optional<uint64_t> current, peak, allocated, freed;
+};
+
+// The statistics memory_summary() prints, in its order. Pools: PyTorch's, by block size (small:
+// at most 1 MiB, its kSmallSize); segments by segment size (small: at most 2 MiB, kSmallBuffer).
+enum TorchMetric {
+  kAllocatedBytes,      // "Allocated memory": blocks handed out, policy-rounded
+  kActiveBytes,         // "Active memory": the same here (no block waits for a stream after its free)
+  kRequestedBytes,      // "Requested memory": what callers asked for
+  kReservedBytes,       // "GPU reserved memory": segments held from the driver
+  kInactiveSplitBytes,  // "Non-releasable memory": free parts of segments still partly in use
+  kAllocation,          // "Allocations"
+  kActive,              // "Active allocs"
+  kSegment,             // "GPU reserved segments"
+  kInactiveSplit,       // "Non-releasable allocs": free pieces of segments still partly in use
+  kTorchMetrics
+};
+enum TorchPool { kAllPools, kLargePool, kSmallPool, kTorchPools };
+
+struct TorchDeviceStats {
+  int device = 0;
+  std::array<std::array<TorchStat, kTorchPools>, kTorchMetrics> stats;
+  // Above max_split_size, which the shim's pools do not have: always zero, as in PyTorch's default.
+  TorchStat oversize_allocations, oversize_segments;
+  std::optional<uint64_t> num_ooms, num_alloc_retries;
+};
+
+// memory_summary()'s table for one device, exactly as PyTorch lays it out, titled "gpushim"
+// where PyTorch's says "PyTorch" (same width).
+std::string render_torch_table(const TorchDeviceStats& s);
+
+// The statistics of every device: from a trace's events (every cell), or from a report (the
+// cells its counters hold; the rest n/a). `trace` is null for a report.
+std::vector<TorchDeviceStats> torch_stats(const RunView& run, const TraceData* trace);
+
+// The whole view: per device, torch's table, then the shim's rows (policy, cached free memory,
+// largest free block, syncs for reuse, peak time, duration, unaccounted memory).
+std::string torch_summary(const RunView& run, const TraceData* trace);
+
+}  // namespace gpushim::analysis

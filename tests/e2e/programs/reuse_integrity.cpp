@@ -1,6 +1,6 @@
 // Randomized stress of safe reuse with data integrity: many threads, every kind of stream
 // (non-blocking, blocking, the legacy default stream, the per-thread default stream, and streams
-// destroyed while their work still runs), slow "kernels" (delayed fills) still writing into memory
+// destroyed while their work still runs, with blocks freed on them plainly or stream-ordered), slow "kernels" (delayed fills) still writing into memory
 // that was just freed, and random sizes from 1 B to 256 MiB. Any pool that hands memory out again before earlier work finished gets caught: the
 // late fill overwrites the new owner's data. At every checkpoint all threads stop, and the program
 // checks that no two live blocks overlap and that the shim's live count and requested bytes equal
@@ -168,6 +168,20 @@ int main(int argc, char** argv) {
             CHECK(cudaMalloc(&q, n));
             CHECK(cudaMemsetAsync(q, tag, n, s2));
             CHECK(cudaStreamSynchronize(s2));
+            // And freed stream-ordered on a stream then destroyed while the fill runs: the block
+            // carries a dead stream handle; reuse elsewhere must wait for that stream's last work.
+            cudaStream_t gone_async;
+            void* r = nullptr;
+            void* reused = nullptr;
+            CHECK(cudaStreamCreateWithFlags(&gone_async, cudaStreamNonBlocking));
+            CHECK(cudaMallocAsync(&r, n, gone_async));
+            CHECK(testsupport::delayed_fill(r, kStale, n, 10 * delay, gone_async));
+            CHECK(cudaFreeAsync(r, gone_async));
+            CHECK(cudaStreamDestroy(gone_async));
+            CHECK(cudaMallocAsync(&reused, n, s2));
+            CHECK(cudaMemsetAsync(reused, tag, n, s2));
+            CHECK(cudaStreamSynchronize(s2));
+            mine.push_back({reused, n, tag});
             break;
           }
           default:  // release a held block after checking it

@@ -124,12 +124,12 @@ class LogicalTime(ShimTestCase):
         r = run([interpreters()[0][0], PACED, "3", "0"])
         self.assertRanOK(r)
         g = r.report["growth"]
-        self.assertEqual((g["verdict"], g["evidence"], g["suspects"]), ("not judged", "3 iterations seen, 8 needed", []))
-        self.assertIn("gpushim: growth: not judged, 3 iterations seen, 8 needed", r.stderr)
+        self.assertEqual((g["verdict"], g["evidence"], g["suspects"]), ("not judged", "3 iterations seen, 8 needed: 5 more iterations", []))
+        self.assertIn("gpushim: growth: not judged, 3 iterations seen, 8 needed: 5 more iterations", r.stderr)
         out = subprocess.run([os.path.join(BIN, "gpushim-analyze"), "summary", r.report_path], capture_output=True,
                              text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertIn("not judged: 3 iterations seen, 8 needed", out.stdout)
+        self.assertIn("not judged: 3 iterations seen, 8 needed: 5 more iterations", out.stdout)
         self.assertNotIn("none:", out.stdout)
 
     def test_demo_finds_its_leak_with_default_settings(self):

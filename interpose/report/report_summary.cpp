@@ -97,21 +97,11 @@ void append_frame(std::string* s, const FrameInfo& f) {
 // The frames of one stack that say who allocated: the user's own line first (stacks/frame_roles.h).
 void append_stack(std::string* s, const std::vector<FrameInfo>& frames) {
   const ShownFrames shown = frames_to_show(frames, kFramesShown);
-  for (size_t k = 0; k < shown.indices.size(); ++k) {
-    append_frame(s, frames[shown.indices[k]]);
-    if (k != 0 || shown.library_inside == 0) continue;
-    // Right below the user's line, the framework context it called into, folded.
-    const FrameInfo* innermost = nullptr;
-    for (const FrameInfo& f : frames)
-      if (frame_role(f) == FrameRole::kLibrary) {
-        innermost = &f;
-        break;
-      }
-    std::string what = innermost == nullptr ? std::string() : printable(innermost->function);
-    if (what.size() > 80) what = what.substr(0, 77) + "...";
-    append(s, "gpushim:         (through %s%s%s)\n", plural(shown.library_inside, "library frame").c_str(),
-           what.empty() ? "" : ", innermost ", what.c_str());
-  }
+  for (size_t i : shown.indices) append_frame(s, frames[i]);
+  // The framework context the user's line called into, folded to a count.
+  if (!shown.indices.empty() && shown.library_inside > 0)
+    append(s, "gpushim:         (%s inside the first line, folded)\n",
+           plural(shown.library_inside, "library frame").c_str());
   if (shown.indices.empty())
     append(s, "gpushim:       %s\n", frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
 }

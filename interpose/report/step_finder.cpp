@@ -43,14 +43,14 @@ DetectedSteps find_steps(const DetectedPeriod& period, const StackFramesOf& fram
     return it->second;
   };
   // The frames every allocation of the last pattern shares, from the outermost: the step's
-  // function is among them. Allocations without user frames (a library's own thread) and
-  // a few stray ones do not take part.
+  // function is among them. Allocations without user frames do not take part: PyTorch's backward
+  // pass runs on the autograd engine's threads, whose stacks hold library frames only.
   std::vector<const std::vector<Place>*> pattern;
   for (uint64_t i = n - p; i < n; ++i) {
     const std::vector<Place>& pl = places_of(period.loop[i]);
     if (!pl.empty()) pattern.push_back(&pl);
   }
-  if (pattern.size() * 10 < p * 9) return out;
+  if (pattern.size() < 2 || pattern.size() * 4 < p) return out;
   size_t depth = 0;  // frames in common
   for (;; ++depth) {
     bool common = true;

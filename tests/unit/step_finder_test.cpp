@@ -46,6 +46,7 @@ struct Program {
     stacks[2] = in_step(11);  // temporaries: as many as the shape asks for
     stacks[3] = in_step(12);  // the leak
     stacks[4] = {lib("ffi_call"), py("alloc", 5), py("load_model", 20), py("main", 29), py("<module>", 40)};
+    stacks[5] = {lib("ffi_call"), lib("start_thread")};  // another thread's, no user frame
   }
   StackFramesOf frames() const {
     return [this](uint32_t s) { return stacks.at(s); };
@@ -53,14 +54,19 @@ struct Program {
 };
 
 // Feeds `steps` steps to the detector; returns the allocation count after each step.
-std::vector<uint64_t> run_steps(PeriodDetector* d, int steps, bool warmup = true) {
+std::vector<uint64_t> run_steps(PeriodDetector* d, int steps, bool warmup = true, bool backward = false) {
   if (warmup)
     for (int i = 0; i < 4; ++i) d->on_allocation(4);
   std::vector<uint64_t> after;
   for (int s = 0; s < steps; ++s) {
-    d->on_allocation(1);
-    for (int t = 0; t <= s % 8; ++t) d->on_allocation(2);
-    d->on_allocation(3);
+    // With `backward`, another thread (autograd's, say) allocates beside each of them.
+    auto alloc = [&](uint32_t site) {
+      d->on_allocation(site);
+      if (backward) d->on_allocation(5);
+    };
+    alloc(1);
+    for (int t = 0; t <= s % 8; ++t) alloc(2);
+    alloc(3);
     after.push_back(d->allocations());
   }
   return after;
@@ -80,6 +86,17 @@ TEST(StepFinder, EightShapeCycleIsEightSteps) {
   EXPECT_EQ(steps.step_at(after[9]), 10u);
   EXPECT_EQ(steps.step_at(after.back()), 40u);
   EXPECT_EQ(steps.step_at(2), 0u);  // the model load
+}
+
+TEST(StepFinder, AllocationsWithoutUserFramesDoNotHideTheStep) {
+  Program prog;
+  auto d = std::make_unique<PeriodDetector>();
+  run_steps(d.get(), 40, true, true);
+  const DetectedPeriod period = d->detect();
+  EXPECT_EQ(period.period, 104u);
+  const DetectedSteps steps = find_steps(period, prog.frames());
+  EXPECT_EQ(steps.per_pattern, 8u);
+  EXPECT_EQ(steps.steps, 40u);
 }
 
 TEST(StepFinder, AStepAtOnePlaceIsThePattern) {

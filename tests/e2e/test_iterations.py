@@ -170,6 +170,7 @@ class ReportAndTraceAgree(ShimTestCase):
             ("native planted leak, iteration site", [program("e2e_planted_leak"), "30"],
              {"GPUSHIM_ITERATION_SITE": "leaky_step"}, "suspects"),
             ("demo, default settings", [program("e2e_demo_training_loop")], {}, "suspects"),
+            ("steps inside an eight-step pattern", [program("e2e_cycling_shapes"), "40"], {}, "suspects"),
             ("python frames", [python, PACED, "20", "0.01"], {}, "suspects"),
             ("no leak, large flat sites", [program("e2e_train_loop"), "30", "--leak-mib", "0"], {}, "none"),
             ("too short to judge", [python, PACED, "3", "0"], {}, "not judged"),

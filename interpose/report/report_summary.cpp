@@ -100,7 +100,7 @@ void append_stack(std::string* s, const std::vector<FrameInfo>& frames) {
   for (size_t i : shown.indices) append_frame(s, frames[i]);
   // The framework context the user's line called into, folded to a count.
   if (!shown.indices.empty() && shown.library_inside > 0)
-    append(s, "gpushim:         (%s inside the first line, folded)\n",
+    append(s, "gpushim:         (%s called from the first line, folded)\n",
            plural(shown.library_inside, "library frame").c_str());
   if (shown.indices.empty())
     append(s, "gpushim:       %s\n", frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");

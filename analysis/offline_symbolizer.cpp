@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "stacks/frame_roles.h"
 #include "stacks/libdw_session.h"
 
 namespace gpushim::analysis {
@@ -141,10 +142,8 @@ std::string describe_frame(const FrameInfo& f) {
   return s;
 }
 
-bool is_plumbing_frame(const FrameInfo& f) {
-  if (f.python) return false;
-  const std::string m = base_name(f.module);
-  return m.rfind("libgpushim", 0) == 0 || m.rfind("libcudart", 0) == 0 || m.rfind("libcuda.so", 0) == 0;
-}
+// The shim's own definition (stacks/frame_roles.h): a static runtime linked into the program is
+// plumbing here too.
+bool is_plumbing_frame(const FrameInfo& f) { return frame_role(f) == FrameRole::kPlumbing; }
 
 }  // namespace gpushim::analysis

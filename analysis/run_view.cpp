@@ -228,7 +228,8 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   size_t next_checkpoint = 0;
   auto take_checkpoint = [&](const TraceData::Checkpoint& c) {
     history.sample(c.t_ns - std::min(c.t_ns, t.header.start_mono_ns), c.iterations,
-                   std::vector<std::pair<SiteKey, SiteTotals>>(live_sites.begin(), live_sites.end()));
+                   std::vector<std::pair<SiteKey, SiteTotals>>(live_sites.begin(), live_sites.end()),
+                   periods->allocations());
     evidence.iterations = c.iterations;
     evidence.iteration_sources = c.sources;
   };

@@ -25,6 +25,7 @@ struct SitePoint {
   uint64_t count;      // live allocations of the site
   uint64_t iteration;  // iterations counted so far (0 without marks)
   uint64_t instant = 0;  // the site history's checkpoint number (from 1); 0: not from a history
+  uint64_t allocs = 0;   // allocations made in the process so far (PeriodDetector::allocations)
 };
 
 struct GrowthParams {

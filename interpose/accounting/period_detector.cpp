@@ -33,7 +33,9 @@ DetectedPeriod PeriodDetector::detect(double min_match) const {
     for (uint64_t i = start; i < n; ++i) seen += h[i] == h[n - 1];
     // The ring wrapped inside the loop: the loop began before it, its earlier steps are estimated.
     const uint64_t before = start == 0 ? first / p : 0;
-    return DetectedPeriod{p, seen / per + before};
+    DetectedPeriod out{p, seen / per + before, first + start, start == 0 && first > 0, {}};
+    out.loop.assign(h.begin() + static_cast<std::ptrdiff_t>(start), h.end());
+    return out;
   }
   return {};
 }

@@ -31,7 +31,9 @@ class SiteHistory {
   // One sampling instant: every site with live memory now, and the iteration count. False (and
   // nothing kept) when an instant after `t_ns` was already taken: another thread's view, read
   // before that one and late to the lock, is stale and must not end the series.
-  bool sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites);
+  // `allocs`: allocations made so far, which places the instant in the loop's detected steps.
+  bool sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites,
+              uint64_t allocs = 0);
 
   // Copies of every series, each ending at the latest instant (even when thinning skipped it),
   // so that a verdict taken now covers the run up to now.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 
+#include "config/torch_alloc.h"
 #include "util/units.h"
 
 namespace gpushim {
@@ -237,6 +238,16 @@ const std::vector<Variable>& variables() {
            if (ch == ' ' || ch == '\t' || static_cast<unsigned char>(ch) < 0x20) return false;
          c->iteration_site = std::string(t);
          return true;
+       }},
+      {"GPUSHIM_TORCH_ALLOC", "async, no-cache or keep", "async",
+       "PyTorch's allocator, chosen by the preloaded library before the program starts (docs/python.md). async: "
+       "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, so every tensor is a cudaMallocAsync/cudaFreeAsync the "
+       "shim serves; no-cache: PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every tensor a cudaMalloc/cudaFree); keep: "
+       "neither, PyTorch's caching allocator stays in charge. A PYTORCH_* value the user set is always kept.",
+       [](std::string_view v, Config* c) {
+         if (v.find('\0') != std::string_view::npos) return false;  // never in a real environment
+         const std::string s(v);
+         return parse_torch_alloc(s.c_str(), &c->torch_alloc);
        }},
       {"GPUSHIM_FAIL",
        "off, or comma-separated clauses: nth:N (the Nth allocation), every:N, random:P (probability 0<P<=1) "

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/fault_spec.h"
+#include "config/torch_alloc.h"
 
 namespace gpushim {
 
@@ -48,6 +49,7 @@ struct Config {
   // Python frames and growth (docs/python.md).
   bool python_stacks = true;        // GPUSHIM_PYTHON_STACKS
   std::string iteration_site;       // GPUSHIM_ITERATION_SITE, "" for none
+  TorchAlloc torch_alloc = TorchAlloc::kAsync;  // GPUSHIM_TORCH_ALLOC (config/torch_alloc.h)
   FaultSpec fail;                   // GPUSHIM_FAIL: allocations failed on purpose
   // Allocations at least this large get a driver segment of their own (exact legacy IPC); 0: off.
   uint64_t own_segment_min = 0;

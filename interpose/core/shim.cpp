@@ -134,6 +134,8 @@ Shim* Shim::slow_init() {
   find_own_range();
   if (parsed.config.stack_depth > 0 && !init_native_unwinder()) parsed.config.stack_depth = 0;
   Shim* shim = new (g_storage) Shim(std::move(parsed.config), read_exe());
+  // What PyTorch read when its allocator started, about now (config/torch_alloc.h).
+  shim->torch_cache_reason_ = torch_cache_reason(shim->config_.torch_alloc, getenv(kTorchAllocConf), getenv(kTorchNoCaching));
   g_instance.store(shim, std::memory_order_release);
   // Registered now, after the CUDA runtime loaded, so it runs before the runtime's own teardown.
   // on_exit (glibc) also gives the exit status, which GPUSHIM_EXIT_CODE may replace.
@@ -500,7 +502,8 @@ void Shim::sample_sites(uint64_t t_ns) {
   if (teardown_.load(std::memory_order_acquire) != nullptr) return;
   const uint64_t iteration = iterations_.count();
   // A checkpoint goes into the trace only if the history kept it: the trace replays exactly these.
-  if (site_history_.sample(t_ns, iteration, sites()) && trace_) trace_->checkpoint(t_ns, iteration, iterations_.sources());
+  if (site_history_.sample(t_ns, iteration, sites(), periods_.allocations()) && trace_)
+    trace_->checkpoint(t_ns, iteration, iterations_.sources());
 }
 
 void Shim::finish_trace() {
@@ -585,6 +588,7 @@ ReportData Shim::build_report(const char* reason) {
   });
   in.symbolizer = &sym;
   in.python_status = capturer_.python_status();
+  in.torch_cache_reason = torch_cache_reason_;
   return gpushim::build_report(in);
 }
 

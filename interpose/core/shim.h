@@ -400,6 +400,7 @@ class Shim {
   CheckpointSchedule event_checkpoints_;      // allocation calls and frees
   CheckpointSchedule iteration_checkpoints_;  // iteration marks and GPUSHIM_ITERATION_SITE calls
   SiteHistory site_history_;
+  std::string torch_cache_reason_;  // set once at start-up: why PyTorch's cache stays in charge
   StackCapturer capturer_;  // after stacks_ and iterations_, which it uses
   FaultInjector faults_;
   ModuleMap modules_;

@@ -9,6 +9,7 @@
 #include "accounting/growth_detector.h"
 #include "util/iteration_counter.h"
 #include "accounting/memory_kind.h"
+#include "report/step_finder.h"
 #include "stacks/site_identity.h"
 
 namespace gpushim {
@@ -89,11 +90,19 @@ GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvi
   g.samples = evidence.samples;
   g.iterations = evidence.iterations;
   g.iteration_source = IterationCounter::source_name(evidence.iteration_sources);
-  const DetectedPeriod detected = g.iterations == 0 ? evidence.detected : DetectedPeriod{};
+  const DetectedPeriod& detected = g.iterations == 0 ? evidence.detected : DetectedPeriod::none();
+  DetectedSteps steps;
   if (detected.period != 0) {
     g.iterations = detected.iterations;
     g.iteration_source = "detected";
     g.detected_period = detected.period;
+    // The program's own step inside the pattern, from the same stacks on both sides.
+    steps = find_steps(detected, [&](uint32_t stack) { return frames_of(SiteKey{stack, 0, MemoryKind::kDevice}); });
+    if (steps.per_pattern != 0) {
+      g.iterations = steps.steps;
+      g.steps_per_pattern = steps.per_pattern;
+      g.step_function = steps.function;
+    }
   }
 
   // One series per site identity, merged before judging: stacks that symbolize alike (the same
@@ -103,20 +112,38 @@ GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvi
   std::vector<Merged> merged = merge_by_identity(series, frames_of);
   std::vector<std::vector<SitePoint>> points;
   points.reserve(merged.size());
-  for (const Merged& m : merged) points.push_back(m.points);
+  for (const Merged& m : merged) {
+    points.push_back(m.points);
+    // Detected steps are placed on the points by the allocations made before each checkpoint,
+    // so that the slope is per step, whatever the sampling.
+    if (steps.per_pattern != 0)
+      for (SitePoint& p : points.back())
+        if (p.allocs != 0) p.iteration = steps.step_at(p.allocs);
+  }
   for (const GrowthFinding& f : detect_growth(points)) {
     Merged& m = merged[f.series];
     double per_iteration = f.has_iterations ? f.bytes_per_iteration : std::numeric_limits<double>::quiet_NaN();
-    // Detected iterations are not on the points: the growth over the loop's iterations.
-    if (detected.iterations > 1 && !f.has_iterations)
-      per_iteration = static_cast<double>(f.growth_bytes) / static_cast<double>(detected.iterations - 1);
+    // Detected steps: the growth between the first and the last point over the steps between
+    // them. Checkpoints crowd the run's start (logical time), where a shape cycle's first steps
+    // would bend a least-squares slope; the end points are off by at most a partial cycle.
+    if (steps.per_pattern != 0 && f.has_iterations) {
+      const std::vector<SitePoint>& p = points[f.series];
+      const SitePoint& first = p.front();
+      const SitePoint& last = p.back();
+      if (last.iteration > first.iteration)
+        per_iteration = (static_cast<double>(last.bytes) - static_cast<double>(first.bytes)) /
+                        static_cast<double>(last.iteration - first.iteration);
+    }
+    // Detected iterations not on the points: the growth over the loop's iterations.
+    if (detected.period != 0 && g.iterations > 1 && !f.has_iterations)
+      per_iteration = static_cast<double>(f.growth_bytes) / static_cast<double>(g.iterations - 1);
     GrowthSuspectReport s;
     s.device = m.key.device;
     s.kind = memory_kind_name(m.key.kind);
     s.growth_bytes = f.growth_bytes;
     s.bytes_per_s = f.bytes_per_s;
     s.bytes_per_iteration = per_iteration;
-    s.iterations = f.has_iterations ? f.iterations : detected.iterations;
+    s.iterations = f.has_iterations ? f.iterations : g.iterations;
     s.live_bytes = f.live_bytes;
     s.live_count = f.live_count;
     s.samples = f.samples;
@@ -136,10 +163,15 @@ GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvi
   // little to call a site steady, whatever the checkpoints say. Without them, the checkpoints are.
   const uint64_t needed = GrowthParams{}.min_samples;
   const uint64_t seen = g.iterations ? g.iterations : g.samples;
-  const char* unit = g.iterations ? "iteration" : "checkpoint";
-  g.evidence = std::to_string(seen) + " " + unit + (seen == 1 ? "" : "s") + (detected.period ? " detected" : " seen") +
-               ", " + std::to_string(needed) + " needed";
+  const std::string unit = g.steps_per_pattern ? "step" : g.iterations ? "iteration" : "checkpoint";
+  auto count = [&](uint64_t n) { return std::to_string(n) + " " + unit + (n == 1 ? "" : "s"); };
+  g.evidence = count(seen) + (detected.period ? " detected" : " seen");
+  if (g.steps_per_pattern > 1)
+    g.evidence += " (the allocation pattern repeats every " + std::to_string(g.steps_per_pattern) + " steps)";
+  g.evidence += ", " + std::to_string(needed) + " needed";
   if (seen < needed) {
+    // A run too short says how much longer it must run.
+    g.evidence += ": " + std::to_string(needed - seen) + " more " + unit + (needed - seen == 1 ? "" : "s");
     g.verdict = "not judged";
     g.suspects.clear();
   } else {

@@ -6,9 +6,12 @@
 // A site's series is judged by detect_growth (accounting/growth_detector.h: at least 8 points, a
 // steady rise by Kendall's tau, never back to its baseline, still rising at the end). Series whose
 // stacks symbolize alike (stacks/site_identity.h) are summed into one before they are judged, so
-// a suspect's live figures are its site's. The verdict is "not judged"
-// when the run shows fewer iterations (counted or detected) than the detector needs points, or,
-// without iterations, fewer checkpoints: thin evidence never reads as "none".
+// a suspect's live figures are its site's. Without counted iterations, the loop's period is found
+// in the allocation sequence, and the program's own step inside it (report/step_finder.h): growth
+// is then per step, and a pattern spanning several steps is said so. The verdict is "not judged"
+// when the run shows fewer iterations (counted, or detected steps) than the detector needs points,
+// or, without iterations, fewer checkpoints, and then says how many more it needs: thin evidence
+// never reads as "none".
 #pragma once
 
 #include <cstdint>

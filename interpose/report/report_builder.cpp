@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "report/oom_advice.h"
+#include "stacks/frame_roles.h"
 #include "stacks/site_identity.h"
 #include "util/clock.h"
 
@@ -23,6 +24,14 @@ SiteReport site_report(const SiteKey& key, const SiteTotals& totals, std::vector
   s.stack_id = key.stack;
   s.frames = std::move(frames);
   return s;
+}
+
+// Under PyTorch's caching allocator (the user kept it), what its frames allocated is its cache.
+const char* owner_of(const std::vector<FrameInfo>& frames, bool torch_cache) {
+  if (!torch_cache) return "";
+  for (const FrameInfo& f : frames)
+    if (torch_allocator_frame(f)) return "PyTorch cache";
+  return "";
 }
 
 // Largest first; ties in stack order, so that a report is the same from run to run.
@@ -161,6 +170,7 @@ ReportData build_report(const ReportSources& in) {
   Symbolizer& sym = *in.symbolizer;
   const StackTable& stacks = *in.stacks;
   r.python = in.python_status;
+  const bool torch_cache = !in.torch_cache_reason.empty();
   std::vector<uint64_t> words;
   absl::flat_hash_map<std::string, size_t> by_frames;
   for (const auto& [key, totals] : live) {
@@ -182,6 +192,7 @@ ReportData build_report(const ReportSources& in) {
     SiteReport s = site_report(key, totals, std::move(frames));
     s.shutdown_freed_bytes = gone.bytes;
     s.shutdown_freed_count = gone.count;
+    s.owner = owner_of(s.frames, torch_cache);
     r.sites.push_back(std::move(s));
   }
   std::sort(r.sites.begin(), r.sites.end(), largest_site_first);
@@ -191,6 +202,18 @@ ReportData build_report(const ReportSources& in) {
     for (uint64_t w : words) frames.push_back(sym.resolve(w));
     return frames;
   });
+  // PyTorch's cache, when the user's setting kept it in charge: one line, and its segments named
+  // as such (their growth is still judged: a cache that keeps growing is worth knowing about).
+  bool saw_torch_cache = false;
+  for (const SiteReport& s : r.sites) saw_torch_cache = saw_torch_cache || !s.owner.empty();
+  for (GrowthSuspectReport& g : r.growth.suspects) {
+    g.owner = owner_of(g.frames, torch_cache);
+    saw_torch_cache = saw_torch_cache || !g.owner.empty();
+  }
+  if (saw_torch_cache)
+    r.torch_cache = "PyTorch's caching allocator is in charge (" + in.torch_cache_reason +
+                    "): the shim sees its segments, not the program's tensors; unset it (GPUSHIM_TORCH_ALLOC=async) "
+                    "to see every tensor at its line";
   for (const auto& [key, totals] : in.freed_by_reset) {
     stacks.frames(key.stack, &words);
     std::vector<FrameInfo> frames;

@@ -91,6 +91,8 @@ struct ReportSources {
   const ModuleMap* modules = nullptr;
   Symbolizer* symbolizer = nullptr;
   std::string python_status;
+  // Why PyTorch's caching allocator stays in charge ("" when it does not: config/torch_alloc.h).
+  std::string torch_cache_reason;
 };
 
 ReportData build_report(const ReportSources& in);

@@ -197,6 +197,7 @@ void write_site_at(JsonOut& j, const SiteReport& site, const char* frame_indent)
   j.kv("stack_id", static_cast<uint64_t>(site.stack_id));
   j.kv("freed_during_shutdown_bytes", site.shutdown_freed_bytes);
   j.kv("freed_during_shutdown_count", site.shutdown_freed_count);
+  j.kv("owner", site.owner);
   write_frames(j, site.frames, frame_indent);
   j.end('}');
 }
@@ -252,6 +253,7 @@ void write_suspect(JsonOut& j, const GrowthSuspectReport& g) {
   j.kv_dbl("last_s", g.last_s);
   j.kv_dbl("trend", g.trend);
   j.kv("stack_id", static_cast<uint64_t>(g.stack_id));
+  j.kv("owner", g.owner);
   write_frames(j, g.frames, "    ");
   j.end('}');
 }
@@ -263,6 +265,8 @@ void write_growth(JsonOut& j, const GrowthReport& g) {
   j.kv("iterations", g.iterations);
   j.kv("iteration_source", g.iteration_source);
   j.kv("detected_period", g.detected_period);
+  j.kv("steps_per_pattern", g.steps_per_pattern);
+  j.kv("step_function", g.step_function);
   j.kv("verdict", g.verdict);
   j.kv("evidence", g.evidence);
   j.key("suspects");
@@ -316,6 +320,7 @@ std::string report_to_json(const ReportData& r) {
   j.kv_dbl("duration_s", r.duration_s);
   j.kv_int("stack_depth", r.stack_depth);
   j.kv("python", r.python);
+  j.kv("torch_cache", r.torch_cache);
   j.next_line("");
   write_array(j, "devices", r.devices, write_device);
   j.next_line("");

@@ -88,6 +88,7 @@ struct SiteReport {
   // callbacks and module teardown): still counted live, the program had not let go of it.
   uint64_t shutdown_freed_bytes = 0;
   uint64_t shutdown_freed_count = 0;
+  std::string owner;                    // "PyTorch cache": a segment of PyTorch's caching allocator
 };
 
 // When the process's Python interpreter began its teardown (interpose/python/interpreter_shutdown.h).
@@ -142,13 +143,18 @@ struct GrowthSuspectReport {
   double trend = 0;                     // Kendall's tau of bytes over time, 0..1
   uint32_t stack_id = 0;
   std::vector<FrameInfo> frames;
+  std::string owner;                    // as SiteReport::owner
 };
 
 struct GrowthReport {
   uint64_t samples = 0;                 // instants at which every site's totals were sampled
   uint64_t iterations = 0;              // gpushim_mark_iteration() + GPUSHIM_ITERATION_SITE activations
   std::string iteration_source = "none";  // "none", "marks", "site", "marks+site", "detected"
-  uint64_t detected_period = 0;         // without marks: allocations per iteration of the repeating loop, 0 = none
+  uint64_t detected_period = 0;         // without marks: allocations per period of the repeating loop, 0 = none
+  // Without marks, when the program's step was found inside that period (report/step_finder.h):
+  // `iterations` are steps, and the period spans this many of them; 0 = the period is the unit.
+  uint64_t steps_per_pattern = 0;
+  std::string step_function;            // the function whose calls are the steps
   std::vector<GrowthSuspectReport> suspects;  // largest growth first
   // "suspects", "none" (judged: nothing grew), or "not judged" (too little evidence: `evidence`
   // says how much there was, e.g. "3 iterations seen, 8 needed"). Never "none" on thin evidence.
@@ -168,6 +174,9 @@ struct ReportData {
   double wall_time_s = 0;               // wall clock at report time, seconds since the epoch
   double duration_s = 0;                // since the shim started
   int stack_depth = 0;
+  // One line when PyTorch's caching allocator was in charge (the user's setting kept it): its
+  // segments, not the program's tensors, are what the shim saw. "" otherwise.
+  std::string torch_cache;
   std::string python;                   // interpreter version whose frames are captured, "" none, "off", "unsupported: ..."
   std::vector<DeviceReport> devices;
   std::vector<OtherMemoryReport> other_memory;

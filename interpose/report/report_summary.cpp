@@ -98,6 +98,10 @@ void append_frame(std::string* s, const FrameInfo& f) {
 void append_stack(std::string* s, const std::vector<FrameInfo>& frames) {
   const ShownFrames shown = frames_to_show(frames, kFramesShown);
   for (size_t i : shown.indices) append_frame(s, frames[i]);
+  // The framework context the user's line called into, folded to a count.
+  if (!shown.indices.empty() && shown.library_inside > 0)
+    append(s, "gpushim:         (%s called from the first line, folded)\n",
+           plural(shown.library_inside, "library frame").c_str());
   if (shown.indices.empty())
     append(s, "gpushim:       %s\n", frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
 }
@@ -107,16 +111,20 @@ void append_growth(std::string* s, const GrowthReport& g, size_t max_sites) {
   const size_t shown = g.suspects.size() < max_sites ? g.suspects.size() : max_sites;
   if (g.verdict == "not judged") append(s, "gpushim: growth: not judged, %s\n", printable(g.evidence).c_str());
   if (shown == 0) return;
-  append(s, "gpushim: growth suspects (live memory that grew steadily; %s sampled%s%s):\n",
+  const char* unit = g.steps_per_pattern ? "step" : "iteration";
+  std::string pattern;
+  if (g.steps_per_pattern > 1) pattern = ", pattern repeats every " + std::to_string(g.steps_per_pattern) + " steps";
+  append(s, "gpushim: growth suspects (live memory that grew steadily; %s sampled%s%s%s):\n",
          plural(g.samples, "instant").c_str(), g.iterations ? ", " : "",
-         g.iterations ? plural(g.iterations, "iteration").c_str() : "");
+         g.iterations ? plural(g.iterations, unit).c_str() : "", pattern.c_str());
   for (size_t i = 0; i < shown; ++i) {
     const GrowthSuspectReport& gs = g.suspects[i];
     std::string rate = format_bytes(static_cast<uint64_t>(gs.bytes_per_s > 0 ? gs.bytes_per_s : 0)) + "/s";
     if (!std::isnan(gs.bytes_per_iteration))
       rate = format_bytes(static_cast<uint64_t>(gs.bytes_per_iteration > 0 ? gs.bytes_per_iteration : 0)) +
-             " per iteration, " + rate;
+             " per " + unit + ", " + rate;
     std::string where = gs.kind == "device" ? "device " + std::to_string(gs.device) : printable(gs.kind) + " memory";
+    if (!gs.owner.empty()) where += ", " + printable(gs.owner);
     append(s, "gpushim:   #%zu +%s over %.2f s (%s); live %s in %s (%s)\n", i + 1, format_bytes(gs.growth_bytes).c_str(),
            gs.last_s - gs.first_s, rate.c_str(), format_bytes(gs.live_bytes).c_str(),
            plural(gs.live_count, "allocation").c_str(), where.c_str());
@@ -220,14 +228,16 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
            "%s in %s (object finalizers), still counted live below\n",
            r.teardown.began_s, format_bytes(r.teardown.freed_bytes).c_str(),
            plural(r.teardown.freed_count, "allocation").c_str());
+  if (!r.torch_cache.empty()) append(&s, "gpushim: %s\n", printable(r.torch_cache).c_str());
   append_growth(&s, r.growth, max_sites);
   const size_t shown = r.sites.size() < max_sites ? r.sites.size() : max_sites;
   if (shown > 0) append(&s, "gpushim: top live allocation sites:\n");
   for (size_t i = 0; i < shown; ++i) {
     const SiteReport& site = r.sites[i];
     if (site.kind == "device")
-      append(&s, "gpushim:   #%zu %s in %s (device %d)\n", i + 1, format_bytes(site.live_bytes).c_str(),
-             plural(site.live_count, "allocation").c_str(), site.device);
+      append(&s, "gpushim:   #%zu %s in %s (device %d%s%s)\n", i + 1, format_bytes(site.live_bytes).c_str(),
+             plural(site.live_count, "allocation").c_str(), site.device, site.owner.empty() ? "" : ", ",
+             printable(site.owner).c_str());
     else
       append(&s, "gpushim:   #%zu %s in %s (%s memory)\n", i + 1, format_bytes(site.live_bytes).c_str(),
              plural(site.live_count, "allocation").c_str(), printable(site.kind).c_str());

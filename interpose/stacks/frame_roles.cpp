@@ -26,6 +26,34 @@ constexpr std::string_view kLibraryPackages[] = {"/torch/", "/numba/", "/cupy/",
                                                  "/nccl/", "/rmm/", "/jax/", "/tensorflow/", "/transformers/",
                                                  "/accelerate/", "/deepspeed/", "/lightning/"};
 
+// Frameworks linked into a program or library (no module of their own to tell them by).
+constexpr std::string_view kLibraryNamespaces[] = {"c10::", "at::", "torch::", "caffe2::", "triton::", "cublas",
+                                                   "cublasLt", "cudnn", "nccl", "ncclInternal", "rmm::", "cupy"};
+
+// The CUDA runtime's allocation entry points. A static runtime (nvcc's default, -cudart static)
+// defines them inside the program or library that links it, beside its internal functions named
+// libcudart_static_<hash> and __cudart<n>: those frames are the runtime's, wherever they live.
+// Also the runtime header's inline templates (cudaMalloc<T>) compiled into the user's code.
+constexpr std::string_view kRuntimeEntryPoints[] = {
+    "cudaMalloc", "cudaMallocAsync", "cudaMallocFromPoolAsync", "cudaMallocManaged", "cudaMallocPitch",
+    "cudaMalloc3D", "cudaMallocArray", "cudaMalloc3DArray", "cudaMallocMipmappedArray", "cudaMallocHost",
+    "cudaHostAlloc", "cudaFree", "cudaFreeAsync", "cudaFreeHost", "cudaGraphAddMemAllocNode", "cudaLaunchKernel",
+    "cudaGraphLaunch", "cudaGraphInstantiate", "cudaMemPoolCreate", "cudaDeviceSetMemPool", "cudaMemGetInfo"};
+
+bool static_runtime_function(std::string_view function) {
+  if (starts(function, "libcudart_static_") || starts(function, "__cudart")) return true;
+  // "cudaMalloc", "cudaMalloc_ptsz", "cudaError cudaMalloc<float>(float**, unsigned long)".
+  const size_t open = function.find_first_of("(<");
+  std::string_view name = function.substr(0, open);
+  if (const size_t space = name.rfind(' '); space != std::string_view::npos) name.remove_prefix(space + 1);
+  for (std::string_view suffix : {"_ptsz", "_ptds", "_v2"})
+    if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix)
+      name.remove_suffix(suffix.size());
+  for (std::string_view e : kRuntimeEntryPoints)
+    if (name == e) return true;
+  return false;
+}
+
 }  // namespace
 
 FrameRole frame_role(const FrameInfo& f) {
@@ -43,10 +71,18 @@ FrameRole frame_role(const FrameInfo& f) {
   const std::string_view module = base(f.module);
   if (starts(module, "libgpushim") || starts(module, "libcudart") || starts(module, "libcuda.so"))
     return FrameRole::kPlumbing;
+  if (static_runtime_function(f.function)) return FrameRole::kPlumbing;
   if (has(f.module, "/site-packages/") || has(f.module, "/dist-packages/")) return FrameRole::kLibrary;
   for (std::string_view m : kLibraryModules)
     if (starts(module, m)) return FrameRole::kLibrary;
+  for (std::string_view ns : kLibraryNamespaces)
+    if (starts(f.function, ns)) return FrameRole::kLibrary;
   return FrameRole::kUser;
+}
+
+bool torch_allocator_frame(const FrameInfo& f) {
+  if (f.python) return false;
+  return starts(base(f.module), "libc10_cuda") || has(f.function, "CUDACachingAllocator");
 }
 
 ShownFrames frames_to_show(const std::vector<FrameInfo>& frames, size_t max) {

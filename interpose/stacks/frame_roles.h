@@ -13,9 +13,11 @@
 namespace gpushim {
 
 enum class FrameRole {
-  kPlumbing,  // the shim, the CUDA runtime and driver: never shown
+  kPlumbing,  // the shim, the CUDA runtime and driver, a static runtime linked into the program
+              // (libcudart_static_*, __cudart*, its entry points such as cudaMalloc): never shown
   kLibrary,   // the interpreter, libffi/ctypes, the C/C++ runtime, the Python standard library,
-              // site-packages/dist-packages, known frameworks (torch, numba, cupy, triton, nccl, ...)
+              // site-packages/dist-packages, known frameworks (torch, numba, cupy, triton, nccl, ...),
+              // by module, and by namespace where linked statically (c10::, at::, torch::, cublas...)
   kUser,      // everything else: the program's own code
 };
 
@@ -30,6 +32,10 @@ struct ShownFrames {
 // At most `max` frames to show: the innermost user frame and the user frames that called it. A
 // stack without a user frame shows its innermost frames but plumbing.
 ShownFrames frames_to_show(const std::vector<FrameInfo>& frames, size_t max);
+
+// A frame of PyTorch's CUDA allocator (libc10_cuda.so, or c10's CUDACachingAllocator linked in):
+// under its caching allocator, a stack with such a frame allocated a segment of the cache.
+bool torch_allocator_frame(const FrameInfo& f);
 
 // The innermost user frame (or, without one, the innermost frame that is not plumbing); null if none.
 const FrameInfo* user_frame(const std::vector<FrameInfo>& frames);

@@ -101,5 +101,63 @@ class PlantedLeak(ShimTestCase):
         self.assertNotIn("growth suspects", r.stderr)
 
 
+CYCLING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "cycling_shapes.py")
+CYCLING_NATIVE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "cycling_shapes.cpp")
+SHAPES = (64, 96, 128, 160, 192, 224, 256, 288)
+STEPS = 40
+
+
+def leak_line(path, marker="@leak"):
+    with open(path) as f:
+        return [n for n, l in enumerate(f, 1) if marker in l][0]
+
+
+class CyclingShapes(ShimTestCase):
+    """A real job's loop: the sequence length cycles through eight values and the number of
+    temporaries depends on it, so the allocation pattern repeats every eight steps. The leak (a
+    slice of each step's hidden state) is found after 40 steps with default settings, per step."""
+
+    def check(self, r):
+        self.assertRanOK(r)
+        g = r.report["growth"]
+        self.assertEqual(g["verdict"], "suspects", r.stderr)
+        self.assertEqual((g["iteration_source"], g["steps_per_pattern"], g["step_function"]),
+                         ("detected", 8, "train_step"), g)
+        # The loop's steps; the first may be taken for warm-up by the period's start.
+        self.assertIn(g["iterations"], (STEPS - 1, STEPS), g)
+        self.assertIn("(the allocation pattern repeats every 8 steps)", g["evidence"])
+        top = g["suspects"][0]
+        self.assertEqual(top["live_count"], STEPS)
+        # Every step's slice is live at the end: the leak per step is their mean (as the pool
+        # accounts them: at least what was asked for).
+        self.assertGreaterEqual(top["live_bytes"], sum(SHAPES[s % 8] * 8 * 1024 for s in range(STEPS)))
+        per_step = top["live_bytes"] / STEPS
+        self.assertAlmostEqual(top["bytes_per_iteration"] / per_step, 1.0, delta=0.1, msg=top)
+        self.assertIn("per step", r.stderr)
+        self.assertIn("pattern repeats every 8 steps", r.stderr)
+        return top
+
+    def test_python_step_function(self):
+        line = leak_line(CYCLING)
+        for python, version in interpreters():
+            with self.subTest(python=python):
+                r = run([python, CYCLING, str(STEPS)])
+                top = self.check(r)
+                frame = next(f for f in top["frames"] if f["function"] == "train_step")
+                self.assertEqual((frame["file"], frame["line"]), (CYCLING, line))
+
+    def test_native_program_under_a_static_runtimes_frames(self):
+        r = run([program("e2e_cycling_shapes"), str(STEPS)])
+        top = self.check(r)
+        names = [f["function"] for f in top["frames"]]
+        # The JSON keeps every frame: the static-runtime-like one sits above the user's line...
+        self.assertTrue(any(n.startswith("libcudart_static_") for n in names), names)
+        # ...which every printed stack leads with.
+        block = r.stderr[r.stderr.index("growth suspects"):]
+        at = [l.split("at ", 1)[1] for l in block.splitlines() if l.startswith("gpushim:       at ")]
+        self.assertTrue(at[0].startswith("train_step cycling_shapes.cpp:%d" % leak_line(CYCLING_NATIVE_SOURCE)), at)
+        self.assertFalse(any("libcudart_static" in a or a.startswith("cudaMalloc") for a in at), at)
+
+
 if __name__ == "__main__":
     unittest.main()

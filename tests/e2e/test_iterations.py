@@ -124,12 +124,12 @@ class LogicalTime(ShimTestCase):
         r = run([interpreters()[0][0], PACED, "3", "0"])
         self.assertRanOK(r)
         g = r.report["growth"]
-        self.assertEqual((g["verdict"], g["evidence"], g["suspects"]), ("not judged", "3 iterations seen, 8 needed", []))
-        self.assertIn("gpushim: growth: not judged, 3 iterations seen, 8 needed", r.stderr)
+        self.assertEqual((g["verdict"], g["evidence"], g["suspects"]), ("not judged", "3 iterations seen, 8 needed: 5 more iterations", []))
+        self.assertIn("gpushim: growth: not judged, 3 iterations seen, 8 needed: 5 more iterations", r.stderr)
         out = subprocess.run([os.path.join(BIN, "gpushim-analyze"), "summary", r.report_path], capture_output=True,
                              text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertIn("not judged: 3 iterations seen, 8 needed", out.stdout)
+        self.assertIn("not judged: 3 iterations seen, 8 needed: 5 more iterations", out.stdout)
         self.assertNotIn("none:", out.stdout)
 
     def test_demo_finds_its_leak_with_default_settings(self):
@@ -170,6 +170,7 @@ class ReportAndTraceAgree(ShimTestCase):
             ("native planted leak, iteration site", [program("e2e_planted_leak"), "30"],
              {"GPUSHIM_ITERATION_SITE": "leaky_step"}, "suspects"),
             ("demo, default settings", [program("e2e_demo_training_loop")], {}, "suspects"),
+            ("steps inside an eight-step pattern", [program("e2e_cycling_shapes"), "40"], {}, "suspects"),
             ("python frames", [python, PACED, "20", "0.01"], {}, "suspects"),
             ("no leak, large flat sites", [program("e2e_train_loop"), "30", "--leak-mib", "0"], {}, "none"),
             ("too short to judge", [python, PACED, "3", "0"], {}, "not judged"),

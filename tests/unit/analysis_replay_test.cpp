@@ -320,7 +320,7 @@ TEST(Growth, FewIterationsAreNotJudgedAndNoCheckpointsAreUnknown) {
   run_from_trace(training_trace(3), "t", &run);
   EXPECT_TRUE(run.growth_known);
   EXPECT_EQ(run.growth_verdict, "not judged");
-  EXPECT_EQ(run.growth_not_judged, "3 iterations seen, 8 needed");
+  EXPECT_EQ(run.growth_not_judged, "3 iterations seen, 8 needed: 5 more iterations");
   EXPECT_TRUE(run.growth.empty());
 
   TraceData t = training_trace(20);

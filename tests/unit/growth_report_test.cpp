@@ -78,7 +78,7 @@ TEST(GrowthReport, NoIterationsIsNull) {
   EXPECT_NE(j.find("\"bytes_per_iteration\":null"), std::string::npos) << j;
   EXPECT_NE(j.find("\"iteration_source\":\"none\""), std::string::npos);
   ReportData empty;
-  EXPECT_NE(report_to_json(empty).find("\"growth\":{\"samples\":0,\"iterations\":0,\"iteration_source\":\"none\",\"detected_period\":0,\"verdict\":\"not judged\",\"evidence\":\"\",\"suspects\":[]}"),
+  EXPECT_NE(report_to_json(empty).find("\"growth\":{\"samples\":0,\"iterations\":0,\"iteration_source\":\"none\",\"detected_period\":0,\"steps_per_pattern\":0,\"step_function\":\"\",\"verdict\":\"not judged\",\"evidence\":\"\",\"suspects\":[]}"),
             std::string::npos);
 }
 

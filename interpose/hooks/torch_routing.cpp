@@ -1,0 +1,40 @@
+// PyTorch's allocator chosen by the preload itself (config/torch_alloc.h, docs/python.md): a
+// preloaded library's constructor runs before the program's main, while the process has one
+// thread, and before an interpreter copies the environment into os.environ, so `python train.py`
+// under LD_PRELOAD sees PYTORCH_CUDA_ALLOC_CONF as if the user had exported it (and so do its
+// children, which inherit the environment and the preload). A process that never touches CUDA pays
+// three getenv calls, a dladdr and at most one setenv; programs that are not PyTorch ignore the
+// variable.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "config/torch_alloc.h"
+
+namespace {
+
+// Only a library loaded at startup may call setenv: one dlopen'ed later (by a program that already
+// runs threads) would race their getenv. Preloaded means named in LD_PRELOAD, by its file name.
+bool preloaded() {
+  const char* preload = getenv("LD_PRELOAD");
+  if (preload == nullptr || *preload == '\0') return false;
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&preloaded), &info) == 0 || info.dli_fname == nullptr) return false;
+  const char* slash = strrchr(info.dli_fname, '/');
+  const char* name = slash ? slash + 1 : info.dli_fname;
+  const size_t len = strlen(name);
+  if (len == 0) return false;
+  for (const char* at = strstr(preload, name); at != nullptr; at = strstr(at + 1, name)) {
+    const char end = at[len];
+    const bool starts_entry = at == preload || at[-1] == '/' || at[-1] == ':' || at[-1] == ' ';
+    if (starts_entry && (end == '\0' || end == ':' || end == ' ')) return true;
+  }
+  return false;
+}
+
+__attribute__((constructor)) void route_torch_allocator_at_start() {
+  if (preloaded()) gpushim::route_torch_allocator();
+}
+
+}  // namespace

@@ -123,8 +123,6 @@ int cmd_replay(const std::vector<std::string>& args) {
     std::vector<std::string> ignored;
     if (!recorded_config(trace, {}, &as_recorded, &ignored, &err)) as_recorded = base.config;
     base.lags = std::make_shared<const std::map<int, DeviceLag>>(estimate_device_lag(trace, as_recorded));
-    for (const auto& [dev, lag] : *base.lags)
-      notes.push_back("device " + std::to_string(dev) + ": GPU time modelled; backlog " + lag.source());
   }
 
   std::vector<std::pair<PolicyKind, ReplayModel>> policies;
@@ -271,8 +269,7 @@ int cmd_replay(const std::vector<std::string>& args) {
              ",\"events_recorded\":" +
              std::to_string(d.driver.events_recorded) + ",\"forwarded_calls\":" + std::to_string(d.forwarded_calls);
         uint64_t rec = 0;
-        if (recorded_known && r.policy == std::string(policy_name(recorded)) && recorded_peak(d.device, &rec) &&
-            base.gpu_time == GpuTime::kRecorded)
+        if (recorded_known && r.policy == std::string(policy_name(recorded)) && recorded_peak(d.device, &rec))
           j += ",\"recorded_peak_allocated\":" + std::to_string(rec) + ",\"reproduces_recorded_peak\":" +
                (d.peak_allocated == rec ? "true" : "false");
         uint64_t shim = 0;
@@ -296,6 +293,9 @@ int cmd_replay(const std::vector<std::string>& args) {
   std::string o = "replay of " + path + ": " + std::to_string(trace.events.size()) + " events, recorded with policy " +
                   trace.header.policy + (trace.end ? "" : " (no end record)") + "; GPU time: " +
                   gpu_time_name(base.gpu_time) + "\n";
+  if (base.lags)
+    for (const auto& [dev, lag] : *base.lags)
+      o += "  device " + std::to_string(dev) + " backlog: " + lag.source() + "\n";
   for (const std::string& n : notes) o += "  note: " + n + "\n";
   char line[512];
   std::snprintf(line, sizeof(line), "%-18s %-6s %15s %15s %11s %13s %10s  %s\n", "policy", "device", "peak allocated",

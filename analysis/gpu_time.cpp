@@ -41,8 +41,8 @@ DeviceLag DeviceLag::estimate(const std::vector<SimBackend::CompletionSample>& s
   for (const auto& s : samples)
     iv.push_back(Interval{s.pending_ns ? static_cast<double>(s.pending_ns - s.recorded_ns) : -1.0,
                           s.done_ns ? static_cast<double>(s.done_ns - s.recorded_ns) : 1e30});
-  // Logarithmic grid, 1 us to 1 s, 8 steps per octave-ish (factor 1.1).
-  std::vector<double> grid;
+  // 0, then a logarithmic grid from 1 us to 1 s (factor 1.1).
+  std::vector<double> grid{0.0};  // 0: the device had finished when the work was queued
   for (double l = 1e3; l <= 1e9; l *= 1.1) grid.push_back(l);
   std::vector<size_t> held(grid.size(), 0);
   size_t best = 0;

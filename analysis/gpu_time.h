@@ -28,8 +28,8 @@ bool parse_gpu_time(const std::string& name, GpuTime* out);
 // own answers and yields, per fence or event, when it was recorded and an interval that holds its
 // completion: after the last query that said "not yet", no later than the first that said
 // "complete" (SimBackend::CompletionSample). Two things follow:
-//   - the typical backlog: the lag that the most intervals hold (over a logarithmic grid from 1 us
-//     to 1 s; a plateau of ties gives its geometric middle);
+//   - the typical backlog: the lag that the most intervals hold (0, then a logarithmic grid from
+//     1 us to 1 s; a plateau of ties gives its geometric middle);
 //   - the device's progress bounds: the device runs its work in order, so work queued at r is done
 //     no later than any later-queued work seen complete, and not before any earlier-queued work
 //     seen pending.
@@ -58,7 +58,7 @@ class DeviceLag {
 
 // The backlog used for traces that carry no reuse events: a fraction of the median step (the time
 // between iteration marks) when the trace has marks, else kTypicalBacklogNs.
-constexpr double kTypicalBacklogStepFraction = 0.25;
+constexpr double kTypicalBacklogStepFraction = 0.05;
 constexpr uint64_t kTypicalBacklogNs = 4'000'000;
 
 }  // namespace gpushim::analysis

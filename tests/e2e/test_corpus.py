@@ -61,7 +61,7 @@ class Corpus(unittest.TestCase):
                 self.assertEqual(out["gpu_time"], "model")
                 d = out["policies"][0]["devices"][0]
                 self.assertFalse(d["follows_recorded_reuse"])
-                self.assertEqual(d["recorded_peak_reserved"], reserved)
+                self.assertLess(abs(d["recorded_peak_reserved"] - reserved), MiB)  # the README's rounded figure
                 self.assertLessEqual(abs(d["peak_reserved"] - reserved), 0.03 * reserved, d)
                 self.assertIn("measured", d["backlog_source"])
 

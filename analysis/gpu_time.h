@@ -46,6 +46,7 @@ class DeviceLag {
   uint64_t backlog_ns() const { return backlog_ns_; }
   size_t samples() const { return samples_; }
   const std::string& source() const { return source_; }
+  void append_source(const std::string& more) { source_ += more; }
 
  private:
   uint64_t backlog_ns_ = 0;

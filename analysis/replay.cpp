@@ -48,6 +48,15 @@ struct SimDevice {
   uint64_t syncs_before_steady = 0;  // synchronizations when the second iteration mark came
   bool steady = false;
   uint64_t script_fences = 0, script_events = 0;  // the highest numbers the run's reuse moments name
+  // When the replay, following the run, first did something the run did not (0: never): the
+  // completion samples after it describe another sequence of fences than the run's.
+  uint64_t departed_ns = 0;
+  uint64_t verify_fences = 0, verify_events = 0;  // named by reuse moments of the operation under way
+  void verify_script(uint64_t t_ns) {
+    if (departed_ns == 0 && (verify_fences > sim.fence_calls() || verify_events > sim.event_calls()))
+      departed_ns = std::max<uint64_t>(t_ns, 1);
+    verify_fences = verify_events = 0;
+  }
 };
 
 }  // namespace
@@ -206,6 +215,12 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       if (!devices_with_reuse.count(e.device)) continue;
       SimDevice& d = device(e.device);
       const auto what = static_cast<trace::ReuseMoment>(e.requested);
+      // The run had recorded the fence or event it names by the end of the pool operation this
+      // moment belongs to (it comes first in the trace): checked after that operation.
+      if (what == trace::ReuseMoment::kFenceDone || what == trace::ReuseMoment::kFenceWaited)
+        d.verify_fences = std::max(d.verify_fences, e.size);
+      else if (what == trace::ReuseMoment::kEventDone)
+        d.verify_events = std::max(d.verify_events, e.size);
       if (what == trace::ReuseMoment::kFenceDone || what == trace::ReuseMoment::kFenceWaited) {
         d.sim.script_completion(true, e.size, e.addr);
         d.script_fences = std::max(d.script_fences, e.size);
@@ -268,6 +283,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
         if (r == CUDA_SUCCESS && !refused && d.result.follows_recorded_reuse && allocated != e.size &&
             d.result.first_difference_event == 0) {
           d.result.first_difference_event = i + 1;
+          if (d.departed_ns == 0) d.departed_ns = std::max<uint64_t>(e.t_ns, 1);
           d.result.difference = "the replay handed out " + std::to_string(allocated) + " bytes where the run handed out " +
                                 std::to_string(e.size) + " (the pool's free blocks differ)";
         }
@@ -328,6 +344,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       }
     }
     d.result.peak_reserved = std::max(d.result.peak_reserved, d.sim.used() + d.forwarded + d.graph);
+    if (d.result.follows_recorded_reuse) d.verify_script(e.t_ns);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -338,7 +355,12 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
                              std::to_string(d->script_events) + " events, the replay " +
                              std::to_string(d->sim.fence_calls()) + " and " + std::to_string(d->sim.event_calls());
     d->result.end_allocated = d->allocated;
-    if (d->result.follows_recorded_reuse) d->result.completion_samples = d->sim.completion_samples();
+    if (d->result.follows_recorded_reuse) {
+      for (const auto& c : d->sim.completion_samples())
+        if (d->departed_ns == 0 || std::max({c.recorded_ns, c.pending_ns, c.done_ns}) < d->departed_ns)
+          d->result.completion_samples.push_back(c);
+      d->result.completion_departed_ns = d->departed_ns;
+    }
     d->result.driver = d->sim.counters();
     if (marks >= 2)
       d->result.steady_synchronizes =
@@ -380,8 +402,19 @@ std::map<int, DeviceLag> estimate_device_lag(const TraceData& trace, const Confi
   calibrate.config = recorded;
   calibrate.gpu_time = GpuTime::kRecorded;
   const ReplayResult r = replay_trace(trace, calibrate);
-  for (const ReplayDevice& d : r.devices)
-    if (d.follows_recorded_reuse) out[d.device] = DeviceLag::estimate(d.completion_samples, fallback);
+  for (const ReplayDevice& d : r.devices) {
+    if (!d.follows_recorded_reuse) continue;
+    DeviceLag lag = DeviceLag::estimate(d.completion_samples, fallback);
+    if (d.completion_departed_ns != 0) {
+      // The pools are not the code that recorded the trace (or the trace cannot pin them down):
+      // only what the calibration saw before it departed from the run is the run's device.
+      std::snprintf(buf, sizeof(buf), "; the calibration replay departed from the run at %.3f s (this build's pool is "
+                    "not the one that recorded the trace): only the samples before it were used",
+                    trace.seconds(d.completion_departed_ns));
+      lag.append_source(buf);
+    }
+    out[d.device] = std::move(lag);
+  }
   return out;
 }
 

@@ -71,7 +71,9 @@ struct ReplayDevice {
   uint64_t backlog_ns = 0;
   std::string backlog_source;
   // What a replay that follows the recorded reuse learned of the device (estimate_device_lag).
+  // Only those before the replay first departed from the run (completion_departed_ns; 0: never).
   std::vector<SimBackend::CompletionSample> completion_samples;
+  uint64_t completion_departed_ns = 0;
   SimCounters driver;      // calls the pool made to the (simulated) driver
   // Synchronizations from the second iteration mark on (the steady state, after a first step that
   // creates parameters, optimizer state and the first of each shape); -1 when the trace has fewer

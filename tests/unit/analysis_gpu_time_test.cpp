@@ -94,5 +94,23 @@ TEST(GpuTime, ReplayUnderTheModelWaitsForTheDevice) {
   EXPECT_EQ(lags.at(0).backlog_ns(), static_cast<uint64_t>(kTypicalBacklogStepFraction * 100 * kMs));
 }
 
+// A trace whose reuse moments name an event this build's pool never records: the calibration
+// replay has departed from the run, and says so instead of trusting what follows.
+TEST(GpuTime, CalibrationStopsWhereTheReplayDepartsFromTheRun) {
+  TraceData t;
+  t.header.policy = "caching";
+  t.devices.push_back(trace::DeviceInfo{0, 1ull << 30, 0});
+  TraceEvent reuse = ev(EventKind::kReuse, 2 * kMs, 0, 3);
+  reuse.requested = static_cast<uint64_t>(trace::ReuseMoment::kEventDone);
+  t.events = {ev(EventKind::kAlloc, 1 * kMs, 0xA000000, 1 * kMiB), reuse, ev(EventKind::kFree, 2 * kMs, 0xA000000, 1 * kMiB),
+              ev(EventKind::kAlloc, 3 * kMs, 0xB000000, 1 * kMiB)};
+  Config c;
+  c.policy = PolicyKind::kCaching;
+  const auto lags = estimate_device_lag(t, c);
+  ASSERT_EQ(lags.count(0), 1u);
+  EXPECT_NE(lags.at(0).source().find("departed from the run at 0.002 s"), std::string::npos) << lags.at(0).source();
+  EXPECT_EQ(lags.at(0).samples(), 0u);
+}
+
 }  // namespace
 }  // namespace gpushim::analysis

@@ -60,6 +60,6 @@ class DeviceLag {
 // The backlog used for traces that carry no reuse events: a fraction of the median step (the time
 // between iteration marks) when the trace has marks, else kTypicalBacklogNs.
 constexpr double kTypicalBacklogStepFraction = 0.05;
-constexpr uint64_t kTypicalBacklogNs = 4'000'000;
+constexpr uint64_t kTypicalBacklogNs = 1'000'000;  // the H200 fits: 0.32 and 0.96 ms
 
 }  // namespace gpushim::analysis

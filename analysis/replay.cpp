@@ -409,7 +409,7 @@ std::map<int, DeviceLag> estimate_device_lag(const TraceData& trace, const Confi
       // The pools are not the code that recorded the trace (or the trace cannot pin them down):
       // only what the calibration saw before it departed from the run is the run's device.
       std::snprintf(buf, sizeof(buf), "; the calibration replay departed from the run at %.3f s (this build's pool is "
-                    "not the one that recorded the trace): only the samples before it were used",
+                    "not the recording's, or the trace does not pin it down): only the samples before it were used",
                     trace.seconds(d.completion_departed_ns));
       lag.append_source(buf);
     }

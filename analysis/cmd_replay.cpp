@@ -13,7 +13,7 @@ namespace {
 
 constexpr char kHelp[] = R"(usage: gpushim-analyze replay TRACE [--policy P]... [--limit BYTES|N%|none]
                               [--capacity BYTES] [--set GPUSHIM_NAME=value]... [--stream-ordered]
-                              [--json]
+                              [--gpu-time model|recorded|instant] [--json]
 
 Replays the recorded allocation sequence through each policy on a simulated device. The pools are
 the shim's own (policy_factory over SimBackend), configured as the trace was recorded (its
@@ -42,6 +42,18 @@ options:
                   replay every allocation and free as stream-ordered (cudaMallocAsync and
                   cudaFreeAsync on its recorded stream): what PyTorch's backend:cudaMallocAsync
                   (gpushim run --torch-alloc async) makes of tensors recorded as cudaMalloc/cudaFree
+  --gpu-time T    when the simulated device finishes the work queued before a pool's fence or
+                  stream-ordered event, i.e. when freed memory becomes idle (docs/trace-format.md,
+                  "GPU time in replay"):
+                    model     (default) every policy alike, the recorded one included: work
+                              queued at host time t is done at t + the device's backlog,
+                              measured from the trace's reuse events (record time vs. the time
+                              the run saw it complete), or, for traces without them, a typical
+                              training backlog (a quarter of the median step); the output says
+                              which
+                    recorded  the recorded policy completes them exactly where the run saw
+                              them complete (an exact reproduction); other policies as instant
+                    instant   at once: an infinitely fast device
   --json          machine-readable output
 )";
 
@@ -64,7 +76,7 @@ std::string first_site(OfflineSymbolizer& sym, uint32_t stack) {
 int cmd_replay(const std::vector<std::string>& args) {
   Cli cli;
   std::string err;
-  if (!parse_cli(args, {"--policy", "--limit", "--capacity", "--set"}, {"--json", "--help", "--stream-ordered"}, &cli, &err))
+  if (!parse_cli(args, {"--policy", "--limit", "--capacity", "--set", "--gpu-time"}, {"--json", "--help", "--stream-ordered"}, &cli, &err))
     return usage_error("replay", err);
   if (cli.has("--help")) {
     std::fputs(kHelp, stdout);
@@ -101,6 +113,17 @@ int cmd_replay(const std::vector<std::string>& args) {
   // Overridden settings make other fences than the run's: its reuse moments would name the wrong ones.
   base.follow_recorded_reuse = cli.all("--set").empty();
   base.stream_ordered = cli.has("--stream-ordered");
+  base.gpu_time = GpuTime::kModel;
+  if (cli.has("--gpu-time") && !parse_gpu_time(cli.get("--gpu-time"), &base.gpu_time))
+    return usage_error("replay", "--gpu-time expects model, recorded or instant");
+  if (base.gpu_time == GpuTime::kInstant) base.follow_recorded_reuse = false;
+  if (base.gpu_time == GpuTime::kModel) {
+    // Measured once per trace, under the recorded policy and settings: the same device for all.
+    Config as_recorded;
+    std::vector<std::string> ignored;
+    if (!recorded_config(trace, {}, &as_recorded, &ignored, &err)) as_recorded = base.config;
+    base.lags = std::make_shared<const std::map<int, DeviceLag>>(estimate_device_lag(trace, as_recorded));
+  }
 
   std::vector<std::pair<PolicyKind, ReplayModel>> policies;
   auto baseline = [](const std::string& name, ReplayModel* out) {
@@ -150,6 +173,12 @@ int cmd_replay(const std::vector<std::string>& args) {
       if (d.ordinal == device) return *out = d.peak_allocated, true;
     return false;
   };
+  auto shim_peak_reserved = [&](int device, uint64_t* out) {
+    if (!trace.end) return false;
+    for (const trace::DeviceTotals& d : trace.end->devices)
+      if (d.ordinal == device) return *out = d.peak_reserved, true;
+    return false;
+  };
   const bool config_changed = !cli.all("--set").empty();
   // Under the recorded policy and settings the replay must give the run's answers: the same
   // refusals at the same events. Where it does not, say what the trace could not hold.
@@ -193,7 +222,9 @@ int cmd_replay(const std::vector<std::string>& args) {
     append_json_string(&j, path);
     j += ",\"recorded_policy\":";
     append_json_string(&j, trace.header.policy);
-    j += ",\"events\":" + std::to_string(trace.events.size()) + ",\"policies\":[";
+    j += ",\"events\":" + std::to_string(trace.events.size()) + ",\"gpu_time\":";
+    append_json_string(&j, gpu_time_name(base.gpu_time));
+    j += ",\"policies\":[";
     for (size_t i = 0; i < results.size(); ++i) {
       const ReplayResult& r = results[i];
       j += std::string(i ? "," : "") + "{\"policy\":";
@@ -214,7 +245,12 @@ int cmd_replay(const std::vector<std::string>& args) {
              ",\"recorded_ooms\":" + std::to_string(d.recorded_ooms) + ",\"recorded_ooms_avoided\":" +
              std::to_string(d.recorded_ooms_avoided) +
              ",\"first_difference_event\":" + std::to_string(d.first_difference_event) +
-             ",\"follows_recorded_reuse\":" + (d.follows_recorded_reuse ? "true" : "false");
+             ",\"follows_recorded_reuse\":" + (d.follows_recorded_reuse ? "true" : "false") +
+             ",\"fence_waits\":" + std::to_string(d.driver.fence_waits);
+        if (base.gpu_time == GpuTime::kModel) {
+          j += ",\"backlog_ns\":" + std::to_string(d.backlog_ns) + ",\"backlog_source\":";
+          append_json_string(&j, d.backlog_source);
+        }
         if (!d.difference.empty()) {
           j += ",\"difference\":";
           append_json_string(&j, d.difference);
@@ -238,6 +274,9 @@ int cmd_replay(const std::vector<std::string>& args) {
                (d.peak_allocated == rec ? "true" : "false");
         uint64_t shim = 0;
         if (shim_peak(d.device, &shim)) j += ",\"shim_peak_allocated\":" + std::to_string(shim);
+        uint64_t rec_reserved = 0;
+        if (recorded_known && r.policy == std::string(policy_name(recorded)) && shim_peak_reserved(d.device, &rec_reserved))
+          j += ",\"recorded_peak_reserved\":" + std::to_string(rec_reserved);
         j += "}";
       }
       j += "]}";
@@ -252,7 +291,11 @@ int cmd_replay(const std::vector<std::string>& args) {
   }
 
   std::string o = "replay of " + path + ": " + std::to_string(trace.events.size()) + " events, recorded with policy " +
-                  trace.header.policy + (trace.end ? "" : " (no end record)") + "\n";
+                  trace.header.policy + (trace.end ? "" : " (no end record)") + "; GPU time: " +
+                  gpu_time_name(base.gpu_time) + "\n";
+  if (base.lags)
+    for (const auto& [dev, lag] : *base.lags)
+      o += "  device " + std::to_string(dev) + " backlog: " + lag.source() + "\n";
   for (const std::string& n : notes) o += "  note: " + n + "\n";
   char line[512];
   std::snprintf(line, sizeof(line), "%-18s %-6s %15s %15s %11s %13s %10s  %s\n", "policy", "device", "peak allocated",
@@ -286,7 +329,15 @@ int cmd_replay(const std::vector<std::string>& args) {
                     fmt_rate(eps).c_str(), oom.c_str());
       o += line;
       uint64_t rec = 0;
-      if (recorded_known && r.policy == std::string(policy_name(recorded)) && recorded_peak(d.device, &rec)) {
+      if (recorded_known && r.policy == std::string(policy_name(recorded)) && base.gpu_time == GpuTime::kModel &&
+          shim_peak_reserved(d.device, &rec) && rec) {
+        char buf[256];
+        std::snprintf(buf, sizeof(buf), "recorded peak reserved on device %d: %s; the %s replay under the model gives %s (%+.1f%%)\n",
+                      d.device, human_bytes(rec).c_str(), r.policy.c_str(), human_bytes(d.peak_reserved).c_str(),
+                      100.0 * (static_cast<double>(d.peak_reserved) - static_cast<double>(rec)) / static_cast<double>(rec));
+        reproduction += buf;
+      } else if (recorded_known && r.policy == std::string(policy_name(recorded)) && recorded_peak(d.device, &rec) &&
+                 base.gpu_time == GpuTime::kRecorded) {
         reproduction += "recorded peak allocated on device " + std::to_string(d.device) + ": " + human_bytes(rec) + " (" +
                         std::to_string(rec) + " B); the " + r.policy + " replay gives " + std::to_string(d.peak_allocated) +
                         " B: " + (d.peak_allocated == rec ? "reproduced exactly" : "DIFFERENT") +

@@ -48,6 +48,15 @@ struct SimDevice {
   uint64_t syncs_before_steady = 0;  // synchronizations when the second iteration mark came
   bool steady = false;
   uint64_t script_fences = 0, script_events = 0;  // the highest numbers the run's reuse moments name
+  // When the replay, following the run, first did something the run did not (0: never): the
+  // completion samples after it describe another sequence of fences than the run's.
+  uint64_t departed_ns = 0;
+  uint64_t verify_fences = 0, verify_events = 0;  // named by reuse moments of the operation under way
+  void verify_script(uint64_t t_ns) {
+    if (departed_ns == 0 && (verify_fences > sim.fence_calls() || verify_events > sim.event_calls()))
+      departed_ns = std::max<uint64_t>(t_ns, 1);
+    verify_fences = verify_events = 0;
+  }
 };
 
 }  // namespace
@@ -153,12 +162,20 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
   // The run's reuse moments are followed only where the replay is the run: its policy, cap,
   // device and settings. A device whose trace has none (an older trace) keeps the simulation's.
   std::set<int> devices_with_reuse;
-  const bool follow = settings.follow_recorded_reuse && !settings.stream_ordered && settings.model == ReplayModel::kShim &&
+  const bool follow = settings.gpu_time == GpuTime::kRecorded && settings.follow_recorded_reuse && !settings.stream_ordered && settings.model == ReplayModel::kShim &&
                       !settings.limit_given && settings.capacity == 0 &&
                       parse_policy_name(trace.header.policy, &recorded_policy) && recorded_policy == settings.config.policy;
   if (follow)
     for (const TraceEvent& e : trace.events)
       if (e.kind == EventKind::kReuse) devices_with_reuse.insert(e.device);
+
+  std::shared_ptr<const std::map<int, DeviceLag>> lags = settings.lags;
+  if (settings.gpu_time == GpuTime::kModel && (lags == nullptr || lags->empty())) {
+    Config recorded_config = settings.config;
+    if (parse_policy_name(trace.header.policy, &recorded_policy)) recorded_config.policy = recorded_policy;
+    lags = std::make_shared<const std::map<int, DeviceLag>>(estimate_device_lag(trace, recorded_config));
+  }
+  result.gpu_time = settings.gpu_time;
 
   std::map<int, std::unique_ptr<SimDevice>> devices;
   auto device = [&](int ordinal) -> SimDevice& {
@@ -171,7 +188,13 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
     d->result.device = ordinal;
     d->result.capacity = capacity;
     d->result.limit = limit;
-    if (devices_with_reuse.count(ordinal)) {
+    if (settings.gpu_time == GpuTime::kModel) {
+      auto l = lags->find(ordinal);
+      const DeviceLag& lag = l != lags->end() ? l->second : lags->begin()->second;
+      d->sim.model_completion([&lag](uint64_t r) { return lag.completes_at(r); });
+      d->result.backlog_ns = lag.backlog_ns();
+      d->result.backlog_source = lag.source();
+    } else if (devices_with_reuse.count(ordinal)) {
       d->sim.follow_script();
       d->result.follows_recorded_reuse = true;
     }
@@ -182,6 +205,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
   uint64_t marks = 0;
   for (uint64_t i = 0; i < trace.events.size(); ++i) {
     const TraceEvent& e = trace.events[i];
+    for (auto& [ord, dv] : devices) dv->sim.set_clock(e.t_ns);
     if (e.kind == EventKind::kIteration && ++marks == 2) {
       // Marks are the process's, not a device's: the steady state begins for every device.
       for (auto& [ord, d] : devices) d->syncs_before_steady = d->sim.counters().synchronizes, d->steady = true;
@@ -191,6 +215,12 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       if (!devices_with_reuse.count(e.device)) continue;
       SimDevice& d = device(e.device);
       const auto what = static_cast<trace::ReuseMoment>(e.requested);
+      // The run had recorded the fence or event it names by the end of the pool operation this
+      // moment belongs to (it comes first in the trace): checked after that operation.
+      if (what == trace::ReuseMoment::kFenceDone || what == trace::ReuseMoment::kFenceWaited)
+        d.verify_fences = std::max(d.verify_fences, e.size);
+      else if (what == trace::ReuseMoment::kEventDone)
+        d.verify_events = std::max(d.verify_events, e.size);
       if (what == trace::ReuseMoment::kFenceDone || what == trace::ReuseMoment::kFenceWaited) {
         d.sim.script_completion(true, e.size, e.addr);
         d.script_fences = std::max(d.script_fences, e.size);
@@ -253,6 +283,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
         if (r == CUDA_SUCCESS && !refused && d.result.follows_recorded_reuse && allocated != e.size &&
             d.result.first_difference_event == 0) {
           d.result.first_difference_event = i + 1;
+          if (d.departed_ns == 0) d.departed_ns = std::max<uint64_t>(e.t_ns, 1);
           d.result.difference = "the replay handed out " + std::to_string(allocated) + " bytes where the run handed out " +
                                 std::to_string(e.size) + " (the pool's free blocks differ)";
         }
@@ -313,8 +344,10 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       }
     }
     d.result.peak_reserved = std::max(d.result.peak_reserved, d.sim.used() + d.forwarded + d.graph);
+    if (d.result.follows_recorded_reuse) d.verify_script(e.t_ns);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
   for (auto& [ord, d] : devices) {
     if (d->result.follows_recorded_reuse && d->result.difference.empty() &&
         (d->script_fences > d->sim.fence_calls() || d->script_events > d->sim.event_calls()))
@@ -322,6 +355,12 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
                              std::to_string(d->script_events) + " events, the replay " +
                              std::to_string(d->sim.fence_calls()) + " and " + std::to_string(d->sim.event_calls());
     d->result.end_allocated = d->allocated;
+    if (d->result.follows_recorded_reuse) {
+      for (const auto& c : d->sim.completion_samples())
+        if (d->departed_ns == 0 || std::max({c.recorded_ns, c.pending_ns, c.done_ns}) < d->departed_ns)
+          d->result.completion_samples.push_back(c);
+      d->result.completion_departed_ns = d->departed_ns;
+    }
     d->result.driver = d->sim.counters();
     if (marks >= 2)
       d->result.steady_synchronizes =
@@ -329,6 +368,54 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
     result.devices.push_back(d->result);
   }
   return result;
+}
+
+std::map<int, DeviceLag> estimate_device_lag(const TraceData& trace, const Config& recorded) {
+  // The fallback: a fraction of the median step, else a fixed backlog.
+  std::vector<uint64_t> marks, steps;
+  for (const TraceEvent& e : trace.events)
+    if (e.kind == EventKind::kIteration) marks.push_back(e.t_ns);
+  for (size_t i = 1; i < marks.size(); ++i) steps.push_back(marks[i] - marks[i - 1]);
+  DeviceLag fallback;
+  char buf[200];
+  if (!steps.empty()) {
+    std::nth_element(steps.begin(), steps.begin() + steps.size() / 2, steps.end());
+    const uint64_t step = steps[steps.size() / 2];
+    const auto backlog = static_cast<uint64_t>(kTypicalBacklogStepFraction * static_cast<double>(step));
+    std::snprintf(buf, sizeof(buf), "typical: %.0f%% of the median step (%.2f ms), %.2f ms (the trace records no reuse moments)",
+                  100 * kTypicalBacklogStepFraction, static_cast<double>(step) / 1e6, static_cast<double>(backlog) / 1e6);
+    fallback = DeviceLag::fixed(backlog, buf);
+  } else {
+    std::snprintf(buf, sizeof(buf), "typical: %.2f ms (the trace records no reuse moments and no steps)",
+                  static_cast<double>(kTypicalBacklogNs) / 1e6);
+    fallback = DeviceLag::fixed(kTypicalBacklogNs, buf);
+  }
+  std::map<int, DeviceLag> out;
+  bool has_reuse = false;
+  for (const TraceEvent& e : trace.events) {
+    if (e.kind == EventKind::kReuse) has_reuse = true;
+    if (e.kind == EventKind::kAlloc || e.kind == EventKind::kFree || e.kind == EventKind::kOom) out.emplace(e.device, fallback);
+  }
+  if (out.empty()) out.emplace(0, fallback);
+  if (!has_reuse) return out;
+  ReplaySettings calibrate;
+  calibrate.config = recorded;
+  calibrate.gpu_time = GpuTime::kRecorded;
+  const ReplayResult r = replay_trace(trace, calibrate);
+  for (const ReplayDevice& d : r.devices) {
+    if (!d.follows_recorded_reuse) continue;
+    DeviceLag lag = DeviceLag::estimate(d.completion_samples, fallback);
+    if (d.completion_departed_ns != 0) {
+      // The pools are not the code that recorded the trace (or the trace cannot pin them down):
+      // only what the calibration saw before it departed from the run is the run's device.
+      std::snprintf(buf, sizeof(buf), "; the calibration replay departed from the run at %.3f s (this build's pool is "
+                    "not the recording's, or the trace does not pin it down): only the samples before it were used",
+                    trace.seconds(d.completion_departed_ns));
+      lag.append_source(buf);
+    }
+    out[d.device] = std::move(lag);
+  }
+  return out;
 }
 
 }  // namespace gpushim::analysis

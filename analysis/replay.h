@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "gpu_time.h"
 #include "policy/sim_backend.h"
 #include "trace_reader.h"
 
@@ -29,6 +31,10 @@ struct ReplaySettings {
   // so the pools place every block as the run did. Otherwise (and for traces without them) the
   // simulated device completes them at once.
   bool follow_recorded_reuse = true;
+  // When fences and events complete (gpu_time.h). kRecorded is the above; kModel completes them
+  // where `lags` (per device; estimate_device_lag) says, under every policy alike.
+  GpuTime gpu_time = GpuTime::kRecorded;
+  std::shared_ptr<const std::map<int, DeviceLag>> lags;  // kModel; null: estimated by replay_trace
   // Every device allocation and free replayed as stream-ordered (cudaMallocAsync/cudaFreeAsync) on
   // its recorded stream: what PyTorch's backend:cudaMallocAsync (the launcher's --torch-alloc
   // async) makes of a job whose tensors were recorded as plain cudaMalloc/cudaFree.
@@ -61,6 +67,13 @@ struct ReplayDevice {
   // every allocation must get the size the run got, and `difference` says what first did not.
   bool follows_recorded_reuse = false;
   std::string difference;
+  // Under kModel: the device's typical backlog and where it comes from.
+  uint64_t backlog_ns = 0;
+  std::string backlog_source;
+  // What a replay that follows the recorded reuse learned of the device (estimate_device_lag).
+  // Only those before the replay first departed from the run (completion_departed_ns; 0: never).
+  std::vector<SimBackend::CompletionSample> completion_samples;
+  uint64_t completion_departed_ns = 0;
   SimCounters driver;      // calls the pool made to the (simulated) driver
   // Synchronizations from the second iteration mark on (the steady state, after a first step that
   // creates parameters, optimizer state and the first of each shape); -1 when the trace has fewer
@@ -75,6 +88,7 @@ struct ReplayDevice {
 
 struct ReplayResult {
   std::string policy;
+  GpuTime gpu_time = GpuTime::kRecorded;
   bool available = true;  // false: this build has no such policy (make_pool gave nothing)
   uint64_t events = 0;    // device-memory events replayed
   double seconds = 0;     // wall time of the replay loop
@@ -82,6 +96,11 @@ struct ReplayResult {
 };
 
 ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings);
+
+// The device backlog of each device for --gpu-time model: measured by a replay under the recorded
+// policy and configuration (`recorded`) that follows the trace's reuse events, where it has them;
+// else a fraction of the trace's median step (iteration marks), else a fixed typical backlog.
+std::map<int, DeviceLag> estimate_device_lag(const TraceData& trace, const Config& recorded);
 
 // Peak allocated device memory per device as the trace records it: the sizes the shim handed out,
 // summed in the trace's order. A replay under the recorded policy must give exactly this.

@@ -41,7 +41,21 @@ CUresult SimBackend::segment_free(void* p, size_t) {
 CUresult SimBackend::synchronize() {
   ++counters_.synchronizes;
   pending_events_.clear();
+  due_.clear();
   return CUDA_SUCCESS;
+}
+
+bool SimBackend::wait_fence(uint64_t fence) {
+  ++counters_.fence_waits;
+  pending_events_.erase(fence);
+  auto d = due_.find(fence);
+  if (d != due_.end()) {
+    // The device ran everything queued before this fence; the host did not run ahead meanwhile.
+    waited_through_ns_ = std::max(waited_through_ns_, d->second.recorded_ns);
+    waited_any_ = true;
+    due_.erase(d);
+  }
+  return true;
 }
 
 uint64_t SimBackend::record_event(CUstream) {
@@ -49,7 +63,8 @@ uint64_t SimBackend::record_event(CUstream) {
   const uint64_t e = next_event_++;
   live_events_.insert(e);
   if (!events_at_once_) pending_events_.insert(e);
-  if (scripted_) tracked_[e] = Tracked{false, ++event_calls_, 0};
+  if (scripted_) tracked_[e] = Tracked{false, ++event_calls_, 0, now_ns_, 0};
+  if (completes_at_) due_[e] = Due{now_ns_, std::max(now_ns_, completes_at_(now_ns_))};
   return e;
 }
 
@@ -59,7 +74,7 @@ uint64_t SimBackend::record_device_fence() {
   ++counters_.fences_recorded;
   if (scripted_) {
     --event_calls_;
-    tracked_[e] = Tracked{true, ++fence_calls_, 0};
+    tracked_[e] = Tracked{true, ++fence_calls_, 0, now_ns_, 0};
   }
   return e;
 }
@@ -69,9 +84,23 @@ bool SimBackend::event_done(uint64_t event) {
   if (scripted_ && pending_events_.count(event)) {
     auto it = tracked_.find(event);
     if (it != tracked_.end()) {
-      auto s = script_.find({it->second.fence, it->second.ordinal});
-      if (s != script_.end() && it->second.queries >= s->second) pending_events_.erase(event);
-      else ++it->second.queries;
+      Tracked& t = it->second;
+      auto s = script_.find({t.fence, t.ordinal});
+      if (s != script_.end() && t.queries >= s->second) {
+        pending_events_.erase(event);
+        samples_.push_back(CompletionSample{t.fence, t.recorded_ns, t.pending_ns, now_ns_});
+      } else {
+        ++t.queries;
+        t.pending_ns = now_ns_;
+      }
+    }
+  }
+  if (completes_at_ && pending_events_.count(event)) {
+    auto d = due_.find(event);
+    if (d == due_.end() || now_ns_ >= d->second.done_ns ||
+        (waited_any_ && d->second.recorded_ns <= waited_through_ns_)) {
+      pending_events_.erase(event);
+      if (d != due_.end()) due_.erase(d);
     }
   }
   return pending_events_.count(event) == 0;
@@ -79,8 +108,14 @@ bool SimBackend::event_done(uint64_t event) {
 
 void SimBackend::release_event(uint64_t event) {
   live_events_.erase(event);
-  pending_events_.erase(event);
+  if (pending_events_.erase(event)) {
+    // Released while the run still said "not yet": a lower bound on its completion only.
+    auto t = tracked_.find(event);
+    if (t != tracked_.end() && t->second.pending_ns != 0)
+      samples_.push_back(CompletionSample{t->second.fence, t->second.recorded_ns, t->second.pending_ns, 0});
+  }
   tracked_.erase(event);
+  due_.erase(event);
 }
 
 CUresult SimBackend::mem_info(size_t* free, size_t* total) {

@@ -3,9 +3,12 @@
 // tests run the real pool code on it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "policy/backend.h"
 
@@ -17,7 +20,7 @@ struct SimCounters {
   uint64_t maps = 0, unmaps = 0, va_reserves = 0, va_frees = 0;
   uint64_t synchronizes = 0, events_recorded = 0, fences_recorded = 0;
   uint64_t event_queries = 0;
-  uint64_t fence_waits = 0;  // wait_fence calls: the host waited for the work before one fence  // event_done calls (not a driver call that costs memory; not in driver_calls)
+  uint64_t fence_waits = 0;  // wait_fence calls: the host waited for the work before one fence (not in driver_calls)
   uint64_t driver_calls() const {
     return segment_allocs + segment_frees + physical_creates + physical_releases + maps + unmaps + va_reserves +
            va_frees + synchronizes + events_recorded + fences_recorded;
@@ -38,11 +41,7 @@ class SimBackend final : public Backend {
   uint64_t record_device_fence() override;
   bool fence_done(uint64_t fence) override { return event_done(fence); }
   void release_fence(uint64_t fence) override { release_event(fence); }
-  bool wait_fence(uint64_t fence) override {
-    ++counters_.fence_waits;
-    pending_events_.erase(fence);
-    return true;
-  }
+  bool wait_fence(uint64_t fence) override;
   bool capture_active() override { return capturing_; }
   CUresult mem_info(size_t* free, size_t* total) override;
 
@@ -57,7 +56,10 @@ class SimBackend final : public Backend {
   // ---- test and replay controls ----
   // When false, recorded events stay pending until complete_events() or synchronize().
   void set_events_complete_at_once(bool v) { events_at_once_ = v; }
-  void complete_events() { pending_events_.clear(); }
+  void complete_events() {
+    pending_events_.clear();
+    due_.clear();
+  }
   void set_capturing(bool v) { capturing_ = v; }
   // Replay of a recorded run: from now on fences and events complete only as the run saw them
   // (and at a wait or a synchronization). script_completion says that the `ordinal`-th fence (or
@@ -71,6 +73,28 @@ class SimBackend final : public Backend {
     script_[{fence, ordinal}] = queries_before;
   }
   uint64_t fence_calls() const { return fence_calls_; }
+
+  // ---- GPU time ----
+  // The host's clock: the replay sets it to each event's recorded time. Events and fences carry
+  // the time they were recorded at, and scripted ones what the run said of them (samples below).
+  void set_clock(uint64_t now_ns) { now_ns_ = std::max(now_ns_, now_ns); }
+  uint64_t clock() const { return now_ns_; }
+  // From now on an event or fence recorded at host time r completes once the clock reaches
+  // completes_at(r) (never before r; non-decreasing in r, as the device runs its work in order),
+  // or at a wait for it or a later fence, or at a synchronization.
+  void model_completion(std::function<uint64_t(uint64_t)> completes_at) {
+    completes_at_ = std::move(completes_at);
+    scripted_ = false;
+    events_at_once_ = false;
+  }
+  // What a scripted replay learned of the device: when each fence or event was recorded, the
+  // last query that answered "not yet" (0: none) and the query that first answered "complete".
+  // The completion lies in (pending_ns, done_ns]. Waits and synchronizations give no sample.
+  struct CompletionSample {
+    bool fence = false;
+    uint64_t recorded_ns = 0, pending_ns = 0, done_ns = 0;
+  };
+  const std::vector<CompletionSample>& completion_samples() const { return samples_; }
   uint64_t event_calls() const { return event_calls_; }
   // Fails the next `n` memory requests (segments or physical chunks) with OUT_OF_MEMORY.
   void fail_next(int n) { fail_next_ = n; }
@@ -111,7 +135,17 @@ class SimBackend final : public Backend {
   struct Tracked {
     bool fence = false;
     uint64_t ordinal = 0, queries = 0;
+    uint64_t recorded_ns = 0, pending_ns = 0;
   };
+  struct Due {
+    uint64_t recorded_ns = 0, done_ns = 0;
+  };
+  uint64_t now_ns_ = 0;
+  std::function<uint64_t(uint64_t)> completes_at_;  // modelled: recording time -> completion
+  std::map<uint64_t, Due> due_;                     // modelled: pending handle -> its times
+  uint64_t waited_through_ns_ = 0;  // modelled: all work recorded up to here is done (a wait)
+  bool waited_any_ = false;
+  std::vector<CompletionSample> samples_;
   std::map<uint64_t, Tracked> tracked_;                  // scripted: live handle -> its number
   std::map<std::pair<bool, uint64_t>, uint64_t> script_;  // (fence, ordinal) -> queries before done
   uint64_t fence_calls_ = 0, event_calls_ = 0;

@@ -1,6 +1,6 @@
-"""The trace corpus (bench/traces, real PyTorch models recorded on the CPU): every trace parses and
-replays under every policy, including the PyTorch-allocator baselines that scripts/bench compares
-the shim's pools with."""
+"""The trace corpus (bench/traces: real PyTorch models recorded on the CPU, and two traces of a
+PyTorch job recorded under gpushim on an H200): every trace parses and replays under every policy,
+including the PyTorch-allocator baselines that scripts/bench compares the shim's pools with."""
 import glob
 import gzip
 import json
@@ -18,6 +18,8 @@ CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "b
 # The kinds of job issue 16 asks the corpus to cover (bench/record/models.py).
 MODELS = {"cnn_train", "transformer_train", "lstm_train", "serving", "segmentation_train", "detection_infer",
           "finetune_adam"}
+# Recorded on a GPU under gpushim (bench/traces/README.md): name -> (policy, the run's peak reserved).
+GPU_TRACES = {"h200_transformer_caching": ("caching", 2478 * MiB), "h200_transformer_vmm": ("vmm", 2690 * MiB)}
 
 
 def analyze_json(*args):
@@ -33,12 +35,13 @@ class Corpus(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="gpushim-corpus-")
         cls.traces = {}
+        cls.gpu_traces = {}
         for gz in sorted(glob.glob(os.path.join(CORPUS, "*.trace.gz"))):
             name = os.path.basename(gz)[:-len(".trace.gz")]
             path = os.path.join(cls.tmp, name + ".trace")
             with gzip.open(gz) as src, open(path, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-            cls.traces[name] = path
+            (cls.gpu_traces if name in GPU_TRACES else cls.traces)[name] = path
 
     @classmethod
     def tearDownClass(cls):
@@ -46,6 +49,21 @@ class Corpus(unittest.TestCase):
 
     def test_the_corpus_has_every_kind_of_job(self):
         self.assertEqual(set(self.traces), MODELS)
+        self.assertEqual(set(self.gpu_traces), set(GPU_TRACES))
+
+    def test_the_gpu_time_model_reproduces_the_gpu_runs(self):
+        # Under its recorded policy, --gpu-time model (no recorded fence outcome replayed, only the
+        # device backlog estimated from them) gives the peak reserved the GPU run reported, within 3%.
+        for name, path in self.gpu_traces.items():
+            policy, reserved = GPU_TRACES[name]
+            with self.subTest(trace=name):
+                out = analyze_json("replay", path, "--policy", policy)
+                self.assertEqual(out["gpu_time"], "model")
+                d = out["policies"][0]["devices"][0]
+                self.assertFalse(d["follows_recorded_reuse"])
+                self.assertLess(abs(d["recorded_peak_reserved"] - reserved), MiB)  # the README's rounded figure
+                self.assertLessEqual(abs(d["peak_reserved"] - reserved), 0.03 * reserved, d)
+                self.assertIn("measured", d["backlog_source"])
 
     def test_every_trace_replays_under_every_policy(self):
         for name, path in self.traces.items():

@@ -139,7 +139,7 @@ class Recording(ShimTestCase):
                 with self.subTest(policy=policy, program=args[0]):
                     r, path = traced([program(args[0])] + args[1:], env={"GPUSHIM_POLICY": policy})
                     self.assertRanOK(r)
-                    out = analyze_json("replay", path, "--policy", policy)
+                    out = analyze_json("replay", path, "--policy", policy, "--gpu-time", "recorded")
                     self.assertEqual(out["recorded_policy"], policy)
                     for dev in out["policies"][0]["devices"]:
                         report_dev = r.device(dev["device"])
@@ -168,7 +168,7 @@ class Recording(ShimTestCase):
                 for key in ("total_allocs", "total_frees", "live_count", "live_bytes"):
                     self.assertEqual(dev[key], report_dev[key], key)
                 self.assertEqual(dev["peak_allocated"], report_dev["peak_allocated_bytes"])
-                replay = analyze_json("replay", path, "--policy", policy)["policies"][0]["devices"][0]
+                replay = analyze_json("replay", path, "--policy", policy, "--gpu-time", "recorded")["policies"][0]["devices"][0]
                 self.assertTrue(replay["reproduces_recorded_peak"], replay)
 
     def test_concurrent_threads_replay_the_pools_own_order(self):
@@ -183,7 +183,7 @@ class Recording(ShimTestCase):
                 self.assertEqual(dev["total_frees"], held["frees"])
                 self.assertEqual(dev["live_count"], held["live_count"])
                 self.assertEqual(dev["live_bytes"], r.device(0)["live_bytes"])
-                replay = analyze_json("replay", path, "--policy", policy)["policies"][0]["devices"][0]
+                replay = analyze_json("replay", path, "--policy", policy, "--gpu-time", "recorded")["policies"][0]["devices"][0]
                 # The replay hands out exactly the sizes the pool handed out, in the pool's order.
                 self.assertTrue(replay["reproduces_recorded_peak"], replay)
                 self.assertEqual(replay["peak_allocated"], dev["peak_allocated"])
@@ -378,7 +378,7 @@ class ReplayUnderALimit(ShimTestCase):
                 self.assertEqual(dev["oom_allocated"], 3 * 64 * MiB)
                 self.assertEqual(dev["ooms"], 7)  # the 4th to 10th
                 self.assertIn("cap_and_oom.cpp", dev["oom_site"])
-                self.assertFalse(analyze_json("replay", path, "--policy", policy)["policies"][0]["devices"][0]["oom"])
+                self.assertFalse(analyze_json("replay", path, "--policy", policy, "--gpu-time", "recorded")["policies"][0]["devices"][0]["oom"])
         text = analyze("replay", path, "--limit", "200MiB").stdout
         self.assertIn("yes: event 4", text)
 
@@ -391,7 +391,7 @@ class ReplayUnderALimit(ShimTestCase):
                                  env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "300MiB"})
                 self.assertRanOK(r)
                 self.assertEqual(len(r.report["ooms"]), 1)
-                out = analyze_json("replay", path, "--policy", policy)
+                out = analyze_json("replay", path, "--policy", policy, "--gpu-time", "recorded")
                 dev = out["policies"][0]["devices"][0]
                 self.assertEqual((dev["recorded_ooms"], dev["ooms"], dev["recorded_ooms_avoided"]), (1, 1, 0), dev)
                 self.assertEqual(dev["first_difference_event"], 0)
@@ -433,7 +433,7 @@ class ReplayUnderALimit(ShimTestCase):
                                  env={"GPUSHIM_LIMIT": "400MiB", "GPUSHIM_POLICY": policy})
                 self.assertRanOK(r)
                 self.assertEqual(len(r.report["ooms"]), 1)
-                out = analyze_json("replay", path, "--policy", policy)
+                out = analyze_json("replay", path, "--policy", policy, "--gpu-time", "recorded")
                 dev = out["policies"][0]["devices"][0]
                 self.assertTrue(dev["follows_recorded_reuse"], dev)
                 self.assertEqual((dev["recorded_ooms"], dev["ooms"], dev["recorded_ooms_avoided"]), (1, 1, 0), dev)

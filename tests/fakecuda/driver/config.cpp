@@ -151,6 +151,14 @@ Config LoadConfig(EnvLookup lookup, std::string* err) {
       complain("FAKECUDA_BROKEN_EVENTS", v, "expected 0 or 1; using 0");
     }
   }
+  if (const char* v = lookup("FAKECUDA_KERNEL_US")) {
+    std::optional<long long> n = std::string_view(v) == "0" ? std::optional<long long>(0) : ParseInt(v);
+    if (n && *n >= 0 && *n <= 1000000) {
+      cfg.kernel_us = static_cast<unsigned>(*n);
+    } else {
+      complain("FAKECUDA_KERNEL_US", v, "expected microseconds from 0 to 1000000; using 20");
+    }
+  }
   return cfg;
 }
 

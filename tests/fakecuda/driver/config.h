@@ -13,6 +13,9 @@
 
 namespace fakecuda {
 
+// A few tens of microseconds, as a small training kernel takes on a GPU.
+inline constexpr unsigned kDefaultKernelUs = 20;
+
 struct Config {
   // FAKECUDA_DEVICES: number of simulated devices.
   int devices = 1;
@@ -27,6 +30,11 @@ struct Config {
   // whose events do not wait for earlier work would. Only to prove that the reuse-integrity
   // stress catches a pool that trusts a wrong answer (tests/e2e/test_caching.py).
   bool broken_events = false;
+  // FAKECUDA_KERNEL_US: how long each kernel launch keeps its stream busy, in microseconds (0 to
+  // 1000000; at least that long: the stream's worker sleeps). Work queued behind a launch, and
+  // the events recorded after it, complete that much later, so a program that launches kernels
+  // runs ahead of the device as on a GPU, and memory it frees is still in use for a while.
+  unsigned kernel_us = kDefaultKernelUs;
 };
 
 inline constexpr int kMaxDevices = 64;

@@ -9,8 +9,10 @@
 // host function standing in for that kernel name (fakecuSetKernelStandIn): then the op calls it,
 // in stream order, with a copy of the launch's arguments taken at launch time (kernel arguments are
 // passed by value, so the caller may reuse them as soon as cuLaunchKernel returns).
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "driver.h"
 #include "../fakecuda.h"
@@ -153,7 +155,12 @@ CUresult PrepareKernelOp(State& s, CUfunction f, const unsigned grid[3], const u
   if (shared_bytes > kMaxStaticSharedPerBlock) return CUDA_ERROR_INVALID_VALUE;
   Function* fn = FindFunction(f);
   if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  *out = [] {};
+  // Every kernel keeps its stream busy a while (FAKECUDA_KERNEL_US), before its stand-in runs.
+  const unsigned kernel_us = GetConfig().kernel_us;
+  auto busy = [kernel_us] {
+    if (kernel_us != 0) std::this_thread::sleep_for(std::chrono::microseconds(kernel_us));
+  };
+  *out = busy;
   auto it = StandIns().find(fn->name);
   if (it == StandIns().end()) return CUDA_SUCCESS;
   const StandIn& stand_in = it->second;
@@ -170,7 +177,8 @@ CUresult PrepareKernelOp(State& s, CUfunction f, const unsigned grid[3], const u
     dims.block[i] = block[i];
   }
   dims.shared_bytes = shared_bytes;
-  *out = DeviceWork([fnp = stand_in.fn, user = stand_in.user, storage, dims] {
+  *out = DeviceWork([fnp = stand_in.fn, user = stand_in.user, storage, dims, busy] {
+    busy();
     std::vector<void*> args;
     for (auto& a : *storage) args.push_back(a.data());
     fnp(args.data(), &dims, user);

@@ -1,6 +1,7 @@
 // What real clients need beyond allocation (issue 18): export tables, modules and kernel launches
 // with stand-ins, kernel registration by nvcc-generated code, host registration, stream callbacks,
 // peer access, device flags, the profiler calls, and H100 launch limits.
+#include <chrono>
 #include <unistd.h>
 
 #include <algorithm>
@@ -89,6 +90,31 @@ TEST_F(Kernels, LaunchWithoutStandInIsAStreamOrderedNoOp) {
   ASSERT_CU(cuCtxSynchronize());
   EXPECT_EQ(reinterpret_cast<unsigned char*>(d)[100], 0x5a);
   ASSERT_CU(cuMemFree(d));
+}
+
+// Kernels take time (FAKECUDA_KERNEL_US, 20 us by default): the host runs ahead of its stream,
+// and an event recorded after a run of launches completes only once they all have run.
+TEST_F(Kernels, LaunchesKeepTheirStreamBusy) {
+  CUstream st = nullptr;
+  ASSERT_CU(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+  CUevent done = nullptr;
+  ASSERT_CU(cuEventCreate(&done, CU_EVENT_DEFAULT));
+  void* none[] = {nullptr};
+  constexpr int kLaunches = 200;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kLaunches; ++i) ASSERT_CU(cuLaunchKernel(fill_, 1, 1, 1, 1, 1, 1, 0, st, none, nullptr));
+  ASSERT_CU(cuEventRecord(done, st));
+  const CUresult early = cuEventQuery(done);
+  const auto queried = std::chrono::steady_clock::now();
+  const auto work = std::chrono::microseconds(kLaunches * 20);
+  // Only a host slower than the device's work could see it done already.
+  if (queried - start < work) {
+    EXPECT_EQ(early, CUDA_ERROR_NOT_READY);
+  }
+  ASSERT_CU(cuEventSynchronize(done));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, work);
+  ASSERT_CU(cuEventDestroy(done));
+  ASSERT_CU(cuStreamDestroy(st));
 }
 
 TEST_F(Kernels, LaunchConfigurationIsValidatedLikeCuda) {

@@ -69,7 +69,18 @@ TEST(ConfigLoad, Defaults) {
   EXPECT_EQ(c.capacity, std::size_t{16} << 30);
   EXPECT_TRUE(c.fail_alloc.empty());
   EXPECT_EQ(c.context_mem, 0u);
+  EXPECT_EQ(c.kernel_us, fakecuda::kDefaultKernelUs);
   EXPECT_EQ(err, "");
+}
+
+TEST(ConfigLoad, KernelDuration) {
+  std::string err;
+  EXPECT_EQ(Load({{"FAKECUDA_KERNEL_US", "0"}}, &err).kernel_us, 0u);
+  EXPECT_EQ(Load({{"FAKECUDA_KERNEL_US", "250"}}, &err).kernel_us, 250u);
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(Load({{"FAKECUDA_KERNEL_US", "2000000"}}, &err).kernel_us, fakecuda::kDefaultKernelUs);
+  EXPECT_EQ(Load({{"FAKECUDA_KERNEL_US", "soon"}}, &err).kernel_us, fakecuda::kDefaultKernelUs);
+  EXPECT_NE(err.find("fakecuda: ignoring FAKECUDA_KERNEL_US"), std::string::npos) << err;
 }
 
 TEST(ConfigLoad, AllVariables) {

@@ -1,5 +1,7 @@
 #include "accounting/device_ledger.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_map.h"
 #include "policy/limited_backend.h"
 
@@ -21,8 +23,9 @@ PoolFigures DeviceLedger::figures() const {
   // Reserved is everything held from the driver on the device: the pool's segments, and what was
   // allocated past any pool (passthrough, the driver API, the virtual-memory API, graph memory).
   // The budget counts exactly that, cap or no cap.
-  f.reserved_bytes = budget_.held();
-  f.peak_reserved_bytes = budget_.peak();
+  // CUDA's own stream-ordered pool (passthrough) holds more than is allocated from it.
+  f.reserved_bytes = budget_.held() + cuda_pool_slack_.load(std::memory_order_relaxed);
+  f.peak_reserved_bytes = std::max(budget_.peak(), peak_with_slack_.load(std::memory_order_relaxed));
   f.requested_bytes = c.requested_bytes;
   f.peak_requested_bytes = c.peak_requested_bytes;
   f.ooms = ooms();  // every OOM a caller saw, pool or cap

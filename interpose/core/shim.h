@@ -360,6 +360,9 @@ class Shim {
   bool sample_driver_usage(int device, bool current_context);
   void drop_vmm(const VmmTracker::Physical& p);
   void note_freed_by_reset(const AllocationRecord& rec);
+  // After a stream-ordered call CUDA's own pool served (no pool of ours did): what that pool
+  // reserves beyond its allocations is held too (DeviceLedger::note_cuda_pool_slack).
+  void note_cuda_pool(DeviceState* d);
   // Every pool's blocks that name a stream `doomed` says is going are retagged (forget_streams).
   void forget_streams_in_pools(absl::FunctionRef<bool(CUstream)> doomed);
   // GPUSHIM_TRACE's end chunk: the figures of every device.

@@ -366,6 +366,20 @@ void Shim::note_freed_by_reset(const AllocationRecord& rec) {
   t.count += 1;
 }
 
+void Shim::note_cuda_pool(DeviceState* d) {
+  const RealDriver& drv = real_driver();
+  if (d == nullptr || !drv.cuDeviceGet || !drv.cuDeviceGetMemPool || !drv.cuMemPoolGetAttribute) return;
+  CUdevice dev = 0;
+  CUmemoryPool pool = nullptr;
+  cuuint64_t reserved = 0, used = 0;
+  // The device's current pool, which served the call a moment ago: it exists.
+  if (drv.cuDeviceGet(&dev, d->ordinal) != CUDA_SUCCESS || drv.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS ||
+      pool == nullptr || drv.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
+      drv.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
+    return;
+  d->ledger.note_cuda_pool_slack(reserved > used ? reserved - used : 0);
+}
+
 void Shim::forget_streams_in_pools(absl::FunctionRef<bool(CUstream)> doomed) {
   for (auto& slot : devices_)
     if (DeviceState* d = slot.load(std::memory_order_acquire); d != nullptr && d->pool != nullptr)

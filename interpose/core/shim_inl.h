@@ -161,6 +161,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
   // Into the trace too: its frees are recorded by deallocate(), and a trace without the
   // allocations undercounts every library that allocates through the driver API.
   if (books_.commit(made.ptr, rec) && trace_) trace_->alloc(made.ptr, rec, made.size, a.stream, a.stream_ordered);
+  if (a.stream_ordered && a.kind == MemoryKind::kDevice) note_cuda_pool(d);
   maybe_sample(t);
   return code;
 }
@@ -211,6 +212,9 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
     }
   }
   books_.count_free(rec);
+  // After the books: CUDA's pool no longer counts the block as used, nor must the budget.
+  if (rec.route == Route::kForwarded && stream_ordered && rec.kind == MemoryKind::kDevice)
+    note_cuda_pool(device(rec.device));
   const uint64_t now = record_time_ns();
   note_free(rec.route == Route::kForwarded && trace_ ? free_t : now, key, rec, stream, stream_ordered);
   return Api::kSuccess;

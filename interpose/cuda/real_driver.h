@@ -30,6 +30,7 @@ namespace gpushim {
   X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", decltype(&::cuDeviceGetDefaultMemPool))    \
   X(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", decltype(&::cuDevicePrimaryCtxGetState)) \
   X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", decltype(&::cuDevicePrimaryCtxRetain))       \
+  X(cuDeviceGetMemPool, "cuDeviceGetMemPool", decltype(&::cuDeviceGetMemPool))                         \
   X(cuStreamGetFlags, "cuStreamGetFlags", decltype(&::cuStreamGetFlags))                               \
   X(cuStreamGetCtx, "cuStreamGetCtx", decltype(&::cuStreamGetCtx))                                     \
   X(cuEventCreate, "cuEventCreate", decltype(&::cuEventCreate))                                        \

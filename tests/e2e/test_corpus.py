@@ -19,7 +19,8 @@ CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "b
 MODELS = {"cnn_train", "transformer_train", "lstm_train", "serving", "segmentation_train", "detection_infer",
           "finetune_adam"}
 # Recorded on a GPU under gpushim (bench/traces/README.md): name -> (policy, the run's peak reserved).
-GPU_TRACES = {"h200_transformer_caching": ("caching", 2478 * MiB), "h200_transformer_vmm": ("vmm", 2690 * MiB)}
+GPU_TRACES = {"h200_transformer_caching": ("caching", 2478 * MiB), "h200_transformer_vmm": ("vmm", 2690 * MiB),
+              "h100_transformer_caching": ("caching", 3143895040), "h100_transformer_vmm": ("vmm", 2791573504)}
 
 
 def analyze_json(*args):

@@ -24,12 +24,32 @@ PoolFigures DeviceLedger::figures() const {
   // allocated past any pool (passthrough, the driver API, the virtual-memory API, graph memory).
   // The budget counts exactly that, cap or no cap.
   // CUDA's own stream-ordered pool (passthrough) holds more than is allocated from it.
-  f.reserved_bytes = budget_.held() + cuda_pool_slack_.load(std::memory_order_relaxed);
+  f.reserved_bytes = held_from_driver();
   f.peak_reserved_bytes = std::max(budget_.peak(), peak_with_slack_.load(std::memory_order_relaxed));
   f.requested_bytes = c.requested_bytes;
   f.peak_requested_bytes = c.peak_requested_bytes;
   f.ooms = ooms();  // every OOM a caller saw, pool or cap
   return f;
+}
+
+void DeviceLedger::note_cuda_pool_slack(CUmemoryPool pool, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(cuda_pools_mu_);
+  auto it = std::find_if(cuda_pools_.begin(), cuda_pools_.end(), [&](const auto& e) { return e.first == pool; });
+  if (it == cuda_pools_.end()) it = cuda_pools_.insert(cuda_pools_.end(), {pool, 0});
+  it->second = bytes;
+  uses_cuda_pools_.store(true, std::memory_order_relaxed);
+  uint64_t sum = 0;
+  for (const auto& e : cuda_pools_) sum += e.second;
+  cuda_pool_slack_.store(sum, std::memory_order_relaxed);
+  const uint64_t now = budget_.held() + sum;
+  if (now > peak_with_slack_.load(std::memory_order_relaxed)) peak_with_slack_.store(now, std::memory_order_relaxed);
+}
+
+void DeviceLedger::forget_cuda_pools() {
+  std::lock_guard<std::mutex> lock(cuda_pools_mu_);
+  cuda_pools_.clear();
+  cuda_pool_slack_.store(0, std::memory_order_relaxed);
+  uses_cuda_pools_.store(false, std::memory_order_relaxed);
 }
 
 uint64_t DeviceLedger::host_bytes() const {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -143,17 +144,17 @@ class DeviceLedger {
   void reset_reserved_high() { budget_.reset_window_peak(); }
   void reset_used_high() { counters_.reset_window_peak(); }
 
-  // ---- CUDA's own stream-ordered pool, where no pool of ours serves cudaMallocAsync ----
-  // Its reservation beyond what is allocated from it (it grows in chunks: 32 MiB on an H100), as
-  // its attributes said after a forwarded stream-ordered call. Held from the driver like the rest,
-  // so part of reserved; a pool grows only when it allocates, so these readings see its peak.
-  void note_cuda_pool_slack(uint64_t bytes) {
-    cuda_pool_slack_.store(bytes, std::memory_order_relaxed);
-    uint64_t seen = peak_with_slack_.load(std::memory_order_relaxed);
-    const uint64_t now = budget_.held() + bytes;
-    while (now > seen && !peak_with_slack_.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-    }
-  }
+  // ---- CUDA's own stream-ordered pools, where no pool of ours serves the call ----
+  // A pool's reservation beyond what is allocated from it (it grows in chunks: 32 MiB on an H100),
+  // as its attributes said after a forwarded stream-ordered call on it. Held from the driver like
+  // the rest, so part of reserved; a pool grows only when it allocates, so these readings see its
+  // peak. Not the hot path: forwarded calls only.
+  void note_cuda_pool_slack(CUmemoryPool pool, uint64_t bytes);
+  // Everything held from the driver on the device: the budget's bytes and that slack.
+  uint64_t held_from_driver() const { return budget_.held() + cuda_pool_slack_.load(std::memory_order_relaxed); }
+  // A reset destroyed the device's pools.
+  void forget_cuda_pools();
+  bool uses_cuda_pools() const { return uses_cuda_pools_.load(std::memory_order_relaxed); }
 
  private:
   friend class Ledgers;
@@ -167,7 +168,10 @@ class DeviceLedger {
   std::unique_ptr<Backend> limited_;  // the pool's upstream under the cap (capped())
   std::atomic<uint64_t> ooms_{0};
   std::atomic<uint64_t> injected_failures_{0};
-  std::atomic<uint64_t> cuda_pool_slack_{0};   // note_cuda_pool_slack
+  std::mutex cuda_pools_mu_;
+  std::vector<std::pair<CUmemoryPool, uint64_t>> cuda_pools_;  // each pool's last slack (under the mutex)
+  std::atomic<uint64_t> cuda_pool_slack_{0};   // their sum
+  std::atomic<bool> uses_cuda_pools_{false};  // cuda_pools_ is not empty
   std::atomic<uint64_t> peak_with_slack_{0};   // the most held plus that slack at any reading
 };
 

@@ -339,7 +339,7 @@ void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool inject
   else if (d->driver && d->driver->mem_info(&free, &total) == CUDA_SUCCESS) rec.device_free = free;
   else if (real_runtime().cudaMemGetInfo && real_runtime().cudaMemGetInfo(&free, &total) == cudaSuccess)
     rec.device_free = free;
-  if (total != 0) usage_.record(d->ordinal, UsageSample{true, now_ns(), total - free, d->ledger.budget().held()});
+  if (total != 0) usage_.record(d->ordinal, UsageSample{true, now_ns(), total - free, d->ledger.held_from_driver()});
   // Like injected failures and invalid frees: enough lines to see what fails, never a flood (a
   // program that handles OOMs in a loop); the total comes at exit.
   constexpr uint64_t kLoggedOoms = 16;

@@ -78,6 +78,10 @@ struct ForwardedAlloc {
   bool injectable = true;  // GPUSHIM_FAIL may fail it (device memory only)
   CUstream stream = nullptr;
   bool stream_ordered = false;
+  // Served by one of CUDA's own stream-ordered pools (`pool`, or null: the device's current one),
+  // whose reservation beyond its allocations is held too (Shim::note_cuda_pool).
+  bool cuda_pool = false;
+  CUmemoryPool pool = nullptr;
 };
 // What the real call made: `Result` callbacks return this, or just the address (then of
 // ForwardedAlloc::size bytes, on ForwardedAlloc::device). ptr 0: nothing was made.
@@ -362,7 +366,7 @@ class Shim {
   void note_freed_by_reset(const AllocationRecord& rec);
   // After a stream-ordered call CUDA's own pool served (no pool of ours did): what that pool
   // reserves beyond its allocations is held too (DeviceLedger::note_cuda_pool_slack).
-  void note_cuda_pool(DeviceState* d);
+  void note_cuda_pool(DeviceState* d, CUmemoryPool pool = nullptr);
   // Every pool's blocks that name a stream `doomed` says is going are retagged (forget_streams).
   void forget_streams_in_pools(absl::FunctionRef<bool(CUstream)> doomed);
   // GPUSHIM_TRACE's end chunk: the figures of every device.

@@ -225,16 +225,19 @@ bool Shim::sample_driver_usage(int dev, bool current_context) {
   PoolFigures f;
   if (!current_context && (d->pool == nullptr || d->driver == nullptr || (d->pool->figures(&f), f.segment_allocs == 0)))
     return false;
+  // CUDA's own pool gives memory back in stream order, after the cudaFreeAsync that we read it at:
+  // read again, so that held and the driver's figure are of one moment.
+  if (d->ledger.uses_cuda_pools()) note_cuda_pool(d);
   auto mem_info = [&](size_t* free, size_t* total) {
     if (current_context) return drv.cuMemGetInfo_v2 ? drv.cuMemGetInfo_v2(free, total) : CUDA_ERROR_NOT_INITIALIZED;
     return d->driver->mem_info(free, total);
   };
   // The pair must describe one instant: retry when an allocation moved our figure meanwhile.
   for (int attempt = 0; attempt < 3; ++attempt) {
-    const uint64_t held = d->ledger.budget().held();
+    const uint64_t held = d->ledger.held_from_driver();
     size_t free = 0, total = 0;
     if (mem_info(&free, &total) != CUDA_SUCCESS) return false;
-    if (d->ledger.budget().held() != held) continue;
+    if (d->ledger.held_from_driver() != held) continue;
     usage_.record(dev, UsageSample{true, now_ns(), total >= free ? total - free : 0, held});
     return true;
   }
@@ -366,18 +369,21 @@ void Shim::note_freed_by_reset(const AllocationRecord& rec) {
   t.count += 1;
 }
 
-void Shim::note_cuda_pool(DeviceState* d) {
+void Shim::note_cuda_pool(DeviceState* d, CUmemoryPool pool) {
   const RealDriver& drv = real_driver();
   if (d == nullptr || !drv.cuDeviceGet || !drv.cuDeviceGetMemPool || !drv.cuMemPoolGetAttribute) return;
   CUdevice dev = 0;
-  CUmemoryPool pool = nullptr;
   cuuint64_t reserved = 0, used = 0;
-  // The device's current pool, which served the call a moment ago: it exists.
-  if (drv.cuDeviceGet(&dev, d->ordinal) != CUDA_SUCCESS || drv.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS ||
-      pool == nullptr || drv.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
+  // Only a pool that surely exists is asked: one the caller allocated from a moment ago, or the
+  // device's current pool (a destroyed current pool reverts to the default; a destroyed handle
+  // would crash the driver).
+  if (pool == nullptr &&
+      (drv.cuDeviceGet(&dev, d->ordinal) != CUDA_SUCCESS || drv.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS))
+    return;
+  if (pool == nullptr || drv.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
       drv.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
     return;
-  d->ledger.note_cuda_pool_slack(reserved > used ? reserved - used : 0);
+  d->ledger.note_cuda_pool_slack(pool, reserved > used ? reserved - used : 0);
 }
 
 void Shim::forget_streams_in_pools(absl::FunctionRef<bool(CUstream)> doomed) {
@@ -473,6 +479,7 @@ void Shim::after_device_reset(int ordinal) {
     release_thresholds_[ordinal].store(UINT64_MAX, std::memory_order_relaxed);
   }
   DeviceState* d = ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
+  if (d != nullptr) d->ledger.forget_cuda_pools();  // destroyed with the context, their memory freed
   if (d == nullptr || d->driver == nullptr) return;
   // make_device builds the pool's driver backend as a DriverBackend, and only that.
   static_cast<DriverBackend*>(d->driver.get())->forget_context();

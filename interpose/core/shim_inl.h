@@ -73,6 +73,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     a.requested = requested;
     a.stream = stream;
     a.stream_ordered = stream_ordered;
+    a.cuda_pool = stream_ordered && !graph;
     return account_forwarded<RuntimeCodes>(d, a, forward, [&] { return reinterpret_cast<uintptr_t>(*out); }, nullptr);
   }
   // cudaMalloc(0) hands out nothing, cudaMallocAsync(0) is an error: CUDA decides.
@@ -161,7 +162,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
   // Into the trace too: its frees are recorded by deallocate(), and a trace without the
   // allocations undercounts every library that allocates through the driver API.
   if (books_.commit(made.ptr, rec) && trace_) trace_->alloc(made.ptr, rec, made.size, a.stream, a.stream_ordered);
-  if (a.stream_ordered && a.kind == MemoryKind::kDevice) note_cuda_pool(d);
+  if (a.cuda_pool) note_cuda_pool(d, a.pool);
   maybe_sample(t);
   return code;
 }

@@ -42,8 +42,9 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t size, CUstream stream, bool per_t
   Shim* s = accounting(scope);
   if (!s || dptr == nullptr) return forward();
   const MemoryKind kind = capturing(stream, per_thread) ? MemoryKind::kGraph : MemoryKind::kDevice;
-  return s->forward_alloc(ForwardedAlloc{.kind = kind, .size = size, .requested = size}, forward,
-                          [&] { return *dptr; });
+  return s->forward_alloc(
+      ForwardedAlloc{.kind = kind, .size = size, .requested = size, .cuda_pool = kind == MemoryKind::kDevice},
+      forward, [&] { return *dptr; });
 }
 
 CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream stream, bool per_thread,
@@ -58,7 +59,7 @@ CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool
   const MemoryKind kind = capturing(stream, per_thread) ? MemoryKind::kGraph : MemoryKind::kDevice;
   // The pool decides the device, which is known only from the memory it returned.
   const ForwardedAlloc a{.kind = kind, .size = size, .requested = size, .size_known_after = true,
-                         .device_known_after = true};
+                         .device_known_after = true, .cuda_pool = kind == MemoryKind::kDevice, .pool = pool};
   auto made = [&] {
     int device = -1;
     if (call(d.cuPointerGetAttribute, static_cast<void*>(&device), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, *dptr) !=

@@ -370,6 +370,7 @@ struct State {
     HandleKind kind;
     const char* destroyed_by;
   };
+
   std::unordered_map<std::uintptr_t, Tombstone> tombstones;
 
   // Accounting exposed through the fakecuda* test hooks.
@@ -378,6 +379,10 @@ struct State {
   std::uint64_t device_syncs = 0;
   std::map<std::tuple<std::string, int, unsigned long long>, std::uint64_t> proc_queries;
 };
+
+// Device memory in use as the driver reports it (cuMemGetInfo): the arena's allocations and what
+// the device's memory pools reserve beyond them (memory_api.cpp). Under s.mu.
+std::uint64_t DeviceUsedBytes(const State& s, const Device& dev);
 
 // The process-wide state: created on first use, never destroyed, so that detached worker threads
 // can keep touching it while the process runs exit().

@@ -130,14 +130,25 @@ CUresult HostAlloc(void** pp, size_t bytesize, unsigned int flags) {
 
 using namespace fakecuda;
 
+std::uint64_t fakecuda::DeviceUsedBytes(const State& s, const Device& dev) {
+  // What the device's memory pools reserve beyond what is allocated from them is device memory in
+  // use too (a GPU's cuMemGetInfo counts a pool's whole chunks; the arena holds only the
+  // allocations themselves).
+  std::uint64_t slack = dev.default_pool.reserved - std::min(dev.default_pool.reserved, dev.default_pool.used);
+  for (const auto& [key, pool] : s.pools)
+    if (pool->device == dev.ordinal) slack += pool->reserved - std::min(pool->reserved, pool->used);
+  return std::min<std::uint64_t>(dev.capacity, dev.used + slack);
+}
+
 CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Context* ctx = nullptr;
   if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
   const Device& dev = DeviceOf(s, ctx);
+  const std::uint64_t used = DeviceUsedBytes(s, dev);
   // Null outputs are legal: real programs ask for only one of the two.
-  if (free != nullptr) *free = dev.capacity - dev.used;
+  if (free != nullptr) *free = dev.capacity - used;
   if (total != nullptr) *total = dev.capacity;
   return CUDA_SUCCESS;
 }

@@ -8,7 +8,7 @@ size_t fakecudaDeviceUsedBytes(int device) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (device < 0 || device >= static_cast<int>(s.devices.size())) return 0;
-  return s.devices[static_cast<std::size_t>(device)]->used;
+  return DeviceUsedBytes(s, *s.devices[static_cast<std::size_t>(device)]);
 }
 
 unsigned long long fakecudaDriverAllocCount(void) {

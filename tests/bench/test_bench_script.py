@@ -61,7 +61,11 @@ class BenchScript(unittest.TestCase):
         self.assertRegex(self.text, r"\| cudaMalloc\+cudaFree 4 KiB \| \d+ ns \| \d+ ns \| -?\d+ ns \| -?\d+ ns \|")
         for p in self.policies:
             self.assertRegex(self.text, rf"\| {p} \| -?\d+ B \| -?\d+ B \| -?\d+ B \| -?\d+ B \|")
-        self.assertRegex(self.text, r"\| \d+ µs \| \d+ µs \| \d+\.\d\d× \| \d+ \|")
+        # Start-up: wall p50 without and with the preload, their ratio, CPU time without / with, its
+        # ratio, and the number of pairs, for /bin/true and python3 -c pass.
+        startup = re.findall(r"^\| `[^`]+` \| \d+ µs \| \d+ µs \| \d+\.\d\d× \| \d+ / \d+ µs \| \d+\.\d\d× \| \d+ \|$",
+                             self.text, re.M)
+        self.assertEqual(len(startup), 2, self.text[self.text.find("## Start-up"):][:1500])
         frag = re.findall(r"^\| (varying_length_training|growing_buffer|random_churn) \| \d+ MiB \| (.*)$", self.text, re.M)
         self.assertEqual(len(frag), 3)
         for _, cells in frag:

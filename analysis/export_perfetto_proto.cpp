@@ -21,35 +21,29 @@
 #include "accounting/allocation_tracker.h"
 #include "exports.h"
 #include "offline_symbolizer.h"
+#include "trace/trace_format.h"
 #include "util/version.h"
 
 namespace gpushim::analysis {
 namespace {
 
-// ---- protobuf wire format: varints and length-delimited fields, nothing else is needed ----
+// ---- protobuf wire format: varints and length-delimited fields, nothing else is needed. The
+// varints are the trace format's own (trace_format.h), so gpushim has one encoder. ----
 class Message {
  public:
   void varint(uint32_t field, uint64_t v) {
-    put_varint((static_cast<uint64_t>(field) << 3) | 0);
-    put_varint(v);
+    trace::put_varint(&out_, (static_cast<uint64_t>(field) << 3) | 0);
+    trace::put_varint(&out_, v);
   }
   void sint(uint32_t field, int64_t v) { varint(field, static_cast<uint64_t>(v)); }  // int64: two's complement
   void bytes(uint32_t field, const std::string& s) {
-    put_varint((static_cast<uint64_t>(field) << 3) | 2);
-    put_varint(s.size());
-    out_ += s;
+    trace::put_varint(&out_, (static_cast<uint64_t>(field) << 3) | 2);
+    trace::put_string(&out_, s);
   }
   void message(uint32_t field, const Message& m) { bytes(field, m.out_); }
   const std::string& data() const { return out_; }
 
  private:
-  void put_varint(uint64_t v) {
-    while (v >= 0x80) {
-      out_ += static_cast<char>((v & 0x7f) | 0x80);
-      v >>= 7;
-    }
-    out_ += static_cast<char>(v);
-  }
   std::string out_;
 };
 
@@ -309,14 +303,9 @@ Message heap_dump(int pid, int device, uint64_t t_ns, const std::map<uint64_t, T
   return dump;
 }
 
-}  // namespace
-
-std::string perfetto_proto_from_trace(const TraceData& trace, size_t max_points_per_device) {
-  RunView run;
-  run_from_trace(trace, "", &run);
-  const ReportData& m = run.meta;
-  const uint64_t t0 = trace.header.start_mono_ns;
-  Writer w(t0);
+// The process, its tracks, the counters over `timeline` and the OOMs: what a trace and a report
+// both give. Returns the run's end on the trace clock.
+uint64_t describe_run(Writer& w, const ReportData& m, uint64_t t0, const std::vector<TimelineSample>& timeline) {
   std::vector<int> devices;
   std::map<int, uint64_t> limits;
   for (const DeviceReport& d : m.devices) {
@@ -325,7 +314,32 @@ std::string perfetto_proto_from_trace(const TraceData& trace, size_t max_points_
   }
   describe_process(w, m, t0, devices, limits);
   const uint64_t end = t0 + static_cast<uint64_t>(m.duration_s * 1e9);
-  write_counters_and_ooms(w, m, t0, end, trace_timeline(trace, max_points_per_device), limits);
+  write_counters_and_ooms(w, m, t0, end, timeline, limits);
+  return end;
+}
+
+// Heap dump `i` of `n`, one packet per instant: the first carries the interning tables, the later
+// ones refer to them (continued=true keeps the trace processor from dropping the tables between).
+void add_profile_packet(Writer& w, Interner& in, size_t i, size_t n, uint64_t t_ns, const Message& dump) {
+  Message packet = i == 0 ? in.packet() : Message();
+  packet.message(pp::kProcessDumps, dump);
+  packet.varint(pp::kContinued, i + 1 < n ? 1 : 0);
+  packet.varint(pp::kIndex, i);
+  Message p;
+  p.varint(tp::kTimestamp, t_ns);
+  p.message(tp::kProfilePacket, packet);
+  w.add(p);
+}
+
+}  // namespace
+
+std::string perfetto_proto_from_trace(const TraceData& trace, size_t max_points_per_device) {
+  RunView run;
+  run_from_trace(trace, "", &run);
+  const ReportData& m = run.meta;
+  const uint64_t t0 = trace.header.start_mono_ns;
+  Writer w(t0);
+  const uint64_t end = describe_run(w, m, t0, trace_timeline(trace, max_points_per_device));
   for (size_t i = 0; i < run.iterations_s.size(); ++i)
     w.instant(kMarksTrack, t0 + static_cast<uint64_t>(run.iterations_s[i] * 1e9), "iteration " + std::to_string(i + 1));
 
@@ -374,18 +388,7 @@ std::string perfetto_proto_from_trace(const TraceData& trace, size_t max_points_
   for (const auto& [d, t] : totals)
     if (!peak_time.count(d) || peak_time[d] != last) dumps.emplace_back(last, heap_dump(m.pid, d, last, t));
   std::stable_sort(dumps.begin(), dumps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  // One packet per instant: the first carries the interning tables, the later ones refer to them
-  // (continued=true keeps the trace processor from dropping the tables in between).
-  for (size_t i = 0; i < dumps.size(); ++i) {
-    Message packet = i == 0 ? in.packet() : Message();
-    packet.message(pp::kProcessDumps, dumps[i].second);
-    packet.varint(pp::kContinued, i + 1 < dumps.size() ? 1 : 0);
-    packet.varint(pp::kIndex, i);
-    Message p;
-    p.varint(tp::kTimestamp, dumps[i].first);
-    p.message(tp::kProfilePacket, packet);
-    w.add(p);
-  }
+  for (size_t i = 0; i < dumps.size(); ++i) add_profile_packet(w, in, i, dumps.size(), dumps[i].first, dumps[i].second);
   return w.take();
 }
 
@@ -394,15 +397,7 @@ std::string perfetto_proto_from_run(const RunView& run) {
   // A report's times are seconds since the shim started; put that start at 1 s of trace time.
   constexpr uint64_t t0 = 1000000000ull;
   Writer w(t0);
-  std::vector<int> devices;
-  std::map<int, uint64_t> limits;
-  for (const DeviceReport& d : m.devices) {
-    devices.push_back(d.device);
-    if (d.limit_bytes) limits[d.device] = d.limit_bytes;
-  }
-  describe_process(w, m, t0, devices, limits);
-  const uint64_t end = t0 + static_cast<uint64_t>(m.duration_s * 1e9);
-  write_counters_and_ooms(w, m, t0, end, m.timeline, limits);
+  const uint64_t end = describe_run(w, m, t0, m.timeline);
   // What is live at the end, by site: a report knows no frees, so the dump holds live bytes only.
   Interner in;
   std::map<int, std::map<uint64_t, Totals>> live;
@@ -412,17 +407,7 @@ std::string perfetto_proto_from_run(const RunView& run) {
     t.allocated += s.live_bytes, t.allocs += s.live_count;
   }
   size_t i = 0;
-  for (const auto& [d, totals] : live) {
-    Message packet = i == 0 ? in.packet() : Message();
-    packet.message(pp::kProcessDumps, heap_dump(m.pid, d, end, totals));
-    packet.varint(pp::kContinued, i + 1 < live.size() ? 1 : 0);
-    packet.varint(pp::kIndex, i);
-    Message p;
-    p.varint(tp::kTimestamp, end);
-    p.message(tp::kProfilePacket, packet);
-    w.add(p);
-    ++i;
-  }
+  for (const auto& [d, totals] : live) add_profile_packet(w, in, i++, live.size(), end, heap_dump(m.pid, d, end, totals));
   return w.take();
 }
 

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/utf8.h"
+
 namespace gpushim::analysis {
 
 namespace {
@@ -38,6 +40,26 @@ size_t offset_of_too_deep(const std::string& s) {
     }
   }
   return s.size();
+}
+// `s` with every byte that does not start well-formed UTF-8 replaced by U+FFFD, or false if there
+// is none (the usual case: every writer of ours writes UTF-8).
+bool replace_invalid_utf8(const std::string& s, std::string* out) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t i = 0;
+  while (i < s.size() && utf8_sequence_length(p + i, s.size() - i) != 0) i += utf8_sequence_length(p + i, s.size() - i);
+  if (i == s.size()) return false;
+  out->assign(s, 0, i);
+  while (i < s.size()) {
+    const size_t len = utf8_sequence_length(p + i, s.size() - i);
+    if (len == 0) {
+      *out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out->append(s, i, len);
+      i += len;
+    }
+  }
+  return true;
 }
 }  // namespace
 
@@ -165,7 +187,13 @@ bool JsonValue::to_double(double* out) const {
   return true;
 }
 
-bool parse_json(const std::string& bytes, JsonValue* out, std::string* error) {
+bool parse_json(const std::string& raw, JsonValue* out, std::string* error) {
+  // nlohmann's parser refuses bytes that are not UTF-8. A string holding some (a path or a name
+  // edited by hand in another encoding) reads as U+FFFD instead, as our writers write such bytes
+  // (util/json_string.h), rather than losing the whole document; outside strings U+FFFD is still
+  // an error. Positions in error messages then count the replacement's 3 bytes.
+  std::string repaired;
+  const std::string& bytes = replace_invalid_utf8(raw, &repaired) ? repaired : raw;
   JsonValue v;
   JsonBuilder b(&v);
   b.source_ = &bytes;

@@ -54,8 +54,9 @@ class JsonValue {
   std::vector<std::pair<std::string, JsonValue>> object_;
 };
 
-// Parses one JSON document (RFC 8259, UTF-8; surrounding whitespace allowed, nothing after it). On
-// failure returns false with a one-line message naming line and column; never throws or crashes.
+// Parses one JSON document (RFC 8259; surrounding whitespace allowed, nothing after it). Bytes in
+// strings that are not UTF-8 read as U+FFFD. On failure returns false with a one-line message
+// naming line and column; never throws or crashes.
 bool parse_json(const std::string& bytes, JsonValue* out, std::string* error);
 
 }  // namespace gpushim::analysis

@@ -80,13 +80,11 @@ class JsonBuilder {
   bool number_integer(json::number_integer_t n) {
     JsonValue* v = number(JsonValue::Number::kSigned);
     v->i64_ = n;
-    v->f64_ = static_cast<double>(n);
     return true;
   }
   bool number_unsigned(json::number_unsigned_t n) {
     JsonValue* v = number(JsonValue::Number::kUnsigned);
     v->u64_ = n;
-    v->f64_ = static_cast<double>(n);
     return true;
   }
   bool number_float(json::number_float_t f, const json::string_t&) {
@@ -183,7 +181,9 @@ bool JsonValue::to_i64(int64_t* out) const {
 
 bool JsonValue::to_double(double* out) const {
   if (type_ != Type::kNumber) return false;
-  *out = f64_;
+  *out = number_ == Number::kFloat    ? f64_
+         : number_ == Number::kSigned ? static_cast<double>(i64_)
+                                      : static_cast<double>(u64_);
   return true;
 }
 

@@ -46,9 +46,11 @@ class JsonValue {
   Type type_ = Type::kNull;
   bool bool_ = false;
   Number number_ = Number::kUnsigned;
-  uint64_t u64_ = 0;
-  int64_t i64_ = 0;
-  double f64_ = 0;
+  union {  // by number_: one word per value, as a report holds millions of them
+    uint64_t u64_ = 0;
+    int64_t i64_;
+    double f64_;
+  };
   std::string text_;  // string value
   std::vector<JsonValue> array_;
   std::vector<std::pair<std::string, JsonValue>> object_;

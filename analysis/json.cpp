@@ -113,10 +113,15 @@ class JsonBuilder {
     return true;
   }
   bool parse_error(size_t position, const std::string&, const nlohmann::detail::exception& ex) {
-    // what() is "[json.exception.parse_error.N] parse error at line L, column C: <what went wrong>".
-    const std::string w = ex.what();
+    // what() is "[json.exception.parse_error.N] parse error at line L, column C: <what went wrong>;
+    // last read: '<token>'". The token is cut: it can run over any number of bytes and lines (the
+    // fuzzer found one), and the line and column already say where.
+    std::string w = ex.what();
     const size_t k = w.find(": ", w.find("parse error"));
-    error_ = located(*source_, position > 0 ? position - 1 : 0, k == std::string::npos ? w : w.substr(k + 2));
+    if (k != std::string::npos) w.erase(0, k + 2);
+    if (const size_t last = w.find("; last read: "); last != std::string::npos) w.erase(last);
+    if (w.size() > 200) w.resize(200);
+    error_ = located(*source_, position > 0 ? position - 1 : 0, w);
     return false;
   }
 

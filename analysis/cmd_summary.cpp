@@ -201,19 +201,9 @@ int cmd_summary(const std::vector<std::string>& args) {
   });
 
   if (format == "json") {
-    std::string j = "{\"source\":";
-    append_json_string(&j, run.source);
-    j += ",\"path\":";
-    append_json_string(&j, run.path);
-    j += ",\"pid\":" + std::to_string(m.pid) + ",\"exe\":";
-    append_json_string(&j, m.exe);
-    j += ",\"rank\":";
-    append_json_string(&j, m.rank);
-    j += ",\"policy\":";
-    append_json_string(&j, m.policy);
-    j += ",\"reason\":";
-    append_json_string(&j, m.reason);
-    j += ",\"duration_s\":" + num(m.duration_s) + ",\"devices\":[";
+    std::string j;
+    append_run_header_json(&j, run);
+    j += ",\"devices\":[";
     for (size_t i = 0; i < m.devices.size(); ++i) {
       const DeviceReport& d = m.devices[i];
       j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(d.device) +

@@ -138,6 +138,31 @@ struct DeviceModel {
   }
 };
 
+// A frame list as the viewer reads it, in gpushim's order (innermost first): the same for traces and
+// reports. A frame without a function is named by its module and address; its file and line are
+// fields of their own.
+void write_frames(PickleWriter& p, const std::vector<FrameInfo>& frames) {
+  p.begin_list();
+  for (const FrameInfo& f : frames) {
+    if (is_plumbing_frame(f)) continue;
+    p.begin_dict();
+    p.interned("filename");
+    p.interned(!f.file.empty() ? f.file : f.module);
+    p.interned("line");
+    p.integer(f.line);
+    p.interned("name");
+    if (!f.function.empty()) {
+      p.interned(f.function);
+    } else {
+      FrameInfo bare = f;
+      bare.file.clear();
+      p.interned(describe_frame(bare));
+    }
+    p.end_dict();
+  }
+  p.end_list();
+}
+
 // Frame lists are shared by reference in the pickle: each stack is written once.
 class FrameWriter {
  public:
@@ -145,29 +170,8 @@ class FrameWriter {
   void frames(uint32_t stack) {
     auto it = memo_.find(stack);
     if (it != memo_.end()) return p_.get(it->second);
-    write(sym_.stack(stack));
+    write_frames(p_, sym_.stack(stack));
     memo_.emplace(stack, p_.memoize());
-  }
-  void write(const std::vector<FrameInfo>& frames) {
-    p_.begin_list();
-    for (const FrameInfo& f : frames) {
-      if (is_plumbing_frame(f)) continue;
-      p_.begin_dict();
-      p_.interned("filename");
-      p_.interned(!f.file.empty() ? f.file : f.module);
-      p_.interned("line");
-      p_.integer(f.line);
-      p_.interned("name");
-      if (!f.function.empty()) {
-        p_.interned(f.function);
-      } else {
-        FrameInfo bare = f;
-        bare.file.clear();
-        p_.interned(describe_frame(bare));
-      }
-      p_.end_dict();
-    }
-    p_.end_list();
   }
 
  private:
@@ -406,20 +410,7 @@ std::string memory_viz_from_run(const RunView& run) {
     const Segment seg{addr, s.live_bytes, 0, false, false};
     const Block b{addr, s.live_bytes, s.live_bytes, 0, 0};
     write_segment(p, s.device, seg, {&b}, [&](const Block&) {
-      // No symbolizer here: the report's frames are already resolved.
-      p.begin_list();
-      for (const FrameInfo& f : s.frames) {
-        if (is_plumbing_frame(f)) continue;
-        p.begin_dict();
-        p.interned("filename");
-        p.interned(!f.file.empty() ? f.file : f.module);
-        p.interned("line");
-        p.integer(f.line);
-        p.interned("name");
-        p.interned(!f.function.empty() ? f.function : describe_frame(f));
-        p.end_dict();
-      }
-      p.end_list();
+      write_frames(p, s.frames);  // no symbolizer here: the report's frames are already resolved
     });
     addr += (s.live_bytes + (4ull << 20) - 1) / (2ull << 20) * (2ull << 20);
   }

@@ -17,6 +17,8 @@
 #include <cinttypes>
 #include <map>
 
+#include <protozero/pbf_builder.hpp>
+
 #include "absl/container/flat_hash_map.h"
 #include "accounting/allocation_tracker.h"
 #include "exports.h"
@@ -26,67 +28,46 @@
 namespace gpushim::analysis {
 namespace {
 
-// ---- protobuf wire format: varints and length-delimited fields, nothing else is needed ----
-class Message {
- public:
-  void varint(uint32_t field, uint64_t v) {
-    put_varint((static_cast<uint64_t>(field) << 3) | 0);
-    put_varint(v);
-  }
-  void sint(uint32_t field, int64_t v) { varint(field, static_cast<uint64_t>(v)); }  // int64: two's complement
-  void bytes(uint32_t field, const std::string& s) {
-    put_varint((static_cast<uint64_t>(field) << 3) | 2);
-    put_varint(s.size());
-    out_ += s;
-  }
-  void message(uint32_t field, const Message& m) { bytes(field, m.out_); }
-  const std::string& data() const { return out_; }
-
- private:
-  void put_varint(uint64_t v) {
-    while (v >= 0x80) {
-      out_ += static_cast<char>((v & 0x7f) | 0x80);
-      v >>= 7;
-    }
-    out_ += static_cast<char>(v);
-  }
-  std::string out_;
+// The protobuf encoding is protozero's (libprotozero-dev, header-only): fields are written in place,
+// nested messages included (no copy per nesting level), and each message's fields are an enum of
+// their own below, so a field can only be written into the message it belongs to.
+//
+// Field numbers, from Perfetto's published .proto files (named beside each message): the one table.
+namespace pf {
+using protozero::pbf_tag_type;
+enum class Trace : pbf_tag_type { kPacket = 1 };  // trace.proto
+enum class TracePacket : pbf_tag_type {           // trace_packet.proto
+  kProcessTree = 2, kClockSnapshot = 6, kTimestamp = 8, kTrustedPacketSequenceId = 10, kTrackEvent = 11,
+  kSequenceFlags = 13, kProfilePacket = 37, kTrackDescriptor = 60
 };
+constexpr uint32_t kSeqIncrementalStateCleared = 1;
+enum class ClockSnapshot : pbf_tag_type { kClocks = 1 };        // clock_snapshot.proto
+enum class Clock : pbf_tag_type { kClockId = 1, kTimestamp = 2 };  // ClockSnapshot.Clock
+constexpr uint32_t kMonotonic = 3, kMonotonicCoarse = 4, kBoottime = 6;  // builtin_clock.proto
+enum class TrackDescriptor : pbf_tag_type { kUuid = 1, kName = 2, kProcess = 3, kParentUuid = 5, kCounter = 8 };
+enum class ProcessDescriptor : pbf_tag_type { kPid = 1, kProcessName = 6 };  // process_descriptor.proto
+enum class CounterDescriptor : pbf_tag_type { kUnit = 3 };                    // counter_descriptor.proto
+constexpr int32_t kUnitSizeBytes = 3;
+enum class TrackEvent : pbf_tag_type { kType = 9, kTrackUuid = 11, kName = 23, kCounterValue = 30 };
+constexpr int32_t kTypeInstant = 3, kTypeCounter = 4;
+enum class ProcessTree : pbf_tag_type { kProcesses = 1 };                 // ps/process_tree.proto
+enum class Process : pbf_tag_type { kPid = 1, kPpid = 2, kCmdline = 3 };  // ProcessTree.Process
+// profiling/profile_packet.proto, profiling/profile_common.proto
+enum class ProfilePacket : pbf_tag_type {
+  kStrings = 1, kFrames = 2, kCallstacks = 3, kMappings = 4, kProcessDumps = 5, kContinued = 6, kIndex = 7
+};
+enum class InternedString : pbf_tag_type { kIid = 1, kStr = 2 };
+enum class Mapping : pbf_tag_type { kIid = 1, kBuildId = 2, kStart = 4, kEnd = 5, kPathStringIds = 7 };
+enum class Frame : pbf_tag_type { kIid = 1, kFunctionNameId = 2, kMappingId = 3, kRelPc = 4 };
+enum class Callstack : pbf_tag_type { kIid = 1, kFrameIds = 2 };
+enum class ProcessHeapSamples : pbf_tag_type { kPid = 1, kSamples = 2, kTimestamp = 9, kHeapName = 11 };
+enum class HeapSample : pbf_tag_type {
+  kCallstackId = 1, kSelfAllocated = 2, kSelfFreed = 3, kTimestamp = 4, kAllocCount = 5, kFreeCount = 6
+};
+}  // namespace pf
 
-// Field numbers, from the .proto files named beside each group.
-namespace tp {  // trace_packet.proto, trace.proto
-constexpr uint32_t kTracePacket = 1, kTimestamp = 8, kSequenceId = 10, kSequenceFlags = 13, kClockSnapshot = 6,
-                   kTrackEvent = 11, kTrackDescriptor = 60, kProfilePacket = 37, kProcessTree = 2;
-constexpr uint64_t kSeqIncrementalStateCleared = 1;
-}  // namespace tp
-namespace clk {  // clock_snapshot.proto, builtin_clock.proto
-constexpr uint32_t kClocks = 1, kClockId = 1, kClockTimestamp = 2;
-constexpr uint64_t kMonotonic = 3, kMonotonicCoarse = 4, kBoottime = 6;
-}  // namespace clk
-namespace td {  // track_descriptor.proto, process_descriptor.proto, counter_descriptor.proto
-constexpr uint32_t kUuid = 1, kParentUuid = 5, kName = 2, kProcess = 3, kCounter = 8;
-constexpr uint32_t kPid = 1, kProcessName = 6;
-constexpr uint32_t kUnit = 3;
-constexpr uint64_t kUnitSizeBytes = 3;
-}  // namespace td
-namespace te {  // track_event.proto
-constexpr uint32_t kType = 9, kTrackUuid = 11, kCounterValue = 30, kName = 23;
-constexpr uint64_t kTypeInstant = 3, kTypeCounter = 4;
-}  // namespace te
-namespace pt {  // ps/process_tree.proto
-constexpr uint32_t kProcesses = 1, kPid = 1, kPpid = 2, kCmdline = 3;
-}  // namespace pt
-namespace pp {  // profiling/profile_packet.proto, profiling/profile_common.proto
-constexpr uint32_t kStrings = 1, kFrames = 2, kCallstacks = 3, kMappings = 4, kProcessDumps = 5, kContinued = 6,
-                   kIndex = 7;
-constexpr uint32_t kIid = 1, kStr = 2;                                                  // InternedString
-constexpr uint32_t kMapBuildId = 2, kMapStart = 4, kMapEnd = 5, kMapPath = 7;           // Mapping
-constexpr uint32_t kFrameName = 2, kFrameMapping = 3, kFrameRelPc = 4;                  // Frame
-constexpr uint32_t kCallstackFrames = 2;                                                // Callstack
-constexpr uint32_t kDumpPid = 1, kDumpSamples = 2, kDumpTimestamp = 9, kDumpHeapName = 11;  // ProcessHeapSamples
-constexpr uint32_t kSampleCallstack = 1, kSampleAllocated = 2, kSampleFreed = 3, kSampleTimestamp = 4,
-                   kSampleAllocCount = 5, kSampleFreeCount = 6;                        // HeapSample
-}  // namespace pp
+template <typename Fields>
+using Builder = protozero::pbf_builder<Fields>;
 
 constexpr uint32_t kSequence = 1;  // one writer, one sequence
 
@@ -106,16 +87,15 @@ struct Totals {
   uint64_t allocated = 0, freed = 0, allocs = 0, frees = 0;
 };
 
-// The interning tables of one ProfilePacket.
+// The interning tables of one ProfilePacket, written as entries are first asked for.
 class Interner {
  public:
   uint64_t string(const std::string& s) {
     auto [it, fresh] = strings_.emplace(s, strings_.size() + 1);
     if (fresh) {
-      Message m;
-      m.varint(pp::kIid, it->second);
-      m.bytes(pp::kStr, s);
-      packet_.message(pp::kStrings, m);
+      Builder<pf::InternedString> m{packet_, pf::ProfilePacket::kStrings};
+      m.add_uint64(pf::InternedString::kIid, it->second);
+      m.add_bytes(pf::InternedString::kStr, s);
     }
     return it->second;
   }
@@ -134,13 +114,12 @@ class Interner {
     }
     const uint64_t id = mappings_.size() + 1;
     mappings_.emplace(path, id);
-    Message m;
-    m.varint(pp::kIid, id);
-    m.varint(pp::kMapBuildId, build_id);
-    m.varint(pp::kMapStart, 0);
-    m.varint(pp::kMapEnd, 0);
-    for (uint64_t p : parts) m.varint(pp::kMapPath, p);
-    packet_.message(pp::kMappings, m);
+    Builder<pf::Mapping> m{packet_, pf::ProfilePacket::kMappings};
+    m.add_uint64(pf::Mapping::kIid, id);
+    m.add_uint64(pf::Mapping::kBuildId, build_id);
+    m.add_uint64(pf::Mapping::kStart, 0);
+    m.add_uint64(pf::Mapping::kEnd, 0);
+    for (uint64_t p : parts) m.add_uint64(pf::Mapping::kPathStringIds, p);
     return id;
   }
   uint64_t frame(const FrameInfo& f) {
@@ -152,12 +131,14 @@ class Interner {
     if (it != frames_.end()) return it->second;
     const uint64_t id = frames_.size() + 1;
     frames_.emplace(key, id);
-    Message m;
-    m.varint(pp::kIid, id);
-    m.varint(pp::kFrameName, string(name));
-    m.varint(pp::kFrameMapping, mapping(module));
-    m.varint(pp::kFrameRelPc, f.python ? ++python_pcs_ : f.module_offset);
-    packet_.message(pp::kFrames, m);
+    // The strings and the mapping first: their entries go into the packet before this frame's.
+    const uint64_t name_id = string(name);
+    const uint64_t mapping_id = mapping(module);
+    Builder<pf::Frame> m{packet_, pf::ProfilePacket::kFrames};
+    m.add_uint64(pf::Frame::kIid, id);
+    m.add_uint64(pf::Frame::kFunctionNameId, name_id);
+    m.add_uint64(pf::Frame::kMappingId, mapping_id);
+    m.add_uint64(pf::Frame::kRelPc, f.python ? ++python_pcs_ : f.module_offset);
     return id;
   }
   // Frames innermost first, as gpushim keeps them; the callstack lists them outermost first.
@@ -168,78 +149,78 @@ class Interner {
     if (ids.empty()) ids.push_back(frame(FrameInfo{"(no stack)", "", 0, "", 0, 0, false}));
     auto [it, fresh] = callstacks_.emplace(ids, callstacks_.size() + 1);
     if (fresh) {
-      Message m;
-      m.varint(pp::kIid, it->second);
-      for (uint64_t id : ids) m.varint(pp::kCallstackFrames, id);
-      packet_.message(pp::kCallstacks, m);
+      Builder<pf::Callstack> m{packet_, pf::ProfilePacket::kCallstacks};
+      m.add_uint64(pf::Callstack::kIid, it->second);
+      for (uint64_t id : ids) m.add_uint64(pf::Callstack::kFrameIds, id);
     }
     return it->second;
   }
-  Message& packet() { return packet_; }
+  // The ProfilePacket fields written so far (the tables).
+  const std::string& tables() const { return tables_; }
 
  private:
   std::map<std::string, uint64_t> strings_, mappings_, frames_;
   std::map<std::vector<uint64_t>, uint64_t> callstacks_;
   uint64_t python_pcs_ = 0;
-  Message packet_;
+  std::string tables_;
+  Builder<pf::ProfilePacket> packet_{tables_};
 };
 
+// The trace: TracePackets written in place, each with its timestamp first and the sequence last.
 class Writer {
  public:
   explicit Writer(uint64_t t0_ns) : t0_ns_(t0_ns) {
-    Message snap;
-    for (uint64_t id : {clk::kBoottime, clk::kMonotonic, clk::kMonotonicCoarse}) {
-      Message c;
-      c.varint(clk::kClockId, id);
-      c.varint(clk::kClockTimestamp, t0_ns);
-      snap.message(clk::kClocks, c);
-    }
-    Message p;
-    p.varint(tp::kTimestamp, t0_ns);
-    p.message(tp::kClockSnapshot, snap);
-    add(p, /*first=*/true);
+    packet(t0_ns, [&](Builder<pf::TracePacket>& p) {
+      Builder<pf::ClockSnapshot> snap{p, pf::TracePacket::kClockSnapshot};
+      for (uint32_t id : {pf::kBoottime, pf::kMonotonic, pf::kMonotonicCoarse}) {
+        Builder<pf::Clock> c{snap, pf::ClockSnapshot::kClocks};
+        c.add_uint32(pf::Clock::kClockId, id);
+        c.add_uint64(pf::Clock::kTimestamp, t0_ns);
+      }
+    }, /*first=*/true);
   }
-  void add(Message& packet, bool first = false) {
-    packet.varint(tp::kSequenceId, kSequence);
-    if (first) packet.varint(tp::kSequenceFlags, tp::kSeqIncrementalStateCleared);
-    out_.message(tp::kTracePacket, packet);
+  // One TracePacket at `t_ns`; `fill` writes its payload field.
+  template <typename Fill>
+  void packet(uint64_t t_ns, const Fill& fill, bool first = false) {
+    Builder<pf::TracePacket> p{trace_, pf::Trace::kPacket};
+    p.add_uint64(pf::TracePacket::kTimestamp, t_ns);
+    fill(p);
+    p.add_uint32(pf::TracePacket::kTrustedPacketSequenceId, kSequence);
+    if (first) p.add_uint32(pf::TracePacket::kSequenceFlags, pf::kSeqIncrementalStateCleared);
   }
-  void track(uint64_t uuid, uint64_t parent, const std::string& name, const Message* extra_field, uint32_t extra_no) {
-    Message d;
-    d.varint(td::kUuid, uuid);
-    if (parent) d.varint(td::kParentUuid, parent);
-    if (!name.empty()) d.bytes(td::kName, name);
-    if (extra_field) d.message(extra_no, *extra_field);
-    Message p;
-    p.varint(tp::kTimestamp, t0_ns_);
-    p.message(tp::kTrackDescriptor, d);
-    add(p);
+  // A track; `extra` writes a field of the descriptor after its uuid, parent and name.
+  template <typename Extra>
+  void track(uint64_t uuid, uint64_t parent, const std::string& name, const Extra& extra) {
+    packet(t0_ns_, [&](Builder<pf::TracePacket>& p) {
+      Builder<pf::TrackDescriptor> d{p, pf::TracePacket::kTrackDescriptor};
+      d.add_uint64(pf::TrackDescriptor::kUuid, uuid);
+      if (parent) d.add_uint64(pf::TrackDescriptor::kParentUuid, parent);
+      if (!name.empty()) d.add_bytes(pf::TrackDescriptor::kName, name);
+      extra(d);
+    });
   }
   void counter(uint64_t uuid, uint64_t t_ns, uint64_t value) {
-    Message e;
-    e.varint(te::kType, te::kTypeCounter);
-    e.varint(te::kTrackUuid, uuid);
-    e.sint(te::kCounterValue, static_cast<int64_t>(value));
-    Message p;
-    p.varint(tp::kTimestamp, t_ns);
-    p.message(tp::kTrackEvent, e);
-    add(p);
+    packet(t_ns, [&](Builder<pf::TracePacket>& p) {
+      Builder<pf::TrackEvent> e{p, pf::TracePacket::kTrackEvent};
+      e.add_enum(pf::TrackEvent::kType, pf::kTypeCounter);
+      e.add_uint64(pf::TrackEvent::kTrackUuid, uuid);
+      e.add_int64(pf::TrackEvent::kCounterValue, static_cast<int64_t>(value));
+    });
   }
   void instant(uint64_t uuid, uint64_t t_ns, const std::string& name) {
-    Message e;
-    e.varint(te::kType, te::kTypeInstant);
-    e.varint(te::kTrackUuid, uuid);
-    e.bytes(te::kName, name);
-    Message p;
-    p.varint(tp::kTimestamp, t_ns);
-    p.message(tp::kTrackEvent, e);
-    add(p);
+    packet(t_ns, [&](Builder<pf::TracePacket>& p) {
+      Builder<pf::TrackEvent> e{p, pf::TracePacket::kTrackEvent};
+      e.add_enum(pf::TrackEvent::kType, pf::kTypeInstant);
+      e.add_uint64(pf::TrackEvent::kTrackUuid, uuid);
+      e.add_bytes(pf::TrackEvent::kName, name);
+    });
   }
-  std::string take() { return out_.data(); }
+  std::string take() { return std::move(out_); }
 
  private:
   uint64_t t0_ns_;
-  Message out_;
+  std::string out_;
+  Builder<pf::Trace> trace_{out_};
 };
 
 constexpr uint64_t kProcessTrack = 1;
@@ -248,28 +229,28 @@ constexpr uint64_t kMarksTrack = 2;
 
 void describe_process(Writer& w, const ReportData& m, uint64_t t0_ns, const std::vector<int>& devices,
                       const std::map<int, uint64_t>& limits) {
-  Message tree, proc;
-  proc.varint(pt::kPid, static_cast<uint64_t>(m.pid));
-  proc.varint(pt::kPpid, 0);
-  proc.bytes(pt::kCmdline, m.exe);
-  tree.message(pt::kProcesses, proc);
-  Message p;
-  p.varint(tp::kTimestamp, t0_ns);
-  p.message(tp::kProcessTree, tree);
-  w.add(p);
-  Message pd;
-  pd.varint(td::kPid, static_cast<uint64_t>(m.pid));
-  pd.bytes(td::kProcessName, base_name(m.exe) + " (gpushim)");
-  w.track(kProcessTrack, 0, "", &pd, td::kProcess);
-  Message bytes_unit;
-  bytes_unit.varint(td::kUnit, td::kUnitSizeBytes);
+  w.packet(t0_ns, [&](Builder<pf::TracePacket>& p) {
+    Builder<pf::ProcessTree> tree{p, pf::TracePacket::kProcessTree};
+    Builder<pf::Process> proc{tree, pf::ProcessTree::kProcesses};
+    proc.add_int32(pf::Process::kPid, m.pid);
+    proc.add_int32(pf::Process::kPpid, 0);
+    proc.add_bytes(pf::Process::kCmdline, m.exe);
+  });
+  w.track(kProcessTrack, 0, "", [&](Builder<pf::TrackDescriptor>& d) {
+    Builder<pf::ProcessDescriptor> pd{d, pf::TrackDescriptor::kProcess};
+    pd.add_int32(pf::ProcessDescriptor::kPid, m.pid);
+    pd.add_bytes(pf::ProcessDescriptor::kProcessName, base_name(m.exe) + " (gpushim)");
+  });
+  auto bytes_unit = [](Builder<pf::TrackDescriptor>& d) {
+    Builder<pf::CounterDescriptor> c{d, pf::TrackDescriptor::kCounter};
+    c.add_enum(pf::CounterDescriptor::kUnit, pf::kUnitSizeBytes);
+  };
   static const char* kFigures[] = {"allocated", "reserved", "cap"};
   for (int d : devices)
     for (int f = 0; f < 3; ++f)
       if (f < 2 || limits.count(d))
-        w.track(counter_track(d, f), kProcessTrack, "device " + std::to_string(d) + " " + kFigures[f], &bytes_unit,
-                td::kCounter);
-  w.track(kMarksTrack, kProcessTrack, "gpushim events", nullptr, 0);
+        w.track(counter_track(d, f), kProcessTrack, "device " + std::to_string(d) + " " + kFigures[f], bytes_unit);
+  w.track(kMarksTrack, kProcessTrack, "gpushim events", [](Builder<pf::TrackDescriptor>&) {});
 }
 
 // The counter tracks (allocated and reserved over `timeline`, the cap as a flat line over the run)
@@ -291,22 +272,50 @@ void write_counters_and_ooms(Writer& w, const ReportData& m, uint64_t t0, uint64
 }
 
 
-Message heap_dump(int pid, int device, uint64_t t_ns, const std::map<uint64_t, Totals>& by_callstack) {
-  Message dump;
-  dump.varint(pp::kDumpPid, static_cast<uint64_t>(pid));
-  dump.varint(pp::kDumpTimestamp, t_ns);
-  dump.bytes(pp::kDumpHeapName, "cuda device " + std::to_string(device));
+std::string heap_dump(int pid, int device, uint64_t t_ns, const std::map<uint64_t, Totals>& by_callstack) {
+  std::string out;
+  Builder<pf::ProcessHeapSamples> dump{out};
+  dump.add_int32(pf::ProcessHeapSamples::kPid, pid);
+  dump.add_uint64(pf::ProcessHeapSamples::kTimestamp, t_ns);
+  dump.add_bytes(pf::ProcessHeapSamples::kHeapName, "cuda device " + std::to_string(device));
   for (const auto& [cs, t] : by_callstack) {
-    Message s;
-    s.varint(pp::kSampleCallstack, cs);
-    s.varint(pp::kSampleAllocated, t.allocated);
-    s.varint(pp::kSampleFreed, t.freed);
-    s.varint(pp::kSampleTimestamp, t_ns);
-    s.varint(pp::kSampleAllocCount, t.allocs);
-    s.varint(pp::kSampleFreeCount, t.frees);
-    dump.message(pp::kDumpSamples, s);
+    Builder<pf::HeapSample> s{dump, pf::ProcessHeapSamples::kSamples};
+    s.add_uint64(pf::HeapSample::kCallstackId, cs);
+    s.add_uint64(pf::HeapSample::kSelfAllocated, t.allocated);
+    s.add_uint64(pf::HeapSample::kSelfFreed, t.freed);
+    s.add_uint64(pf::HeapSample::kTimestamp, t_ns);
+    s.add_uint64(pf::HeapSample::kAllocCount, t.allocs);
+    s.add_uint64(pf::HeapSample::kFreeCount, t.frees);
   }
-  return dump;
+  return out;
+}
+
+// The process, its tracks, the counters over `timeline` and the OOMs: what a trace and a report
+// both give. Returns the run's end on the trace clock.
+uint64_t describe_run(Writer& w, const ReportData& m, uint64_t t0, const std::vector<TimelineSample>& timeline) {
+  std::vector<int> devices;
+  std::map<int, uint64_t> limits;
+  for (const DeviceReport& d : m.devices) {
+    devices.push_back(d.device);
+    if (d.limit_bytes) limits[d.device] = d.limit_bytes;
+  }
+  describe_process(w, m, t0, devices, limits);
+  const uint64_t end = t0 + static_cast<uint64_t>(m.duration_s * 1e9);
+  write_counters_and_ooms(w, m, t0, end, timeline, limits);
+  return end;
+}
+
+// Heap dump `i` of `n`, one packet per instant: the first carries the interning tables, the later
+// ones refer to them (continued=true keeps the trace processor from dropping the tables between).
+void add_profile_packet(Writer& w, const Interner& in, size_t i, size_t n, uint64_t t_ns, const std::string& dump) {
+  w.packet(t_ns, [&](Builder<pf::TracePacket>& p) {
+    std::string fields = i == 0 ? in.tables() : std::string();
+    Builder<pf::ProfilePacket> packet{fields};
+    packet.add_message(pf::ProfilePacket::kProcessDumps, dump);
+    packet.add_bool(pf::ProfilePacket::kContinued, i + 1 < n);
+    packet.add_uint64(pf::ProfilePacket::kIndex, i);
+    p.add_message(pf::TracePacket::kProfilePacket, fields);
+  });
 }
 
 }  // namespace
@@ -317,15 +326,7 @@ std::string perfetto_proto_from_trace(const TraceData& trace, size_t max_points_
   const ReportData& m = run.meta;
   const uint64_t t0 = trace.header.start_mono_ns;
   Writer w(t0);
-  std::vector<int> devices;
-  std::map<int, uint64_t> limits;
-  for (const DeviceReport& d : m.devices) {
-    devices.push_back(d.device);
-    if (d.limit_bytes) limits[d.device] = d.limit_bytes;
-  }
-  describe_process(w, m, t0, devices, limits);
-  const uint64_t end = t0 + static_cast<uint64_t>(m.duration_s * 1e9);
-  write_counters_and_ooms(w, m, t0, end, trace_timeline(trace, max_points_per_device), limits);
+  const uint64_t end = describe_run(w, m, t0, trace_timeline(trace, max_points_per_device));
   for (size_t i = 0; i < run.iterations_s.size(); ++i)
     w.instant(kMarksTrack, t0 + static_cast<uint64_t>(run.iterations_s[i] * 1e9), "iteration " + std::to_string(i + 1));
 
@@ -354,7 +355,7 @@ std::string perfetto_proto_from_trace(const TraceData& trace, size_t max_points_
   }
   // Second pass: cumulative totals per callstack, copied at each peak.
   std::map<int, std::map<uint64_t, Totals>> totals;
-  std::vector<std::pair<uint64_t, Message>> dumps;  // (time, dump)
+  std::vector<std::pair<uint64_t, std::string>> dumps;  // (time, dump)
   std::map<int, uint64_t> peak_time;
   for (size_t i = 0; i < trace.events.size(); ++i) {
     const TraceEvent& e = trace.events[i];
@@ -374,18 +375,7 @@ std::string perfetto_proto_from_trace(const TraceData& trace, size_t max_points_
   for (const auto& [d, t] : totals)
     if (!peak_time.count(d) || peak_time[d] != last) dumps.emplace_back(last, heap_dump(m.pid, d, last, t));
   std::stable_sort(dumps.begin(), dumps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  // One packet per instant: the first carries the interning tables, the later ones refer to them
-  // (continued=true keeps the trace processor from dropping the tables in between).
-  for (size_t i = 0; i < dumps.size(); ++i) {
-    Message packet = i == 0 ? in.packet() : Message();
-    packet.message(pp::kProcessDumps, dumps[i].second);
-    packet.varint(pp::kContinued, i + 1 < dumps.size() ? 1 : 0);
-    packet.varint(pp::kIndex, i);
-    Message p;
-    p.varint(tp::kTimestamp, dumps[i].first);
-    p.message(tp::kProfilePacket, packet);
-    w.add(p);
-  }
+  for (size_t i = 0; i < dumps.size(); ++i) add_profile_packet(w, in, i, dumps.size(), dumps[i].first, dumps[i].second);
   return w.take();
 }
 
@@ -394,15 +384,7 @@ std::string perfetto_proto_from_run(const RunView& run) {
   // A report's times are seconds since the shim started; put that start at 1 s of trace time.
   constexpr uint64_t t0 = 1000000000ull;
   Writer w(t0);
-  std::vector<int> devices;
-  std::map<int, uint64_t> limits;
-  for (const DeviceReport& d : m.devices) {
-    devices.push_back(d.device);
-    if (d.limit_bytes) limits[d.device] = d.limit_bytes;
-  }
-  describe_process(w, m, t0, devices, limits);
-  const uint64_t end = t0 + static_cast<uint64_t>(m.duration_s * 1e9);
-  write_counters_and_ooms(w, m, t0, end, m.timeline, limits);
+  const uint64_t end = describe_run(w, m, t0, m.timeline);
   // What is live at the end, by site: a report knows no frees, so the dump holds live bytes only.
   Interner in;
   std::map<int, std::map<uint64_t, Totals>> live;
@@ -412,17 +394,7 @@ std::string perfetto_proto_from_run(const RunView& run) {
     t.allocated += s.live_bytes, t.allocs += s.live_count;
   }
   size_t i = 0;
-  for (const auto& [d, totals] : live) {
-    Message packet = i == 0 ? in.packet() : Message();
-    packet.message(pp::kProcessDumps, heap_dump(m.pid, d, end, totals));
-    packet.varint(pp::kContinued, i + 1 < live.size() ? 1 : 0);
-    packet.varint(pp::kIndex, i);
-    Message p;
-    p.varint(tp::kTimestamp, end);
-    p.message(tp::kProfilePacket, packet);
-    w.add(p);
-    ++i;
-  }
+  for (const auto& [d, totals] : live) add_profile_packet(w, in, i++, live.size(), end, heap_dump(m.pid, d, end, totals));
   return w.take();
 }
 

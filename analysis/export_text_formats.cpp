@@ -212,17 +212,9 @@ std::string perfetto_from_run(const RunView& run) {
 
 std::string timeline_json(const RunView& run, const std::vector<TimelineSample>& timeline) {
   const ReportData& m = run.meta;
-  std::string j = "{\"source\":";
-  append_json_string(&j, run.source);
-  j += ",\"path\":";
-  append_json_string(&j, run.path);
-  j += ",\"exe\":";
-  append_json_string(&j, m.exe);
-  j += ",\"pid\":" + std::to_string(m.pid) + ",\"rank\":";
-  append_json_string(&j, m.rank);
-  j += ",\"policy\":";
-  append_json_string(&j, m.policy);
-  j += ",\"duration_s\":" + number(m.duration_s) + ",\"devices\":[";
+  std::string j;
+  append_run_header_json(&j, run);
+  j += ",\"devices\":[";
   for (size_t i = 0; i < m.devices.size(); ++i) {
     const DeviceReport& d = m.devices[i];
     j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(d.device) + ",\"capacity\":" +

@@ -1,264 +1,158 @@
 #include "json.h"
 
-#include <charconv>
-#include <cstdlib>
+#include <exception>
+
+#include <nlohmann/json.hpp>
+
+#include "util/utf8.h"
 
 namespace gpushim::analysis {
 
 namespace {
-constexpr int kMaxDepth = 128;  // reports nest 6 deep; anything far deeper is not ours
+constexpr size_t kMaxDepth = 128;  // reports nest 6 deep; anything far deeper is not ours
 
-void append_utf8(std::string* out, uint32_t cp) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+// "invalid JSON at line L, column C: what" for the byte at `offset`.
+std::string located(const std::string& s, size_t offset, const std::string& what) {
+  size_t line = 1, col = 1;
+  for (size_t k = 0; k < offset && k < s.size(); ++k) {
+    if (s[k] == '\n') ++line, col = 1;
+    else ++col;
   }
+  return "invalid JSON at line " + std::to_string(line) + ", column " + std::to_string(col) + ": " + what;
 }
 
+// Where the (kMaxDepth + 1)-th open container starts: the parser refused it there, and its SAX
+// callbacks carry no position. Everything before is valid JSON, so strings are the only thing to skip.
+size_t offset_of_too_deep(const std::string& s) {
+  size_t depth = 0;
+  bool in_string = false;
+  for (size_t k = 0; k < s.size(); ++k) {
+    const char c = s[k];
+    if (in_string) {
+      if (c == '\\') ++k;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) return k;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return s.size();
+}
+// `s` with every byte that does not start well-formed UTF-8 replaced by U+FFFD, or false if there
+// is none (the usual case: every writer of ours writes UTF-8).
+bool replace_invalid_utf8(const std::string& s, std::string* out) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t i = 0;
+  while (i < s.size() && utf8_sequence_length(p + i, s.size() - i) != 0) i += utf8_sequence_length(p + i, s.size() - i);
+  if (i == s.size()) return false;
+  out->assign(s, 0, i);
+  while (i < s.size()) {
+    const size_t len = utf8_sequence_length(p + i, s.size() - i);
+    if (len == 0) {
+      *out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out->append(s, i, len);
+      i += len;
+    }
+  }
+  return true;
+}
 }  // namespace
 
-class JsonParser {
+// Builds a JsonValue from the parser's SAX events. Containers are filled in place: a container's
+// address is stable while it is open, since its parent only grows after it closes.
+class JsonBuilder {
  public:
-  explicit JsonParser(const std::string& s) : s_(s) {}
+  using json = nlohmann::json;
+  explicit JsonBuilder(JsonValue* root) : root_(root) {}
 
-  bool parse(JsonValue* out, std::string* error) {
-    skip_ws();
-    if (!value(out, 0)) return fail_out(error);
-    skip_ws();
-    if (i_ != s_.size()) {
-      set_error("unexpected data after the document");
-      return fail_out(error);
-    }
+  bool null() { return add() != nullptr; }
+  bool boolean(bool b) {
+    JsonValue* v = add();
+    v->type_ = JsonValue::Type::kBool;
+    v->bool_ = b;
     return true;
   }
+  bool number_integer(json::number_integer_t n) {
+    JsonValue* v = number(JsonValue::Number::kSigned);
+    v->i64_ = n;
+    return true;
+  }
+  bool number_unsigned(json::number_unsigned_t n) {
+    JsonValue* v = number(JsonValue::Number::kUnsigned);
+    v->u64_ = n;
+    return true;
+  }
+  bool number_float(json::number_float_t f, const json::string_t&) {
+    number(JsonValue::Number::kFloat)->f64_ = f;
+    return true;
+  }
+  bool string(json::string_t& s) {
+    JsonValue* v = add();
+    v->type_ = JsonValue::Type::kString;
+    v->text_ = std::move(s);
+    return true;
+  }
+  bool binary(json::binary_t&) { return false; }  // not produced by the JSON parser
+  bool start_object(size_t) { return open(JsonValue::Type::kObject); }
+  bool key(json::string_t& k) {
+    open_.back()->object_.emplace_back(std::move(k), JsonValue());
+    return true;
+  }
+  bool end_object() {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(size_t) { return open(JsonValue::Type::kArray); }
+  bool end_array() {
+    open_.pop_back();
+    return true;
+  }
+  bool parse_error(size_t position, const std::string&, const nlohmann::detail::exception& ex) {
+    // what() is "[json.exception.parse_error.N] parse error at line L, column C: <what went wrong>;
+    // last read: '<token>'". The token is cut: it can run over any number of bytes and lines (the
+    // fuzzer found one), and the line and column already say where.
+    std::string w = ex.what();
+    const size_t k = w.find(": ", w.find("parse error"));
+    if (k != std::string::npos) w.erase(0, k + 2);
+    if (const size_t last = w.find("; last read: "); last != std::string::npos) w.erase(last);
+    if (w.size() > 200) w.resize(200);
+    error_ = located(*source_, position > 0 ? position - 1 : 0, w);
+    return false;
+  }
+
+  const std::string* source_ = nullptr;
+  bool too_deep_ = false;
+  std::string error_;
 
  private:
-  bool fail_out(std::string* error) {
-    if (error) {
-      size_t line = 1, col = 1;
-      for (size_t k = 0; k < err_at_ && k < s_.size(); ++k) {
-        if (s_[k] == '\n') ++line, col = 1;
-        else ++col;
-      }
-      *error = "invalid JSON at line " + std::to_string(line) + ", column " + std::to_string(col) + ": " + err_;
-    }
-    return false;
+  // The slot for the next value: the root, the next array item, or the member whose key came last.
+  JsonValue* add() {
+    if (open_.empty()) return root_;
+    JsonValue* parent = open_.back();
+    if (parent->type_ == JsonValue::Type::kArray) return &parent->array_.emplace_back();
+    return &parent->object_.back().second;
   }
-  bool set_error(const char* msg) {
-    if (err_.empty()) {
-      err_ = msg;
-      err_at_ = i_;
-    }
-    return false;
+  JsonValue* number(JsonValue::Number kind) {
+    JsonValue* v = add();
+    v->type_ = JsonValue::Type::kNumber;
+    v->number_ = kind;
+    return v;
   }
-  void skip_ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
-  }
-  bool literal(const char* word, size_t n) {
-    if (s_.compare(i_, n, word) != 0) return set_error("unknown literal");
-    i_ += n;
+  bool open(JsonValue::Type type) {
+    if (open_.size() >= kMaxDepth) return too_deep_ = true, false;
+    JsonValue* v = add();
+    v->type_ = type;
+    open_.push_back(v);
     return true;
   }
 
-  bool value(JsonValue* out, int depth) {
-    if (depth > kMaxDepth) return set_error("nesting too deep");
-    if (i_ >= s_.size()) return set_error("unexpected end of input");
-    const char c = s_[i_];
-    switch (c) {
-      case '{': return object(out, depth);
-      case '[': return array(out, depth);
-      case '"':
-        out->type_ = JsonValue::Type::kString;
-        return string(&out->text_);
-      case 't':
-        out->type_ = JsonValue::Type::kBool;
-        out->bool_ = true;
-        return literal("true", 4);
-      case 'f':
-        out->type_ = JsonValue::Type::kBool;
-        out->bool_ = false;
-        return literal("false", 5);
-      case 'n':
-        out->type_ = JsonValue::Type::kNull;
-        return literal("null", 4);
-      default:
-        if (c == '-' || (c >= '0' && c <= '9')) return number(out);
-        return set_error("unexpected character");
-    }
-  }
-
-  bool object(JsonValue* out, int depth) {
-    out->type_ = JsonValue::Type::kObject;
-    ++i_;  // '{'
-    skip_ws();
-    if (i_ < s_.size() && s_[i_] == '}') {
-      ++i_;
-      return true;
-    }
-    for (;;) {
-      skip_ws();
-      if (i_ >= s_.size() || s_[i_] != '"') return set_error("expected a member name");
-      std::string key;
-      if (!string(&key)) return false;
-      skip_ws();
-      if (i_ >= s_.size() || s_[i_] != ':') return set_error("expected ':'");
-      ++i_;
-      skip_ws();
-      out->object_.emplace_back(std::move(key), JsonValue());
-      if (!value(&out->object_.back().second, depth + 1)) return false;
-      skip_ws();
-      if (i_ >= s_.size()) return set_error("unexpected end of input in an object");
-      if (s_[i_] == ',') {
-        ++i_;
-        continue;
-      }
-      if (s_[i_] == '}') {
-        ++i_;
-        return true;
-      }
-      return set_error("expected ',' or '}'");
-    }
-  }
-
-  bool array(JsonValue* out, int depth) {
-    out->type_ = JsonValue::Type::kArray;
-    ++i_;  // '['
-    skip_ws();
-    if (i_ < s_.size() && s_[i_] == ']') {
-      ++i_;
-      return true;
-    }
-    for (;;) {
-      skip_ws();
-      out->array_.emplace_back();
-      if (!value(&out->array_.back(), depth + 1)) return false;
-      skip_ws();
-      if (i_ >= s_.size()) return set_error("unexpected end of input in an array");
-      if (s_[i_] == ',') {
-        ++i_;
-        continue;
-      }
-      if (s_[i_] == ']') {
-        ++i_;
-        return true;
-      }
-      return set_error("expected ',' or ']'");
-    }
-  }
-
-  bool hex4(uint32_t* v) {
-    if (s_.size() - i_ < 4) return set_error("truncated \\u escape");
-    uint32_t r = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = s_[i_++];
-      r <<= 4;
-      if (c >= '0' && c <= '9') r |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') r |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') r |= static_cast<uint32_t>(c - 'A' + 10);
-      else return set_error("bad \\u escape");
-    }
-    *v = r;
-    return true;
-  }
-
-  bool string(std::string* out) {
-    ++i_;  // opening quote
-    for (;;) {
-      if (i_ >= s_.size()) return set_error("unterminated string");
-      const unsigned char c = static_cast<unsigned char>(s_[i_]);
-      if (c == '"') {
-        ++i_;
-        return true;
-      }
-      if (c < 0x20) return set_error("control character in a string");
-      if (c != '\\') {
-        out->push_back(static_cast<char>(c));
-        ++i_;
-        continue;
-      }
-      ++i_;
-      if (i_ >= s_.size()) return set_error("unterminated escape");
-      const char e = s_[i_++];
-      switch (e) {
-        case '"': out->push_back('"'); break;
-        case '\\': out->push_back('\\'); break;
-        case '/': out->push_back('/'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
-        case 'u': {
-          uint32_t cp = 0;
-          if (!hex4(&cp)) return false;
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            // A high surrogate must be followed by a low one; otherwise it stands for U+FFFD.
-            uint32_t lo = 0;
-            if (s_.size() - i_ >= 6 && s_[i_] == '\\' && s_[i_ + 1] == 'u') {
-              const size_t save = i_;
-              i_ += 2;
-              if (!hex4(&lo)) return false;
-              if (lo >= 0xDC00 && lo <= 0xDFFF) {
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-              } else {
-                i_ = save;
-                cp = 0xFFFD;
-              }
-            } else {
-              cp = 0xFFFD;
-            }
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            cp = 0xFFFD;
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: return set_error("unknown escape");
-      }
-    }
-  }
-
-  bool number(JsonValue* out) {
-    const size_t start = i_;
-    auto digit = [&] { return i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9'; };
-    if (s_[i_] == '-') ++i_;
-    if (!digit()) return set_error("expected a digit");
-    if (s_[i_] == '0') {
-      ++i_;
-    } else {
-      while (digit()) ++i_;
-    }
-    if (i_ < s_.size() && s_[i_] == '.') {
-      ++i_;
-      if (!digit()) return set_error("expected a digit after '.'");
-      while (digit()) ++i_;
-    }
-    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
-      ++i_;
-      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
-      if (!digit()) return set_error("expected a digit in the exponent");
-      while (digit()) ++i_;
-    }
-    out->type_ = JsonValue::Type::kNumber;
-    out->text_.assign(s_, start, i_ - start);
-    return true;
-  }
-
-  const std::string& s_;
-  size_t i_ = 0;
-  std::string err_;
-  size_t err_at_ = 0;
+  JsonValue* root_;
+  std::vector<JsonValue*> open_;
 };
 
 const JsonValue* JsonValue::get(std::string_view key) const {
@@ -269,40 +163,57 @@ const JsonValue* JsonValue::get(std::string_view key) const {
 }
 
 bool JsonValue::to_u64(uint64_t* out) const {
-  if (type_ != Type::kNumber) return false;
-  const char* b = text_.data();
-  const char* e = b + text_.size();
-  uint64_t v = 0;
-  auto r = std::from_chars(b, e, v);
-  if (r.ec != std::errc() || r.ptr != e) return false;
-  *out = v;
+  if (type_ != Type::kNumber || number_ == Number::kFloat) return false;
+  if (number_ == Number::kSigned) {
+    if (i64_ < 0) return false;
+    *out = static_cast<uint64_t>(i64_);
+  } else {
+    *out = u64_;
+  }
   return true;
 }
 
 bool JsonValue::to_i64(int64_t* out) const {
-  if (type_ != Type::kNumber) return false;
-  const char* b = text_.data();
-  const char* e = b + text_.size();
-  int64_t v = 0;
-  auto r = std::from_chars(b, e, v);
-  if (r.ec != std::errc() || r.ptr != e) return false;
-  *out = v;
+  if (type_ != Type::kNumber || number_ == Number::kFloat) return false;
+  if (number_ == Number::kUnsigned) {
+    if (u64_ > static_cast<uint64_t>(INT64_MAX)) return false;
+    *out = static_cast<int64_t>(u64_);
+  } else {
+    *out = i64_;
+  }
   return true;
 }
 
 bool JsonValue::to_double(double* out) const {
   if (type_ != Type::kNumber) return false;
-  char* end = nullptr;
-  const double v = std::strtod(text_.c_str(), &end);
-  if (end != text_.c_str() + text_.size()) return false;
-  *out = v;
+  *out = number_ == Number::kFloat    ? f64_
+         : number_ == Number::kSigned ? static_cast<double>(i64_)
+                                      : static_cast<double>(u64_);
   return true;
 }
 
-bool parse_json(const std::string& bytes, JsonValue* out, std::string* error) {
+bool parse_json(const std::string& raw, JsonValue* out, std::string* error) {
+  // nlohmann's parser refuses bytes that are not UTF-8. A string holding some (a path or a name
+  // edited by hand in another encoding) reads as U+FFFD instead, as our writers write such bytes
+  // (util/json_string.h), rather than losing the whole document; outside strings U+FFFD is still
+  // an error. Positions in error messages then count the replacement's 3 bytes.
+  std::string repaired;
+  const std::string& bytes = replace_invalid_utf8(raw, &repaired) ? repaired : raw;
   JsonValue v;
-  JsonParser p(bytes);
-  if (!p.parse(&v, error)) return false;
+  JsonBuilder b(&v);
+  b.source_ = &bytes;
+  bool ok = false;
+  try {
+    ok = nlohmann::json::sax_parse(bytes, &b, nlohmann::json::input_format_t::json, /*strict=*/true,
+                                   /*ignore_comments=*/false);
+  } catch (const std::exception& e) {  // the SAX parser reports through parse_error; this is bad_alloc
+    b.error_ = std::string("invalid JSON: ") + e.what();
+  }
+  if (!ok) {
+    if (b.too_deep_) b.error_ = located(bytes, offset_of_too_deep(bytes), "nesting too deep");
+    if (error) *error = b.error_.empty() ? "invalid JSON" : b.error_;
+    return false;
+  }
   *out = std::move(v);
   return true;
 }

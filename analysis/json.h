@@ -1,6 +1,7 @@
-// A small JSON reader for gpushim's own documents (reports). Hand-written rather than a library:
-// it keeps 64-bit integers exact, bounds nesting depth, and never throws or crashes on bad input
-// (the readers are fuzzed), which is all the analysis tools need.
+// The JSON reader for gpushim's own documents (reports): nlohmann-json's parser (strict RFC 8259,
+// UTF-8 validated, fuzzed upstream) driven through its SAX interface into this small tree, so
+// 64-bit integers stay exact, nesting depth is bounded, members keep their order, and bad input is
+// an error message, never an exception or a crash (the readers are fuzzed here too).
 #pragma once
 
 #include <cstdint>
@@ -40,16 +41,24 @@ class JsonValue {
   JsonValue() = default;  // null
 
  private:
-  friend class JsonParser;
+  friend class JsonBuilder;
+  enum class Number : uint8_t { kUnsigned, kSigned, kFloat };  // as the parser classified it
   Type type_ = Type::kNull;
   bool bool_ = false;
-  std::string text_;  // string value, or the number's literal text
+  Number number_ = Number::kUnsigned;
+  union {  // by number_: one word per value, as a report holds millions of them
+    uint64_t u64_ = 0;
+    int64_t i64_;
+    double f64_;
+  };
+  std::string text_;  // string value
   std::vector<JsonValue> array_;
   std::vector<std::pair<std::string, JsonValue>> object_;
 };
 
-// Parses one JSON document (RFC 8259; surrounding whitespace allowed, nothing after it). On failure
-// returns false with a one-line message naming line and column; never throws or crashes.
+// Parses one JSON document (RFC 8259; surrounding whitespace allowed, nothing after it). Bytes in
+// strings that are not UTF-8 read as U+FFFD. On failure returns false with a one-line message
+// naming line and column; never throws or crashes.
 bool parse_json(const std::string& bytes, JsonValue* out, std::string* error);
 
 }  // namespace gpushim::analysis

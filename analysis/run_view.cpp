@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -22,6 +23,7 @@
 #include "report/growth_verdict.h"
 #include "stacks/site_identity.h"
 #include "trace/trace_format.h"
+#include "util/json_string.h"
 #include "util/units.h"
 
 namespace gpushim::analysis {
@@ -459,6 +461,25 @@ bool load_run(const std::string& path, RunView* out, std::string* error) {
     return false;
   }
   return run_from_report(r, path, out);
+}
+
+void append_run_header_json(std::string* j, const RunView& run) {
+  const ReportData& m = run.meta;
+  *j += "{\"source\":";
+  append_json_string(j, run.source);
+  *j += ",\"path\":";
+  append_json_string(j, run.path);
+  *j += ",\"pid\":" + std::to_string(m.pid) + ",\"exe\":";
+  append_json_string(j, m.exe);
+  *j += ",\"rank\":";
+  append_json_string(j, m.rank);
+  *j += ",\"policy\":";
+  append_json_string(j, m.policy);
+  *j += ",\"reason\":";
+  append_json_string(j, m.reason);
+  char duration[40];
+  std::snprintf(duration, sizeof(duration), "%.17g", m.duration_s);
+  *j += std::string(",\"duration_s\":") + duration;
 }
 
 }  // namespace gpushim::analysis

@@ -58,6 +58,11 @@ bool load_run(const std::string& path, RunView* out, std::string* error);
 bool run_from_report(const ReportFile& report, const std::string& path, RunView* out);
 void run_from_trace(const TraceData& trace, const std::string& path, RunView* out);
 
+// The head of every JSON document gpushim-analyze writes about one run, the run's identity with
+// its fields always in this order: {"source", "path", "pid", "exe", "rank", "policy", "reason",
+// "duration_s" (exact, %.17g). Appends it to `j` without the closing brace.
+void append_run_header_json(std::string* j, const RunView& run);
+
 // Allocated/reserved per device after every event of a trace, oldest first; with max_points
 // non-zero, thinned per device to about that many points, keeping each stretch's highest value.
 std::vector<TimelineSample> trace_timeline(const TraceData& trace, size_t max_points_per_device);

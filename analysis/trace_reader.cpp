@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <zlib.h>
+
 namespace gpushim::analysis {
 
 using trace::ByteReader;
@@ -257,6 +259,12 @@ const trace::DeviceInfo* TraceData::device(int ordinal) const {
   return nullptr;
 }
 
+bool chunk_crc_ok(const uint8_t* header, const uint8_t* payload, uint32_t length, uint32_t crc) {
+  uLong c = ::crc32(0L, header, trace::kChunkCrcCovered);
+  c = ::crc32(c, payload, length);
+  return c == crc;
+}
+
 bool looks_like_trace(const std::string& bytes) {
   return bytes.size() >= sizeof(trace::kFileMagic) &&
          std::memcmp(bytes.data(), trace::kFileMagic, sizeof(trace::kFileMagic)) == 0;
@@ -293,7 +301,7 @@ bool parse_trace(const std::string& bytes, TraceData* out, std::string* error) {
       break;
     }
     const uint8_t* payload = data + pos + trace::kChunkHeaderSize;
-    if (!trace::chunk_crc_ok(data + pos, payload, ch.length, ch.crc)) {
+    if (!chunk_crc_ok(data + pos, payload, ch.length, ch.crc)) {
       stop("checksum mismatch");
       break;
     }

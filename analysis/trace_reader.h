@@ -69,4 +69,9 @@ bool parse_trace(const std::string& bytes, TraceData* out, std::string* error);
 // True if `bytes` starts like a trace (for telling traces from reports).
 bool looks_like_trace(const std::string& bytes);
 
+// True if `crc` matches the chunk's header bytes (minus the CRC field) and its payload. Computed
+// with zlib's crc32 (sliced, several times the writer's byte-at-a-time table on the large traces
+// this reads), so every chunk the shim writes is also checked against a second implementation.
+bool chunk_crc_ok(const uint8_t* header, const uint8_t* payload, uint32_t length, uint32_t crc);
+
 }  // namespace gpushim::analysis

@@ -3,24 +3,10 @@
 #include <charconv>
 #include <cmath>
 
+#include "util/utf8.h"
+
 namespace gpushim {
 namespace {
-
-// Length of the well-formed UTF-8 sequence at p, or 0 (no overlongs, surrogates or values past
-// U+10FFFF). The format requires UTF-8; host and program names are raw bytes.
-size_t utf8_len(const unsigned char* p, size_t n) {
-  const unsigned char c = p[0];
-  if (c < 0x80) return 1;
-  size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-  if (len == 0 || len > n) return 0;
-  for (size_t i = 1; i < len; ++i)
-    if ((p[i] & 0xC0) != 0x80) return 0;
-  if (c == 0xE0 && p[1] < 0xA0) return 0;
-  if (c == 0xED && p[1] > 0x9F) return 0;
-  if (c == 0xF0 && p[1] < 0x90) return 0;
-  if (c == 0xF4 && p[1] > 0x8F) return 0;
-  return len;
-}
 
 // A label value: backslash, double quote and newline escaped as the format says; bytes that are
 // not UTF-8 become U+FFFD so that a strict parser never rejects the whole file.
@@ -34,7 +20,7 @@ void append_label_value(std::string& out, const std::string& v) {
       ++i;
       continue;
     }
-    const size_t len = utf8_len(p + i, v.size() - i);
+    const size_t len = utf8_sequence_length(p + i, v.size() - i);
     if (len == 0) {
       out += "\xEF\xBF\xBD";
       ++i;

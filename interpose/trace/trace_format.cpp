@@ -21,9 +21,6 @@ uint32_t read_u32le(const uint8_t* p) {
          static_cast<uint32_t>(p[3]) << 24;
 }
 
-// Header bytes covered by the CRC: everything before the CRC field.
-constexpr size_t kCrcCovered = 12;
-
 }  // namespace
 
 uint32_t crc32(const void* data, size_t n, uint32_t crc) {
@@ -39,7 +36,7 @@ void append_chunk(std::string* out, ChunkType type, std::string_view payload) {
   put_u8(out, static_cast<uint8_t>(type));
   out->append(3, '\0');
   put_u32le(out, static_cast<uint32_t>(payload.size()));
-  uint32_t crc = crc32(out->data() + at, kCrcCovered);
+  uint32_t crc = crc32(out->data() + at, kChunkCrcCovered);
   crc = crc32(payload.data(), payload.size(), crc);
   put_u32le(out, crc);
   out->append(payload.data(), payload.size());
@@ -52,10 +49,6 @@ bool parse_chunk_header(const uint8_t* p, ChunkHeader* out) {
   out->length = read_u32le(p + 8);
   out->crc = read_u32le(p + 12);
   return out->length <= kMaxChunkPayload;
-}
-
-bool chunk_crc_ok(const uint8_t* header, const uint8_t* payload, uint32_t length, uint32_t crc) {
-  return crc32(payload, length, crc32(header, kCrcCovered)) == crc;
 }
 
 }  // namespace gpushim::trace

@@ -157,7 +157,13 @@ class ByteReader {
 };
 
 // CRC-32 (IEEE 802.3, the zlib polynomial), so `python3 -c 'zlib.crc32(...)'` checks a chunk too.
+// The writer's own, not zlib's: it runs inside the host process, and linking zlib would put one more
+// DSO (libz.so.1) into every process the shim is preloaded into, CUDA or not, for 20 lines of table.
+// The reader (analysis/trace_reader.cpp) checks chunks with zlib's crc32, an independent
+// implementation of the same polynomial.
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
+// Header bytes covered by the CRC: everything before the CRC field.
+inline constexpr size_t kChunkCrcCovered = 12;
 
 // Builds the 16-byte header for `payload` of `type` and appends header + payload to `out`.
 void append_chunk(std::string* out, ChunkType type, std::string_view payload);
@@ -170,7 +176,5 @@ struct ChunkHeader {
   uint32_t crc;
 };
 bool parse_chunk_header(const uint8_t* p, ChunkHeader* out);
-// True if `crc` matches the header bytes (minus the CRC field) and the payload.
-bool chunk_crc_ok(const uint8_t* header, const uint8_t* payload, uint32_t length, uint32_t crc);
 
 }  // namespace gpushim::trace

@@ -2,30 +2,9 @@
 
 #include <cstddef>
 
+#include "util/utf8.h"
+
 namespace gpushim {
-namespace {
-
-// Length of the well-formed UTF-8 sequence at p, or 0 if the byte there does not start one.
-size_t utf8_len(const unsigned char* p, size_t n) {
-  const unsigned char c = p[0];
-  auto cont = [&](size_t i) { return i < n && (p[i] & 0xC0) == 0x80; };
-  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
-  if (c >= 0xE0 && c <= 0xEF) {
-    if (!cont(1) || !cont(2)) return 0;
-    if (c == 0xE0 && p[1] < 0xA0) return 0;  // overlong
-    if (c == 0xED && p[1] > 0x9F) return 0;  // UTF-16 surrogate
-    return 3;
-  }
-  if (c >= 0xF0 && c <= 0xF4) {
-    if (!cont(1) || !cont(2) || !cont(3)) return 0;
-    if (c == 0xF0 && p[1] < 0x90) return 0;  // overlong
-    if (c == 0xF4 && p[1] > 0x8F) return 0;  // above U+10FFFF
-    return 4;
-  }
-  return 0;
-}
-
-}  // namespace
 
 void append_json_string(std::string* out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -55,7 +34,7 @@ void append_json_string(std::string* out, std::string_view s) {
       ++i;
       continue;
     }
-    const size_t len = utf8_len(p + i, n - i);
+    const size_t len = utf8_sequence_length(p + i, n - i);
     if (len == 0) {
       *out += "\\ufffd";
       ++i;

@@ -59,6 +59,15 @@ TEST(Json, DeepNestingIsRefusedNotFatal) {
   EXPECT_NE(err.find("deep"), std::string::npos) << err;
 }
 
+TEST(Json, BytesThatAreNotUtf8ReadAsReplacementCharacters) {
+  JsonValue v;
+  std::string err;
+  ASSERT_TRUE(parse_json("{\"exe\": \"/t\xff\xc3\xa9x\xc3\"}", &v, &err)) << err;
+  EXPECT_EQ(v.get("exe")->str(), "/t\xef\xbf\xbd\xc3\xa9x\xef\xbf\xbd");
+  EXPECT_FALSE(parse_json("[1, \xff]", &v, &err));  // outside a string it is still not JSON
+  EXPECT_NE(err.find("line 1"), std::string::npos) << err;
+}
+
 TEST(Json, WriterEscapesAndReplacesInvalidUtf8) {
   std::string out;
   append_json_string(&out, std::string("a\"\n\x01\xff\xc3\xa9", 7));

@@ -139,6 +139,10 @@ class CachingPool final : public DeviceMemoryResource {
   // neighbours, then inserted. With `all_idle` (after a synchronization) every free block is
   // idle too: the free sets are emptied into the same pass, so each run becomes one block.
   void release_batch(std::vector<Block*>& blocks, bool all_idle);
+  // Free blocks freed on a stream that coalesce() left apart from a free neighbour: those whose
+  // stream has finished with them (asked without waiting, one event per stream) are merged.
+  // True if any was.
+  bool settle_unmerged();
   bool collect_idle();        // non-blocking: releases blocks whose fence has completed
   bool sync_and_release();    // false if a capture forbids it
   // Stops once less than `keep` bytes are reserved (0: frees every empty segment).
@@ -171,6 +175,7 @@ class CachingPool final : public DeviceMemoryResource {
   uint64_t reserved_ = 0, peak_reserved_ = 0, allocated_bytes_ = 0;
   uint64_t segment_allocs_ = 0, segment_frees_ = 0, retries_ = 0, ooms_ = 0;
   uint64_t segment_grows_ = 0;  // segments grown in place (grow_in_place_unit)
+  bool unmerged_ = false;  // coalesce() may have left blocks apart that settle_unmerged would merge
 };
 
 }  // namespace gpushim

@@ -51,6 +51,11 @@ CachingPool::Block* CachingPool::new_block() {
 
 void CachingPool::recycle(Block* b) {
   --blocks_;
+  b->state = State::kSpare;  // apart_ may still name it
+  if (b->listed_apart) {
+    spare_blocks_.push_back(b);
+    return;
+  }
   // Bounded so that a burst of splits does not pin memory forever, but by the most blocks the
   // pool ever had, not a constant: a settle merges a whole quarantine (thousands of splits) back
   // at once, and the same number of splits follows; below that, half of them would go to malloc.
@@ -309,6 +314,8 @@ CachingPool::Block* CachingPool::coalesce(Block* b) {
     if (n == nullptr || n->state != State::kFree) return false;
     if (ReuseRules<Block>::mergeable(n, b)) return true;
     unmerged_ = true;
+    note_apart(n);
+    note_apart(b);
     return false;
   };
   FreeSet& set = free_set(b->segment->small);
@@ -383,7 +390,35 @@ void CachingPool::deallocate_locked(Block* b, CUstream stream, bool stream_order
   if (rules_.retire(b, stream, stream_ordered)) {
     b->state = State::kFree;
     insert_free(coalesce(b));
+    if (!apart_.empty() && ++frees_since_settle_ >= kSettleBatch) settle_apart();
   }
+}
+
+void CachingPool::note_apart(Block* b) {
+  if (b->stream == nullptr || b->listed_apart) return;
+  b->listed_apart = true;
+  apart_.push_back(b);
+}
+
+bool CachingPool::settle_apart() {
+  frees_since_settle_ = 0;
+  std::vector<Block*> asked;
+  for (Block* b : apart_) {
+    b->listed_apart = false;
+    if (b->state != State::kFree || b->stream == nullptr) continue;
+    const bool apart = (b->prev && b->prev->state == State::kFree && !ReuseRules<Block>::mergeable(b->prev, b)) ||
+                       (b->next && b->next->state == State::kFree && !ReuseRules<Block>::mergeable(b, b->next));
+    if (apart) asked.push_back(b);
+  }
+  apart_.clear();
+  std::vector<Block*> idle = asked;
+  rules_.settle(idle);
+  for (Block* b : asked) note_apart(b);  // still in use (the idle ones are ready for anyone now)
+  if (idle.empty()) return false;
+  for (Block* b : idle) erase_free(free_set(b->segment->small), b);
+  for (Block* b : idle) b->state = State::kWaiting;
+  release_batch(idle, false);
+  return true;
 }
 
 void CachingPool::release_batch(std::vector<Block*>& blocks, bool all_idle) {
@@ -403,6 +438,8 @@ void CachingPool::release_batch(std::vector<Block*>& blocks, bool all_idle) {
     for (Block* b : blocks)
       if (b->stream != nullptr || b->event != nullptr) rules_.clear(b);
     unmerged_ = false;  // every run of free blocks becomes one
+    for (Block* b : apart_) b->listed_apart = false;
+    apart_.clear();
   }
   for (Block* b : blocks) {
     if (b->state != State::kReleasing) continue;  // already part of an earlier run

@@ -256,6 +256,29 @@ TEST(CachingPool, StreamOrderedFreesAskNothingAndMergeInOneBatchBeforeThePoolGro
   EXPECT_EQ(p.sim.counters().synchronizes, 0u);
 }
 
+TEST(CachingPool, BlocksLeftApartAreSettledOncePerBatchOfFrees) {
+  // A block freed on its stream, next to the untouched rest of its segment, reused and freed there
+  // over and over: no event at each free, but every 64 frees one event and one query, after which
+  // it has merged with the rest (best fit then sees the segment whole, as it would if the block
+  // had merged at its free).
+  Pool p;
+  void* a = nullptr;
+  for (int i = 0; i < 63; ++i) {
+    a = p.alloc(3 * MiB, stream(0x100), true);
+    p.pool.deallocate(a, stream(0x100), true);
+  }
+  EXPECT_EQ(p.sim.counters().events_recorded, 0u);
+  EXPECT_EQ(p.sim.counters().event_queries, 0u);
+  void* b = p.alloc(3 * MiB, stream(0x100), true);
+  EXPECT_EQ(b, a);
+  p.pool.deallocate(b, stream(0x100), true);
+  EXPECT_EQ(p.sim.counters().events_recorded, 1u);
+  EXPECT_EQ(p.sim.counters().event_queries, 1u);
+  EXPECT_EQ(p.alloc(20 * MiB, stream(0x200), true), a) << "merged with the rest";
+  EXPECT_EQ(p.sim.counters().events_recorded, 1u);
+  EXPECT_EQ(p.fig().reserved_bytes, 20 * MiB);
+}
+
 TEST(CachingPool, AFreeStillInUseStaysApartAndTheRestServesOtherStreams) {
   // While the device still works on a block freed on 0x100, the free rest of its segment stays
   // ready for anyone (merging it under 0x100's terms would hold it from every other stream),

@@ -147,7 +147,7 @@ class ReuseRules {
   // mergeable(), after asking (without waiting) whether a tagged one is idle by now: a block freed
   // on a stream next to one ready for anyone merges once its stream has finished with it. Each
   // ask may record an event: a pool on the allocation path merges with mergeable() alone and
-  // settles the rest in a batch before it grows (settle).
+  // settles the rest in batches (settle).
   bool mergeable_now(Block* a, Block* b) {
     if (mergeable(a, b)) return true;
     if (a->stream != nullptr && !idle(a)) return false;

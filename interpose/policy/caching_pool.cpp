@@ -51,6 +51,11 @@ CachingPool::Block* CachingPool::new_block() {
 
 void CachingPool::recycle(Block* b) {
   --blocks_;
+  b->state = State::kSpare;  // apart_ may still name it
+  if (b->listed_apart) {
+    spare_blocks_.push_back(b);
+    return;
+  }
   // Bounded so that a burst of splits does not pin memory forever, but by the most blocks the
   // pool ever had, not a constant: a settle merges a whole quarantine (thousands of splits) back
   // at once, and the same number of splits follows; below that, half of them would go to malloc.
@@ -102,6 +107,9 @@ CUresult CachingPool::allocate_locked(const AllocRequest& req, Block** out) {
   while (b == nullptr && rules_.waiting_bytes() >= size &&
          rules_.wait_oldest([&](std::vector<Block*>& blocks) { release_batch(blocks, false); }))
     b = find_free(size, small, req);
+  // Blocks freed on a stream next to free blocks they could not merge with at the free: merged
+  // now if their stream has finished with them, before anything grows.
+  if (b == nullptr && settle_unmerged()) b = find_free(size, small, req);
   CUresult err = CUDA_SUCCESS;
   if (b == nullptr && opt_.release_empty_before_growth) {
     free_empty_segments();
@@ -297,7 +305,20 @@ void CachingPool::insert_free(Block* b) {
 }
 
 CachingPool::Block* CachingPool::coalesce(Block* b) {
-  auto compatible = [&](Block* n) { return n != nullptr && n->state == State::kFree && rules_.mergeable_now(n, b); };
+  // Without a driver call: a block just freed on a stream next to one ready for anyone (or freed
+  // on another stream) stays apart, listed, until settle_apart (every kSettleBatch frees) or
+  // settle_unmerged (before the pool grows). Asking there, in a batch, costs one event per stream;
+  // asking here cost an event and a query on every
+  // cudaFreeAsync that carved from a larger block (issue 30: the stream-ordered pair went from
+  // 90 to 470 ns).
+  auto compatible = [&](Block* n) {
+    if (n == nullptr || n->state != State::kFree) return false;
+    if (ReuseRules<Block>::mergeable(n, b)) return true;
+    unmerged_ = true;
+    note_apart(n);
+    note_apart(b);
+    return false;
+  };
   FreeSet& set = free_set(b->segment->small);
   if (compatible(b->prev)) {
     Block* p = b->prev;
@@ -370,7 +391,35 @@ void CachingPool::deallocate_locked(Block* b, CUstream stream, bool stream_order
   if (rules_.retire(b, stream, stream_ordered)) {
     b->state = State::kFree;
     insert_free(coalesce(b));
+    if (!apart_.empty() && ++frees_since_settle_ >= kSettleBatch) settle_apart();
   }
+}
+
+void CachingPool::note_apart(Block* b) {
+  if (b->stream == nullptr || b->listed_apart) return;
+  b->listed_apart = true;
+  apart_.push_back(b);
+}
+
+bool CachingPool::settle_apart() {
+  frees_since_settle_ = 0;
+  std::vector<Block*> asked;
+  for (Block* b : apart_) {
+    b->listed_apart = false;
+    if (b->state != State::kFree || b->stream == nullptr) continue;
+    const bool apart = (b->prev && b->prev->state == State::kFree && !ReuseRules<Block>::mergeable(b->prev, b)) ||
+                       (b->next && b->next->state == State::kFree && !ReuseRules<Block>::mergeable(b, b->next));
+    if (apart) asked.push_back(b);
+  }
+  apart_.clear();
+  std::vector<Block*> idle = asked;
+  rules_.settle(idle);
+  for (Block* b : asked) note_apart(b);  // still in use (the idle ones are ready for anyone now)
+  if (idle.empty()) return false;
+  for (Block* b : idle) erase_free(free_set(b->segment->small), b);
+  for (Block* b : idle) b->state = State::kWaiting;
+  release_batch(idle, false);
+  return true;
 }
 
 void CachingPool::release_batch(std::vector<Block*>& blocks, bool all_idle) {
@@ -389,6 +438,9 @@ void CachingPool::release_batch(std::vector<Block*>& blocks, bool all_idle) {
     }
     for (Block* b : blocks)
       if (b->stream != nullptr || b->event != nullptr) rules_.clear(b);
+    unmerged_ = false;  // every run of free blocks becomes one
+    for (Block* b : apart_) b->listed_apart = false;
+    apart_.clear();
   }
   for (Block* b : blocks) {
     if (b->state != State::kReleasing) continue;  // already part of an earlier run
@@ -407,6 +459,27 @@ void CachingPool::release_batch(std::vector<Block*>& blocks, bool all_idle) {
   }
   for (Block* b : blocks)
     if (b->state == State::kMerged) recycle(b);
+}
+
+bool CachingPool::settle_unmerged() {
+  if (!unmerged_) return false;
+  unmerged_ = false;
+  std::vector<Block*> tagged;
+  auto apart = [](const Block* x, const Block* y) {
+    return x != nullptr && y != nullptr && x->state == State::kFree && y->state == State::kFree &&
+           !ReuseRules<Block>::mergeable(x, y);
+  };
+  for (FreeSet* set : {&small_free_, &large_free_})
+    for (Block* b : *set)
+      if (b->stream != nullptr && (apart(b->prev, b) || apart(b, b->next))) tagged.push_back(b);
+  const size_t asked = tagged.size();
+  rules_.settle(tagged);  // keeps those now ready for anyone
+  if (tagged.size() < asked) unmerged_ = true;  // the rest are asked again before the next growth
+  if (tagged.empty()) return false;
+  for (Block* b : tagged) erase_free(free_set(b->segment->small), b);
+  for (Block* b : tagged) b->state = State::kWaiting;  // as the reuse rules hand blocks back
+  release_batch(tagged, false);
+  return true;
 }
 
 bool CachingPool::collect_idle() {
@@ -542,7 +615,7 @@ void CachingPool::release_cached() {
   // Whatever is idle already goes back without waiting; the sync (which a caller may refuse, see
   // VmmPool::reclaim_segments) then makes the rest idle.
   collect_idle();
-  sync_and_release();
+  if (!sync_and_release()) settle_unmerged();
   free_empty_segments();
 }
 
@@ -551,7 +624,7 @@ void CachingPool::trim_to(uint64_t keep) {
   if (keep != 0 && reserved_ < keep) return;
   // Freed blocks are known idle only after a synchronization (none during a capture). Callers
   // trim right after synchronizing (PyTorch's empty_cache), so this one costs them nothing.
-  sync_and_release();
+  if (!sync_and_release()) settle_unmerged();
   free_empty_segments(keep);
 }
 

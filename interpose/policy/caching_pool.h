@@ -74,7 +74,8 @@ class CachingPool final : public DeviceMemoryResource {
  private:
   // kWaiting: freed, held by the reuse rules until its fence completes; kReleasing: just released
   // by them (or by a synchronization), about to be merged with its neighbours in one pass.
-  enum class State : uint8_t { kAllocated, kFree, kWaiting, kReleasing, kMerged };
+  // kSpare: recycled (apart_ may still name it).
+  enum class State : uint8_t { kAllocated, kFree, kWaiting, kReleasing, kMerged, kSpare };
   struct Segment;
   struct Block {
     uintptr_t addr = 0;
@@ -83,6 +84,7 @@ class CachingPool final : public DeviceMemoryResource {
     Block* prev = nullptr;  // address-order neighbours inside the segment
     Block* next = nullptr;
     State state = State::kFree;
+    bool listed_apart = false;   // in apart_ (never deleted while so; recycled: kSpare)
     CUstream stream = nullptr;   // for stream-ordered frees: the stream it was freed on
     ReuseEvent* event = nullptr; // completes when work before that free is done; recorded lazily
     BlockPayload payload;       // the caller's, while allocated through allocate_with
@@ -139,6 +141,15 @@ class CachingPool final : public DeviceMemoryResource {
   // neighbours, then inserted. With `all_idle` (after a synchronization) every free block is
   // idle too: the free sets are emptied into the same pass, so each run becomes one block.
   void release_batch(std::vector<Block*>& blocks, bool all_idle);
+  // Free blocks freed on a stream that coalesce() left apart from a free neighbour: those whose
+  // stream has finished with them (asked without waiting, one event per stream) are merged.
+  // True if any was.
+  bool settle_unmerged();
+  // The same for the blocks listed in apart_ only, every kSettleBatch stream-ordered frees while
+  // any is listed: merging keeps pace with the frees at one event per stream per batch, so best
+  // fit sees merged blocks much as it did when they merged at the free.
+  bool settle_apart();
+  void note_apart(Block* b);
   bool collect_idle();        // non-blocking: releases blocks whose fence has completed
   bool sync_and_release();    // false if a capture forbids it
   // Stops once less than `keep` bytes are reserved (0: frees every empty segment).
@@ -171,6 +182,10 @@ class CachingPool final : public DeviceMemoryResource {
   uint64_t reserved_ = 0, peak_reserved_ = 0, allocated_bytes_ = 0;
   uint64_t segment_allocs_ = 0, segment_frees_ = 0, retries_ = 0, ooms_ = 0;
   uint64_t segment_grows_ = 0;  // segments grown in place (grow_in_place_unit)
+  bool unmerged_ = false;  // coalesce() may have left blocks apart that settle_unmerged would merge
+  std::vector<Block*> apart_;  // tagged free blocks coalesce() left apart (may have changed since)
+  static constexpr uint32_t kSettleBatch = 64;
+  uint32_t frees_since_settle_ = 0;
 };
 
 }  // namespace gpushim

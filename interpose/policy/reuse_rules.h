@@ -145,12 +145,64 @@ class ReuseRules {
     return a->stream && b->stream && same_stream(a->stream, b->stream);
   }
   // mergeable(), after asking (without waiting) whether a tagged one is idle by now: a block freed
-  // on a stream next to one ready for anyone merges once its stream has finished with it.
+  // on a stream next to one ready for anyone merges once its stream has finished with it. Each
+  // ask may record an event: a pool on the allocation path merges with mergeable() alone and
+  // settles the rest in batches (settle).
   bool mergeable_now(Block* a, Block* b) {
     if (mergeable(a, b)) return true;
     if (a->stream != nullptr && !idle(a)) return false;
     if (b->stream != nullptr && !idle(b)) return false;
     return mergeable(a, b);
+  }
+  // Asks, without waiting, which of the free `blocks` are idle by now, as idle() would, but with
+  // one event per stream (shared by that stream's blocks that have none: recorded now, it waits
+  // for at least the work before each of their frees) and one query per event. The idle ones
+  // become ready for anyone and stay in `blocks`; the rest are removed from it.
+  void settle(std::vector<Block*>& blocks) {
+    if (backend_.capture_active()) {
+      blocks.clear();
+      return;
+    }
+    std::vector<std::pair<CUstream, ReuseEvent*>> recorded;
+    for (Block* b : blocks) {
+      // An event may be recorded now (by any thread) on a created stream or the legacy one.
+      if (b->event != nullptr || !(b->stream == CU_STREAM_LEGACY || names_created_stream(b->stream))) continue;
+      auto it = std::find_if(recorded.begin(), recorded.end(), [&](const auto& r) { return r.first == b->stream; });
+      if (it == recorded.end()) {
+        const uint64_t e = backend_.record_event(b->stream);
+        recorded.emplace_back(b->stream, e == 0 ? nullptr : new ReuseEvent{e, 0});
+        it = std::prev(recorded.end());
+      }
+      if (it->second != nullptr) {
+        b->event = it->second;
+        ++b->event->refs;
+      }
+    }
+    // Answers are kept by event until every block was asked: clearing frees events, and a new
+    // one could take a freed one's address.
+    std::vector<std::pair<ReuseEvent*, bool>> answers;
+    std::vector<bool> done(blocks.size(), false);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      Block* b = blocks[i];
+      if (b->stream == nullptr) {
+        done[i] = true;
+        continue;
+      }
+      if (b->event == nullptr) continue;  // the mark without an event: a synchronization releases it
+      auto it = std::find_if(answers.begin(), answers.end(), [&](const auto& a) { return a.first == b->event; });
+      if (it == answers.end()) {
+        answers.emplace_back(b->event, backend_.event_done(b->event->handle));
+        it = std::prev(answers.end());
+      }
+      done[i] = it->second;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (!done[i]) continue;
+      clear(blocks[i]);
+      blocks[kept++] = blocks[i];
+    }
+    blocks.resize(kept);
   }
   // `gone` is being merged into `keep` (mergeable): the merged block waits for the later of the
   // two frees, which neither event may stand for, so both are dropped (recorded again on need).

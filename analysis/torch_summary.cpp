@@ -7,6 +7,7 @@
 
 #include "accounting/allocation_tracker.h"
 #include "accounting/torch_stats.h"
+#include "replay.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -211,6 +212,7 @@ class DeviceTally {
   }
 
   TorchDeviceStats stats(int device) const { return from_figures(device, stats_.snapshot()); }
+  void set_max_split(uint64_t bytes) { stats_.set_max_split(bytes); }
 
  private:
   std::pair<uint64_t, Segment*> containing(uint64_t addr, uint64_t size) {
@@ -263,8 +265,22 @@ TorchDeviceStats from_report(const RunView& run, const DeviceReport& d) {
   return s;
 }
 
+// The pool's max_split (what "oversize" counts), as the run's settings gave it to the caching
+// pool: the one pool that has it (DeviceMemoryResource::max_split), not wrapped by the own-segment
+// resource, which does not pass it on.
+uint64_t recorded_max_split(const TraceData& t) {
+  Config config;
+  std::vector<std::string> notes;
+  std::string error;
+  if (t.header.policy != "caching" || !recorded_config(t, {}, &config, &notes, &error) || config.own_segment_min != 0)
+    return UINT64_MAX;
+  return config.max_split;
+}
+
 std::vector<TorchDeviceStats> from_trace(const RunView& run, const TraceData& t) {
   std::map<int, DeviceTally> tallies;
+  const uint64_t max_split = recorded_max_split(t);
+  for (const DeviceReport& d : run.meta.devices) tallies[d.device].set_max_split(max_split);
   std::map<int, uint64_t> ooms;
   for (const TraceEvent& e : t.events) {
     const bool device_memory = (e.flags & trace::kFlagKindMask) == static_cast<uint8_t>(MemoryKind::kDevice);

@@ -34,8 +34,8 @@ struct TorchStat {
 //   passthrough  every allocation is CUDA's own: a segment of its own, wholly in use, so reserved
 //                equals allocated, segments equal allocations, non-releasable is zero.
 // Any policy: allocations a pool forwards to CUDA count with a segment of their own; "Active"
-// equals "Allocated"; oversize rows are zero, even with GPUSHIM_MAX_SPLIT (which PyTorch's
-// max_split_size would count there). With GPUSHIM_OWN_SEGMENT_MIN a report has no non-releasable
+// equals "Allocated"; oversize rows count blocks and segments of at least GPUSHIM_MAX_SPLIT
+// under caching (PyTorch's max_split_size), zero otherwise. With GPUSHIM_OWN_SEGMENT_MIN a report has no non-releasable
 // figures (the own-segment resource does not place its blocks).
 // A report's table equals its run's trace's, except "cudaMalloc retries", which only the report
 // keeps, and, under passthrough with several threads allocating at once, peaks that may differ by

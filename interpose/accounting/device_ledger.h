@@ -55,6 +55,7 @@ class DeviceLedger {
     keeps_records_ = pool != nullptr && pool->holds_payloads();
     // Non-releasable memory is known only from a pool that says where its blocks lie.
     if (pool != nullptr && !pool->places_blocks()) torch_.split_unknown();
+    if (pool != nullptr) torch_.set_max_split(pool->max_split());
   }
   bool pool_keeps_records() const { return keeps_records_; }
 

@@ -19,8 +19,9 @@
 //                                 where the pool tells each block's place in its segment
 //                                 (DeviceMemoryResource::places_blocks: the caching pool);
 //                                 under passthrough always zero (every segment is one block).
-//   oversize_*                    blocks and segments above max_split_size: always zero, as in
-//                                 PyTorch's default (GPUSHIM_MAX_SPLIT is not counted here).
+//   oversize_*                    blocks and segments of at least max_split_size: the caching
+//                                 pool's GPUSHIM_MAX_SPLIT (DeviceMemoryResource::max_split);
+//                                 zero without it, as in PyTorch's default.
 // The vmm policy's arena does not place its blocks: its report has no inactive_split figures
 // (a trace has them, from the mapped runs and the blocks inside). Placing them in the core would
 // need an ordered index of live blocks, a node allocation on every allocation.
@@ -85,7 +86,7 @@ struct Values {
 // kept (see above); otherwise they are zero and mean nothing.
 struct Figures {
   Values stat[kMetrics][kPools];
-  Values oversize_allocations, oversize_segments;  // always zero: no max_split_size
+  Values oversize_allocations, oversize_segments;
   bool split_known = true;
 };
 
@@ -171,6 +172,7 @@ class DeviceStats {
     add<S>(kAllocatedBytes, pool, sign * static_cast<int64_t>(size));
     add<S>(kRequestedBytes, pool, sign * static_cast<int64_t>(requested));
     add<S>(kAllocation, pool, sign);
+    if (size >= max_split_) oversize_allocations_.add<S>(sign);
   }
   // A forwarded allocation (CUDA's own memory): a block in a segment of its own, wholly in use.
   template <Sync S>
@@ -179,6 +181,7 @@ class DeviceStats {
     const Pool pool = block_pool(size);
     add<S>(kReservedBytes, pool, sign * static_cast<int64_t>(size));
     add<S>(kSegment, pool, sign);
+    if (size >= max_split_) oversize_segments_.add<S>(sign);
   }
   // A pool's segment taken from (+1) or given back to (-1) the driver.
   template <Sync S>
@@ -186,6 +189,7 @@ class DeviceStats {
     const Pool pool = segment_pool(size);
     add<S>(kReservedBytes, pool, sign * static_cast<int64_t>(size));
     add<S>(kSegment, pool, sign);
+    if (size >= max_split_) oversize_segments_.add<S>(sign);
   }
   // Mapped bytes (vmm), with the change in the number of runs of adjacent mappings (MappedRuns).
   template <Sync S>
@@ -199,6 +203,8 @@ class DeviceStats {
     add<S>(kInactiveSplitBytes, pool, c.bytes);
     add<S>(kInactiveSplit, pool, c.pieces);
   }
+  // Blocks and segments at least this large are oversize (set up before the first block).
+  void set_max_split(uint64_t bytes) { max_split_ = bytes; }
   // A block came without its place: the inactive_split figures are no longer known.
   void split_unknown() { split_known_.store(false, std::memory_order_relaxed); }
 
@@ -223,6 +229,8 @@ class DeviceStats {
         f.stat[kReservedBytes][p] = f.stat[kAllocatedBytes][p];
       }
     }
+    f.oversize_allocations = oversize_allocations_.values();
+    f.oversize_segments = oversize_segments_.values();
     f.split_known = split_known_.load(std::memory_order_relaxed);
     return f;
   }
@@ -236,6 +244,8 @@ class DeviceStats {
   }
   Stat stat_[kMetrics][kPools];  // [kAll] unused: the sum of the others
   std::atomic<uint64_t> all_peak_[kMetrics] = {};
+  Stat oversize_allocations_, oversize_segments_;
+  uint64_t max_split_ = UINT64_MAX;
   std::atomic<bool> split_known_{true};
 };
 

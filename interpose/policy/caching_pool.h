@@ -62,6 +62,7 @@ class CachingPool final : public DeviceMemoryResource {
   const char* ipc_export_refusal(const void* block, uint64_t size) const override;
   bool holds_payloads() const override { return true; }
   bool places_blocks() const override { return true; }
+  uint64_t max_split() const override { return opt_.max_split; }
   CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override;
   CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) override;
   bool find_payload(const void* p, BlockPayload* out) const override;

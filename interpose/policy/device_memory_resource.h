@@ -92,6 +92,9 @@ class DeviceMemoryResource {
   // the segments being those the resource takes from its Backend with segment_alloc: what the
   // "non-releasable" figures of torch_stats.h are kept from.
   virtual bool places_blocks() const { return false; }
+  // Free blocks at least this large are never split for smaller requests (GPUSHIM_MAX_SPLIT, as
+  // PyTorch's max_split_size): what its "oversize" figures count. UINT64_MAX: none.
+  virtual uint64_t max_split() const { return UINT64_MAX; }
   // allocate() that also calls hooks.on_allocated under the lock. CUDA_ERROR_NOT_SUPPORTED (nothing
   // happened): this request's block could carry no payload; allocate() serves it, and the caller
   // keeps its record itself.

@@ -217,6 +217,15 @@ class TorchTableOfReportAndTrace(ShimTestCase):
         self.check("caching", [program("e2e_cap_and_oom"), "48", "100", "20", "2"],
                    env={"FAKECUDA_MEM": "1GiB", "GPUSHIM_LIMIT": "300MiB"})
 
+    def test_caching_with_max_split_counts_oversize_blocks(self):
+        recorded, trace = traced([program("e2e_train_loop"), "8"],
+                                 env={"GPUSHIM_POLICY": "caching", "GPUSHIM_MAX_SPLIT": "4MiB"})
+        r = torch_table(analyze("summary", "--format", "torch", recorded.report_path).stdout)
+        t = torch_table(analyze("summary", "--format", "torch", trace).stdout)
+        self.assertEqual(r, t)
+        self.assertGreater(r["Oversize allocations"][2], 0)  # the 16 MiB model blocks at least
+        self.assertGreater(r["Oversize GPU segments"][2], 0)
+
     def test_caching_with_threads(self):
         # Exact under concurrency too: the trace numbers pool operations in the pool's lock order,
         # the order the core's figures move in.

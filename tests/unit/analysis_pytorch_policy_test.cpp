@@ -9,12 +9,11 @@
 #include "policy/sim_backend.h"
 #include "pytorch_policy.h"
 #include "replay.h"
+#include "test_sizes.h"
 
 namespace gpushim::analysis {
 namespace {
 
-constexpr uint64_t kKiB = 1ull << 10;
-constexpr uint64_t kMiB = 1ull << 20;
 using PT = PyTorchCachingAllocator;
 
 CUstream stream(uintptr_t s) { return reinterpret_cast<CUstream>(s); }

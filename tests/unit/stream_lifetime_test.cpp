@@ -12,11 +12,11 @@
 #include "policy/policy_factory.h"
 #include "policy/sim_backend.h"
 #include "policy/stream_handles.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
 CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
 
 // Fails the test at any event recorded on a stream it was told is gone, or on the mark.

@@ -20,11 +20,11 @@
 #include "policy/policy_factory.h"
 #include "policy/sim_backend.h"
 #include "util/log.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
 constexpr uint64_t GiB = 1ull << 30;
 CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
 uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }

@@ -29,7 +29,7 @@ _plot_python = None
 
 def require_plot_python():
     """gpushim-plot draws with matplotlib, from Debian's python3-matplotlib or from any Python it
-    finds with it (its #! interpreter, then python3 on PATH...). On a GPU machine, whose image is
+    finds with it (its #! interpreter, then $GPUSHIM_PYTHON, python3 on PATH...). On a GPU machine, whose image is
     not ours, a test that draws is reported as not run there when no such Python exists; where the
     suite is checked (scripts/setup installs it) a missing matplotlib fails the drawing test itself."""
     global _plot_python
@@ -39,7 +39,8 @@ def require_plot_python():
         _plot_python = any(
             shutil.which(name) and subprocess.run([shutil.which(name), "-c", "import matplotlib"],
                                                   capture_output=True, timeout=60).returncode == 0
-            for name in ("/usr/bin/python3", "python3", "/usr/local/bin/python3", "python"))
+            for name in ("/usr/bin/python3", os.environ.get("GPUSHIM_PYTHON") or "python3", "python3",
+                         "/usr/local/bin/python3", "python"))
     require_tool(_plot_python, "a Python with matplotlib", "install Debian's python3-matplotlib (scripts/setup)")
 
 

@@ -132,6 +132,7 @@ class Verdicts(unittest.TestCase):
     def test_e2e_modules_start_longest_first(self):
         import argparse
         suite = self.gv.Suite(argparse.Namespace(simulated=True, e2e_modules=None), BUILD, None, None, None)
+        shutil.rmtree(suite.work, ignore_errors=True)
         order = suite.e2e_modules()
         self.assertEqual(order[:3], ["test_fork", "test_traces", "test_every_allocation"])
         self.assertNotIn("test_hook_table", order)

@@ -154,6 +154,14 @@ class Bundle(unittest.TestCase):
         frames = [f for s in rep["sites"] for f in s["frames"] if "leak_from_alpha" in (f.get("function") or "")]
         self.assertTrue(frames and frames[0]["file"].endswith("leak_two_sites.cpp"), json.dumps(rep["sites"])[:2000])
 
+    def test_the_stripped_library_still_names_its_version(self):
+        # The launcher reads the tag from the library (util/version.h); a stripped copy lost it
+        # once (the linker's --gc-sections dropped the unreferenced tag).
+        proc = subprocess.run([os.path.join(BUNDLE, "bin", "gpushim"), "--version"], env=clean_env(),
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertRegex(proc.stdout, r"^gpushim \d+\.\d+\.\d+ \(")
+
     def test_e2e_modules_run_from_the_bundle(self):
         proc = subprocess.run([sys.executable, "-m", "unittest", *E2E_MODULES], cwd=os.path.join(BUNDLE, "tests", "e2e"),
                               env=clean_env(GPUSHIM_BUILD_DIR=BUNDLE), capture_output=True, text=True, timeout=300)

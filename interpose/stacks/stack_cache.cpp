@@ -2,6 +2,7 @@
 
 #include <link.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -14,6 +15,7 @@ namespace {
 // The calling thread's cache. A plain pointer (static TLS, no constructor) so that threads that
 // never capture a stack pay nothing; the reaper frees it when a thread that did exits.
 thread_local ThreadStackCache* t_cache = nullptr;
+std::atomic<size_t> g_bytes{0};  // every thread's cache: the objects and their entries' checks
 thread_local bool t_exited = false;
 
 struct Reaper {
@@ -49,6 +51,7 @@ ThreadStackCache* ThreadStackCache::acquire() {
     if (c == nullptr) return nullptr;
     t_reaper.armed = true;  // first use registers the thread-exit destructor
     t_cache = c;
+    g_bytes.fetch_add(sizeof(ThreadStackCache), std::memory_order_relaxed);
   }
   if (c->busy_) return nullptr;
   c->busy_ = true;
@@ -60,7 +63,12 @@ ThreadStackCache* ThreadStackCache::acquire() {
   return c;
 }
 
-ThreadStackCache::~ThreadStackCache() { clear(); }
+ThreadStackCache::~ThreadStackCache() {
+  clear();
+  g_bytes.fetch_sub(sizeof(ThreadStackCache), std::memory_order_relaxed);
+}
+
+size_t ThreadStackCache::total_bytes() { return g_bytes.load(std::memory_order_relaxed); }
 
 void ThreadStackCache::clear() {
   for (Set& s : sets_) {
@@ -70,6 +78,7 @@ void ThreadStackCache::clear() {
     }
     s = Set{};
   }
+  g_bytes.fetch_sub(bytes_, std::memory_order_relaxed);
   bytes_ = 0;
 }
 
@@ -244,6 +253,8 @@ bool ThreadStackCache::build(const Probe& p, const NativeFrameTrace* t, size_t n
   if (block == nullptr) return false;
   std::free(victim->checks);
   bytes_ = bytes_ - victim->bytes + bytes;
+  g_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  g_bytes.fetch_sub(victim->bytes, std::memory_order_relaxed);
   Entry& e = *victim;
   e.bytes = static_cast<uint32_t>(bytes);
   e.key = key;

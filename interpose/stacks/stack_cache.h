@@ -7,23 +7,26 @@
 // stack seen twice in a row, walked once more frame by frame (trace_native_frames) to learn which
 // words the unwinder read: each frame's return-address slot, and the slot its frame pointer was
 // restored from wherever the next frame's address is computed from that frame pointer
-// (CFA = rbp + 16; GCC and Clang emit exactly this for every frame-pointer frame on x86-64). A
-// hit re-reads those words and requires every one unchanged; by induction from the innermost
-// frame each frame then has the same return address, stack pointer and frame pointer, so the
-// unwinder would read the same words again and return the same stack. Two callers sharing the
-// innermost frames differ in a return-address slot further out; a recursion one level deeper moves
-// every frame. Stacks the rule does not cover are never cached: signal frames, frames whose frame
-// pointer points into their own frame without being the standard one (stack realignment, which
-// reads the frame address from memory), and unwinds that stopped on an error. A change of the
-// loaded objects (dlopen, dlclose) empties the cache, since the unwind rules at an address belong
-// to the object mapped there.
+// (conservatively: wherever the frame pointer points into its own frame). A hit re-reads those
+// words and requires every one unchanged; by induction from the innermost frame each frame then
+// has the same return address, stack pointer and frame pointer, so the unwinder would read the
+// same words again and return the same stack. This is the model of libunwind's own fast trace
+// (x86_64/Gtrace.c): the CFA is rsp or rbp plus a constant, the return address sits at CFA - 8,
+// rbp is unchanged or saved in the stack, and a caller's rsp is its callee's CFA. Two callers
+// sharing the innermost frames differ in a return-address slot further out; a recursion one level
+// deeper moves every frame. Stacks outside the model are never cached: signal frames, unwinds that
+// stopped on an error; a realigned frame (GCC's DRAP: the CFA read from the word its prologue
+// saved under rbp) has that word checked too. A change of the loaded objects (dlopen, dlclose:
+// the loader's counters, read with dl_iterate_phdr, which takes the loader's list lock for a few
+// loads) empties the cache, since the unwind rules at an address belong to the object mapped
+// there (libunwind's per-thread rule cache is keyed by address alone and never emptied).
 //
 // Python frames are part of the key and checked frame by frame: the frame record, the code object,
 // the instruction offset (so a new line is a new stack) and the code object's identity (a code
 // object freed and another allocated at its address is told apart as PythonCodeTable does).
 //
-// Memory: at most kSets * kWays entries per thread, each bounded by the unwind depth; freed when
-// the thread exits. Only the owning thread touches its cache (no lock, no atomics); a capture that
+// Memory: at most kSets * kWays entries and kMaxBytes of checks per thread, plus ~60 KiB of
+// fixed tables (total_bytes()); freed when the thread exits. Only the owning thread touches its cache (no lock, no atomics); a capture that
 // re-enters it (a signal handler) bypasses it.
 #pragma once
 
@@ -93,6 +96,9 @@ class ThreadStackCache {
   // The loader's load and unload counters (dl_iterate_phdr), one number: changes when objects
   // are loaded or unloaded.
   static uint64_t loaded_objects_generation();
+
+  // Host bytes held by every thread's cache, for the shim's self-accounted memory.
+  static size_t total_bytes();
 
   ~ThreadStackCache();
 

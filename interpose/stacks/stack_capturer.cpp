@@ -178,6 +178,11 @@ __attribute__((noinline)) StackId StackCapturer::capture(bool allocation) {
   return remember(table_->intern(merged, m));
 }
 
+size_t StackCapturer::memory_bytes() const {
+  // The per-thread stack caches are counted here, by the one capturer that uses them.
+  return (code_table_ ? code_table_->memory_bytes() : 0) + (cache_ ? ThreadStackCache::total_bytes() : 0);
+}
+
 bool StackCapturer::resolve_python(uint32_t id, FrameInfo* out) const {
   PythonLocation loc;
   if (code_table_ == nullptr || !code_table_->resolve(id, &loc)) return false;

@@ -50,7 +50,7 @@ class StackCapturer {
   // the process has no interpreter, "off" when disabled, or "unsupported: <why>".
   const std::string& python_status() const { return python_status_; }
   bool python_active() const { return code_table_ != nullptr; }
-  size_t memory_bytes() const { return code_table_ ? code_table_->memory_bytes() : 0; }
+  size_t memory_bytes() const;
 
   void lock_for_fork() {
     if (code_table_) code_table_->lock_for_fork();

@@ -176,12 +176,12 @@ TEST(StackCache, EachThreadHasItsOwn) {
 }
 
 TEST(StackCache, LoadingALibraryEmptiesIt) {
-  if (!native_trace_available()) GTEST_SKIP() << "no libunwind cursor (ThreadSanitizer): the cache is off";
   Capturers c;
   ids_of(c, {gpushim_cachetest::caller_a}, 4);
   ThreadStackCache* cache = ThreadStackCache::acquire();
   ASSERT_NE(cache, nullptr);
-  EXPECT_GT(cache->entries(), 0u);
+  // Without libunwind's cursor (ThreadSanitizer builds) capturers never fill the cache.
+  EXPECT_EQ(cache->entries() > 0, native_trace_available());
   cache->release();
   void* h = dlopen((std::string(GPUSHIM_FAKECUDA_DIR) + "/libcuda.so.1").c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(h, nullptr) << dlerror();
@@ -196,7 +196,7 @@ TEST(StackCache, ACaptureReenteringTheCacheBypassesIt) {
   Capturers c;
   ids_of(c, {gpushim_cachetest::caller_a}, 4);
   ThreadStackCache* outer = ThreadStackCache::acquire();
-  if (outer == nullptr) GTEST_SKIP() << "no cache for this thread";
+  ASSERT_NE(outer, nullptr);
   // As a signal handler's capture would find it: in use further down this thread's stack.
   EXPECT_EQ(ThreadStackCache::acquire(), nullptr);
   const uint64_t hits = outer->hits();

@@ -175,7 +175,8 @@ bool ThreadStackCache::insert(const Probe& p, const NativeFrameTrace* t, size_t 
   return false;
 }
 
-bool ThreadStackCache::build(const Probe& p, const NativeFrameTrace* t, size_t nt, const uint64_t* native, size_t got,
+// no_sanitize: reads words of live caller frames that an instrumented caller may mark as redzones.
+__attribute__((no_sanitize("address"))) bool ThreadStackCache::build(const Probe& p, const NativeFrameTrace* t, size_t nt, const uint64_t* native, size_t got,
                              size_t want, StackId id) {
   // The frame that called the capturing function: its stack pointer is the capturing function's
   // CFA, two words above its frame address (push rbp; mov rsp, rbp).

@@ -124,8 +124,8 @@ __attribute__((noinline)) StackId StackCapturer::capture(bool allocation) {
   const uint64_t* own = native + skip;
   const size_t n_native = got - skip;
 
-  // A miss: a stack captured twice in a row under the same key is traced once (here, in this
-  // frame, as the cache requires) and cached.
+  // A miss: a stack met again among the recent misses of its key's set is traced once (here, in
+  // this frame, as the cache requires) and cached.
   auto remember = [&](StackId id) {
     if (cache == nullptr) return id;
     if (cache->seen_twice(probe, id)) {

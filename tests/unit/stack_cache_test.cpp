@@ -189,7 +189,7 @@ TEST(StackCache, LoadingALibraryEmptiesIt) {
   ASSERT_NE(cache, nullptr);
   EXPECT_EQ(cache->entries(), 0u);
   cache->release();
-  dlclose(h);
+  // Left loaded: once unloaded, the simulated driver's static objects show up as leaks under LSan.
 }
 
 TEST(StackCache, ACaptureReenteringTheCacheBypassesIt) {

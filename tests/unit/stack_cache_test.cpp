@@ -15,19 +15,26 @@
 #include "stacks/native_stack.h"
 #include "stacks/stack_capturer.h"
 
-// noipa: each helper stays a real frame of its own, and GCC's identical-code folding cannot merge
-// the two identical callers into one.
+// noinline + noipa: each helper stays a real frame of its own, and GCC's identical-code folding
+// cannot merge the two identical callers into one (clang ignores noipa; it has no such folding).
+// The loops that compare captures are never unrolled: each capture must come from one call site.
+#if defined(__clang__)
+#define GPUSHIM_NO_UNROLL _Pragma("clang loop unroll(disable)")
+#else
+#define GPUSHIM_NO_UNROLL _Pragma("GCC unroll 1")
+#endif
+
 namespace gpushim_cachetest {
 
 thread_local gpushim::StackCapturer* t_capturer = nullptr;
 
-__attribute__((noipa)) gpushim::StackId leaf() {
+__attribute__((noinline, noipa)) gpushim::StackId leaf() {
   const gpushim::StackId id = t_capturer->capture();
   asm volatile("" ::: "memory");
   return id;
 }
 
-__attribute__((noipa)) gpushim::StackId chain(int n) {
+__attribute__((noinline, noipa)) gpushim::StackId chain(int n) {
   const gpushim::StackId id = n == 0 ? leaf() : chain(n - 1);
   asm volatile("" ::: "memory");
   return id;
@@ -36,20 +43,20 @@ __attribute__((noipa)) gpushim::StackId chain(int n) {
 // Identical bodies, so identical frames: under either, every frame of chain() and leaf() has the
 // same return address at the same stack address, and so has the capturing function. Only the
 // return address into caller_a or caller_b, 14 frames out, tells the two stacks apart.
-__attribute__((noipa)) gpushim::StackId caller_a() {
+__attribute__((noinline, noipa)) gpushim::StackId caller_a() {
   const gpushim::StackId id = chain(12);
   asm volatile("" ::: "memory");
   return id;
 }
 
-__attribute__((noipa)) gpushim::StackId caller_b() {
+__attribute__((noinline, noipa)) gpushim::StackId caller_b() {
   const gpushim::StackId id = chain(12);
   asm volatile("" ::: "memory");
   return id;
 }
 
 // Two call sites of one function: the same frames above, one return address apart.
-__attribute__((noipa)) void two_sites(gpushim::StackId* first, gpushim::StackId* second) {
+__attribute__((noinline, noipa)) void two_sites(gpushim::StackId* first, gpushim::StackId* second) {
   *first = chain(2);
   asm volatile("" ::: "memory");
   *second = chain(2);
@@ -78,28 +85,30 @@ uint64_t hits_of_this_thread() {
 }
 
 // One call site for both capturers, so that the frames above the helpers are the same.
-__attribute__((noipa)) StackId run(StackCapturer* cap, StackId (*f)()) {
+__attribute__((noinline, noipa)) StackId run(StackCapturer* cap, StackId (*f)()) {
   t_capturer = cap;
   const StackId id = f();
   asm volatile("" ::: "memory");
   return id;
 }
-__attribute__((noipa)) StackId run_chain(StackCapturer* cap, int n) {
+__attribute__((noinline, noipa)) StackId run_chain(StackCapturer* cap, int n) {
   t_capturer = cap;
   const StackId id = gpushim_cachetest::chain(n);
   asm volatile("" ::: "memory");
   return id;
 }
-__attribute__((noipa)) void run_two_sites(StackCapturer* cap, StackId* first, StackId* second) {
+__attribute__((noinline, noipa)) void run_two_sites(StackCapturer* cap, StackId* first, StackId* second) {
   t_capturer = cap;
   gpushim_cachetest::two_sites(first, second);
   asm volatile("" ::: "memory");
 }
 // Call i of callers[i % n], with the uncached capturer for the first n calls and the cached one
 // after: every call from the same call site, so equal stacks give equal ids.
-std::vector<StackId> ids_of(Capturers& c, std::vector<StackId (*)()> callers, int calls) {
+__attribute__((noinline, noipa)) std::vector<StackId> ids_of(Capturers& c, std::vector<StackId (*)()> callers,
+                                                              int calls) {
   std::vector<StackId> ids(static_cast<size_t>(calls));
   const int n = static_cast<int>(callers.size());
+  GPUSHIM_NO_UNROLL
   for (int i = 0; i < calls; ++i) {
     StackCapturer* volatile cap = i < n ? &c.uncached : &c.cached;
     ids[i] = run(cap, callers[i % n]);
@@ -126,6 +135,7 @@ TEST(StackCache, RecursionDepthsStayApart) {
   const uint64_t hits_before = hits_of_this_thread();
   constexpr int kDepths = 6;
   std::vector<StackId> ids;
+  GPUSHIM_NO_UNROLL
   for (int i = 0; i < 11 * kDepths; ++i) {
     StackCapturer* volatile cap = i < kDepths ? &c.uncached : &c.cached;
     // Up and down: each depth follows a deeper and a shallower one.
@@ -144,6 +154,7 @@ TEST(StackCache, RecursionDepthsStayApart) {
 TEST(StackCache, TwoCallSitesOfOneFunction) {
   Capturers c;
   StackId first = 0, second = 0;
+  GPUSHIM_NO_UNROLL
   for (int i = 0; i < 10; ++i) {
     StackCapturer* volatile cap = i == 0 ? &c.uncached : &c.cached;
     StackId x = 0, y = 0;

@@ -1,5 +1,5 @@
-// The report as plain data: the core fills it, the JSON writer and the stderr summary render it,
-// and gpushim-analyze reads the JSON back. docs/report-format.md documents every field.
+// The report as plain data: the recorder fills it (recorder/run_recorder.h), the JSON writer and
+// the stderr summary render it, and gpushim-analyze reads the JSON back. docs/report-format.md documents every field.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,9 @@
 // The shim's core: lifecycle (the first CUDA call, fork, exit), the device table and dispatch.
 // Hooks (hooks/) only translate CUDA calls into calls on this class; it sequences each over the
 // books (accounting/device_ledger.h, the only writer of every figure), the device's pool and the
-// real function, and hands the report its sources (report/report_builder.h).
+// real function, then tells the run's recorder what happened (recorder/run_recorder.h: the OOM
+// log, resets, timeline, growth checkpoints, trace, live outputs and report are its, and this
+// header only declares it, so that no hook sees a report, trace or live header).
 //
 // Lifetime: created on the first CUDA call (so processes that never touch CUDA pay nothing: no
 // threads, files or output), never destroyed (frees that arrive during teardown stay safe).

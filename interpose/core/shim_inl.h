@@ -198,7 +198,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   recorded_late_free();  // even if CUDA then refuses it (a runtime already unloading, say)
   // Forwarded frees are timed before CUDA releases the memory: once it does, another thread may
   // be handed the same address, and its alloc event must come after this free in the trace.
-  // (Pooled ones are ordered by the pool itself; see trace/trace_ordered_resource.h.)
+  // (Pooled ones are ordered by the pool itself; see recorder/trace_ordered_resource.h.)
   const uint64_t free_t = tracing_ && rec.route == Route::kForwarded ? now_ns() : 0;
   if (rec.route == Route::kPooled) {
     const CUresult r = device(rec.device)->pool->deallocate(ptr, stream, stream_ordered);

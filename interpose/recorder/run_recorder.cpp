@@ -6,7 +6,7 @@
 
 #include "config/torch_alloc.h"
 #include "live/process_metrics.h"
-#include "trace/trace_tap.h"
+#include "recorder/trace_tap.h"
 #include "report/exit_verdict.h"
 #include "report/output_file.h"
 #include "report/report_writer.h"

@@ -161,7 +161,8 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
                              a.kind, Route::kForwarded, caller_module()};
   // Into the trace too: its frees are recorded by deallocate(), and a trace without the
   // allocations undercounts every library that allocates through the driver API.
-  if (books_.commit(made.ptr, rec) && tracing_) recorded_trace_alloc(made.ptr, rec, made.size, a.stream, a.stream_ordered);
+  if (books_.commit(made.ptr, rec) && tracing_)
+    recorded_trace_alloc(made.ptr, rec, made.size, a.stream, a.stream_ordered);
   if (a.cuda_pool) note_cuda_pool(d, a.pool);
   recorded_event(t);
   return code;

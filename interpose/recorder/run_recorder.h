@@ -7,8 +7,8 @@
 // It never writes a figure of the books (accounting/ does) and never calls CUDA.
 //
 // One instance, made with the Shim at the first CUDA call and, like it, never destroyed. Its
-// per-event entry points (allocated, freed, after_event) are on the allocation path: each costs one
-// call, a few relaxed loads and, when a sample is due, the sample.
+// per-event entry points (freed, after_event) are on the allocation path: inlined into the Shim's
+// one call per event, they cost a few relaxed loads and, when one is due, the sample.
 #pragma once
 
 #include <cuda.h>

@@ -41,6 +41,8 @@ RunRecorder::RunRecorder(Lent lent)
   }
 }
 
+RunRecorder::~RunRecorder() = default;
+
 // ---- the run's start and the device table ----
 
 void RunRecorder::start_live_outputs() {

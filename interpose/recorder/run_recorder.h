@@ -78,6 +78,7 @@ class RunRecorder {
 
   // Opens the trace when GPUSHIM_TRACE asks for one.
   explicit RunRecorder(Lent lent);
+  ~RunRecorder();  // the shim's is never destroyed (like the Shim); a unit test's is
   RunRecorder(const RunRecorder&) = delete;
   RunRecorder& operator=(const RunRecorder&) = delete;
 

@@ -112,7 +112,7 @@ int run_replay(const Cli& cli) {
   auto shim_peak = [&](int device, uint64_t* out) {
     if (!trace.end) return false;
     for (const trace::DeviceTotals& d : trace.end->devices)
-      if (d.ordinal == device) return *out = d.peak_allocated, true;
+      if (d.ordinal == device) return *out = d.peak_bytes, true;
     return false;
   };
   auto shim_peak_reserved = [&](int device, uint64_t* out) {

@@ -1,6 +1,7 @@
 // gpushim-analyze config --check: the library's own parser (interpose/config) run on GPUSHIM_*
 // settings before a program starts, so that the launcher refuses a bad value with the very
 // message the library would print, instead of a run with the shim disabled.
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -14,25 +15,7 @@ extern char** environ;
 namespace gpushim::analysis {
 namespace {
 
-constexpr char kHelp[] = R"(usage: gpushim-analyze config --check [NAME=VALUE ...]
-
-Checks the GPUSHIM_* variables of this process's environment, with each NAME=VALUE argument
-added (or replacing the environment's value), exactly as libgpushim.so parses them when a
-program starts. Prints one line per error on stderr and exits 1 if any; exits 0, silently, if
-the shim would accept them all.
-)";
-
-}  // namespace
-
-int cmd_config(const std::vector<std::string>& args) {
-  Cli cli;
-  std::string error;
-  if (!parse_cli(args, {}, {"--check", "--help"}, &cli, &error)) return usage_error("config", error);
-  if (cli.has("--help")) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  if (!cli.has("--check")) return usage_error("config", "nothing to do: the only action is --check");
+int run_config(const Cli& cli) {
   std::vector<std::pair<std::string, std::string>> vars;
   auto set = [&vars](std::string name, std::string value) {
     for (auto& [n, v] : vars)
@@ -44,7 +27,7 @@ int cmd_config(const std::vector<std::string>& args) {
     const size_t eq = entry.find('=');
     if (eq != std::string::npos && entry.rfind("GPUSHIM_", 0) == 0) set(entry.substr(0, eq), entry.substr(eq + 1));
   }
-  for (const std::string& a : cli.positional) {
+  for (const std::string& a : cli.operands) {
     const size_t eq = a.find('=');
     if (eq == std::string::npos || eq == 0) return usage_error("config", "'" + a + "' is not NAME=VALUE");
     if (a.rfind("GPUSHIM_", 0) != 0)
@@ -55,5 +38,22 @@ int cmd_config(const std::vector<std::string>& args) {
   for (const ConfigError& e : result.errors) std::fprintf(stderr, "gpushim-analyze config: %s\n", e.message().c_str());
   return result.ok() ? 0 : 1;
 }
+
+}  // namespace
+
+const CommandSpec kConfigCommand{
+    .name = "config",
+    .operands = "[NAME=VALUE]...",
+    .min_operands = 0,
+    .max_operands = SIZE_MAX,
+    .summary = "GPUSHIM_* settings through the library's own parser",
+    .description = R"(Checks the GPUSHIM_* variables of this process's environment, with each NAME=VALUE argument
+added (or replacing the environment's value), exactly as libgpushim.so parses them when a
+program starts. Prints one line per error on stderr and exits 1 if any; exits 0, silently, if
+the shim would accept them all.
+)",
+    .options = {{.name = "--check", .help = "check the settings (the only action)", .required = true}},
+    .run = run_config,
+};
 
 }  // namespace gpushim::analysis

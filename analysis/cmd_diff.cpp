@@ -13,21 +13,6 @@
 namespace gpushim::analysis {
 namespace {
 
-constexpr char kHelp[] = R"(usage: gpushim-analyze diff A B [--top N] [--all] [--json]
-
-Compares two runs (reports, snapshots or traces; A is the baseline):
-  - per device: peak allocated, peak reserved and live memory at the end, and their change;
-  - per allocation site: live bytes at the end in A and B and the change, and (when both inputs
-    are traces, which know each site's history) the site's peak live bytes and its change.
-Sites are matched by their symbolized stacks (function, file, line, module name), so runs of
-different processes and builds compare; a site only in B is "new", only in A "gone".
-
-options:
-  --top N   sites shown, largest change first (default 20)
-  --all     also list sites that did not change
-  --json    machine-readable output
-)";
-
 struct Row {
   const SiteView* a = nullptr;
   const SiteView* b = nullptr;
@@ -55,20 +40,11 @@ std::vector<std::string> frames_of(const SiteView& s, size_t max) {
   return out;
 }
 
-}  // namespace
-
-int cmd_diff(const std::vector<std::string>& args) {
-  Cli cli;
+int run_diff(const Cli& cli) {
   std::string err;
-  if (!parse_cli(args, {"--top"}, {"--json", "--all", "--help"}, &cli, &err)) return usage_error("diff", err);
-  if (cli.has("--help")) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  if (cli.positional.size() != 2) return usage_error("diff", "expects two inputs, A and B");
-  const size_t top = static_cast<size_t>(std::max(1, std::atoi(cli.get("--top", "20").c_str())));
+  const size_t top = cli.count("--top");
   RunView a, b;
-  if (!load_run(cli.positional[0], &a, &err) || !load_run(cli.positional[1], &b, &err)) {
+  if (!load_run(cli.operands[0], &a, &err) || !load_run(cli.operands[1], &b, &err)) {
     std::fprintf(stderr, "gpushim-analyze diff: %s\n", err.c_str());
     return 1;
   }
@@ -165,5 +141,35 @@ int cmd_diff(const std::vector<std::string>& args) {
   if (rows.size() > top) o += "  ... " + std::to_string(rows.size() - top) + " more\n";
   return write_output("-", o, &err) ? 0 : 1;
 }
+
+}  // namespace
+
+const CommandSpec kDiffCommand{
+    .name = "diff",
+    .operands = "A B",
+    .min_operands = 2,
+    .max_operands = 2,
+    .summary = "per-site change in live and peak bytes between two runs",
+    .description = R"(Compares two runs (reports, snapshots or traces; A is the baseline):
+  - per device: peak allocated, peak reserved and live memory at the end, and their change;
+  - per allocation site: live bytes at the end in A and B and the change, and (when both inputs
+    are traces, which know each site's history) the site's peak live bytes and its change.
+Sites are matched by their symbolized stacks (function, file, line, module name), so runs of
+different processes and builds compare; a site only in B is "new", only in A "gone".
+)",
+    .options =
+        {
+            {.name = "--top",
+             .kind = ValueKind::kCount,
+             .value_name = "N",
+             .help = "sites shown, largest change first",
+             .fallback = "20",
+             .min = 1,
+             .max = 1e9},
+            {.name = "--all", .help = "also list sites that did not change"},
+            {.name = "--json", .help = "machine-readable output"},
+        },
+    .run = run_diff,
+};
 
 }  // namespace gpushim::analysis

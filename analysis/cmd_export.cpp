@@ -9,71 +9,14 @@
 namespace gpushim::analysis {
 namespace {
 
-constexpr char kHelp[] = R"(usage: gpushim-analyze export --format FORMAT TRACE|REPORT -o FILE [options]
-
-formats:
-  memory-viz  A PyTorch memory snapshot pickle: drop it on https://pytorch.org/memory_viz.
-              From a trace: "segments" is the state at the end (every segment with blocks tiling
-              it exactly), "device_traces" every alloc, free, segment and OOM event, which the
-              viewer replays backwards. Memory CUDA served directly (passthrough, graph capture)
-              appears as one segment per allocation, as PyTorch shows cudaMalloc'd memory.
-              From a report: only what is live is known, by site and without addresses, so each
-              live site becomes one block in a segment of its own, with no history.
-  folded      Folded stacks ("outer;...;inner bytes") for flamegraph.pl, speedscope, inferno.
-              Weight: bytes live at the end (reports), or bytes held at the device's peak
-              allocated (traces; --metric live for bytes live at the end). A frame is its
-              function (Python: function and file); --lines splits it by line. The counts are
-              bytes: tell the viewer so, e.g.
-                flamegraph.pl --countname bytes --colors mem --title "GPU memory" stacks.folded > mem.svg
-  speedscope  The same sites in speedscope's own JSON format (https://www.speedscope.app, or
-              `speedscope FILE`): unit "bytes", so sizes read as MB, frames with their file (and
-              line with --lines), one profile per device.
-  perfetto    Perfetto's own protobuf trace for https://ui.perfetto.dev (name it *.pftrace): a
-              native heap profile per device ("cuda device N": every callstack's bytes and
-              allocations, allocated and freed, at the device's peak and at the end; the UI's
-              heap profile flame graph), counter tracks of allocated, reserved and the cap in
-              bytes, and instants for OOMs and iteration marks. From a report: its sampled
-              timeline and one dump of what is live.
-  perfetto-json  The counters and instants as Chrome Trace Event JSON (chrome://tracing too):
-              allocated and reserved as two counters of their own (one counter's several values
-              would be stacked); no heap profile, and the JSON format has no units.
-  timeline    JSON of allocated/reserved over time, OOMs and iteration marks (what
-              scripts/gpushim-plot draws).
-
-options:
-  -o, --output FILE    where to write ("-" for stdout); required
-  --metric live|peak   folded, speedscope: what weighs a site (default: peak for traces, live for reports)
-  --lines              folded, speedscope: one frame per source line, not per function
-  --max-events N       memory-viz: keep the newest N events per device (default 200000; 0: all)
-  --max-points N       perfetto(-json), timeline: thin each device's track to about N points, keeping
-                       peaks (default 200000 for perfetto, 5000 for timeline; 0: all)
-)";
-
-}  // namespace
-
-int cmd_export(const std::vector<std::string>& args) {
-  Cli cli;
+int run_export(const Cli& cli) {
   std::string err;
-  if (!parse_cli(args, {"--format", "--output", "--metric", "--max-events", "--max-points"}, {"--help", "--lines"}, &cli, &err))
-    return usage_error("export", err);
-  if (cli.has("--help")) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  if (cli.positional.size() != 1) return usage_error("export", "expects one TRACE or REPORT");
-  if (!cli.has("--output")) return usage_error("export", "-o FILE is required");
-  const std::string format = cli.get("--format");
-  if (format != "memory-viz" && format != "folded" && format != "perfetto" && format != "timeline" &&
-      format != "speedscope" && format != "perfetto-json")
-    return usage_error("export", "--format must be memory-viz, folded, speedscope, perfetto, perfetto-json or timeline");
-  const std::string metric = cli.get("--metric");
-  if (!metric.empty() && metric != "live" && metric != "peak")
-    return usage_error("export", "--metric must be live or peak");
-
+  const std::string format = cli.text("--format");
+  const std::string metric = cli.text("--metric");
   const bool lines = cli.has("--lines");
   if (lines && format != "folded" && format != "speedscope")
     return usage_error("export", "--lines is for folded and speedscope");
-  const std::string path = cli.positional[0];
+  const std::string path = cli.operands[0];
   std::string bytes;
   if (!read_file(path, &bytes, &err)) {
     std::fprintf(stderr, "gpushim-analyze export: %s\n", err.c_str());
@@ -91,18 +34,18 @@ int cmd_export(const std::vector<std::string>& args) {
     if (trace.truncated) notes.push_back("the trace is cut short (" + trace.stop_reason + "): exported what it holds");
     if (format == "memory-viz") {
       OfflineSymbolizer sym(trace);
-      out = memory_viz_from_trace(trace, sym, std::strtoull(cli.get("--max-events", "200000").c_str(), nullptr, 10),
+      out = memory_viz_from_trace(trace, sym, cli.count("--max-events"),
                                   &notes);
       for (const std::string& n : sym.notes()) notes.push_back(n);
     } else if (format == "perfetto" || format == "perfetto-json") {
-      const size_t points = std::strtoull(cli.get("--max-points", "200000").c_str(), nullptr, 10);
+      const size_t points = cli.has("--max-points") ? cli.count("--max-points") : 200000;
       out = format == "perfetto" ? perfetto_proto_from_trace(trace, points) : perfetto_from_trace(trace, points);
     } else {
       RunView run;
       run_from_trace(trace, path, &run);
       if (format == "folded") out = folded_from_run(run, metric != "live", lines);
       else if (format == "speedscope") out = speedscope_from_run(run, metric != "live", lines);
-      else out = timeline_json(run, trace_timeline(trace, std::strtoull(cli.get("--max-points", "5000").c_str(), nullptr, 10)));
+      else out = timeline_json(run, trace_timeline(trace, cli.has("--max-points") ? cli.count("--max-points") : 5000));
     }
   } else {
     ReportFile report;
@@ -121,11 +64,88 @@ int cmd_export(const std::vector<std::string>& args) {
     else out = timeline_json(run, run.meta.timeline);
   }
   for (const std::string& n : notes) std::fprintf(stderr, "gpushim-analyze export: note: %s\n", n.c_str());
-  if (!write_output(cli.get("--output"), out, &err)) {
+  if (!write_output(cli.text("--output"), out, &err)) {
     std::fprintf(stderr, "gpushim-analyze export: %s\n", err.c_str());
     return 1;
   }
   return 0;
 }
+
+}  // namespace
+
+const CommandSpec kExportCommand{
+    .name = "export",
+    .operands = "TRACE|REPORT",
+    .min_operands = 1,
+    .max_operands = 1,
+    .summary = "the run in the formats other viewers read",
+    .description = "Writes a report or trace in a format another viewer reads.\n",
+    .options =
+        {
+            {.name = "--format",
+             .kind = ValueKind::kChoice,
+             .value_name = "FORMAT",
+             .help = "what to write:",
+             .choices =
+                 {
+                     {"memory-viz",
+                      "A PyTorch memory snapshot pickle: drop it on https://pytorch.org/memory_viz. From a trace: "
+                      "\"segments\" is the state at the end (every segment with blocks tiling it exactly), "
+                      "\"device_traces\" every alloc, free, segment and OOM event, which the viewer replays "
+                      "backwards. Memory CUDA served directly (passthrough, graph capture) appears as one segment "
+                      "per allocation, as PyTorch shows cudaMalloc'd memory. From a report: only what is live is "
+                      "known, by site and without addresses, so each live site becomes one block in a segment of "
+                      "its own, with no history."},
+                     {"folded",
+                      "Folded stacks (\"outer;...;inner bytes\") for flamegraph.pl, speedscope, inferno. Weight: "
+                      "bytes live at the end (reports), or bytes held at the device's peak allocated (traces; "
+                      "--metric live for bytes live at the end). A frame is its function (Python: function and "
+                      "file); --lines splits it by line. The counts are bytes: tell the viewer so, e.g.\n"
+                      "  flamegraph.pl --countname bytes --colors mem --title \"GPU memory\" stacks.folded > mem.svg"},
+                     {"speedscope",
+                      "The same sites in speedscope's own JSON format (https://www.speedscope.app, or `speedscope "
+                      "FILE`): unit \"bytes\", so sizes read as MB, frames with their file (and line with --lines), "
+                      "one profile per device."},
+                     {"perfetto",
+                      "Perfetto's own protobuf trace for https://ui.perfetto.dev (name it *.pftrace): a native heap "
+                      "profile per device (\"cuda device N\": every callstack's bytes and allocations, allocated "
+                      "and freed, at the device's peak and at the end; the UI's heap profile flame graph), counter "
+                      "tracks of allocated, reserved and the cap in bytes, and instants for OOMs and iteration "
+                      "marks. From a report: its sampled timeline and one dump of what is live."},
+                     {"perfetto-json",
+                      "The counters and instants as Chrome Trace Event JSON (chrome://tracing too): allocated and "
+                      "reserved as two counters of their own (one counter's several values would be stacked); no "
+                      "heap profile, and the JSON format has no units."},
+                     {"timeline",
+                      "JSON of allocated/reserved over time, OOMs and iteration marks (what scripts/gpushim-plot "
+                      "draws)."},
+                 },
+             .required = true},
+            {.name = "--output",
+             .kind = ValueKind::kText,
+             .value_name = "FILE",
+             .help = "where to write (\"-\" for stdout)",
+             .required = true,
+             .short_name = "-o"},
+            {.name = "--metric",
+             .kind = ValueKind::kChoice,
+             .help = "folded, speedscope: what weighs a site (default: peak for traces, live for reports)",
+             .choices = {{"live"}, {"peak"}}},
+            {.name = "--lines", .help = "folded, speedscope: one frame per source line, not per function"},
+            {.name = "--max-events",
+             .kind = ValueKind::kCount,
+             .value_name = "N",
+             .help = "memory-viz: keep the newest N events per device, 0 for all",
+             .fallback = "200000",
+             .max = 1e15},
+            {.name = "--max-points",
+             .kind = ValueKind::kCount,
+             .value_name = "N",
+             .help = "perfetto(-json), timeline: thin each device's track to about N points, keeping peaks "
+                     "(default 200000 for perfetto, 5000 for timeline; 0: all)",
+             .max = 1e15},
+        },
+    .run = run_export,
+};
 
 }  // namespace gpushim::analysis

@@ -18,22 +18,6 @@
 namespace gpushim::analysis {
 namespace {
 
-constexpr char kHelp[] = R"(usage: gpushim-analyze merge DIR|FILE... [--threshold PCT] [--json]
-
-One table across the ranks or processes of a job: for each report, snapshot or trace (a directory
-stands for every report and trace in it), one row with the rank (or pid), peak allocated, peak
-reserved, live at the end, and the top suspect (the strongest growth suspect when the input knows
-growth, else the largest live site).
-
-A value is flagged as an outlier when it is far from the median of all rows: more than 3.5 robust
-standard deviations (1.4826 x the median absolute deviation) and more than PCT percent (default
-10) and at least 1 MiB away. With fewer than 3 rows nothing is flagged.
-
-options:
-  --threshold PCT   relative distance from the median below which nothing is flagged (default 10)
-  --json            machine-readable output
-)";
-
 struct RowData {
   RunView run;
   std::string label;
@@ -95,23 +79,14 @@ bool numeric(const std::string& s, long* out) {
   return *end == '\0';
 }
 
-}  // namespace
-
-int cmd_merge(const std::vector<std::string>& args) {
-  Cli cli;
+int run_merge(const Cli& cli) {
   std::string err;
-  if (!parse_cli(args, {"--threshold"}, {"--json", "--help"}, &cli, &err)) return usage_error("merge", err);
-  if (cli.has("--help")) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  if (cli.positional.empty()) return usage_error("merge", "expects a directory or files");
-  const double threshold = std::atof(cli.get("--threshold", "10").c_str()) / 100.0;
+  const double threshold = cli.number("--threshold") / 100.0;
 
   std::vector<RowData> rows;
   std::vector<std::string> skipped;
   int damaged = 0;
-  for (const std::string& arg : cli.positional) {
+  for (const std::string& arg : cli.operands) {
     const bool dir = is_dir(arg);
     const std::vector<std::string> files = dir ? list_dir(arg) : std::vector<std::string>{arg};
     for (const std::string& f : files) {
@@ -259,5 +234,36 @@ int cmd_merge(const std::vector<std::string>& args) {
   for (const std::string& s : skipped) o += "skipped: " + s + "\n";
   return write_output("-", o, &err) && damaged == 0 ? 0 : 1;
 }
+
+}  // namespace
+
+const CommandSpec kMergeCommand{
+    .name = "merge",
+    .operands = "DIR|FILE...",
+    .min_operands = 1,
+    .max_operands = SIZE_MAX,
+    .summary = "one table across ranks or processes, outliers flagged",
+    .description = R"(One table across the ranks or processes of a job: for each report, snapshot or trace (a directory
+stands for every report and trace in it), one row with the rank (or pid), peak allocated, peak
+reserved, live at the end, and the top suspect (the strongest growth suspect when the input knows
+growth, else the largest live site).
+
+A value is flagged as an outlier when it is far from the median of all rows: more than 3.5 robust
+standard deviations (1.4826 x the median absolute deviation) and more than PCT percent and at
+least 1 MiB away. With fewer than 3 rows nothing is flagged.
+)",
+    .options =
+        {
+            {.name = "--threshold",
+             .kind = ValueKind::kNumber,
+             .value_name = "PCT",
+             .help = "relative distance from the median below which nothing is flagged",
+             .fallback = "10",
+             .min = 0,
+             .max = 1e6},
+            {.name = "--json", .help = "machine-readable output"},
+        },
+    .run = run_merge,
+};
 
 }  // namespace gpushim::analysis

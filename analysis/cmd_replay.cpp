@@ -11,52 +11,6 @@
 namespace gpushim::analysis {
 namespace {
 
-constexpr char kHelp[] = R"(usage: gpushim-analyze replay TRACE [--policy P]... [--limit BYTES|N%|none]
-                              [--capacity BYTES] [--set GPUSHIM_NAME=value]... [--stream-ordered]
-                              [--gpu-time model|recorded|instant] [--json]
-
-Replays the recorded allocation sequence through each policy on a simulated device. The pools are
-the shim's own (policy_factory over SimBackend), configured as the trace was recorded (its
-GPUSHIM_* settings) unless --set says otherwise. Per policy and device it prints:
-  peak allocated   highest bytes handed to the program (policy rounding included)
-  peak reserved    highest bytes held from the device (what nvidia-smi would show)
-  utilization      peak allocated / peak reserved (1 - fragmentation)
-  OOM              whether the simulated device or the cap refused an allocation, and the first
-                   such event (index in the trace, time, size, call site)
-  driver calls     segment allocs/frees, maps/unmaps, synchronizations and events the pool needed
-  events/s         replay throughput
-For the policy the trace was recorded with, it also says whether the replay reproduces the
-recorded peak allocated exactly.
-
-options:
-  --policy P      passthrough, caching or vmm (when this build has it), or a baseline:
-                  pytorch (PyTorch's CUDA caching allocator, default settings) or
-                  pytorch-expandable (the same with expandable_segments:True), our own
-                  implementation of its rules (docs/policies.md); repeatable.
-                  Default: every policy this build offers, then both baselines.
-  --limit L       cap per device, as GPUSHIM_LIMIT takes it (8GiB, 60%), or none.
-                  Default: the cap the trace was recorded with.
-  --capacity B    simulated device size. Default: the recorded device's capacity.
-  --set N=V       override one recorded GPUSHIM_* setting (e.g. --set GPUSHIM_ROUND=1MiB).
-  --stream-ordered
-                  replay every allocation and free as stream-ordered (cudaMallocAsync and
-                  cudaFreeAsync on its recorded stream): what PyTorch's backend:cudaMallocAsync
-                  (gpushim run --torch-alloc async) makes of tensors recorded as cudaMalloc/cudaFree
-  --gpu-time T    when the simulated device finishes the work queued before a pool's fence or
-                  stream-ordered event, i.e. when freed memory becomes idle (docs/trace-format.md,
-                  "GPU time in replay"):
-                    model     (default) every policy alike, the recorded one included: work
-                              queued at host time t is done at t + the device's backlog,
-                              measured from the trace's reuse events (record time vs. the time
-                              the run saw it complete), or, for traces without them, a typical
-                              training backlog (a quarter of the median step); the output says
-                              which
-                    recorded  the recorded policy completes them exactly where the run saw
-                              them complete (an exact reproduction); other policies as instant
-                    instant   at once: an infinitely fast device
-  --json          machine-readable output
-)";
-
 std::string fmt_rate(double v) {
   char buf[32];
   if (v >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", v / 1e6);
@@ -71,19 +25,9 @@ std::string first_site(OfflineSymbolizer& sym, uint32_t stack) {
   return "unknown site";
 }
 
-}  // namespace
-
-int cmd_replay(const std::vector<std::string>& args) {
-  Cli cli;
+int run_replay(const Cli& cli) {
   std::string err;
-  if (!parse_cli(args, {"--policy", "--limit", "--capacity", "--set", "--gpu-time"}, {"--json", "--help", "--stream-ordered"}, &cli, &err))
-    return usage_error("replay", err);
-  if (cli.has("--help")) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  if (cli.positional.size() != 1) return usage_error("replay", "expects one TRACE");
-  const std::string path = cli.positional[0];
+  const std::string path = cli.operands[0];
   std::string bytes;
   TraceData trace;
   if (!read_file(path, &bytes, &err)) {
@@ -100,7 +44,7 @@ int cmd_replay(const std::vector<std::string>& args) {
   ReplaySettings base;
   if (!recorded_config(trace, cli.all("--set"), &base.config, &notes, &err)) return usage_error("replay", err);
   if (cli.has("--limit")) {
-    const std::string l = cli.get("--limit");
+    const std::string l = cli.text("--limit");
     base.limit_given = true;
     if (l != "none") {
       const ConfigResult r = parse_config(std::vector<std::pair<std::string, std::string>>{{"GPUSHIM_LIMIT", l}});
@@ -108,14 +52,12 @@ int cmd_replay(const std::vector<std::string>& args) {
       base.limit = r.config.limit;
     }
   }
-  if (cli.has("--capacity") && !parse_size(cli.get("--capacity"), &base.capacity))
-    return usage_error("replay", "--capacity expects bytes with units");
+  base.capacity = cli.bytes("--capacity");
   // Overridden settings make other fences than the run's: its reuse moments would name the wrong ones.
   base.follow_recorded_reuse = cli.all("--set").empty();
   base.stream_ordered = cli.has("--stream-ordered");
   base.gpu_time = GpuTime::kModel;
-  if (cli.has("--gpu-time") && !parse_gpu_time(cli.get("--gpu-time"), &base.gpu_time))
-    return usage_error("replay", "--gpu-time expects model, recorded or instant");
+  parse_gpu_time(cli.text("--gpu-time"), &base.gpu_time);
   if (base.gpu_time == GpuTime::kInstant) base.follow_recorded_reuse = false;
   if (base.gpu_time == GpuTime::kModel) {
     // Measured once per trace, under the recorded policy and settings: the same device for all.
@@ -170,7 +112,7 @@ int cmd_replay(const std::vector<std::string>& args) {
   auto shim_peak = [&](int device, uint64_t* out) {
     if (!trace.end) return false;
     for (const trace::DeviceTotals& d : trace.end->devices)
-      if (d.ordinal == device) return *out = d.peak_allocated, true;
+      if (d.ordinal == device) return *out = d.peak_bytes, true;
     return false;
   };
   auto shim_peak_reserved = [&](int device, uint64_t* out) {
@@ -352,5 +294,84 @@ int cmd_replay(const std::vector<std::string>& args) {
   o += reproduction;
   return write_output("-", o, &err) ? 0 : 1;
 }
+
+}  // namespace
+
+const CommandSpec kReplayCommand{
+    .name = "replay",
+    .operands = "TRACE",
+    .min_operands = 1,
+    .max_operands = 1,
+    .summary = "the trace's allocations through each policy on a simulated device: peak reserved, "
+               "utilization, OOMs, driver calls",
+    .description = R"(Replays the recorded allocation sequence through each policy on a simulated device. The pools are
+the shim's own (policy_factory over SimBackend), configured as the trace was recorded (its
+GPUSHIM_* settings) unless --set says otherwise. Per policy and device it prints:
+  peak allocated   highest bytes handed to the program (policy rounding included)
+  peak reserved    highest bytes held from the device (what nvidia-smi would show)
+  utilization      peak allocated / peak reserved (1 - fragmentation)
+  OOM              whether the simulated device or the cap refused an allocation, and the first
+                   such event (index in the trace, time, size, call site)
+  driver calls     segment allocs/frees, maps/unmaps, synchronizations and events the pool needed
+  events/s         replay throughput
+For the policy the trace was recorded with, it also says whether the replay reproduces the
+recorded peak allocated exactly.
+)",
+    .options =
+        {
+            {.name = "--policy",
+             .kind = ValueKind::kChoice,
+             .value_name = "P",
+             .help = "a policy, or a baseline: our own implementation of PyTorch's allocator rules "
+                     "(docs/policies.md). Default: every policy this build offers, then both baselines",
+             .choices =
+                 {
+                     {"passthrough", "every call goes to CUDA"},
+                     {"caching", "the shim's caching pool"},
+                     {"vmm", "the shim's virtual-memory pool (when this build has it)"},
+                     {"pytorch", "PyTorch's CUDA caching allocator, default settings"},
+                     {"pytorch-expandable", "the same with expandable_segments:True"},
+                 },
+             .repeatable = true},
+            {.name = "--limit",
+             .kind = ValueKind::kText,
+             .value_name = "L",
+             .help = "cap per device, as GPUSHIM_LIMIT takes it (8GiB, 60%), or none. Default: the cap the "
+                     "trace was recorded with"},
+            {.name = "--capacity",
+             .kind = ValueKind::kBytes,
+             .value_name = "B",
+             .help = "simulated device size. Default: the recorded device's capacity"},
+            {.name = "--set",
+             .kind = ValueKind::kText,
+             .value_name = "N=V",
+             .help = "override one recorded GPUSHIM_* setting (e.g. --set GPUSHIM_ROUND=1MiB)",
+             .repeatable = true},
+            {.name = "--stream-ordered",
+             .help = "replay every allocation and free as stream-ordered (cudaMallocAsync and cudaFreeAsync on "
+                     "its recorded stream): what PyTorch's backend:cudaMallocAsync (gpushim run --torch-alloc "
+                     "async) makes of tensors recorded as cudaMalloc/cudaFree"},
+            {.name = "--gpu-time",
+             .kind = ValueKind::kChoice,
+             .value_name = "T",
+             .help = "when the simulated device finishes the work queued before a pool's fence or stream-ordered "
+                     "event, i.e. when freed memory becomes idle (docs/trace-format.md, \"GPU time in replay\"):",
+             .fallback = "model",
+             .choices =
+                 {
+                     {"model",
+                      "every policy alike, the recorded one included: work queued at host time t is done at t + "
+                      "the device's backlog, measured from the trace's reuse events (record time vs. the time the "
+                      "run saw it complete), or, for traces without them, a typical training backlog (a quarter "
+                      "of the median step); the output says which"},
+                     {"recorded",
+                      "the recorded policy completes them exactly where the run saw them complete (an exact "
+                      "reproduction); other policies as instant"},
+                     {"instant", "at once: an infinitely fast device"},
+                 }},
+            {.name = "--json", .help = "machine-readable output"},
+        },
+    .run = run_replay,
+};
 
 }  // namespace gpushim::analysis

@@ -15,37 +15,6 @@
 namespace gpushim::analysis {
 namespace {
 
-constexpr char kHelp[] = R"(usage: gpushim-analyze summary REPORT|TRACE [--top N] [--frames N] [--json]
-                                 [--format text|json|torch] [--temporary-ms N] [--site N]
-
-The human report of one run, from a JSON report (exit or snapshot) or a trace:
-  - per device: peak allocated and when, peak reserved, utilization (peak allocated / peak
-    reserved) and fragmentation, live memory at the end, OOMs;
-  - fragmentation: reserved but unallocated memory at the end, largest free block;
-  - out-of-memory events with the failing call's stack;
-  - growth: the verdict (suspects, none, or not judged with its evidence) and the sites whose live
-    memory rose steadily through the run (reports: the report's growth section; traces: the same
-    verdict, recomputed by the shim's own code over the checkpoints the trace records);
-  - top sites: live at the end, and for traces also what each held at the device's peak;
-  - per-module table: bytes by the innermost module outside the shim and the CUDA runtime;
-  - traces: the sites with the most allocations, and with the most temporary allocations (freed
-    within --temporary-ms, or before the next iteration mark), as heaptrack ranks them.
-
-options:
-  --top N      sites and suspects shown (default 10)
-  --frames N   frames shown per site (default 6; frames of the shim and the CUDA runtime are skipped)
-  --json       machine-readable output instead of text (the same as --format json)
-  --format F   text (default), json, or torch: PyTorch 2's torch.cuda.memory_summary() table
-               per device (its 11 blocks, units and counts; a trace fills every cell, a report
-               those its counters hold, n/a the rest), then the shim's own rows in a block
-               below it: cached free memory, largest free block, syncs, peak time, duration,
-               unaccounted memory
-  --temporary-ms N  an allocation freed within N ms is temporary (default 10)
-  --site N     the callers and callees of site #N of the first site list (traces: "Top sites
-               at peak allocated"; reports: "Top sites live at the end"): every path through
-               the function it allocates from, with bytes and allocation counts
-)";
-
 std::string base_name(const std::string& p) {
   const size_t s = p.find_last_of('/');
   return s == std::string::npos ? p : p.substr(s + 1);
@@ -100,42 +69,15 @@ std::string num(double v) {
   return buf;
 }
 
-}  // namespace
-
-int cmd_summary(const std::vector<std::string>& args) {
-  Cli cli;
+int run_summary(const Cli& cli) {
   std::string err;
-  if (!parse_cli(args, {"--top", "--frames", "--format", "--temporary-ms", "--site"}, {"--json", "--help"}, &cli, &err))
-    return usage_error("summary", err);
-  if (cli.has("--help")) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
-  if (cli.positional.size() != 1) return usage_error("summary", "expects one REPORT or TRACE");
-  const size_t top = static_cast<size_t>(std::max(1, std::atoi(cli.get("--top", "10").c_str())));
-  const size_t max_frames = static_cast<size_t>(std::max(1, std::atoi(cli.get("--frames", "6").c_str())));
-  const std::string format = cli.has("--json") ? "json" : cli.get("--format", "text");
-  if (format != "text" && format != "json" && format != "torch")
-    return usage_error("summary", "--format takes text, json or torch, not '" + format + "'");
-  double temporary_ms = 10;
-  if (cli.has("--temporary-ms")) {
-    const std::string v = cli.get("--temporary-ms");
-    char* end = nullptr;
-    temporary_ms = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || !(temporary_ms >= 0) || temporary_ms > 1e9)
-      return usage_error("summary", "--temporary-ms takes milliseconds (0 or more), not '" + v + "'");
-  }
-  size_t site_no = 0;
-  if (cli.has("--site")) {
-    const std::string v = cli.get("--site");
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-    if (v.empty() || v[0] == '-' || *end != '\0' || n == 0 || n > 1000000)
-      return usage_error("summary", "--site takes a site number (1, 2, ...) as the summary lists them, not '" + v + "'");
-    site_no = static_cast<size_t>(n);
-  }
+  const size_t top = cli.count("--top");
+  const size_t max_frames = cli.count("--frames");
+  const std::string format = cli.has("--json") ? "json" : cli.text("--format");
+  const double temporary_ms = cli.number("--temporary-ms");
+  const size_t site_no = cli.count("--site");
   RunView run;
-  if (!load_run(cli.positional[0], &run, &err)) {
+  if (!load_run(cli.operands[0], &run, &err)) {
     std::fprintf(stderr, "gpushim-analyze summary: %s\n", err.c_str());
     return 1;
   }
@@ -426,5 +368,77 @@ int cmd_summary(const std::vector<std::string>& args) {
   }
   return write_output("-", o, &err) ? 0 : 1;
 }
+
+}  // namespace
+
+const CommandSpec kSummaryCommand{
+    .name = "summary",
+    .operands = "REPORT|TRACE",
+    .min_operands = 1,
+    .max_operands = 1,
+    .summary = "the human report: peaks, fragmentation, OOMs, growth suspects, top sites, per-module table",
+    .description = R"(The human report of one run, from a JSON report (exit or snapshot) or a trace:
+  - per device: peak allocated and when, peak reserved, utilization (peak allocated / peak
+    reserved) and fragmentation, live memory at the end, OOMs;
+  - fragmentation: reserved but unallocated memory at the end, largest free block;
+  - out-of-memory events with the failing call's stack;
+  - growth: the verdict (suspects, none, or not judged with its evidence) and the sites whose live
+    memory rose steadily through the run (reports: the report's growth section; traces: the same
+    verdict, recomputed by the shim's own code over the checkpoints the trace records);
+  - top sites: live at the end, and for traces also what each held at the device's peak;
+  - per-module table: bytes by the innermost module outside the shim and the CUDA runtime;
+  - traces: the sites with the most allocations, and with the most temporary allocations (freed
+    within --temporary-ms, or before the next iteration mark), as heaptrack ranks them.
+)",
+    .options =
+        {
+            {.name = "--top",
+             .kind = ValueKind::kCount,
+             .value_name = "N",
+             .help = "sites and suspects shown",
+             .fallback = "10",
+             .min = 1,
+             .max = 1e9},
+            {.name = "--frames",
+             .kind = ValueKind::kCount,
+             .value_name = "N",
+             .help = "frames shown per site (frames of the shim and the CUDA runtime are skipped)",
+             .fallback = "6",
+             .min = 1,
+             .max = 1e6},
+            {.name = "--json", .help = "machine-readable output instead of text (the same as --format json)"},
+            {.name = "--format",
+             .kind = ValueKind::kChoice,
+             .value_name = "F",
+             .help = "what to print:",
+             .fallback = "text",
+             .choices =
+                 {
+                     {"text", "the summary above"},
+                     {"json", "the same, machine-readable"},
+                     {"torch",
+                      "PyTorch 2's torch.cuda.memory_summary() table per device (its 11 blocks, units and counts; "
+                      "a trace fills every cell, a report those its counters hold, n/a the rest), then the shim's "
+                      "own rows in a block below it: cached free memory, largest free block, syncs, peak time, "
+                      "duration, unaccounted memory"},
+                 }},
+            {.name = "--temporary-ms",
+             .kind = ValueKind::kNumber,
+             .value_name = "N",
+             .help = "an allocation freed within N ms is temporary",
+             .fallback = "10",
+             .min = 0,
+             .max = 1e9},
+            {.name = "--site",
+             .kind = ValueKind::kCount,
+             .value_name = "N",
+             .help = "the callers and callees of site #N of the first site list (traces: \"Top sites at peak "
+                     "allocated\"; reports: \"Top sites live at the end\"): every path through the function it "
+                     "allocates from, with bytes and allocation counts",
+             .min = 1,
+             .max = 1e6},
+        },
+    .run = run_summary,
+};
 
 }  // namespace gpushim::analysis

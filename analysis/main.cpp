@@ -12,41 +12,29 @@
 
 namespace {
 
-constexpr char kUsage[] = R"(usage: gpushim-analyze COMMAND [ARGS] (COMMAND --help for details)
+using gpushim::analysis::CommandSpec;
 
-commands:
-  summary REPORT|TRACE          the human report: peaks, fragmentation, OOMs, growth suspects,
-                                top sites, per-module table
-  replay TRACE [--policy P]...  the trace's allocations through each policy on a simulated
-         [--limit BYTES]        device: peak reserved, utilization, OOMs, driver calls
-  diff A B                      per-site change in live and peak bytes between two runs
-  merge DIR|FILES               one table across ranks or processes, outliers flagged
-  export --format memory-viz|folded|speedscope|perfetto|perfetto-json|timeline
-         TRACE|REPORT -o FILE
-  config --check [NAME=VALUE]...  GPUSHIM_* settings through the library's own parser
+const std::vector<const CommandSpec*> kCommands = {
+    &gpushim::analysis::kSummaryCommand, &gpushim::analysis::kReplayCommand, &gpushim::analysis::kDiffCommand,
+    &gpushim::analysis::kMergeCommand,   &gpushim::analysis::kExportCommand, &gpushim::analysis::kConfigCommand,
+};
 
+std::string usage() {
+  return "usage: gpushim-analyze COMMAND [ARGS] (COMMAND --help for details)\n\ncommands:\n" +
+         gpushim::analysis::commands_text(kCommands) +
+         R"(
 --version prints the gpushim release.
 REPORT is a JSON report written by libgpushim.so (GPUSHIM_REPORT, at exit or on a snapshot);
 TRACE a binary trace (GPUSHIM_TRACE). Inputs are recognized by content.
 )";
-
-struct Command {
-  const char* name;
-  int (*run)(const std::vector<std::string>&);
-};
-
-constexpr Command kCommands[] = {
-    {"summary", gpushim::analysis::cmd_summary}, {"replay", gpushim::analysis::cmd_replay},
-    {"diff", gpushim::analysis::cmd_diff},       {"merge", gpushim::analysis::cmd_merge},
-    {"export", gpushim::analysis::cmd_export},     {"config", gpushim::analysis::cmd_config},
-};
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
       std::strcmp(argv[1], "help") == 0) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    std::fputs(usage().c_str(), argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   if (std::strcmp(argv[1], "--version") == 0) {
@@ -54,18 +42,22 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::vector<std::string> args(argv + 2, argv + argc);
-  for (const Command& c : kCommands) {
-    if (std::strcmp(argv[1], c.name) != 0) continue;
+  std::vector<std::string> names;
+  for (const CommandSpec* c : kCommands) {
+    names.push_back(c->name);
+    if (std::strcmp(argv[1], c->name) != 0) continue;
     // Whatever an input does to the readers, the user gets one line, never an abort.
     try {
-      return c.run(args);
+      return gpushim::analysis::run_command(*c, args);
     } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "gpushim-analyze %s: out of memory (an input too large for this machine?)\n", c.name);
+      std::fprintf(stderr, "gpushim-analyze %s: out of memory (an input too large for this machine?)\n", c->name);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "gpushim-analyze %s: %s\n", c.name, e.what());
+      std::fprintf(stderr, "gpushim-analyze %s: %s\n", c->name, e.what());
     }
     return 1;
   }
-  std::fprintf(stderr, "gpushim-analyze: unknown command '%s'\n%s", argv[1], kUsage);
+  const std::string guess = gpushim::analysis::nearest_name(argv[1], names);
+  std::fprintf(stderr, "gpushim-analyze: unknown command '%s'%s (gpushim-analyze --help)\n", argv[1],
+               guess.empty() ? "" : (": did you mean " + guess + "?").c_str());
   return 2;
 }

@@ -102,7 +102,7 @@ bool decode_end(ByteReader& r, TraceData* t) {
   for (uint64_t i = 0; i < n; ++i) {
     trace::DeviceTotals d;
     uint64_t ord = 0;
-    if (!r.varint(&ord) || !r.varint(&d.live_bytes) || !r.varint(&d.live_count) || !r.varint(&d.peak_allocated) ||
+    if (!r.varint(&ord) || !r.varint(&d.live_bytes) || !r.varint(&d.live_count) || !r.varint(&d.peak_bytes) ||
         !r.varint(&d.peak_reserved) || !r.varint(&d.total_allocs) || !r.varint(&d.total_frees) ||
         !r.varint(&d.failed_allocs) || !r.varint(&d.ooms))
       return false;

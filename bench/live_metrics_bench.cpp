@@ -20,14 +20,14 @@ ProcessMetrics Figures(int devices) {
   for (int i = 0; i < devices; ++i) {
     DeviceMetrics d;
     d.device = i;
-    d.allocated_bytes = 41234567890ull + i;
+    d.live_bytes = 41234567890ull + i;
     d.reserved_bytes = 52345678901ull;
-    d.peak_allocated_bytes = 61234567890ull;
+    d.peak_bytes = 61234567890ull;
     d.peak_reserved_bytes = 72345678901ull;
     d.capacity_bytes = 85899345920ull;
-    d.live_allocations = 12345;
-    d.allocations = 987654321;
-    d.frees = 987641976;
+    d.live_count = 12345;
+    d.total_allocs = 987654321;
+    d.total_frees = 987641976;
     m.devices.push_back(d);
   }
   return m;

@@ -26,9 +26,9 @@ size_t count_python(const StackTable& table, StackId id) {
   return n;
 }
 
-void capture(benchmark::State& state, bool python) {
+void capture(benchmark::State& state, bool python, bool cache = true) {
   StackTable table;
-  StackCapturer capturer(StackCaptureOptions{32, python, "", 0, 0}, &table, nullptr);
+  StackCapturer capturer(StackCaptureOptions{32, python, "", 0, 0, cache}, &table, nullptr);
   StackId id = kEmptyStack;
   for (auto _ : state) {
     id = capturer.capture();
@@ -41,11 +41,16 @@ void capture(benchmark::State& state, bool python) {
   if (python && !capturer.python_active()) state.SkipWithError(("no Python frames: " + capturer.python_status()).c_str());
 }
 
-// What the allocation hook pays with GPUSHIM_PYTHON_STACKS=1: the Python walk, a location lookup
-// per frame, a native unwind deep enough to place the Python frames, interleaving and interning.
+// What the allocation hook pays with GPUSHIM_PYTHON_STACKS=1 at a repeated site: the Python walk
+// and the stack cache's check of the words the last unwind read (a hit every time here).
 void BM_CaptureNativeAndPython(benchmark::State& state) { capture(state, true); }
 // The same hook with GPUSHIM_PYTHON_STACKS=0: native frames only (32 at most).
 void BM_CaptureNativeOnly(benchmark::State& state) { capture(state, false); }
+
+// The same without the per-thread stack cache (stack_cache.h): a full unwind, a location lookup per
+// Python frame and interning on every capture, as before issue 30 and on a site's first captures.
+void BM_CaptureNativeAndPythonUncached(benchmark::State& state) { capture(state, true, false); }
+void BM_CaptureNativeOnlyUncached(benchmark::State& state) { capture(state, false, false); }
 
 // The Python part alone: walking the thread's frames and looking up their interned locations.
 void BM_PythonWalkAndLookup(benchmark::State& state) {
@@ -81,6 +86,8 @@ void BM_NativeUnwindFull(benchmark::State& state) {
 
 BENCHMARK(BM_CaptureNativeAndPython);
 BENCHMARK(BM_CaptureNativeOnly);
+BENCHMARK(BM_CaptureNativeAndPythonUncached);
+BENCHMARK(BM_CaptureNativeOnlyUncached);
 BENCHMARK(BM_PythonWalkAndLookup);
 BENCHMARK(BM_NativeUnwindFull);
 

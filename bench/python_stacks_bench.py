@@ -7,8 +7,12 @@
 2. End to end: cudaMalloc + cudaFree pairs through the preloaded shim on the simulated device,
    from the same depth, with Python stacks on, off, and with stack capture off. ctypes' own cost
    is in every figure; the differences are the shim's.
+3. Repeated-site pairs (issue 30): libpython_pair_bench.so, called once from the same depth, times
+   each cudaMalloc+cudaFree (and cudaMallocAsync+cudaFreeAsync) pair itself, 32 native calls
+   further down, without the shim and through it: no ctypes in the figures.
 
-usage: python_stacks_bench.py [--build DIR] [--depth N] [--pairs N] [--with-gil] [benchmark args...]
+usage: python_stacks_bench.py [--build DIR] [--shim PATH] [--depth N] [--pairs N] [--site-pairs N]
+                              [--with-gil] [benchmark args...]
 """
 import argparse
 import ctypes
@@ -70,8 +74,67 @@ def child_pairs(depth, pairs):
     print(at_depth(depth, loop))
 
 
+def shim_env(args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSHIM_") and k != "LD_PRELOAD"}
+    env["LD_LIBRARY_PATH"] = os.path.join(args.build, "fakecuda")
+    env["GPUSHIM_REPORT"] = "off"
+    env["GPUSHIM_SUMMARY"] = "0"
+    return env
+
+
+# Issue 30's target for a repeated site with native stacks at depth 32 plus 20 Python frames.
+SITE_TARGET_NS = 400
+SITE_NATIVE_FRAMES = 32
+
+
+def pair_child(api, depth, native_frames, pairs):
+    """Runs (under the shim or not): prints p50 and p99 ns per pair of the repeated site."""
+    lib = ctypes.CDLL(os.environ["PAIR_BENCH_LIB"])
+    p50, p99 = ctypes.c_double(), ctypes.c_double()
+    rc = at_depth(depth, lambda: lib.python_pair_bench(api, native_frames, pairs, ctypes.byref(p50), ctypes.byref(p99)))
+    if rc != 0:
+        sys.exit(f"python_pair_bench failed: {rc}")
+    print(p50.value, p99.value)
+
+
+def run_site_pairs(args):
+    """Repeated-site pairs: 3 runs per configuration, interleaved; the lowest and the median p50."""
+    shim = os.path.abspath(args.shim or os.path.join(args.build, "lib", "libgpushim.so"))
+    env = shim_env(args)
+    env["PAIR_BENCH_LIB"] = os.path.join(args.build, "bin", "libpython_pair_bench.so")
+    configs = [("no shim (simulated runtime)", None),
+               ("shim, stacks off", {"GPUSHIM_STACK_DEPTH": "0"}),
+               (f"shim, {SITE_NATIVE_FRAMES} native frames, Python stacks off",
+                {"GPUSHIM_STACK_DEPTH": str(SITE_NATIVE_FRAMES), "GPUSHIM_PYTHON_STACKS": "0"}),
+               (f"shim, {SITE_NATIVE_FRAMES} native + {args.depth} Python frames",
+                {"GPUSHIM_STACK_DEPTH": str(SITE_NATIVE_FRAMES)})]
+    results = {}
+    for _ in range(args.site_runs):
+        for api, api_name in ((0, "cudaMalloc+cudaFree"), (1, "cudaMallocAsync+cudaFreeAsync")):
+            for label, extra in configs:
+                e = dict(env, **(extra or {}))
+                if extra is not None:
+                    e["LD_PRELOAD"] = shim
+                    e["GPUSHIM_POLICY"] = "caching"
+                out = subprocess.run([sys.executable, __file__, "--pair-child", str(api), str(args.depth),
+                                      str(SITE_NATIVE_FRAMES), str(args.site_pairs)], env=e, check=True,
+                                     capture_output=True, text=True).stdout.split()
+                results.setdefault((api_name, label), []).append((float(out[0]), float(out[1])))
+    print(f"\nRepeated-site pairs of 4 KiB (caching policy, simulated device): each pair timed alone, "
+          f"{SITE_NATIVE_FRAMES} native calls under {args.depth} Python frames, GIL released; "
+          f"p50 / p99 ns per pair, lowest and median p50 of {args.site_runs} runs of {args.site_pairs} pairs:")
+    for (api_name, label), runs in results.items():
+        p50s = sorted(r[0] for r in runs)
+        p99 = sorted(r[1] for r in runs)[len(runs) // 2]
+        print(f"  {api_name:30s} {label:42s} {p50s[0]:6.0f} (median {p50s[len(runs) // 2]:6.0f}) / {p99:7.0f}")
+    for api_name in ("cudaMalloc+cudaFree", "cudaMallocAsync+cudaFreeAsync"):
+        p50 = min(r[0] for r in results[(api_name, configs[-1][0])])
+        print(f"  target: {api_name} with {SITE_NATIVE_FRAMES} native + {args.depth} Python frames "
+              f"<= {SITE_TARGET_NS} ns: {'met' if p50 <= SITE_TARGET_NS else 'NOT met'} ({p50:.0f} ns, lowest run)")
+
+
 def run_end_to_end(args):
-    shim = os.path.join(args.build, "lib", "libgpushim.so")
+    shim = os.path.abspath(args.shim or os.path.join(args.build, "lib", "libgpushim.so"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSHIM_")}
     env["LD_LIBRARY_PATH"] = os.path.join(args.build, "fakecuda")
     env["GPUSHIM_REPORT"] = "off"
@@ -95,10 +158,16 @@ def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         child_pairs(int(sys.argv[2]), int(sys.argv[3]))
         return
+    if len(sys.argv) == 6 and sys.argv[1] == "--pair-child":
+        pair_child(*(int(a) for a in sys.argv[2:]))
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"), help="build directory")
     ap.add_argument("--depth", type=int, default=20, help="Python frames on the stack at each capture")
     ap.add_argument("--pairs", type=int, default=20000, help="pairs per end-to-end run (0: skip)")
+    ap.add_argument("--site-pairs", type=int, default=100000, help="pairs per repeated-site run (0: skip)")
+    ap.add_argument("--site-runs", type=int, default=3, help="runs of each repeated-site configuration")
+    ap.add_argument("--shim", help="libgpushim.so to preload (default: the build's)")
     ap.add_argument("--with-gil", action="store_true", help="call the benchmarks holding the GIL (ctypes.PyDLL)")
     args, extra = ap.parse_known_args()
     print(f"Python {sys.version.split()[0]} ({sys.executable}), {args.depth} Python frames, "
@@ -107,6 +176,8 @@ def main():
         sys.exit(1)
     if args.pairs > 0:
         run_end_to_end(args)
+    if args.site_pairs > 0:
+        run_site_pairs(args)
 
 
 main()

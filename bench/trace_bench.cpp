@@ -22,7 +22,7 @@
 #include "run_view.h"
 #include "stacks/stack_table.h"
 #include "trace/trace_encoder.h"
-#include "trace/trace_ordered_resource.h"
+#include "recorder/trace_ordered_resource.h"
 #include "trace/trace_recorder.h"
 #include "trace_reader.h"
 #include "util/clock.h"

@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   gpushim::trace::DeviceTotals t;
   t.live_bytes = allocated;
   t.live_count = live.size();
-  t.peak_allocated = t.peak_reserved = peak;
+  t.peak_bytes = t.peak_reserved = peak;
   t.total_allocs = allocs;
   t.total_frees = frees;
   end.devices.push_back(t);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "accounting/memory_figures.h"
 #include "util/clock.h"
 
 namespace gpushim {
@@ -24,15 +25,11 @@ inline uint64_t add_under_lock(std::atomic<uint64_t>& v, uint64_t delta) {
   return now;
 }
 
-struct CounterSnapshot {
-  uint64_t live_bytes = 0;
-  uint64_t live_count = 0;
+// The five figures (accounting/memory_figures.h) and what only a device's counters keep.
+struct CounterSnapshot : MemoryFigures {
   uint64_t requested_bytes = 0;
-  uint64_t peak_bytes = 0;
   uint64_t peak_requested_bytes = 0;
   uint64_t peak_time_ns = 0;
-  uint64_t total_allocs = 0;
-  uint64_t total_frees = 0;
   uint64_t failed_allocs = 0;
 };
 

@@ -12,18 +12,14 @@
 #include <memory>
 
 #include "accounting/memory_counters.h"
+#include "accounting/memory_figures.h"
 #include "accounting/memory_kind.h"
 #include "stacks/module_map.h"
 
 namespace gpushim {
 
-struct ModuleSnapshot {
-  uint64_t live_bytes = 0;
-  uint64_t live_count = 0;
-  uint64_t peak_bytes = 0;
-  uint64_t total_allocs = 0;
-  uint64_t total_frees = 0;
-};
+// A row's figures are exactly the five (accounting/memory_figures.h).
+using ModuleSnapshot = MemoryFigures;
 
 // One row's counters, lighter than MemoryCounters because they move on every allocation and free
 // on top of the device's: two atomic additions each way (the live count is allocs - frees), and

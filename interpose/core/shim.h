@@ -1,7 +1,9 @@
 // The shim's core: lifecycle (the first CUDA call, fork, exit), the device table and dispatch.
 // Hooks (hooks/) only translate CUDA calls into calls on this class; it sequences each over the
 // books (accounting/device_ledger.h, the only writer of every figure), the device's pool and the
-// real function, and hands the report its sources (report/report_builder.h).
+// real function, then tells the run's recorder what happened (recorder/run_recorder.h: the OOM
+// log, resets, timeline, growth checkpoints, trace, live outputs and report are its, and this
+// header only declares it, so that no hook sees a report, trace or live header).
 //
 // Lifetime: created on the first CUDA call (so processes that never touch CUDA pay nothing: no
 // threads, files or output), never destroyed (frees that arrive during teardown stay safe).
@@ -14,34 +16,30 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "accounting/allocation_tracker.h"
-#include "accounting/checkpoint_schedule.h"
 #include "accounting/device_ledger.h"
-#include "accounting/period_detector.h"
-#include "util/iteration_counter.h"
 #include "accounting/driver_usage.h"
 #include "accounting/memory_counters.h"
-#include "accounting/recent_frees.h"
-#include "accounting/site_history.h"
-#include "accounting/time_series.h"
 #include "accounting/vmm_tracker.h"
 #include "config/config.h"
-#include "live/live_outputs.h"
 #include "policy/backend.h"
 #include "policy/device_memory_resource.h"
 #include "policy/fault_injector.h"
-#include "report/report_builder.h"
-#include "report/report_model.h"
-#include "stacks/stack_capturer.h"
 #include "stacks/module_map.h"
+#include "stacks/stack_capturer.h"
 #include "stacks/stack_table.h"
-#include "trace/trace_tap.h"
 #include "util/clock.h"
+#include "util/iteration_counter.h"
 
 namespace gpushim {
+
+class RunRecorder;  // recorder/run_recorder.h: what the run records, and the report
 
 constexpr int kMaxDevices = Ledgers::kMaxDevices;
 
@@ -54,8 +52,6 @@ struct DeviceState {
   DeviceLedger ledger;                          // the device's figures; their only writer
   std::unique_ptr<Backend> driver;
   std::unique_ptr<DeviceMemoryResource> pool;   // null under passthrough
-  std::atomic<uint64_t> resets{0};              // resets (or destructions) of its primary context
-  std::atomic<uint64_t> context_destroys{0};    // cuCtxDestroy of contexts that owned memory we tracked
 };
 
 // Which free a hook implements: cudaFree-like calls free device and managed memory, cudaFreeHost
@@ -167,35 +163,23 @@ class Shim {
   // cuDeviceSetMemPool succeeded: `device`'s stream-ordered allocations come from `pool` now.
   void mempool_current_set(int device, CUmemoryPool pool);
 
-  // ---- reports ----
-  // Builds the report of the current state (exit or on-demand snapshot).
-  ReportData build_report(const char* reason);
-  // Writes the report file and the stderr summary once; later calls do nothing.
-  void write_exit_report();
+  // ---- the device table's figures, and the run's end ----
   // Figures of `d` as the report shows them (reserved from the pool, or = allocated).
   PoolFigures pool_figures(const DeviceState* d) const { return d->ledger.figures(); }
-  // Host memory of the shim's own bookkeeping: stack table, live-allocation index, pool metadata.
+  // Host memory of the shim's own bookkeeping: stack table, live-allocation index, pool metadata,
+  // the recorder's history.
   uint64_t host_bytes() const;
-  // Called from the library destructor, after everything else.
-  void on_unload();
-  // The run ends now (a termination signal): the exit report, and the end of the trace.
-  void finish_run();
-  // GPUSHIM_EXIT_CODE: the status that replaces `status` at exit (the program's own if it is not
-  // 0, or no verdict failed). Decided when the exit report was written.
-  int exit_status(int status) const;
+  // ---- the run's end (the recorder writes what leaves the process) ----
+  // exit() or quick_exit(): the exit report, once.
+  void on_process_exit();
+  // A termination signal: the run ends now (the exit report, and the end of the trace).
+  void on_termination_signal();
   // The Python interpreter begins its teardown (python/interpreter_shutdown.h): the exit report's
   // live set, sites and growth are taken now; later frees still reach the pools as usual.
   void on_interpreter_shutdown();
-
-  // ---- live outputs: metrics file and snapshots ----
-  // The figures of every device as the metrics file shows them; cheap (no symbolization).
-  std::vector<DeviceMetrics> live_device_metrics() const;
-  // Device memory the process uses that no hook saw (context, module images): the driver's used
-  // memory at the last usage sample less what we held then; unknown (nullopt) before the first
-  // sample, and the metrics file then leaves gpushim_unaccounted_bytes out. Called from the
-  // gpushim-live thread at every metrics update: it must stay cheap and must not need a current
-  // CUDA context.
-  std::optional<uint64_t> unaccounted_bytes(const DeviceState& d) const;
+  // Called from the library destructor, after everything else: the recorder finishes the run's
+  // outputs, then GPUSHIM_EXIT_CODE's status replaces the program's if a verdict failed.
+  void on_unload();
   // gpushim_mark_iteration(): returns the iteration count after this mark.
   // Also recorded in the trace when one is on.
   uint64_t mark_iteration() { return on_iteration_mark(); }
@@ -312,28 +296,21 @@ class Shim {
   // The time of an allocation or free as the hot path records it: precise while a trace is
   // recorded (its events are ordered by it), otherwise coarse. Without a trace the time only
   // decides whether a sample is due (a sample may then come up to one kernel tick late; its own
-  // timestamp is precise, see take_samples) and dates the record (AllocationRecord::time_ns).
-  uint64_t record_time_ns() const { return trace_ ? now_ns() : coarse_now_ns(); }
+  // timestamp is precise, see RunRecorder::take_samples) and dates the record
+  // (AllocationRecord::time_ns).
+  uint64_t record_time_ns() const { return tracing_ ? now_ns() : coarse_now_ns(); }
   // The accounting and the line of an injected failure; `returned` names the code the caller gets.
   void note_injected_failure(DeviceState* d, uint64_t requested, uint64_t number, const char* returned);
-  void maybe_sample(uint64_t now) {
-    timeline_.maybe_sample(now, [&](auto&& append) { take_samples(append); });
-    // Growth on logical time as well as on the clock (accounting/checkpoint_schedule.h).
-    if (event_checkpoints_.on_event() || iteration_checkpoints_.due(iterations_.count()))
-      sample_sites(now_ns() - start_ns_);  // `now` may be the coarse clock: a point needs the precise one
-  }
-  template <typename Append>
-  void take_samples(Append&& append);
-  // Growth tracking: per-site totals at each sampling instant (the report judges them).
-  void sample_sites(uint64_t t_ns);
   bool pool_contains(const void* ptr) const;
-  // Live totals per site, wherever the records are kept (accounting/device_ledger.h).
-  std::vector<std::pair<SiteKey, SiteTotals>> sites() const { return books_.sites(); }
-  // What a free adds to the trace, the samples and the window of recent frees.
-  void note_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream, bool stream_ordered);
-  void count_late_free() {
-    if (reported_.load(std::memory_order_relaxed)) late_frees_.fetch_add(1, std::memory_order_relaxed);
-  }
+  // The hot path's hand-off to the recorder (shim.cpp): one call per event (and one more into
+  // the trace while tracing), the recorder's per-event work inlined into it.
+  void recorded_trace_alloc(uintptr_t ptr, const AllocationRecord& rec, uint64_t request, CUstream stream,
+                            bool stream_ordered);
+  void recorded_event(uint64_t t_ns);
+  void recorded_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, bool late_check);
+  void recorded_late_free();
+  void recorded_trace_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream,
+                           bool stream_ordered);
   // A free of a block that a pool keeping records refused: the wrong free function for it.
   template <typename Forward>
   auto mismatched_pooled_free(DeviceLedger* d, void* ptr, CUstream stream, bool stream_ordered, Forward&& forward)
@@ -342,14 +319,8 @@ class Shim {
   auto unknown_free(void* ptr, Forward&& forward) -> std::invoke_result_t<Forward&>;
   template <typename Forward>
   auto mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward) -> std::invoke_result_t<Forward&>;
-  // One line with the caller's stack; counts the invalid free.
+  // One line with the caller's stack; counts the invalid free (RunRecorder::invalid_free).
   void warn_invalid_free(const void* ptr, const char* what);
-
-  // Starts the metrics file and the snapshot signal, as configured (at the first CUDA call).
-  void start_live_outputs();
-  // At exit: stops the live thread, then writes the metrics file one last time from the exit
-  // report's figures (null: no report was built; the live figures then).
-  void finish_live_outputs(const ReportData* exit_report);
   // A pool serves cudaMalloc without the real one running, which would have made the device's
   // primary context current on the calling thread: programs that go on with driver calls (or
   // pointer queries) rely on that. Done once per thread that has no current context.
@@ -363,14 +334,13 @@ class Shim {
   // True if a sample was recorded.
   bool sample_driver_usage(int device, bool current_context);
   void drop_vmm(const VmmTracker::Physical& p);
-  void note_freed_by_reset(const AllocationRecord& rec);
   // After a stream-ordered call CUDA's own pool served (no pool of ours did): what that pool
   // reserves beyond its allocations is held too (DeviceLedger::note_cuda_pool_slack).
   void note_cuda_pool(DeviceState* d, CUmemoryPool pool = nullptr);
   // Every pool's blocks that name a stream `doomed` says is going are retagged (forget_streams).
   void forget_streams_in_pools(absl::FunctionRef<bool(CUstream)> doomed);
-  // GPUSHIM_TRACE's end chunk: the figures of every device.
-  void finish_trace();
+  // The recorder, lent what it reads: the books, the stacks, the device table (shim.cpp).
+  RunRecorder* make_recorder(std::string exe);
 
   static void fork_prepare();
   static void fork_parent();
@@ -378,41 +348,25 @@ class Shim {
   // Set when the library is loaded, by registering the three above (shim.cpp says why then).
   static const bool fork_handlers_registered_;
 
+  // ---- lifecycle ----
   const Config config_;
-  const std::string exe_;
-  const uint64_t start_ns_;
-  int pid_;
+  bool forked_child_ = false;
+  // ---- the hot path: what every allocation and free reads or writes ----
   StackTable stacks_;
   Ledgers books_;  // every figure of every device, and the records; their only writer
-  std::atomic<DeviceState*> devices_[kMaxDevices] = {};
-  std::mutex devices_mu_;  // only for creating DeviceState
-  std::atomic<uint64_t> invalid_frees_{0};
-  RecentFrees recent_frees_;  // so that a double free can name the allocation and the first free
-  std::atomic<uint64_t> late_frees_{0};
-  std::atomic<uint64_t> oom_lines_{0};  // real (not injected) out-of-memory errors, for the rate limit
-  std::atomic<bool> reported_{false};
-  std::mutex report_mu_;  // a second exit path waits for the report the first is writing
-  std::atomic<bool> trace_finished_{false};
-  std::atomic<uint64_t> exit_report_ns_{0};  // when the exit report's figures were taken (now_ns clock)
-  std::atomic<bool> verdict_failed_{false};  // GPUSHIM_EXIT_CODE's conditions held at exit
-  // What was live when the Python interpreter began its teardown; set once, never freed.
-  std::atomic<const LiveSnapshot*> teardown_{nullptr};
-  TimeSeries timeline_;
-  std::mutex ooms_mu_;
-  std::vector<OomRecord> ooms_;
-  bool forked_child_ = false;
-  LiveOutputs live_;
-  IterationCounter iterations_;
-  PeriodDetector periods_;                    // the loop structure of unmarked programs
-  CheckpointSchedule event_checkpoints_;      // allocation calls and frees
-  CheckpointSchedule iteration_checkpoints_;  // iteration marks and GPUSHIM_ITERATION_SITE calls
-  SiteHistory site_history_;
-  std::string torch_cache_reason_;  // set once at start-up: why PyTorch's cache stays in charge
+  IterationCounter iterations_;  // iteration marks and GPUSHIM_ITERATION_SITE calls
   StackCapturer capturer_;  // after stacks_ and iterations_, which it uses
   FaultInjector faults_;
   ModuleMap modules_;
   VmmTracker vmm_;
-  DriverUsage usage_;
+  DriverUsage usage_;  // the driver's view of usage, sampled as hooks return (after_hook)
+  // What the run records beyond dispatch (recorder/run_recorder.h); made after the members it
+  // reads, never freed (like the Shim).
+  RunRecorder* const recorder_;
+  const bool tracing_;  // GPUSHIM_TRACE is recorded: precise times, and the pools report their segments
+  // ---- the device table ----
+  std::atomic<DeviceState*> devices_[kMaxDevices] = {};
+  std::mutex devices_mu_;  // only for creating DeviceState
   std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet
   // The memory-pool API (core/shim_driver.cpp), per device ordinal.
   std::atomic<CUmemoryPool> default_mempools_[kMaxDevices] = {};
@@ -421,10 +375,6 @@ class Shim {
   // What a program set as the default pool's release threshold; our pools cache freed memory
   // until trimmed or short of memory, which is what UINT64_MAX means to CUDA.
   std::atomic<uint64_t> release_thresholds_[kMaxDevices];
-  std::mutex resets_mu_;
-  absl::flat_hash_map<SiteKey, SiteTotals> freed_by_reset_;  // under resets_mu_
-  std::unique_ptr<TraceTap> trace_owner_;
-  TraceTap* trace_ = nullptr;  // null unless GPUSHIM_TRACE is on and the file opened
 };
 
 }  // namespace gpushim

@@ -9,6 +9,7 @@
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
 #include "cuda/stream_registry.h"
+#include "recorder/run_recorder.h"
 #include "stacks/native_stack.h"
 #include "util/log.h"
 #include "util/units.h"
@@ -76,8 +77,8 @@ void Shim::drop_vmm(const VmmTracker::Physical& p) {
   AllocationRecord rec;
   if (!books_.release(VmmTracker::key_of(p.handle), &rec)) return;
   const uint64_t t = now_ns();
-  if (trace_) trace_->free(t, VmmTracker::key_of(p.handle), rec, nullptr, false);
-  maybe_sample(t);
+  if (tracing_) recorder_->trace_free(t, VmmTracker::key_of(p.handle), rec, nullptr, false);
+  recorder_->after_event(t);
 }
 
 void Shim::vmm_released(uint64_t handle) {
@@ -91,8 +92,8 @@ void Shim::vmm_mapped(uintptr_t va, uint64_t size, uint64_t handle) {
   // Imported memory becomes visible with its first mapping (its size is unknown before).
   const AllocationRecord rec{sized.size, sized.size, now_ns(), capture_stack(), static_cast<int16_t>(sized.device),
                              sized.kind, Route::kForwarded, caller_module()};
-  if (books_.commit(VmmTracker::key_of(handle), rec) && trace_)
-    trace_->alloc(VmmTracker::key_of(handle), rec, rec.size, nullptr, false);
+  if (books_.commit(VmmTracker::key_of(handle), rec) && tracing_)
+    recorder_->trace_alloc(VmmTracker::key_of(handle), rec, rec.size, nullptr, false);
 }
 
 void Shim::vmm_unmapped(uintptr_t va, uint64_t size) {
@@ -361,14 +362,8 @@ void Shim::mempool_current_set(int device, CUmemoryPool pool) {
 // device itself (the pool's, through the pool; the forwarded ones only in the books, the reset
 // frees them) and gives every pool segment back to the driver while that memory still exists:
 // nothing is freed twice, and the next allocation gets fresh memory. Each allocation the reset
-// freed is recorded per site: the report's freed_by_reset section shows who still held memory.
-void Shim::note_freed_by_reset(const AllocationRecord& rec) {
-  std::lock_guard<std::mutex> lock(resets_mu_);
-  SiteTotals& t = freed_by_reset_[SiteKey{rec.stack, rec.device, rec.kind}];
-  t.bytes += rec.size;
-  t.count += 1;
-}
-
+// freed is recorded per site (RunRecorder::freed_by_reset): the report's freed_by_reset section
+// shows who still held memory.
 void Shim::note_cuda_pool(DeviceState* d, CUmemoryPool pool) {
   const RealDriver& drv = real_driver();
   if (d == nullptr || !drv.cuDeviceGet || !drv.cuDeviceGetMemPool || !drv.cuMemPoolGetAttribute) return;
@@ -416,13 +411,12 @@ void Shim::before_device_reset(int ordinal) {
   if (const CUcontext primary = primary_context_if_active(ordinal)) before_context_destroy(primary);
   DeviceState* d = ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
   if (d == nullptr) return;  // nothing of this device was ever seen
-  d->resets.fetch_add(1, std::memory_order_relaxed);
+  recorder_->device_reset(ordinal);
   uint64_t freed = 0, count = 0;
   auto freed_one = [&](uintptr_t p, const AllocationRecord& rec) {
-    note_freed_by_reset(rec);
+    recorder_->freed_by_reset(p, rec);
     freed += rec.size;
     ++count;
-    if (trace_) trace_->free(record_time_ns(), p, rec, nullptr, false);
   };
   // Blocks whose records the pool keeps: freed through it, with their figures.
   if (d->pool && d->ledger.pool_keeps_records()) {
@@ -464,7 +458,7 @@ void Shim::before_device_reset(int ordinal) {
                ordinal, format_bytes(f.reserved_bytes).c_str());
   }
   // At teardown (after the exit report) a library releasing its context is no news.
-  if (count != 0 && !reported_.load(std::memory_order_relaxed))
+  if (count != 0 && !recorder_->reported())
     log_line("device %d reset: %s in %llu live allocation%s freed by the reset (see freed_by_reset in the report)",
              ordinal, format_bytes(freed).c_str(), static_cast<unsigned long long>(count), count == 1 ? "" : "s");
 }
@@ -540,15 +534,13 @@ void Shim::after_context_destroy(const std::vector<OwnedAllocation>& owned) {
       continue;
     }
     books_.count_free(gone);
-    note_freed_by_reset(gone);
-    if (trace_) trace_->free(record_time_ns(), o.ptr, gone, nullptr, false);
+    recorder_->freed_by_reset(o.ptr, gone);
     if (gone.device >= 0 && gone.device < kMaxDevices) bytes[gone.device] += gone.size, ++counts[gone.device];
   }
   for (int dev = 0; dev < kMaxDevices; ++dev) {
     if (counts[dev] == 0) continue;
-    if (DeviceState* d = devices_[dev].load(std::memory_order_acquire))
-      d->context_destroys.fetch_add(1, std::memory_order_relaxed);
-    if (!reported_.load(std::memory_order_relaxed))
+    if (devices_[dev].load(std::memory_order_acquire) != nullptr) recorder_->context_destroyed(dev);
+    if (!recorder_->reported())
       log_line("device %d: cuCtxDestroy freed %s in %llu live allocation%s of the destroyed context (see "
                "freed_by_reset in the report)",
                dev, format_bytes(bytes[dev]).c_str(), static_cast<unsigned long long>(counts[dev]),

@@ -86,17 +86,17 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   if (stream_ordered) learn_stream(stream);  // so that device fences cover it, and its end is heard of
   const StackId stack = capture_stack();
   void* p = nullptr;
-  AllocationRecord rec{0, requested, trace_ ? 0 : coarse_now_ns(), stack, static_cast<int16_t>(d->ordinal),
+  AllocationRecord rec{0, requested, tracing_ ? 0 : coarse_now_ns(), stack, static_cast<int16_t>(d->ordinal),
                        MemoryKind::kDevice, Route::kPooled, caller_module()};
-  const CUresult r = d->ledger.pool_allocate(AllocRequest{size, stream, stream_ordered}, &p, rec, trace_ != nullptr);
+  const CUresult r = d->ledger.pool_allocate(AllocRequest{size, stream, stream_ordered}, &p, rec, tracing_);
   if (r != CUDA_SUCCESS) {
     if (!is_argument_error(r)) d->ledger.failed();
     if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
     return RuntimeCodes::refuse(to_runtime_error(r));
   }
-  if (trace_) trace_->alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
+  if (tracing_) recorded_trace_alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
   *out = p;
-  maybe_sample(rec.time_ns);
+  recorded_event(rec.time_ns);
   return cudaSuccess;
 }
 
@@ -161,9 +161,10 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
                              a.kind, Route::kForwarded, caller_module()};
   // Into the trace too: its frees are recorded by deallocate(), and a trace without the
   // allocations undercounts every library that allocates through the driver API.
-  if (books_.commit(made.ptr, rec) && trace_) trace_->alloc(made.ptr, rec, made.size, a.stream, a.stream_ordered);
+  if (books_.commit(made.ptr, rec) && tracing_)
+    recorded_trace_alloc(made.ptr, rec, made.size, a.stream, a.stream_ordered);
   if (a.cuda_pool) note_cuda_pool(d, a.pool);
-  maybe_sample(t);
+  recorded_event(t);
   return code;
 }
 
@@ -186,19 +187,20 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   if (pooled == CUDA_ERROR_NOT_PERMITTED) return mismatched_pooled_free(owner, ptr, stream, stream_ordered, forward);
   if (pooled != CUDA_ERROR_NOT_FOUND) {
     if (pooled != CUDA_SUCCESS) return Api::from_pool(pooled);
-    count_late_free();
-    note_free(record_time_ns(), key, rec, stream, stream_ordered);
+    const uint64_t t = record_time_ns();
+    if (tracing_) recorded_trace_free(t, key, rec, stream, stream_ordered);
+    recorded_free(t, key, rec, /*late_check=*/true);
     return Api::kSuccess;
   }
   // Forget the pointer before the real free: once CUDA frees it, another thread may be handed the
   // same address and must be able to record it.
   if (!books_.forget(key, &rec)) return unknown_free(ptr, forward);
   if ((api == FreeApi::kHost) != (rec.kind == MemoryKind::kHost)) return mismatched_free(ptr, rec, forward);
-  count_late_free();  // even if CUDA then refuses it (a runtime already unloading, say)
+  recorded_late_free();  // even if CUDA then refuses it (a runtime already unloading, say)
   // Forwarded frees are timed before CUDA releases the memory: once it does, another thread may
   // be handed the same address, and its alloc event must come after this free in the trace.
-  // (Pooled ones are ordered by the pool itself; see trace/trace_ordered_resource.h.)
-  const uint64_t free_t = trace_ && rec.route == Route::kForwarded ? now_ns() : 0;
+  // (Pooled ones are ordered by the pool itself; see recorder/trace_ordered_resource.h.)
+  const uint64_t free_t = tracing_ && rec.route == Route::kForwarded ? now_ns() : 0;
   if (rec.route == Route::kPooled) {
     const CUresult r = device(rec.device)->pool->deallocate(ptr, stream, stream_ordered);
     if (r != CUDA_SUCCESS) {
@@ -217,27 +219,10 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   if (rec.route == Route::kForwarded && stream_ordered && rec.kind == MemoryKind::kDevice)
     note_cuda_pool(device(rec.device));
   const uint64_t now = record_time_ns();
-  note_free(rec.route == Route::kForwarded && trace_ ? free_t : now, key, rec, stream, stream_ordered);
+  const uint64_t t = rec.route == Route::kForwarded && tracing_ ? free_t : now;
+  if (tracing_) recorded_trace_free(t, key, rec, stream, stream_ordered);
+  recorded_free(t, key, rec, /*late_check=*/false);
   return Api::kSuccess;
-}
-
-inline void Shim::note_free(uint64_t t_ns, uintptr_t ptr, const AllocationRecord& rec, CUstream stream,
-                            bool stream_ordered) {
-  if (trace_) trace_->free(t_ns, ptr, rec, stream, stream_ordered);
-  recent_frees_.record(ptr, rec.size, rec.stack, current_hook_caller());
-  maybe_sample(t_ns);
-}
-
-template <typename Append>
-void Shim::take_samples(Append&& append) {
-  usage_.request();  // the driver's view of usage follows the same clock (after_hook)
-  const uint64_t t = now_ns() - start_ns_;
-  for (const auto& slot : devices_) {
-    const DeviceState* d = slot.load(std::memory_order_acquire);
-    if (!d) continue;
-    append(Sample{t, static_cast<int16_t>(d->ordinal), d->ledger.counters().live_bytes(), pool_figures(d).reserved_bytes});
-  }
-  sample_sites(t);
 }
 
 template <typename Forward>
@@ -263,8 +248,8 @@ auto Shim::mismatched_pooled_free(DeviceLedger* d, void* ptr, CUstream stream, b
   const auto code = forward();
   AllocationRecord rec;
   if (code == Api::kSuccess &&
-      d->release_pooled(ptr, stream, stream_ordered, /*host_api=*/false, &rec) == CUDA_SUCCESS && trace_)
-    trace_->free(record_time_ns(), reinterpret_cast<uintptr_t>(ptr), rec, stream, stream_ordered);
+      d->release_pooled(ptr, stream, stream_ordered, /*host_api=*/false, &rec) == CUDA_SUCCESS && tracing_)
+    recorded_trace_free(record_time_ns(), reinterpret_cast<uintptr_t>(ptr), rec, stream, stream_ordered);
   return code;
 }
 

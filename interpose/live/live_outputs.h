@@ -20,7 +20,7 @@ namespace gpushim {
 
 class LiveOutputs {
  public:
-  // Where the figures come from (the Shim).
+  // Where the figures come from (the RunRecorder, recorder/run_recorder.h).
   struct Sources {
     std::function<std::vector<DeviceMetrics>()> devices;  // current figures; cheap, no symbolization
     std::function<ReportData()> snapshot_report;          // a full report of the current state

@@ -7,21 +7,19 @@
 #include <string>
 #include <vector>
 
+#include "accounting/memory_figures.h"
 #include "report/report_model.h"
 
 namespace gpushim {
 
-struct DeviceMetrics {
+// The five figures (accounting/memory_figures.h: live_bytes is gpushim_allocated_bytes, peak_bytes
+// gpushim_peak_allocated_bytes) and the device's others.
+struct DeviceMetrics : MemoryFigures {
   int device = 0;
-  uint64_t allocated_bytes = 0;        // live, as handed to the program (policy-rounded)
   uint64_t reserved_bytes = 0;         // held from the driver
-  uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
   uint64_t capacity_bytes = 0;         // device total; 0 = unknown
   uint64_t limit_bytes = 0;            // GPUSHIM_LIMIT; 0 = none
-  uint64_t live_allocations = 0;
-  uint64_t allocations = 0;            // successful, over the run
-  uint64_t frees = 0;
   uint64_t failed_allocations = 0;
   uint64_t ooms = 0;
   std::optional<uint64_t> unaccounted_bytes;  // unknown until something measures it
@@ -55,15 +53,15 @@ struct ProcessMetrics {
 inline DeviceMetrics device_metrics_from_report(const DeviceReport& d) {
   DeviceMetrics m;
   m.device = d.device;
-  m.allocated_bytes = d.live_bytes;
+  m.live_bytes = d.live_bytes;
+  m.live_count = d.live_count;
+  m.peak_bytes = d.peak_allocated_bytes;
+  m.total_allocs = d.total_allocs;
+  m.total_frees = d.total_frees;
   m.reserved_bytes = d.pool.reserved_bytes;
-  m.peak_allocated_bytes = d.peak_allocated_bytes;
   m.peak_reserved_bytes = d.peak_reserved_bytes;
   m.capacity_bytes = d.capacity_bytes;
   m.limit_bytes = d.limit_bytes;
-  m.live_allocations = d.live_count;
-  m.allocations = d.total_allocs;
-  m.frees = d.total_frees;
   m.failed_allocations = d.failed_allocs;
   m.ooms = d.pool.ooms;
   return m;

@@ -46,6 +46,12 @@
 // tests/unit/fragmentation_workload.h (blocks of 1-64 MiB) whole chunks with the sub-allocator
 // do about as well (utilization 0.983-0.997; packed with lending 0.983-0.992), so both stay options.
 //
+// The code is one class in one file per concern (each file's opening comment says why):
+// vmm_arena.cpp the core (blocks, best fit, reuse safety, segments, figures), vmm_arena_planning.cpp
+// (where a build goes, what fills its holes), vmm_arena_mapping.cpp (carrying a plan out with the
+// driver, giving memory back), vmm_arena_lending.cpp (second mappings of free chunk ends), and
+// VmmLifetimes (vmm_lifetimes.h: which sizes outlive troughs, for long_fall).
+//
 // Thread safety: every public member takes the arena's mutex. The arena never calls out to the
 // small-request pool, so that pool may call in while holding its own lock; payload hooks run
 // under the arena's mutex and must not call back.
@@ -66,6 +72,7 @@
 #include "policy/backend.h"
 #include "policy/device_memory_resource.h"
 #include "policy/reuse_rules.h"
+#include "policy/vmm_lifetimes.h"
 #include "util/futex_mutex.h"
 
 namespace gpushim {
@@ -320,7 +327,18 @@ class VmmArena {
     uint64_t hole_bytes = 0;     // what must be mapped
     uint64_t extend = 0;         // bytes needed past res->end (extension through the address hint)
   };
+  // The ends of a build lent by partly used chunks (lending), and the range between them that
+  // plan_fill fills.
+  struct LentEnds {
+    Piece* head = nullptr;
+    Piece* tail = nullptr;
+    uintptr_t fill_lo = 0, fill_hi = 0;
+  };
 
+  static uint64_t round_up(uint64_t v, uint64_t m) { return v > UINT64_MAX - (m - 1) ? 0 : (v + m - 1) / m * m; }
+  static uint64_t round_down(uint64_t v, uint64_t m) { return v / m * m; }
+
+  // --- The core (vmm_arena.cpp): blocks, best fit, reuse safety, segments, figures. ---
   uint8_t class_of(uint64_t size, Owner owner) const {
     return owner == Owner::kUser && size <= opt_.small_class_max ? 0 : 1;
   }
@@ -328,45 +346,17 @@ class VmmArena {
   // the kMaxPick tightest the lowest (kLow) or highest (kHigh) one.
   enum class Fit : uint8_t { kBest, kLow, kHigh };
   Fit fit_for(uint64_t size, Owner owner) const {
-    if (owner != Owner::kUser || long_votes_.empty()) return Fit::kBest;
-    auto it = long_votes_.find(size);
-    return it != long_votes_.end() && it->second > 0 ? Fit::kHigh : Fit::kLow;
+    if (owner != Owner::kUser || !lifetimes_.any_votes()) return Fit::kBest;
+    return lifetimes_.outlives_troughs(size) ? Fit::kHigh : Fit::kLow;
   }
   Block* find_free(uint64_t size, uint8_t cls, const AllocRequest& req, Fit fit);
-  // Learns from a kUser block being freed whether blocks of its size outlive deep falls of live
-  // memory (VmmPoolOptions::long_fall), and keeps the record of live bytes' lows. Called while
-  // user_allocated_ still counts the block.
-  void learn_lifetime(const Block* b);
   bool idle(Block* b) { return rules_.idle(b); }
   bool collect_locked();
   void settle_locked();
   void release_waiting(std::vector<Block*>& blocks);
-  Block* build(uint64_t size, uint8_t cls, Attempt* attempt, CUresult* err);
-  // One build at `plan`; `replan` is set when the reservation could not be extended in place
-  // (then a new plan is needed).
-  Block* build_at(Plan plan, uint64_t size, Attempt* attempt, CUresult* err, bool* replan);
-  bool make_plan(uint64_t size, uint8_t cls, Plan* plan);
-  std::vector<Piece*> movable_pieces(uintptr_t lo, uintptr_t hi);
-  void plan_fill(const Plan& plan, uint64_t size, std::vector<Piece*>& movable, std::vector<Slot>* slots) const;
-  Reservation* reserve_range(uint64_t size, uintptr_t hint, CUresult* err);
   Block* containing(uintptr_t va) const;
   Block* before(const Block* b) const;
   Block* after(const Block* b) const;
-  void carve_out(Piece* p);
-  void release_piece_memory(Piece* p);
-  void free_empty_reservations();
-  // A partly used chunk whose idle free tail starts at or before `offset` (tail) or whose idle
-  // free head reaches at least `offset` (head): that part becomes kLent, and the returned Piece
-  // (not yet mapped) maps the chunk again. Null when none. Nothing in [skip_lo, skip_hi) is lent.
-  Piece* lend(uint64_t offset, bool tail, uintptr_t skip_lo, uintptr_t skip_hi);
-  void undo_lend(Piece* alias);
-  // May the chunk at `c` lend [lo, hi)? (lend's conditions on the chunk.)
-  bool lendable_chunk(uintptr_t c, uintptr_t lo, uintptr_t hi) const;
-  // The least offset at which a lendable free tail starts and the greatest one a lendable free
-  // head reaches (0: none), for make_plan.
-  void lendable(uint64_t* min_tail, uint64_t* max_head);
-  // Unmaps second mappings whose own part is idle and free again; their lent ranges become free.
-  void retire_aliases();
   // Keeps `size` bytes of `b` as the taken block, at its start or (from_top) at its end; the
   // rest becomes a free block of its own.
   Block* split(Block* b, uint64_t size, bool from_top = false);
@@ -376,6 +366,56 @@ class VmmArena {
   void recycle(Block* b);
   void insert_free(Block* b);
   Block* coalesce(Block* b);
+
+  // --- Planning (vmm_arena_planning.cpp): where a build goes and what fills its holes. ---
+  bool make_plan(uint64_t size, uint8_t cls, Plan* plan);
+  std::vector<Piece*> movable_pieces(uintptr_t lo, uintptr_t hi);
+  // The pieces a build at `plan` may move (none past the remap budget). False, with
+  // CUDA_ERROR_NOT_READY and attempt->new_bytes, when they cannot cover the holes and the
+  // attempt may not create memory.
+  bool pieces_to_move(const Plan& plan, uint64_t size, Attempt* attempt, std::vector<Piece*>* movable, CUresult* err);
+  // Every chunk of the build as a slot: lent ends first, then movable pieces, then new pieces.
+  void plan_slots(const Plan& plan, uint64_t size, std::vector<Piece*>& movable, std::vector<Slot>* slots,
+                  std::vector<Piece*>* lent);
+  void plan_fill(const Plan& plan, uint64_t size, std::vector<Piece*>& movable, std::vector<Slot>* slots) const;
+
+  // --- Mapping (vmm_arena_mapping.cpp): builds, virtual ranges, pieces moved and released. ---
+  Block* build(uint64_t size, uint8_t cls, Attempt* attempt, CUresult* err);
+  // One build at `plan`; `replan` is set when the reservation could not be extended in place
+  // (then a new plan is needed).
+  Block* build_at(Plan plan, uint64_t size, Attempt* attempt, CUresult* err, bool* replan);
+  // build_at's steps, in order; each returns false (with *err) when the build stops there.
+  bool reserve_for(Plan* plan, uint64_t size, CUresult* err, bool* replan);
+  bool create_pieces(const std::vector<Slot>& slots, const std::vector<Piece*>& lent, Attempt* attempt,
+                     std::vector<Piece*>* fresh, CUresult* err);
+  bool map_slots(Reservation* res, const std::vector<Slot>& slots, const std::vector<Piece*>& fresh, CUresult* err);
+  Block* merge_built(uintptr_t addr, uint64_t size);
+  void count_build(const std::vector<Slot>& slots, uint64_t size);
+  // Mapped pieces whose slots touch become one free block: `run` (the last one), listed in `runs`.
+  void add_to_run(Reservation* res, uintptr_t addr, uint64_t size, Block** run, std::vector<uintptr_t>* runs);
+  Reservation* reserve_range(uint64_t size, uintptr_t hint, CUresult* err);
+  void carve_out(Piece* p);
+  void release_piece_memory(Piece* p);
+  void free_empty_reservations();
+
+  // --- Lending (vmm_arena_lending.cpp): free chunk ends mapped a second time. ---
+  // The ends of a build at `plan` that partly used chunks can lend (VmmPoolOptions::alias_tails).
+  LentEnds lend_ends(const Plan& plan, uint64_t size);
+  // A partly used chunk whose idle free tail starts at or before `offset` (tail) or whose idle
+  // free head reaches at least `offset` (head): that part becomes kLent, and the returned Piece
+  // (not yet mapped) maps the chunk again. Null when none. Nothing in [skip_lo, skip_hi) is lent.
+  Piece* lend(uint64_t offset, bool tail, uintptr_t skip_lo, uintptr_t skip_hi);
+  void undo_lend(Piece* alias);
+  // Maps the lent piece `p` at `va` in `res`, with its shadow; false (the lend undone) when the
+  // driver refused.
+  bool map_lent(Piece* p, uintptr_t va, Reservation* res, Block** run, std::vector<uintptr_t>* runs);
+  // May the chunk at `c` lend [lo, hi)? (lend's conditions on the chunk.)
+  bool lendable_chunk(uintptr_t c, uintptr_t lo, uintptr_t hi) const;
+  // The least offset at which a lendable free tail starts and the greatest one a lendable free
+  // head reaches (0: none), for make_plan.
+  void lendable(uint64_t* min_tail, uint64_t* max_head);
+  // Unmaps second mappings whose own part is idle and free again; their lent ranges become free.
+  void retire_aliases();
 
   Backend& backend_;
   const VmmPoolOptions opt_;
@@ -399,15 +439,7 @@ class VmmArena {
   uint64_t alias_bytes_ = 0;     // mapped by them: virtual space only, no memory of their own
   bool alias_ok_ = false;        // the build in progress is for a user block
   static constexpr size_t kMaxSpareBlocks = 4096;
-  // Lifetime prediction (VmmPoolOptions::long_fall). lows_: (allocation count, live bytes) after
-  // frees, increasing in both, so the first entry at or after a block's birth holds the least
-  // live bytes since then (a min-stack: a free pops every entry not below the live bytes left).
-  uint64_t allocs_ = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> lows_;
-  absl::flat_hash_map<uint64_t, int8_t> long_votes_;  // size -> votes, > 0: Fit::kHigh
-  static constexpr size_t kMaxLows = 1 << 16;
-  static constexpr size_t kMaxLongSizes = 4096;
-  static constexpr int8_t kMaxVotes = 2;
+  VmmLifetimes lifetimes_;  // which sizes outlive troughs (VmmPoolOptions::long_fall)
 };
 
 }  // namespace gpushim

@@ -28,10 +28,8 @@ PythonCodeTable::PythonCodeTable(const PythonRuntime& rt, std::string iteration_
 }
 
 bool PythonCodeTable::still_same_code(const CodeInfo& info) const {
-  const PythonLayout& L = *rt_.layout;
-  const uintptr_t c = info.code;
-  return py_load<uintptr_t>(c + L.code_filename) == info.filename_obj && py_load<uintptr_t>(c + L.code_name) == info.name_obj &&
-         py_load<uintptr_t>(c + L.code_linetable) == info.table_obj && py_load<int>(c + L.code_firstlineno) == info.first_line;
+  return python_code_identity(*rt_.layout, info.code) ==
+         PythonCodeIdentity{info.filename_obj, info.name_obj, info.table_obj, info.first_line};
 }
 
 const PythonCodeTable::CodeInfo* PythonCodeTable::code_info(uintptr_t code) {

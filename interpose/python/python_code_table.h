@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstring>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -29,6 +30,28 @@ struct PythonLocation {
 // Whether a function's (qualified) name is named by GPUSHIM_ITERATION_SITE `wanted`: "step" names
 // "step", "Trainer.step" and "main.<locals>.step".
 bool python_names_function(const std::string& qualname, const std::string& wanted);
+
+// What tells a code object from one that reused its address after it was freed: the objects it
+// owns and its first line. Two code objects that agree on all of them are the same source compiled
+// again (then their names and lines are the same too).
+struct PythonCodeIdentity {
+  uintptr_t filename_obj = 0, name_obj = 0, table_obj = 0;
+  int first_line = 0;
+  bool operator==(const PythonCodeIdentity& o) const {
+    return filename_obj == o.filename_obj && name_obj == o.name_obj && table_obj == o.table_obj &&
+           first_line == o.first_line;
+  }
+};
+
+// Reads the identity of a live code object (one of the calling thread's frames runs it).
+inline PythonCodeIdentity python_code_identity(const PythonLayout& L, uintptr_t code) {
+  PythonCodeIdentity id;
+  std::memcpy(&id.filename_obj, reinterpret_cast<const void*>(code + L.code_filename), sizeof(uintptr_t));
+  std::memcpy(&id.name_obj, reinterpret_cast<const void*>(code + L.code_name), sizeof(uintptr_t));
+  std::memcpy(&id.table_obj, reinterpret_cast<const void*>(code + L.code_linetable), sizeof(uintptr_t));
+  std::memcpy(&id.first_line, reinterpret_cast<const void*>(code + L.code_firstlineno), sizeof(int));
+  return id;
+}
 
 class PythonCodeTable {
  public:

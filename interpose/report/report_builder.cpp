@@ -71,11 +71,7 @@ void add_modules(const ReportSources& in, ReportData* out) {
     else m.module = in.modules->name(id);
     m.device = on_device(kind) ? dev : -1;
     m.kind = memory_kind_name(kind);
-    m.live_bytes = snap.live_bytes;
-    m.live_count = snap.live_count;
-    m.peak_bytes = snap.peak_bytes;
-    m.total_allocs = snap.total_allocs;
-    m.total_frees = snap.total_frees;
+    m.set_figures(snap);
     out->modules.push_back(std::move(m));
   });
   std::sort(out->modules.begin(), out->modules.end(), [](const ModuleReport& a, const ModuleReport& b) {
@@ -165,7 +161,10 @@ ReportData build_report(const ReportSources& in) {
   for (const auto& [name, kind] : others) {
     const CounterSnapshot c = in.books->counters(kind, -1)->snapshot();
     if (c.total_allocs == 0) continue;
-    r.other_memory.push_back({name, c.live_bytes, c.live_count, c.peak_bytes, c.total_allocs, c.total_frees});
+    OtherMemoryReport o;
+    o.kind = name;
+    o.set_figures(c);
+    r.other_memory.push_back(std::move(o));
   }
   // Sites whose stacks symbolize identically (a loop the compiler peeled or unrolled has several
   // return addresses on one source line) are one site to a reader: merge them.

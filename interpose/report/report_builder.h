@@ -1,7 +1,8 @@
 // The report of one moment (the exit report, or an on-demand snapshot), built from read-only
 // views of what the shim keeps: the books (accounting/device_ledger.h), the growth history, the
-// OOMs and resets it recorded, and the means to name stacks. The core gathers these (taking the
-// locks they need) and calls build_report; nothing here changes any of them.
+// OOMs and resets it recorded, and the means to name stacks. The recorder gathers these (taking
+// the locks they need: recorder/run_recorder.h) and calls build_report; nothing here changes any
+// of them.
 #pragma once
 
 #include <cstdint>

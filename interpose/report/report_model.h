@@ -1,5 +1,5 @@
-// The report as plain data: the core fills it, the JSON writer and the stderr summary render it,
-// and gpushim-analyze reads the JSON back. docs/report-format.md documents every field.
+// The report as plain data: the recorder fills it (recorder/run_recorder.h), the JSON writer and
+// the stderr summary render it, and gpushim-analyze reads the JSON back. docs/report-format.md documents every field.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "accounting/memory_figures.h"
 #include "accounting/torch_stats.h"
 #include "policy/pool_figures.h"
 #include "stacks/symbolizer.h"
@@ -40,16 +41,12 @@ struct DeviceReport {
   std::optional<torch_stats::Figures> torch;
 };
 
-// Memory per module: the library (or executable) whose code called into CUDA.
-struct ModuleReport {
+// Memory per module: the library (or executable) whose code called into CUDA; its figures are
+// the module row's (accounting/memory_figures.h).
+struct ModuleReport : MemoryFigures {
   std::string module;                   // path; "(unknown)" when no loaded module holds the caller
   int device = 0;                       // -1 for kinds not tied to a device (host, managed)
   std::string kind = "device";          // as in sites[].kind
-  uint64_t live_bytes = 0;
-  uint64_t live_count = 0;
-  uint64_t peak_bytes = 0;
-  uint64_t total_allocs = 0;
-  uint64_t total_frees = 0;
 };
 
 // Figures computed from a DeviceReport, so every renderer derives them the same way.
@@ -71,13 +68,8 @@ inline DerivedFigures derive(const DeviceReport& d) {
 }
 
 // Memory that is not device memory proper but passes through the shim: managed and pinned host.
-struct OtherMemoryReport {
+struct OtherMemoryReport : MemoryFigures {
   std::string kind;                     // "managed" or "host"
-  uint64_t live_bytes = 0;
-  uint64_t live_count = 0;
-  uint64_t peak_bytes = 0;
-  uint64_t total_allocs = 0;
-  uint64_t total_frees = 0;
 };
 
 struct SiteReport {

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <ucontext.h>
 
 #include <atomic>
 #include <cstring>
@@ -26,6 +27,44 @@ BacktraceFn g_backtrace = nullptr;
 // (libunwind and glibc differ, and libunwind versions have differed); measured at init.
 size_t g_own_frames = 1;
 std::once_flag g_once;
+
+// libunwind's cursor API, for trace_native_frames (the frame-by-frame walk that says where each
+// frame's return address and frame pointer were read from). Declared here because Debian's
+// libunwind-dev is not a dependency; the layouts are those of libunwind-x86_64.h (1.3 to 1.8).
+struct UnwCursor {
+  uint64_t opaque[127];  // UNW_TDEP_CURSOR_LEN
+};
+struct UnwSaveLoc {
+  int type;  // UNW_SLT_NONE 0, UNW_SLT_MEMORY 1, UNW_SLT_REG 2
+  union {
+    uint64_t addr;
+    int regnum;
+  } u;
+  char extra[8];
+};
+constexpr int kUnwRbp = 6, kUnwRsp = 7, kUnwRip = 16, kUnwSltMemory = 1;
+struct CursorApi {
+  int (*getcontext)(ucontext_t*) = nullptr;
+  int (*init_local)(UnwCursor*, ucontext_t*) = nullptr;
+  int (*step)(UnwCursor*) = nullptr;
+  int (*get_reg)(UnwCursor*, int, uint64_t*) = nullptr;
+  int (*get_save_loc)(UnwCursor*, int, UnwSaveLoc*) = nullptr;
+  int (*is_signal_frame)(UnwCursor*) = nullptr;
+};
+CursorApi g_cursor;  // written once under g_once, before g_state is published
+bool g_cursor_ok = false;
+
+void load_cursor_api(void* h) {
+  CursorApi c;
+  c.getcontext = reinterpret_cast<decltype(c.getcontext)>(dlsym(h, "_Ux86_64_getcontext"));
+  c.init_local = reinterpret_cast<decltype(c.init_local)>(dlsym(h, "_ULx86_64_init_local"));
+  c.step = reinterpret_cast<decltype(c.step)>(dlsym(h, "_ULx86_64_step"));
+  c.get_reg = reinterpret_cast<decltype(c.get_reg)>(dlsym(h, "_ULx86_64_get_reg"));
+  c.get_save_loc = reinterpret_cast<decltype(c.get_save_loc)>(dlsym(h, "_ULx86_64_get_save_loc"));
+  c.is_signal_frame = reinterpret_cast<decltype(c.is_signal_frame)>(dlsym(h, "_ULx86_64_is_signal_frame"));
+  g_cursor = c;
+  g_cursor_ok = c.getcontext && c.init_local && c.step && c.get_reg && c.get_save_loc && c.is_signal_frame;
+}
 
 // glibc's backtrace() already matches BacktraceFn; wrapped so both paths share one pointer.
 int glibc_backtrace(void** buffer, int size) { return ::backtrace(buffer, size); }
@@ -63,6 +102,9 @@ void load_unwinder() {
     if (sym == nullptr) sym = dlsym(h, "_ULx86_64_unw_backtrace");
     if (sym != nullptr) {
       g_backtrace = reinterpret_cast<BacktraceFn>(sym);
+#if defined(__x86_64__)
+      load_cursor_api(h);
+#endif
       g_own_frames = measure_own_frames();
       g_state.store(static_cast<int>(Unwinder::kLibunwind), std::memory_order_release);
       return;
@@ -114,6 +156,41 @@ __attribute__((noinline)) size_t capture_native_stack(uint64_t* out, size_t max_
   if (got <= 0 || static_cast<size_t>(got) <= drop) return 0;
   const size_t n = static_cast<size_t>(got) - drop;
   for (size_t i = 0; i < n; ++i) out[i] = reinterpret_cast<uintptr_t>(buf[drop + i]);
+  return n;
+}
+
+bool native_trace_available() {
+  return init_native_unwinder() && g_state.load(std::memory_order_acquire) == static_cast<int>(Unwinder::kLibunwind) &&
+         g_cursor_ok;
+}
+
+__attribute__((noinline)) size_t trace_native_frames(NativeFrameTrace* out, size_t max) {
+  if (!native_trace_available() || max == 0) return 0;
+  ucontext_t ctx;
+  UnwCursor cursor;
+  if (g_cursor.getcontext(&ctx) != 0 || g_cursor.init_local(&cursor, &ctx) != 0) return 0;
+  // Frame 0 is this function: skipped, so that out[0] is our caller.
+  if (g_cursor.step(&cursor) <= 0) return 0;
+  size_t n = 0;
+  for (;;) {
+    NativeFrameTrace& f = out[n];
+    f = NativeFrameTrace{};
+    UnwSaveLoc loc{};
+    if (g_cursor.get_reg(&cursor, kUnwRip, &f.ip) != 0 || g_cursor.get_reg(&cursor, kUnwRsp, &f.sp) != 0 ||
+        g_cursor.get_reg(&cursor, kUnwRbp, &f.rbp) != 0)
+      break;
+    if (g_cursor.get_save_loc(&cursor, kUnwRip, &loc) == 0 && loc.type == kUnwSltMemory) f.ip_slot = loc.u.addr;
+    loc = UnwSaveLoc{};
+    if (g_cursor.get_save_loc(&cursor, kUnwRbp, &loc) == 0 && loc.type == kUnwSltMemory) f.rbp_slot = loc.u.addr;
+    f.signal_frame = g_cursor.is_signal_frame(&cursor) > 0;
+    ++n;
+    if (n == max) break;
+    const int r = g_cursor.step(&cursor);
+    if (r <= 0) {
+      if (r < 0) out[n - 1].step_failed = true;
+      break;
+    }
+  }
   return n;
 }
 

@@ -5,10 +5,12 @@
 #include <link.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "stacks/iteration_site.h"
 #include "python/python_frame_walker.h"
 #include "stacks/native_stack.h"
+#include "stacks/stack_cache.h"
 #include "stacks/stack_merge.h"
 #include "util/log.h"
 
@@ -20,10 +22,18 @@ constexpr size_t kSlack = 4;  // room for the shim's own frames (2-3 with inlini
 // The calling thread's previous allocation, as the iteration-site detection saw it.
 thread_local SiteActivation t_last_activation;
 
+// Tells capturers apart in the per-thread stack caches, including one created where a destroyed
+// one was (its ids belong to another StackTable).
+std::atomic<uint64_t> g_next_cache_owner{1};
+
 }  // namespace
 
 StackCapturer::StackCapturer(StackCaptureOptions options, StackTable* table, IterationCounter* iterations)
-    : options_(std::move(options)), table_(table), iterations_(iterations) {
+    : options_(std::move(options)),
+      table_(table),
+      iterations_(iterations),
+      cache_(options_.cache && native_trace_available()),
+      cache_owner_(g_next_cache_owner.fetch_add(1, std::memory_order_relaxed)) {
   if (!options_.python) {
     python_status_ = "off";
   } else {
@@ -78,7 +88,9 @@ void StackCapturer::observe_native_site(const uint64_t* native, size_t n) {
   observe(cur);
 }
 
-StackId StackCapturer::capture(bool allocation) {
+// noinline, and a frame pointer (__builtin_frame_address): the stack cache keys on this function's
+// frame address and traces the stack from here, so it must be one real frame on every path.
+__attribute__((noinline)) StackId StackCapturer::capture(bool allocation) {
   const size_t depth = options_.native_depth;
   if (depth == 0) return kEmptyStack;
   const bool watch_site = allocation && !options_.iteration_site.empty();
@@ -93,6 +105,18 @@ StackId StackCapturer::capture(bool allocation) {
   PyFrameRef* const py = py_storage.frames;
   const size_t n_py = code_table_ ? walk_python_frames(python_, py, kMaxPythonFrames) : 0;
 
+  // The iteration-site watch reads every capture's frames: it bypasses the cache.
+  ThreadStackCache* const cache = cache_ && !watch_site ? ThreadStackCache::acquire() : nullptr;
+  const ThreadStackCache::Probe probe{cache_owner_, reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), py, n_py,
+                                      n_py ? python_.layout : nullptr};
+  if (cache != nullptr) {
+    StackId hit;
+    if (cache->find(probe, &hit)) {
+      cache->release();
+      return hit;
+    }
+  }
+
   uint64_t native[kMaxNativeUnwind + kSlack];
   const size_t want = n_py ? kMaxNativeUnwind + kSlack : std::min<size_t>(depth + kSlack, kMaxNativeUnwind + kSlack);
   const size_t got = capture_native_stack(native, want, 0);
@@ -100,9 +124,22 @@ StackId StackCapturer::capture(bool allocation) {
   const uint64_t* own = native + skip;
   const size_t n_native = got - skip;
 
+  // A miss: a stack met again among the recent misses of its key's set is traced once (here, in
+  // this frame, as the cache requires) and cached.
+  auto remember = [&](StackId id) {
+    if (cache == nullptr) return id;
+    if (cache->seen_twice(probe, id)) {
+      NativeFrameTrace* trace = cache->trace_buffer();
+      const size_t n_trace = trace_native_frames(trace, ThreadStackCache::kMaxNativeTraceFrames);
+      cache->insert(probe, trace, n_trace, native, got, want, id);
+    }
+    cache->release();
+    return id;
+  };
+
   if (n_py == 0) {
     if (watch_site) observe_native_site(own, n_native);
-    return table_->intern(own, std::min(n_native, depth));
+    return remember(table_->intern(own, std::min(n_native, depth)));
   }
 
   PythonStackWord words[kMaxPythonFrames];
@@ -138,7 +175,12 @@ StackId StackCapturer::capture(bool allocation) {
   uint64_t merged[kMaxNativeUnwind + kMaxPythonFrames];
   const size_t m = interleave_python_frames(own, n_native, words, n_py, role, std::min<size_t>(depth, kMaxNativeUnwind),
                                             kMaxPythonFrames, merged);
-  return table_->intern(merged, m);
+  return remember(table_->intern(merged, m));
+}
+
+size_t StackCapturer::memory_bytes() const {
+  // The per-thread stack caches are counted here, by the one capturer that uses them.
+  return (code_table_ ? code_table_->memory_bytes() : 0) + (cache_ ? ThreadStackCache::total_bytes() : 0);
 }
 
 bool StackCapturer::resolve_python(uint32_t id, FrameInfo* out) const {

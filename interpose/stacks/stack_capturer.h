@@ -23,6 +23,8 @@ struct StackCaptureOptions {
   std::string iteration_site;   // GPUSHIM_ITERATION_SITE, "" for none
   // Code of the shim itself: frames inside it at the top of a stack are not the caller's.
   uintptr_t skip_begin = 0, skip_end = 0;
+  // Per-thread cache of repeated stacks (stack_cache.h). Off only to compare against (tests, bench).
+  bool cache = true;
 };
 
 class StackCapturer {
@@ -48,7 +50,7 @@ class StackCapturer {
   // the process has no interpreter, "off" when disabled, or "unsupported: <why>".
   const std::string& python_status() const { return python_status_; }
   bool python_active() const { return code_table_ != nullptr; }
-  size_t memory_bytes() const { return code_table_ ? code_table_->memory_bytes() : 0; }
+  size_t memory_bytes() const;
 
   void lock_for_fork() {
     if (code_table_) code_table_->lock_for_fork();
@@ -70,6 +72,8 @@ class StackCapturer {
   PythonCallCounter* calls_ = nullptr;  // exact counting of a Python iteration site; never freed (see there)
   std::string python_status_;
   uintptr_t native_site_begin_ = 0, native_site_end_ = 0;  // GPUSHIM_ITERATION_SITE as a native symbol
+  const bool cache_;             // the per-thread stack cache is used (options, and libunwind's cursor found)
+  const uint64_t cache_owner_;   // this capturer in those caches
 };
 
 }  // namespace gpushim

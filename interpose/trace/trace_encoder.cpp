@@ -77,7 +77,7 @@ std::string encode_end(const EndInfo& e) {
     put_varint(&p, zigzag(d.ordinal));
     put_varint(&p, d.live_bytes);
     put_varint(&p, d.live_count);
-    put_varint(&p, d.peak_allocated);
+    put_varint(&p, d.peak_bytes);
     put_varint(&p, d.peak_reserved);
     put_varint(&p, d.total_allocs);
     put_varint(&p, d.total_frees);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "accounting/memory_figures.h"
 #include "trace/trace_event.h"
 
 namespace gpushim::trace {
@@ -52,11 +53,12 @@ struct PyFrameInfo {
   int line = 0;
 };
 
-struct DeviceTotals {
+// A device's figures at the end (the five of accounting/memory_figures.h, peak_bytes the peak
+// allocated, and the pool's), written in the order encode_end says.
+struct DeviceTotals : MemoryFigures {
   int ordinal = 0;
-  uint64_t live_bytes = 0, live_count = 0;
-  uint64_t peak_allocated = 0, peak_reserved = 0;
-  uint64_t total_allocs = 0, total_frees = 0, failed_allocs = 0, ooms = 0;
+  uint64_t peak_reserved = 0;
+  uint64_t failed_allocs = 0, ooms = 0;
 };
 
 struct EndInfo {

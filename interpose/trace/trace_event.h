@@ -15,7 +15,7 @@ struct TraceEvent {
   uint64_t requested = 0;  // bytes the caller asked for (alloc, oom)
   uint64_t stream = 0;     // CUstream handle value
   // Pool events only (kFlagSequenced): the operation's number in its device's pool order, which
-  // readers follow over timestamps for those events (trace/trace_ordered_resource.h).
+  // readers follow over timestamps for those events (recorder/trace_ordered_resource.h).
   uint64_t seq = 0;
   uint32_t stack = 0;      // StackId (alloc, oom)
   int16_t device = 0;

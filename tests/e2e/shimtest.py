@@ -37,6 +37,18 @@ def scaled(n, minimum=1):
     return max(minimum, int(n * SCALE))
 
 
+def require_tool(found, tool, detail):
+    """For a test that needs a tool of the machine (promtool, node, a Python with matplotlib). Where
+    the suite is checked (CI: scripts/setup installs them all) a missing tool fails the test, with
+    `detail`. On a GPU machine (GPUSHIM_TEST_REAL_GPU=1: an image we do not control) the test is
+    reported as not run there, naming the tool, rather than as a failure of the shim."""
+    if found:
+        return
+    if REAL_GPU:
+        raise unittest.SkipTest(f"not run on this machine: {tool} missing")
+    raise AssertionError(f"{tool} missing: {detail}")
+
+
 def check_sanitizer_clean(stderr, what="program"):
     for marker in SANITIZER_REPORTS:
         if marker in (stderr or ""):

@@ -64,7 +64,9 @@ class DocsMatchHelp(unittest.TestCase):
 
     def test_export_formats(self):
         helps = help_of(ANALYZE, "export")
-        listed = set(re.findall(r"^  ([a-z][a-z-]*)  ", helps, re.M))
+        # The formats are the choices listed under --format, down to the next option.
+        block = re.search(r"^  --format .*?\n(.*?)^  -", helps, re.M | re.S).group(1)
+        listed = set(re.findall(r"^ {4,}([a-z][a-z-]*)  +\S", block, re.M))
         self.assertLessEqual({"memory-viz", "folded", "speedscope", "perfetto", "perfetto-json", "timeline"}, listed)
         seen = 0
         for where, n, m in quotes(r"--format ([a-z][a-z|-]*[a-z])"):

@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 
 from pythons import interpreters
-from shimtest import BUILD, POLICIES, ShimTestCase, base_env, program, run
+from shimtest import BUILD, POLICIES, REAL_GPU, ShimTestCase, base_env, program, run
 
 MiB = 1 << 20
 LIBS = os.path.join(BUILD, "e2e-libs")
@@ -139,19 +139,32 @@ class ProcAddress(ShimTestCase):
         shim = run([program("e2e_proc_address")])
         self.assertRanOK(shim)
         want, got = last_json(plain), last_json(shim)
+        # The driver's own functions: the simulated driver's are named for the variant; what NVIDIA's
+        # dladdr() names is the driver's business, so there only that they are the driver's.
+        driver_fn = (lambda variant: "libcuda.so.1:" + variant) if not REAL_GPU else None
         for key, variant in self.WRAPPED.items():
-            self.assertEqual(want[key]["fn"], "libcuda.so.1:" + variant, key)  # what the driver itself gives
+            if driver_fn:
+                self.assertEqual(want[key]["fn"], driver_fn(variant), key)  # what the driver itself gives
+            else:
+                self.assertTrue(want[key]["fn"].startswith("libcuda.so"), (key, want[key]))
             self.assertEqual(got[key]["fn"], "libgpushim.so:" + variant, key)  # ours, for exactly that variant
         for key, variant in self.PASSED.items():
-            self.assertEqual(got[key]["fn"], "libcuda.so.1:" + variant, key)
+            self.assertEqual(got[key]["fn"], want[key]["fn"], key)  # the driver's own, untouched
+            if driver_fn:
+                self.assertEqual(got[key]["fn"], driver_fn(variant), key)
         for key in want:
             if isinstance(want[key], dict) and "status" in want[key]:
-                # Same result and status, and the driver saw the caller's exact name, version and flags.
+                # Same result and status as the driver gives.
                 self.assertEqual(got[key]["result"], want[key]["result"], key)
                 self.assertEqual(got[key]["status"], want[key]["status"], key)
-                self.assertEqual(got[key]["driver_saw_exact_query"], 1, key)
+                # The driver saw the caller's exact name, version and flags: only the simulated
+                # driver counts the queries it gets (-1: not observable on NVIDIA's).
+                self.assertEqual(got[key]["driver_saw_exact_query"], -1 if REAL_GPU else 1, key)
         for key in ("probe", "unknown", "too_new", "not_a_driver_name"):
-            self.assertEqual(got[key]["fn"], "null", key)
+            if not REAL_GPU:
+                self.assertEqual(want[key]["fn"], "null", key)
+            if want[key]["fn"] == "null":
+                self.assertEqual(got[key]["fn"], "null", key)
         self.assertEqual(got["via_4_arg_ptsz"]["fn"], "libgpushim.so:cuMemAllocAsync_ptsz")
         self.assertEqual(got["export_table_call"], want["export_table_call"])
         self.assertEqual(got["runtime_entry_point_ptsz"], "libgpushim.so:cuMemAllocAsync_ptsz")

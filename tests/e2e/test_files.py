@@ -4,13 +4,14 @@ unwritable directory falls back to $TMPDIR with one notice, a path the user name
 created is one line and no file anywhere; a full disk costs the report, never the job."""
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import tempfile
 import unittest
 
-from shimtest import FAKECUDA, SHIM, PRELOAD_FIRST, ShimTestCase, base_env, check_sanitizer_clean, program
+from shimtest import BUILD, FAKECUDA, SHIM, PRELOAD_FIRST, ShimTestCase, base_env, check_sanitizer_clean, program
 
 LEAK = program("e2e_leak_two_sites")
 
@@ -23,6 +24,21 @@ def run_leak(workdir, report, extra_env=None, preexec_fn=None, leak=LEAK):
                           preexec_fn=preexec_fn)
     check_sanitizer_clean(proc.stderr, LEAK)
     return proc
+
+
+def libraries_of_this_build(paths):
+    """{soname: file} of the shared libraries `paths` load from inside this build tree or bundle
+    (a bundle's lib/: Abseil, libunwind, libdw...), the simulated device's excepted."""
+    inside, fake = os.path.realpath(BUILD) + "/", os.path.realpath(FAKECUDA) + "/"
+    found = {}
+    for path in paths:
+        env = base_env(preload=False)
+        out = subprocess.run(["ldd", path], env=env, capture_output=True, text=True).stdout
+        for soname, where in re.findall(r"^\s*(\S+) => (/\S+) \(0x", out, re.M):
+            real = os.path.realpath(where)
+            if real.startswith(inside) and not real.startswith(fake):
+                found[soname] = real
+    return found
 
 
 def shim_lines(proc):
@@ -99,14 +115,18 @@ class Fallback(ShimTestCase):
         os.chmod(self.dir, 0o755)
 
     def staged_for_anyone(self, extra):
-        """Copies the program, the shim and the simulated CUDA libraries into a directory anyone
-        can read; returns the program's copy and `extra` with the environment that uses them."""
+        """Copies the program, the shim, the libraries of this build they load and the simulated
+        CUDA libraries into a directory anyone can read, laid out as a build tree or bundle is
+        (bin/, lib/: a bundle's programs find their libraries through $ORIGIN/../lib); returns the
+        program's copy and `extra` with the environment that uses them."""
         stage = os.path.join(self.dir, "stage")
-        os.mkdir(stage, 0o755)
-        leak = shutil.copy2(LEAK, stage)
-        shim = shutil.copy2(SHIM, stage)
+        for d in ("bin", "lib", "cuda"):
+            os.makedirs(os.path.join(stage, d), 0o755)
+        leak = shutil.copy2(LEAK, os.path.join(stage, "bin"))
+        shim = shutil.copy2(SHIM, os.path.join(stage, "lib"))
+        for name, path in libraries_of_this_build([LEAK, SHIM]).items():
+            shutil.copy2(path, os.path.join(stage, "lib", name))
         cuda = os.path.join(stage, "cuda")
-        os.mkdir(cuda, 0o755)
         for name in os.listdir(FAKECUDA):
             if name.startswith("lib") and ".so" in name:
                 shutil.copy2(os.path.realpath(os.path.join(FAKECUDA, name)), os.path.join(cuda, name))
@@ -116,7 +136,7 @@ class Fallback(ShimTestCase):
         env = dict(extra)
         env["LD_PRELOAD"] = shim if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + shim
         library_path = base_env().get("LD_LIBRARY_PATH", "").replace(FAKECUDA, cuda)
-        env["LD_LIBRARY_PATH"] = library_path or cuda
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in (library_path, os.path.join(stage, "lib")) if p)
         return leak, env
 
     def check_fallback(self, proc, wanted):

@@ -12,7 +12,7 @@ import unittest
 
 import promtext
 from pythons import interpreters
-from shimtest import POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run
+from shimtest import POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, require_tool, run
 
 MiB = 1 << 20
 DEADLINE_S = 30
@@ -31,8 +31,7 @@ PROMTOOL = os.environ.get("GPUSHIM_PROMTOOL", "/usr/local/lib/gpushim-tools/prom
 
 def promtool_check(data):
     """promtool check metrics: Prometheus's own parser and lint rules, on the bytes a reader saw."""
-    if not os.access(PROMTOOL, os.X_OK):
-        raise AssertionError(f"promtool is not at {PROMTOOL} (run scripts/setup)")
+    require_tool(os.access(PROMTOOL, os.X_OK), "promtool", f"not at {PROMTOOL} (run scripts/setup)")
     proc = subprocess.run([PROMTOOL, "check", "metrics"], input=data, capture_output=True, timeout=60)
     if proc.returncode != 0:
         raise promtext.PromFormatError(f"promtool check metrics: {(proc.stdout + proc.stderr).decode()[:2000]}")
@@ -463,6 +462,16 @@ class StrictParser(unittest.TestCase):
         fams = promtext.parse(self.GOOD)
         self.assertEqual(fams["gpushim_x_bytes"].value(device="1"), 6)
         self.assertEqual(fams["gpushim_y_total"].type, "counter")
+
+    def test_promtool_accepts_good_and_rejects_bad(self):
+        # The checker every metrics test here leans on: found, and judging (GPUSHIM_PROMTOOL names
+        # another one, e.g. the bundle's).
+        promtool_check(self.GOOD.encode())
+        for what, text in (("counter without _total", self.GOOD.replace("gpushim_y_total", "gpushim_y")),
+                           ("bad value", self.GOOD.replace("} 5\n", "} five\n"))):
+            with self.subTest(what):
+                with self.assertRaises(promtext.PromFormatError):
+                    promtool_check(text.encode())
 
     def test_rejects_bad(self):
         bad = {

@@ -10,7 +10,7 @@ import tempfile
 import unittest
 
 from shimtest import ShimTestCase, program
-from test_traces import ANALYZE, PLOT, traced
+from test_traces import ANALYZE, PLOT, require_plot_python, traced
 
 PLOT_PYTHON = "/usr/bin/python3"  # Debian's, with python3-matplotlib (the script's #! line)
 
@@ -48,6 +48,7 @@ class PlotFailures(unittest.TestCase):
         self.assertFalse(os.path.exists(out))
 
     def test_a_full_disk_is_an_error_and_the_name_is_kept(self):
+        require_plot_python()
         self.assert_one_line_error(plot([self.report, "-o", "/dev/full"]), 1, "cannot write /dev/full: No space left")
         # Without an extension the image is PNG, written exactly where asked (never NAME.png).
         out = os.path.join(self.dir, "noext")
@@ -58,6 +59,7 @@ class PlotFailures(unittest.TestCase):
         self.assertFalse(os.path.exists(out + ".png"))
 
     def test_damaged_reports(self):
+        require_plot_python()  # matplotlib is imported before the input is read
         for name, doc, missing in (
                 ("timeline.json", {"schema": "gpushim-report/1", "devices": [{"device": 0}],
                                    "timeline": [{"device": 0, "t_s": 1.0, "reserved": 5}]}, "allocated"),
@@ -71,12 +73,14 @@ class PlotFailures(unittest.TestCase):
                 self.assertFalse(os.path.exists(os.path.join(self.dir, "d.png")))
 
     def test_device_files_and_junk_are_refused_with_bounded_memory(self):
+        require_plot_python()  # matplotlib is imported before the input is read
         for source in ("/dev/zero", "/dev/urandom"):
             with self.subTest(source=source):
                 proc = plot([source, "-o", os.path.join(self.dir, "z.png")], limit_memory=True)
                 self.assert_one_line_error(proc, 1, f"{source}: not a gpushim report or trace")
 
     def test_a_python_without_matplotlib_hands_over_to_one_with_it(self):
+        require_plot_python()
         # `python3 -S` has no site packages, as a virtual environment's python3 first on PATH may
         # lack matplotlib: the script runs itself again with one that has it, once.
         out = os.path.join(self.dir, "handed.png")
@@ -99,6 +103,7 @@ class PlotFailures(unittest.TestCase):
 
 def layout_of(testcase, source, name):
     """Draws `source` and returns where its labels and curves went (pixels, y upwards)."""
+    require_plot_python()
     out = tempfile.mkdtemp(prefix="gpushim-plot-")
     layout = os.path.join(out, "layout.json")
     proc = plot([source, "-o", os.path.join(out, name), "--layout-json", layout])

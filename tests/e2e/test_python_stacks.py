@@ -13,6 +13,7 @@ MiB = 1 << 20
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python")
 EVERYWHERE = os.path.join(SCRIPTS, "stacks_everywhere.py")
 HELPERS = os.path.join(BIN, "libe2e_native_helpers.so")
+REPEATED = os.path.join(SCRIPTS, "repeated_sites.py")
 
 
 def markers(path):
@@ -171,3 +172,33 @@ class PythonFramesInEveryStack(ShimTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RepeatedSites(ShimTestCase):
+    """The stack cache (interpose/stacks/stack_cache.h) serves repeated sites: a stale answer would
+    put an allocation under another line, caller or depth, and its site would hold two sizes."""
+
+    def test_each_repetition_keeps_its_own_line_caller_and_depth(self):
+        lines = markers(REPEATED)
+        for python, version in interpreters():
+            with self.subTest(python=python):
+                r = run([python, REPEATED], env={"GPUSHIM_POLICY": "passthrough"})
+                self.assertRanOK(r)
+                rounds = 12
+
+                def chain(size, count, want):
+                    site = site_by_size(r.report, size)
+                    self.assertEqual(site["live_count"], count, f"{size // 1024} KiB")
+                    got = [(f["function"], f["line"]) for f in python_frames(site) if f["file"] == REPEATED]
+                    self.assertEqual(got, [(fn, lines[tag]) for fn, tag in want], f"{size // 1024} KiB")
+
+                step = [("step", "step_two_lines"), ("<module>", "module_step")]
+                chain(4 * 1024, rounds, [("alloc", "alloc"), ("two_lines", "line_a")] + step)
+                chain(8 * 1024, rounds, [("alloc", "alloc"), ("two_lines", "line_b")] + step)
+                outer = [("step", "step_outer"), ("<module>", "module_step")]
+                chain(12 * 1024, rounds, [("alloc", "alloc"), ("middle", "middle_call"), ("outer_a", "outer_a_call")] + outer)
+                chain(16 * 1024, rounds, [("alloc", "alloc"), ("middle", "middle_call"), ("outer_b", "outer_b_call")] + outer)
+                for depth in range(4):
+                    chain((20 + 4 * depth) * 1024, rounds // 4,
+                          [("alloc", "alloc"), ("recurse", "recurse_alloc")] + [("recurse", "recurse_call")] * depth +
+                          [("step", "step_recurse"), ("<module>", "module_step")])

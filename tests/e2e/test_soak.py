@@ -44,8 +44,12 @@ class Soak(ShimTestCase):
                 self.assertEqual(r.report["invalid_frees"], 0)
                 # A handful of call sites make a handful of stacks, however long the run.
                 self.assertLess(r.report["distinct_stacks"], 200)
-                # Bounded by what is live: a few hundred bytes per live allocation, fixed costs included.
-                self.assertLess(out["host_bytes_per_peak_live"], 2048, out)
+                # Bounded by what is live: a few hundred bytes per live allocation, fixed costs
+                # included, except each allocating thread's stack cache tables (at most 64 KiB a
+                # thread, stacks/stack_cache.h): a per-thread cost, which at the sanitizer runs'
+                # smaller scale would otherwise dominate the per-allocation figure.
+                per_live = (out["host_bytes_max"] - out["threads"] * 65536) / out["max_live"]
+                self.assertLess(per_live, 2048, out)
 
     def test_host_memory_does_not_grow_with_the_length_of_the_run(self):
         # Per-allocation state only (no pool): four times the operations over the same live set

@@ -22,8 +22,12 @@ SYSTEM = re.compile(r"^(linux-vdso|ld-linux.*|libc|libm|libdl|libpthread|librt|l
 NVIDIA = re.compile(r"^(libcuda|libcudart)\.so")
 # Quick e2e modules for the bundle's check: native programs (file:line through the bundled libdw), the
 # helper libraries of e2e-libs/, a Python client of tests/e2e/python with gpushim-analyze.
+# test_files.Fallback stages a copy of a program outside the bundle (as root: for an unprivileged user).
 E2E_MODULES = ["test_foundation.LeakingProgram", "test_foundation.Exports", "test_every_allocation.Dlsym",
-               "test_user_line"]
+               "test_user_line", "test_files.Fallback"]
+# What scripts/setup installs for the e2e tests, which the bundle carries for machines without it.
+PROMTOOL = os.environ.get("GPUSHIM_PROMTOOL", "/usr/local/lib/gpushim-tools/promtool")
+SPEEDSCOPE = os.environ.get("GPUSHIM_SPEEDSCOPE", "/usr/local/lib/gpushim-node/node_modules/speedscope")
 
 
 def sanitizer_build():
@@ -87,6 +91,33 @@ class Bundle(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(BUNDLE, path)), path)
         self.assertTrue(any(l.startswith("libbenchmark") for l in os.listdir(os.path.join(BUNDLE, "lib"))))
 
+    def test_the_tools_installed_here_travel_with_it_and_gpu_validate_hands_them_to_the_tests(self):
+        import importlib.machinery
+        import importlib.util
+        loader = importlib.machinery.SourceFileLoader("bundled_gpu_validate", os.path.join(BUNDLE, "scripts", "gpu-validate"))
+        spec = importlib.util.spec_from_loader("bundled_gpu_validate", loader)
+        gv = importlib.util.module_from_spec(spec)
+        loader.exec_module(gv)
+        work = tempfile.mkdtemp(dir=TMP)
+        env = gv.e2e_tools_env(work)
+        # gpushim-plot tries the Python running gpu-validate (PyTorch's, on the device) first.
+        self.assertEqual(env["GPUSHIM_PYTHON"], sys.executable)
+        if os.access(PROMTOOL, os.X_OK):
+            self.assertTrue(os.path.exists(os.path.join(BUNDLE, "tools", "promtool.gz")))
+            self.assertEqual(os.path.dirname(env["GPUSHIM_PROMTOOL"]), work)
+            proc = subprocess.run([env["GPUSHIM_PROMTOOL"], "--version"], capture_output=True, text=True,
+                                  env=clean_env(), timeout=60)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertIn("promtool", proc.stdout + proc.stderr)
+        else:
+            self.assertNotIn("GPUSHIM_PROMTOOL", env)
+        if os.path.isdir(os.path.join(SPEEDSCOPE, "dist", "release")):
+            self.assertEqual(env["GPUSHIM_SPEEDSCOPE"], os.path.join(BUNDLE, "tools", "speedscope"))
+            self.assertEqual(sorted(os.listdir(os.path.join(env["GPUSHIM_SPEEDSCOPE"], "dist", "release"))),
+                             sorted(os.listdir(os.path.join(SPEEDSCOPE, "dist", "release"))))
+        else:
+            self.assertNotIn("GPUSHIM_SPEEDSCOPE", env)
+
     def test_every_elf_file_has_an_origin_relative_runpath(self):
         elves = self.elves()
         self.assertGreater(len(elves), 40)
@@ -122,6 +153,14 @@ class Bundle(unittest.TestCase):
         self.assertEqual(rep["devices"][0]["live_count"], 5)
         frames = [f for s in rep["sites"] for f in s["frames"] if "leak_from_alpha" in (f.get("function") or "")]
         self.assertTrue(frames and frames[0]["file"].endswith("leak_two_sites.cpp"), json.dumps(rep["sites"])[:2000])
+
+    def test_the_stripped_library_still_names_its_version(self):
+        # The launcher reads the tag from the library (util/version.h); a stripped copy lost it
+        # once (the linker's --gc-sections dropped the unreferenced tag).
+        proc = subprocess.run([os.path.join(BUNDLE, "bin", "gpushim"), "--version"], env=clean_env(),
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertRegex(proc.stdout, r"^gpushim \d+\.\d+\.\d+ \(")
 
     def test_e2e_modules_run_from_the_bundle(self):
         proc = subprocess.run([sys.executable, "-m", "unittest", *E2E_MODULES], cwd=os.path.join(BUNDLE, "tests", "e2e"),
@@ -166,8 +205,10 @@ class GpuValidateFromTheBundle(unittest.TestCase):
         out = os.path.join(TMP, "run-whole")
         budget = 60
         t0 = time.monotonic()
+        # test_live.StrictParser runs promtool: the bundle's, unpacked by gpu-validate.
         proc = subprocess.run(self.validate(out, "--budget", str(budget), "--parts", "micro,steptime,e2e",
-                                            "--e2e-modules", "test_foundation.Exports,test_foundation.Quiet"),
+                                            "--e2e-modules", "test_foundation.Exports,test_foundation.Quiet,"
+                                                             "test_live.StrictParser"),
                               env=clean_env(), capture_output=True, text=True, timeout=budget + 30)
         took = time.monotonic() - t0
         self.assertEqual(proc.returncode, 0, proc.stdout[-3000:] + proc.stderr[-3000:])
@@ -184,15 +225,16 @@ class GpuValidateFromTheBundle(unittest.TestCase):
         self.assertEqual(sorted((r["config"], r["name"], r["status"]) for r in reuse),
                          [(p, f"e2e_reuse_integrity {a}", "pass") for p in ("caching", "vmm") for a in ("2 10 2", "4 10 1")])
         e2e = {r["name"]: r for r in records if r["part"] == "e2e"}
-        self.assertEqual(sorted(e2e), ["test_foundation.Exports", "test_foundation.Quiet"])
+        self.assertEqual(sorted(e2e), ["test_foundation.Exports", "test_foundation.Quiet", "test_live.StrictParser"])
         self.assertTrue(all(r["status"] == "pass" and r["counts"]["ok"] >= 1 for r in e2e.values()), e2e)
+        self.assertEqual(e2e["test_live.StrictParser"]["counts"], {"ok": 3, "fail": 0, "error": 0, "skipped": 0})
         # The part it cannot run is reported as skipped, with the reason, not left out.
         step = [r for r in records if r["part"] == "steptime"]
         self.assertEqual([(r["status"], r["message"]) for r in step],
                          [("skipped", "--simulated: PyTorch needs a real GPU")])
         with open(os.path.join(out, "table.md")) as f:
             table = f.read()
-        self.assertIn(f"Budget {budget} s. Plan: micro (~15 s), e2e (~20 s). Skipped: steptime", table)
+        self.assertIn(f"Budget {budget} s. Plan: micro (~15 s), e2e (~20 s); ~45 s in all. Skipped: steptime", table)
         self.assertIn("Skipped: steptime (--simulated: PyTorch needs a real GPU)", table)
         self.assertEqual(table.count("\n| micro |"), len(micro))
         with tarfile.open(os.path.join(out, "traces.tar.gz")) as t:

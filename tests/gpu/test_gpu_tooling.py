@@ -104,12 +104,41 @@ class Verdicts(unittest.TestCase):
 
     def test_plan_keeps_parts_in_order_while_they_fit_and_says_what_it_skipped(self):
         est = {"micro": 50, "leak": 40, "steptime": 210, "e2e": 90, "workloads": 40}
-        kept, skipped = self.gv.plan(self.gv.PARTS, 420, est, {})
-        self.assertEqual([p for p, _ in kept], ["micro", "leak", "steptime", "e2e"])
-        self.assertEqual(skipped, [("workloads", "needs ~40 s, 20 s of the 420 s budget left")])
+        # leak and workloads run beside e2e: together they cost what the longer side takes.
+        kept, skipped = self.gv.plan(self.gv.PARTS, 360, est, {})
+        self.assertEqual([p for p, _ in kept], ["micro", "leak", "steptime", "e2e", "workloads"])
+        self.assertEqual(skipped, [])
+        kept, skipped = self.gv.plan(self.gv.PARTS, 350, est, {})
+        self.assertEqual([p for p, _ in kept], ["micro", "leak", "steptime", "workloads"])
+        self.assertEqual(skipped, [("e2e", "needs ~90 s, 40 s of the 350 s budget left")])
         kept, skipped = self.gv.plan(["micro", "steptime", "e2e"], 120, est, {"steptime": "no torch"})
         self.assertEqual(kept, [("micro", 50)])
         self.assertEqual(skipped, [("steptime", "no torch"), ("e2e", "needs ~90 s, 60 s of the 120 s budget left")])
+
+    def test_the_default_suite_fits_480_s_on_the_recorded_h100_timings(self):
+        import argparse
+        est = self.gv.estimates(argparse.Namespace(reps=5), simulated=False)
+        kept, skipped = self.gv.plan(self.gv.PARTS, 480, est, {})
+        self.assertEqual(skipped, [])
+        self.assertLessEqual(self.gv.MARGIN + self.gv.planned_seconds([p for p, _ in kept], est), 450)
+        # Timed parts alone, one after the other; then the e2e modules with the others beside them.
+        self.assertEqual(self.gv.stages(kept), [["micro"], ["steptime"], ["e2e", "leak", "workloads"]])
+        self.assertEqual(self.gv.plan_text(kept, est),
+                         "micro (~15 s), steptime (~300 s), e2e (~120 s) with leak (~35 s) then workloads (~40 s) "
+                         "beside it; ~445 s in all")
+        # While steptime runs, the last stage keeps the leak's time (and more than e2e's floor).
+        self.assertEqual(self.gv.reserve(["e2e", "leak", "workloads"], est), 35)
+
+    def test_e2e_modules_start_longest_first(self):
+        import argparse
+        suite = self.gv.Suite(argparse.Namespace(simulated=True, e2e_modules=None), BUILD, None, None, None)
+        shutil.rmtree(suite.work, ignore_errors=True)
+        order = suite.e2e_modules()
+        self.assertEqual(order[:3], ["test_fork", "test_traces", "test_every_allocation"])
+        self.assertNotIn("test_hook_table", order)
+        self.assertEqual(sorted(order), sorted(os.path.basename(f)[:-3] for f in
+                                               os.listdir(os.path.join(ROOT, "tests", "e2e"))
+                                               if f.startswith("test_") and f.endswith(".py") and f != "test_hook_table.py"))
 
     def test_step_table_median_iqr_and_ratios_paired_by_round(self):
         recs = []
@@ -179,11 +208,12 @@ class TorchPartsWithStandInRuns(unittest.TestCase):
                           f)
         return self.outcome(0, False, 1.0, log_base + ".out", log_base + ".err", timeout)
 
-    def test_steptime_interleaves_six_configurations_five_times(self):
+    def test_steptime_interleaves_five_configurations_five_times(self):
         self.suite.steptime(time.monotonic() + 600)
         order = []
         for cmd, env in self.calls:
             self.assertNotIn("/nvidia/lib", env["LD_LIBRARY_PATH"].split(":"))
+            self.assertEqual(cmd[cmd.index("--steps") + 1:cmd.index("--steps") + 4], ["24", "--warmup", "8"])
             if cmd[0] == sys.executable:
                 order.append(env.get("PYTORCH_CUDA_ALLOC_CONF", "native"))
                 self.assertNotIn("LD_PRELOAD", env)
@@ -193,12 +223,34 @@ class TorchPartsWithStandInRuns(unittest.TestCase):
                 self.assertEqual(cmd[cmd.index("--") + 1:cmd.index("--") + 3], [sys.executable, os.path.join(HERE, "train.py")])
                 order.append(" ".join(cmd[2:cmd.index("--summary")]) or "launcher")
         self.assertEqual(order, ["native", "expandable_segments:True", "backend:cudaMallocAsync", "launcher",
-                                 "--policy caching", "--policy vmm"] * 5)
+                                 "--policy vmm"] * 5)
         records = self.suite.results.records
-        self.assertEqual(len(records), 30)
+        self.assertEqual(len(records), 25)
         table = self.gv.step_table(records)
         self.assertIn("| launcher --policy vmm | 5 | 10.80 ms (IQR 10.70 ms–10.90 ms) | 1.049× (IQR 1.048×–1.049×) |", table)
+        self.assertIn("| launcher default (caching) | 5 | 10.30 ms (IQR 10.20 ms–10.40 ms) | 1.000× ", table)
         self.assertIn("| native | 5 | 10.30 ms (IQR 10.20 ms–10.40 ms) | 1 |", table)
+        self.assertIn("tests/gpu/train.py, 24 steps, the first 8 left out", table)
+
+    def test_leak_and_workloads_run_beside_the_e2e_modules_in_order(self):
+        import threading
+        spans, lock = {}, threading.Lock()
+
+        def part(name, seconds):
+            def run(deadline):
+                t0 = time.monotonic()
+                time.sleep(seconds)
+                with lock:
+                    spans[name] = (t0, time.monotonic(), deadline)
+            return run
+        self.suite.e2e, self.suite.leak, self.suite.workloads = part("e2e", 0.6), part("leak", 0.2), part("workloads", 0.2)
+        deadline = time.monotonic() + 60
+        self.suite.together(["e2e", "leak", "workloads"], deadline)
+        self.assertEqual(sorted(spans), ["e2e", "leak", "workloads"])
+        self.assertTrue(all(d == deadline for _, _, d in spans.values()))
+        self.assertLess(spans["leak"][0], spans["e2e"][1])           # beside e2e, not after it
+        self.assertGreaterEqual(spans["workloads"][0], spans["leak"][1])  # one after the other
+        self.assertLess(spans["workloads"][1], spans["e2e"][1] + 0.5)
 
     def test_workloads_compare_the_launchers_run_with_natives(self):
         self.suite.workloads(time.monotonic() + 600)

@@ -5,11 +5,11 @@
 #include "gpu_time.h"
 #include "policy/sim_backend.h"
 #include "replay.h"
+#include "test_sizes.h"
 
 namespace gpushim::analysis {
 namespace {
 
-constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kMs = 1'000'000;
 
 TEST(GpuTime, ModelledEventsCompleteWhenTheClockReachesTheirBacklog) {
@@ -53,7 +53,7 @@ TEST(GpuTime, EstimateTakesTheBacklogMostIntervalsHoldAndKeepsInsideTheRunsBound
   EXPECT_EQ(none.source(), "fallback");
 }
 
-TraceEvent ev(EventKind kind, uint64_t t, uint64_t addr, uint64_t size) {
+TraceEvent gt_ev(EventKind kind, uint64_t t, uint64_t addr, uint64_t size) {
   TraceEvent e;
   e.kind = kind;
   e.t_ns = t;
@@ -68,8 +68,8 @@ TEST(GpuTime, ReplayUnderTheModelWaitsForTheDevice) {
   TraceData t;
   t.header.policy = "caching";
   t.devices.push_back(trace::DeviceInfo{0, 1ull << 30, 0});
-  t.events = {ev(EventKind::kAlloc, 1 * kMs, 0xA000000, 100 * kMiB), ev(EventKind::kFree, 2 * kMs, 0xA000000, 100 * kMiB),
-              ev(EventKind::kAlloc, 3 * kMs, 0xB000000, 100 * kMiB), ev(EventKind::kFree, 4 * kMs, 0xB000000, 100 * kMiB)};
+  t.events = {gt_ev(EventKind::kAlloc, 1 * kMs, 0xA000000, 100 * kMiB), gt_ev(EventKind::kFree, 2 * kMs, 0xA000000, 100 * kMiB),
+              gt_ev(EventKind::kAlloc, 3 * kMs, 0xB000000, 100 * kMiB), gt_ev(EventKind::kFree, 4 * kMs, 0xB000000, 100 * kMiB)};
   ReplaySettings s;
   s.config.policy = PolicyKind::kCaching;
   s.gpu_time = GpuTime::kInstant;
@@ -87,8 +87,8 @@ TEST(GpuTime, ReplayUnderTheModelWaitsForTheDevice) {
   EXPECT_EQ(model.devices[0].driver.fence_waits, 1u);
   EXPECT_EQ(model.devices[0].peak_reserved, instant.devices[0].peak_reserved);
   // Without samples the estimate falls back to a fraction of the median step.
-  t.events.insert(t.events.begin(), ev(EventKind::kIteration, 0, 0, 0));
-  t.events.push_back(ev(EventKind::kIteration, 100 * kMs, 0, 0));
+  t.events.insert(t.events.begin(), gt_ev(EventKind::kIteration, 0, 0, 0));
+  t.events.push_back(gt_ev(EventKind::kIteration, 100 * kMs, 0, 0));
   const auto lags = estimate_device_lag(t, s.config);
   ASSERT_EQ(lags.count(0), 1u);
   EXPECT_EQ(lags.at(0).backlog_ns(), static_cast<uint64_t>(kTypicalBacklogStepFraction * 100 * kMs));
@@ -100,10 +100,10 @@ TEST(GpuTime, CalibrationStopsWhereTheReplayDepartsFromTheRun) {
   TraceData t;
   t.header.policy = "caching";
   t.devices.push_back(trace::DeviceInfo{0, 1ull << 30, 0});
-  TraceEvent reuse = ev(EventKind::kReuse, 2 * kMs, 0, 3);
+  TraceEvent reuse = gt_ev(EventKind::kReuse, 2 * kMs, 0, 3);
   reuse.requested = static_cast<uint64_t>(trace::ReuseMoment::kEventDone);
-  t.events = {ev(EventKind::kAlloc, 1 * kMs, 0xA000000, 1 * kMiB), reuse, ev(EventKind::kFree, 2 * kMs, 0xA000000, 1 * kMiB),
-              ev(EventKind::kAlloc, 3 * kMs, 0xB000000, 1 * kMiB)};
+  t.events = {gt_ev(EventKind::kAlloc, 1 * kMs, 0xA000000, 1 * kMiB), reuse, gt_ev(EventKind::kFree, 2 * kMs, 0xA000000, 1 * kMiB),
+              gt_ev(EventKind::kAlloc, 3 * kMs, 0xB000000, 1 * kMiB)};
   Config c;
   c.policy = PolicyKind::kCaching;
   const auto lags = estimate_device_lag(t, c);

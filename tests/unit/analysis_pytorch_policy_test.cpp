@@ -9,15 +9,14 @@
 #include "policy/sim_backend.h"
 #include "pytorch_policy.h"
 #include "replay.h"
+#include "test_sizes.h"
 
 namespace gpushim::analysis {
 namespace {
 
-constexpr uint64_t kKiB = 1ull << 10;
-constexpr uint64_t kMiB = 1ull << 20;
 using PT = PyTorchCachingAllocator;
 
-CUstream stream(uintptr_t s) { return reinterpret_cast<CUstream>(s); }
+CUstream pytorch_stream(uintptr_t s) { return reinterpret_cast<CUstream>(s); }
 
 struct Got {
   uintptr_t p = 0;
@@ -27,12 +26,12 @@ struct Got {
 Got alloc(PT& pt, uint64_t bytes, uintptr_t s = 0) {
   void* p = nullptr;
   uint64_t size = 0;
-  EXPECT_EQ(pt.allocate(AllocRequest{bytes, stream(s), false}, &p, &size), CUDA_SUCCESS) << bytes;
+  EXPECT_EQ(pt.allocate(AllocRequest{bytes, pytorch_stream(s), false}, &p, &size), CUDA_SUCCESS) << bytes;
   return Got{reinterpret_cast<uintptr_t>(p), size};
 }
 
 void release(PT& pt, Got g, uintptr_t s = 0) {
-  EXPECT_EQ(pt.deallocate(reinterpret_cast<void*>(g.p), stream(s), false), CUDA_SUCCESS);
+  EXPECT_EQ(pt.deallocate(reinterpret_cast<void*>(g.p), pytorch_stream(s), false), CUDA_SUCCESS);
 }
 
 TEST(PyTorchPolicy, RoundsTo512AndSizesSegmentsByPool) {
@@ -203,7 +202,7 @@ TEST(PyTorchPolicy, RandomChurnKeepsBlocksDisjointAndAccountingExact) {
       if (!live.empty() && next() % 100 < 48) {
         auto it = live.begin();
         std::advance(it, static_cast<long>(next() % std::min<size_t>(live.size(), 64)));
-        ASSERT_EQ(pt.deallocate(reinterpret_cast<void*>(it->first), stream(it->second.second), false), CUDA_SUCCESS);
+        ASSERT_EQ(pt.deallocate(reinterpret_cast<void*>(it->first), pytorch_stream(it->second.second), false), CUDA_SUCCESS);
         live.erase(it);
       } else {
         const uint64_t r = next() % 100;
@@ -211,7 +210,7 @@ TEST(PyTorchPolicy, RandomChurnKeepsBlocksDisjointAndAccountingExact) {
         const uintptr_t s = next() % 3;
         void* p = nullptr;
         uint64_t size = 0;
-        if (pt.allocate(AllocRequest{bytes, stream(s), false}, &p, &size) != CUDA_SUCCESS) {
+        if (pt.allocate(AllocRequest{bytes, pytorch_stream(s), false}, &p, &size) != CUDA_SUCCESS) {
           ++ooms;
           continue;
         }
@@ -228,7 +227,7 @@ TEST(PyTorchPolicy, RandomChurnKeepsBlocksDisjointAndAccountingExact) {
     }
     EXPECT_GT(ooms, 0) << "the device should have run short";
     EXPECT_GT(pt.synchronizations(), 0u);
-    for (auto& [a, v] : live) ASSERT_EQ(pt.deallocate(reinterpret_cast<void*>(a), stream(v.second), false), CUDA_SUCCESS);
+    for (auto& [a, v] : live) ASSERT_EQ(pt.deallocate(reinterpret_cast<void*>(a), pytorch_stream(v.second), false), CUDA_SUCCESS);
     pt.release_cached();
     EXPECT_EQ(sim.used(), 0u) << expandable;
     EXPECT_EQ(pt.segment_count(), 0u) << expandable;

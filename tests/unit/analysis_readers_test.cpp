@@ -128,7 +128,7 @@ ReportData sample_report() {
   o.frames.push_back(f);
   o.top_sites.push_back(s);
   r.ooms.push_back(o);
-  r.other_memory.push_back(OtherMemoryReport{"host", 4096, 1, 8192, 2, 1});
+  r.other_memory.push_back(OtherMemoryReport{{4096, 1, 8192, 2, 1}, "host"});
   r.invalid_frees = 4;
   r.teardown = TeardownReport{true, 1.25, 3 << 20, 3};
   return r;

@@ -12,11 +12,11 @@
 #include "pickle_writer.h"
 #include "replay.h"
 #include "run_view.h"
+#include "test_sizes.h"
 
 namespace gpushim::analysis {
 namespace {
 
-constexpr uint64_t kMiB = 1ull << 20;
 
 TraceEvent ev(EventKind kind, uint64_t t, uint64_t addr, uint64_t size, uint8_t flags = 0) {
   TraceEvent e;

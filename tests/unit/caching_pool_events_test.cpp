@@ -7,11 +7,11 @@
 
 #include "policy/caching_pool.h"
 #include "policy/sim_backend.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
 
 struct Pool {
   Pool() : sim(1024 * MiB), pool(sim, CachingPoolOptions{}) { sim.set_events_complete_at_once(false); }

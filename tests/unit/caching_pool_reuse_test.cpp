@@ -4,11 +4,11 @@
 
 #include "policy/caching_pool.h"
 #include "policy/sim_backend.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
 // Created streams: 1, 2 and 3 are CUDA's legacy and per-thread default streams and our own mark.
 CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(0x1000 * v); }
 

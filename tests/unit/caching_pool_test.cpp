@@ -6,15 +6,15 @@
 #include <random>
 
 #include "policy/sim_backend.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
-CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
+CUstream stream_handle(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
 
-struct Pool {
-  explicit Pool(uint64_t capacity = 1024 * MiB, CachingPoolOptions o = {}) : sim(capacity), pool(sim, o) {}
+struct PoolUnderTest {
+  explicit PoolUnderTest(uint64_t capacity = 1024 * MiB, CachingPoolOptions o = {}) : sim(capacity), pool(sim, o) {}
   void* alloc(size_t n, CUstream s = nullptr, bool ordered = false, uint64_t* got = nullptr) {
     void* p = nullptr;
     uint64_t a = 0;
@@ -32,7 +32,7 @@ struct Pool {
 };
 
 TEST(CachingPool, RoundsToGranularityAndCarvesSmallRequestsFromSmallSegments) {
-  Pool p;
+  PoolUnderTest p;
   uint64_t got = 0;
   void* a = p.alloc(1, nullptr, false, &got);
   ASSERT_NE(a, nullptr);
@@ -44,7 +44,7 @@ TEST(CachingPool, RoundsToGranularityAndCarvesSmallRequestsFromSmallSegments) {
 }
 
 TEST(CachingPool, SmallRequestNeverSplitsALargeSegment) {
-  Pool p;
+  PoolUnderTest p;
   void* big = p.alloc(1024 * MiB - 64 * MiB);
   ASSERT_NE(big, nullptr);
   ASSERT_EQ(p.pool.deallocate(big, nullptr, true), CUDA_SUCCESS);  // free and ready on the legacy stream
@@ -59,7 +59,7 @@ TEST(CachingPool, SmallRequestNeverSplitsALargeSegment) {
 // the blocks must still merge back into whole segments.
 TEST(CachingPool, CarvingKeepsBestFitAndMergesBack) {
   constexpr uint64_t KiB = 1024;
-  Pool p;
+  PoolUnderTest p;
   auto at = [](void* q) { return reinterpret_cast<uintptr_t>(q); };
   auto alloc = [&](uint64_t n) { return p.alloc(n, nullptr, true); };  // stream-ordered: reusable at once
   auto free_now = [&](void* q) { ASSERT_EQ(p.pool.deallocate(q, nullptr, true), CUDA_SUCCESS); };
@@ -94,7 +94,7 @@ TEST(CachingPool, CarvingKeepsBestFitAndMergesBack) {
 // cudaMemPoolTrimTo on the default pool: cached segments go back until fewer than `keep` bytes
 // are reserved; live ones stay.
 TEST(CachingPool, TrimToReleasesCachedSegmentsDownToTheRequestedSize) {
-  Pool p;
+  PoolUnderTest p;
   void* seg[4];
   for (void*& q : seg) ASSERT_NE(q = p.alloc(20 * MiB, nullptr, true), nullptr);  // one segment each
   void* live = p.alloc(20 * MiB, nullptr, true);
@@ -116,7 +116,7 @@ TEST(CachingPool, TrimToReleasesCachedSegmentsDownToTheRequestedSize) {
 // (CachingPool::first_fit_candidate). Best fit must hold through everything that changes them or
 // shrinks the remembered block.
 TEST(CachingPool, RepeatedSizesKeepBestFit) {
-  Pool p;
+  PoolUnderTest p;
   auto at = [](void* q) { return reinterpret_cast<uintptr_t>(q); };
   auto alloc = [&](uint64_t n) { return p.alloc(n, nullptr, true); };  // stream-ordered: reusable at once
   auto free_now = [&](void* q) { ASSERT_EQ(p.pool.deallocate(q, nullptr, true), CUDA_SUCCESS); };
@@ -145,7 +145,7 @@ TEST(CachingPool, RepeatedSizesKeepBestFit) {
 }
 
 TEST(CachingPool, SegmentSizesPerClass) {
-  Pool p;
+  PoolUnderTest p;
   p.alloc(11 * MiB);  // large: a segment of its own, rounded to 2 MiB
   EXPECT_EQ(p.fig().reserved_bytes, 12 * MiB);
   p.alloc(2 * MiB);  // medium: a 20 MiB segment
@@ -155,7 +155,7 @@ TEST(CachingPool, SegmentSizesPerClass) {
 }
 
 TEST(CachingPool, FreedMemoryIsNotReusedBeforeItsFenceCompletes) {
-  Pool p;
+  PoolUnderTest p;
   p.sim.set_events_complete_at_once(false);  // the device is still busy with earlier work
   void* a = p.alloc(12 * MiB);               // a segment of its own
   ASSERT_EQ(p.pool.deallocate(a, nullptr, false), CUDA_SUCCESS);
@@ -172,7 +172,7 @@ TEST(CachingPool, FreedMemoryIsNotReusedBeforeItsFenceCompletes) {
 TEST(CachingPool, WaitsForTheOldestEpochRatherThanGrow) {
   // The program runs ahead of the device: what it freed could serve its next request. The pool
   // waits for the work before those frees (one fence), not for the whole device, and holds no more.
-  Pool p;
+  PoolUnderTest p;
   p.sim.set_events_complete_at_once(false);
   void* a = p.alloc(12 * MiB);
   p.pool.deallocate(a, nullptr, false);
@@ -186,7 +186,7 @@ TEST(CachingPool, WaitsForTheOldestEpochRatherThanGrow) {
 TEST(CachingPool, OneFencePerEpochOfFrees) {
   CachingPoolOptions o;
   o.quarantine_bytes = 8 * MiB;
-  Pool p(1024 * MiB, o);
+  PoolUnderTest p(1024 * MiB, o);
   std::vector<void*> blocks;
   for (int i = 0; i < 10; ++i) blocks.push_back(p.alloc(2 * MiB));  // fills one 20 MiB segment
   for (int i = 0; i < 4; ++i) p.pool.deallocate(blocks[i], nullptr, false);
@@ -201,7 +201,7 @@ TEST(CachingPool, OneFencePerEpochOfFrees) {
 }
 
 TEST(CachingPool, SynchronizesOnlyWhenMemoryIsShort) {
-  Pool p(30 * MiB);
+  PoolUnderTest p(30 * MiB);
   p.sim.set_events_complete_at_once(false);
   void* a = p.alloc(20 * MiB);
   p.pool.deallocate(a, nullptr, false);
@@ -214,25 +214,25 @@ TEST(CachingPool, SynchronizesOnlyWhenMemoryIsShort) {
 }
 
 TEST(CachingPool, StreamOrderedFreeIsReusableAtOnceOnTheSameStream) {
-  Pool p;
+  PoolUnderTest p;
   p.sim.set_events_complete_at_once(false);
-  void* a = p.alloc(3 * MiB, stream(0x100), true);
-  p.pool.deallocate(a, stream(0x100), true);
-  EXPECT_EQ(p.alloc(3 * MiB, stream(0x100), true), a);
+  void* a = p.alloc(3 * MiB, stream_handle(0x100), true);
+  p.pool.deallocate(a, stream_handle(0x100), true);
+  EXPECT_EQ(p.alloc(3 * MiB, stream_handle(0x100), true), a);
   EXPECT_EQ(p.sim.counters().synchronizes, 0u);
 }
 
 TEST(CachingPool, StreamOrderedFreeWaitsForItsEventOnAnotherStream) {
-  Pool p;
+  PoolUnderTest p;
   p.sim.set_events_complete_at_once(false);
-  void* a = p.alloc(3 * MiB, stream(0x100), true);
-  p.pool.deallocate(a, stream(0x100), true);
-  void* b = p.alloc(3 * MiB, stream(0x200), true);
+  void* a = p.alloc(3 * MiB, stream_handle(0x100), true);
+  p.pool.deallocate(a, stream_handle(0x100), true);
+  void* b = p.alloc(3 * MiB, stream_handle(0x200), true);
   EXPECT_NE(b, a) << "reused on another stream before the free's event completed";
   void* c = p.alloc(3 * MiB);  // a plain cudaMalloc: usable on any stream, so it must wait too
   EXPECT_NE(c, a);
   p.sim.complete_events();
-  EXPECT_EQ(p.alloc(3 * MiB, stream(0x200), true), a);
+  EXPECT_EQ(p.alloc(3 * MiB, stream_handle(0x200), true), a);
 }
 
 TEST(CachingPool, StreamOrderedFreesAskNothingAndMergeInOneBatchBeforeThePoolGrows) {
@@ -240,13 +240,13 @@ TEST(CachingPool, StreamOrderedFreesAskNothingAndMergeInOneBatchBeforeThePoolGro
   // apart from the free rest of the segment (no event, no query at the free). A request that
   // only the whole segment fits merges them first: one event per stream, one query per event,
   // and the segment serves it rather than a new one.
-  Pool p;
-  void* a = p.alloc(3 * MiB, stream(0x100), true);
-  void* b = p.alloc(3 * MiB, stream(0x100), true);
-  void* c = p.alloc(2 * MiB, stream(0x200), true);
-  p.pool.deallocate(a, stream(0x100), true);
-  p.pool.deallocate(c, stream(0x200), true);
-  p.pool.deallocate(b, stream(0x100), true);
+  PoolUnderTest p;
+  void* a = p.alloc(3 * MiB, stream_handle(0x100), true);
+  void* b = p.alloc(3 * MiB, stream_handle(0x100), true);
+  void* c = p.alloc(2 * MiB, stream_handle(0x200), true);
+  p.pool.deallocate(a, stream_handle(0x100), true);
+  p.pool.deallocate(c, stream_handle(0x200), true);
+  p.pool.deallocate(b, stream_handle(0x100), true);
   EXPECT_EQ(p.sim.counters().events_recorded, 0u);
   EXPECT_EQ(p.sim.counters().event_queries, 0u);
   EXPECT_EQ(p.alloc(20 * MiB), a);
@@ -261,20 +261,20 @@ TEST(CachingPool, BlocksLeftApartAreSettledOncePerBatchOfFrees) {
   // over and over: no event at each free, but every 64 frees one event and one query, after which
   // it has merged with the rest (best fit then sees the segment whole, as it would if the block
   // had merged at its free).
-  Pool p;
+  PoolUnderTest p;
   void* a = nullptr;
   for (int i = 0; i < 63; ++i) {
-    a = p.alloc(3 * MiB, stream(0x100), true);
-    p.pool.deallocate(a, stream(0x100), true);
+    a = p.alloc(3 * MiB, stream_handle(0x100), true);
+    p.pool.deallocate(a, stream_handle(0x100), true);
   }
   EXPECT_EQ(p.sim.counters().events_recorded, 0u);
   EXPECT_EQ(p.sim.counters().event_queries, 0u);
-  void* b = p.alloc(3 * MiB, stream(0x100), true);
+  void* b = p.alloc(3 * MiB, stream_handle(0x100), true);
   EXPECT_EQ(b, a);
-  p.pool.deallocate(b, stream(0x100), true);
+  p.pool.deallocate(b, stream_handle(0x100), true);
   EXPECT_EQ(p.sim.counters().events_recorded, 1u);
   EXPECT_EQ(p.sim.counters().event_queries, 1u);
-  EXPECT_EQ(p.alloc(20 * MiB, stream(0x200), true), a) << "merged with the rest";
+  EXPECT_EQ(p.alloc(20 * MiB, stream_handle(0x200), true), a) << "merged with the rest";
   EXPECT_EQ(p.sim.counters().events_recorded, 1u);
   EXPECT_EQ(p.fig().reserved_bytes, 20 * MiB);
 }
@@ -283,14 +283,14 @@ TEST(CachingPool, AFreeStillInUseStaysApartAndTheRestServesOtherStreams) {
   // While the device still works on a block freed on 0x100, the free rest of its segment stays
   // ready for anyone (merging it under 0x100's terms would hold it from every other stream),
   // and the block joins it once its event completes, before the pool would grow.
-  Pool p;
+  PoolUnderTest p;
   p.sim.set_events_complete_at_once(false);
-  void* a = p.alloc(3 * MiB, stream(0x100), true);
-  p.pool.deallocate(a, stream(0x100), true);
-  void* b = p.alloc(17 * MiB, stream(0x200), true);
+  void* a = p.alloc(3 * MiB, stream_handle(0x100), true);
+  p.pool.deallocate(a, stream_handle(0x100), true);
+  void* b = p.alloc(17 * MiB, stream_handle(0x200), true);
   EXPECT_EQ(b, static_cast<char*>(a) + 3 * MiB) << "the untouched rest served another stream";
   EXPECT_EQ(p.fig().reserved_bytes, 20 * MiB);
-  p.pool.deallocate(b, stream(0x200), true);
+  p.pool.deallocate(b, stream_handle(0x200), true);
   EXPECT_NE(p.alloc(20 * MiB), a) << "merged before either free's event completed";
   EXPECT_EQ(p.fig().reserved_bytes, 40 * MiB);
   p.sim.complete_events();
@@ -302,19 +302,19 @@ TEST(CachingPool, AFreeStillInUseStaysApartAndTheRestServesOtherStreams) {
 TEST(CachingPool, AReusedBlockDoesNotInheritAnOldEvent) {
   // The regression the e2e integrity stress caught: a block whose event completed, reused on its
   // stream and freed there again, must wait for a fresh event before another stream gets it.
-  Pool p;
+  PoolUnderTest p;
   p.sim.set_events_complete_at_once(false);
-  void* a = p.alloc(3 * MiB, stream(0x100), true);
-  p.pool.deallocate(a, stream(0x100), true);
-  EXPECT_NE(p.alloc(3 * MiB, stream(0x200), true), a);  // records an event; still pending
+  void* a = p.alloc(3 * MiB, stream_handle(0x100), true);
+  p.pool.deallocate(a, stream_handle(0x100), true);
+  EXPECT_NE(p.alloc(3 * MiB, stream_handle(0x200), true), a);  // records an event; still pending
   p.sim.complete_events();                                // ... now that event is done
-  EXPECT_EQ(p.alloc(3 * MiB, stream(0x100), true), a);   // same-stream reuse: new work on 0x100
-  p.pool.deallocate(a, stream(0x100), true);
-  EXPECT_NE(p.alloc(3 * MiB, stream(0x200), true), a) << "reused on another stream on a stale event";
+  EXPECT_EQ(p.alloc(3 * MiB, stream_handle(0x100), true), a);   // same-stream reuse: new work on 0x100
+  p.pool.deallocate(a, stream_handle(0x100), true);
+  EXPECT_NE(p.alloc(3 * MiB, stream_handle(0x200), true), a) << "reused on another stream on a stale event";
 }
 
 TEST(CachingPool, PerThreadDefaultStreamIsNeverTheSameStream) {
-  Pool p;
+  PoolUnderTest p;
   p.sim.set_events_complete_at_once(false);
   void* a = p.alloc(3 * MiB, CU_STREAM_PER_THREAD, true);
   p.pool.deallocate(a, CU_STREAM_PER_THREAD, true);
@@ -324,12 +324,12 @@ TEST(CachingPool, PerThreadDefaultStreamIsNeverTheSameStream) {
 TEST(CachingPool, NeverSynchronizesOrQueriesDuringCapture) {
   CachingPoolOptions o;
   o.quarantine_bytes = 0;
-  Pool p(64 * MiB, o);
+  PoolUnderTest p(64 * MiB, o);
   p.sim.set_events_complete_at_once(false);
   void* a = p.alloc(30 * MiB);
-  void* s = p.alloc(3 * MiB, stream(0x100), true);
+  void* s = p.alloc(3 * MiB, stream_handle(0x100), true);
   p.pool.deallocate(a, nullptr, false);
-  p.pool.deallocate(s, stream(0x100), true);
+  p.pool.deallocate(s, stream_handle(0x100), true);
   p.sim.set_capturing(true);
   // Memory is short (capacity 64 MiB, 50 MiB held): during capture the pool must fail rather than sync.
   EXPECT_EQ(p.alloc(30 * MiB), nullptr);
@@ -342,7 +342,7 @@ TEST(CachingPool, NeverSynchronizesOrQueriesDuringCapture) {
 }
 
 TEST(CachingPool, OutOfMemoryReleasesCachedSegmentsAndRetriesOnce) {
-  Pool p(100 * MiB);
+  PoolUnderTest p(100 * MiB);
   void* a = p.alloc(60 * MiB);
   ASSERT_NE(a, nullptr);
   p.pool.deallocate(a, nullptr, false);
@@ -358,14 +358,14 @@ TEST(CachingPool, OutOfMemoryReleasesCachedSegmentsAndRetriesOnce) {
 }
 
 TEST(CachingPool, InjectedDriverFailureIsReturnedAndThePoolRecovers) {
-  Pool p;
+  PoolUnderTest p;
   p.sim.fail_next(2);  // the first try and the retry
   EXPECT_EQ(p.alloc(5 * MiB), nullptr);
   EXPECT_NE(p.alloc(5 * MiB), nullptr);
 }
 
 TEST(CachingPool, UnknownPointerIsInvalid) {
-  Pool p;
+  PoolUnderTest p;
   void* a = p.alloc(1000);
   EXPECT_EQ(p.pool.deallocate(static_cast<char*>(a) + 512, nullptr, false), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(p.pool.deallocate(a, nullptr, false), CUDA_SUCCESS);
@@ -378,7 +378,7 @@ TEST(CachingPool, MaxSplitKeepsOversizeBlocksWhole) {
   CachingPoolOptions o;
   o.max_split = 64 * MiB;
   o.quarantine_bytes = 0;
-  Pool p(1024 * MiB, o);
+  PoolUnderTest p(1024 * MiB, o);
   void* big = p.alloc(100 * MiB);
   p.pool.deallocate(big, nullptr, true);
   void* medium = p.alloc(30 * MiB);
@@ -389,7 +389,7 @@ TEST(CachingPool, MaxSplitKeepsOversizeBlocksWhole) {
 TEST(CachingPool, FiguresDescribeFragmentation) {
   CachingPoolOptions o;
   o.quarantine_bytes = 0;
-  Pool p(1024 * MiB, o);
+  PoolUnderTest p(1024 * MiB, o);
   std::vector<void*> v;
   for (int i = 0; i < 6; ++i) v.push_back(p.alloc(3 * MiB));  // 18 of a 20 MiB segment
   p.pool.deallocate(v[1], nullptr, true);
@@ -403,7 +403,7 @@ TEST(CachingPool, FiguresDescribeFragmentation) {
 TEST(CachingPool, RandomizedNoOverlapAndExactReserved) {
   CachingPoolOptions o;
   o.quarantine_bytes = 16 * MiB;
-  Pool p(4096 * MiB, o);
+  PoolUnderTest p(4096 * MiB, o);
   p.sim.set_events_complete_at_once(false);
   std::mt19937_64 rng(7);
   std::map<uintptr_t, uint64_t> live;
@@ -413,7 +413,7 @@ TEST(CachingPool, RandomizedNoOverlapAndExactReserved) {
       auto it = live.begin();
       std::advance(it, rng() % live.size());
       const bool ordered = rng() % 2;
-      ASSERT_EQ(p.pool.deallocate(reinterpret_cast<void*>(it->first), stream(0x100 + rng() % 3), ordered), CUDA_SUCCESS);
+      ASSERT_EQ(p.pool.deallocate(reinterpret_cast<void*>(it->first), stream_handle(0x100 + rng() % 3), ordered), CUDA_SUCCESS);
       allocated -= it->second;
       live.erase(it);
     } else {
@@ -421,7 +421,7 @@ TEST(CachingPool, RandomizedNoOverlapAndExactReserved) {
       uint64_t got = 0;
       // One draw per statement: the order in which a call's arguments are evaluated is
       // unspecified (gcc and clang differ), and the seed must mean one sequence everywhere.
-      const CUstream on = stream(0x100 + rng() % 3);
+      const CUstream on = stream_handle(0x100 + rng() % 3);
       const bool ordered = rng() % 2;
       void* ptr = p.alloc(size, on, ordered, &got);
       ASSERT_NE(ptr, nullptr);

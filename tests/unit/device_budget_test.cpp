@@ -6,11 +6,11 @@
 
 #include <thread>
 #include <vector>
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
 
 TEST(DeviceBudget, ARefusedRequestNeverShowsInReservedOrItsPeak) {
   DeviceBudget b;

@@ -11,11 +11,11 @@
 
 #include "policy/caching_pool.h"
 #include "policy/sim_backend.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
 
 AllocationRecord forwarded(uint64_t size, StackId stack, int device = 0, MemoryKind kind = MemoryKind::kDevice) {
   return AllocationRecord{size, size, 1, stack, static_cast<int16_t>(device), kind, Route::kForwarded, 3};

@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "accounting/site_history.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1 << 20;
 
 // n points 100 ms apart; bytes(i) and iteration(i) given.
 std::vector<SitePoint> series(size_t n, const std::function<uint64_t(size_t)>& bytes,

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "report/growth_verdict.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1 << 20;
 
 FrameInfo frame(const char* fn, const char* file, int line, bool python) {
   FrameInfo f;

@@ -15,10 +15,10 @@
 namespace gpushim {
 namespace {
 
-__attribute__((noinline)) void a_function_of_this_test() { asm volatile(""); }
+__attribute__((noinline)) void attributed_function() { asm volatile(""); }
 
 // A function of libc itself (sanitizers interpose malloc and friends in their own runtime).
-void* libc_function() { return dlsym(dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD), "getpid"); }
+void* libc_getpid_address() { return dlsym(dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD), "getpid"); }
 
 std::string base(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -27,18 +27,18 @@ std::string base(const std::string& path) {
 
 TEST(ModuleMap, FindsTheExecutableAndSharedObjects) {
   ModuleMap map;
-  const ModuleId self = map.lookup(reinterpret_cast<uintptr_t>(&a_function_of_this_test));
+  const ModuleId self = map.lookup(reinterpret_cast<uintptr_t>(&attributed_function));
   ASSERT_NE(self, kUnknownModule);
   EXPECT_EQ(base(map.name(self)), "gpushim_unit_test");
   // The module that holds the map's own code is the shim, whatever its file is called (here the
   // test links the core statically): its frames never name who allocated.
   EXPECT_TRUE(map.is_cuda_plumbing(self));
-  const ModuleId libc = map.lookup(reinterpret_cast<uintptr_t>(libc_function()));
+  const ModuleId libc = map.lookup(reinterpret_cast<uintptr_t>(libc_getpid_address()));
   ASSERT_NE(libc, kUnknownModule);
   EXPECT_NE(libc, self);
   EXPECT_EQ(base(map.name(libc)).rfind("libc.so", 0), 0u) << map.name(libc);
   // The same module keeps its id.
-  EXPECT_EQ(map.lookup(reinterpret_cast<uintptr_t>(&a_function_of_this_test) + 1), self);
+  EXPECT_EQ(map.lookup(reinterpret_cast<uintptr_t>(&attributed_function) + 1), self);
 }
 
 TEST(ModuleMap, AddressesOutsideEveryModuleAreUnknown) {
@@ -52,7 +52,7 @@ TEST(ModuleMap, AddressesOutsideEveryModuleAreUnknown) {
 
 TEST(ModuleMap, SeesLibrariesLoadedLaterAndNamesCudaPlumbing) {
   ModuleMap map;
-  ASSERT_NE(map.lookup(reinterpret_cast<uintptr_t>(&a_function_of_this_test)), kUnknownModule);  // snapshot taken
+  ASSERT_NE(map.lookup(reinterpret_cast<uintptr_t>(&attributed_function)), kUnknownModule);  // snapshot taken
   // libcuda from the simulated device (the tests' LD_LIBRARY_PATH does not include it: use the
   // build tree's path).
   void* h = dlopen(GPUSHIM_FAKECUDA_DIR "/libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -64,13 +64,13 @@ TEST(ModuleMap, SeesLibrariesLoadedLaterAndNamesCudaPlumbing) {
   EXPECT_EQ(base(map.name(cuda)), "libcuda.so.1");
   EXPECT_TRUE(map.is_cuda_plumbing(cuda));
   // Other libraries are not plumbing.
-  const ModuleId libc = map.lookup(reinterpret_cast<uintptr_t>(libc_function()));
+  const ModuleId libc = map.lookup(reinterpret_cast<uintptr_t>(libc_getpid_address()));
   EXPECT_FALSE(map.is_cuda_plumbing(libc));
 }
 
 TEST(ModuleMap, ConcurrentLookupsAgree) {
   ModuleMap map;
-  const uintptr_t probe = reinterpret_cast<uintptr_t>(&a_function_of_this_test);
+  const uintptr_t probe = reinterpret_cast<uintptr_t>(&attributed_function);
   const ModuleId want = map.lookup(probe);
   std::vector<std::thread> threads;
   std::atomic<int> wrong{0};

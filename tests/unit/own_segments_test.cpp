@@ -7,11 +7,11 @@
 #include "policy/caching_pool.h"
 #include "policy/policy_factory.h"
 #include "policy/sim_backend.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
 
 void* alloc(DeviceMemoryResource& r, size_t n, uint64_t* got = nullptr) {
   void* p = nullptr;

@@ -14,11 +14,11 @@
 #include "policy/caching_pool.h"
 #include "policy/sim_backend.h"
 #include "policy/vmm_pool.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
 
 struct Device {
   Device() : sim(1024 * MiB), pool(sim, CachingPoolOptions{}) {}

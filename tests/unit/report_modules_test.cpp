@@ -5,11 +5,11 @@
 #include <string>
 
 #include "report/report_writer.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
 
 ReportData sample() {
   ReportData r;

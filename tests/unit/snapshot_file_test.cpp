@@ -14,14 +14,14 @@
 namespace gpushim {
 namespace {
 
-std::string TempDir() {
+std::string SnapshotTempDir() {
   char tmpl[] = "/tmp/gpushim-snapfile-XXXXXX";
   const char* d = mkdtemp(tmpl);
   EXPECT_NE(d, nullptr);
   return d ? d : "/tmp";
 }
 
-std::string Read(const std::string& path) {
+std::string SnapshotRead(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -47,10 +47,10 @@ TEST(SnapshotPath, InsertsBeforeTheExtension) {
 }
 
 TEST(PublishNewFile, AppearsCompleteAndLeavesNoTemporary) {
-  const std::string dir = TempDir();
+  const std::string dir = SnapshotTempDir();
   const std::string path = dir + "/r.snapshot.1.json";
   EXPECT_EQ(publish_new_file(path, "{\"a\":1}\n"), path);
-  EXPECT_EQ(Read(path), "{\"a\":1}\n");
+  EXPECT_EQ(SnapshotRead(path), "{\"a\":1}\n");
   EXPECT_EQ(Entries(dir), 1);
   struct stat st;
   ASSERT_EQ(stat(path.c_str(), &st), 0);
@@ -59,22 +59,22 @@ TEST(PublishNewFile, AppearsCompleteAndLeavesNoTemporary) {
 }
 
 TEST(PublishNewFile, NeverOverwritesAndTakesTheNextSuffix) {
-  const std::string dir = TempDir();
+  const std::string dir = SnapshotTempDir();
   const std::string path = dir + "/r.snapshot.1.json";
   { std::ofstream(path) << "someone else's"; }
   { std::ofstream(dir + "/r.snapshot.1.1.json") << "also taken"; }
   EXPECT_EQ(publish_new_file(path, "new"), dir + "/r.snapshot.1.2.json");
-  EXPECT_EQ(Read(path), "someone else's");
-  EXPECT_EQ(Read(dir + "/r.snapshot.1.2.json"), "new");
+  EXPECT_EQ(SnapshotRead(path), "someone else's");
+  EXPECT_EQ(SnapshotRead(dir + "/r.snapshot.1.2.json"), "new");
   EXPECT_EQ(Entries(dir), 3);
 }
 
 TEST(PublishNewFile, AStaleTemporaryIsReplacedAndFailuresLeaveNothing) {
-  const std::string dir = TempDir();
+  const std::string dir = SnapshotTempDir();
   const std::string path = dir + "/r.snapshot.1.json";
   { std::ofstream(replacement_temp_path(path)) << "left by a killed process"; }
   EXPECT_EQ(publish_new_file(path, "fresh"), path);
-  EXPECT_EQ(Read(path), "fresh");
+  EXPECT_EQ(SnapshotRead(path), "fresh");
   EXPECT_EQ(Entries(dir), 1);
 }
 

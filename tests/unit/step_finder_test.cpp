@@ -10,11 +10,11 @@
 #include <memory>
 
 #include "report/growth_verdict.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1 << 20;
 
 FrameInfo py(const char* function, int line) {
   FrameInfo f;

@@ -12,12 +12,12 @@
 #include "policy/policy_factory.h"
 #include "policy/sim_backend.h"
 #include "policy/stream_handles.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
-CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
+CUstream lifetime_stream(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
 
 // Fails the test at any event recorded on a stream it was told is gone, or on the mark.
 class StrictStreams final : public ForwardingBackend {
@@ -61,22 +61,22 @@ TEST_P(StreamLifetime, ABlockFreedOnADestroyedStreamIsOrderedByTheEventRecordedB
   for (size_t size : {size_t{4096}, 3 * MiB, 40 * MiB}) {
     SCOPED_TRACE(size);
     PoolOverStrictStreams t(GetParam());
-    void* a = t.alloc(size, stream(0x100));
+    void* a = t.alloc(size, lifetime_stream(0x100));
     ASSERT_NE(a, nullptr);
-    ASSERT_EQ(t.pool->deallocate(a, stream(0x100), true), CUDA_SUCCESS);
-    t.destroy(stream(0x100));
+    ASSERT_EQ(t.pool->deallocate(a, lifetime_stream(0x100), true), CUDA_SUCCESS);
+    t.destroy(lifetime_stream(0x100));
     // One event, recorded while the stream existed (at the free, to merge, or at the destroy).
-    EXPECT_EQ(t.strict.recorded, std::vector<CUstream>{stream(0x100)});
+    EXPECT_EQ(t.strict.recorded, std::vector<CUstream>{lifetime_stream(0x100)});
     // The work before the free is still pending: another stream must not get the block, and no
     // allocation may name the destroyed stream (StrictStreams fails the test if one does).
-    void* b = t.alloc(size, stream(0x200));
+    void* b = t.alloc(size, lifetime_stream(0x200));
     EXPECT_NE(b, a);
     // A new stream that happens to reuse the destroyed one's handle is another stream.
-    t.strict.gone.erase(stream(0x100));
-    void* c = t.alloc(size, stream(0x100));
+    t.strict.gone.erase(lifetime_stream(0x100));
+    void* c = t.alloc(size, lifetime_stream(0x100));
     EXPECT_NE(c, a) << "a new stream with the old handle got memory the old stream's work still used";
     t.sim.complete_events();
-    void* d = t.alloc(size, stream(0x300));
+    void* d = t.alloc(size, lifetime_stream(0x300));
     EXPECT_EQ(d, a) << "once the event completed, the block serves anyone";
   }
 }
@@ -84,9 +84,9 @@ TEST_P(StreamLifetime, ABlockFreedOnADestroyedStreamIsOrderedByTheEventRecordedB
 TEST_P(StreamLifetime, SplitBlocksShareOneEventPerDestroyedStream) {
   PoolOverStrictStreams t(GetParam());
   std::vector<void*> held;
-  for (int i = 0; i < 8; ++i) held.push_back(t.alloc(64 << 10, stream(0x100)));
-  for (void* p : held) ASSERT_EQ(t.pool->deallocate(p, stream(0x100), true), CUDA_SUCCESS);
-  t.destroy(stream(0x100));
+  for (int i = 0; i < 8; ++i) held.push_back(t.alloc(64 << 10, lifetime_stream(0x100)));
+  for (void* p : held) ASSERT_EQ(t.pool->deallocate(p, lifetime_stream(0x100), true), CUDA_SUCCESS);
+  t.destroy(lifetime_stream(0x100));
   EXPECT_EQ(t.strict.recorded.size(), 1u);
 }
 
@@ -105,12 +105,12 @@ TEST_P(StreamLifetime, PerThreadDefaultStreamFreesRecordTheirEventAtTheFree) {
 
 TEST_P(StreamLifetime, OtherStreamsAreLeftAsTheyWere) {
   PoolOverStrictStreams t(GetParam());
-  void* a = t.alloc(3 * MiB, stream(0x100));
-  ASSERT_EQ(t.pool->deallocate(a, stream(0x100), true), CUDA_SUCCESS);
+  void* a = t.alloc(3 * MiB, lifetime_stream(0x100));
+  ASSERT_EQ(t.pool->deallocate(a, lifetime_stream(0x100), true), CUDA_SUCCESS);
   const size_t before = t.strict.recorded.size();
-  t.destroy(stream(0x200));
+  t.destroy(lifetime_stream(0x200));
   EXPECT_EQ(t.strict.recorded.size(), before) << "nothing to record for a stream no block names";
-  EXPECT_EQ(t.alloc(3 * MiB, stream(0x100)), a) << "same-stream reuse is still immediate";
+  EXPECT_EQ(t.alloc(3 * MiB, lifetime_stream(0x100)), a) << "same-stream reuse is still immediate";
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, StreamLifetime, ::testing::Values(PolicyKind::kCaching, PolicyKind::kVmm),

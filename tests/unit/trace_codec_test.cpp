@@ -183,7 +183,7 @@ std::string build_trace(const std::vector<TraceEvent>& events, size_t per_chunk,
     EndInfo e;
     e.end_mono_ns = events.empty() ? 0 : events.back().t_ns;
     e.events_written = events.size();
-    e.devices.push_back(DeviceTotals{0, 1, 2, 3, 4, 5, 6, 7, 8});
+    e.devices.push_back(DeviceTotals{{1, 2, 3, 5, 6}, 0, 4, 7, 8});
     append_chunk(&f, ChunkType::kEnd, encode_end(e));
   }
   return f;
@@ -244,7 +244,7 @@ TEST(TraceReader, ReadsBackEverythingWritten) {
   ASSERT_EQ(t.stacks.count(20), 1u);
   EXPECT_EQ(t.stacks.at(20)[0].value, 0x1234u + 20);
   ASSERT_TRUE(t.end.has_value());
-  EXPECT_EQ(t.end->devices[0].peak_allocated, 3u);
+  EXPECT_EQ(t.end->devices[0].peak_bytes, 3u);
   EXPECT_EQ(t.unmatched_frees, 0u);
   ASSERT_EQ(t.events.size(), events.size());
   for (size_t i = 0; i < events.size(); ++i) expect_same_event(t.events[i], events[i], i);

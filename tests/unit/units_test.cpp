@@ -1,11 +1,12 @@
 #include "util/units.h"
 
 #include <gtest/gtest.h>
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t kKiB = 1ull << 10, kMiB = 1ull << 20, kGiB = 1ull << 30, kTiB = 1ull << 40;
+constexpr uint64_t kGiB = 1ull << 30, kTiB = 1ull << 40;
 
 bool Parses(const char* text, uint64_t expected) {
   uint64_t v = 0xDEAD;

@@ -20,13 +20,13 @@
 #include "policy/policy_factory.h"
 #include "policy/sim_backend.h"
 #include "util/log.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
 constexpr uint64_t GiB = 1ull << 30;
-CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
+CUstream vmm_stream(uintptr_t v) { return reinterpret_cast<CUstream>(v); }
 uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 // A VmmPool over a SimBackend, optionally capped by a LimitedBackend in between (the shim's chain).
@@ -174,8 +174,8 @@ TEST(VmmPool, NeighboursShareAChunkAndAFreedChunkMovesAcrossBlocks) {
   EXPECT_EQ(v.sim.used(), 4 * MiB);
   // Freed on two streams, the two blocks stay apart in the free set; together they cover their
   // chunk, which can then be unmapped and mapped where a larger block goes.
-  ASSERT_EQ(v.free(a, stream(0x100), true), CUDA_SUCCESS);
-  ASSERT_EQ(v.free(b, stream(0x200), true), CUDA_SUCCESS);
+  ASSERT_EQ(v.free(a, vmm_stream(0x100), true), CUDA_SUCCESS);
+  ASSERT_EQ(v.free(b, vmm_stream(0x200), true), CUDA_SUCCESS);
   ASSERT_NE(v.alloc(4 * MiB), nullptr);
   EXPECT_EQ(v.sim.used(), 6 * MiB) << "the freed chunk became half of the new block";
   EXPECT_EQ(v.pool.stats().pieces_moved, 1u);
@@ -397,8 +397,8 @@ TEST(VmmPool, FreedMemoryIsReusedWithoutSynchronizationOnceIdle) {
 TEST(VmmPool, SynchronizesOnlyWhenMemoryIsShort) {
   Vmm v(4 * GiB, {}, /*limit=*/60 * MiB);
   v.sim.set_events_complete_at_once(false);
-  void* a = v.alloc(40 * MiB, stream(0x100), true);
-  v.free(a, stream(0x100), true);
+  void* a = v.alloc(40 * MiB, vmm_stream(0x100), true);
+  v.free(a, vmm_stream(0x100), true);
   // 40 MiB freed on a stream whose work is still queued; 50 MiB asked elsewhere, 20 MiB left under
   // the cap: only a sync makes that memory idle, then the pool stitches it into the new block.
   EXPECT_NE(v.alloc(50 * MiB), nullptr);
@@ -411,9 +411,9 @@ TEST(VmmPool, StreamOrderedFreeIsReusableAtOnceOnTheSameStream) {
   for (uint64_t n : kClassSizes) {
     Vmm v;
     v.sim.set_events_complete_at_once(false);
-    void* a = v.alloc(n, stream(0x100), true);
-    v.free(a, stream(0x100), true);
-    EXPECT_EQ(v.alloc(n, stream(0x100), true), a) << n;
+    void* a = v.alloc(n, vmm_stream(0x100), true);
+    v.free(a, vmm_stream(0x100), true);
+    EXPECT_EQ(v.alloc(n, vmm_stream(0x100), true), a) << n;
     EXPECT_EQ(v.sim.counters().synchronizes, 0u);
   }
 }
@@ -422,14 +422,14 @@ TEST(VmmPool, StreamOrderedFreeWaitsForItsEventOnAnotherStream) {
   for (uint64_t n : kClassSizes) {
     Vmm v;
     v.sim.set_events_complete_at_once(false);
-    void* a = v.alloc(n, stream(0x100), true);
-    v.free(a, stream(0x100), true);
-    void* b = v.alloc(n, stream(0x200), true);
+    void* a = v.alloc(n, vmm_stream(0x100), true);
+    v.free(a, vmm_stream(0x100), true);
+    void* b = v.alloc(n, vmm_stream(0x200), true);
     EXPECT_NE(b, a) << n << ": reused on another stream before the free's event completed";
     void* c = v.alloc(n);
     EXPECT_NE(c, a);
     v.sim.complete_events();
-    EXPECT_EQ(v.alloc(n, stream(0x200), true), a) << n;
+    EXPECT_EQ(v.alloc(n, vmm_stream(0x200), true), a) << n;
   }
 }
 
@@ -447,11 +447,11 @@ TEST(VmmPool, StitchingNeverMovesMemoryStillInUseByAStream) {
   Vmm v;
   v.sim.set_events_complete_at_once(false);
   std::vector<void*> blocks;
-  for (int i = 0; i < 10; ++i) blocks.push_back(v.alloc(20 * MiB, stream(0x100), true));
-  for (int i = 0; i < 10; i += 2) v.free(blocks[i], stream(0x100), true);
+  for (int i = 0; i < 10; ++i) blocks.push_back(v.alloc(20 * MiB, vmm_stream(0x100), true));
+  for (int i = 0; i < 10; i += 2) v.free(blocks[i], vmm_stream(0x100), true);
   // Same stream: each block could be reused in place, but unmapping it while its work may still
   // run is not safe on every driver, so nothing moves and the pool grows.
-  void* big = v.alloc(100 * MiB, stream(0x100), true);
+  void* big = v.alloc(100 * MiB, vmm_stream(0x100), true);
   ASSERT_NE(big, nullptr);
   EXPECT_EQ(v.sim.counters().unmaps, 0u);
   EXPECT_EQ(v.fig().reserved_bytes, 300 * MiB);
@@ -466,16 +466,16 @@ TEST(VmmPool, NeverSynchronizesQueriesOrUnmapsDuringCapture) {
   Vmm v(64 * MiB, o);
   v.sim.set_events_complete_at_once(false);
   void* a = v.alloc(30 * MiB);
-  void* s = v.alloc(3 * MiB, stream(0x100), true);
-  void* small = v.alloc(4096, stream(0x100), true);
+  void* s = v.alloc(3 * MiB, vmm_stream(0x100), true);
+  void* small = v.alloc(4096, vmm_stream(0x100), true);
   v.free(a);
-  v.free(s, stream(0x100), true);
-  v.free(small, stream(0x100), true);
+  v.free(s, vmm_stream(0x100), true);
+  v.free(small, vmm_stream(0x100), true);
   const SimCounters before = v.sim.counters();
   v.sim.set_capturing(true);
   // 36 MiB held of 64: during capture the pool must fail rather than sync, query or unmap.
   EXPECT_EQ(v.alloc(40 * MiB), nullptr);
-  EXPECT_NE(v.alloc(4096, stream(0x200), true), nullptr);
+  EXPECT_NE(v.alloc(4096, vmm_stream(0x200), true), nullptr);
   v.pool.release_cached();
   EXPECT_EQ(v.sim.counters().synchronizes, 0u);
   EXPECT_EQ(v.sim.counters().event_queries, before.event_queries);
@@ -547,10 +547,10 @@ TEST(VmmPool, EmptySubAllocatorSegmentsAreRemappedBeforeThePoolGrows) {
   // before anything grows.
   Vmm v(4 * GiB, classic());
   std::vector<void*> medium;
-  for (int i = 0; i < 20; ++i) medium.push_back(v.alloc(3 * MiB, stream(0x100), true));
+  for (int i = 0; i < 20; ++i) medium.push_back(v.alloc(3 * MiB, vmm_stream(0x100), true));
   const uint64_t held = v.sim.used();
   EXPECT_EQ(held, 62 * MiB) << "medium segments grow in place: 60 MiB in few segments";
-  for (void* p : medium) v.free(p, stream(0x100), true);
+  for (void* p : medium) v.free(p, vmm_stream(0x100), true);
   ASSERT_NE(v.alloc(held), nullptr);
   EXPECT_EQ(v.sim.used(), held) << "the empty segments became the large block";
   EXPECT_EQ(v.sim.counters().synchronizes, 0u);
@@ -660,7 +660,7 @@ TEST(VmmPool, ConcurrentSmallMediumAndLargeRequestsUnderACap) {
         if (!live.empty() && (live.size() > 40 || rng() % 2)) {
           const size_t k = rng() % live.size();
           const bool ordered = live[k].second;
-          ASSERT_EQ(pool.deallocate(live[k].first, ordered ? stream(0x100 + t) : nullptr, ordered), CUDA_SUCCESS);
+          ASSERT_EQ(pool.deallocate(live[k].first, ordered ? vmm_stream(0x100 + t) : nullptr, ordered), CUDA_SUCCESS);
           live[k] = live.back();
           live.pop_back();
           continue;
@@ -669,14 +669,14 @@ TEST(VmmPool, ConcurrentSmallMediumAndLargeRequestsUnderACap) {
         const bool ordered = rng() % 2;
         void* p = nullptr;
         uint64_t got = 0;
-        if (pool.allocate(AllocRequest{n, ordered ? stream(0x100 + t) : nullptr, ordered}, &p, &got) == CUDA_SUCCESS) {
+        if (pool.allocate(AllocRequest{n, ordered ? vmm_stream(0x100 + t) : nullptr, ordered}, &p, &got) == CUDA_SUCCESS) {
           live.emplace_back(p, ordered);
           ++ok;
         } else {
           ++failed;
         }
       }
-      for (auto& [p, ordered] : live) pool.deallocate(p, ordered ? stream(0x100 + t) : nullptr, ordered);
+      for (auto& [p, ordered] : live) pool.deallocate(p, ordered ? vmm_stream(0x100 + t) : nullptr, ordered);
     });
   }
   for (auto& th : threads) th.join();
@@ -701,11 +701,11 @@ void loop_iteration(Vmm& v, const std::vector<uint64_t>& sizes, Plain plain) {
   std::vector<std::pair<void*, bool>> live;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const bool ordered = !plain(i);
-    void* p = v.alloc(sizes[i], ordered ? stream(0x100) : nullptr, ordered);
+    void* p = v.alloc(sizes[i], ordered ? vmm_stream(0x100) : nullptr, ordered);
     ASSERT_NE(p, nullptr);
     live.emplace_back(p, ordered);
   }
-  for (auto& [p, ordered] : live) ASSERT_EQ(v.free(p, ordered ? stream(0x100) : nullptr, ordered), CUDA_SUCCESS);
+  for (auto& [p, ordered] : live) ASSERT_EQ(v.free(p, ordered ? vmm_stream(0x100) : nullptr, ordered), CUDA_SUCCESS);
 }
 
 const std::vector<uint64_t> kLoopSizes = {3 * MiB, 17 * MiB + 4096, 64 * MiB, 5 * MiB + 1, 120 * MiB, 33 * MiB,
@@ -801,12 +801,12 @@ TEST(VmmPool, LoopsOfManyShapesSettleWithoutRemapping) {
         std::vector<void*> live(sizes.size());
         for (size_t i = 0; i < sizes.size(); ++i) {
           uint64_t got = 0;
-          ASSERT_EQ(pool->allocate(AllocRequest{sizes[i], plain[i] ? nullptr : stream(0x100), !plain[i]}, &live[i], &got),
+          ASSERT_EQ(pool->allocate(AllocRequest{sizes[i], plain[i] ? nullptr : vmm_stream(0x100), !plain[i]}, &live[i], &got),
                     CUDA_SUCCESS);
         }
         for (size_t k = 0; k < sizes.size(); ++k) {
           const size_t i = lifo ? sizes.size() - 1 - k : k;
-          ASSERT_EQ(pool->deallocate(live[i], plain[i] ? nullptr : stream(0x100), !plain[i]), CUDA_SUCCESS);
+          ASSERT_EQ(pool->deallocate(live[i], plain[i] ? nullptr : vmm_stream(0x100), !plain[i]), CUDA_SUCCESS);
         }
         if (it == 199) warm_unmaps = sim.counters().unmaps;
       }
@@ -846,10 +846,10 @@ TEST(VmmPool, LoopWithRandomFreeKindsSettlesWithinWhatCachingHolds) {
         const bool ordered = rng() % 2;
         void* p = nullptr;
         uint64_t got = 0;
-        ASSERT_EQ(pool->allocate(AllocRequest{n, ordered ? stream(0x100) : nullptr, ordered}, &p, &got), CUDA_SUCCESS);
+        ASSERT_EQ(pool->allocate(AllocRequest{n, ordered ? vmm_stream(0x100) : nullptr, ordered}, &p, &got), CUDA_SUCCESS);
         live.emplace_back(p, ordered);
       }
-      for (auto& [p, ordered] : live) pool->deallocate(p, ordered ? stream(0x100) : nullptr, ordered);
+      for (auto& [p, ordered] : live) pool->deallocate(p, ordered ? vmm_stream(0x100) : nullptr, ordered);
       if (it == 299) warm_maps = sim.counters().maps;
     }
     peak[policy] = sim.peak_used();
@@ -977,7 +977,7 @@ void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int o
       std::advance(it, static_cast<long>(rng() % live.size()));
       ASSERT_EQ(backing(v.sim, it->first, it->second.size), it->second.backing) << "live memory moved, op " << i;
       const bool ordered = rng() % 2;
-      ASSERT_EQ(v.free(reinterpret_cast<void*>(it->first), stream(0x100 + rng() % 3), ordered), CUDA_SUCCESS);
+      ASSERT_EQ(v.free(reinterpret_cast<void*>(it->first), vmm_stream(0x100 + rng() % 3), ordered), CUDA_SUCCESS);
       allocated -= it->second.size;
       live.erase(it);
     } else {
@@ -986,7 +986,7 @@ void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int o
       uint64_t got = 0;
       // One draw per statement: the order in which a call's arguments are evaluated is
       // unspecified (gcc and clang differ), and the seed must mean one sequence everywhere.
-      const CUstream on = stream(0x100 + rng() % 3);
+      const CUstream on = vmm_stream(0x100 + rng() % 3);
       const bool ordered = rng() % 2;
       void* ptr = v.alloc(size, on, ordered, &got);
       if (ptr == nullptr) {
@@ -1065,7 +1065,7 @@ Utilization replay(DeviceMemoryResource& pool, SimBackend& sim, const std::vecto
   uint64_t alloc_now = 0, req_now = 0;
   Utilization u;
   for (const workload::Op& op : ops) {
-    const CUstream s = op.stream == 0 ? nullptr : stream(0x100 + op.stream);
+    const CUstream s = op.stream == 0 ? nullptr : vmm_stream(0x100 + op.stream);
     if (op.kind == workload::Op::Kind::kAlloc) {
       if (ptr.size() <= op.id) {
         ptr.resize(op.id + 1);

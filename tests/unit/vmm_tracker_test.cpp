@@ -3,11 +3,11 @@
 #include "accounting/vmm_tracker.h"
 
 #include <gtest/gtest.h>
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
-constexpr uint64_t MiB = 1ull << 20;
 
 VmmTracker::Physical device_chunk(uint64_t handle, uint64_t size) {
   return VmmTracker::Physical{handle, size, 0, MemoryKind::kDevice};

@@ -12,14 +12,6 @@
 namespace fakecuda_test {
 namespace {
 
-constexpr unsigned kDelayUs = 200000;
-
-std::string SymbolOf(void* fn) {
-  Dl_info info{};
-  if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_sname == nullptr) return "<none>";
-  return info.dli_sname;
-}
-
 using PerThreadDriver = DriverTest;
 
 TEST_F(PerThreadDriver, StreamZeroIsTheThreadsOwnBlockingStream) {

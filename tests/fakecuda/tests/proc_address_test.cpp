@@ -7,13 +7,6 @@
 namespace fakecuda_test {
 namespace {
 
-// The exported symbol name of a function pointer, as an interposer would learn it with dladdr.
-std::string SymbolOf(void* fn) {
-  Dl_info info{};
-  if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_sname == nullptr) return "<none>";
-  return info.dli_sname;
-}
-
 std::string Resolve(const char* name, int version, cuuint64_t flags, CUresult* result = nullptr,
                     CUdriverProcAddressQueryResult* status = nullptr) {
   void* fn = reinterpret_cast<void*>(0x1);

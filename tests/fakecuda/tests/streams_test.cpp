@@ -13,7 +13,6 @@
 namespace fakecuda_test {
 namespace {
 
-constexpr unsigned kDelayUs = 200000;  // 200 ms
 constexpr size_t kBytes = 64 << 10;
 
 class Streams : public DriverTest {

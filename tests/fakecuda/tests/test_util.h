@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <dlfcn.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -68,5 +69,15 @@ struct ChildResult {
 // inherited, which is how a test hands an exported memory fd to the child.
 ChildResult RunChild(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {},
                      double timeout_s = 10);
+
+// A kernel or host function long enough that the host sees the work still pending (200 ms).
+inline constexpr unsigned kDelayUs = 200000;
+
+// The exported symbol name of a function pointer, as an interposer would learn it with dladdr.
+inline std::string SymbolOf(void* fn) {
+  Dl_info info{};
+  if (fn == nullptr || dladdr(fn, &info) == 0 || info.dli_sname == nullptr) return "<none>";
+  return info.dli_sname;
+}
 
 }  // namespace fakecuda_test

@@ -1,6 +1,7 @@
-// The core's tap into GPUSHIM_TRACE: turns what the core sees (allocations, frees, OOMs, devices,
-// iteration marks, growth checkpoints, the pools' segments) into trace events. The core holds one
-// while a trace is recorded and calls in after one null check; nothing here touches the books.
+// The recorder's tap into GPUSHIM_TRACE: turns what the run records (allocations, frees, OOMs,
+// devices, iteration marks, growth checkpoints, the pools' segments) into trace events for the
+// writer (trace/trace_recorder.h). The RunRecorder holds one while a trace is recorded and calls in
+// after one null check; nothing here touches the books.
 #pragma once
 
 #include <cuda.h>

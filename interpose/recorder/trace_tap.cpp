@@ -1,4 +1,4 @@
-#include "trace/trace_tap.h"
+#include "recorder/trace_tap.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include "policy/observed_backend.h"
 #include "policy/policy_factory.h"
 #include "report/output_file.h"
-#include "trace/trace_ordered_resource.h"
+#include "recorder/trace_ordered_resource.h"
 #include "util/clock.h"
 #include "util/log.h"
 

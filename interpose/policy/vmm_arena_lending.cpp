@@ -1,0 +1,192 @@
+// Lending in the vmm arena (VmmPoolOptions::alias_tails, vmm_arena.h): the idle free end of a
+// partly used chunk, which can neither move nor be released, mapped a second time as the first or
+// last chunk of a new block. A file of its own because it is the arena's one exception to "a
+// physical chunk is mapped once": the walls it puts up (kLent where the end lies, kShadow over the
+// rest of the second mapping), the conditions that keep queued work from reaching one memory
+// through two addresses, and the retirement of second mappings all belong together, and nowhere
+// else does the arena map a piece it already maps.
+#include "policy/vmm_arena.h"
+
+#include <algorithm>
+#include <iterator>
+
+namespace gpushim {
+
+VmmArena::LentEnds VmmArena::lend_ends(const Plan& plan, uint64_t size) {
+  LentEnds ends{nullptr, nullptr, plan.addr, plan.addr + size};
+  const uintptr_t first = round_down(plan.addr, gran_), last = round_down(plan.addr + size - 1, gran_);
+  auto unmapped = [&](uintptr_t c) {
+    auto next = pieces_.lower_bound(c);
+    return c + gran_ <= plan.res->end && (next == pieces_.end() || next->first >= c + gran_) &&
+           (next == pieces_.begin() || std::prev(next)->first + std::prev(next)->second->size <= c);
+  };
+  if (plan.addr > first && unmapped(first)) {
+    ends.head = lend(plan.addr - first, true, first, last + gran_);
+    if (ends.head != nullptr) ends.fill_lo = first + gran_;
+  }
+  const uintptr_t end = plan.addr + size;
+  if (!(ends.head != nullptr && last == first) && end < last + gran_ && unmapped(last)) {
+    ends.tail = lend(end - last, false, first, last + gran_);
+    if (ends.tail != nullptr) ends.fill_hi = last;
+  }
+  return ends;
+}
+
+VmmArena::Piece* VmmArena::lend(uint64_t offset, bool tail, uintptr_t skip_lo, uintptr_t skip_hi) {
+  // Candidates are idle free blocks that cover a chunk's tail from at most `offset` on (tail), or
+  // its head up to at least `offset` (head), while something else lies in the rest of the chunk:
+  // such a chunk can neither move nor be released. The tightest fit is taken, so that larger
+  // free parts stay for larger needs. The chunk must be one whole piece, not itself a second
+  // mapping, and lend only once per side.
+  Block* best = nullptr;
+  uint64_t best_len = 0;
+  for (Block* f : free_) {
+    const uintptr_t fe = f->addr + f->size;
+    uintptr_t lo, hi;
+    if (tail) {
+      if (f->addr % gran_ == 0 || f->addr % gran_ > offset || fe < round_up(f->addr, gran_)) continue;
+      lo = f->addr;
+      hi = round_up(f->addr, gran_);
+    } else {
+      if (fe % gran_ == 0 || fe % gran_ < offset || f->addr > round_down(fe, gran_)) continue;
+      lo = round_down(fe, gran_);
+      hi = fe;
+    }
+    if ((best != nullptr && hi - lo >= best_len) || (lo < skip_hi && skip_lo < hi) || !idle(f)) continue;
+    if (!lendable_chunk(round_down(lo, gran_), lo, hi)) continue;
+    best = f;
+    best_len = hi - lo;
+  }
+  if (best == nullptr) return nullptr;
+  free_.erase(best);
+  rules_.clear(best);
+  const uintptr_t c = tail ? round_down(best->addr, gran_) : round_down(best->addr + best->size - 1, gran_);
+  const uintptr_t lo = std::max<uintptr_t>(best->addr, c), hi = std::min<uintptr_t>(best->addr + best->size, c + gran_);
+  // The free block keeps [lo, hi); what lies outside stays free.
+  if (best->addr + best->size > hi) {
+    auto* rest = new_block();
+    rest->addr = hi;
+    rest->size = best->addr + best->size - hi;
+    rest->res = best->res;
+    blocks_.emplace(rest->addr, rest);
+    insert_free(rest);
+  }
+  if (best->addr < lo) {
+    auto* rest = new_block();
+    rest->addr = best->addr;
+    rest->size = lo - best->addr;
+    rest->res = best->res;
+    blocks_.erase(best->addr);
+    blocks_.emplace(rest->addr, rest);
+    blocks_.emplace(lo, best);
+    insert_free(rest);
+  }
+  best->addr = lo;
+  best->size = hi - lo;
+  best->state = State::kLent;
+  Piece* owner = pieces_.at(c);
+  auto* alias = new Piece{owner->handle, gran_, 0, nullptr};
+  alias->alias_of = owner;
+  alias->lent = best;
+  return alias;
+}
+
+bool VmmArena::lendable_chunk(uintptr_t c, uintptr_t lo, uintptr_t hi) const {
+  // One whole piece, mapped once, and pinned: something outside [lo, hi) is live or may still be
+  // used by queued work. A chunk whose blocks are all idle and free is not lent but moved whole
+  // (stitching), and it may be moved by the very build that would lend it.
+  auto p = pieces_.find(c);
+  if (p == pieces_.end() || p->second->size != gran_ || p->second->alias_of != nullptr) return false;
+  auto it = blocks_.upper_bound(c);
+  if (it != blocks_.begin()) --it;
+  for (; it != blocks_.end() && it->first < c + gran_; ++it) {
+    const Block* b = it->second;
+    if (b->addr + b->size <= c || (b->addr >= lo && b->addr + b->size <= hi)) continue;
+    if (b->state != State::kFree || b->stream != nullptr) return true;
+  }
+  return false;
+}
+
+void VmmArena::lendable(uint64_t* min_tail, uint64_t* max_head) {
+  // lend()'s candidates, summarized: what the most permissive tail and head would allow.
+  for (Block* f : free_) {
+    const uintptr_t fe = f->addr + f->size;
+    const uint64_t x = f->addr % gran_, y = fe % gran_;
+    // A free block may be both: a tail of the chunk it starts in and a head of the one it ends in.
+    bool tail = x != 0 && fe >= round_up(f->addr, gran_) && (*min_tail == 0 || x < *min_tail);
+    bool head = y != 0 && f->addr <= round_down(fe, gran_) && y > *max_head;
+    if ((!tail && !head) || !idle(f)) continue;
+    tail = tail && lendable_chunk(round_down(f->addr, gran_), f->addr, round_up(f->addr, gran_));
+    head = head && lendable_chunk(round_down(fe, gran_), round_down(fe, gran_), fe);
+    if (tail) *min_tail = x;
+    if (head) *max_head = y;
+  }
+}
+
+void VmmArena::undo_lend(Piece* alias) {
+  Block* lent = alias->lent;
+  insert_free(coalesce(lent));
+  delete alias;
+}
+
+bool VmmArena::map_lent(Piece* p, uintptr_t va, Reservation* res, Block** run, std::vector<uintptr_t>* runs) {
+  if (backend_.map(va, p->size, p->handle, 0) != CUDA_SUCCESS) {
+    undo_lend(p);
+    return false;
+  }
+  ++maps_;
+  ++stats_.aliases;
+  mapped_ += p->size;
+  alias_bytes_ += p->size;
+  p->va = va;
+  p->res = res;
+  ++res->pieces;
+  pieces_.emplace(va, p);
+  aliases_.push_back(p);
+  // The lent part keeps its offset in the chunk; the shadow is the rest of the chunk.
+  const uintptr_t own = va + (p->lent->addr - p->alias_of->va), own_end = own + p->lent->size;
+  Block* shadow = new_block();
+  shadow->addr = own == va ? own_end : va;
+  shadow->size = p->size - p->lent->size;
+  shadow->res = res;
+  shadow->state = State::kShadow;
+  blocks_.emplace(shadow->addr, shadow);
+  p->shadow = shadow;
+  add_to_run(res, own, p->lent->size, run, runs);
+  return true;
+}
+
+void VmmArena::retire_aliases() {
+  if (backend_.capture_active()) return;  // unmapping may wait for the device: not now
+  bool any = false;
+  for (size_t i = 0; i < aliases_.size();) {
+    Piece* a = aliases_[i];
+    const uintptr_t lo = a->va + (a->lent->addr - a->alias_of->va), hi = lo + a->lent->size;
+    bool free_now = true;
+    // The own part's free block may begin before it (merged with the chunk before).
+    auto it = blocks_.upper_bound(lo);
+    if (it != blocks_.begin()) --it;
+    for (; free_now && it != blocks_.end() && it->first < hi; ++it)
+      free_now = it->second->state == State::kFree && idle(it->second);
+    if (!free_now || backend_.unmap(a->va, a->size) != CUDA_SUCCESS) {
+      ++i;
+      continue;
+    }
+    ++unmaps_;
+    mapped_ -= a->size;
+    alias_bytes_ -= a->size;
+    // The shadow joins the free run for carve_out, which turns the whole chunk into a hole.
+    insert_free(a->shadow);
+    carve_out(a);
+    Block* lent = a->lent;
+    rules_.clear(lent);
+    insert_free(coalesce(lent));
+    delete a;
+    aliases_[i] = aliases_.back();
+    aliases_.pop_back();
+    any = true;
+  }
+  if (any) free_empty_reservations();
+}
+
+}  // namespace gpushim

@@ -1,0 +1,73 @@
+"""gpushim-analyze's command line as a user meets it: a mistake costs one line on stderr, starting
+`gpushim-analyze <cmd>: `, and exit status 2, before any input is read; the line says what would
+have been right (the nearest option name, the accepted values)."""
+import os
+import subprocess
+import unittest
+
+from shimtest import BIN, check_sanitizer_clean
+
+ANALYZE = os.path.join(BIN, "gpushim-analyze")
+
+
+def refused(*args):
+    """The one line gpushim-analyze prints for a command line it refuses (exit status 2)."""
+    proc = subprocess.run([ANALYZE, *args], capture_output=True, text=True, timeout=60)
+    check_sanitizer_clean(proc.stderr, "gpushim-analyze")
+    assert proc.returncode == 2, (args, proc.returncode, proc.stderr)
+    assert proc.stdout == "", proc.stdout
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+class AnalyzeCommandLine(unittest.TestCase):
+    # No input exists: each line must be refused for its options, before a file is opened.
+    MISSING = "/nonexistent/run.json"
+
+    def test_misspelt_option_suggests_the_nearest_name(self):
+        for cmd, typo, guess in (("replay", "--polcy", "--policy"), ("summary", "--temporary-sm", "--temporary-ms"),
+                                 ("export", "--max-point", "--max-points"), ("diff", "-top", "--top"),
+                                 ("merge", "--treshold", "--threshold")):
+            with self.subTest(cmd=cmd, typo=typo):
+                self.assertEqual(refused(cmd, typo, "1", self.MISSING),
+                                 f"gpushim-analyze {cmd}: unknown option {typo}: did you mean {guess}? "
+                                 f"(gpushim-analyze {cmd} --help)")
+        self.assertEqual(refused("sumary", self.MISSING),
+                         "gpushim-analyze: unknown command 'sumary': did you mean summary? (gpushim-analyze --help)")
+
+    def test_invalid_choice_names_the_accepted_ones(self):
+        self.assertEqual(refused("summary", "--format=jsn", self.MISSING),
+                         "gpushim-analyze summary: --format takes text, json or torch, not 'jsn' "
+                         "(gpushim-analyze summary --help)")
+        self.assertEqual(refused("export", "--format", "flamegraph", "-o", "-", self.MISSING),
+                         "gpushim-analyze export: --format takes memory-viz, folded, speedscope, perfetto, "
+                         "perfetto-json or timeline, not 'flamegraph' (gpushim-analyze export --help)")
+        self.assertIn("--policy takes passthrough, caching, vmm, pytorch or pytorch-expandable, not 'cachng'",
+                      refused("replay", "--policy", "cachng", self.MISSING))
+
+    def test_single_value_option_given_twice_is_refused(self):
+        # As the launcher does: which of two values was meant is the user's to say.
+        self.assertEqual(refused("summary", "--top", "3", "--top=4", self.MISSING),
+                         "gpushim-analyze summary: --top is given twice (each option may be given once) "
+                         "(gpushim-analyze summary --help)")
+        self.assertIn("--output is given twice", refused("export", "--format", "folded", "-o", "a", "--output=b",
+                                                          self.MISSING))
+        # --policy and --set are lists: repeating them is how to give several.
+        self.assertIn("cannot open", subprocess.run([ANALYZE, "replay", "--policy", "caching", "--policy=pytorch",
+                                                     self.MISSING], capture_output=True, text=True).stderr)
+
+    def test_values_and_operands_are_checked_before_reading(self):
+        for args, message in ((("summary", "--top", "0"), "--top takes a whole number from 1 to 1000000000, not '0'"),
+                              (("summary", "--temporary-ms", "x"), "--temporary-ms takes a number from 0 to 1000000000"),
+                              (("replay", "--capacity", "8Q"), "--capacity takes bytes with units"),
+                              (("diff",), "expects A B (1 input given)"),
+                              (("summary", "--json=yes"), "--json takes no value")):
+            with self.subTest(args=args):
+                self.assertIn(f"gpushim-analyze {args[0]}: {message}", refused(*args, self.MISSING))
+        self.assertEqual(refused("export", "--format", "folded", self.MISSING),
+                         "gpushim-analyze export: -o FILE is required (gpushim-analyze export --help)")
+
+
+if __name__ == "__main__":
+    unittest.main()

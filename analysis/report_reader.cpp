@@ -200,7 +200,7 @@ bool read_device(const JsonValue& v, const std::string& path, DeviceReport* d, s
   r.integer("device", &d->device);
   r.u64("live_bytes", &d->live_bytes);
   r.u64("live_count", &d->live_count);
-  r.u64("peak_allocated_bytes", &d->peak_allocated_bytes);
+  r.u64("peak_allocated_bytes", &d->peak_bytes);
   r.dbl("peak_allocated_at_s", &d->peak_allocated_at_s);
   r.u64("peak_reserved_bytes", &d->peak_reserved_bytes);
   r.u64("total_allocs", &d->total_allocs);

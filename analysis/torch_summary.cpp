@@ -247,7 +247,7 @@ TorchDeviceStats from_report(const RunView& run, const DeviceReport& d) {
     // counts, no non-releasable memory.
     s.device = d.device;
     auto& st = s.stats;
-    st[kAllocatedBytes][kAllPools] = TorchStat{d.live_bytes, d.peak_allocated_bytes, {}, {}};
+    st[kAllocatedBytes][kAllPools] = TorchStat{d.live_bytes, d.peak_bytes, {}, {}};
     st[kActiveBytes][kAllPools] = st[kAllocatedBytes][kAllPools];
     if (pooled(run, d)) st[kRequestedBytes][kAllPools] = TorchStat{d.pool.requested_bytes, d.pool.peak_requested_bytes, {}, {}};
     st[kReservedBytes][kAllPools] = TorchStat{d.pool.reserved_bytes, d.peak_reserved_bytes, {}, {}};

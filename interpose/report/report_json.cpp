@@ -146,7 +146,7 @@ void write_device(JsonOut& j, const DeviceReport& d) {
   j.kv_int("device", d.device);
   j.kv("live_bytes", d.live_bytes);
   j.kv("live_count", d.live_count);
-  j.kv("peak_allocated_bytes", d.peak_allocated_bytes);
+  j.kv("peak_allocated_bytes", d.peak_bytes);
   j.kv_dbl("peak_allocated_at_s", d.peak_allocated_at_s);
   j.kv("peak_reserved_bytes", d.peak_reserved_bytes);
   j.kv("total_allocs", d.total_allocs);

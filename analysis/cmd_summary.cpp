@@ -11,14 +11,10 @@
 #include "run_view.h"
 #include "summary_views.h"
 #include "torch_summary.h"
+#include "util/paths.h"
 
 namespace gpushim::analysis {
 namespace {
-
-std::string base_name(const std::string& p) {
-  const size_t s = p.find_last_of('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
-}
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -38,8 +34,8 @@ std::vector<std::string> shown_frames(const std::vector<FrameInfo>& frames, size
 std::string charged_module(const std::vector<FrameInfo>& frames) {
   for (const FrameInfo& f : frames) {
     if (is_plumbing_frame(f)) continue;
-    if (f.python) return f.file.empty() ? "(python)" : base_name(f.file);
-    if (!f.module.empty()) return base_name(f.module);
+    if (f.python) return f.file.empty() ? "(python)" : file_name_of(f.file);
+    if (!f.module.empty()) return file_name_of(f.module);
   }
   return "(unknown)";
 }

@@ -24,6 +24,7 @@
 #include "exports.h"
 #include "offline_symbolizer.h"
 #include "util/version.h"
+#include "util/paths.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -71,15 +72,10 @@ using Builder = protozero::pbf_builder<Fields>;
 
 constexpr uint32_t kSequence = 1;  // one writer, one sequence
 
-std::string base_name(const std::string& p) {
-  const size_t s = p.find_last_of('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
-}
-
 // A frame as the flame graph names it: the function with its file:line, so lines stay apart.
 std::string frame_name(const FrameInfo& f) {
   std::string s = f.function.empty() ? (f.python ? "<python>" : "??") : f.function;
-  if (!f.file.empty() && f.line > 0) s += " (" + base_name(f.file) + ":" + std::to_string(f.line) + ")";
+  if (!f.file.empty() && f.line > 0) s += " (" + file_name_of(f.file) + ":" + std::to_string(f.line) + ")";
   return s;
 }
 
@@ -239,7 +235,7 @@ void describe_process(Writer& w, const ReportData& m, uint64_t t0_ns, const std:
   w.track(kProcessTrack, 0, "", [&](Builder<pf::TrackDescriptor>& d) {
     Builder<pf::ProcessDescriptor> pd{d, pf::TrackDescriptor::kProcess};
     pd.add_int32(pf::ProcessDescriptor::kPid, m.pid);
-    pd.add_bytes(pf::ProcessDescriptor::kProcessName, base_name(m.exe) + " (gpushim)");
+    pd.add_bytes(pf::ProcessDescriptor::kProcessName, file_name_of(m.exe) + " (gpushim)");
   });
   auto bytes_unit = [](Builder<pf::TrackDescriptor>& d) {
     Builder<pf::CounterDescriptor> c{d, pf::TrackDescriptor::kCounter};

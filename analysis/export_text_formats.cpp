@@ -7,14 +7,10 @@
 #include "json.h"
 #include "offline_symbolizer.h"
 #include "util/version.h"
+#include "util/paths.h"
 
 namespace gpushim::analysis {
 namespace {
-
-std::string base_name(const std::string& p) {
-  const size_t s = p.find_last_of('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
-}
 
 // One frame of a folded line: the function name (or module+offset). A Python function keeps its
 // file, as `forward` is a method of every module; `lines` adds the line, so that two lines of one
@@ -24,10 +20,10 @@ std::string folded_frame(const FrameInfo& f, bool lines) {
   std::string s;
   const std::string line = lines && f.line > 0 ? ":" + std::to_string(f.line) : "";
   if (f.python) {
-    s = (f.function.empty() ? "<python>" : f.function) + " (" + base_name(f.file) + line + ")";
+    s = (f.function.empty() ? "<python>" : f.function) + " (" + file_name_of(f.file) + line + ")";
   } else if (!f.function.empty()) {
     s = f.function;
-    if (lines && !f.file.empty() && f.line > 0) s += " (" + base_name(f.file) + line + ")";
+    if (lines && !f.file.empty() && f.line > 0) s += " (" + file_name_of(f.file) + line + ")";
   } else {
     FrameInfo bare = f;
     bare.file.clear();
@@ -116,7 +112,7 @@ std::string speedscope_from_run(const RunView& run, bool at_peak, bool lines) {
   std::string j = "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"exporter\":";
   append_json_string(&j, std::string("gpushim-analyze ") + kVersion);
   j += ",\"name\":";
-  append_json_string(&j, base_name(run.meta.exe) + " (pid " + std::to_string(run.meta.pid) + "): bytes " + what);
+  append_json_string(&j, file_name_of(run.meta.exe) + " (pid " + std::to_string(run.meta.pid) + "): bytes " + what);
   j += ",\"activeProfileIndex\":0,\"shared\":{\"frames\":[" + frames_json + "]},\"profiles\":[";
   bool first = true;
   for (const auto& [key, p] : profiles) {
@@ -150,7 +146,7 @@ std::string perfetto_document(const ReportData& m, const std::vector<TimelineSam
   const std::string pid = std::to_string(m.pid);
   begin_event(&j, &first);
   j += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"name\":";
-  append_json_string(&j, base_name(m.exe) + " (gpushim)");
+  append_json_string(&j, file_name_of(m.exe) + " (gpushim)");
   j += "}}";
   std::map<int, uint64_t> limits;
   for (const DeviceReport& d : m.devices)

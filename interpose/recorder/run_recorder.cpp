@@ -296,11 +296,12 @@ ReportData RunRecorder::build_report(const char* reason) {
   // Sites whose stacks symbolize identically are merged by the builder (report_builder.cpp).
   Symbolizer sym;
   StackCapturer* capturer = lent_.capturer;
-  const ModuleMap* modules = lent_.modules;
+  ModuleMap* modules = lent_.modules;
   sym.set_python_resolver([capturer](uint32_t id, FrameInfo* f) { return capturer->resolve_python(id, f); });
-  sym.set_module_resolver([modules](uint64_t address, std::string* path, uint64_t* base) {
+  const ModuleMap::View loaded_now = modules->view();
+  sym.set_module_resolver([modules, loaded_now](uint64_t address, std::string* path, uint64_t* base) {
     uintptr_t b = 0;
-    const bool found = modules->describe(static_cast<uintptr_t>(address), path, &b);
+    const bool found = modules->describe_unloaded(loaded_now, static_cast<uintptr_t>(address), path, &b);
     *base = b;
     return found;
   });

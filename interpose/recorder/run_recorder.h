@@ -66,7 +66,7 @@ class RunRecorder {
     const Ledgers* books = nullptr;
     const StackTable* stacks = nullptr;
     StackCapturer* capturer = nullptr;
-    const ModuleMap* modules = nullptr;
+    ModuleMap* modules = nullptr;  // not const: a report pins the loaded set first (ModuleMap::view)
     DriverUsage* usage = nullptr;
     const VmmTracker* vmm = nullptr;
     const IterationCounter* iterations = nullptr;

@@ -85,21 +85,23 @@ void ModuleMap::rebuild() {
   if (old != nullptr) retired_.push_back(old);  // stays readable by anyone still on it
 }
 
-bool ModuleMap::describe(uintptr_t address, std::string* path, uintptr_t* base) const {
+ModuleMap::View ModuleMap::view() {
   std::lock_guard<std::mutex> lock(mu_);
-  auto search = [&](const Snapshot* s) {
-    if (s == nullptr) return false;
-    for (const Range& r : s->ranges) {
+  rebuild();
+  return View{current_.load(std::memory_order_acquire), retired_.size()};
+}
+
+bool ModuleMap::describe_unloaded(const View& v, uintptr_t address, std::string* path, uintptr_t* base) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (v.snapshot != nullptr && find(*static_cast<const Snapshot*>(v.snapshot), address) != kUnknownModule) return false;
+  for (size_t i = std::min(v.retired, retired_.size()); i-- > 0;) {  // newest first: addresses get reused
+    for (const Range& r : retired_[i]->ranges) {
       if (address < r.begin || address >= r.end) continue;
       *path = r.id < names_.size() ? names_[r.id] : std::string();
       *base = r.base;
       return !path->empty();
     }
-    return false;
-  };
-  if (search(current_.load(std::memory_order_acquire))) return true;
-  for (auto it = retired_.rbegin(); it != retired_.rend(); ++it)  // newest first: addresses get reused
-    if (search(*it)) return true;
+  }
   return false;
 }
 

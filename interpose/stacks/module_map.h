@@ -40,10 +40,21 @@ class ModuleMap {
   std::string name(ModuleId id) const;
   // libcudart, libcuda and the shim itself: frames there do not say who allocated.
   bool is_cuda_plumbing(ModuleId id) const;
-  // The path and load base of the module that held `address` when the map last saw it loaded,
-  // even if it was dlclose'd since (dladdr then knows nothing): lets the report name the module
-  // and the offset of frames in unloaded libraries. False if no snapshot ever held it.
-  bool describe(uintptr_t address, std::string* path, uintptr_t* base) const;
+  // A moment of the loaded set, taken by view(): the snapshot current then, and how many older
+  // ones there were.
+  struct View {
+    const void* snapshot = nullptr;
+    size_t retired = 0;
+  };
+  // Brings the map up to date with the loader and pins that moment. Taken before a report is
+  // symbolized: libraries loaded after it (libdw and its dependencies, loaded to write the report)
+  // cannot own a frame captured before.
+  View view();
+  // True if, at `v`, `address` lay in no loaded module but in one the map had seen loaded before:
+  // its path and load base (the newest such), which dladdr no longer knows. Lets the report name
+  // the module and the offset of frames in dlclose'd libraries. One caveat: a stack captured before
+  // a dlclose whose address range a library loaded before `v` reuses is named after that library.
+  bool describe_unloaded(const View& v, uintptr_t address, std::string* path, uintptr_t* base) const;
 
   // fork(): the rebuild lock is held across fork so the child never inherits it taken.
   void lock_for_fork() { mu_.lock(); }

@@ -73,6 +73,19 @@ const FrameInfo& Symbolizer::resolve(uint64_t word) {
   if (dwarf_ == nullptr) dwarf_ = new Dwarf();
   Dwarf& st = *dwarf_;
 
+  if (lookup != 0 && module_resolver_ != nullptr) {
+    // Unloaded since: module and offset from the module table, enough for offline symbolization
+    // (gpushim-analyze) and for the reader to know whose frame it is. libdw's session holds only
+    // what is mapped now, so it is not asked.
+    std::string path;
+    uint64_t module_base = 0;
+    if (module_resolver_(lookup, &path, &module_base)) {
+      fi.module = path;
+      fi.module_offset = word - module_base;
+      return cache_.emplace(word, std::move(fi)).first->second;
+    }
+  }
+
   Dl_info info{};
   link_map* map = nullptr;
   uint64_t base = 0;
@@ -89,17 +102,6 @@ const FrameInfo& Symbolizer::resolve(uint64_t word) {
       fi.module = info.dli_fname;
     }
     if (info.dli_sname != nullptr && info.dli_saddr != nullptr) fi.function = demangle_symbol(info.dli_sname);
-  } else if (lookup != 0 && module_resolver_ != nullptr) {
-    // Unloaded since: module and offset from the module table, enough for offline symbolization
-    // (gpushim-analyze) and for the reader to know whose frame it is. libdw's session holds only
-    // what is mapped now, so it is not asked.
-    std::string path;
-    uint64_t module_base = 0;
-    if (module_resolver_(lookup, &path, &module_base)) {
-      fi.module = path;
-      fi.module_offset = word - module_base;
-      return cache_.emplace(word, std::move(fi)).first->second;
-    }
   }
 
   const bool libdw_allowed = !g_symbolizer_libdw_disabled_for_testing.load(std::memory_order_relaxed);

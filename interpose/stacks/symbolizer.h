@@ -34,8 +34,9 @@ class Symbolizer {
   Symbolizer& operator=(const Symbolizer&) = delete;
 
   void set_python_resolver(PythonResolver r) { python_resolver_ = std::move(r); }
-  // For native frames dladdr cannot place (their library was dlclose'd): the module's path and
-  // load base as the process's module table recorded them.
+  // For native frames of a library unloaded since they were captured (a dlclose'd plugin): true
+  // with the module's path and load base as the process's module table recorded them. Asked before
+  // dladdr, which knows nothing there or, worse, names a library loaded later at the same address.
   using ModuleResolver = std::function<bool(uint64_t address, std::string* path, uint64_t* base)>;
   void set_module_resolver(ModuleResolver r) { module_resolver_ = std::move(r); }
 

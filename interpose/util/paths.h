@@ -12,6 +12,9 @@ inline std::string_view base_name(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
+// base_name as a string of its own, for text built around it.
+inline std::string file_name_of(std::string_view path) { return std::string(base_name(path)); }
+
 // "dir/sub/name.json" -> "dir/sub"; "name" -> "."; "/name" -> "/".
 inline std::string dir_name(std::string_view path) {
   const size_t slash = path.find_last_of('/');

@@ -68,6 +68,42 @@ TEST(ModuleMap, SeesLibrariesLoadedLaterAndNamesCudaPlumbing) {
   EXPECT_FALSE(map.is_cuda_plumbing(libc));
 }
 
+// A report names frames of a dlclose'd library from the map, as the loaded set stood when the
+// report began: libraries loaded after that (libdw's dependencies, loaded to write the report) may
+// land at the same address and must not take the frame over.
+TEST(ModuleMap, UnloadedLibrariesAreNamedAsTheReportsMomentSawThem) {
+  ModuleMap map;
+  const std::string lib = GPUSHIM_FAKECUDA_DIR "/libcudart.so.13";
+  void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  const uintptr_t code = reinterpret_cast<uintptr_t>(dlsym(h, "cudaMalloc"));
+  ASSERT_NE(code, 0u);
+  const ModuleId id = map.lookup(code);
+  ASSERT_EQ(base(map.name(id)), "libcudart.so.13");
+  std::string path;
+  uintptr_t load_base = 0;
+  EXPECT_FALSE(map.describe_unloaded(map.view(), code, &path, &load_base)) << "still loaded";
+  dlclose(h);
+  ASSERT_EQ(dlopen(lib.c_str(), RTLD_NOW | RTLD_NOLOAD), nullptr) << "not unloaded";
+  const ModuleMap::View report_began = map.view();
+  ASSERT_TRUE(map.describe_unloaded(report_began, code, &path, &load_base));
+  EXPECT_EQ(base(path), "libcudart.so.13");
+  EXPECT_GT(code, load_base);
+  EXPECT_LT(code - load_base, uintptr_t{1} << 24);
+  // Loaded again (at the same address or not) after the report's moment: that moment still says
+  // unloaded, and a later one knows what is there now.
+  h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr);
+  const uintptr_t again = reinterpret_cast<uintptr_t>(dlsym(h, "cudaMalloc"));
+  map.lookup(again);
+  EXPECT_TRUE(map.describe_unloaded(report_began, code, &path, &load_base));
+  EXPECT_FALSE(map.describe_unloaded(map.view(), again, &path, &load_base));
+  // An address the map never saw in any module is not named.
+  int on_the_stack = 0;
+  EXPECT_FALSE(map.describe_unloaded(map.view(), reinterpret_cast<uintptr_t>(&on_the_stack), &path, &load_base));
+  dlclose(h);
+}
+
 TEST(ModuleMap, ConcurrentLookupsAgree) {
   ModuleMap map;
   const uintptr_t probe = reinterpret_cast<uintptr_t>(&attributed_function);

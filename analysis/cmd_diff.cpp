@@ -76,7 +76,7 @@ int run_diff(const Cli& cli) {
       j += first ? "" : ",";
       first = false;
       j += "{\"device\":" + std::to_string(ord);
-      for (auto [name, f] : {std::pair{"peak_allocated", &DeviceReport::peak_allocated_bytes},
+      for (auto [name, f] : {std::pair{"peak_allocated", &DeviceReport::peak_bytes},
                              std::pair{"peak_reserved", &DeviceReport::peak_reserved_bytes},
                              std::pair{"live", &DeviceReport::live_bytes}}) {
         const uint64_t va = field(pair.first, f), vb = field(pair.second, f);
@@ -122,7 +122,7 @@ int run_diff(const Cli& cli) {
       return std::string(name) + " " + human_bytes(va) + " -> " + human_bytes(vb) + " (" +
              human_delta(static_cast<int64_t>(vb) - static_cast<int64_t>(va)) + ")";
     };
-    o += "  device " + std::to_string(ord) + ": " + one("peak allocated", &DeviceReport::peak_allocated_bytes) + "; " +
+    o += "  device " + std::to_string(ord) + ": " + one("peak allocated", &DeviceReport::peak_bytes) + "; " +
          one("peak reserved", &DeviceReport::peak_reserved_bytes) + "; " + one("live", &DeviceReport::live_bytes) + "\n";
   }
   const bool peaks = a.source == "trace" && b.source == "trace";

@@ -117,7 +117,7 @@ int run_merge(const Cli& cli) {
     const ReportData& m = r.run.meta;
     r.label = !m.rank.empty() ? "rank " + m.rank : "pid " + std::to_string(m.pid);
     for (const DeviceReport& d : m.devices) {
-      if (d.peak_allocated_bytes >= r.peak_allocated) r.peak_allocated = d.peak_allocated_bytes, r.peak_device = d.device;
+      if (d.peak_bytes >= r.peak_allocated) r.peak_allocated = d.peak_bytes, r.peak_device = d.device;
       r.peak_reserved = std::max(r.peak_reserved, d.peak_reserved_bytes);
       r.live += d.live_bytes;
     }

@@ -145,7 +145,7 @@ int run_summary(const Cli& cli) {
     for (size_t i = 0; i < m.devices.size(); ++i) {
       const DeviceReport& d = m.devices[i];
       j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(d.device) +
-           ",\"peak_allocated\":" + num(d.peak_allocated_bytes) + ",\"peak_allocated_at_s\":" + num(d.peak_allocated_at_s) +
+           ",\"peak_allocated\":" + num(d.peak_bytes) + ",\"peak_allocated_at_s\":" + num(d.peak_allocated_at_s) +
            ",\"peak_reserved\":" + num(d.peak_reserved_bytes) + ",\"utilization\":" + num(utilization(d)) +
            ",\"live_bytes\":" + num(d.live_bytes) + ",\"live_count\":" + num(d.live_count) +
            ",\"reserved\":" + num(d.pool.reserved_bytes) + ",\"cached_free\":" + num(d.pool.cached_free_bytes) +
@@ -242,7 +242,7 @@ int run_summary(const Cli& cli) {
   line("");
   line("Devices");
   for (const DeviceReport& d : m.devices) {
-    line("  device " + std::to_string(d.device) + ": peak allocated " + human_bytes(d.peak_allocated_bytes) + " at " +
+    line("  device " + std::to_string(d.device) + ": peak allocated " + human_bytes(d.peak_bytes) + " at " +
          fmt("%.2f", d.peak_allocated_at_s) + " s, peak reserved " + human_bytes(d.peak_reserved_bytes) +
          ", utilization " + fmt("%.1f", 100 * utilization(d)) + "% (fragmentation " +
          fmt("%.1f", 100 * (1 - utilization(d))) + "%)");
@@ -258,7 +258,7 @@ int run_summary(const Cli& cli) {
   line("Fragmentation");
   for (const DeviceReport& d : m.devices) {
     std::string l = "  device " + std::to_string(d.device) + ": peak reserved - peak allocated = " +
-                    human_bytes(d.peak_reserved_bytes - std::min(d.peak_reserved_bytes, d.peak_allocated_bytes)) +
+                    human_bytes(d.peak_reserved_bytes - std::min(d.peak_reserved_bytes, d.peak_bytes)) +
                     (m.teardown.observed ? "; when the teardown began reserved " : "; at the end reserved ") +
                     human_bytes(d.pool.reserved_bytes) + ", of it cached free " +
                     human_bytes(d.pool.cached_free_bytes);

@@ -215,7 +215,7 @@ std::string timeline_json(const RunView& run, const std::vector<TimelineSample>&
     const DeviceReport& d = m.devices[i];
     j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(d.device) + ",\"capacity\":" +
          std::to_string(d.capacity_bytes) + ",\"limit\":" + std::to_string(d.limit_bytes) + ",\"peak_allocated\":" +
-         std::to_string(d.peak_allocated_bytes) + ",\"peak_allocated_at_s\":" + number(d.peak_allocated_at_s) +
+         std::to_string(d.peak_bytes) + ",\"peak_allocated_at_s\":" + number(d.peak_allocated_at_s) +
          ",\"peak_reserved\":" + std::to_string(d.peak_reserved_bytes) + ",\"live_at_end\":" +
          std::to_string(d.live_bytes) + ",\"reserved_at_end\":" + std::to_string(d.pool.reserved_bytes) + ",\"samples\":[";
     bool first = true;

@@ -155,13 +155,52 @@ bool read_pool(const JsonValue& v, const std::string& path, PoolFigures* p, std:
   return r.ok();
 }
 
+bool read_stat(const JsonValue& v, const std::string& path, torch_stats::Values* s, std::string* error) {
+  if (!need_object(v, path, error)) return false;
+  Fields r(v, path, error);
+  r.u64("current", &s->current);
+  r.u64("peak", &s->peak);
+  r.u64("allocated", &s->allocated);
+  r.u64("freed", &s->freed);
+  return r.ok();
+}
+
+// The "torch" object of a device (shims from issue 31 on): metric -> pool -> stat. A metric the
+// shim did not keep is absent (inactive_split where the pool does not place its blocks).
+bool read_torch(const JsonValue& v, const std::string& path, torch_stats::Figures* f, std::string* error) {
+  using namespace torch_stats;
+  if (!need_object(v, path, error)) return false;
+  Fields r(v, path, error);
+  for (int m = 0; m < kMetrics; ++m) {
+    const JsonValue* metric = r.object(metric_name(m));
+    if (!r.ok()) return false;
+    if (metric == nullptr) {
+      if (m == kInactiveSplit || m == kInactiveSplitBytes) f->split_known = false;
+      continue;
+    }
+    Fields pools(*metric, r.path(metric_name(m)), error);
+    for (int p = 0; p < kPools; ++p) {
+      const JsonValue* stat = pools.object(pool_name(p));
+      if (!pools.ok()) return false;
+      if (stat && !read_stat(*stat, pools.path(pool_name(p)), &f->stat[m][p], error)) return false;
+    }
+  }
+  for (auto [name, out] : {std::pair<const char*, Values*>{"oversize_allocations", &f->oversize_allocations},
+                           {"oversize_segments", &f->oversize_segments}}) {
+    const JsonValue* stat = r.object(name);
+    if (!r.ok()) return false;
+    if (stat && !read_stat(*stat, r.path(name), out, error)) return false;
+  }
+  return r.ok();
+}
+
 bool read_device(const JsonValue& v, const std::string& path, DeviceReport* d, std::string* error) {
   if (!need_object(v, path, error)) return false;
   Fields r(v, path, error);
   r.integer("device", &d->device);
   r.u64("live_bytes", &d->live_bytes);
   r.u64("live_count", &d->live_count);
-  r.u64("peak_allocated_bytes", &d->peak_allocated_bytes);
+  r.u64("peak_allocated_bytes", &d->peak_bytes);
   r.dbl("peak_allocated_at_s", &d->peak_allocated_at_s);
   r.u64("peak_reserved_bytes", &d->peak_reserved_bytes);
   r.u64("total_allocs", &d->total_allocs);
@@ -178,7 +217,9 @@ bool read_device(const JsonValue& v, const std::string& path, DeviceReport* d, s
   r.u64("held_bytes", &d->held_bytes);
   r.u64("unaccounted_bytes", &d->unaccounted_bytes);
   const JsonValue* pool = r.object("pool");
+  const JsonValue* torch = r.object("torch");
   if (!r.ok()) return false;
+  if (torch != nullptr && !read_torch(*torch, r.path("torch"), &d->torch.emplace(), error)) return false;
   return pool == nullptr || read_pool(*pool, r.path("pool"), &d->pool, error);
 }
 

@@ -344,7 +344,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     r.device = ord;
     r.live_bytes = d.allocated;
     r.live_count = d.count;
-    r.peak_allocated_bytes = d.peak_allocated;
+    r.peak_bytes = d.peak_allocated;
     r.peak_allocated_at_s = d.peak_t;
     r.peak_reserved_bytes = d.peak_reserved;
     r.total_allocs = d.allocs;

@@ -6,17 +6,11 @@
 #include <map>
 
 #include "accounting/allocation_tracker.h"
+#include "accounting/torch_stats.h"
+#include "replay.h"
 
 namespace gpushim::analysis {
 namespace {
-
-// PyTorch's pools (c10/cuda/CUDACachingAllocator.cpp): blocks of at most kSmallSize (1 MiB) are
-// small; the small pool takes segments of kSmallBuffer (2 MiB).
-constexpr uint64_t kSmallBlock = 1ull << 20;
-constexpr uint64_t kSmallSegment = 2ull << 20;
-
-TorchPool block_pool(uint64_t size) { return size <= kSmallBlock ? kSmallPool : kLargePool; }
-TorchPool segment_pool(uint64_t size) { return size <= kSmallSegment ? kSmallPool : kLargePool; }
 
 // torch's _format_size: the unit is chosen from the row's reference value (the "all" row's value
 // of the column), so that a column of one metric reads in one unit.
@@ -61,34 +55,43 @@ std::string left(const std::optional<uint64_t>& v, int width) {
   return buf;
 }
 
-// A statistic as values rise and fall, like PyTorch's Stat: its peak, and the totals of rises and
-// falls.
-struct Acc {
-  uint64_t cur = 0, peak = 0, up = 0, down = 0;
-  void add(int64_t d) {
-    if (d >= 0) {
-      cur += static_cast<uint64_t>(d), up += static_cast<uint64_t>(d);
-      peak = std::max(peak, cur);
-    } else {
-      const uint64_t m = std::min(cur, static_cast<uint64_t>(-d));
-      cur -= m, down += m;
-    }
-  }
-  TorchStat stat() const { return TorchStat{cur, peak, up, down}; }
-};
+namespace ts = torch_stats;
+using ts::Sync;
 
-// A segment (or, under vmm, a run of adjacent mappings, as PyTorch's expandable segments grow)
-// with the blocks inside it, for "Non-releasable": the free pieces of a segment still partly in use.
+// The analysis's metrics (memory_summary()'s order) as torch_stats' (memory_stats()'s).
+constexpr ts::Metric kStatOf[kTorchMetrics] = {ts::kAllocatedBytes, ts::kActiveBytes, ts::kRequestedBytes,
+                                               ts::kReservedBytes,  ts::kInactiveSplitBytes, ts::kAllocation,
+                                               ts::kActive,         ts::kSegment,      ts::kInactiveSplit};
+constexpr ts::Pool kPoolOf[kTorchPools] = {ts::kAll, ts::kLarge, ts::kSmall};
+
+TorchStat cell(const ts::Values& v) { return TorchStat{v.current, v.peak, v.allocated, v.freed}; }
+
+// Every cell from the shared figures; the non-releasable ones n/a where they were not kept.
+TorchDeviceStats from_figures(int device, const ts::Figures& f) {
+  TorchDeviceStats s;
+  s.device = device;
+  for (int m = 0; m < kTorchMetrics; ++m) {
+    const bool split = m == kInactiveSplitBytes || m == kInactiveSplit;
+    if (split && !f.split_known) continue;
+    for (int p = 0; p < kTorchPools; ++p) s.stats[m][p] = cell(f.stat[kStatOf[m]][kPoolOf[p]]);
+  }
+  s.oversize_allocations = cell(f.oversize_allocations);
+  s.oversize_segments = cell(f.oversize_segments);
+  return s;
+}
+
+// A segment (or, under vmm, a run of adjacent mappings) with the blocks inside it: where each
+// block lies (torch_stats::Place), which the core learns from the pool and a trace from its events.
 struct Segment {
   uint64_t size = 0;
-  TorchPool pool = kLargePool;
+  ts::Pool pool = ts::kLarge;
   bool mapped = false;
   std::map<uint64_t, uint64_t> blocks;  // addr -> size
 };
 
 // Free bytes and free pieces of a segment with blocks in it (nothing when it is wholly free: that
 // one is releasable).
-std::pair<int64_t, int64_t> inactive_of(uint64_t addr, const Segment& s) {
+ts::SplitChange inactive_of(uint64_t addr, const Segment& s) {
   if (s.blocks.empty()) return {0, 0};
   int64_t bytes = 0, pieces = 0;
   uint64_t at = addr;
@@ -100,91 +103,66 @@ std::pair<int64_t, int64_t> inactive_of(uint64_t addr, const Segment& s) {
   return {bytes, pieces};
 }
 
+// One device's events through torch_stats' rules, as the core applies them while it accounts.
 class DeviceTally {
  public:
-  void add(TorchMetric m, TorchPool pool, int64_t d) {
-    acc_[m][pool].add(d);
-    acc_[m][kAllPools].add(d);
-  }
-
   void alloc(const TraceEvent& e) {
-    const TorchPool pool = block_pool(e.size);
-    const int64_t size = static_cast<int64_t>(e.size);
-    add(kAllocatedBytes, pool, size), add(kActiveBytes, pool, size);
-    add(kRequestedBytes, pool, static_cast<int64_t>(e.requested));
-    add(kAllocation, pool, 1), add(kActive, pool, 1);
     if (e.flags & trace::kFlagForwarded) {
       // Served by CUDA itself: a segment of its own, wholly in use, as cudaMalloc'd memory is.
-      add(kReservedBytes, pool, size), add(kSegment, pool, 1);
+      stats_.forwarded<Sync::kLocked>(e.size, e.requested, +1);
       return;
     }
+    stats_.block<Sync::kLocked>(e.size, e.requested, +1);
     auto [base, seg] = containing(e.addr, e.size);
     if (!seg) return;
     auto next = seg->blocks.lower_bound(e.addr);
     const uint64_t n = next == seg->blocks.end() ? base + seg->size : next->first;
     const uint64_t p = next == seg->blocks.begin() ? base : std::prev(next)->first + std::prev(next)->second;
     if (p > e.addr || e.addr + e.size > n) return;  // over another block: a free was lost
-    const int64_t pieces = (p < e.addr) + (e.addr + e.size < n);
-    if (seg->blocks.empty()) {
-      add(kInactiveSplitBytes, seg->pool, static_cast<int64_t>(seg->size) - size);
-      add(kInactiveSplit, seg->pool, pieces);
-    } else {
-      add(kInactiveSplitBytes, seg->pool, -size);
-      add(kInactiveSplit, seg->pool, pieces - 1);
-    }
+    const ts::Place place{seg->size, seg->blocks.empty(), p < e.addr, e.addr + e.size < n};
+    stats_.split<Sync::kLocked>(seg->pool, ts::split_on_alloc(e.size, place));
     seg->blocks.emplace(e.addr, e.size);
   }
 
   void free(const TraceEvent& e) {
-    const TorchPool pool = block_pool(e.size);
-    const int64_t size = static_cast<int64_t>(e.size);
-    add(kAllocatedBytes, pool, -size), add(kActiveBytes, pool, -size);
-    add(kRequestedBytes, pool, -static_cast<int64_t>(e.requested));
-    add(kAllocation, pool, -1), add(kActive, pool, -1);
     if (e.flags & trace::kFlagForwarded) {
-      add(kReservedBytes, pool, -size), add(kSegment, pool, -1);
+      stats_.forwarded<Sync::kLocked>(e.size, e.requested, -1);
       return;
     }
+    stats_.block<Sync::kLocked>(e.size, e.requested, -1);
     auto [base, seg] = containing(e.addr, e.size);
     if (!seg) return;
     auto it = seg->blocks.find(e.addr);
     if (it == seg->blocks.end()) return;
+    const uint64_t p = it == seg->blocks.begin() ? base : std::prev(it)->first + std::prev(it)->second;
+    const uint64_t n = std::next(it) == seg->blocks.end() ? base + seg->size : std::next(it)->first;
+    const ts::Place place{seg->size, seg->blocks.size() == 1, p < e.addr, e.addr + e.size < n};
+    stats_.split<Sync::kLocked>(seg->pool, ts::split_on_free(e.size, place));
     seg->blocks.erase(it);
-    auto next = seg->blocks.lower_bound(e.addr);
-    const uint64_t n = next == seg->blocks.end() ? base + seg->size : next->first;
-    const uint64_t p = next == seg->blocks.begin() ? base : std::prev(next)->first + std::prev(next)->second;
-    const int64_t pieces = (p < e.addr) + (e.addr + e.size < n);
-    if (seg->blocks.empty()) {
-      add(kInactiveSplitBytes, seg->pool, size - static_cast<int64_t>(seg->size));
-      add(kInactiveSplit, seg->pool, -pieces);
-    } else {
-      add(kInactiveSplitBytes, seg->pool, size);
-      add(kInactiveSplit, seg->pool, 1 - pieces);
-    }
   }
 
   void segment_alloc(uint64_t addr, uint64_t size) {
+    stats_.segment<Sync::kLocked>(size, +1);
     Segment s;
     s.size = size;
-    s.pool = segment_pool(size);
-    add(kReservedBytes, s.pool, static_cast<int64_t>(size)), add(kSegment, s.pool, 1);
+    s.pool = ts::segment_pool(size);
     segs_[addr] = std::move(s);
   }
 
   void segment_free(uint64_t addr, uint64_t size) {
     auto it = segs_.find(addr);
     if (it == segs_.end()) {
-      add(kReservedBytes, segment_pool(size), -static_cast<int64_t>(size)), add(kSegment, segment_pool(size), -1);
+      stats_.segment<Sync::kLocked>(size, -1);
       return;
     }
     forget_inactive(it->first, it->second);
-    add(kReservedBytes, it->second.pool, -static_cast<int64_t>(it->second.size)), add(kSegment, it->second.pool, -1);
+    stats_.segment<Sync::kLocked>(it->second.size, -1);
     segs_.erase(it);
   }
 
   // vmm: a mapping next to a mapped run extends it, as an expandable segment grows.
   void map(uint64_t addr, uint64_t size) {
-    add(kReservedBytes, kLargePool, static_cast<int64_t>(size));
+    stats_.mapping<Sync::kLocked>(static_cast<int64_t>(size), runs_.map(addr, size));
     auto after = segs_.find(addr + size);
     auto before = segs_.lower_bound(addr);
     Segment* grown = nullptr;
@@ -198,52 +176,43 @@ class DeviceTally {
     } else {
       Segment s;
       s.size = size;
-      s.pool = kLargePool;
+      s.pool = ts::kLarge;
       s.mapped = true;
       grown = &(segs_[addr] = std::move(s));
-      add(kSegment, kLargePool, 1);
     }
     if (after != segs_.end() && after->second.mapped) {
       forget_inactive(after->first, after->second);
       grown->size += after->second.size;
       grown->blocks.merge(after->second.blocks);
       segs_.erase(after);
-      add(kSegment, kLargePool, -1);
     }
     count_inactive(base, *grown);
   }
 
   void unmap(uint64_t addr, uint64_t size) {
-    add(kReservedBytes, kLargePool, -static_cast<int64_t>(size));
+    stats_.mapping<Sync::kLocked>(-static_cast<int64_t>(size), runs_.unmap(addr, size));
     auto [base, seg] = containing(addr, size);
     if (!seg) return;
     Segment whole = std::move(*seg);
     forget_inactive(base, whole);
     segs_.erase(base);
-    add(kSegment, kLargePool, -1);
     auto piece = [&](uint64_t from, uint64_t to) {
       if (from >= to) return;
       Segment s;
       s.size = to - from;
-      s.pool = kLargePool;
+      s.pool = ts::kLarge;
       s.mapped = true;
       for (auto it = whole.blocks.lower_bound(from); it != whole.blocks.end() && it->first < to; ++it)
         s.blocks.insert(*it);
       count_inactive(from, s);
       segs_[from] = std::move(s);
-      add(kSegment, kLargePool, 1);
     };
     piece(base, addr);
     piece(addr + size, base + whole.size);
   }
 
-  TorchDeviceStats stats(int device) const {
-    TorchDeviceStats s;
-    s.device = device;
-    for (int m = 0; m < kTorchMetrics; ++m)
-      for (int p = 0; p < kTorchPools; ++p) s.stats[m][p] = acc_[m][p].stat();
-    return s;
-  }
+  TorchDeviceStats stats(int device) const { return from_figures(device, stats_.snapshot()); }
+  void set_max_split(uint64_t bytes) { stats_.set_max_split(bytes); }
 
  private:
   std::pair<uint64_t, Segment*> containing(uint64_t addr, uint64_t size) {
@@ -254,15 +223,13 @@ class DeviceTally {
     return {it->first, &it->second};
   }
   void forget_inactive(uint64_t base, const Segment& s) {
-    const auto [bytes, pieces] = inactive_of(base, s);
-    add(kInactiveSplitBytes, s.pool, -bytes), add(kInactiveSplit, s.pool, -pieces);
+    const ts::SplitChange c = inactive_of(base, s);
+    stats_.split<Sync::kLocked>(s.pool, {-c.bytes, -c.pieces});
   }
-  void count_inactive(uint64_t base, const Segment& s) {
-    const auto [bytes, pieces] = inactive_of(base, s);
-    add(kInactiveSplitBytes, s.pool, bytes), add(kInactiveSplit, s.pool, pieces);
-  }
+  void count_inactive(uint64_t base, const Segment& s) { stats_.split<Sync::kLocked>(s.pool, inactive_of(base, s)); }
 
-  Acc acc_[kTorchMetrics][kTorchPools];
+  ts::DeviceStats stats_;
+  ts::MappedRuns runs_;
   std::map<uint64_t, Segment> segs_;
 };
 
@@ -272,28 +239,48 @@ bool pooled(const RunView& run, const DeviceReport& d) {
 
 TorchDeviceStats from_report(const RunView& run, const DeviceReport& d) {
   TorchDeviceStats s;
-  s.device = d.device;
-  auto& st = s.stats;
-  // Allocated and active are one here; the report keeps no byte totals and no pool split.
-  st[kAllocatedBytes][kAllPools] = TorchStat{d.live_bytes, d.peak_allocated_bytes, {}, {}};
-  st[kActiveBytes][kAllPools] = st[kAllocatedBytes][kAllPools];
-  if (pooled(run, d)) st[kRequestedBytes][kAllPools] = TorchStat{d.pool.requested_bytes, d.pool.peak_requested_bytes, {}, {}};
-  st[kReservedBytes][kAllPools] = TorchStat{d.pool.reserved_bytes, d.peak_reserved_bytes, {}, {}};
-  st[kAllocation][kAllPools] = TorchStat{d.live_count, {}, d.total_allocs, d.total_frees};
-  st[kActive][kAllPools] = st[kAllocation][kAllPools];
-  if (pooled(run, d))
-    st[kSegment][kAllPools] = TorchStat{d.pool.segment_allocs - std::min(d.pool.segment_allocs, d.pool.segment_frees), {},
-                                        d.pool.segment_allocs, d.pool.segment_frees};
-  else  // passthrough: every allocation is CUDA's own, a segment of its own
-    st[kSegment][kAllPools] = st[kAllocation][kAllPools];
-  s.oversize_allocations = s.oversize_segments = TorchStat{0, 0, 0, 0};
+  if (d.torch) {
+    // A shim from issue 31 on keeps the figures as it accounts, by the rules this tally follows.
+    s = from_figures(d.device, *d.torch);
+  } else {
+    // An older shim's report: what its counters hold. No byte totals, no pool split, no peaks of
+    // counts, no non-releasable memory.
+    s.device = d.device;
+    auto& st = s.stats;
+    st[kAllocatedBytes][kAllPools] = TorchStat{d.live_bytes, d.peak_bytes, {}, {}};
+    st[kActiveBytes][kAllPools] = st[kAllocatedBytes][kAllPools];
+    if (pooled(run, d)) st[kRequestedBytes][kAllPools] = TorchStat{d.pool.requested_bytes, d.pool.peak_requested_bytes, {}, {}};
+    st[kReservedBytes][kAllPools] = TorchStat{d.pool.reserved_bytes, d.peak_reserved_bytes, {}, {}};
+    st[kAllocation][kAllPools] = TorchStat{d.live_count, {}, d.total_allocs, d.total_frees};
+    st[kActive][kAllPools] = st[kAllocation][kAllPools];
+    if (pooled(run, d))
+      st[kSegment][kAllPools] = TorchStat{d.pool.segment_allocs - std::min(d.pool.segment_allocs, d.pool.segment_frees), {},
+                                          d.pool.segment_allocs, d.pool.segment_frees};
+    else  // passthrough: every allocation is CUDA's own, a segment of its own
+      st[kSegment][kAllPools] = st[kAllocation][kAllPools];
+    s.oversize_allocations = s.oversize_segments = TorchStat{0, 0, 0, 0};
+  }
   s.num_ooms = pooled(run, d) ? d.pool.ooms : d.failed_allocs;
   s.num_alloc_retries = d.pool.alloc_retries;
   return s;
 }
 
+// The pool's max_split (what "oversize" counts), as the run's settings gave it to the caching
+// pool: the one pool that has it (DeviceMemoryResource::max_split), not wrapped by the own-segment
+// resource, which does not pass it on.
+uint64_t recorded_max_split(const TraceData& t) {
+  Config config;
+  std::vector<std::string> notes;
+  std::string error;
+  if (t.header.policy != "caching" || !recorded_config(t, {}, &config, &notes, &error) || config.own_segment_min != 0)
+    return UINT64_MAX;
+  return config.max_split;
+}
+
 std::vector<TorchDeviceStats> from_trace(const RunView& run, const TraceData& t) {
   std::map<int, DeviceTally> tallies;
+  const uint64_t max_split = recorded_max_split(t);
+  for (const DeviceReport& d : run.meta.devices) tallies[d.device].set_max_split(max_split);
   std::map<int, uint64_t> ooms;
   for (const TraceEvent& e : t.events) {
     const bool device_memory = (e.flags & trace::kFlagKindMask) == static_cast<uint8_t>(MemoryKind::kDevice);
@@ -315,7 +302,6 @@ std::vector<TorchDeviceStats> from_trace(const RunView& run, const TraceData& t)
   std::vector<TorchDeviceStats> out;
   for (const DeviceReport& d : run.meta.devices) {
     TorchDeviceStats s = tallies[d.device].stats(d.device);
-    s.oversize_allocations = s.oversize_segments = TorchStat{0, 0, 0, 0};
     s.num_ooms = ooms[d.device];
     // Retries (a failed cudaMalloc followed by freeing the cache) are counted by the pool, and a
     // trace does not record them.

@@ -19,8 +19,30 @@ struct TorchStat {
   std::optional<uint64_t> current, peak, allocated, freed;
 };
 
-// The statistics memory_summary() prints, in its order. Pools: PyTorch's, by block size (small:
-// at most 1 MiB, its kSmallSize); segments by segment size (small: at most 2 MiB, kSmallBuffer).
+// The statistics memory_summary() prints, in its order, as interpose/accounting/torch_stats.h
+// defines them for the core and for this tally alike. Pools: PyTorch's, by block size (small: at
+// most 1 MiB, its kSmallSize); segments by segment size (small: at most 2 MiB, kSmallBuffer).
+//
+// Under each policy:
+//   caching      every row as PyTorch's native allocator means it: blocks carved from segments
+//                (cudaMalloc'd, never grown), non-releasable = the free pieces of segments still
+//                partly in use. A free block waiting for its fence (cudaFree's implicit sync) is
+//                inactive here; PyTorch keeps a block active only while record_stream uses wait.
+//   vmm          segments are runs of adjacent mappings, as PyTorch's expandable segments; all
+//                in the large pool. Non-releasable from a trace only: the arena does not tell the
+//                core where its blocks lie, so a report says n/a.
+//   passthrough  every allocation is CUDA's own: a segment of its own, wholly in use, so reserved
+//                equals allocated, segments equal allocations, non-releasable is zero.
+// Any policy: allocations a pool forwards to CUDA count with a segment of their own; "Active"
+// equals "Allocated"; oversize rows count blocks and segments of at least GPUSHIM_MAX_SPLIT
+// under caching (PyTorch's max_split_size), zero otherwise. With GPUSHIM_OWN_SEGMENT_MIN a report has no non-releasable
+// figures (the own-segment resource does not place its blocks).
+// A report's table equals its run's trace's, except "cudaMalloc retries", which only the report
+// keeps, and, under passthrough with several threads allocating at once, peaks that may differ by
+// a few blocks: the trace orders CUDA's own allocations by their times, the core's atomics by
+// their own order (a pool's operations are numbered in its lock order, which both follow).
+// Reports of shims before the figures existed show n/a where their counters hold nothing (no
+// byte totals, no pool split, no peaks of counts, no non-releasable figures).
 enum TorchMetric {
   kAllocatedBytes,      // "Allocated memory": blocks handed out, policy-rounded
   kActiveBytes,         // "Active memory": the same here (no block waits for a stream after its free)
@@ -47,8 +69,8 @@ struct TorchDeviceStats {
 // where PyTorch's says "PyTorch" (same width).
 std::string render_torch_table(const TorchDeviceStats& s);
 
-// The statistics of every device: from a trace's events (every cell), or from a report (the
-// cells its counters hold; the rest n/a). `trace` is null for a report.
+// The statistics of every device: from a trace's events, or from a report (its "torch" figures;
+// an older report's counters, the rest n/a). `trace` is null for a report.
 std::vector<TorchDeviceStats> torch_stats(const RunView& run, const TraceData* trace);
 
 // The whole view: per device, torch's table, then the shim's rows (policy, cached free memory,

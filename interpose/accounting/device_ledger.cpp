@@ -1,11 +1,57 @@
 #include "accounting/device_ledger.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "absl/container/flat_hash_map.h"
+#include "policy/forwarding_backend.h"
 #include "policy/limited_backend.h"
 
 namespace gpushim {
+
+// The segments (and vmm mappings) the pool takes and gives back, into the ledger's PyTorch
+// statistics. On the driver call's path, never an allocation's. A pool that keeps the records
+// calls in under its lock, which every other writer of these figures holds too (the lock rule);
+// any other pool (GPUSHIM_OWN_SEGMENT_MIN's, whose inner pool has a lock of its own) gets atomics.
+class DeviceLedger::SegmentStats final : public ForwardingBackend {
+ public:
+  SegmentStats(Backend& upstream, DeviceLedger& ledger) : ForwardingBackend(upstream), ledger_(ledger) {}
+  CUresult segment_alloc(size_t bytes, void** out) override {
+    const CUresult r = upstream().segment_alloc(bytes, out);
+    if (r == CUDA_SUCCESS) each([&](auto sync) { ledger_.torch_.segment<sync.value>(bytes, +1); });
+    return r;
+  }
+  CUresult segment_free(void* p, size_t bytes) override {
+    const CUresult r = upstream().segment_free(p, bytes);
+    if (r == CUDA_SUCCESS) each([&](auto sync) { ledger_.torch_.segment<sync.value>(bytes, -1); });
+    return r;
+  }
+  CUresult map(uintptr_t va, size_t size, uint64_t h, size_t off) override {
+    const CUresult r = upstream().map(va, size, h, off);
+    if (r == CUDA_SUCCESS) {
+      const int64_t runs = ledger_.mapped_runs_.map(va, size);
+      each([&](auto sync) { ledger_.torch_.mapping<sync.value>(static_cast<int64_t>(size), runs); });
+    }
+    return r;
+  }
+  CUresult unmap(uintptr_t va, size_t size) override {
+    const CUresult r = upstream().unmap(va, size);
+    if (r == CUDA_SUCCESS) {
+      const int64_t runs = ledger_.mapped_runs_.unmap(va, size);
+      each([&](auto sync) { ledger_.torch_.mapping<sync.value>(-static_cast<int64_t>(size), runs); });
+    }
+    return r;
+  }
+
+ private:
+  template <typename F>
+  void each(F&& f) {
+    using torch_stats::Sync;
+    if (ledger_.keeps_records_) f(std::integral_constant<Sync, Sync::kLocked>{});
+    else f(std::integral_constant<Sync, Sync::kShared>{});
+  }
+  DeviceLedger& ledger_;
+};
 
 DeviceLedger::DeviceLedger(int ordinal, AllocationTracker& records) : ordinal_(ordinal), records_(records) {}
 
@@ -13,7 +59,8 @@ DeviceLedger::~DeviceLedger() = default;
 
 Backend& DeviceLedger::capped(Backend& upstream) {
   limited_ = std::make_unique<LimitedBackend>(upstream, budget_);
-  return *limited_;
+  observed_ = std::make_unique<SegmentStats>(*limited_, *this);
+  return *observed_;
 }
 
 PoolFigures DeviceLedger::figures() const {
@@ -103,7 +150,9 @@ bool Ledgers::commit(uintptr_t ptr, const AllocationRecord& rec) {
   bool inserted = false;
   locked(rec.kind, rec.device, [&] {
     inserted = records_.insert(ptr, rec);
-    if (inserted) counters->on_alloc(rec.size, rec.requested);
+    if (!inserted) return;
+    counters->on_alloc(rec.size, rec.requested);
+    if (rec.kind == MemoryKind::kDevice) mutable_ledger(rec.device)->torch_block(rec.size, rec.requested, rec.route, +1);
   });
   return inserted;
 }
@@ -132,7 +181,11 @@ void Ledgers::restore(uintptr_t ptr, const AllocationRecord& rec) {
 
 void Ledgers::count_free(const AllocationRecord& rec) {
   MemoryCounters* counters = counters_of(rec.kind, rec.device);
-  if (counters != nullptr) locked(rec.kind, rec.device, [&] { counters->on_free(rec.size, rec.requested); });
+  if (counters != nullptr)
+    locked(rec.kind, rec.device, [&] {
+      counters->on_free(rec.size, rec.requested);
+      if (rec.kind == MemoryKind::kDevice) mutable_ledger(rec.device)->torch_block(rec.size, rec.requested, rec.route, -1);
+    });
   // Pooled blocks stay held by their pool (its segments are charged through capped()).
   if (rec.route == Route::kForwarded && on_device(rec.kind))
     if (DeviceLedger* d = mutable_ledger(rec.device)) d->budget_.uncharge(rec.size);

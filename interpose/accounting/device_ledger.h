@@ -25,6 +25,7 @@
 #include "accounting/memory_counters.h"
 #include "accounting/pooled_records.h"
 #include "accounting/pooled_sites.h"
+#include "accounting/torch_stats.h"
 #include "policy/backend.h"
 #include "policy/device_budget.h"
 #include "policy/device_memory_resource.h"
@@ -52,11 +53,16 @@ class DeviceLedger {
   void serve_with(DeviceMemoryResource* pool) {
     pool_ = pool;
     keeps_records_ = pool != nullptr && pool->holds_payloads();
+    // Non-releasable memory is known only from a pool that says where its blocks lie.
+    if (pool != nullptr && !pool->places_blocks()) torch_.split_unknown();
+    if (pool != nullptr) torch_.set_max_split(pool->max_split());
   }
   bool pool_keeps_records() const { return keeps_records_; }
 
   // ---- read-only figures ----
   const MemoryCounters& counters() const { return counters_; }
+  // PyTorch's statistics of the device (torch_stats.h), kept beside the counters.
+  torch_stats::Figures torch_figures() const { return torch_.snapshot(pool_ == nullptr); }
   const DeviceBudget& budget() const { return budget_; }
   uint64_t ooms() const { return ooms_.load(std::memory_order_relaxed); }
   uint64_t injected_failures() const { return injected_failures_.load(std::memory_order_relaxed); }
@@ -115,7 +121,7 @@ class DeviceLedger {
   CUresult pool_allocate(const AllocRequest& req, void** out, AllocationRecord& rec, bool precise_time) {
     uint64_t allocated = 0;
     if (keeps_records_) {
-      PooledAlloc hooks(counters_, pooled_sites_, records_, rec, precise_time);  // fills in `rec`
+      PooledAlloc hooks(counters_, pooled_sites_, records_, torch_, rec, precise_time);  // fills in `rec`
       const CUresult r = pool_->allocate_with(req, out, &allocated, hooks);
       if (r != CUDA_ERROR_NOT_SUPPORTED) return r;
     }
@@ -126,6 +132,7 @@ class DeviceLedger {
     locked([&] {
       records_.insert(reinterpret_cast<uintptr_t>(*out), rec);
       counters_.on_alloc(allocated, rec.requested);
+      torch_block(allocated, rec.requested, rec.route, +1);
     });
     return CUDA_SUCCESS;
   }
@@ -134,7 +141,7 @@ class DeviceLedger {
   // CUDA_ERROR_NOT_PERMITTED: a block of the other kind of memory than `host_api` frees (the
   // block stays live). `*rec` is the block's record.
   CUresult release_pooled(void* ptr, CUstream stream, bool stream_ordered, bool host_api, AllocationRecord* rec) {
-    PooledFree hooks(counters_, pooled_sites_, records_, host_api, rec);
+    PooledFree hooks(counters_, pooled_sites_, records_, torch_, host_api, rec);
     return pool_->deallocate_with(ptr, stream, stream_ordered, hooks);
   }
   // The record of a live block of this device's pool, wherever it is kept.
@@ -158,6 +165,27 @@ class DeviceLedger {
 
  private:
   friend class Ledgers;
+  class SegmentStats;
+  // A block whose record the tracker keeps: under the lock rule (locked()), so plain stores where
+  // the pool's lock is held. Its place in a segment is not known: nor is non-releasable memory.
+  void torch_block(uint64_t size, uint64_t requested, Route route, int sign) {
+    using torch_stats::Sync;
+    if (pool_ == nullptr) {
+      // Every allocation forwarded, each its own segment: torch_figures() derives the segment
+      // figures from the allocations', so only these are written (atomics: no lock is held).
+      torch_.block<Sync::kShared>(size, requested, sign);
+      return;
+    }
+    if (route != Route::kForwarded) torch_.split_unknown();
+    if (keeps_records_) {
+      if (route == Route::kForwarded) torch_.forwarded<Sync::kLocked>(size, requested, sign);
+      else torch_.block<Sync::kLocked>(size, requested, sign);
+    } else {
+      if (route == Route::kForwarded) torch_.forwarded<Sync::kShared>(size, requested, sign);
+      else torch_.block<Sync::kShared>(size, requested, sign);
+    }
+  }
+
   const int ordinal_;
   AllocationTracker& records_;
   MemoryCounters counters_;     // device memory handed to callers
@@ -166,6 +194,10 @@ class DeviceLedger {
   DeviceMemoryResource* pool_ = nullptr;
   bool keeps_records_ = false;
   std::unique_ptr<Backend> limited_;  // the pool's upstream under the cap (capped())
+  std::unique_ptr<Backend> observed_;  // over limited_: moves torch_'s segment figures
+  torch_stats::DeviceStats torch_;
+  // vmm: changed by observed_, under the pool's lock (the arena maps and unmaps under its own).
+  torch_stats::MappedRuns mapped_runs_;
   std::atomic<uint64_t> ooms_{0};
   std::atomic<uint64_t> injected_failures_{0};
   std::mutex cuda_pools_mu_;

@@ -1,6 +1,6 @@
 // The five figures every view of one kind of memory shows, declared once: live bytes, live count,
 // peak, allocations and frees. The books' snapshots (CounterSnapshot, ModuleSnapshot), the
-// report's rows (ModuleReport, OtherMemoryReport), the trace's end chunk (trace::DeviceTotals)
+// report's rows (DeviceReport, ModuleReport, OtherMemoryReport), the trace's end chunk (trace::DeviceTotals)
 // and the metrics file's devices (DeviceMetrics) are built on it, so a figure means one thing
 // and moves from one view to the next in one assignment (set_figures), never field by field.
 // What each view writes (JSON keys, trace varints, metric names) stays that view's own.

@@ -12,6 +12,7 @@
 #include "accounting/allocation_tracker.h"
 #include "accounting/memory_counters.h"
 #include "accounting/pooled_sites.h"
+#include "accounting/torch_stats.h"
 #include "policy/device_memory_resource.h"
 #include "util/clock.h"
 
@@ -37,11 +38,11 @@ inline AllocationRecord load_record(const BlockPayload& in) {
 // in `rec` and in the block, when the pool hands a block out.
 class PooledAlloc final : public PayloadHooks {
  public:
-  PooledAlloc(MemoryCounters& counters, PooledSites& sites, AllocationTracker& tracker, AllocationRecord& rec,
-              bool precise_time)
-      : counters_(counters), sites_(sites), tracker_(tracker), rec_(rec), precise_time_(precise_time) {}
+  PooledAlloc(MemoryCounters& counters, PooledSites& sites, AllocationTracker& tracker,
+              torch_stats::DeviceStats& torch, AllocationRecord& rec, bool precise_time)
+      : counters_(counters), sites_(sites), tracker_(tracker), torch_(torch), rec_(rec), precise_time_(precise_time) {}
 
-  void on_allocated(uintptr_t, uint64_t bytes, BlockPayload& payload) override {
+  void on_allocated(uintptr_t, uint64_t bytes, BlockPayload& payload, const BlockPlace* place) override {
     // The record is copied whole first and its new fields written into the copy after: copying
     // it right after writing them would read back fresh narrow stores with wide loads, which
     // stalls the store forwarding (measured: a few ns of every pair).
@@ -57,8 +58,12 @@ class PooledAlloc final : public PayloadHooks {
     sites_.add(rec_.stack, bytes);
     tracker_.module_row(rec_).on_alloc_locked(bytes);
     counters_.on_alloc_locked(bytes, rec_.requested);
+    torch_.block<torch_stats::Sync::kLocked>(bytes, rec_.requested, +1);
+    if (place != nullptr)
+      torch_.split<torch_stats::Sync::kLocked>(torch_stats::segment_pool(place->segment_size),
+                                               torch_stats::split_on_alloc(bytes, *place));
   }
-  bool on_freeing(uintptr_t, uint64_t, const BlockPayload&) override { return false; }
+  bool on_freeing(uintptr_t, uint64_t, const BlockPayload&, const BlockPlace*) override { return false; }
 
   const AllocationRecord& record() const { return rec_; }
 
@@ -66,6 +71,7 @@ class PooledAlloc final : public PayloadHooks {
   MemoryCounters& counters_;
   PooledSites& sites_;
   AllocationTracker& tracker_;
+  torch_stats::DeviceStats& torch_;
   AllocationRecord& rec_;
   const bool precise_time_;
 };
@@ -75,17 +81,21 @@ class PooledAlloc final : public PayloadHooks {
 class PooledFree final : public PayloadHooks {
  public:
   // The record is read into `*out` when given (no copy on the free path), else kept here.
-  PooledFree(MemoryCounters& counters, PooledSites& sites, AllocationTracker& tracker, bool host_api,
-             AllocationRecord* out = nullptr)
-      : counters_(counters), sites_(sites), tracker_(tracker), rec_(out ? *out : own_), host_api_(host_api) {}
+  PooledFree(MemoryCounters& counters, PooledSites& sites, AllocationTracker& tracker, torch_stats::DeviceStats& torch,
+             bool host_api, AllocationRecord* out = nullptr)
+      : counters_(counters), sites_(sites), tracker_(tracker), torch_(torch), rec_(out ? *out : own_), host_api_(host_api) {}
 
-  void on_allocated(uintptr_t, uint64_t, BlockPayload&) override {}
-  bool on_freeing(uintptr_t, uint64_t, const BlockPayload& payload) override {
+  void on_allocated(uintptr_t, uint64_t, BlockPayload&, const BlockPlace*) override {}
+  bool on_freeing(uintptr_t, uint64_t, const BlockPayload& payload, const BlockPlace* place) override {
     rec_ = load_record(payload);
     if (host_api_ != (rec_.kind == MemoryKind::kHost)) return false;
     sites_.remove(rec_.stack, rec_.size);
     tracker_.module_row(rec_).on_free_locked(rec_.size);
     counters_.on_free_locked(rec_.size, rec_.requested);
+    torch_.block<torch_stats::Sync::kLocked>(rec_.size, rec_.requested, -1);
+    if (place != nullptr)
+      torch_.split<torch_stats::Sync::kLocked>(torch_stats::segment_pool(place->segment_size),
+                                               torch_stats::split_on_free(rec_.size, *place));
     return true;
   }
 
@@ -96,6 +106,7 @@ class PooledFree final : public PayloadHooks {
   MemoryCounters& counters_;
   PooledSites& sites_;
   AllocationTracker& tracker_;
+  torch_stats::DeviceStats& torch_;
   AllocationRecord own_;
   AllocationRecord& rec_;
   const bool host_api_;

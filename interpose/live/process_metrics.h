@@ -53,11 +53,7 @@ struct ProcessMetrics {
 inline DeviceMetrics device_metrics_from_report(const DeviceReport& d) {
   DeviceMetrics m;
   m.device = d.device;
-  m.live_bytes = d.live_bytes;
-  m.live_count = d.live_count;
-  m.peak_bytes = d.peak_allocated_bytes;
-  m.total_allocs = d.total_allocs;
-  m.total_frees = d.total_frees;
+  m.set_figures(d.figures());
   m.reserved_bytes = d.pool.reserved_bytes;
   m.peak_reserved_bytes = d.peak_reserved_bytes;
   m.capacity_bytes = d.capacity_bytes;

@@ -84,8 +84,10 @@ CUresult CachingPool::allocate_block(const AllocRequest& req, void** out, uint64
   Block* b = nullptr;
   const CUresult r = allocate_locked(req, &b);
   if (r != CUDA_SUCCESS) return r;
-  if (hooks != nullptr) hooks->on_allocated(b->addr, b->size, b->payload);
-  else b->payload = BlockPayload{};  // nobody fills it (new_block leaves it as it was)
+  if (hooks != nullptr) {
+    const BlockPlace place = place_of(b);
+    hooks->on_allocated(b->addr, b->size, b->payload, &place);
+  } else b->payload = BlockPayload{};  // nobody fills it (new_block leaves it as it was)
   *out = reinterpret_cast<void*>(b->addr);
   *allocated = b->size;
   return CUDA_SUCCESS;
@@ -140,6 +142,7 @@ CUresult CachingPool::allocate_locked(const AllocRequest& req, Block** out) {
   // would not be waited for), and it would never be released.
   rules_.clear(b);
   b->state = State::kAllocated;
+  ++b->segment->live;
   allocated_.emplace(b->addr, b);
   allocated_bytes_ += b->size;
   *out = b;
@@ -357,7 +360,10 @@ CUresult CachingPool::deallocate_block(void* p, CUstream stream, bool stream_ord
   auto it = allocated_.find(reinterpret_cast<uintptr_t>(p));
   if (it == allocated_.end()) return CUDA_ERROR_NOT_FOUND;
   Block* b = it->second;
-  if (hooks != nullptr && !hooks->on_freeing(b->addr, b->size, b->payload)) return CUDA_ERROR_NOT_PERMITTED;
+  if (hooks != nullptr) {
+    const BlockPlace place = place_of(b);
+    if (!hooks->on_freeing(b->addr, b->size, b->payload, &place)) return CUDA_ERROR_NOT_PERMITTED;
+  }
   allocated_.erase(it);
   deallocate_locked(b, stream, stream_ordered);
   return CUDA_SUCCESS;
@@ -387,6 +393,7 @@ void CachingPool::with_lock(absl::FunctionRef<void()> fn) const {
 
 void CachingPool::deallocate_locked(Block* b, CUstream stream, bool stream_ordered) {
   allocated_bytes_ -= b->size;
+  --b->segment->live;
   b->state = State::kWaiting;
   if (rules_.retire(b, stream, stream_ordered)) {
     b->state = State::kFree;

@@ -61,6 +61,8 @@ class CachingPool final : public DeviceMemoryResource {
   bool find_block(const void* p, uintptr_t* base, uint64_t* size) const override;
   const char* ipc_export_refusal(const void* block, uint64_t size) const override;
   bool holds_payloads() const override { return true; }
+  bool places_blocks() const override { return true; }
+  uint64_t max_split() const override { return opt_.max_split; }
   CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override;
   CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) override;
   bool find_payload(const void* p, BlockPayload* out) const override;
@@ -101,8 +103,14 @@ class CachingPool final : public DeviceMemoryResource {
     uintptr_t base = 0;
     uint64_t size = 0;
     bool small = false;
+    uint32_t live = 0;      // blocks handed out
     Block* head = nullptr;  // the block at `base`: the start of the address-ordered list
   };
+  // Where an allocated block lies in its segment (for the hooks: BlockPlace).
+  static BlockPlace place_of(const Block* b) {
+    return BlockPlace{b->segment->size, b->segment->live == 1, b->prev != nullptr && b->prev->state != State::kAllocated,
+                      b->next != nullptr && b->next->state != State::kAllocated};
+  }
 
   // allocate() and allocate_with(): without hooks the payload is cleared.
   CUresult allocate_block(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks* hooks);

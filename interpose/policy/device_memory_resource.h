@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "policy/block_place.h"
 #include "policy/pool_figures.h"
 
 namespace gpushim {
@@ -36,10 +37,14 @@ struct BlockPayload {
 // atomic with the block changing hands. Must not call back into the resource.
 class PayloadHooks {
  public:
-  // The block of `bytes` at `p` was just handed out: fill `payload`.
-  virtual void on_allocated(uintptr_t p, uint64_t bytes, BlockPayload& payload) = 0;
-  // The live block at `p` is about to be freed. False refuses the free: the block stays live.
-  virtual bool on_freeing(uintptr_t p, uint64_t bytes, const BlockPayload& payload) = 0;
+  // The block of `bytes` at `p` was just handed out: fill `payload`. `place`: where the block lies
+  // in its segment, from a resource that places_blocks() (null from others).
+  virtual void on_allocated(uintptr_t p, uint64_t bytes, BlockPayload& payload,
+                            const BlockPlace* place = nullptr) = 0;
+  // The live block at `p` is about to be freed (`place`: as on_allocated, the block still in its
+  // segment). False refuses the free: the block stays live.
+  virtual bool on_freeing(uintptr_t p, uint64_t bytes, const BlockPayload& payload,
+                          const BlockPlace* place = nullptr) = 0;
 
  protected:
   ~PayloadHooks() = default;
@@ -83,6 +88,13 @@ class DeviceMemoryResource {
 
   // ---- blocks that carry the caller's payload (only where holds_payloads()) ----
   virtual bool holds_payloads() const { return false; }
+  // True if allocate_with and deallocate_with give the hooks every block's place in its segment,
+  // the segments being those the resource takes from its Backend with segment_alloc: what the
+  // "non-releasable" figures of torch_stats.h are kept from.
+  virtual bool places_blocks() const { return false; }
+  // Free blocks at least this large are never split for smaller requests (GPUSHIM_MAX_SPLIT, as
+  // PyTorch's max_split_size): what its "oversize" figures count. UINT64_MAX: none.
+  virtual uint64_t max_split() const { return UINT64_MAX; }
   // allocate() that also calls hooks.on_allocated under the lock. CUDA_ERROR_NOT_SUPPORTED (nothing
   // happened): this request's block could carry no payload; allocate() serves it, and the caller
   // keeps its record itself.

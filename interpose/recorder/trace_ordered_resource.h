@@ -33,6 +33,8 @@ class TraceOrderedResource final : public DeviceMemoryResource {
     return r;
   }
   bool holds_payloads() const override { return pool_->holds_payloads(); }
+  bool places_blocks() const override { return pool_->places_blocks(); }
+  uint64_t max_split() const override { return pool_->max_split(); }
   CUresult allocate_with(const AllocRequest& req, void** out, uint64_t* allocated, PayloadHooks& hooks) override {
     std::lock_guard<std::mutex> lock(mu_);
     const CUresult r = pool_->allocate_with(req, out, allocated, hooks);

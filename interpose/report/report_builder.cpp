@@ -123,8 +123,7 @@ ReportData build_report(const ReportSources& in) {
     const CounterSnapshot c = d.ledger->counters().snapshot();
     DeviceReport dr;
     dr.device = ordinal;
-    dr.live_bytes = c.live_bytes;
-    dr.live_count = c.live_count;
+    dr.set_figures(c.figures());
     dr.pool = d.ledger->figures();
     if (teardown && static_cast<size_t>(ordinal) < teardown->devices.size()) {
       dr.live_bytes = teardown->devices[ordinal].live_bytes;
@@ -137,11 +136,8 @@ ReportData build_report(const ReportSources& in) {
       dr.pool.largest_free_block = then.largest_free_block;
       dr.pool.mapped_bytes = then.mapped_bytes;
     }
-    dr.peak_allocated_bytes = c.peak_bytes;
     dr.peak_allocated_at_s =
         c.peak_time_ns > in.start_ns ? static_cast<double>(c.peak_time_ns - in.start_ns) / 1e9 : 0;
-    dr.total_allocs = c.total_allocs;
-    dr.total_frees = c.total_frees;
     dr.failed_allocs = c.failed_allocs;
     dr.injected_failures = d.ledger->injected_failures();
     dr.resets = d.resets;
@@ -149,6 +145,8 @@ ReportData build_report(const ReportSources& in) {
     dr.capacity_bytes = d.capacity;
     dr.limit_bytes = d.ledger->budget().limit();
     dr.peak_reserved_bytes = dr.pool.peak_reserved_bytes;
+    // At exit, as a trace of the run ends: its memory_summary() equals the trace's.
+    dr.torch = d.ledger->torch_figures();
     add_driver_usage(in, ordinal, &dr);
     r.devices.push_back(dr);
   }

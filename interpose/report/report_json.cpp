@@ -113,12 +113,40 @@ void write_pool(JsonOut& j, const PoolFigures& p) {
   j.end('}');
 }
 
+void write_stat(JsonOut& j, const char* name, const torch_stats::Values& v) {
+  j.key(name);
+  j.begin('{');
+  j.kv("current", v.current);
+  j.kv("peak", v.peak);
+  j.kv("allocated", v.allocated);
+  j.kv("freed", v.freed);
+  j.end('}');
+}
+
+// memory_stats()'s figures, nested as metric -> pool -> stat; the inactive_split ones only where
+// they were kept.
+void write_torch(JsonOut& j, const torch_stats::Figures& f) {
+  using namespace torch_stats;
+  j.key("torch");
+  j.begin('{');
+  for (int m = 0; m < kMetrics; ++m) {
+    if (!f.split_known && (m == kInactiveSplit || m == kInactiveSplitBytes)) continue;
+    j.key(metric_name(m));
+    j.begin('{');
+    for (int p = 0; p < kPools; ++p) write_stat(j, pool_name(p), f.stat[m][p]);
+    j.end('}');
+  }
+  write_stat(j, "oversize_allocations", f.oversize_allocations);
+  write_stat(j, "oversize_segments", f.oversize_segments);
+  j.end('}');
+}
+
 void write_device(JsonOut& j, const DeviceReport& d) {
   j.begin('{');
   j.kv_int("device", d.device);
   j.kv("live_bytes", d.live_bytes);
   j.kv("live_count", d.live_count);
-  j.kv("peak_allocated_bytes", d.peak_allocated_bytes);
+  j.kv("peak_allocated_bytes", d.peak_bytes);
   j.kv_dbl("peak_allocated_at_s", d.peak_allocated_at_s);
   j.kv("peak_reserved_bytes", d.peak_reserved_bytes);
   j.kv("total_allocs", d.total_allocs);
@@ -138,6 +166,7 @@ void write_device(JsonOut& j, const DeviceReport& d) {
   j.kv("driver_used_bytes", d.driver_used_bytes);
   j.kv("held_bytes", d.held_bytes);
   j.kv("unaccounted_bytes", d.unaccounted_bytes);
+  if (d.torch) write_torch(j, *d.torch);
   j.end('}');
 }
 

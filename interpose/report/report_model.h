@@ -8,21 +8,19 @@
 #include <vector>
 
 #include "accounting/memory_figures.h"
+#include "accounting/torch_stats.h"
 #include "policy/pool_figures.h"
 #include "stacks/symbolizer.h"
 #include "util/version.h"
 
 namespace gpushim {
 
-struct DeviceReport {
+// A device's figures: the five of every view (accounting/memory_figures.h; peak_bytes is the JSON's
+// peak_allocated_bytes), and what only a device has.
+struct DeviceReport : MemoryFigures {
   int device = 0;
-  uint64_t live_bytes = 0;              // allocated (policy-rounded) bytes still live
-  uint64_t live_count = 0;
-  uint64_t peak_allocated_bytes = 0;
   double peak_allocated_at_s = 0;       // seconds since the shim started
   uint64_t peak_reserved_bytes = 0;
-  uint64_t total_allocs = 0;
-  uint64_t total_frees = 0;
   uint64_t failed_allocs = 0;
   uint64_t injected_failures = 0;       // of failed_allocs, failed on purpose by GPUSHIM_FAIL
   uint64_t resets = 0;                  // resets or destructions of its primary context
@@ -36,6 +34,8 @@ struct DeviceReport {
   uint64_t driver_used_bytes = 0;       // total - free as the driver reported it
   uint64_t held_bytes = 0;              // what we saw the process hold from the driver then
   uint64_t unaccounted_bytes = 0;       // driver_used - held (context, module images, rounding, ...)
+  // PyTorch's memory_stats() figures (torch_stats.h), at exit; absent from reports of older shims.
+  std::optional<torch_stats::Figures> torch;
 };
 
 // Memory per module: the library (or executable) whose code called into CUDA; its figures are
@@ -55,7 +55,7 @@ struct DerivedFigures {
 inline DerivedFigures derive(const DeviceReport& d) {
   DerivedFigures f;
   f.utilization = d.peak_reserved_bytes
-                      ? static_cast<double>(d.peak_allocated_bytes) / static_cast<double>(d.peak_reserved_bytes)
+                      ? static_cast<double>(d.peak_bytes) / static_cast<double>(d.peak_reserved_bytes)
                       : 1.0;
   if (d.pool.cached_free_bytes)
     f.external_fragmentation = 1.0 - static_cast<double>(d.pool.largest_free_block) /

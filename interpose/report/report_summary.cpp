@@ -146,7 +146,7 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
            "gpushim: device %d: live %s in %s, peak allocated %s at %.2f s, peak reserved %s, %s, %s, "
            "%" PRIu64 " failed",
            d.device, format_bytes(d.live_bytes).c_str(), plural(d.live_count, "allocation").c_str(),
-           format_bytes(d.peak_allocated_bytes).c_str(), d.peak_allocated_at_s,
+           format_bytes(d.peak_bytes).c_str(), d.peak_allocated_at_s,
            format_bytes(d.peak_reserved_bytes).c_str(), plural(d.total_allocs, "alloc").c_str(),
            plural(d.total_frees, "free").c_str(), d.failed_allocs);
     if (d.pool.cached_free_bytes != 0) append(&s, ", cached %s", format_bytes(d.pool.cached_free_bytes).c_str());

@@ -87,7 +87,7 @@ void check(const std::string& bytes) {
   for (size_t i = 1; i < view.sites.size(); ++i) require(view.sites[i - 1].live_bytes >= view.sites[i].live_bytes);
   for (const auto& d : view.meta.devices) {
     require(d.live_count <= d.total_allocs);
-    require(d.live_bytes <= d.peak_allocated_bytes);
+    require(d.live_bytes <= d.peak_bytes);
   }
 }
 

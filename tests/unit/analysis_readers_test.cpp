@@ -92,7 +92,7 @@ ReportData sample_report() {
   d.device = 1;
   d.live_bytes = 5;
   d.live_count = 1;
-  d.peak_allocated_bytes = UINT64_MAX;
+  d.peak_bytes = UINT64_MAX;
   d.peak_allocated_at_s = 1.25;
   d.peak_reserved_bytes = 7;
   d.capacity_bytes = 80ull << 30;
@@ -145,7 +145,7 @@ TEST(ReportReader, ReadsBackWhatTheShimWrites) {
   EXPECT_EQ(r.reason, "snapshot");
   EXPECT_EQ(r.wall_time_s, want.wall_time_s);
   ASSERT_EQ(r.devices.size(), 1u);
-  EXPECT_EQ(r.devices[0].peak_allocated_bytes, UINT64_MAX);
+  EXPECT_EQ(r.devices[0].peak_bytes, UINT64_MAX);
   EXPECT_EQ(r.devices[0].pool.largest_free_block, 11u);
   EXPECT_EQ(r.devices[0].pool.map_calls, 3u);
   ASSERT_EQ(r.sites.size(), 1u);

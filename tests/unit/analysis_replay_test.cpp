@@ -292,12 +292,12 @@ TEST(Growth, IterationMarksFindThePlantedLeakAndNotTheWeights) {
   EXPECT_EQ(g.checkpoints, 20);
   const DeviceReport* d = run.device(0);
   ASSERT_NE(d, nullptr);
-  EXPECT_EQ(d->peak_allocated_bytes, 4 * 32 * kMiB + 40 * kMiB + 20 * kMiB);
+  EXPECT_EQ(d->peak_bytes, 4 * 32 * kMiB + 40 * kMiB + 20 * kMiB);
   EXPECT_EQ(d->live_bytes, 0u);
   // At the peak: the weights, the last activation and all 20 leaked blocks.
   uint64_t at_peak = 0;
   for (const SiteView& s : run.sites) at_peak += s.at_device_peak_bytes;
-  EXPECT_EQ(at_peak, d->peak_allocated_bytes);
+  EXPECT_EQ(at_peak, d->peak_bytes);
 }
 
 TEST(Growth, WithoutMarksTheCheckpointsStillFindTheLeak) {

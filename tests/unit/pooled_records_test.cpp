@@ -24,7 +24,7 @@ struct Device {
   Device() : sim(1024 * MiB), pool(sim, CachingPoolOptions{}) {}
   void* alloc(size_t n, StackId stack, ModuleId module = 3, uint64_t* got = nullptr) {
     AllocationRecord rec{0, n, 1, stack, 0, MemoryKind::kDevice, Route::kPooled, module};
-    PooledAlloc hooks(counters, sites, tracker, rec, false);
+    PooledAlloc hooks(counters, sites, tracker, torch, rec, false);
     void* p = nullptr;
     uint64_t a = 0;
     if (pool.allocate_with(AllocRequest{n, nullptr, false}, &p, &a, hooks) != CUDA_SUCCESS) return nullptr;
@@ -33,7 +33,7 @@ struct Device {
     return p;
   }
   CUresult free(void* p, bool host_api = false, AllocationRecord* rec = nullptr) {
-    PooledFree hooks(counters, sites, tracker, host_api);
+    PooledFree hooks(counters, sites, tracker, torch, host_api);
     const CUresult r = pool.deallocate_with(p, nullptr, false, hooks);
     if (rec) *rec = hooks.record();
     return r;
@@ -55,6 +55,7 @@ struct Device {
   MemoryCounters counters;
   PooledSites sites;
   AllocationTracker tracker;
+  torch_stats::DeviceStats torch;
 };
 
 TEST(PooledRecords, RecordAndFiguresMoveWithTheBlock) {
@@ -204,10 +205,11 @@ void vmm_blocks_carry_records(const VmmPoolOptions& o, uint64_t small_size, uint
   MemoryCounters counters;
   PooledSites sites;
   AllocationTracker tracker;
+  torch_stats::DeviceStats torch;
   AllocationRecord rec{0, 4096, 1, 5, 0, MemoryKind::kDevice, Route::kPooled, 3};
   void* small = nullptr;
   uint64_t got = 0, total = 0;
-  PooledAlloc a(counters, sites, tracker, rec, false);
+  PooledAlloc a(counters, sites, tracker, torch, rec, false);
   ASSERT_EQ(pool.allocate_with(AllocRequest{small_size, nullptr, false}, &small, &got, a), CUDA_SUCCESS);
   total += got;
   BlockPayload payload;
@@ -216,7 +218,7 @@ void vmm_blocks_carry_records(const VmmPoolOptions& o, uint64_t small_size, uint
   EXPECT_EQ(counters.snapshot().live_bytes, total);
 
   void* big = nullptr;
-  PooledAlloc b(counters, sites, tracker, rec, false);
+  PooledAlloc b(counters, sites, tracker, torch, rec, false);
   ASSERT_EQ(pool.allocate_with(AllocRequest{large_size, nullptr, false}, &big, &got, b), CUDA_SUCCESS);
   total += got;
   ASSERT_TRUE(pool.find_payload(big, &payload));
@@ -231,7 +233,7 @@ void vmm_blocks_carry_records(const VmmPoolOptions& o, uint64_t small_size, uint
 
   void* plain = nullptr;
   ASSERT_EQ(pool.allocate(AllocRequest{large_size, nullptr, false}, &plain, &got), CUDA_SUCCESS);
-  PooledFree f(counters, sites, tracker, false);
+  PooledFree f(counters, sites, tracker, torch, false);
   EXPECT_EQ(pool.deallocate(plain, nullptr, false), CUDA_SUCCESS);
   EXPECT_EQ(pool.deallocate_with(big, nullptr, false, f), CUDA_SUCCESS);
   EXPECT_EQ(pool.deallocate_with(small, nullptr, false, f), CUDA_SUCCESS);

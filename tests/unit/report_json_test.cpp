@@ -28,7 +28,7 @@ ReportData SampleReport() {
   d.device = 1;
   d.live_bytes = 12ull << 20;
   d.live_count = 3;
-  d.peak_allocated_bytes = 40ull << 20;
+  d.peak_bytes = 40ull << 20;
   d.peak_allocated_at_s = 1.2;
   d.peak_reserved_bytes = 64ull << 20;
   d.total_allocs = 10;

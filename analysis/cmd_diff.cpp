@@ -76,9 +76,10 @@ int run_diff(const Cli& cli) {
       j += first ? "" : ",";
       first = false;
       j += "{\"device\":" + std::to_string(ord);
-      for (auto [name, f] : {std::pair{"peak_allocated", &DeviceReport::peak_bytes},
-                             std::pair{"peak_reserved", &DeviceReport::peak_reserved_bytes},
-                             std::pair{"live", &DeviceReport::live_bytes}}) {
+      using Field = uint64_t DeviceReport::*;  // members of DeviceReport and of its MemoryFigures alike
+      for (auto [name, f] : {std::pair<const char*, Field>{"peak_allocated", &DeviceReport::peak_bytes},
+                             std::pair<const char*, Field>{"peak_reserved", &DeviceReport::peak_reserved_bytes},
+                             std::pair<const char*, Field>{"live", &DeviceReport::live_bytes}}) {
         const uint64_t va = field(pair.first, f), vb = field(pair.second, f);
         j += std::string(",\"") + name + "_a\":" + std::to_string(va) + ",\"" + name + "_b\":" + std::to_string(vb) +
              ",\"" + name + "_delta\":" + std::to_string(static_cast<int64_t>(vb) - static_cast<int64_t>(va));

@@ -170,9 +170,11 @@ CachingPool::Block* CachingPool::find_free(uint64_t size, bool small, const Allo
   int scanned = 0;
   for (auto it = first_fit_candidate(set, size); it != set.end() && scanned < kMaxScan; ++it, ++scanned) {
     Block* b = *it;
-    // Oversize blocks are kept whole for requests of their own size class (max_split).
-    if (size < opt_.max_split && b->size >= opt_.max_split) break;
-    if (size >= opt_.max_split && b->size >= size + opt_.large_segment) break;
+    // Oversize blocks are kept whole for requests of their own size class (max_split). Large
+    // pool only, as in PyTorch: a small segment is at most small_segment, and a max_split that
+    // low would keep each whole for the one request that took it, never to be used again.
+    if (!small && size < opt_.max_split && b->size >= opt_.max_split) break;
+    if (!small && size >= opt_.max_split && b->size >= size + opt_.large_segment) break;
     if (rules_.usable(b, req)) return take(set, it, size, small);
   }
   return nullptr;
@@ -183,7 +185,7 @@ bool CachingPool::worth_splitting(const Block* b, uint64_t size, bool small) con
   // Small blocks split down to the rounding; large ones only when the rest could serve a large
   // request, so large segments are not shredded into pieces only small requests could use.
   const bool worth_it = small ? rest >= opt_.round : rest > opt_.small_max;
-  return worth_it && b->size < opt_.max_split;
+  return worth_it && (small || b->size < opt_.max_split);
 }
 
 CachingPool::Block* CachingPool::take(FreeSet& set, FreeSet::iterator it, uint64_t size, bool small) {

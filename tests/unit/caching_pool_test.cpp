@@ -386,6 +386,30 @@ TEST(CachingPool, MaxSplitKeepsOversizeBlocksWhole) {
   EXPECT_EQ(p.alloc(100 * MiB), big);
 }
 
+// GPUSHIM_MAX_SPLIT accepts 2 MiB, the small segments' size: it must keep large blocks whole
+// and leave the small pool alone. It once kept each small segment whole for the request that
+// took it, and the block never fit another small request: a new segment every allocation, and a
+// loop of 4 KiB tensors reserved the whole device.
+TEST(CachingPool, MaxSplitAsLowAsTheSmallSegmentLeavesTheSmallPoolAlone) {
+  CachingPoolOptions o;
+  o.max_split = o.small_segment;
+  o.quarantine_bytes = 0;
+  PoolUnderTest p(1024 * MiB, o);
+  for (int step = 0; step < 1000; ++step) {
+    void* a = p.alloc(4096);
+    void* b = p.alloc(300 << 10);
+    p.pool.deallocate(a, nullptr, true);
+    p.pool.deallocate(b, nullptr, true);
+  }
+  EXPECT_EQ(p.fig().reserved_bytes, o.small_segment);
+  // Several small blocks share one small segment.
+  void* x = p.alloc(4096);
+  void* y = p.alloc(4096);
+  EXPECT_EQ(p.fig().reserved_bytes, o.small_segment);
+  p.pool.deallocate(x, nullptr, true);
+  p.pool.deallocate(y, nullptr, true);
+}
+
 TEST(CachingPool, FiguresDescribeFragmentation) {
   CachingPoolOptions o;
   o.quarantine_bytes = 0;

@@ -87,7 +87,11 @@ int run_summary(const Cli& cli) {
       return 1;
     }
   }
-  if (format == "torch" && site_no == 0) return write_output("-", torch_summary(run, trace_data ? &*trace_data : nullptr), &err) ? 0 : 1;
+  if (format == "torch" && site_no == 0) {
+    // torch's table has no place for them: what the reader noticed (a trace cut short) goes to stderr.
+    for (const std::string& n : run.notes) std::fprintf(stderr, "gpushim-analyze summary: note: %s\n", n.c_str());
+    return write_output("-", torch_summary(run, trace_data ? &*trace_data : nullptr), &err) ? 0 : 1;
+  }
   const ReportData& m = run.meta;
   std::map<std::string, ModuleRow> modules;
   for (const SiteView& s : run.sites) {

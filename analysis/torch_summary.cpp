@@ -303,8 +303,11 @@ std::vector<TorchDeviceStats> from_trace(const RunView& run, const TraceData& t)
   for (const DeviceReport& d : run.meta.devices) {
     TorchDeviceStats s = tallies[d.device].stats(d.device);
     s.num_ooms = ooms[d.device];
-    // Retries (a failed cudaMalloc followed by freeing the cache) are counted by the pool, and a
-    // trace does not record them.
+    // Retries (a failed cudaMalloc followed by freeing the cache) are counted by the pool: the
+    // trace's end chunk has its count (none in a trace cut short, or from an older shim).
+    if (t.end)
+      for (const trace::DeviceTotals& e : t.end->devices)
+        if (e.ordinal == d.device) s.num_alloc_retries = e.alloc_retries;
     out.push_back(std::move(s));
   }
   return out;

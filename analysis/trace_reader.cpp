@@ -109,6 +109,12 @@ bool decode_end(ByteReader& r, TraceData* t) {
     d.ordinal = static_cast<int>(trace::unzigzag(ord));
     e.devices.push_back(d);
   }
+  // The pool's retries, one per device, from shims that write them (older ones end here).
+  std::vector<uint64_t> retries(e.devices.size());
+  bool has_retries = !e.devices.empty() && r.left() > 0;
+  for (uint64_t& v : retries) has_retries = has_retries && r.varint(&v);
+  if (has_retries)
+    for (size_t i = 0; i < retries.size(); ++i) e.devices[i].alloc_retries = retries[i];
   t->end = std::move(e);
   return true;
 }

@@ -242,6 +242,7 @@ void RunRecorder::finish_trace() {
     t.peak_reserved = f.peak_reserved_bytes;
     t.failed_allocs = c.failed_allocs;
     t.ooms = f.ooms;
+    t.alloc_retries = f.alloc_retries;
     devices.push_back(t);
   });
   // The exit report's moment when there is one: report and trace then give one duration.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,9 @@ struct DeviceTotals : MemoryFigures {
   int ordinal = 0;
   uint64_t peak_reserved = 0;
   uint64_t failed_allocs = 0, ooms = 0;
+  // The pool's retries after a failed cudaMalloc (memory_stats()' num_alloc_retries); written
+  // after every device's other figures, so absent from the traces of older shims.
+  std::optional<uint64_t> alloc_retries;
 };
 
 struct EndInfo {

@@ -176,10 +176,8 @@ class SummaryViews(ShimTestCase):
 
 
 def torch_rows_of(text):
-    """torch's own table (up to the shim's block), the retries cell left out: a trace does not
-    record the pool's retries, so it says n/a where a report has the count."""
-    rows = text.split("| gpushim  ")[0].splitlines()
-    return [re.sub(r"cudaMalloc retries: \S+ *", "cudaMalloc retries:", r) for r in rows]
+    """torch's own table, up to the shim's block."""
+    return text.split("| gpushim  ")[0].splitlines()
 
 
 class TorchTableOfReportAndTrace(ShimTestCase):
@@ -195,7 +193,7 @@ class TorchTableOfReportAndTrace(ShimTestCase):
         if split_from_report:
             self.assertEqual(torch_rows_of(from_report), torch_rows_of(from_trace), policy)
             self.assertNotIn("n/a", "".join(torch_rows_of(from_report)))
-            return
+            return from_report, from_trace
         # vmm: the arena does not say where its blocks lie, so the report has no non-releasable
         # figures (torch_stats.h); every other row is the trace's.
         t, r = torch_table(from_trace), torch_table(from_report)
@@ -205,6 +203,7 @@ class TorchTableOfReportAndTrace(ShimTestCase):
             if not name.startswith("Non-releasable"):
                 self.assertEqual(r[name], t[name], (policy, name))
         self.assertNotIn("inactive_split", recorded.device(0)["torch"])
+        return from_report, from_trace
 
     def test_caching(self):
         self.check("caching", [program("e2e_train_loop"), "8"])
@@ -214,8 +213,10 @@ class TorchTableOfReportAndTrace(ShimTestCase):
 
     def test_caching_under_a_cap_with_driver_memory_and_ooms(self):
         # Segments given back on the out-of-memory retry, a driver-API allocation past the pool.
-        self.check("caching", [program("e2e_cap_and_oom"), "48", "100", "20", "2"],
-                   env={"FAKECUDA_MEM": "1GiB", "GPUSHIM_LIMIT": "300MiB"})
+        from_report, from_trace = self.check("caching", [program("e2e_cap_and_oom"), "48", "100", "20", "2"],
+                                             env={"FAKECUDA_MEM": "1GiB", "GPUSHIM_LIMIT": "300MiB"})
+        # The pool's retries: kept by the report and by the trace's end chunk alike.
+        self.assertRegex(from_trace, r"cudaMalloc retries: [1-9]")
 
     def test_caching_with_max_split_counts_oversize_blocks(self):
         recorded, trace = traced([program("e2e_train_loop"), "8"],
@@ -236,6 +237,21 @@ class TorchTableOfReportAndTrace(ShimTestCase):
 
     def test_vmm(self):
         self.check("vmm", [program("e2e_train_loop"), "8"], split_from_report=False)
+
+    def test_a_trace_cut_short_says_so(self):
+        # What was recorded, and the reader's note on stderr: the table alone looks like a whole run.
+        recorded, trace = traced([program("e2e_train_loop"), "8"], env={"GPUSHIM_POLICY": "caching"})
+        with open(trace, "rb") as f:
+            data = f.read()
+        cut = trace + ".cut"
+        with open(cut, "wb") as f:
+            f.write(data[:len(data) * 2 // 3])
+        whole = analyze("summary", "--format", "torch", trace)
+        self.assertNotIn("cut short", whole.stderr)
+        r = analyze("summary", "--format", "torch", cut)
+        self.assertIn("note: the trace is cut short", r.stderr)
+        self.assertIn("cudaMalloc retries: n/a", r.stdout)  # the end chunk is what holds them
+        self.assertIn("| Allocated memory ", r.stdout)
 
 
 def human(b):

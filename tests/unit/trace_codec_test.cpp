@@ -144,7 +144,8 @@ std::vector<TraceEvent> sample_events(size_t n, uint32_t seed) {
   return out;
 }
 
-std::string build_trace(const std::vector<TraceEvent>& events, size_t per_chunk, bool with_end) {
+// `end_bytes_cut`: bytes left off the end chunk's payload (a shim that wrote fewer figures).
+std::string build_trace(const std::vector<TraceEvent>& events, size_t per_chunk, bool with_end, size_t end_bytes_cut = 0) {
   std::string f(kFileMagic, sizeof(kFileMagic));
   HeaderInfo h;
   h.pid = 77;
@@ -183,8 +184,9 @@ std::string build_trace(const std::vector<TraceEvent>& events, size_t per_chunk,
     EndInfo e;
     e.end_mono_ns = events.empty() ? 0 : events.back().t_ns;
     e.events_written = events.size();
-    e.devices.push_back(DeviceTotals{{1, 2, 3, 5, 6}, 0, 4, 7, 8});
-    append_chunk(&f, ChunkType::kEnd, encode_end(e));
+    e.devices.push_back(DeviceTotals{{1, 2, 3, 5, 6}, 0, 4, 7, 8, 9});
+    const std::string end = encode_end(e);
+    append_chunk(&f, ChunkType::kEnd, end.substr(0, end.size() - end_bytes_cut));
   }
   return f;
 }
@@ -224,6 +226,17 @@ void expect_same_event(const TraceEvent& got, const TraceEvent& want, size_t i) 
   }
 }
 
+// Shims before the pool's retries were written end the chunk after each device's OOMs.
+TEST(TraceReader, EndChunksWithoutTheRetriesStillRead) {
+  const std::string file = build_trace(sample_events(10, 1), 700, true, /*end_bytes_cut=*/1);
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(file, &t, &err)) << err;
+  ASSERT_TRUE(t.end.has_value());
+  EXPECT_EQ(t.end->devices[0].ooms, 8u);
+  EXPECT_FALSE(t.end->devices[0].alloc_retries.has_value());
+}
+
 TEST(TraceReader, ReadsBackEverythingWritten) {
   const auto events = sample_events(5000, 1);
   const std::string file = build_trace(events, 700, true);
@@ -245,6 +258,8 @@ TEST(TraceReader, ReadsBackEverythingWritten) {
   EXPECT_EQ(t.stacks.at(20)[0].value, 0x1234u + 20);
   ASSERT_TRUE(t.end.has_value());
   EXPECT_EQ(t.end->devices[0].peak_bytes, 3u);
+  EXPECT_EQ(t.end->devices[0].ooms, 8u);
+  EXPECT_EQ(t.end->devices[0].alloc_retries, std::optional<uint64_t>(9));
   EXPECT_EQ(t.unmatched_frees, 0u);
   ASSERT_EQ(t.events.size(), events.size());
   for (size_t i = 0; i < events.size(); ++i) expect_same_event(t.events[i], events[i], i);

@@ -38,7 +38,9 @@ struct TorchStat {
 // under caching (PyTorch's max_split_size), zero otherwise. With GPUSHIM_OWN_SEGMENT_MIN a report has no non-releasable
 // figures (the own-segment resource does not place its blocks).
 // A report's table equals its run's trace's (a trace cut short has no "cudaMalloc retries": the
-// pool's count is in its end chunk), except under passthrough with several threads allocating at once, peaks that may differ by
+// pool's count is in its end chunk), except for cudaMallocPitch's "Requested memory" (the report
+// counts width x height, the trace pitch x height: what the policy was asked, which a replay must
+// ask again), and under passthrough with several threads allocating at once, peaks that may differ by
 // a few blocks: the trace orders CUDA's own allocations by their times, the core's atomics by
 // their own order (a pool's operations are numbered in its lock order, which both follow).
 // Reports of shims before the figures existed show n/a where their counters hold nothing (no

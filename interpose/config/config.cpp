@@ -118,12 +118,13 @@ const std::vector<Variable>& variables() {
          c->large_segment = b;
          return true;
        }},
-      {"GPUSHIM_MAX_SPLIT", "bytes, at least 2MiB, or none", "none",
+      {"GPUSHIM_MAX_SPLIT", "bytes, more than GPUSHIM_LARGE_SEGMENT (20MiB), or none", "none",
        "Caching policy: free blocks this large are never split for smaller requests (like PyTorch's "
        "max_split_size_mb), which keeps big blocks whole for big tensors.",
        [](std::string_view v, Config* c) {
          if (iequals(trim(v), "none")) return c->max_split = UINT64_MAX, true;
          uint64_t b = 0;
+         // Compared with GPUSHIM_LARGE_SEGMENT once every variable is read (add_contradictions).
          if (!parse_bytes(v, &b) || b < (2u << 20)) return false;
          c->max_split = b;
          return true;
@@ -335,10 +336,21 @@ void add_contradictions(const std::vector<std::pair<std::string, std::string>>& 
   };
   static constexpr const char* kPoolSettings[] = {"GPUSHIM_ROUND", "GPUSHIM_SMALL_SEGMENT", "GPUSHIM_LARGE_SEGMENT",
                                                   "GPUSHIM_MAX_SPLIT", "GPUSHIM_QUARANTINE", "GPUSHIM_OWN_SEGMENT_MIN"};
-  std::string small_value, large_value;
+  std::string small_value, large_value, split_value;
   for (const auto& [name, value] : vars) {
     if (name == "GPUSHIM_SMALL_SEGMENT") small_value = value;
     if (name == "GPUSHIM_LARGE_SEGMENT") large_value = value;
+    if (name == "GPUSHIM_MAX_SPLIT") split_value = value;
+  }
+  // PyTorch refuses a max_split_size_mb of its 20 MB segments or less, and so do we: a medium
+  // request takes a large segment, which, at or above max_split, is never split for it nor reused
+  // for another request below max_split, so each such request would hold a segment of its own.
+  if (result->config.max_split <= result->config.large_segment && !has_error("GPUSHIM_MAX_SPLIT") &&
+      !has_error("GPUSHIM_LARGE_SEGMENT")) {
+    result->errors.push_back({"GPUSHIM_MAX_SPLIT", split_value,
+                              "more than GPUSHIM_LARGE_SEGMENT (" +
+                                  (large_value.empty() ? std::string("20MiB") : large_value) +
+                                  "), as PyTorch's max_split_size_mb must exceed its 20 MB segments"});
   }
   if (result->config.policy == PolicyKind::kPassthrough && !has_error("GPUSHIM_POLICY")) {
     for (const auto& [name, value] : vars) {

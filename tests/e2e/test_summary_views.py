@@ -219,12 +219,12 @@ class TorchTableOfReportAndTrace(ShimTestCase):
         self.assertRegex(from_trace, r"cudaMalloc retries: [1-9]")
 
     def test_caching_with_max_split_counts_oversize_blocks(self):
-        recorded, trace = traced([program("e2e_train_loop"), "8"],
-                                 env={"GPUSHIM_POLICY": "caching", "GPUSHIM_MAX_SPLIT": "4MiB"})
+        recorded, trace = traced([program("e2e_train_loop"), "8", "--leak-mib", "24"],
+                                 env={"GPUSHIM_POLICY": "caching", "GPUSHIM_MAX_SPLIT": "22MiB"})
         r = torch_table(analyze("summary", "--format", "torch", recorded.report_path).stdout)
         t = torch_table(analyze("summary", "--format", "torch", trace).stdout)
         self.assertEqual(r, t)
-        self.assertGreater(r["Oversize allocations"][2], 0)  # the 16 MiB model blocks at least
+        self.assertGreater(r["Oversize allocations"][2], 0)  # the 24 MiB leaked blocks
         self.assertGreater(r["Oversize GPU segments"][2], 0)
 
     def test_caching_with_threads(self):

@@ -386,10 +386,11 @@ TEST(CachingPool, MaxSplitKeepsOversizeBlocksWhole) {
   EXPECT_EQ(p.alloc(100 * MiB), big);
 }
 
-// GPUSHIM_MAX_SPLIT accepts 2 MiB, the small segments' size: it must keep large blocks whole
-// and leave the small pool alone. It once kept each small segment whole for the request that
-// took it, and the block never fit another small request: a new segment every allocation, and a
-// loop of 4 KiB tensors reserved the whole device.
+// max_split keeps large blocks whole and leaves the small pool alone, whatever its value (the
+// config refuses one at or below the large segments' size). At 2 MiB, the small segments' size,
+// it once kept each small segment whole for the request that took it, and the block never fit
+// another small request: a new segment every allocation, and a loop of 4 KiB tensors reserved
+// the whole device.
 TEST(CachingPool, MaxSplitAsLowAsTheSmallSegmentLeavesTheSmallPoolAlone) {
   CachingPoolOptions o;
   o.max_split = o.small_segment;

@@ -51,6 +51,23 @@ TEST(Config, SmallSegmentAboveLargeSegmentIsRefused) {
   EXPECT_TRUE(parse({{"GPUSHIM_SMALL_SEGMENT", "16MiB"}, {"GPUSHIM_LARGE_SEGMENT", "16MiB"}}).ok());
 }
 
+// As PyTorch's max_split_size_mb must exceed its 20 MB segments: at or below the large segment,
+// every medium request would hold a segment of its own (caching_pool.cpp).
+TEST(Config, MaxSplitAtOrBelowTheLargeSegmentIsRefused) {
+  const ConfigResult r = parse({{"GPUSHIM_MAX_SPLIT", "20MiB"}});
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].message(),
+            "GPUSHIM_MAX_SPLIT='20MiB' is invalid: expected more than GPUSHIM_LARGE_SEGMENT (20MiB), as PyTorch's "
+            "max_split_size_mb must exceed its 20 MB segments");
+  EXPECT_FALSE(parse({{"GPUSHIM_MAX_SPLIT", "4MiB"}}).ok());
+  EXPECT_FALSE(parse({{"GPUSHIM_MAX_SPLIT", "30MiB"}, {"GPUSHIM_LARGE_SEGMENT", "32MiB"}}).ok());
+  const ConfigResult ok = parse({{"GPUSHIM_MAX_SPLIT", "22MiB"}});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok.config.max_split, 22ull << 20);
+  EXPECT_TRUE(parse({{"GPUSHIM_MAX_SPLIT", "40MiB"}, {"GPUSHIM_LARGE_SEGMENT", "32MiB"}}).ok());
+  EXPECT_TRUE(parse({{"GPUSHIM_MAX_SPLIT", "none"}}).ok());
+}
+
 TEST(Config, StackDepthBounds) {
   EXPECT_EQ(parse({{"GPUSHIM_STACK_DEPTH", "0"}}).config.stack_depth, 0u);
   EXPECT_EQ(parse({{"GPUSHIM_STACK_DEPTH", "256"}}).config.stack_depth, 256u);

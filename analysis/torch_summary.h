@@ -62,7 +62,8 @@ enum TorchPool { kAllPools, kLargePool, kSmallPool, kTorchPools };
 struct TorchDeviceStats {
   int device = 0;
   std::array<std::array<TorchStat, kTorchPools>, kTorchMetrics> stats;
-  // Above max_split_size, which the shim's pools do not have: always zero, as in PyTorch's default.
+  // Blocks and segments of at least max_split_size (GPUSHIM_MAX_SPLIT under caching); zero
+  // without one, as in PyTorch's default.
   TorchStat oversize_allocations, oversize_segments;
   std::optional<uint64_t> num_ooms, num_alloc_retries;
 };

@@ -126,22 +126,24 @@ class Stat {
         return now;
       }
       const uint64_t now = cur + static_cast<uint64_t>(d);
-      cur_.store(now, std::memory_order_relaxed);
+      // The rises before the current value, which publishes them (values() reads in reverse).
       up_.store(up_.load(std::memory_order_relaxed) + static_cast<uint64_t>(d), std::memory_order_relaxed);
+      cur_.store(now, std::memory_order_release);
       if (now > peak_.load(std::memory_order_relaxed)) peak_.store(now, std::memory_order_relaxed);
       return now;
     } else {
       if (d < 0) return cur_.fetch_sub(static_cast<uint64_t>(-d), std::memory_order_relaxed) - static_cast<uint64_t>(-d);
-      const uint64_t now = cur_.fetch_add(static_cast<uint64_t>(d), std::memory_order_relaxed) + static_cast<uint64_t>(d);
       up_.fetch_add(static_cast<uint64_t>(d), std::memory_order_relaxed);
+      const uint64_t now = cur_.fetch_add(static_cast<uint64_t>(d), std::memory_order_release) + static_cast<uint64_t>(d);
       raise<S>(peak_, now);
       return now;
     }
   }
   uint64_t current() const { return cur_.load(std::memory_order_relaxed); }
   Values values() const {
-    // Current first: the rises read after it cannot be fewer.
-    const uint64_t cur = cur_.load(std::memory_order_relaxed);
+    // Current first, with acquire: the rises written before it (add) are then all seen, so freed
+    // (rises - current) is never short of a rise a concurrent reader (a snapshot) saw in current.
+    const uint64_t cur = cur_.load(std::memory_order_acquire);
     const uint64_t up = up_.load(std::memory_order_relaxed);
     return Values{cur, peak_.load(std::memory_order_relaxed), up, up - std::min(up, cur)};
   }

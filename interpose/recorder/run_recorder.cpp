@@ -299,10 +299,13 @@ ReportData RunRecorder::build_report(const char* reason) {
   StackCapturer* capturer = lent_.capturer;
   ModuleMap* modules = lent_.modules;
   sym.set_python_resolver([capturer](uint32_t id, FrameInfo* f) { return capturer->resolve_python(id, f); });
-  const ModuleMap::View loaded_now = modules->view();
-  sym.set_module_resolver([modules, loaded_now](uint64_t address, std::string* path, uint64_t* base) {
+  // The loaded set is pinned at the first native frame the report names: after its stacks were
+  // gathered (a snapshot's program runs on), before the symbolizer loads libdw and its dependencies.
+  std::optional<ModuleMap::View> loaded_now;
+  sym.set_module_resolver([modules, loaded_now](uint64_t address, std::string* path, uint64_t* base) mutable {
+    if (!loaded_now) loaded_now = modules->view();
     uintptr_t b = 0;
-    const bool found = modules->describe_unloaded(loaded_now, static_cast<uintptr_t>(address), path, &b);
+    const bool found = modules->describe_unloaded(*loaded_now, static_cast<uintptr_t>(address), path, &b);
     *base = b;
     return found;
   });

@@ -27,12 +27,17 @@ ModuleMap::~ModuleMap() {
   for (const Snapshot* s : retired_) delete s;
 }
 
-ModuleId ModuleMap::find(const Snapshot& s, uintptr_t address) {
+const ModuleMap::Range* ModuleMap::find_range(const Snapshot& s, uintptr_t address) {
   auto it = std::upper_bound(s.ranges.begin(), s.ranges.end(), address,
                              [](uintptr_t a, const Range& r) { return a < r.begin; });
-  if (it == s.ranges.begin()) return kUnknownModule;
+  if (it == s.ranges.begin()) return nullptr;
   --it;
-  return address < it->end ? it->id : kUnknownModule;
+  return address < it->end ? &*it : nullptr;
+}
+
+ModuleId ModuleMap::find(const Snapshot& s, uintptr_t address) {
+  const Range* r = find_range(s, address);
+  return r ? r->id : kUnknownModule;
 }
 
 ModuleId ModuleMap::lookup(uintptr_t address) {
@@ -95,12 +100,11 @@ bool ModuleMap::describe_unloaded(const View& v, uintptr_t address, std::string*
   std::lock_guard<std::mutex> lock(mu_);
   if (v.snapshot != nullptr && find(*static_cast<const Snapshot*>(v.snapshot), address) != kUnknownModule) return false;
   for (size_t i = std::min(v.retired, retired_.size()); i-- > 0;) {  // newest first: addresses get reused
-    for (const Range& r : retired_[i]->ranges) {
-      if (address < r.begin || address >= r.end) continue;
-      *path = r.id < names_.size() ? names_[r.id] : std::string();
-      *base = r.base;
-      return !path->empty();
-    }
+    const Range* r = find_range(*retired_[i], address);
+    if (r == nullptr) continue;
+    *path = r->id < names_.size() ? names_[r->id] : std::string();
+    *base = r->base;
+    return !path->empty();
   }
   return false;
 }

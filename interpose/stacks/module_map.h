@@ -72,6 +72,7 @@ class ModuleMap {
   };
   static constexpr size_t kMaxModules = 4096;
 
+  static const Range* find_range(const Snapshot& s, uintptr_t address);  // null: in no module
   static ModuleId find(const Snapshot& s, uintptr_t address);
   // Requires mu_. Interns `path` and returns its id (kUnknownModule when the table is full).
   ModuleId intern(const std::string& path, bool plumbing);

@@ -6,6 +6,7 @@
 #include "cuda/driver_backend.h"
 #include "core/call_context.h"
 #include "core/shim.h"
+#include "cuda/capture_state.h"
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
 #include "cuda/stream_registry.h"
@@ -217,6 +218,10 @@ void Shim::sample_usage_now() {
 }
 
 bool Shim::sample_driver_usage(int dev, bool current_context) {
+  // Bookkeeping never runs while a capture is in progress anywhere in the process: on a GPU a
+  // query CUDA counts as unsafe then invalidates the program's capture (seen on an H200 with
+  // cudaStreamCaptureModeGlobal). The next sample after the capture catches up.
+  if (active_captures().load(std::memory_order_acquire) != 0) return false;
   DeviceState* d = devices_[dev].load(std::memory_order_acquire);
   if (d == nullptr) return false;
   // Through the calling thread's context when it is on this device; otherwise through the pool's
@@ -367,6 +372,9 @@ void Shim::mempool_current_set(int device, CUmemoryPool pool) {
 void Shim::note_cuda_pool(DeviceState* d, CUmemoryPool pool) {
   const RealDriver& drv = real_driver();
   if (d == nullptr || !drv.cuDeviceGet || !drv.cuDeviceGetMemPool || !drv.cuMemPoolGetAttribute) return;
+  // Not during a capture (see sample_driver_usage): the program's allocations there are graph
+  // memory, outside the pool, and the next forwarded stream-ordered call after it reads the pool again.
+  if (active_captures().load(std::memory_order_acquire) != 0) return;
   CUdevice dev = 0;
   cuuint64_t reserved = 0, used = 0;
   // Only a pool that surely exists is asked: one the caller allocated from a moment ago, or the

@@ -11,7 +11,8 @@ class TorchAsyncBackend(ShimTestCase):
     def test_the_async_backends_calls_under_every_policy(self):
         for policy in POLICIES:
             with self.subTest(policy=policy):
-                r = run([program("e2e_torch_async")], env={"GPUSHIM_POLICY": policy, "GPUSHIM_STACK_DEPTH": "4"})
+                r = run([program("e2e_torch_async")], env={"GPUSHIM_POLICY": policy, "GPUSHIM_STACK_DEPTH": "4",
+                                                               "GPUSHIM_SAMPLE_MS": "1"})
                 self.assertRanOK(r)
                 out = json.loads(r.stdout.strip().splitlines()[-1])
                 self.assertEqual(out["failures"], 0)

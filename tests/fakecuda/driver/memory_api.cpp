@@ -40,6 +40,12 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, bool 
     mp = DeviceOf(s, st->ctx).current_pool;
   }
   if (st->capture && st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  // On a stream that is not capturing, a stream-ordered allocation is a "potentially unsafe" call
+  // while a conflicting capture runs (an H200, 2026-11-27: refused and the capture invalidated,
+  // from the capturing thread and, in global mode, from any other).
+  if (!st->capture) {
+    if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  }
   if (CountAllocCallAndCheckFailure(s)) return CUDA_ERROR_OUT_OF_MEMORY;
   // The fake allocates immediately; that is always a legal implementation of stream order.
   // Captured allocations become graph memory, owned by the graph if it also frees them.
@@ -65,6 +71,9 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream hStream, bool ptsz) {
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
   if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuMemFreeAsync"); r != CUDA_SUCCESS) return r;
+  if (!st->capture) {  // as for cuMemAllocAsync
+    if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  }
   auto it = s.regions.find(dptr);
   if (it == s.regions.end() || !IsFreeableDeviceKind(it->second.kind) || it->second.free_pending) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -368,6 +377,7 @@ CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   MemPool* mp = LookupPool(s, pool, "cuMemPoolTrimTo");
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;  // as cuMemPoolGetAttribute
   mp->TrimTo(minBytesToKeep);
   return CUDA_SUCCESS;
 }
@@ -377,6 +387,10 @@ CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute at
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   MemPool* mp = LookupPool(s, pool, "cuMemPoolGetAttribute");
+  // Any attribute, even a setting: a "potentially unsafe" call during a conflicting capture (an
+  // H200, 2026-11-27, docs/gpu-validation.md run 5). The shim's passthrough once read the pool's
+  // figures after a captured cudaMallocAsync and so invalidated the program's capture.
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto as_int = [&](int v) { *static_cast<int*>(value) = v; };
   auto as_u64 = [&](std::uint64_t v) { *static_cast<cuuint64_t*>(value) = v; };

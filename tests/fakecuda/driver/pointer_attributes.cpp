@@ -83,6 +83,9 @@ CUresult Describe(State& s, const Region& r, CUpointer_attribute attribute, CUde
       return CUDA_SUCCESS;
     }
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+      // Graph memory belongs to no pool the program can name: an H200 answers
+      // CUDA_ERROR_INVALID_VALUE for a captured allocation (2026-11-27).
+      if (r.kind == RegionKind::kGraph) return CUDA_ERROR_INVALID_VALUE;
       // The program's handle: a default pool's is its address, a created pool's is minted.
       Put(data, r.pool == nullptr   ? CUmemoryPool{}
                 : r.pool->is_default ? reinterpret_cast<CUmemoryPool>(r.pool)

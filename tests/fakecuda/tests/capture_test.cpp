@@ -1,6 +1,9 @@
 // Stream capture: recorded-not-executed work, the legality rules that let tests catch a pool that
 // synchronizes or allocates during capture, graph memory, and the minimal graph objects.
+#include <functional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "test_util.h"
 
@@ -120,6 +123,78 @@ TEST_F(Capture, EventsRecordedInCaptureCannotBeObserved) {
   ASSERT_CU(cuEventRecord(e, s_));
   ASSERT_CU(cuEventSynchronize(e));
   ASSERT_CU(cuEventDestroy(e));
+}
+
+// What an H200 answered during capture (2026-11-27, docs/gpu-validation.md run 5): reading any
+// attribute of a memory pool, trimming it, and stream-ordered allocation on a stream that is not
+// capturing are "potentially unsafe" calls; a captured allocation names no pool.
+TEST_F(Capture, PoolQueriesAndOtherStreamsAllocationsFollowTheCaptureMode) {
+  CUdevice dev = 0;
+  ASSERT_CU(cuDeviceGet(&dev, 0));
+  CUmemoryPool pool = nullptr;
+  ASSERT_CU(cuDeviceGetDefaultMemPool(&pool, dev));
+  CUstream other = nullptr;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  cuuint64_t v = 0;
+  CUdeviceptr p = 0;
+  using Call = std::function<CUresult()>;
+  const std::vector<std::pair<const char*, Call>> unsafe = {
+      {"reserved", [&] { return cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v); }},
+      {"used", [&] { return cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v); }},
+      {"threshold", [&] { return cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v); }},
+      {"trim", [&] { return cuMemPoolTrimTo(pool, 0); }},
+      {"alloc on another stream", [&] { return cuMemAllocAsync(&p, 4096, other); }},
+  };
+  for (const auto& [what, call] : unsafe) {
+    SCOPED_TRACE(what);
+    CUgraph g = nullptr;
+    ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUdeviceptr graph_memory = 0;
+    ASSERT_CU(cuMemAllocAsync(&graph_memory, 1 << 20, s_));  // the capturing stream's own: legal
+    CUmemoryPool owner = nullptr;
+    EXPECT_EQ(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, graph_memory),
+              CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(Status(s_), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    EXPECT_EQ(call(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    EXPECT_EQ(Status(s_), CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    // Another thread's call conflicts with a global capture, not with a thread-local one.
+    ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUresult from_other = CUDA_SUCCESS;
+    std::thread([&] {
+      CUcontext ctx = nullptr;
+      cuDevicePrimaryCtxRetain(&ctx, dev);
+      cuCtxSetCurrent(ctx);
+      from_other = call();
+      cuDevicePrimaryCtxRelease(dev);
+    }).join();
+    EXPECT_EQ(from_other, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    std::thread([&] {
+      CUcontext ctx = nullptr;
+      cuDevicePrimaryCtxRetain(&ctx, dev);
+      cuCtxSetCurrent(ctx);
+      from_other = call();
+      if (from_other == CUDA_SUCCESS && p != 0) from_other = cuMemFreeAsync(p, other);
+      p = 0;
+      cuDevicePrimaryCtxRelease(dev);
+    }).join();
+    EXPECT_CU(from_other);
+    ASSERT_CU(cuStreamEndCapture(s_, &g));
+    ASSERT_CU(cuGraphDestroy(g));
+    // Relaxed: every one of them works.
+    ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_RELAXED));
+    EXPECT_CU(call());
+    if (p != 0) {
+      EXPECT_CU(cuMemFreeAsync(p, other));
+    }
+    p = 0;
+    ASSERT_CU(cuStreamEndCapture(s_, &g));
+    ASSERT_CU(cuGraphDestroy(g));
+  }
+  ASSERT_CU(cuStreamSynchronize(other));
+  ASSERT_CU(cuStreamDestroy(other));
 }
 
 TEST_F(Capture, MemAllocAndFreeFollowTheCaptureMode) {

@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 import time
 
-from shimtest import POLICIES, ShimTestCase, base_env, check_sanitizer_clean, program, run, scaled
+from shimtest import POLICIES, REAL_GPU, ShimTestCase, base_env, check_sanitizer_clean, program, run, scaled
 
 MiB = 1 << 20
 
@@ -43,7 +43,17 @@ class NormalEnds(ShimTestCase):
                 with self.subTest(policy=policy, attempt=attempt):
                     r = run([program("e2e_exit_paths"), "thread-exit", "6"],
                             env={"GPUSHIM_POLICY": policy, "GPUSHIM_STACK_DEPTH": "8"})
-                    self.assertRanOK(r)
+                    # The other threads keep calling CUDA while the process exits. NVIDIA's runtime
+                    # crashes once its statics are gone (SIGSEGV in libcudart's cudaMalloc, with or
+                    # without the shim: docs/gpu-validation.md, run 5); the simulated one stops the
+                    # process there with its misuse line. Either may win the race with exit(0).
+                    # Whatever the ending, the report was written before it, and whole.
+                    runtime_gone = "a runtime call after the runtime's state was destroyed at exit"
+                    if r.returncode == (-signal.SIGSEGV if REAL_GPU else 86):
+                        self.assertTrue(REAL_GPU or runtime_gone in r.stderr, r.stderr[-2000:])
+                        self.assertIsNotNone(r.report, r.stderr[-2000:])
+                    else:
+                        self.assertRanOK(r)
                     self.assertIn("exiting_thread", r.stdout)
                     dev = r.device(0)
                     # Threads keep allocating while the report is built: the totals must still be

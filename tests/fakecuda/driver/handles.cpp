@@ -51,20 +51,9 @@ void ReviveHandle(State& s, HandleKind kind, std::uintptr_t handle) {
 }
 
 void Misuse(const char* fmt, ...) {
-  char line[512];
-  int n = std::snprintf(line, sizeof(line), "fakecuda: misuse: ");
   va_list ap;
   va_start(ap, fmt);
-  n += std::vsnprintf(line + n, sizeof(line) - static_cast<std::size_t>(n) - 1, fmt, ap);
-  va_end(ap);
-  if (n > static_cast<int>(sizeof(line)) - 2) n = static_cast<int>(sizeof(line)) - 2;
-  line[n++] = '\n';
-  // One write(): the line stays whole among other threads' output.
-  ssize_t ignored = write(STDERR_FILENO, line, static_cast<std::size_t>(n));
-  (void)ignored;
-  const char* abort_env = std::getenv("FAKECUDA_MISUSE_ABORT");
-  if (abort_env != nullptr && abort_env[0] == '1') std::abort();
-  _exit(kMisuseExitStatus);
+  VStopForMisuse(fmt, ap);
 }
 
 void BadHandle(const State& s, const char* call, HandleKind kind, std::uintptr_t handle) {

@@ -21,13 +21,12 @@
 
 #include <cstdint>
 
+#include "../misuse.h"
+
 namespace fakecuda {
 
 struct State;
 
-// The exit status of a process stopped at a misuse (neither a signal nor a status CUDA programs
-// or the test harnesses use).
-inline constexpr int kMisuseExitStatus = 86;
 
 enum class HandleKind : std::uint8_t {
   kStream = 1,

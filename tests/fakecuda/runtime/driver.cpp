@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "../misuse.h"
 #include "runtime.h"
 
 namespace fakecudart {
@@ -69,6 +70,26 @@ cudaError_t Load() {
 // cudaErrorCudartUnloading instead of touching freed state.
 std::atomic<bool> g_unloading{false};
 
+namespace {
+
+// NVIDIA's runtime frees the rest of its state with the library's static objects, which were made
+// when it loaded and so are destroyed after every handler and static object of the program. A
+// thread still calling the runtime then crashes inside it (an H200, 2026-11-27: e2e_exit_paths
+// thread-exit, 4 runs of 4 with and without the shim, SIGSEGV in libcudart's cudaMalloc while the
+// exiting thread ran __cxa_finalize). The simulated runtime stops the process there instead.
+std::atomic<bool> g_destroyed{false};
+struct RuntimeStatics {
+  ~RuntimeStatics() { g_destroyed.store(true, std::memory_order_release); }
+} g_runtime_statics;
+
+[[noreturn]] void CalledAfterDestruction() {
+  fakecuda::StopForMisuse(
+      "a runtime call after the runtime's state was destroyed at exit (a thread still calling CUDA while the "
+      "process exits: NVIDIA's runtime crashes here)");
+}
+
+}  // namespace
+
 cudaError_t LoadDriver() {
   // Every runtime call passes here. libstdc++'s call_once goes through pthread_once and sets up
   // thread-local state on every call, done or not; NVIDIA's runtime checks a flag once it is
@@ -82,7 +103,10 @@ cudaError_t LoadDriver() {
     });
     loaded.store(true, std::memory_order_release);
   }
-  if (g_unloading.load(std::memory_order_relaxed)) return cudaErrorCudartUnloading;
+  if (g_unloading.load(std::memory_order_relaxed)) {
+    if (g_destroyed.load(std::memory_order_acquire)) CalledAfterDestruction();
+    return cudaErrorCudartUnloading;
+  }
   return g_load_error;
 }
 

@@ -277,7 +277,10 @@ def main():
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        # "cuda" names no device, and set_device refuses that (PyTorch 2.11: "Expected a
+        # torch.device with a specified index"): it means the current one.
+        if device.index is not None:
+            torch.cuda.set_device(device.index)
         device = torch.device("cuda", torch.cuda.current_device())
     deterministic(args.seed)
     steps = Steps(device)

@@ -305,6 +305,10 @@ std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool
   uint64_t v = 0;
   DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool) : nullptr;
   if (d == nullptr) return std::nullopt;
+  // CUDA refuses the query during a capture that forbids unsafe calls, and the capture is then
+  // invalidated (an H200: tests/gpu/capture_queries_h200.jsonl): answering it ourselves must not let
+  // a program through that CUDA would stop. The probe is such a call, with CUDA's effect.
+  if (capture_forbids_unsafe_call()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // Reserved is what the report calls reserved (everything held from the driver on the device),
   // used what it calls allocated: the same figures, so the program's logs and the report agree.
@@ -349,6 +353,7 @@ std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool
 std::optional<CUresult> Shim::mempool_trim_to(CUmemoryPool pool, size_t keep) {
   DeviceState* d = served_default_mempool(pool);
   if (d == nullptr) return std::nullopt;
+  if (capture_forbids_unsafe_call()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // as the query above
   d->pool->trim_to(keep);
   return CUDA_SUCCESS;
 }

@@ -1,6 +1,7 @@
 """End-to-end tests of the caching policy: safe reuse under stress, the cap, OOM recovery and its
 report, fault injection, invalid frees and graph capture, all on the simulated device."""
 import json
+import os
 
 from shimtest import POLICIES, ShimTestCase, program, run
 
@@ -193,6 +194,43 @@ class CaptureRules(ShimTestCase):
                 r = run([program("e2e_capture_rules")], env={"GPUSHIM_POLICY": policy})
                 self.assertRanOK(r)
                 self.assertEqual(json.loads(r.stdout), expected)
+
+
+class CaptureQueries(ShimTestCase):
+    """Which driver calls a capture forbids (programs/capture_queries.cpp): the simulated device must
+    answer as an H200 did (tests/gpu/capture_queries_h200.jsonl), and the shim must not change any
+    answer, under every policy (a pool that queried CUDA's pool inside the program's capture once
+    invalidated it, on the H200 only)."""
+    RECORDED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu",
+                            "capture_queries_h200.jsonl")
+    # Whether the queried stream has finished its last work is timing, not a capture rule.
+    TIMING = {"CUDA_SUCCESS", "CUDA_ERROR_NOT_READY"}
+
+    def parse(self, text):
+        out = {}
+        for line in text.splitlines():
+            o = json.loads(line)
+            result = "ready or not" if o["result"] in self.TIMING else o["result"]
+            out[(o["thread"], o["mode"], o["call"])] = (result, o["capture_after"], o["end"])
+        return out
+
+    def answers(self, r):
+        self.assertRanOK(r)
+        return self.parse(r.stdout)
+
+    def test_the_devices_answers_are_an_h200s_and_the_shim_changes_none(self):
+        with open(self.RECORDED) as f:
+            recorded = self.parse(f.read())
+        device = self.answers(run([program("e2e_capture_queries")], preload=False, expect_report=False))
+        self.assertEqual(len(recorded), 120)
+        self.assertEqual(device, recorded)
+        refused = {k for k, v in recorded.items() if v[0] == "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"}
+        self.assertIn(("other", "global", "cuMemPoolGetAttribute(USED_MEM_CURRENT)"), refused)
+        self.assertNotIn(("other", "thread_local", "cuMemPoolGetAttribute(USED_MEM_CURRENT)"), refused)
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_capture_queries")], env={"GPUSHIM_POLICY": policy, "GPUSHIM_SAMPLE_MS": "1"})
+                self.assertEqual(self.answers(r), device)
 
 
 class ReportFigures(ShimTestCase):

@@ -52,7 +52,12 @@ CUresult Launch(std::initializer_list<Range> ranges, bool sync, CUstream hStream
   }
   if (std::all_of(ranges.begin(), ranges.end(), [](const Range& r) { return r.n == 0; })) return CUDA_SUCCESS;
   if (sync) {
-    if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+    // Not a "potentially unsafe" call: an H200 ran cuMemcpyDtoH during a global capture of a
+    // non-blocking stream and left the capture active (2026-11-27, tests/gpu/capture_queries_h200.jsonl).
+    // Only the legacy stream's implicit dependency on a blocking capturing stream conflicts.
+    if (!per_thread) {
+      if (CUresult r = CheckLegacyImplicitDependency(s, st->ctx); r != CUDA_SUCCESS) return r;
+    }
     return SubmitAndWait(s, lk, st, prepare(s).run);
   }
   PreparedOp op = prepare(s);

@@ -1,5 +1,5 @@
-"""The trace corpus (bench/traces: real PyTorch models recorded on the CPU, and two traces of a
-PyTorch job recorded under gpushim on an H200): every trace parses and replays under every policy,
+"""The trace corpus (bench/traces: real PyTorch models recorded on the CPU, and traces of PyTorch
+jobs recorded under gpushim on an H200 and an H100): every trace parses and replays under every policy,
 including the PyTorch-allocator baselines that scripts/bench compares the shim's pools with."""
 import glob
 import gzip
@@ -20,7 +20,8 @@ MODELS = {"cnn_train", "transformer_train", "lstm_train", "serving", "segmentati
           "finetune_adam"}
 # Recorded on a GPU under gpushim (bench/traces/README.md): name -> (policy, the run's peak reserved).
 GPU_TRACES = {"h200_transformer_caching": ("caching", 2478 * MiB), "h200_transformer_vmm": ("vmm", 2690 * MiB),
-              "h100_transformer_caching": ("caching", 3143895040), "h100_transformer_vmm": ("vmm", 2791573504)}
+              "h100_transformer_caching": ("caching", 3143895040), "h100_transformer_vmm": ("vmm", 2791573504),
+              "h200_steptime_caching": ("caching", 3143895040), "h200_steptime_vmm": ("vmm", 2778990592)}
 
 
 def analyze_json(*args):

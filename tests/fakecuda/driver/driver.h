@@ -219,6 +219,9 @@ struct Graph {
   std::uintptr_t handle = 0;  // 0 until the program gets one (end of capture, cuGraphCreate)
   Context* ctx = nullptr;     // current when it was made; a reset of that context destroys it
   std::vector<std::function<void()>> nodes;
+  // Handles of its explicit nodes, in the order added. Kept here, not in a table keyed by the
+  // Graph's address: a graph made after this one is destroyed may get the same address.
+  std::vector<CUgraphNode> node_handles;
   // Graph memory its allocation nodes (or captured allocations) make: usable outside the graph,
   // and freeable there, only once a launch has run them.
   std::vector<std::uintptr_t> allocations;

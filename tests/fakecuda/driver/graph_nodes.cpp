@@ -14,12 +14,6 @@
 namespace fakecuda {
 namespace {
 
-// Node handles of every explicit graph, in the order added; guarded by State::mu.
-std::map<const Graph*, std::vector<CUgraphNode>>& Handles() {
-  static auto* m = new std::map<const Graph*, std::vector<CUgraphNode>>;
-  return *m;
-}
-
 CUresult LookupGraph(State& s, CUgraph h, std::shared_ptr<Graph>* out, const char* call) {
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   *out = LiveGraph(s, h, call);
@@ -28,7 +22,7 @@ CUresult LookupGraph(State& s, CUgraph h, std::shared_ptr<Graph>* out, const cha
 
 CUresult CheckDependencies(const Graph* g, const CUgraphNode* deps, size_t n) {
   if (n > 0 && deps == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const std::vector<CUgraphNode>& mine = Handles()[g];
+  const std::vector<CUgraphNode>& mine = g->node_handles;
   for (size_t i = 0; i < n; ++i) {
     if (std::find(mine.begin(), mine.end(), deps[i]) == mine.end()) return CUDA_ERROR_INVALID_VALUE;
   }
@@ -56,7 +50,7 @@ CUresult AddNode(const char* call, CUgraphNode* phGraphNode, CUgraph hGraph, con
 
 CUgraphNode AddGraphNodeHandle(State& s, Graph* graph) {
   auto h = reinterpret_cast<CUgraphNode>(NextId(s));
-  Handles()[graph].push_back(h);
+  graph->node_handles.push_back(h);
   return h;
 }
 
@@ -169,7 +163,7 @@ CUresult CUDAAPI cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
   g->nodes = original->nodes;
   g->ctx = original->ctx;
   PublishGraph(s, g);
-  for (std::size_t i = 0; i < Handles()[original.get()].size(); ++i) AddGraphNodeHandle(s, g.get());
+  for (std::size_t i = 0; i < original->node_handles.size(); ++i) AddGraphNodeHandle(s, g.get());
   *phGraphClone = reinterpret_cast<CUgraph>(g->handle);
   return CUDA_SUCCESS;
 }
@@ -180,7 +174,7 @@ CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* num
   std::shared_ptr<Graph> g;
   if (CUresult r = LookupGraph(s, hGraph, &g, "cuGraphGetNodes"); r != CUDA_SUCCESS) return r;
   if (numNodes == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const std::vector<CUgraphNode>& mine = Handles()[g.get()];
+  const std::vector<CUgraphNode>& mine = g->node_handles;
   if (nodes == nullptr) {
     *numNodes = mine.size();
     return CUDA_SUCCESS;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -274,10 +275,32 @@ bool Shim::stream_capturing(CUstream stream) {
   return status == cudaStreamCaptureStatusActive;
 }
 
-bool Shim::capture_forbids_unsafe_call() {
+bool Shim::capture_forbids_unsafe_call(int device) {
   if (active_captures().load(std::memory_order_acquire) == 0) return false;  // almost always
-  const auto probe = real_driver().cuMemFree_v2;
-  return probe != nullptr && probe(0) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  // Trimming a default pool down to "keep everything" frees nothing and needs no current context;
+  // CUDA checks it by the same rules as cuMemAlloc, cuMemAllocAsync on another stream and pool
+  // queries (an H200: tests/gpu/capture_queries_h200.jsonl). cuMemFree(0), the probe before, answers
+  // CUDA_ERROR_INVALID_CONTEXT on a thread with no context and so let such a thread through.
+  const RealDriver& drv = real_driver();
+  CUmemoryPool pool = default_mempool(device >= 0 && device < kMaxDevices ? device : 0);
+  if (pool != nullptr && drv.cuMemPoolTrimTo != nullptr)
+    return drv.cuMemPoolTrimTo(pool, SIZE_MAX) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  return drv.cuMemFree_v2 != nullptr && drv.cuMemFree_v2(0) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+RelaxedCaptureMode::RelaxedCaptureMode() {
+  const auto exchange = real_driver().cuThreadExchangeStreamCaptureMode;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (exchange != nullptr && exchange(&mode) == CUDA_SUCCESS) {
+    previous_ = mode;
+    exchanged_ = true;
+  }
+}
+
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  if (!exchanged_) return;
+  CUstreamCaptureMode mode = previous_;
+  real_driver().cuThreadExchangeStreamCaptureMode(&mode);
 }
 
 bool Shim::pool_contains(const void* ptr) const {

@@ -119,6 +119,21 @@ struct ApiOf<CUresult> {
 using RuntimeCodes = ApiOf<cudaError_t>;
 using DriverCodes = ApiOf<CUresult>;
 
+// The shim's own bookkeeping queries (CUDA's pool figures, free memory) run in relaxed capture
+// mode, as PyTorch's do: otherwise a query CUDA counts as potentially unsafe, made while the
+// program captures a graph, is refused and invalidates the program's capture (an H200, 2026-11-27).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode();
+  ~RelaxedCaptureMode();
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  bool exchanged_ = false;
+};
+
 class Shim {
  public:
   // The initialized shim, or null when it is disabled (bad configuration) or being initialized by
@@ -272,11 +287,13 @@ class Shim {
   // The device whose default memory pool `pool` is, if its pool serves it; null otherwise.
   DeviceState* served_default_mempool(CUmemoryPool pool);
   CUmemoryPool default_mempool(int ordinal);  // learned from the driver once; null if unknown
-  // True when CUDA forbids a potentially unsafe call (cudaMalloc, cudaFree) on this thread now: a
-  // capture in global or thread-local mode (CUDA's rules). Asked of the driver with a call that
-  // CUDA checks the same way (cuMemFree_v2(0)), which also invalidates the offending capture, as
-  // the real call would have: a pool answering instead of CUDA must give CUDA's answer.
-  static bool capture_forbids_unsafe_call();
+  // True when CUDA forbids a potentially unsafe call (cudaMalloc, cudaFree, cudaMallocAsync on a
+  // stream that is not capturing, pool queries) on this thread now: a capture in global or
+  // thread-local mode (CUDA's rules). Asked of the driver with a call that CUDA checks the same way
+  // and that changes nothing (a trim of `device`'s default pool that keeps everything), which also
+  // invalidates the offending capture, as the real call would have: a pool answering instead of
+  // CUDA must give CUDA's answer.
+  bool capture_forbids_unsafe_call(int device);
   void on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected = false);
   // GPUSHIM_FAIL: the success code to go on, or the failure it chose for this allocation of
   // `size` bytes on `d`, accounted and reported like an OOM (the one place injection happens).

@@ -6,7 +6,6 @@
 #include "cuda/driver_backend.h"
 #include "core/call_context.h"
 #include "core/shim.h"
-#include "cuda/capture_state.h"
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
 #include "cuda/stream_registry.h"
@@ -218,10 +217,7 @@ void Shim::sample_usage_now() {
 }
 
 bool Shim::sample_driver_usage(int dev, bool current_context) {
-  // Bookkeeping never runs while a capture is in progress anywhere in the process: on a GPU a
-  // query CUDA counts as unsafe then invalidates the program's capture (seen on an H200 with
-  // cudaStreamCaptureModeGlobal). The next sample after the capture catches up.
-  if (active_captures().load(std::memory_order_acquire) != 0) return false;
+  const RelaxedCaptureMode relaxed;  // a capture elsewhere must not see our queries (shim.h)
   DeviceState* d = devices_[dev].load(std::memory_order_acquire);
   if (d == nullptr) return false;
   // Through the calling thread's context when it is on this device; otherwise through the pool's
@@ -308,7 +304,7 @@ std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool
   // CUDA refuses the query during a capture that forbids unsafe calls, and the capture is then
   // invalidated (an H200: tests/gpu/capture_queries_h200.jsonl): answering it ourselves must not let
   // a program through that CUDA would stop. The probe is such a call, with CUDA's effect.
-  if (capture_forbids_unsafe_call()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (capture_forbids_unsafe_call(d->ordinal)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // Reserved is what the report calls reserved (everything held from the driver on the device),
   // used what it calls allocated: the same figures, so the program's logs and the report agree.
@@ -353,7 +349,7 @@ std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool
 std::optional<CUresult> Shim::mempool_trim_to(CUmemoryPool pool, size_t keep) {
   DeviceState* d = served_default_mempool(pool);
   if (d == nullptr) return std::nullopt;
-  if (capture_forbids_unsafe_call()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // as the query above
+  if (capture_forbids_unsafe_call(d->ordinal)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // as the query above
   d->pool->trim_to(keep);
   return CUDA_SUCCESS;
 }
@@ -377,9 +373,7 @@ void Shim::mempool_current_set(int device, CUmemoryPool pool) {
 void Shim::note_cuda_pool(DeviceState* d, CUmemoryPool pool) {
   const RealDriver& drv = real_driver();
   if (d == nullptr || !drv.cuDeviceGet || !drv.cuDeviceGetMemPool || !drv.cuMemPoolGetAttribute) return;
-  // Not during a capture (see sample_driver_usage): the program's allocations there are graph
-  // memory, outside the pool, and the next forwarded stream-ordered call after it reads the pool again.
-  if (active_captures().load(std::memory_order_acquire) != 0) return;
+  const RelaxedCaptureMode relaxed;  // as in sample_driver_usage
   CUdevice dev = 0;
   cuuint64_t reserved = 0, used = 0;
   // Only a pool that surely exists is asked: one the caller allocated from a moment ago, or the

@@ -78,7 +78,9 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   }
   // cudaMalloc(0) hands out nothing, cudaMallocAsync(0) is an error: CUDA decides.
   if (size == 0) return forward();
-  if (!stream_ordered && capture_forbids_unsafe_call()) {
+  // During a capture CUDA refuses cudaMalloc, and cudaMallocAsync on a stream that is not the
+  // capturing one (`graph` is false here), by its capture rules; the pool must answer the same.
+  if (capture_forbids_unsafe_call(d->ordinal)) {
     d->ledger.failed();  // as CUDA's own refusal counts under passthrough
     return RuntimeCodes::refuse(cudaErrorStreamCaptureUnsupported);
   }
@@ -175,7 +177,9 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   if (ptr == nullptr) return forward();  // legal no-op (and context initialization) in CUDA
   // A free during a capture that forbids it fails in CUDA, frees nothing, and invalidates the
   // capture; a pooled block must get the same answer (and stay live).
-  if (!stream_ordered && api == FreeApi::kDevice && capture_forbids_unsafe_call())
+  // So does a stream-ordered free on a stream that is not capturing (one on the capturing stream
+  // is the graph's).
+  if (api == FreeApi::kDevice && (!stream_ordered || !stream_capturing(stream)) && capture_forbids_unsafe_call(-1))
     return Api::refuse(Api::kCaptureUnsupported);
   if (stream_ordered) learn_stream(stream);  // a pool's block will name it
   const uintptr_t key = reinterpret_cast<uintptr_t>(ptr);

@@ -23,6 +23,8 @@ namespace gpushim {
   X(cuCtxGetDevice, "cuCtxGetDevice", decltype(&::cuCtxGetDevice))                                     \
   X(cuStreamIsCapturing, "cuStreamIsCapturing", decltype(&::cuStreamIsCapturing))                      \
   X(cuStreamIsCapturing_ptsz, "cuStreamIsCapturing_ptsz", decltype(&::cuStreamIsCapturing))            \
+  X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode",                            \
+    decltype(&::cuThreadExchangeStreamCaptureMode))                                                    \
   X(cuInit, "cuInit", decltype(&::cuInit))                                                             \
   X(cuDeviceGet, "cuDeviceGet", decltype(&::cuDeviceGet))                                              \
   X(cuDeviceTotalMem_v2, "cuDeviceTotalMem_v2", decltype(&::cuDeviceTotalMem_v2))                      \

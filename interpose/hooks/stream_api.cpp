@@ -28,6 +28,14 @@ CUresult destroy_stream(CUresult (*real)(CUstream), CUstream stream) {
 // thread's per-thread default stream.
 bool per_thread_stream(CUstream s, bool ptsz) { return s == CU_STREAM_PER_THREAD || (ptsz && s == nullptr); }
 
+bool still_capturing(CUstream stream, bool ptsz) {
+  const gpushim::RealDriver& d = real_driver();
+  const auto is_capturing = ptsz ? d.cuStreamIsCapturing_ptsz : d.cuStreamIsCapturing;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing != nullptr && is_capturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 template <typename F, typename... Rest>
 CUresult begin_capture(F* real, bool ptsz, CUstream stream, Rest... rest) {
   // Counted before the capture starts, so that no pool can slip a query in between.
@@ -40,7 +48,10 @@ CUresult begin_capture(F* real, bool ptsz, CUstream stream, Rest... rest) {
 
 CUresult end_capture(decltype(&::cuStreamEndCapture) real, bool ptsz, CUstream stream, CUgraph* graph) {
   const CUresult r = call(real, stream, graph);
-  // An invalidated capture ends here too; a stream that was not capturing is not in the list.
+  // An invalidated capture ends here too; a stream that was not capturing is not in the list. One
+  // refused for another reason (ended from another thread than began it, an unjoined fork) goes on:
+  // it stays counted, or the pools would take the program's capture for over.
+  if (r != CUDA_SUCCESS && still_capturing(stream, ptsz)) return r;
   gpushim::note_capture_ended(stream, per_thread_stream(stream, ptsz));
   return r;
 }

@@ -159,6 +159,13 @@ Config LoadConfig(EnvLookup lookup, std::string* err) {
       complain("FAKECUDA_KERNEL_US", v, "expected microseconds from 0 to 1000000; using 20");
     }
   }
+  if (const char* v = lookup("FAKECUDA_ALLOC_ORDER")) {
+    if (std::string_view(v) == "down") {
+      cfg.alloc_top_down = true;
+    } else if (std::string_view(v) != "up") {
+      complain("FAKECUDA_ALLOC_ORDER", v, "expected up or down; using up");
+    }
+  }
   return cfg;
 }
 

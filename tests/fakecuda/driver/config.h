@@ -35,6 +35,11 @@ struct Config {
   // the events recorded after it, complete that much later, so a program that launches kernels
   // runs ahead of the device as on a GPU, and memory it frees is still in use for a while.
   unsigned kernel_us = kDefaultKernelUs;
+  // FAKECUDA_ALLOC_ORDER=down: device memory is carved from the top of the free address space
+  // (last fit), so later allocations lie at lower addresses, as an H200's driver placed a caching
+  // pool's large segments. Address order then differs from allocation order, which a replay that
+  // invents its own addresses cannot reproduce. Default "up": first fit in address order.
+  bool alloc_top_down = false;
 };
 
 inline constexpr int kMaxDevices = 64;

@@ -66,6 +66,20 @@ bool Arena::Init(int device, std::size_t capacity) {
 }
 
 std::optional<std::size_t> Arena::Carve(std::size_t size) {
+  if (GetConfig().alloc_top_down) {
+    // Last fit: the end of the highest range that holds it, kept on the alignment every carve has.
+    for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
+      if (it->second < size) continue;
+      const std::size_t start = it->first, end = it->first + it->second;
+      const std::size_t offset = (end - size) / kAllocAlignment * kAllocAlignment;
+      if (offset < start) continue;
+      free_.erase(std::next(it).base());
+      if (offset > start) free_[start] = offset - start;
+      if (end > offset + size) free_[offset + size] = end - offset - size;
+      return offset;
+    }
+    return std::nullopt;
+  }
   // First fit in address order: simple, and it reuses freed addresses quickly, which is what makes
   // use-after-free by a pool visible in tests.
   for (auto it = free_.begin(); it != free_.end(); ++it) {

@@ -83,6 +83,16 @@ TEST(ConfigLoad, KernelDuration) {
   EXPECT_NE(err.find("fakecuda: ignoring FAKECUDA_KERNEL_US"), std::string::npos) << err;
 }
 
+TEST(ConfigLoad, AllocationOrder) {
+  std::string err;
+  EXPECT_FALSE(Load({}, &err).alloc_top_down);
+  EXPECT_FALSE(Load({{"FAKECUDA_ALLOC_ORDER", "up"}}, &err).alloc_top_down);
+  EXPECT_TRUE(Load({{"FAKECUDA_ALLOC_ORDER", "down"}}, &err).alloc_top_down);
+  EXPECT_EQ(err, "");
+  EXPECT_FALSE(Load({{"FAKECUDA_ALLOC_ORDER", "sideways"}}, &err).alloc_top_down);
+  EXPECT_NE(err.find("fakecuda: ignoring FAKECUDA_ALLOC_ORDER"), std::string::npos) << err;
+}
+
 TEST(ConfigLoad, AllVariables) {
   std::string err;
   Config c = Load({{"FAKECUDA_DEVICES", "4"},

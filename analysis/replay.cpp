@@ -159,8 +159,9 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
   const bool recorded_passthrough =
       parse_policy_name(trace.header.policy, &recorded_policy) && recorded_policy == PolicyKind::kPassthrough;
 
-  // The run's reuse moments are followed only where the replay is the run: its policy, cap,
-  // device and settings. A device whose trace has none (an older trace) keeps the simulation's.
+  // The run's reuse moments and segment addresses are followed only where the replay is the run:
+  // its policy, cap, device and settings. A device whose trace has no reuse moments (an older
+  // trace) keeps the simulation's timing.
   std::set<int> devices_with_reuse;
   const bool follow = settings.gpu_time == GpuTime::kRecorded && settings.follow_recorded_reuse && !settings.stream_ordered && settings.model == ReplayModel::kShim &&
                       !settings.limit_given && settings.capacity == 0 &&
@@ -231,6 +232,12 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       // kSync: the replay's pool synchronizes at the same point by itself, which completes all.
       continue;
     }
+    if (e.kind == EventKind::kSegmentAlloc) {
+      // It comes first in the trace, inside the pool operation that took it (the next of its
+      // device's operations here): that operation's segment goes where the run's went.
+      if (follow) device(e.device).sim.place_next_segment(e.addr, e.size);
+      continue;
+    }
     const bool refused = e.kind == EventKind::kOom;
     if (e.kind != EventKind::kAlloc && e.kind != EventKind::kFree && !refused) continue;
     const uint8_t kind = e.flags & trace::kFlagKindMask;
@@ -279,6 +286,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       } else {
         uint64_t allocated = 0;
         r = d.pool->allocate(AllocRequest{e.requested, stream, ordered}, &b.ptr, &allocated);
+        d.sim.forget_placements();  // the run's segments of this operation that the replay did not take
         b.size = allocated;
         if (r == CUDA_SUCCESS && !refused && d.result.follows_recorded_reuse && allocated != e.size &&
             d.result.first_difference_event == 0) {

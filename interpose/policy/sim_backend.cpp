@@ -18,12 +18,34 @@ bool SimBackend::take(uint64_t bytes) {
   return true;
 }
 
+bool SimBackend::range_free(uintptr_t a, uint64_t bytes) const {
+  auto next = segments_.lower_bound(a);
+  if (next != segments_.end() && next->first - a < bytes) return false;
+  return next == segments_.begin() || std::prev(next)->first + std::prev(next)->second <= a;
+}
+
 CUresult SimBackend::segment_alloc(size_t bytes, void** out) {
   if (!take(bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   ++counters_.segment_allocs;
-  // 2 MiB-aligned like cudaMalloc's large allocations, with a gap so neighbours never touch.
-  const uintptr_t a = next_addr_;
-  next_addr_ += (bytes + (4ull << 20) - 1) / (2ull << 20) * (2ull << 20);
+  uintptr_t a = 0;
+  if (!placements_.empty()) {
+    const auto [at, size] = placements_.front();
+    placements_.pop_front();
+    if (size == bytes && at != 0 && at <= UINTPTR_MAX - bytes && range_free(at, bytes)) a = at;
+  }
+  // Else 2 MiB-aligned like cudaMalloc's large allocations, with a gap so neighbours never touch,
+  // past any placed segment in the way.
+  constexpr uintptr_t kAlign = 2ull << 20;
+  const uintptr_t step = (bytes + 2 * kAlign - 1) / kAlign * kAlign;
+  while (a == 0) {
+    if (range_free(next_addr_, step)) {
+      a = next_addr_;
+      next_addr_ += step;
+    } else {
+      const auto in_the_way = std::prev(segments_.upper_bound(next_addr_ + step - 1));
+      next_addr_ = (in_the_way->first + in_the_way->second + kAlign - 1) / kAlign * kAlign;
+    }
+  }
   segments_.emplace(a, bytes);
   *out = reinterpret_cast<void*>(a);
   return CUDA_SUCCESS;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <set>
@@ -73,6 +74,14 @@ class SimBackend final : public Backend {
     script_[{fence, ordinal}] = queries_before;
   }
   uint64_t fence_calls() const { return fence_calls_; }
+  // Replay of a recorded run: the next segment of `bytes` goes to `addr`, where the run's driver put
+  // it (until forget_placements). Pools break ties between equal free blocks by address, and a
+  // real driver's addresses need not rise with each allocation as this simulation's do (an H200
+  // hands a caching pool's large segments out downwards): with its own addresses a replay would
+  // pick other blocks than the run did. A placement of another size, or one over a live segment
+  // (the replay departed from the run), is passed over and the simulation's own address is used.
+  void place_next_segment(uintptr_t addr, uint64_t bytes) { placements_.push_back({addr, bytes}); }
+  void forget_placements() { placements_.clear(); }
 
   // ---- GPU time ----
   // The host's clock: the replay sets it to each event's recorded time. Events and fences carry
@@ -111,6 +120,7 @@ class SimBackend final : public Backend {
 
  private:
   bool take(uint64_t bytes);
+  bool range_free(uintptr_t a, uint64_t bytes) const;
   uint64_t capacity_;
   size_t granularity_;
   uint64_t used_ = 0, peak_used_ = 0;
@@ -118,6 +128,7 @@ class SimBackend final : public Backend {
   uintptr_t next_va_ = 0x100000000000ull;
   uint64_t next_handle_ = 1, next_event_ = 1;
   std::map<uintptr_t, uint64_t> segments_;
+  std::deque<std::pair<uintptr_t, uint64_t>> placements_;  // (address, size) for the next segments
   std::map<uint64_t, uint64_t> physical_;  // handle -> size
   // The driver's rules are checked as the real one (and tests/fakecuda) checks them: a mapping
   // lies inside one reservation, never over another, from offset 0 of its handle ("currently must

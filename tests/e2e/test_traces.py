@@ -462,6 +462,25 @@ class ReplayUnderALimit(ShimTestCase):
                 self.assertEqual(dev["oom_requested"], r.report["ooms"][0]["requested"])
                 self.assertTrue(dev["reproduces_recorded_peak"], dev)
 
+    def test_a_driver_that_hands_memory_out_downwards_replays_exactly(self):
+        # A pool breaks ties between equal free blocks by address, and a GPU's driver need not hand
+        # memory out at rising addresses as the replay's simulated device does (an H200 hands a
+        # caching pool's large segments out downwards): the replay puts each segment where the
+        # trace says the run's driver put it, and so follows the run to the same refusal.
+        for policy in [p for p in POLICIES if p != "passthrough"]:
+            with self.subTest(policy=policy):
+                r, path = traced([program("e2e_train_loop"), "100", "--leak-mib", "6"],
+                                 env={"GPUSHIM_LIMIT": "400MiB", "GPUSHIM_POLICY": policy,
+                                      "FAKECUDA_ALLOC_ORDER": "down", "FAKECUDA_KERNEL_US": "200"})
+                self.assertRanOK(r)
+                self.assertEqual(len(r.report["ooms"]), 1)
+                out = analyze_json("replay", path, "--policy", policy, "--gpu-time", "recorded")
+                dev = out["policies"][0]["devices"][0]
+                self.assertEqual(dev["first_difference_event"], 0, out["notes"])
+                self.assertEqual((dev["recorded_ooms"], dev["ooms"], dev["recorded_ooms_avoided"]), (1, 1, 0), dev)
+                self.assertTrue(dev["reproduces_recorded_peak"], dev)
+                self.assertFalse([n for n in out["notes"] if "departs" in n], out["notes"])
+
 
 def report_doc(pid, rank, devices, sites, reason="exit"):
     """A minimal report as the shim writes it (docs/report-format.md)."""

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "policy/forwarding_backend.h"
 #include "policy/observed_backend.h"
 #include "policy/policy_factory.h"
 
@@ -141,7 +142,12 @@ TEST(Replay, OffersThePoliciesTheFactoryBuilds) {
 // and events complete late, at points only the device knows), then replays the trace.
 struct ReuseRecorder final : SegmentObserver {
   std::vector<TraceEvent>* out = nullptr;
-  void on_segment(Change, uintptr_t, uint64_t) override {}
+  void on_segment(Change change, uintptr_t addr, uint64_t bytes) override {
+    if (change != Change::kAlloc && change != Change::kFree) return;
+    TraceEvent e = ev(change == Change::kAlloc ? EventKind::kSegmentAlloc : EventKind::kSegmentFree, 0, addr, bytes,
+                      trace::kFlagSequenced);
+    out->push_back(e);
+  }
   void on_reuse(Reuse what, uint64_t ordinal, uint64_t queries_before) override {
     TraceEvent e;
     e.kind = EventKind::kReuse;
@@ -153,15 +159,44 @@ struct ReuseRecorder final : SegmentObserver {
   }
 };
 
-TraceData record_lagging_run(PolicyKind policy, unsigned seed) {
+// A driver that hands segments out downwards, as an H200's did for a caching pool's large
+// segments: the simulation's memory, at its addresses mirrored, so each new segment lies below the
+// earlier ones where the simulation's lie above.
+class DownwardDriver final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  CUresult segment_alloc(size_t bytes, void** out) override {
+    void* p = nullptr;
+    const CUresult r = upstream().segment_alloc(bytes, &p);
+    if (r != CUDA_SUCCESS) return r;
+    const uintptr_t mirrored = kMirror - reinterpret_cast<uintptr_t>(p) - bytes;
+    simulated_[mirrored] = p;
+    *out = reinterpret_cast<void*>(mirrored);
+    return r;
+  }
+  CUresult segment_free(void* p, size_t bytes) override {
+    auto it = simulated_.find(reinterpret_cast<uintptr_t>(p));
+    if (it == simulated_.end()) return CUDA_ERROR_INVALID_VALUE;
+    void* q = it->second;
+    simulated_.erase(it);
+    return upstream().segment_free(q, bytes);
+  }
+
+ private:
+  static constexpr uintptr_t kMirror = 0xff0000000000ull;
+  std::map<uintptr_t, void*> simulated_;
+};
+
+TraceData record_lagging_run(PolicyKind policy, unsigned seed, bool downward_driver = false) {
   TraceData t;
   t.header.policy = policy_name(policy);
   t.devices.push_back(trace::DeviceInfo{0, 8ull << 30, 0});
   SimBackend sim(8ull << 30);
   sim.set_events_complete_at_once(false);
+  DownwardDriver downward(sim);
   ReuseRecorder rec;
   rec.out = &t.events;
-  ObservedBackend observed(sim, rec);
+  ObservedBackend observed(downward_driver ? static_cast<Backend&>(downward) : sim, rec);
   Config c;
   c.policy = policy;
   std::unique_ptr<DeviceMemoryResource> pool = make_pool(c, observed);
@@ -233,6 +268,28 @@ TEST(Replay, FencesCompleteWhereTheRunSawThemComplete) {
     }
   }
   // Without the recorded moments some of these runs do not replay to their peak: the test can fail.
+  EXPECT_GT(departed_without, 0);
+}
+
+TEST(Replay, SegmentsGoWhereTheRunsDriverPutThem) {
+  // Best fit breaks ties between equal free blocks by address: a replay that gave the pool its own
+  // rising addresses, where the run's driver handed segments out downwards, chose other blocks.
+  int departed_without = 0;
+  for (unsigned seed = 1; seed <= 12; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const TraceData t = record_lagging_run(PolicyKind::kCaching, seed, /*downward_driver=*/true);
+    const uint64_t recorded = recorded_peak_allocated(t).at(0);
+    const ReplayDevice d = replay_trace(t, settings(PolicyKind::kCaching)).devices.at(0);
+    EXPECT_TRUE(d.follows_recorded_reuse);
+    EXPECT_EQ(d.peak_allocated, recorded);
+    EXPECT_EQ(d.first_difference_event, 0u);
+    EXPECT_EQ(d.difference, "");
+    TraceData unplaced = t;
+    std::erase_if(unplaced.events, [](const TraceEvent& e) { return e.kind == EventKind::kSegmentAlloc; });
+    if (replay_trace(unplaced, settings(PolicyKind::kCaching)).devices.at(0).first_difference_event != 0)
+      ++departed_without;
+  }
+  // Without the segments' addresses some of these runs are not followed: the test can fail.
   EXPECT_GT(departed_without, 0);
 }
 

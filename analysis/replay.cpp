@@ -52,6 +52,15 @@ struct SimDevice {
   // completion samples after it describe another sequence of fences than the run's.
   uint64_t departed_ns = 0;
   uint64_t verify_fences = 0, verify_events = 0;  // named by reuse moments of the operation under way
+  // Streams the run's pool forgot in one call (kStreamRetired), gathered until all have come: one
+  // call records their events in the order the run's did.
+  std::vector<CUstream> retiring;
+  uint64_t retiring_together = 0;
+  void retire_streams() {
+    if (retiring.empty()) return;
+    if (pool) pool->forget_streams([this](CUstream s) { return std::find(retiring.begin(), retiring.end(), s) != retiring.end(); });
+    retiring.clear();
+  }
   void verify_script(uint64_t t_ns) {
     if (departed_ns == 0 && (verify_fences > sim.fence_calls() || verify_events > sim.event_calls()))
       departed_ns = std::max<uint64_t>(t_ns, 1);
@@ -232,6 +241,15 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       // kSync: the replay's pool synchronizes at the same point by itself, which completes all.
       continue;
     }
+    if (e.kind == EventKind::kStreamRetired) {
+      // The program ended streams on which the pool held free blocks: whatever the policy, a block
+      // must not stay tied to a handle that a later stream may be given.
+      SimDevice& d = device(e.device);
+      d.retiring.push_back(reinterpret_cast<CUstream>(e.stream));
+      d.retiring_together = e.size;
+      if (d.retiring.size() >= d.retiring_together) d.retire_streams();
+      continue;
+    }
     if (e.kind == EventKind::kSegmentAlloc) {
       // It comes first in the trace, inside the pool operation that took it (the next of its
       // device's operations here): that operation's segment goes where the run's went.
@@ -257,6 +275,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
     }
     if (kind != static_cast<uint8_t>(MemoryKind::kDevice)) continue;
     SimDevice& d = device(e.device);
+    d.retire_streams();  // a group cut short (a damaged or dropped tail of the run's call)
     ++result.events;
     const bool ordered = settings.stream_ordered || (e.flags & trace::kFlagStreamOrdered) != 0;
     const CUstream stream = reinterpret_cast<CUstream>(e.stream);

@@ -192,6 +192,9 @@ bool decode_events(ByteReader& r, std::vector<TraceEvent>* out) {
       case EventKind::kCheckpoint:
         if (!r.varint(&e.size) || !r.varint(&e.requested)) return false;
         break;
+      case EventKind::kStreamRetired:
+        if (!r.varint(&e.size)) return false;
+        break;
     }
     if (flags & trace::kFlagSequenced) {
       if (!r.varint(&v)) return false;

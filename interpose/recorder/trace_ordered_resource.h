@@ -9,8 +9,11 @@
 // is the pool's order and a replay reproduces it. A counter, not a clock read, keeps the lock short.
 #pragma once
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "policy/device_memory_resource.h"
 
@@ -68,7 +71,22 @@ class TraceOrderedResource final : public DeviceMemoryResource {
     std::lock_guard<std::mutex> lock(mu_);
     pool_->trim_to(keep);
   }
-  void forget_streams(absl::FunctionRef<bool(CUstream)> doomed) override { pool_->forget_streams(doomed); }
+  // Forgetting streams records events (numbered like every other) and retags blocks, so it is a
+  // pool operation of its own: numbered in the pool's order, and each stream whose blocks were
+  // retagged reported to `retired` (one call of forget_streams: all of them, in the order the pool
+  // met them, which is the order it recorded their events in).
+  void forget_streams(absl::FunctionRef<bool(CUstream)> doomed) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<CUstream> retired;
+    pool_->forget_streams([&](CUstream s) {
+      if (!doomed(s)) return false;
+      if (std::find(retired.begin(), retired.end(), s) == retired.end()) retired.push_back(s);
+      return true;
+    });
+    if (retired_)
+      for (CUstream s : retired) retired_(s, retired.size());
+  }
+  void set_retired_observer(std::function<void(CUstream, size_t)> retired) { retired_ = std::move(retired); }
 
   // The calling thread's last allocate or deallocate, as numbered in the pool's order (from 1).
   static uint64_t last_op_seq() { return t_last_op_seq; }
@@ -80,6 +98,7 @@ class TraceOrderedResource final : public DeviceMemoryResource {
   // initial-exec: written and read once per traced operation; the shim is preloaded at startup.
   __attribute__((tls_model("initial-exec"))) static inline thread_local uint64_t t_last_op_seq = 0;
   std::unique_ptr<DeviceMemoryResource> pool_;
+  std::function<void(CUstream, size_t)> retired_;  // called under mu_: may take next_seq_locked()
   std::mutex mu_;
   uint64_t seq_ = 0;  // under mu_
 };

@@ -63,6 +63,16 @@ class SegmentTracer final : public SegmentObserver {
     stamp(&e);
     recorder_.record(e);
   }
+  // Called by the ordering wrapper, under its lock, for each stream one forget_streams retired.
+  void on_stream_retired(CUstream stream, size_t together) {
+    TraceEvent e;
+    e.t_ns = now_ns();
+    e.kind = EventKind::kStreamRetired;
+    e.stream = reinterpret_cast<uint64_t>(stream);
+    e.size = together;
+    stamp(&e);
+    recorder_.record(e);
+  }
 
  private:
   // The device, and the pool's sequence number: the pool holds its lock while it calls in.
@@ -187,6 +197,7 @@ std::unique_ptr<DeviceMemoryResource> TraceTap::traced_pool(const Config& config
   if (pool == nullptr) return nullptr;
   auto ordered = std::make_unique<trace::TraceOrderedResource>(std::move(pool));
   segments->set_order(ordered.get());
+  ordered->set_retired_observer([segments](CUstream s, size_t together) { segments->on_stream_retired(s, together); });
   return ordered;
 }
 

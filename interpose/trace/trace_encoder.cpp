@@ -144,6 +144,9 @@ void EventEncoder::add(const TraceEvent& e) {
       put_varint(&body_, e.size);
       put_varint(&body_, e.requested);
       break;
+    case EventKind::kStreamRetired:
+      put_varint(&body_, e.size);
+      break;
   }
   if (e.flags & kFlagSequenced)
     put_varint(&body_, zigzag(static_cast<int64_t>(e.seq - exchange_seq(&prev_seq_, e.device, e.seq))));

@@ -20,7 +20,7 @@ inline constexpr char kFileMagic[8] = {'G', 'P', 'U', 'S', 'H', 'I', 'M', 'T'};
 // Version of the chunk layouts below. A reader refuses a different major; a minor bump only adds
 // chunk types or trailing fields, which old readers skip.
 inline constexpr uint32_t kVersionMajor = 1;
-inline constexpr uint32_t kVersionMinor = 2;  // 1: kReuse and kCheckpoint events; 2: the end chunk's retries
+inline constexpr uint32_t kVersionMinor = 3;  // 1: kReuse and kCheckpoint events; 2: the end chunk's retries; 3: kStreamRetired
 
 inline constexpr uint32_t kChunkSync = 0x4B484347u;  // "GCHK" little-endian
 inline constexpr size_t kChunkHeaderSize = 16;
@@ -58,8 +58,16 @@ enum class EventKind : uint8_t {
   // (minor 1) The shim sampled every site for growth (a checkpoint of the growth series): size =
   // iterations counted, requested = their sources. gpushim-analyze judges growth at exactly these.
   kCheckpoint = 10,
+  // (minor 3) The pool stopped naming streams the program was ending (cuStreamDestroy, a context's
+  // destruction or reset: DeviceMemoryResource::forget_streams): its free blocks freed on them got
+  // an event recorded then and are ordered by it alone since. One event per stream whose blocks
+  // were retagged, consecutive in the pool's order (sequenced): stream = the handle, size = how
+  // many streams that one call forgot. The event numbers of kReuse count those events, and the
+  // driver may hand the handle to a later stream: a replay under the recorded policy forgets the
+  // same streams at the same point (analysis/replay.cpp).
+  kStreamRetired = 11,
 };
-inline constexpr uint8_t kEventKindCount = 11;
+inline constexpr uint8_t kEventKindCount = 12;
 
 enum class ReuseMoment : uint8_t {
   kFenceDone = 0,   // Backend::fence_done answered true

@@ -209,6 +209,25 @@ class Recording(ShimTestCase):
                 self.assertTrue(replay["reproduces_recorded_peak"], replay)
                 self.assertEqual(replay["peak_allocated"], dev["peak_allocated"])
 
+    def test_threads_ending_streams_replay_as_they_ran(self):
+        # Threads free blocks stream-ordered on streams they then destroy, while others allocate:
+        # the pool forgets each such stream (recording its blocks' event, which takes an event
+        # number) at the destroy, between other threads' operations. The trace says where, and the
+        # replay under the recorded policy forgets it there too, so every later block is the run's.
+        for policy in ["caching"]:
+            for seed in ("5", "6"):
+                with self.subTest(policy=policy, seed=seed):
+                    r, path = traced([program("e2e_reuse_integrity"), "4", "100", seed],
+                                     env={"GPUSHIM_POLICY": policy, "FAKECUDA_KERNEL_US": "200",
+                                          "FAKECUDA_ALLOC_ORDER": "down"})
+                    self.assertRanOK(r)
+                    out = analyze_json("replay", path, "--policy", policy, "--gpu-time", "recorded")
+                    dev = out["policies"][0]["devices"][0]
+                    self.assertTrue(dev["follows_recorded_reuse"], dev)
+                    self.assertEqual(dev["first_difference_event"], 0, out["notes"])
+                    self.assertTrue(dev["reproduces_recorded_peak"], dev)
+                    self.assertFalse([n for n in out["notes"] if "under the recorded policy" in n], out["notes"])
+
     def test_trace_names_the_same_sites_and_lines_as_the_report(self):
         r, path = traced([program("e2e_leak_two_sites")])
         self.assertRanOK(r)

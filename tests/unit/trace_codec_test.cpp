@@ -420,6 +420,40 @@ TEST(TraceReader, SkipsChunkTypesItDoesNotKnow) {
   EXPECT_FALSE(t.end.has_value());
 }
 
+// Streams one forget_streams retired: each its own event, carrying the handle and how many went
+// together, numbered in the pool's order between the operations around them.
+TEST(TraceReader, StreamRetirementsReadBackInThePoolsOrder) {
+  std::vector<TraceEvent> events;
+  uint64_t now = 1'000'000'100, seq = 0;
+  auto add = [&](EventKind kind, uint64_t stream, uint64_t size) {
+    TraceEvent e;
+    e.t_ns = now += 10;
+    e.kind = kind;
+    e.stream = stream;
+    e.size = e.requested = size;
+    e.addr = kind == EventKind::kStreamRetired ? 0 : 0x7f0000000000ull;
+    e.flags = kFlagSequenced | (stream ? kFlagStreamOrdered : 0);
+    if (kind == EventKind::kStreamRetired) e.flags = kFlagSequenced;
+    e.seq = ++seq;
+    events.push_back(e);
+  };
+  add(EventKind::kAlloc, 0x5000, 4096);
+  add(EventKind::kStreamRetired, 0x5000, 2);
+  add(EventKind::kStreamRetired, 0x6000, 2);
+  add(EventKind::kFree, 0x7000, 4096);
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(build_trace(events, 3, false), &t, &err)) << err;
+  EXPECT_FALSE(t.truncated) << t.stop_reason;
+  EXPECT_EQ(t.version_minor, kVersionMinor);
+  ASSERT_EQ(t.events.size(), events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].kind != EventKind::kStreamRetired) continue;
+    expect_same_event(t.events[i], events[i], i);
+    EXPECT_EQ(t.events[i].seq, events[i].seq);
+  }
+}
+
 // A reuse moment the format does not define is damage, not something to replay.
 TEST(TraceReader, RefusesAReuseMomentItDoesNotKnow) {
   TraceEvent e;

@@ -322,6 +322,8 @@ std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool
 std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool) : nullptr;
   if (d == nullptr) return std::nullopt;
+  // Setting is checked as getting is (an H200 refused both during a conflicting capture).
+  if (capture_forbids_unsafe_call(d->ordinal)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t v = *static_cast<const cuuint64_t*>(value);
   switch (attr) {

@@ -52,9 +52,17 @@ int main() {
   CHECK_CU(CU(cuDeviceGetDefaultMemPool)(&pool, dev));
   CUstream other = nullptr;
   CHECK_CU(CU(cuStreamCreate)(&other, CU_STREAM_NON_BLOCKING));
-  CUdeviceptr warm = 0;  // the pool has memory, so that its queries have something to report
-  CHECK_CU(CU(cuMemAllocAsync)(&warm, 1 << 20, other));
-  CHECK_CU(CU(cuMemFreeAsync)(warm, other));
+  // The pool has memory, so that its queries have something to report, and a pool of the shim has a
+  // free 4 KiB block on `other`, so that serving the allocation there needs no new segment.
+  for (const size_t bytes : {size_t{1} << 20, size_t{4096}}) {
+    CUdeviceptr warm = 0;
+    CHECK_CU(CU(cuMemAllocAsync)(&warm, bytes, other));
+    CHECK_CU(CU(cuMemFreeAsync)(warm, other));
+    void* p = nullptr;  // and through the runtime, the path a pool of the shim serves
+    if (cudaMallocAsync(&p, bytes, reinterpret_cast<cudaStream_t>(other)) != cudaSuccess ||
+        cudaFreeAsync(p, reinterpret_cast<cudaStream_t>(other)) != cudaSuccess)
+      return 2;
+  }
   CHECK_CU(CU(cuStreamSynchronize)(other));
   CUdeviceptr held = 0;
   CHECK_CU(CU(cuMemAlloc)(&held, 1 << 20));
@@ -101,14 +109,43 @@ int main() {
          CUresult r = CU(cuMemAllocAsync)(&p, 4096, other);
          return r == CUDA_SUCCESS ? CU(cuMemFreeAsync)(p, other) : r;
        }},
+      {"cudaMallocAsync+cudaFreeAsync(other stream)",
+       [&](CUstream, CUdeviceptr) {
+         void* p = nullptr;
+         cudaError_t e = cudaMallocAsync(&p, 4096, reinterpret_cast<cudaStream_t>(other));
+         if (e == cudaSuccess) e = cudaFreeAsync(p, reinterpret_cast<cudaStream_t>(other));
+         cudaGetLastError();
+         return e == cudaSuccess ? CUDA_SUCCESS
+                : e == cudaErrorStreamCaptureUnsupported ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                : e == cudaErrorStreamCaptureInvalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                                                         : CUDA_ERROR_UNKNOWN;
+       }},
       {"cuMemPoolTrimTo", [&](CUstream, CUdeviceptr) { return CU(cuMemPoolTrimTo)(pool, 1ull << 40); }},
+      {"cuMemPoolSetAttribute(RELEASE_THRESHOLD)",
+       [&](CUstream, CUdeviceptr) {
+         cuuint64_t v = 0;
+         return CU(cuMemPoolSetAttribute)(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
+       }},
+      {"cuMemPoolSetAttribute(USED_MEM_HIGH, 0)",
+       [&](CUstream, CUdeviceptr) {
+         cuuint64_t v = 0;
+         return CU(cuMemPoolSetAttribute)(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &v);
+       }},
+      // The shim asks whether a capture forbids unsafe calls with this one (Shim::capture_forbids_unsafe_call).
+      {"cuMemFree(0)", [](CUstream, CUdeviceptr) { return CU(cuMemFree)(0); }},
+      {"cuStreamSynchronize(other stream)", [&](CUstream, CUdeviceptr) { return CU(cuStreamSynchronize)(other); }},
+      {"cuEventSynchronize(completed event)", [&](CUstream, CUdeviceptr) { return CU(cuEventSynchronize)(done); }},
+      {"cuMemsetD8(sync)", [&](CUstream, CUdeviceptr) { return CU(cuMemsetD8)(held, 0, 64); }},
       {"cuMemcpyDtoH(sync)",
        [&](CUstream, CUdeviceptr) {
          char b[8];
          return CU(cuMemcpyDtoH)(b, held, sizeof b);
        }},
   };
-  for (const bool other_thread : {false, true}) {
+  // The call from the capturing thread, from another thread with the context current, and from a
+  // thread with no current context (a monitoring thread asking for memory figures, say).
+  enum class Caller { kCapturing, kOther, kBare };
+  for (const Caller caller : {Caller::kCapturing, Caller::kOther, Caller::kBare}) {
     for (const auto& [mode, label] : {std::pair{CU_STREAM_CAPTURE_MODE_GLOBAL, "global"},
                                       std::pair{CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, "thread_local"},
                                       std::pair{CU_STREAM_CAPTURE_MODE_RELAXED, "relaxed"}}) {
@@ -119,11 +156,11 @@ int main() {
         CUdeviceptr g = 0;
         CHECK_CU(CU(cuMemAllocAsync)(&g, 2 << 20, s));
         CUresult result = CUDA_SUCCESS;
-        if (!other_thread) {
+        if (caller == Caller::kCapturing) {
           result = q.call(s, g);
         } else {
           std::thread([&] {
-            CU(cuCtxSetCurrent)(primary);
+            if (caller == Caller::kOther) CU(cuCtxSetCurrent)(primary);
             result = q.call(s, g);
           }).join();
         }
@@ -133,11 +170,41 @@ int main() {
         const CUresult end = CU(cuStreamEndCapture)(s, &graph);
         if (graph != nullptr) CHECK_CU(CU(cuGraphDestroy)(graph));
         std::printf("{\"thread\":\"%s\",\"mode\":\"%s\",\"call\":\"%s\",\"result\":\"%s\",\"capture_after\":\"%s\",\"end\":\"%s\"}\n",
-                    other_thread ? "other" : "capturing", label, q.name, error_name(result), status_name(after),
+                    caller == Caller::kCapturing ? "capturing" : caller == Caller::kOther ? "other" : "bare", label, q.name, error_name(result), status_name(after),
                     error_name(end));
         CHECK_CU(CU(cuStreamDestroy)(s));
       }
     }
+  }
+  // A capture that another thread tried to end (CUDA refuses, the capture goes on): the rules still
+  // hold for the rest of it.
+  {
+    CUstream s = nullptr;
+    CHECK_CU(CU(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING));
+    CHECK_CU(CU(cuStreamBeginCapture)(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUdeviceptr g = 0;
+    CHECK_CU(CU(cuMemAllocAsync)(&g, 2 << 20, s));
+    CUresult ended = CUDA_SUCCESS;
+    std::thread([&] {
+      CU(cuCtxSetCurrent)(primary);
+      CUgraph graph = nullptr;
+      ended = CU(cuStreamEndCapture)(s, &graph);
+    }).join();
+    void* p = nullptr;  // through the runtime: the path a pool of the shim serves
+    const cudaError_t e = cudaMallocAsync(&p, 4096, reinterpret_cast<cudaStream_t>(other));
+    const CUresult result = e == cudaSuccess ? CU(cuMemFreeAsync)(reinterpret_cast<CUdeviceptr>(p), other)
+                            : e == cudaErrorStreamCaptureUnsupported ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                                                                     : CUDA_ERROR_UNKNOWN;
+    cudaGetLastError();
+    CUstreamCaptureStatus after = CU_STREAM_CAPTURE_STATUS_NONE;
+    CHECK_CU(CU(cuStreamIsCapturing)(s, &after));
+    CUgraph graph = nullptr;
+    const CUresult end = CU(cuStreamEndCapture)(s, &graph);
+    if (graph != nullptr) CHECK_CU(CU(cuGraphDestroy)(graph));
+    std::printf("{\"thread\":\"capturing\",\"mode\":\"global\",\"call\":\"after an end from another thread (%s): "
+                "cudaMallocAsync+cuMemFreeAsync(other stream)\",\"result\":\"%s\",\"capture_after\":\"%s\",\"end\":\"%s\"}\n",
+                error_name(ended), error_name(result), status_name(after), error_name(end));
+    CHECK_CU(CU(cuStreamDestroy)(s));
   }
   CHECK_CU(CU(cuMemFree)(held));
   CHECK_CU(CU(cuEventDestroy)(event));

@@ -172,6 +172,11 @@ CUresult EndCapture(CUstream hStream, CUgraph* phGraph, bool ptsz) {
   const std::shared_ptr<Capture> cap = st->capture;
   if (cap->origin != st) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
   if (cap->mode != CU_STREAM_CAPTURE_MODE_RELAXED && cap->thread != std::this_thread::get_id()) {
+    // Refused, and the capture is over all the same: an H200 left the stream not capturing, the
+    // capturing thread's next stream-ordered call on another stream went through and its own end
+    // answered CUDA_ERROR_ILLEGAL_STATE (2026-11-27, tests/gpu/capture_queries_h200.jsonl).
+    AbandonCapture(s, cap);
+    *phGraph = nullptr;
     return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
   }
   if (cap->invalidated) {

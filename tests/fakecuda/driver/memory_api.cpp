@@ -205,9 +205,12 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t Wi
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   State& s = GetState();
   std::unique_lock lk(s.mu);
+  // The capture rules come first, even on a thread with no current context, and freeing 0 is then
+  // a no-op, context or not: an H200's answers (2026-11-27, tests/gpu/capture_queries_h200.jsonl).
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  if (dptr == 0) return CUDA_SUCCESS;  // also with no current context
   Context* ctx = nullptr;
   if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
-  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
   auto it = s.regions.find(dptr);
   if (it == s.regions.end() || it->second.free_pending || it->second.graph_unlaunched ||
       !(IsFreeableDeviceKind(it->second.kind) || it->second.kind == RegionKind::kManaged)) {
@@ -413,6 +416,7 @@ CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   MemPool* mp = LookupPool(s, pool, "cuMemPoolSetAttribute");
+  if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;  // as cuMemPoolGetAttribute (an H200)
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const int i = *static_cast<const int*>(value);
   switch (attr) {

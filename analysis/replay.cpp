@@ -168,9 +168,9 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
   const bool recorded_passthrough =
       parse_policy_name(trace.header.policy, &recorded_policy) && recorded_policy == PolicyKind::kPassthrough;
 
-  // The run's reuse moments and segment addresses are followed only where the replay is the run:
-  // its policy, cap, device and settings. A device whose trace has no reuse moments (an older
-  // trace) keeps the simulation's timing.
+  // The run's reuse moments, and where its segments and address ranges lay, are followed only
+  // where the replay is the run: its policy, cap, device and settings. A device whose trace has no
+  // reuse moments (an older trace) keeps the simulation's timing.
   std::set<int> devices_with_reuse;
   const bool follow = settings.gpu_time == GpuTime::kRecorded && settings.follow_recorded_reuse && !settings.stream_ordered && settings.model == ReplayModel::kShim &&
                       !settings.limit_given && settings.capacity == 0 &&
@@ -250,10 +250,11 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       if (d.retiring.size() >= d.retiring_together) d.retire_streams();
       continue;
     }
-    if (e.kind == EventKind::kSegmentAlloc) {
+    if (e.kind == EventKind::kSegmentAlloc || e.kind == EventKind::kVaReserve) {
       // It comes first in the trace, inside the pool operation that took it (the next of its
-      // device's operations here): that operation's segment goes where the run's went.
-      if (follow) device(e.device).sim.place_next_segment(e.addr, e.size);
+      // device's operations here): that operation's segment or range goes where the run's went.
+      if (follow && e.kind == EventKind::kSegmentAlloc) device(e.device).sim.place_next_segment(e.addr, e.size);
+      if (follow && e.kind == EventKind::kVaReserve) device(e.device).sim.place_next_reservation(e.addr, e.size);
       continue;
     }
     const bool refused = e.kind == EventKind::kOom;
@@ -305,7 +306,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       } else {
         uint64_t allocated = 0;
         r = d.pool->allocate(AllocRequest{e.requested, stream, ordered}, &b.ptr, &allocated);
-        d.sim.forget_placements();  // the run's segments of this operation that the replay did not take
+        d.sim.forget_placements();  // the run's segments or ranges of this operation that the replay did not take
         b.size = allocated;
         if (r == CUDA_SUCCESS && !refused && d.result.follows_recorded_reuse && allocated != e.size &&
             d.result.first_difference_event == 0) {
@@ -368,6 +369,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
         ++d.result.forwarded_calls;
       } else {
         d.pool->deallocate(b.ptr, stream, ordered);
+        d.sim.forget_placements();
       }
     }
     d.result.peak_reserved = std::max(d.result.peak_reserved, d.sim.used() + d.forwarded + d.graph);

@@ -28,10 +28,10 @@ struct ReplaySettings {
   uint64_t capacity = 0;        // simulated device size; 0: the recorded capacity (else 1 PiB)
   // Under the recorded policy, cap, capacity and settings (false when settings were overridden),
   // the pools place every block as the run did: a trace's reuse moments (kReuse) decide when the
-  // simulated device completes fences and events, and its segment_alloc events where each segment
-  // lies (best fit breaks ties by address). Otherwise the simulated device hands segments out at
-  // rising addresses of its own and, as for traces without reuse moments, completes fences and
-  // events at once.
+  // simulated device completes fences and events, and its segment_alloc and va_reserve events where
+  // each segment or address range lies (best fit breaks ties by address). Otherwise the simulated
+  // device hands them out at rising addresses of its own and, as for traces without reuse moments,
+  // completes fences and events at once.
   bool follow_recorded_reuse = true;
   // When fences and events complete (gpu_time.h). kRecorded is the above; kModel completes them
   // where `lags` (per device; estimate_device_lag) says, under every policy alike.

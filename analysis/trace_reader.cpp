@@ -174,6 +174,8 @@ bool decode_events(ByteReader& r, std::vector<TraceEvent>* out) {
       case EventKind::kSegmentFree:
       case EventKind::kSegmentMap:
       case EventKind::kSegmentUnmap:
+      case EventKind::kVaReserve:
+      case EventKind::kVaFree:
         if (!read_addr() || !r.varint(&e.size)) return false;
         break;
       case EventKind::kOom:

@@ -15,7 +15,9 @@ namespace gpushim {
 
 class SegmentObserver {
  public:
-  enum class Change : uint8_t { kAlloc, kFree, kMap, kUnmap };
+  // kReserve, kRelease: virtual address ranges (vmm policy), whose addresses the pool's choices
+  // depend on as they do on segments'.
+  enum class Change : uint8_t { kAlloc, kFree, kMap, kUnmap, kReserve, kRelease };
   virtual ~SegmentObserver() = default;
   // Called after the upstream call succeeded, on the thread that made it (possibly under the
   // pool's lock: implementations must be quick and must not call back into the pool).
@@ -50,6 +52,16 @@ class ObservedBackend final : public ForwardingBackend {
   CUresult unmap(uintptr_t va, size_t size) override {
     const CUresult r = upstream().unmap(va, size);
     if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kUnmap, va, size);
+    return r;
+  }
+  CUresult va_reserve(size_t size, uintptr_t hint, uintptr_t* out) override {
+    const CUresult r = upstream().va_reserve(size, hint, out);
+    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kReserve, *out, size);
+    return r;
+  }
+  CUresult va_free(uintptr_t va, size_t size) override {
+    const CUresult r = upstream().va_free(va, size);
+    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kRelease, va, size);
     return r;
   }
 

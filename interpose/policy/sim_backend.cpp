@@ -149,12 +149,32 @@ CUresult SimBackend::mem_info(size_t* free, size_t* total) {
 CUresult SimBackend::va_reserve(size_t size, uintptr_t hint, uintptr_t* out) {
   if (size == 0 || size % granularity_) return CUDA_ERROR_INVALID_VALUE;
   ++counters_.va_reserves;
-  // Honour a hint when nothing was handed out there yet (lets a pool grow a range in place).
-  if (hint && hint >= next_va_) next_va_ = hint;
-  *out = next_va_;
-  reservations_.emplace(next_va_, size);
-  next_va_ += size;
+  uintptr_t va = 0;
+  if (!reservation_placements_.empty()) {
+    const auto [at, bytes] = reservation_placements_.front();
+    reservation_placements_.pop_front();
+    if (bytes == size && at != 0 && at % granularity_ == 0 && at <= UINTPTR_MAX - size && va_range_free(at, size)) va = at;
+  }
+  if (va == 0) {
+    // Honour a hint when nothing was handed out there yet (lets a pool grow a range in place), and
+    // stay clear of ranges placed where a run's driver put them.
+    if (hint && hint >= next_va_) next_va_ = hint;
+    while (!va_range_free(next_va_, size)) {
+      const auto in_the_way = std::prev(reservations_.upper_bound(next_va_ + size - 1));
+      next_va_ = (in_the_way->first + in_the_way->second + granularity_ - 1) / granularity_ * granularity_;
+    }
+    va = next_va_;
+    next_va_ += size;
+  }
+  *out = va;
+  reservations_.emplace(va, size);
   return CUDA_SUCCESS;
+}
+
+bool SimBackend::va_range_free(uintptr_t a, uint64_t bytes) const {
+  auto next = reservations_.lower_bound(a);
+  if (next != reservations_.end() && next->first - a < bytes) return false;
+  return next == reservations_.begin() || std::prev(next)->first + std::prev(next)->second <= a;
 }
 
 CUresult SimBackend::va_free(uintptr_t va, size_t size) {

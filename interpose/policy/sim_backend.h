@@ -81,7 +81,13 @@ class SimBackend final : public Backend {
   // pick other blocks than the run did. A placement of another size, or one over a live segment
   // (the replay departed from the run), is passed over and the simulation's own address is used.
   void place_next_segment(uintptr_t addr, uint64_t bytes) { placements_.push_back({addr, bytes}); }
-  void forget_placements() { placements_.clear(); }
+  // The same for the next virtual address range (vmm): also whether a range asked for right after
+  // another (the hint) was had there, as the run's driver decided.
+  void place_next_reservation(uintptr_t addr, uint64_t bytes) { reservation_placements_.push_back({addr, bytes}); }
+  void forget_placements() {
+    placements_.clear();
+    reservation_placements_.clear();
+  }
 
   // ---- GPU time ----
   // The host's clock: the replay sets it to each event's recorded time. Events and fences carry
@@ -121,6 +127,7 @@ class SimBackend final : public Backend {
  private:
   bool take(uint64_t bytes);
   bool range_free(uintptr_t a, uint64_t bytes) const;
+  bool va_range_free(uintptr_t a, uint64_t bytes) const;
   uint64_t capacity_;
   size_t granularity_;
   uint64_t used_ = 0, peak_used_ = 0;
@@ -129,6 +136,7 @@ class SimBackend final : public Backend {
   uint64_t next_handle_ = 1, next_event_ = 1;
   std::map<uintptr_t, uint64_t> segments_;
   std::deque<std::pair<uintptr_t, uint64_t>> placements_;  // (address, size) for the next segments
+  std::deque<std::pair<uintptr_t, uint64_t>> reservation_placements_;  // and for the next ranges
   std::map<uint64_t, uint64_t> physical_;  // handle -> size
   // The driver's rules are checked as the real one (and tests/fakecuda) checks them: a mapping
   // lies inside one reservation, never over another, from offset 0 of its handle ("currently must

@@ -50,6 +50,8 @@ class SegmentTracer final : public SegmentObserver {
       case Change::kFree: e.kind = EventKind::kSegmentFree; break;
       case Change::kMap: e.kind = EventKind::kSegmentMap; break;
       case Change::kUnmap: e.kind = EventKind::kSegmentUnmap; break;
+      case Change::kReserve: e.kind = EventKind::kVaReserve; break;
+      case Change::kRelease: e.kind = EventKind::kVaFree; break;
     }
     recorder_.record(e);
   }

@@ -124,6 +124,8 @@ void EventEncoder::add(const TraceEvent& e) {
     case EventKind::kSegmentFree:
     case EventKind::kSegmentMap:
     case EventKind::kSegmentUnmap:
+    case EventKind::kVaReserve:
+    case EventKind::kVaFree:
       put_addr();
       put_varint(&body_, e.size);
       break;

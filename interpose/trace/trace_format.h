@@ -20,7 +20,7 @@ inline constexpr char kFileMagic[8] = {'G', 'P', 'U', 'S', 'H', 'I', 'M', 'T'};
 // Version of the chunk layouts below. A reader refuses a different major; a minor bump only adds
 // chunk types or trailing fields, which old readers skip.
 inline constexpr uint32_t kVersionMajor = 1;
-inline constexpr uint32_t kVersionMinor = 3;  // 1: kReuse and kCheckpoint events; 2: the end chunk's retries; 3: kStreamRetired
+inline constexpr uint32_t kVersionMinor = 3;  // 1: kReuse and kCheckpoint events; 2: the end chunk's retries; 3: kStreamRetired, kVaReserve, kVaFree
 
 inline constexpr uint32_t kChunkSync = 0x4B484347u;  // "GCHK" little-endian
 inline constexpr size_t kChunkHeaderSize = 16;
@@ -66,8 +66,13 @@ enum class EventKind : uint8_t {
   // driver may hand the handle to a later stream: a replay under the recorded policy forgets the
   // same streams at the same point (analysis/replay.cpp).
   kStreamRetired = 11,
+  // (minor 3) vmm: the pool reserved a range of virtual addresses (addr, size), or freed one. Where
+  // the driver put a range decides where the pool's blocks lie, and best fit breaks ties by
+  // address: a replay under the recorded policy reserves where the run's driver did.
+  kVaReserve = 12,
+  kVaFree = 13,
 };
-inline constexpr uint8_t kEventKindCount = 12;
+inline constexpr uint8_t kEventKindCount = 14;
 
 enum class ReuseMoment : uint8_t {
   kFenceDone = 0,   // Backend::fence_done answered true

@@ -145,8 +145,10 @@ TEST_F(Capture, PoolQueriesAndOtherStreamsAllocationsFollowTheCaptureMode) {
       {"trim", [&] { return cuMemPoolTrimTo(pool, 0); }},
       {"alloc on another stream", [&] { return cuMemAllocAsync(&p, 4096, other); }},
   };
-  for (const auto& [what, call] : unsafe) {
-    SCOPED_TRACE(what);
+  for (const auto& entry : unsafe) {
+    // Not a structured binding: the lambdas below capture `call`, which clang 14 refuses for one.
+    const Call& call = entry.second;
+    SCOPED_TRACE(entry.first);
     CUgraph g = nullptr;
     ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
     CUdeviceptr graph_memory = 0;

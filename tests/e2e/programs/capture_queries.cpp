@@ -38,6 +38,36 @@ const char* status_name(CUstreamCaptureStatus s) {
   return s == CU_STREAM_CAPTURE_STATUS_NONE ? "none" : s == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "active" : "invalidated";
 }
 
+// The driver's code for a runtime call's answer, so that every case prints the same kind of name.
+CUresult driver_result(cudaError_t e) {
+  cudaGetLastError();
+  return e == cudaSuccess                          ? CUDA_SUCCESS
+         : e == cudaErrorStreamCaptureUnsupported ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+         : e == cudaErrorStreamCaptureInvalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                                                  : CUDA_ERROR_UNKNOWN;
+}
+
+// A capture on a new stream, with one captured allocation (a CUDA graph's first), as every case has.
+CUstream begin_capture(CUstreamCaptureMode mode, CUdeviceptr* graph_memory) {
+  CUstream s = nullptr;
+  CHECK_CU(CU(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(CU(cuStreamBeginCapture)(s, mode));
+  CHECK_CU(CU(cuMemAllocAsync)(graph_memory, 2 << 20, s));
+  return s;
+}
+
+// Reads whether `s` still captures, ends the capture, prints the case's line and destroys `s`.
+void end_capture_and_print(CUstream s, const char* thread, const char* mode, const std::string& call, CUresult result) {
+  CUstreamCaptureStatus after = CU_STREAM_CAPTURE_STATUS_NONE;
+  CHECK_CU(CU(cuStreamIsCapturing)(s, &after));
+  CUgraph graph = nullptr;
+  const CUresult end = CU(cuStreamEndCapture)(s, &graph);
+  if (graph != nullptr) CHECK_CU(CU(cuGraphDestroy)(graph));
+  std::printf("{\"thread\":\"%s\",\"mode\":\"%s\",\"call\":\"%s\",\"result\":\"%s\",\"capture_after\":\"%s\",\"end\":\"%s\"}\n",
+              thread, mode, call.c_str(), error_name(result), status_name(after), error_name(end));
+  CHECK_CU(CU(cuStreamDestroy)(s));
+}
+
 }  // namespace
 
 int main() {
@@ -114,11 +144,7 @@ int main() {
          void* p = nullptr;
          cudaError_t e = cudaMallocAsync(&p, 4096, reinterpret_cast<cudaStream_t>(other));
          if (e == cudaSuccess) e = cudaFreeAsync(p, reinterpret_cast<cudaStream_t>(other));
-         cudaGetLastError();
-         return e == cudaSuccess ? CUDA_SUCCESS
-                : e == cudaErrorStreamCaptureUnsupported ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
-                : e == cudaErrorStreamCaptureInvalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-                                                         : CUDA_ERROR_UNKNOWN;
+         return driver_result(e);
        }},
       {"cuMemPoolTrimTo", [&](CUstream, CUdeviceptr) { return CU(cuMemPoolTrimTo)(pool, 1ull << 40); }},
       {"cuMemPoolSetAttribute(RELEASE_THRESHOLD)",
@@ -150,11 +176,8 @@ int main() {
                                       std::pair{CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, "thread_local"},
                                       std::pair{CU_STREAM_CAPTURE_MODE_RELAXED, "relaxed"}}) {
       for (const Query& q : queries) {
-        CUstream s = nullptr;
-        CHECK_CU(CU(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING));
-        CHECK_CU(CU(cuStreamBeginCapture)(s, mode));
         CUdeviceptr g = 0;
-        CHECK_CU(CU(cuMemAllocAsync)(&g, 2 << 20, s));
+        const CUstream s = begin_capture(mode, &g);
         CUresult result = CUDA_SUCCESS;
         if (caller == Caller::kCapturing) {
           result = q.call(s, g);
@@ -164,26 +187,16 @@ int main() {
             result = q.call(s, g);
           }).join();
         }
-        CUstreamCaptureStatus after = CU_STREAM_CAPTURE_STATUS_NONE;
-        CHECK_CU(CU(cuStreamIsCapturing)(s, &after));
-        CUgraph graph = nullptr;
-        const CUresult end = CU(cuStreamEndCapture)(s, &graph);
-        if (graph != nullptr) CHECK_CU(CU(cuGraphDestroy)(graph));
-        std::printf("{\"thread\":\"%s\",\"mode\":\"%s\",\"call\":\"%s\",\"result\":\"%s\",\"capture_after\":\"%s\",\"end\":\"%s\"}\n",
-                    caller == Caller::kCapturing ? "capturing" : caller == Caller::kOther ? "other" : "bare", label, q.name, error_name(result), status_name(after),
-                    error_name(end));
-        CHECK_CU(CU(cuStreamDestroy)(s));
+        end_capture_and_print(s, caller == Caller::kCapturing ? "capturing" : caller == Caller::kOther ? "other" : "bare",
+                              label, q.name, result);
       }
     }
   }
-  // A capture that another thread tried to end (CUDA refuses, the capture goes on): the rules still
-  // hold for the rest of it.
+  // A capture that another thread tried to end: CUDA refuses the end and ends the capture all the
+  // same (the H200's answer); a pool must then take the capture for over too.
   {
-    CUstream s = nullptr;
-    CHECK_CU(CU(cuStreamCreate)(&s, CU_STREAM_NON_BLOCKING));
-    CHECK_CU(CU(cuStreamBeginCapture)(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
     CUdeviceptr g = 0;
-    CHECK_CU(CU(cuMemAllocAsync)(&g, 2 << 20, s));
+    const CUstream s = begin_capture(CU_STREAM_CAPTURE_MODE_GLOBAL, &g);
     CUresult ended = CUDA_SUCCESS;
     std::thread([&] {
       CU(cuCtxSetCurrent)(primary);
@@ -191,20 +204,12 @@ int main() {
       ended = CU(cuStreamEndCapture)(s, &graph);
     }).join();
     void* p = nullptr;  // through the runtime: the path a pool of the shim serves
-    const cudaError_t e = cudaMallocAsync(&p, 4096, reinterpret_cast<cudaStream_t>(other));
-    const CUresult result = e == cudaSuccess ? CU(cuMemFreeAsync)(reinterpret_cast<CUdeviceptr>(p), other)
-                            : e == cudaErrorStreamCaptureUnsupported ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
-                                                                     : CUDA_ERROR_UNKNOWN;
-    cudaGetLastError();
-    CUstreamCaptureStatus after = CU_STREAM_CAPTURE_STATUS_NONE;
-    CHECK_CU(CU(cuStreamIsCapturing)(s, &after));
-    CUgraph graph = nullptr;
-    const CUresult end = CU(cuStreamEndCapture)(s, &graph);
-    if (graph != nullptr) CHECK_CU(CU(cuGraphDestroy)(graph));
-    std::printf("{\"thread\":\"capturing\",\"mode\":\"global\",\"call\":\"after an end from another thread (%s): "
-                "cudaMallocAsync+cuMemFreeAsync(other stream)\",\"result\":\"%s\",\"capture_after\":\"%s\",\"end\":\"%s\"}\n",
-                error_name(ended), error_name(result), status_name(after), error_name(end));
-    CHECK_CU(CU(cuStreamDestroy)(s));
+    CUresult result = driver_result(cudaMallocAsync(&p, 4096, reinterpret_cast<cudaStream_t>(other)));
+    if (result == CUDA_SUCCESS) result = CU(cuMemFreeAsync)(reinterpret_cast<CUdeviceptr>(p), other);
+    end_capture_and_print(s, "capturing", "global",
+                          std::string("after an end from another thread (") + error_name(ended) +
+                              "): cudaMallocAsync+cuMemFreeAsync(other stream)",
+                          result);
   }
   CHECK_CU(CU(cuMemFree)(held));
   CHECK_CU(CU(cuEventDestroy)(event));

@@ -1,5 +1,5 @@
 // Which allocator PyTorch uses under the shim: the one definition behind GPUSHIM_TORCH_ALLOC, the
-// library's constructor (hooks/torch_routing.cpp) and the launcher's --torch-alloc (which only
+// library's constructor (front/torch_routing.cpp) and the launcher's --torch-alloc (which only
 // sets GPUSHIM_TORCH_ALLOC). Pure functions of the environment's values: no allocation, no state,
 // so the constructor of every preloaded process pays a few getenv calls and nothing else.
 //

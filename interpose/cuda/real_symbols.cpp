@@ -1,5 +1,7 @@
 #include "cuda/real_symbols.h"
 
+#include "front/front_api.h"
+
 #include <dlfcn.h>
 
 #include <atomic>
@@ -10,7 +12,7 @@ namespace {
 
 using DlsymFn = void* (*)(void*, const char*);
 
-// Never our own dlsym (hooks/dlsym.cpp): that one forwards here, so falling back to it would loop.
+// Never the front's dlsym (front/front_dlsym.cpp): it may end up here, so falling back to it would loop.
 GPUSHIM_EARLY void* no_dlsym(void*, const char*) { return nullptr; }
 
 // glibc 2.34 moved dlsym into libc and gave it a new version; older ones only have the base
@@ -22,11 +24,23 @@ GPUSHIM_EARLY DlsymFn find_real_dlsym() {
   return &no_dlsym;
 }
 
+// The preload front this library was loaded by (front/front_api.h); null when linked directly
+// (the unit tests, gpushim-analyze).
+std::atomic<const GpushimFront*> g_front{nullptr};
+
+// dlvsym(lib, name, version) (version null: dlsym). RTLD_NEXT asked from the core, which the front
+// loads outside the global scope, would search the wrong objects: the front asks for it.
+void* lookup(void* lib, const char* name, const char* version) {
+  const GpushimFront* front = g_front.load(std::memory_order_acquire);
+  if (lib == RTLD_NEXT && front != nullptr) return front->next_symbol(name, version);
+  return version != nullptr ? dlvsym(lib, name, version) : real_dlsym(lib, name);
+}
+
 template <typename F>
 void resolve(void* lib, F*& slot, const char* name) {
   // A versioned lookup first: it is what the application itself bound to.
-  void* f = dlvsym(lib, name, "libcudart.so.13");
-  if (f == nullptr) f = real_dlsym(lib, name);
+  void* f = lookup(lib, name, "libcudart.so.13");
+  if (f == nullptr) f = lookup(lib, name, nullptr);
   slot = reinterpret_cast<F*>(f);
 }
 
@@ -58,18 +72,20 @@ RealRuntime* resolve_runtime(void* lib) {
 
 }  // namespace
 
-// Read by the assembly of hooks/dlsym.cpp. Not a function-local static: the first dlsym of the
-// process may come from inside a library constructor (or a sanitizer's start-up), and a guard
-// variable there could be re-entered. Racing threads store the same value.
-extern "C" {
-__attribute__((visibility("hidden"))) DlsymFn gpushim_real_dlsym_fn = nullptr;
+// Not a function-local static: the first lookup may come from inside a library constructor, and a
+// guard variable there could be re-entered. Racing threads store the same value.
+DlsymFn g_real_dlsym_fn = nullptr;
+
+void attach_front(const GpushimFront* front) {
+  __atomic_store_n(&g_real_dlsym_fn, front->real_dlsym, __ATOMIC_RELEASE);
+  g_front.store(front, std::memory_order_release);
 }
 
 GPUSHIM_EARLY void* real_dlsym_function() {
-  DlsymFn fn = __atomic_load_n(&gpushim_real_dlsym_fn, __ATOMIC_ACQUIRE);
+  DlsymFn fn = __atomic_load_n(&g_real_dlsym_fn, __ATOMIC_ACQUIRE);
   if (fn == nullptr) {
     fn = find_real_dlsym();
-    __atomic_store_n(&gpushim_real_dlsym_fn, fn, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_real_dlsym_fn, fn, __ATOMIC_RELEASE);
   }
   return reinterpret_cast<void*>(fn);
 }
@@ -89,7 +105,7 @@ const RealRuntime& resolve_real_runtime() {
   RealRuntime* r = resolve_runtime(RTLD_NEXT);
   if (r->cudaMalloc == nullptr) {
     // Not in the global scope: loaded with RTLD_LOCAL (ctypes.CDLL, or a plugin's dependency).
-    // Its callers reach our hooks through dlsym on its handle (hooks/dlsym.cpp).
+    // Its callers reach our hooks through dlsym on its handle (front/front_dlsym.cpp).
     delete r;
     void* lib = dlopen("libcudart.so.13", RTLD_LAZY | RTLD_NOLOAD);
     if (lib == nullptr) return none;

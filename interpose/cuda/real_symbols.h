@@ -9,6 +9,8 @@
 
 #include <atomic>
 
+struct GpushimFront;  // front/front_api.h
+
 namespace gpushim {
 
 // Code that our dlsym runs before it reaches glibc's. The first dlsym calls of a process can come
@@ -29,8 +31,12 @@ namespace gpushim {
 // glibc's own dlsym, never our interposed one (taken with dlvsym so that interposing dlsym in
 // this library cannot recurse into itself).
 GPUSHIM_EARLY void* real_dlsym(void* handle, const char* name);
-// That function itself (for the tail jump of our dlsym); never our interposed one.
+// That function itself; never an interposed one.
 GPUSHIM_EARLY void* real_dlsym_function();
+
+// Loaded by the preload front (front/front_api.h): glibc's dlsym and the runtime come through it
+// from now on. Called before any hook runs.
+void attach_front(const GpushimFront* front);
 
 struct RealRuntime {
   cudaError_t (*cudaMalloc)(void**, size_t) = nullptr;

@@ -1,6 +1,6 @@
 // CUDA driver entry points. Reached three ways, all of them ours: a direct call to the exported
 // symbol (programs and libraries linked with -lcuda: JAX/XLA, TensorFlow), dlsym on a libcuda
-// handle (hooks/dlsym.cpp), and cuGetProcAddress (hooks/proc_address.cpp), which is how libcudart
+// handle (front/front_dlsym.cpp), and cuGetProcAddress (hooks/proc_address.cpp), which is how libcudart
 // and libraries carrying their own copy of it (NCCL, cuBLAS, cuDNN) reach the driver.
 //
 // Each hook forwards to the real driver and tells the core what happened. When one of our runtime

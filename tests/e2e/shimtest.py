@@ -91,6 +91,11 @@ def base_env(extra=None, preload=True):
     return env
 
 
+def last_json(r):
+    """The last line a test program printed, which is its JSON summary."""
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def program(name):
     return os.path.join(BIN, name)
 

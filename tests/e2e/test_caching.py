@@ -3,13 +3,10 @@ report, fault injection, invalid frees and graph capture, all on the simulated d
 import json
 import os
 
-from shimtest import POLICIES, ShimTestCase, program, run
+from shimtest import POLICIES, ShimTestCase, program, run, last_json
 
 MiB = 1 << 20
 
-
-def last_json(r):
-    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 class SafeReuse(ShimTestCase):

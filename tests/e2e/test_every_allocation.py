@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 
 from pythons import interpreters
-from shimtest import BUILD, POLICIES, REAL_GPU, ShimTestCase, base_env, program, run
+from shimtest import BUILD, POLICIES, REAL_GPU, ShimTestCase, base_env, program, run, last_json
 
 MiB = 1 << 20
 LIBS = os.path.join(BUILD, "e2e-libs")
@@ -17,9 +17,6 @@ CU_MEMORYTYPE_DEVICE = 2
 CUDA_ERROR_NOT_FOUND = 500
 CUDA_ERROR_INVALID_VALUE = 1
 
-
-def last_json(r):
-    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def with_libs(env=None):
@@ -41,6 +38,10 @@ def modules(report, kind="device", device=None):
         out[name] = m
     return out
 
+
+# Where the hooks that dlsym on a CUDA handle and cuGetProcAddress hand out live: the core, which the
+# preloaded front (libgpushim.so, interpose/front/) loads at the first CUDA call.
+HOOKS = "libgpushim-core.so:"
 
 class EveryPath(ShimTestCase):
     """One process allocating through every path; the per-module table must account for all of it."""
@@ -147,7 +148,7 @@ class ProcAddress(ShimTestCase):
                 self.assertEqual(want[key]["fn"], driver_fn(variant), key)  # what the driver itself gives
             else:
                 self.assertTrue(want[key]["fn"].startswith("libcuda.so"), (key, want[key]))
-            self.assertEqual(got[key]["fn"], "libgpushim.so:" + variant, key)  # ours, for exactly that variant
+            self.assertEqual(got[key]["fn"], HOOKS + variant, key)  # ours, for exactly that variant
         for key, variant in self.PASSED.items():
             self.assertEqual(got[key]["fn"], want[key]["fn"], key)  # the driver's own, untouched
             if driver_fn:
@@ -165,10 +166,10 @@ class ProcAddress(ShimTestCase):
                 self.assertEqual(want[key]["fn"], "null", key)
             if want[key]["fn"] == "null":
                 self.assertEqual(got[key]["fn"], "null", key)
-        self.assertEqual(got["via_4_arg_ptsz"]["fn"], "libgpushim.so:cuMemAllocAsync_ptsz")
+        self.assertEqual(got["via_4_arg_ptsz"]["fn"], HOOKS + "cuMemAllocAsync_ptsz")
         self.assertEqual(got["export_table_call"], want["export_table_call"])
-        self.assertEqual(got["runtime_entry_point_ptsz"], "libgpushim.so:cuMemAllocAsync_ptsz")
-        self.assertEqual(got["runtime_entry_point_by_version"], "libgpushim.so:cuMemAlloc_v2")
+        self.assertEqual(got["runtime_entry_point_ptsz"], HOOKS + "cuMemAllocAsync_ptsz")
+        self.assertEqual(got["runtime_entry_point_by_version"], HOOKS + "cuMemAlloc_v2")
         self.assertEqual(got["ptsz_alloc"], 0)
         # The allocation made through the _ptsz hook is accounted, to the program that made it.
         self.assertEqual(modules(shim.report)["e2e_proc_address"]["live_bytes"], 3 * MiB)
@@ -194,13 +195,14 @@ class Dlsym(ShimTestCase):
         self.assertRanOK(r)
         out = last_json(r)
         for name in ("cuMemAlloc_v2", "cuMemAllocAsync_ptsz", "cuGetProcAddress_v2"):
-            self.assertEqual(out["cuda:" + name], "libgpushim.so:" + name)
+            self.assertEqual(out["cuda:" + name], HOOKS + name)
         for name in ("cuMemcpy", "cuInit"):
             self.assertEqual(out["cuda:" + name], "libcuda.so.1:" + name)
         for name in ("cudaMalloc", "cudaFree"):
-            self.assertEqual(out["cudart:" + name], "libgpushim.so:" + name)
+            self.assertEqual(out["cudart:" + name], HOOKS + name)
         for name in ("cudaMemcpy", "cudaGetDevice"):
             self.assertEqual(out["cudart:" + name], "libcudart.so.13:" + name)
+        # The global scope holds the preloaded front, whose trampoline jumps to the same hook.
         self.assertEqual(out["default:cudaMalloc"], "libgpushim.so:cudaMalloc")
         # The allocation made through the handle's cudaMalloc is seen.
         self.assertEqual(r.device(0)["live_bytes"], MiB)

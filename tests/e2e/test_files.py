@@ -125,9 +125,10 @@ class Fallback(ShimTestCase):
         leak = shutil.copy2(LEAK, os.path.join(stage, "bin"))
         shim = shutil.copy2(SHIM, os.path.join(stage, "lib"))
         # The libraries the shim dlopens (no ldd lists them) too, where they sit beside it, as in a
-        # bundle: without them the copy falls back to slower stacks and says so on stderr.
+        # bundle: its core (loaded at the first CUDA call), and without libunwind and libdw the
+        # copy falls back to slower stacks and says so on stderr.
         dlopened = [p for p in (os.path.join(os.path.dirname(os.path.realpath(SHIM)), n)
-                                for n in ("libunwind.so.8", "libdw.so.1")) if os.path.exists(p)]
+                                for n in ("libgpushim-core.so", "libunwind.so.8", "libdw.so.1")) if os.path.exists(p)]
         for path in dlopened:
             shutil.copy2(path, os.path.join(stage, "lib"))
         for name, path in libraries_of_this_build([LEAK, SHIM] + dlopened).items():

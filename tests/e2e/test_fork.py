@@ -6,13 +6,10 @@ import json
 import os
 import tempfile
 
-from shimtest import POLICIES, SANITIZER, ShimTestCase, check_sanitizer_clean, program, run, scaled
+from shimtest import POLICIES, SANITIZER, ShimTestCase, check_sanitizer_clean, program, run, scaled, last_json
 
 MiB = 1 << 20
 
-
-def last_json(r):
-    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def reports_in(d):

@@ -1,10 +1,14 @@
 """End-to-end tests of the foundation: interposition, exact accounting and the report at exit."""
 import json
 import os
+import re
+import shutil
 import subprocess
+import tempfile
 import unittest
 
-from shimtest import NO_CUDA_PROGRAM, POLICIES, SHIM, ShimTestCase, base_env, check_sanitizer_clean, program, run
+from shimtest import (NO_CUDA_PROGRAM, POLICIES, PRELOAD_FIRST, SANITIZER, SHIM, ShimTestCase, base_env,
+                      check_sanitizer_clean, last_json, program, run)
 
 MiB = 1 << 20
 
@@ -153,22 +157,78 @@ class Configuration(ShimTestCase):
         self.assertIn(f"r.{rep['pid']}.rank3.json", files[0])
 
 
+def dynamic_exports(path):
+    out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True, check=True).stdout
+    return sorted(line.split()[-1] for line in out.splitlines() if line.strip())
+
+
+CORE = os.path.join(os.path.dirname(SHIM), "libgpushim-core.so")
+
+
 class Exports(unittest.TestCase):
     def test_only_cuda_entry_points_and_gpushim_symbols_are_exported(self):
-        out = subprocess.run(["nm", "-D", "--defined-only", SHIM], capture_output=True, text=True, check=True).stdout
-        names = [line.split()[-1] for line in out.splitlines() if line.strip()]
-        self.assertIn("cudaMalloc", names)
-        self.assertIn("cudaFree", names)
-        allowed_prefixes = ("cuda", "cu", "gpushim_")
-        # dlsym is the one interception point that is not a CUDA entry point: a handle-scoped lookup
-        # (libcudart reaching the driver, ctypes reaching the runtime) never sees LD_PRELOAD otherwise.
-        self.assertIn("dlsym", names)
-        bad = [n for n in names if not n.startswith(allowed_prefixes) and n != "dlsym"]
-        self.assertEqual(bad, [], "unexpected exports")
-        # "cu" must mean a driver entry point, not e.g. a C++ symbol that happens to start with cu.
-        for n in names:
-            if n.startswith("cu") and not n.startswith("cuda"):
-                self.assertRegex(n, r"^cu[A-Z]")
+        for path in (SHIM, CORE):
+            with self.subTest(library=os.path.basename(path)):
+                names = dynamic_exports(path)
+                self.assertIn("cudaMalloc", names)
+                self.assertIn("cudaFree", names)
+                allowed_prefixes = ("cuda", "cu", "gpushim_")
+                # dlsym is the one interception point that is not a CUDA entry point (the front's): a
+                # handle-scoped lookup (libcudart reaching the driver, ctypes reaching the runtime)
+                # never sees LD_PRELOAD otherwise.
+                if path == SHIM:
+                    self.assertIn("dlsym", names)
+                bad = [n for n in names if not n.startswith(allowed_prefixes) and not (n == "dlsym" and path == SHIM)]
+                self.assertEqual(bad, [], "unexpected exports")
+                # "cu" must mean a driver entry point, not e.g. a C++ symbol that happens to start with cu.
+                for n in names:
+                    if n.startswith("cu") and not n.startswith("cuda"):
+                        self.assertRegex(n, r"^cu[A-Z]")
+
+    def test_the_front_forwards_every_function_the_core_exports(self):
+        front = set(dynamic_exports(SHIM)) - {"dlsym"}
+        core = set(dynamic_exports(CORE)) - {"gpushim_core_attach", "gpushim_core_substitute"}
+        self.assertEqual(front, core)
+
+    def test_the_front_needs_nothing_but_libc(self):
+        # What keeps the C++ runtime and Abseil out of processes that never call CUDA (issue 30).
+        out = subprocess.run(["readelf", "-dW", SHIM], capture_output=True, text=True, check=True).stdout
+        needed = sorted(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out))
+        allowed = {"libc.so.6", "libdl.so.2"}
+        if SANITIZER:  # a sanitizer build links its runtime into every object
+            needed = [n for n in needed if not re.match(r"lib(asan|ubsan|tsan|clang_rt)", n)]
+        self.assertTrue(set(needed) <= allowed, needed)
+
+
+class Front(ShimTestCase):
+    def test_the_core_is_loaded_at_the_first_cuda_call_not_before(self):
+        r = run([program("e2e_core_loading")])
+        self.assertRanOK(r)
+        out = last_json(r)
+        self.assertFalse(out["at_start"], out)
+        # The public API answers "not active" without loading it.
+        self.assertEqual(out["marked_before"], 0, out)
+        self.assertFalse(out["after_api"], out)
+        self.assertEqual(out["malloc"], 0, out)
+        self.assertTrue(out["after_cuda"], out)
+        self.assertEqual(out["free"], 0, out)
+        self.assertEqual(out["marked_after"], 1, out)
+        self.assertEqual(r.device(0)["total_allocs"], 1)
+        self.assertEqual(r.device(0)["total_frees"], 1)
+
+    def test_without_its_core_the_front_says_so_once_and_cuda_answers(self):
+        lone = tempfile.mkdtemp(prefix="gpushim-front-")
+        shim = shutil.copy2(SHIM, lone)
+        preload = shim if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + shim
+        r = run([program("e2e_core_loading")], env={"LD_PRELOAD": preload}, expect_report=False)
+        self.assertRanOK(r)
+        out = last_json(r)
+        self.assertEqual((out["malloc"], out["free"], out["after_cuda"]), (0, 0, False), out)
+        self.assertEqual(out["marked_after"], 0, out)  # the public API still answers "not active"
+        lines = r.shim_lines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith(f"gpushim: cannot load {lone}/libgpushim-core.so ("), lines[0])
+        self.assertFalse(os.path.exists(r.report_path))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""PyTorch routed by the preload itself (config/torch_alloc.h, hooks/torch_routing.cpp): under
+"""PyTorch routed by the preload itself (config/torch_alloc.h, front/torch_routing.cpp): under
 `LD_PRELOAD=libgpushim.so python ...` alone the program's os.environ has
 PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, the user's own PyTorch settings are kept, and when
 they keep PyTorch's caching allocator in charge the report says so and names its segments."""

@@ -3,16 +3,12 @@ survives when the pool remaps free memory into one range (stitching) and when it
 block in place, and the report shows that the remapping actually happened. The unit tests
 (tests/unit/vmm_pool_test.cpp) check the pool's bookkeeping over a simulated backend with no data;
 here every byte goes through the simulated device's memory (memfds mapped with cuMemMap)."""
-import json
 import unittest
 
-from shimtest import POLICIES, ShimTestCase, program, run
+from shimtest import POLICIES, ShimTestCase, program, run, last_json
 
 MiB = 1 << 20
 
-
-def last_json(r):
-    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 class Stitching(ShimTestCase):

@@ -12,25 +12,32 @@
 // whose answer does not depend on the caller, run through C++.
 //
 // The hook never recurses: it reaches glibc's dlsym through a pointer taken with dlvsym, and the
-// substitution makes no dlsym call of its own.
+// substitution makes no dlsym call of its own. It lives in the front (never instrumented: a
+// sanitizer runtime's start-up calls dlsym before its shadow memory exists), and loads the core
+// only for a name we hook.
 #include <dlfcn.h>
 
-#include "cuda/real_symbols.h"
-#include "hooks/substitution.h"
+#include "front/front.h"
 
 // Used by the assembly below; hidden, so the jumps bind inside this library. gpushim_real_dlsym_fn
-// (cuda/real_symbols.cpp) holds glibc's dlsym once resolved.
+// holds glibc's dlsym once resolved.
 extern "C" {
-__attribute__((visibility("hidden"))) GPUSHIM_EARLY void* gpushim_resolve_real_dlsym() {
-  return gpushim::real_dlsym_function();
+__attribute__((visibility("hidden"))) void* gpushim_real_dlsym_fn = nullptr;
+
+__attribute__((visibility("hidden"))) void* gpushim_resolve_real_dlsym() {
+  void* fn = gpushim::front::real_dlsym_function();
+  __atomic_store_n(&gpushim_real_dlsym_fn, fn, __ATOMIC_RELEASE);
+  return fn;
 }
 
-__attribute__((visibility("hidden"))) GPUSHIM_EARLY void* gpushim_dlsym_with_handle(void* handle, const char* name) {
-  void* found = gpushim::real_dlsym(handle, name);
-  // Only driver and runtime names can be substituted; everything else returns without touching
-  // instrumented code (see GPUSHIM_EARLY).
+__attribute__((visibility("hidden"))) void* gpushim_dlsym_with_handle(void* handle, const char* name) {
+  void* found = gpushim::front::real_dlsym(handle, name);
+  // Only names we hook can be substituted; everything else (every lookup of a program that never
+  // touches CUDA) returns without loading the core.
   if (found == nullptr || name == nullptr || name[0] != 'c' || name[1] != 'u') return found;
-  return gpushim::substitute_by_name(name, found);
+  if (!gpushim::front::is_exported_function(name)) return found;
+  const GpushimCoreSubstitute substitute = gpushim::front::load_core();
+  return substitute != nullptr ? substitute(name, found) : found;
 }
 }
 
@@ -108,11 +115,5 @@ dlsym:
   .size dlsym, .-dlsym
 )");
 #else
-// Other architectures: no tail jump written yet, so RTLD_NEXT and RTLD_DEFAULT are answered for
-// libgpushim rather than for the caller. Correct for every caller that lies in the global scope
-// before the shim's successors, which is most; documented in docs/interception.md.
-extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, const char* name) {
-  if (handle == RTLD_DEFAULT || handle == RTLD_NEXT) return gpushim::real_dlsym(handle, name);
-  return gpushim_dlsym_with_handle(handle, name);
-}
+#error "the front's dlsym exists for x86-64 and aarch64 only"
 #endif

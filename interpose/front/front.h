@@ -1,0 +1,27 @@
+// What the pieces of the front share (front/README.md). Nothing here may need the C++ runtime:
+// the front is linked as C (interpose/CMakeLists.txt).
+#pragma once
+
+#include "front/front_api.h"
+
+namespace gpushim::front {
+
+// glibc's own dlsym, taken with dlvsym so that the front's interposed dlsym cannot recurse.
+void* real_dlsym(void* handle, const char* name);
+// That function itself, for the tail jump of the interposed dlsym (front_dlsym.cpp).
+void* real_dlsym_function();
+
+// The path the dynamic loader gave this library (absolute or as LD_PRELOAD spelled it); null if
+// unknown.
+const char* own_file_name();
+
+// Loads libgpushim-core.so if no thread has yet, and fills the trampolines' slots. Never takes a
+// lock of its own (a thread inside dlopen holds the loader's lock while a library constructor
+// may call CUDA on it; racing threads each dlopen, which counts references, and store the same
+// values). Returns the core's substitution function, null when the core could not be loaded.
+GpushimCoreSubstitute load_core();
+
+// True for the names the front exports a trampoline for.
+bool is_exported_function(const char* name);
+
+}  // namespace gpushim::front

@@ -1,0 +1,16 @@
+// The core's side of the contract with the preload front (front/front_api.h): the two functions the
+// front looks up on the handle it dlopened.
+#include "cuda/real_symbols.h"
+#include "front/front_api.h"
+#include "hooks/export.h"
+#include "hooks/substitution.h"
+
+GPUSHIM_EXPORT int gpushim_core_attach(const GpushimFront* front) {
+  if (front == nullptr || front->size < sizeof(GpushimFront)) return -1;
+  gpushim::attach_front(front);
+  return 0;
+}
+
+GPUSHIM_EXPORT void* gpushim_core_substitute(const char* name, void* found) {
+  return gpushim::substitute_by_name(name, found);
+}

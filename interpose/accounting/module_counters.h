@@ -15,6 +15,7 @@
 #include "accounting/memory_figures.h"
 #include "accounting/memory_kind.h"
 #include "stacks/module_map.h"
+#include "util/thread_block.h"
 
 namespace gpushim {
 
@@ -85,7 +86,7 @@ class ModuleCounters {
       uint64_t table, key;
       ModuleTotals* row;
     };
-    __attribute__((tls_model("initial-exec"))) static thread_local Last last{0, 0, nullptr};
+    Last& last = thread_slot<Last, ThreadSlot::kModuleRow>();  // zero: no table has id 0
     const uint64_t key = pack(module, device, kind);
     if (last.table == id_ && last.key == key) return *last.row;
     ModuleTotals& row = find(key);

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "util/thread_block.h"
+
 namespace gpushim {
 
 enum class HookApi : uint8_t { kRuntime, kDriver };
@@ -20,12 +22,9 @@ struct CallFrame {
 };
 
 inline CallFrame& this_thread_call_frame() {
-  // Inline: two hooks per allocation-and-free pair each touch it, on the hot path.
-  // initial-exec: a fixed offset from the thread pointer instead of a __tls_get_addr call. The
-  // library is preloaded, i.e. in the static TLS block; a later dlopen of it (ctypes) takes the
-  // few bytes from glibc's static TLS surplus, as trace/trace_recorder.cpp's slot already does.
-  __attribute__((tls_model("initial-exec"))) static thread_local CallFrame frame;
-  return frame;
+  // Inline: two hooks per allocation-and-free pair each touch it, on the hot path. A slot of the
+  // front's static TLS block: a fixed offset from the thread pointer (util/thread_block.h).
+  return thread_slot<CallFrame, ThreadSlot::kCallFrame>();
 }
 
 // One per hook invocation, on the hook's stack. The outermost one records the caller.

@@ -13,13 +13,14 @@
 #include "stacks/native_stack.h"
 #include "util/log.h"
 #include "util/units.h"
+#include "util/thread_block.h"
 
 namespace gpushim {
 
 // ---- the calling thread's context ----
 
 void Shim::bind_thread_context(int dev) {
-  __attribute__((tls_model("initial-exec"))) thread_local bool checked = false;  // every allocation reads it
+  bool& checked = thread_slot<bool, ThreadSlot::kContextChecked>();  // every allocation reads it
   if (checked) return;
   checked = true;
   const RealDriver& drv = real_driver();
@@ -43,7 +44,8 @@ ModuleId Shim::caller_module() {
     uintptr_t ra, generation;
     ModuleId module;
   };
-  __attribute__((tls_model("initial-exec"))) thread_local LastCaller last{0, 0, kUnknownModule};
+  static_assert(kUnknownModule == 0, "a thread's slot starts as zero bytes: no caller, unknown module");
+  LastCaller& last = thread_slot<LastCaller, ThreadSlot::kLastCaller>();
   const uintptr_t generation = modules_.generation();
   if (ra != 0 && ra == last.ra && generation == last.generation) return last.module;
   const ModuleId m = ra != 0 ? modules_.lookup(ra - 1) : kUnknownModule;

@@ -1,6 +1,7 @@
 #include "cuda/real_symbols.h"
 
 #include "front/front_api.h"
+#include "util/thread_block.h"
 
 #include <dlfcn.h>
 
@@ -77,6 +78,7 @@ RealRuntime* resolve_runtime(void* lib) {
 DlsymFn g_real_dlsym_fn = nullptr;
 
 void attach_front(const GpushimFront* front) {
+  use_front_thread_block(front->thread_block_offset, front->thread_block_bytes);
   __atomic_store_n(&g_real_dlsym_fn, front->real_dlsym, __ATOMIC_RELEASE);
   g_front.store(front, std::memory_order_release);
 }

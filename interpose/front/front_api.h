@@ -17,6 +17,11 @@ struct GpushimFront {
   // dlvsym(RTLD_NEXT, name, version) (`version` null: dlsym) as seen from the preloaded front:
   // the libcudart the application bound to.
   void* (*next_symbol)(const char* name, const char* version);
+  // A block of static TLS for the core's hot per-thread state (util/thread_block.h): its offset
+  // from the thread pointer (the same in every thread) and its size. The front's, because the
+  // front is in the initial static TLS and the dlopened core is not.
+  intptr_t thread_block_offset;
+  uint64_t thread_block_bytes;
 };
 
 // Called once per dlopen of the core, before the front hands out any of its functions; racing
@@ -28,6 +33,7 @@ using GpushimCoreSubstitute = void* (*)(const char* name, void* found);
 
 }  // extern "C"
 
+inline constexpr uint64_t kGpushimFrontThreadBlockBytes = 256;
 inline constexpr const char kGpushimCoreLibrary[] = "libgpushim-core.so";
 inline constexpr const char kGpushimCoreAttach[] = "gpushim_core_attach";
 inline constexpr const char kGpushimCoreSubstitute[] = "gpushim_core_substitute";

@@ -50,7 +50,14 @@ void* next_symbol(const char* name, const char* version) {
   return gpushim::front::real_dlsym(RTLD_NEXT, name);
 }
 
-const GpushimFront kFront = {sizeof(GpushimFront), &gpushim::front::real_dlsym, &next_symbol};
+// The core's hot per-thread state (front_api.h): initial-exec in the preloaded front, so it is part
+// of every thread's static TLS from the start.
+__attribute__((tls_model("initial-exec"), aligned(16))) thread_local unsigned char
+    t_core_block[kGpushimFrontThreadBlockBytes];
+
+// What the core is lent, filled by the constructor (before any call can reach the front) and only
+// read after.
+GpushimFront g_table;
 
 // What a function answers when neither the core nor CUDA has it: CUDA's "unknown error" (999 in
 // both the runtime's and the driver's numbering), or the public API's "shim not active".
@@ -82,6 +89,10 @@ bool append(size_t* at, const char* s, size_t n) {
 }
 
 __attribute__((constructor)) void find_core() {
+  // The block's offset from the thread pointer is fixed at load time, the same for every thread.
+  g_table = GpushimFront{sizeof(GpushimFront), &gpushim::front::real_dlsym, &next_symbol,
+                         reinterpret_cast<char*>(t_core_block) - static_cast<char*>(__builtin_thread_pointer()),
+                         kGpushimFrontThreadBlockBytes};
   const char* self = gpushim::front::own_file_name();
   const char* slash = self ? strrchr(self, '/') : nullptr;
   // Found by the loader's search without a folder in its name: the core lies where the loader
@@ -149,7 +160,7 @@ GpushimCoreSubstitute load_core() {
     warn_once(dlerror());
   } else {
     auto attach = reinterpret_cast<GpushimCoreAttach>(real_dlsym(core, kGpushimCoreAttach));
-    if (attach == nullptr || attach(&kFront) != 0) {
+    if (attach == nullptr || attach(&g_table) != 0) {
       warn_once("not a gpushim core of this version");
       core = nullptr;
     }

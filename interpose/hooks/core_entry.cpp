@@ -4,6 +4,9 @@
 #include "front/front_api.h"
 #include "hooks/export.h"
 #include "hooks/substitution.h"
+#include "util/thread_block.h"
+
+static_assert(gpushim::kThreadBlockBytes <= kGpushimFrontThreadBlockBytes, "the front lends the core too small a block");
 
 GPUSHIM_EXPORT int gpushim_core_attach(const GpushimFront* front) {
   if (front == nullptr || front->size < sizeof(GpushimFront)) return -1;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "policy/device_memory_resource.h"
+#include "util/thread_block.h"
 
 namespace gpushim::trace {
 
@@ -26,13 +27,13 @@ class TraceOrderedResource final : public DeviceMemoryResource {
   CUresult allocate(const AllocRequest& req, void** out, uint64_t* allocated) override {
     std::lock_guard<std::mutex> lock(mu_);
     const CUresult r = pool_->allocate(req, out, allocated);
-    t_last_op_seq = ++seq_;
+    t_last_op_seq() = ++seq_;
     return r;
   }
   CUresult deallocate(void* p, CUstream stream, bool stream_ordered) override {
     std::lock_guard<std::mutex> lock(mu_);
     const CUresult r = pool_->deallocate(p, stream, stream_ordered);
-    t_last_op_seq = ++seq_;
+    t_last_op_seq() = ++seq_;
     return r;
   }
   bool holds_payloads() const override { return pool_->holds_payloads(); }
@@ -42,14 +43,14 @@ class TraceOrderedResource final : public DeviceMemoryResource {
     std::lock_guard<std::mutex> lock(mu_);
     const CUresult r = pool_->allocate_with(req, out, allocated, hooks);
     // Refused (allocate() will serve it): the pool did nothing, so no number is used up.
-    if (r != CUDA_ERROR_NOT_SUPPORTED) t_last_op_seq = ++seq_;
+    if (r != CUDA_ERROR_NOT_SUPPORTED) t_last_op_seq() = ++seq_;
     return r;
   }
   CUresult deallocate_with(void* p, CUstream stream, bool stream_ordered, PayloadHooks& hooks) override {
     std::lock_guard<std::mutex> lock(mu_);
     const CUresult r = pool_->deallocate_with(p, stream, stream_ordered, hooks);
     // Not a block of this pool, or a refused free: the pool did nothing, so no number is used up.
-    if (r != CUDA_ERROR_NOT_FOUND && r != CUDA_ERROR_NOT_PERMITTED) t_last_op_seq = ++seq_;
+    if (r != CUDA_ERROR_NOT_FOUND && r != CUDA_ERROR_NOT_PERMITTED) t_last_op_seq() = ++seq_;
     return r;
   }
   bool find_payload(const void* p, BlockPayload* out) const override { return pool_->find_payload(p, out); }
@@ -89,14 +90,14 @@ class TraceOrderedResource final : public DeviceMemoryResource {
   void set_retired_observer(std::function<void(CUstream, size_t)> retired) { retired_ = std::move(retired); }
 
   // The calling thread's last allocate or deallocate, as numbered in the pool's order (from 1).
-  static uint64_t last_op_seq() { return t_last_op_seq; }
+  static uint64_t last_op_seq() { return t_last_op_seq(); }
   // For what the pool does inside an operation (segments it takes or returns): the next number.
   // Only while the pool is working, i.e. under the lock this class holds.
   uint64_t next_seq_locked() { return ++seq_; }
 
  private:
-  // initial-exec: written and read once per traced operation; the shim is preloaded at startup.
-  __attribute__((tls_model("initial-exec"))) static inline thread_local uint64_t t_last_op_seq = 0;
+  // Written and read once per traced operation: a slot of the front's static TLS block.
+  static uint64_t& t_last_op_seq() { return thread_slot<uint64_t, ThreadSlot::kTraceOpSeq>(); }
   std::unique_ptr<DeviceMemoryResource> pool_;
   std::function<void(CUstream, size_t)> retired_;  // called under mu_: may take next_seq_locked()
   std::mutex mu_;

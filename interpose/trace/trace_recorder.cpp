@@ -13,6 +13,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/write_fully.h"
+#include "util/thread_block.h"
 
 namespace gpushim::trace {
 
@@ -39,12 +40,13 @@ constexpr unsigned kMaxIdleIntervalMs = 250;
 std::atomic<uint64_t> g_next_generation{1};
 
 // The calling thread's buffer, tagged with the recorder generation it belongs to. Trivial, so it
-// needs no TLS constructor or destructor; initial-exec because the shim is preloaded at startup.
-struct ThreadSlot {
+// needs no TLS constructor or destructor; a slot of the front's static TLS block
+// (util/thread_block.h).
+struct BufferSlot {
   uint64_t generation;
   void* buffer;
 };
-__attribute__((tls_model("initial-exec"))) thread_local ThreadSlot t_slot{0, nullptr};
+BufferSlot& this_thread_buffer() { return thread_slot<BufferSlot, ThreadSlot::kTraceBuffer>(); }
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, timeout, nullptr, 0);
@@ -104,7 +106,7 @@ TraceRecorder::~TraceRecorder() {
 
 void TraceRecorder::record(const TraceEvent& e) {
   if (!accepting_.load(std::memory_order_relaxed)) return;
-  ThreadSlot& slot = t_slot;
+  BufferSlot& slot = this_thread_buffer();
   ThreadBuffer* b = static_cast<ThreadBuffer*>(slot.buffer);
   if (slot.generation != generation_) {
     b = attach_thread();
@@ -162,7 +164,7 @@ void TraceRecorder::on_thread_exit(void* buffer) {
   // Runs on the exiting thread. Forget the buffer first: should a later destructor of this thread
   // free CUDA memory, record() attaches a fresh buffer instead of writing into one the writer may
   // already have handed to another thread.
-  t_slot = ThreadSlot{0, nullptr};
+  this_thread_buffer() = BufferSlot{0, nullptr};
   // Everything the thread pushed happens-before this store; the writer drains, then recycles.
   static_cast<ThreadBuffer*>(buffer)->orphaned.store(true, std::memory_order_release);
 }

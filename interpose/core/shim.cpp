@@ -23,6 +23,7 @@
 #include "stacks/native_stack.h"
 #include "util/log.h"
 #include "util/units.h"
+#include "util/dlopen_guard.h"
 
 extern char** environ;
 
@@ -50,6 +51,7 @@ void find_own_range() {
   struct Ctx {
     uintptr_t probe, begin, end;
   } ctx{reinterpret_cast<uintptr_t>(&find_own_range), UINTPTR_MAX, 0};
+  const LoaderScope loader_work;  // a fork waits for it (util/dlopen_guard.h)
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* data) -> int {
         auto* c = static_cast<Ctx*>(data);
@@ -108,8 +110,9 @@ Shim* Shim::get_slow() {
 }
 
 Shim* Shim::slow_init() {
-  // The fork handlers are registered already (at load), so a fork during initialization waits
-  // for this lock in its prepare handler instead of copying it held.
+  // The fork handlers are registered already (when the front attached the core), so a fork during
+  // initialization waits for this lock in its prepare handler instead of copying it held.
+  install_fork_handlers();  // a core without a front
   std::lock_guard<std::mutex> lock(g_init_mu);
   const int state = g_state.load(std::memory_order_acquire);
   if (state == kReady) return g_instance.load(std::memory_order_relaxed);
@@ -190,13 +193,19 @@ RunRecorder* Shim::make_recorder(std::string exe) {
 // process after exec. Only the initialization lock is held across fork; it is never held around a
 // CUDA call.
 
-// Registered when the library is loaded (before main, one thread), not at the first CUDA call:
-// registered under the initialization lock there, a fork that another thread began just before
-// the registration ran no handler and copied the lock held, and the child's first CUDA call then
-// waited for it forever (tests/e2e/programs/fork_during_init.cpp). Before the first CUDA call the
-// handlers only lock and unlock an idle mutex. Inherited by fork children: registered once.
-const bool Shim::fork_handlers_registered_ =
-    pthread_atfork(&Shim::fork_prepare, &Shim::fork_parent, &Shim::fork_child) == 0;
+// Registered when the front attaches the core, before any hook runs, not under the initialization
+// lock at the first CUDA call: registered there, a fork that another thread began just before the
+// registration ran no handler and copied the lock held, and the child's first CUDA call then
+// waited for it forever (tests/e2e/programs/fork_during_init.cpp). Through the front, never with
+// pthread_atfork while the core is being dlopened: glibc's fork holds its handler lock while the
+// front's prepare handler waits for that very load (front/front_api.h). Inherited by fork
+// children: registered once. A core used without a front (unit tests) registers at its first
+// initialization instead.
+void Shim::install_fork_handlers() {
+  static std::atomic<bool> installed{false};
+  if (installed.exchange(true, std::memory_order_acq_rel)) return;
+  register_fork_handlers(&Shim::fork_prepare, &Shim::fork_parent, &Shim::fork_child);
+}
 
 void Shim::fork_prepare() { g_init_mu.lock(); }
 

@@ -362,8 +362,13 @@ class Shim {
   static void fork_prepare();
   static void fork_parent();
   static void fork_child();
-  // Set when the library is loaded, by registering the three above (shim.cpp says why then).
-  static const bool fork_handlers_registered_;
+
+ public:
+  // Registers the three above, once: when the preload front attaches the core (before any hook
+  // runs), or at the first initialization of a core used without a front (shim.cpp says why).
+  static void install_fork_handlers();
+
+ private:
 
   // ---- lifecycle ----
   const Config config_;

@@ -10,6 +10,7 @@
 #include "cuda/real_symbols.h"
 #include "cuda/stream_registry.h"
 #include "util/log.h"
+#include "util/dlopen_guard.h"
 
 namespace gpushim {
 
@@ -49,7 +50,7 @@ void load(void* lib, F& slot, const char* name) {
 
 const DriverApi* driver_api() {
   static const DriverApi* api = []() -> const DriverApi* {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void* lib = guarded_dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
       log_line("cannot load libcuda.so.1 (%s); device memory will not be pooled", dlerror());
       return nullptr;

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "cuda/real_symbols.h"
+#include "util/dlopen_guard.h"
 
 namespace gpushim {
 namespace {
@@ -15,7 +16,7 @@ thread_local bool t_resolving = false;
 RealDriver* resolve() {
   auto* t = new RealDriver;
   // The handle stays open: the driver lives as long as the process.
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* lib = guarded_dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib != nullptr) {
 #define GPUSHIM_REAL_DRIVER_LOAD(member, symbol, type) t->member = reinterpret_cast<type>(real_dlsym(lib, symbol));
     GPUSHIM_REAL_DRIVER_FUNCTIONS(GPUSHIM_REAL_DRIVER_LOAD)

@@ -1,9 +1,11 @@
 #include "cuda/real_symbols.h"
 
 #include "front/front_api.h"
+#include "util/dlopen_guard.h"
 #include "util/thread_block.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <initializer_list>
@@ -79,8 +81,15 @@ DlsymFn g_real_dlsym_fn = nullptr;
 
 void attach_front(const GpushimFront* front) {
   use_front_thread_block(front->thread_block_offset, front->thread_block_bytes);
+  set_dlopen_guard(front->begin_dlopen, front->end_dlopen);
   __atomic_store_n(&g_real_dlsym_fn, front->real_dlsym, __ATOMIC_RELEASE);
   g_front.store(front, std::memory_order_release);
+}
+
+int register_fork_handlers(void (*prepare)(), void (*parent)(), void (*child)()) {
+  if (const GpushimFront* front = g_front.load(std::memory_order_acquire); front != nullptr && front->atfork != nullptr)
+    return front->atfork(prepare, parent, child);
+  return pthread_atfork(prepare, parent, child);
 }
 
 GPUSHIM_EARLY void* real_dlsym_function() {
@@ -109,7 +118,7 @@ const RealRuntime& resolve_real_runtime() {
     // Not in the global scope: loaded with RTLD_LOCAL (ctypes.CDLL, or a plugin's dependency).
     // Its callers reach our hooks through dlsym on its handle (front/front_dlsym.cpp).
     delete r;
-    void* lib = dlopen("libcudart.so.13", RTLD_LAZY | RTLD_NOLOAD);
+    void* lib = guarded_dlopen("libcudart.so.13", RTLD_LAZY | RTLD_NOLOAD);
     if (lib == nullptr) return none;
     r = resolve_runtime(lib);
     dlclose(lib);  // NOLOAD took a reference; the library stays loaded by whoever loaded it

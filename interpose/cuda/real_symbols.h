@@ -38,6 +38,9 @@ GPUSHIM_EARLY void* real_dlsym_function();
 // from now on. Called before any hook runs.
 void attach_front(const GpushimFront* front);
 
+// pthread_atfork, through the front once attached (front/front_api.h says why).
+int register_fork_handlers(void (*prepare)(), void (*parent)(), void (*child)());
+
 struct RealRuntime {
   cudaError_t (*cudaMalloc)(void**, size_t) = nullptr;
   cudaError_t (*cudaFree)(void*) = nullptr;

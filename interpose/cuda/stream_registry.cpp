@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "cuda/capture_state.h"
 #include "cuda/real_driver.h"
+#include "cuda/real_symbols.h"
 #include "util/thread_block.h"
 
 namespace gpushim {
@@ -60,7 +61,7 @@ Registry& registry() {
   static Registry* const first = [] {
     auto* r = new Registry;
     g_registry.store(r, std::memory_order_release);
-    pthread_atfork(nullptr, nullptr, [] {
+    register_fork_handlers(nullptr, nullptr, [] {
       g_registry.store(new Registry, std::memory_order_relaxed);
       g_generation.fetch_add(1, std::memory_order_relaxed);  // nothing this thread knew holds there
       active_captures().store(0, std::memory_order_relaxed);

@@ -15,11 +15,15 @@ void* real_dlsym_function();
 // unknown.
 const char* own_file_name();
 
-// Loads libgpushim-core.so if no thread has yet, and fills the trampolines' slots. Never takes a
-// lock of its own (a thread inside dlopen holds the loader's lock while a library constructor
-// may call CUDA on it; racing threads each dlopen, which counts references, and store the same
-// values). Returns the core's substitution function, null when the core could not be loaded.
+// Loads libgpushim-core.so if no thread has yet, and fills the trampolines' slots. Never holds a
+// lock of its own across dlopen (a thread inside dlopen holds the loader's lock while a library
+// constructor may call CUDA on it; racing threads each dlopen, which counts references, and store
+// the same values); waits only while a fork() is being prepared. Returns the core's substitution
+// function, null when the core could not be loaded.
 GpushimCoreSubstitute load_core();
+
+// True when `p` lies in this library (one of its own trampolines, say).
+bool is_own_address(const void* p);
 
 // True for the names the front exports a trampoline for.
 bool is_exported_function(const char* name);

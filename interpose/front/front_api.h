@@ -22,6 +22,14 @@ struct GpushimFront {
   // front is in the initial static TLS and the dlopened core is not.
   intptr_t thread_block_offset;
   uint64_t thread_block_bytes;
+  // pthread_atfork for the core: its handlers run from the front's own, registered at start-up.
+  // The core must not call pthread_atfork while it is being loaded (glibc's fork holds its handler
+  // lock while the front's prepare handler waits for that load to finish: a deadlock), and a fork
+  // must never copy a half-done load.
+  int (*atfork)(void (*prepare)(), void (*parent)(), void (*child)());
+  // Around each dlopen the core makes (util/dlopen_guard.h): fork waits for it to end.
+  void (*begin_dlopen)();
+  void (*end_dlopen)();
 };
 
 // Called once per dlopen of the core, before the front hands out any of its functions; racing

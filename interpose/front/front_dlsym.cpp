@@ -35,8 +35,12 @@ __attribute__((visibility("hidden"))) void* gpushim_dlsym_with_handle(void* hand
   // Only names we hook can be substituted; everything else (every lookup of a program that never
   // touches CUDA) returns without loading the core.
   if (found == nullptr || name == nullptr || name[0] != 'c' || name[1] != 'u') return found;
-  if (!gpushim::front::is_exported_function(name)) return found;
+  // Our own trampoline (a lookup on the program's handle, or on ours): it leads to the hook already.
+  if (!gpushim::front::is_exported_function(name) || gpushim::front::is_own_address(found)) return found;
   const GpushimCoreSubstitute substitute = gpushim::front::load_core();
+  // A lookup the load made and failed (a front without its core) must not show through this one,
+  // which succeeded.
+  (void)dlerror();
   return substitute != nullptr ? substitute(name, found) : found;
 }
 }

@@ -6,8 +6,12 @@
 // the real CUDA function unobserved, after one line on stderr: never a crash, never a wrong answer.
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "front/front.h"
@@ -26,11 +30,63 @@ using DlsymFn = void* (*)(void*, const char*);
 
 DlsymFn g_real_dlsym = nullptr;
 GpushimCoreSubstitute g_substitute = nullptr;
-int g_loaded = 0;  // 1: the slots hold their final values
+enum LoadState { kNotYet, kCore, kNoCore };
+int g_loaded = kNotYet;  // kCore, kNoCore: the slots hold what they will hold
 int g_warned = 0;
-// Where the core is, fixed at load time: LD_PRELOAD may name this library by a relative path, and
-// the program may change directory before its first CUDA call.
+
+// What load_core needs, set up by the constructor, or by the first call if a library's constructor
+// calls CUDA before ours has run (racing setups write the same bytes).
+int g_setup = 0;
+// Where the core is, fixed early: LD_PRELOAD may name this library by a relative path, and the
+// program may change directory before its first CUDA call. Empty: the bare name, found by the
+// loader's search as this library was.
 char g_core_path[PATH_MAX];
+char g_self_path[PATH_MAX];  // this library's path made absolute (for a symlinked front)
+GpushimFront g_table;        // what the core is lent (front_api.h)
+
+// fork() while another thread is inside dlopen of the core would give the child a half-loaded
+// library and the loader's state in mid-change (the child's own dlopen then crashes or hangs). The
+// prepare handler waits for loads in flight, and loads wait while a fork is being prepared.
+int g_loads_in_flight = 0;
+int g_forking = 0;
+
+// The core's fork handlers (GpushimFront::atfork), run as glibc runs its own: prepare handlers in
+// the reverse order of registration, the others in order.
+struct ForkHandlers {
+  void (*prepare)();
+  void (*parent)();
+  void (*child)();
+};
+constexpr int kMaxForkHandlers = 8;
+ForkHandlers g_fork_handlers[kMaxForkHandlers];
+int g_fork_handler_count = 0;  // published after the entry is written
+
+int core_atfork(void (*prepare)(), void (*parent)(), void (*child)()) {
+  // Registrations come from the core's one-time set-up; a slot is claimed, filled, then published
+  // in order (a later claim waits for the earlier publication).
+  static int claimed = 0;
+  const int i = __atomic_fetch_add(&claimed, 1, __ATOMIC_ACQ_REL);
+  if (i >= kMaxForkHandlers) return 12;  // ENOMEM, as pthread_atfork says when it cannot register
+  g_fork_handlers[i] = ForkHandlers{prepare, parent, child};
+  while (__atomic_load_n(&g_fork_handler_count, __ATOMIC_ACQUIRE) != i) sched_yield();
+  __atomic_store_n(&g_fork_handler_count, i + 1, __ATOMIC_RELEASE);
+  return 0;
+}
+
+void run_core_prepare() {
+  for (int i = __atomic_load_n(&g_fork_handler_count, __ATOMIC_ACQUIRE) - 1; i >= 0; --i)
+    if (g_fork_handlers[i].prepare) g_fork_handlers[i].prepare();
+}
+void run_core_after(bool child) {
+  const int n = __atomic_load_n(&g_fork_handler_count, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; ++i)
+    if (void (*fn)() = child ? g_fork_handlers[i].child : g_fork_handlers[i].parent) fn();
+}
+
+// The core's hot per-thread state (front_api.h): initial-exec in the preloaded front, so it is part
+// of every thread's static TLS from the start.
+__attribute__((tls_model("initial-exec"), aligned(16))) thread_local unsigned char
+    t_core_block[kGpushimFrontThreadBlockBytes];
 
 void* no_dlsym(void*, const char*) { return nullptr; }
 
@@ -50,15 +106,6 @@ void* next_symbol(const char* name, const char* version) {
   return gpushim::front::real_dlsym(RTLD_NEXT, name);
 }
 
-// The core's hot per-thread state (front_api.h): initial-exec in the preloaded front, so it is part
-// of every thread's static TLS from the start.
-__attribute__((tls_model("initial-exec"), aligned(16))) thread_local unsigned char
-    t_core_block[kGpushimFrontThreadBlockBytes];
-
-// What the core is lent, filled by the constructor (before any call can reach the front) and only
-// read after.
-GpushimFront g_table;
-
 // What a function answers when neither the core nor CUDA has it: CUDA's "unknown error" (999 in
 // both the runtime's and the driver's numbering), or the public API's "shim not active".
 int unavailable() { return 999; }
@@ -71,43 +118,115 @@ void* inactive_answer(const char* name) {
 }
 bool is_public_api(const char* name) { return strncmp(name, "gpushim_", 8) == 0; }
 
-void warn_once(const char* why) {
+void warn_once(const char* path, const char* why) {
   if (__atomic_exchange_n(&g_warned, 1, __ATOMIC_ACQ_REL) != 0) return;
-  char line[PATH_MAX + 256];
-  const int n = snprintf(line, sizeof line, "gpushim: cannot load %s (%s): CUDA calls go to CUDA unobserved\n",
-                         g_core_path[0] ? g_core_path : kGpushimCoreLibrary, why ? why : "unknown error");
+  char line[PATH_MAX + 512];
+  const int n = snprintf(line, sizeof line, "gpushim: cannot load %s (%s): CUDA calls go to CUDA unobserved\n", path,
+                         why ? why : "unknown error");
   if (n > 0) (void)!write(2, line, static_cast<size_t>(n) < sizeof line ? n : sizeof line - 1);
 }
 
-// Appends `n` bytes of `s` to g_core_path at *at; false when the path would not fit.
-bool append(size_t* at, const char* s, size_t n) {
-  if (*at + n >= sizeof g_core_path) return false;
-  memcpy(g_core_path + *at, s, n);
+// Appends `n` bytes of `s` to `out` (PATH_MAX bytes) at *at; false when it would not fit.
+bool append(char* out, size_t* at, const char* s, size_t n) {
+  if (*at + n >= PATH_MAX) return false;
+  memcpy(out + *at, s, n);
   *at += n;
-  g_core_path[*at] = '\0';
+  out[*at] = '\0';
   return true;
 }
 
-__attribute__((constructor)) void find_core() {
+// `dir` (its first `len` bytes) + "/" + the core's name into `out`; false when too long.
+bool core_beside(char* out, const char* dir, size_t len) {
+  size_t at = 0;
+  out[0] = '\0';
+  return append(out, &at, dir, len) && append(out, &at, "/", 1) &&
+         append(out, &at, kGpushimCoreLibrary, sizeof kGpushimCoreLibrary - 1);
+}
+
+void begin_load() {
+  for (;;) {
+    while (__atomic_load_n(&g_forking, __ATOMIC_ACQUIRE) != 0) sched_yield();
+    __atomic_add_fetch(&g_loads_in_flight, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&g_forking, __ATOMIC_SEQ_CST) == 0) return;
+    __atomic_sub_fetch(&g_loads_in_flight, 1, __ATOMIC_SEQ_CST);  // a fork came first: let it finish
+  }
+}
+void end_load() { __atomic_sub_fetch(&g_loads_in_flight, 1, __ATOMIC_RELEASE); }
+
+void setup() {
+  if (__atomic_load_n(&g_setup, __ATOMIC_ACQUIRE) != 0) return;
   // The block's offset from the thread pointer is fixed at load time, the same for every thread.
   g_table = GpushimFront{sizeof(GpushimFront), &gpushim::front::real_dlsym, &next_symbol,
                          reinterpret_cast<char*>(t_core_block) - static_cast<char*>(__builtin_thread_pointer()),
-                         kGpushimFrontThreadBlockBytes};
+                         kGpushimFrontThreadBlockBytes, &core_atfork, &begin_load, &end_load};
   const char* self = gpushim::front::own_file_name();
   const char* slash = self ? strrchr(self, '/') : nullptr;
-  // Found by the loader's search without a folder in its name: the core lies where the loader
-  // searches (LD_LIBRARY_PATH, the runpath), so its bare name finds it the same way (empty path).
-  if (slash == nullptr) return;
-  size_t at = 0;
-  bool ok = true;
-  if (self[0] != '/') {
-    char cwd[PATH_MAX];
-    ok = getcwd(cwd, sizeof cwd) != nullptr && append(&at, cwd, strlen(cwd)) && append(&at, "/", 1);
+  g_core_path[0] = g_self_path[0] = '\0';
+  if (slash != nullptr) {
+    size_t at = 0;
+    bool ok = true;
+    if (self[0] != '/') {
+      char cwd[PATH_MAX];
+      ok = getcwd(cwd, sizeof cwd) != nullptr && append(g_self_path, &at, cwd, strlen(cwd)) &&
+           append(g_self_path, &at, "/", 1);
+    }
+    ok = ok && append(g_self_path, &at, self, strlen(self));
+    const char* self_slash = ok ? strrchr(g_self_path, '/') : nullptr;
+    if (self_slash == nullptr || !core_beside(g_core_path, g_self_path, static_cast<size_t>(self_slash - g_self_path)))
+      g_core_path[0] = g_self_path[0] = '\0';  // too long: the bare name, found by the loader's search if at all
   }
-  ok = ok && append(&at, self, static_cast<size_t>(slash - self) + 1) &&
-       append(&at, kGpushimCoreLibrary, sizeof kGpushimCoreLibrary - 1);
-  if (!ok) g_core_path[0] = '\0';  // too long: the bare name, found by the loader's search if at all
+  __atomic_store_n(&g_setup, 1, __ATOMIC_RELEASE);
 }
+
+// The core, from beside this library as it was named, else from beside the file it names (a
+// symlinked front), else by the loader's search (a front found by it).
+void* open_core() {
+  const char* path = g_core_path[0] ? g_core_path : kGpushimCoreLibrary;
+  void* core = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (core != nullptr || g_self_path[0] == '\0') {
+    if (core == nullptr) warn_once(path, dlerror());
+    return core;
+  }
+  char first_error[PATH_MAX + 256];
+  snprintf(first_error, sizeof first_error, "%s", dlerror());
+  char resolved[PATH_MAX], beside[PATH_MAX];
+  const char* slash = realpath(g_self_path, resolved) ? strrchr(resolved, '/') : nullptr;
+  if (slash != nullptr && core_beside(beside, resolved, static_cast<size_t>(slash - resolved)) &&
+      strcmp(beside, path) != 0 && (core = dlopen(beside, RTLD_NOW | RTLD_LOCAL)) != nullptr)
+    return core;
+  if (core == nullptr) warn_once(path, first_error);
+  return nullptr;
+}
+
+void wait_for_loads() {
+  // Bounded: a fork from a library constructor (under the loader's lock) while another thread
+  // waits for that lock to load the core must not wait forever.
+  for (int i = 0; i < 40000 && __atomic_load_n(&g_loads_in_flight, __ATOMIC_ACQUIRE) != 0; ++i) {
+    const timespec pause{0, 50 * 1000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
+__attribute__((constructor)) void at_load() {
+  setup();
+  pthread_atfork(
+      [] {
+        // The core's first (its initialization lock: a thread holding it may be about to dlopen,
+        // and must get through), then every dlopen in flight.
+        run_core_prepare();
+        __atomic_store_n(&g_forking, 1, __ATOMIC_SEQ_CST);
+        wait_for_loads();
+      },
+      [] {
+        run_core_after(false);
+        __atomic_store_n(&g_forking, 0, __ATOMIC_RELEASE);
+      },
+      [] {
+        run_core_after(true);
+        __atomic_store_n(&g_forking, 0, __ATOMIC_RELEASE);
+      });
+}
+
 
 }  // namespace
 
@@ -120,9 +239,16 @@ __attribute__((visibility("hidden"))) void* gpushim_front_resolve(unsigned index
   const char* name = kNames[index];
   // The public API answers "not active" until the first CUDA call loaded the core: a program
   // marking iterations on a machine without a GPU loads nothing.
-  if (is_public_api(name) && __atomic_load_n(&g_loaded, __ATOMIC_ACQUIRE) == 0) return inactive_answer(name);
+  if (is_public_api(name) && __atomic_load_n(&g_loaded, __ATOMIC_ACQUIRE) == kNotYet) return inactive_answer(name);
   gpushim::front::load_core();
-  return __atomic_load_n(&gpushim_front_slots[index], __ATOMIC_ACQUIRE);
+  if (void* f = __atomic_load_n(&gpushim_front_slots[index], __ATOMIC_ACQUIRE)) return f;
+  // No core, and CUDA had no such function when it failed: it may have one now (a runtime loaded
+  // since), so ask again rather than answer 999 for good.
+  if (void* f = next_symbol(name, nullptr)) {
+    __atomic_store_n(&gpushim_front_slots[index], f, __ATOMIC_RELEASE);
+    return f;
+  }
+  return reinterpret_cast<void*>(&unavailable);
 }
 }
 
@@ -147,6 +273,12 @@ const char* own_file_name() {
   return info.dli_fname;
 }
 
+bool is_own_address(const void* p) {
+  Dl_info mine, theirs;
+  return dladdr(reinterpret_cast<void*>(&own_file_name), &mine) != 0 && dladdr(p, &theirs) != 0 &&
+         mine.dli_fbase == theirs.dli_fbase;
+}
+
 bool is_exported_function(const char* name) {
   for (const char* n : kNames)
     if (strcmp(n, name) == 0) return true;
@@ -154,27 +286,28 @@ bool is_exported_function(const char* name) {
 }
 
 GpushimCoreSubstitute load_core() {
-  if (__atomic_load_n(&g_loaded, __ATOMIC_ACQUIRE) != 0) return __atomic_load_n(&g_substitute, __ATOMIC_ACQUIRE);
-  void* core = dlopen(g_core_path[0] ? g_core_path : kGpushimCoreLibrary, RTLD_NOW | RTLD_LOCAL);
-  if (core == nullptr) {
-    warn_once(dlerror());
-  } else {
+  if (__atomic_load_n(&g_loaded, __ATOMIC_ACQUIRE) != kNotYet) return __atomic_load_n(&g_substitute, __ATOMIC_ACQUIRE);
+  begin_load();
+  setup();
+  void* core = open_core();
+  if (core != nullptr) {
     auto attach = reinterpret_cast<GpushimCoreAttach>(real_dlsym(core, kGpushimCoreAttach));
     if (attach == nullptr || attach(&g_table) != 0) {
-      warn_once("not a gpushim core of this version");
+      warn_once(g_core_path[0] ? g_core_path : kGpushimCoreLibrary, "not a gpushim core of this version");
       core = nullptr;
     }
   }
   for (size_t i = 0; i < sizeof kNames / sizeof kNames[0]; ++i) {
     void* f = core != nullptr ? real_dlsym(core, kNames[i]) : nullptr;
     if (f == nullptr) f = is_public_api(kNames[i]) ? inactive_answer(kNames[i]) : next_symbol(kNames[i], nullptr);
-    if (f == nullptr) f = reinterpret_cast<void*>(&unavailable);
-    __atomic_store_n(&gpushim_front_slots[i], f, __ATOMIC_RELEASE);
+    // Left empty when CUDA has no such function yet: gpushim_front_resolve asks again.
+    if (f != nullptr) __atomic_store_n(&gpushim_front_slots[i], f, __ATOMIC_RELEASE);
   }
   GpushimCoreSubstitute sub =
       core != nullptr ? reinterpret_cast<GpushimCoreSubstitute>(real_dlsym(core, kGpushimCoreSubstitute)) : nullptr;
   __atomic_store_n(&g_substitute, sub, __ATOMIC_RELEASE);
-  __atomic_store_n(&g_loaded, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_loaded, core != nullptr ? kCore : kNoCore, __ATOMIC_RELEASE);
+  end_load();
   return sub;
 }
 

@@ -1,5 +1,6 @@
 // The core's side of the contract with the preload front (front/front_api.h): the two functions the
 // front looks up on the handle it dlopened.
+#include "core/shim.h"
 #include "cuda/real_symbols.h"
 #include "front/front_api.h"
 #include "hooks/export.h"
@@ -11,6 +12,7 @@ static_assert(gpushim::kThreadBlockBytes <= kGpushimFrontThreadBlockBytes, "the 
 GPUSHIM_EXPORT int gpushim_core_attach(const GpushimFront* front) {
   if (front == nullptr || front->size < sizeof(GpushimFront)) return -1;
   gpushim::attach_front(front);
+  gpushim::Shim::install_fork_handlers();
   return 0;
 }
 

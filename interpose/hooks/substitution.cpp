@@ -7,6 +7,7 @@
 
 #include "cuda/hooked_symbols.h"
 #include "cuda/real_symbols.h"
+#include "util/dlopen_guard.h"
 
 namespace gpushim {
 namespace {
@@ -41,14 +42,14 @@ void* own_handle() {
   if (void* v = h.load(std::memory_order_acquire)) return v;
   Dl_info info;
   if (dladdr(reinterpret_cast<void*>(&anchor), &info) == 0 || info.dli_fname == nullptr) return nullptr;
-  void* v = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  void* v = guarded_dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
   h.store(v, std::memory_order_release);  // stays open: we are never unloaded while hooks run
   return v;
 }
 
 // Already loaded libraries only (RTLD_NOLOAD): substitution never loads anything.
 void* loaded(const char* soname) {
-  void* h = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
+  void* h = guarded_dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
   if (h != nullptr) dlclose(h);  // the library stays loaded by whoever loaded it
   return h;
 }

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "util/paths.h"
+#include "util/dlopen_guard.h"
 
 namespace gpushim {
 namespace {
@@ -67,7 +68,7 @@ std::atomic<bool> g_libdw_tried{false};
 const Libdw* libdw() {
   if (const Libdw* l = g_libdw.load(std::memory_order_acquire)) return l;
   if (g_libdw_tried.load(std::memory_order_acquire)) return nullptr;
-  void* h = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* h = guarded_dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL);
   if (h == nullptr) {
     g_libdw_tried.store(true, std::memory_order_release);
     return nullptr;

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "util/log.h"
+#include "util/dlopen_guard.h"
 
 namespace gpushim {
 namespace {
@@ -95,7 +96,7 @@ bool tsan_runtime_present() {
 void load_unwinder() {
   // RTLD_LOCAL keeps libunwind's _Unwind_* out of the global scope, where they would capture the
   // host's C++ exception handling (design-notes §2). Never link it.
-  void* h = tsan_runtime_present() ? nullptr : dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  void* h = tsan_runtime_present() ? nullptr : guarded_dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
   if (h != nullptr) {
     // Debian exports the plain name; some builds only carry the target-prefixed one.
     void* sym = dlsym(h, "unw_backtrace");

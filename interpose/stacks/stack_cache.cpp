@@ -8,6 +8,7 @@
 #include <new>
 
 #include "python/python_code_table.h"
+#include "util/dlopen_guard.h"
 
 namespace gpushim {
 namespace {
@@ -84,6 +85,7 @@ void ThreadStackCache::clear() {
 
 uint64_t ThreadStackCache::loaded_objects_generation() {
   unsigned long long counters[2] = {0, 0};
+  const LoaderScope loader_work;  // a fork waits for it (util/dlopen_guard.h)
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t size, void* data) {
         if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {

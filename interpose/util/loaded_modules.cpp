@@ -1,4 +1,5 @@
 #include "util/loaded_modules.h"
+#include "util/dlopen_guard.h"
 
 #include <elf.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@ void for_each_loaded_module(absl::FunctionRef<bool(const LoadedModule&)> fn) {
   struct Ctx {
     absl::FunctionRef<bool(const LoadedModule&)>* fn;
   } ctx{&fn};
+  const LoaderScope loader_work;  // a fork waits for it (util/dlopen_guard.h)
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t size, void* data) -> int {
         LoadedModule m;

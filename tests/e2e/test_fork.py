@@ -57,6 +57,32 @@ class ForkAtAnyMoment(ShimTestCase):
                 self.assertRanOK(r)
                 self.assertEqual(last_json(r), {"rounds": rounds, "hung": 0, "failed": 0})
 
+    def test_fork_while_another_thread_loads_the_core(self):
+        # The preload's core is dlopened at the first hooked call (interpose/front/): a fork in the
+        # middle of that load gave the child a half-loaded core and the loader's state in mid-change
+        # (16 crashed children in 300 rounds), and one taken while the shim walked the loaded objects
+        # (dl_iterate_phdr) gave it the loader's write lock held, so that its own dlopen hung (2 in
+        # 300). The front's fork handler waits for the shim's loader work.
+        rounds = scaled(100, 30)
+        env = {"GPUSHIM_REPORT": "off", "GPUSHIM_SUMMARY": "0"}
+        if SANITIZER == "thread":
+            env["TSAN_OPTIONS"] = os.environ.get("TSAN_OPTIONS", "") + ":die_after_fork=0:report_thread_leaks=0"
+        for preload in (False, True):
+            with self.subTest(preload=preload):
+                r = run([program("e2e_fork_during_load"), str(rounds)], preload=preload, env=env,
+                        expect_report=False, timeout=600)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                result = last_json(r)
+                if preload and SANITIZER:
+                    # The sanitizers' allocators hang fork children of their own (above): every
+                    # round ran, none crashed or failed, and no sanitizer report.
+                    self.assertEqual((result["rounds"], result["crashed"], result["other"], result["setup_failed"],
+                                      result["core_already_loaded"]), (rounds, 0, 0, 0, 0), result)
+                    check_sanitizer_clean(r.stderr)
+                    continue
+                self.assertEqual(result, {"rounds": rounds, "ok": rounds, "hung": 0, "setup_failed": 0,
+                                          "core_already_loaded": 0, "crashed": 0, "other": 0})
+
     def test_many_threads_allocating_while_main_forks(self):
         # What CUDA itself answers in such a child, without the shim.
         base = run([program("e2e_fork_stress"), "2", "4"], preload=False, expect_report=False)

@@ -46,7 +46,7 @@ class BenchScript(unittest.TestCase):
         for heading in ("## Targets", "## Interposition overhead", "## Alloc+free pair latency: cudaMalloc+cudaFree",
                         "## Replay of a mixed-size pattern", "## Replay throughput of `gpushim-analyze replay`",
                         "## Utilization on fragmentation workloads", "## Host memory of the shim",
-                        "## Start-up cost of the preload"):
+                        "## Start-up cost of the preload", "## RMM beside the shim"):
             self.assertIn(heading, self.text)
         # Two runs of each latency benchmark: the targets give the lowest run's p50 and the median.
         self.assertIn("Every latency benchmark ran 2 times", self.text)

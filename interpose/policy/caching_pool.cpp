@@ -309,16 +309,26 @@ void CachingPool::insert_free(Block* b) {
   ++free_version_;
 }
 
-CachingPool::Block* CachingPool::coalesce(Block* b) {
-  // Without a driver call: a block just freed on a stream next to one ready for anyone (or freed
-  // on another stream) stays apart, listed, until settle_apart (every kSettleBatch frees) or
-  // settle_unmerged (before the pool grows). Asking there, in a batch, costs one event per stream;
-  // asking here cost an event and a query on every
+void CachingPool::coalesce_into_free(Block* b) {
+  // Without a driver call: a block just freed on a stream next to one freed on another stream (or
+  // a block ready for anyone next to one freed on a stream) stays apart, listed, until
+  // settle_apart (every kSettleBatch frees) or settle_unmerged (before the pool grows). Asking
+  // there, in a batch, costs one event per stream; asking here cost an event and a query on every
   // cudaFreeAsync that carved from a larger block (issue 30: the stream-ordered pair went from
   // 90 to 470 ns).
+  //
+  // A block freed on a stream (one that can be named: created, or the legacy stream) absorbs a
+  // free neighbour ready for anyone, and the merged block is ordered by that stream: reusable at
+  // once there, elsewhere once an event recorded after this free completes. Safe (the idle part
+  // is only held back, never handed out sooner), and it is what PyTorch's per-stream blocks do.
+  // Left apart, such a block merged only once its stream's work was done: on a device running
+  // behind the host that is a backlog later, and best fit meanwhile carved new space around it
+  // (detection_infer replayed stream-ordered under --gpu-time model: 174 vs PyTorch's 154 MiB;
+  // 154 with this). The rest stays ready for anyone until such a free borders it.
   auto compatible = [&](Block* n) {
     if (n == nullptr || n->state != State::kFree) return false;
     if (ReuseRules<Block>::mergeable(n, b)) return true;
+    if (n->stream == nullptr && (b->stream == CU_STREAM_LEGACY || names_created_stream(b->stream))) return true;
     unmerged_ = true;
     note_apart(n);
     note_apart(b);
@@ -328,7 +338,7 @@ CachingPool::Block* CachingPool::coalesce(Block* b) {
   if (compatible(b->prev)) {
     Block* p = b->prev;
     erase_free(set, p);
-    rules_.absorb(b, p);
+    rules_.absorb(b, p);  // keeps b's stream
     b->addr = p->addr;
     b->size += p->size;
     b->prev = p->prev;
@@ -338,14 +348,35 @@ CachingPool::Block* CachingPool::coalesce(Block* b) {
   }
   if (compatible(b->next)) {
     Block* n = b->next;
-    erase_free(set, n);
+    // The free neighbour after `b` grows by `b`; unless the element after it in its set is now
+    // smaller, it keeps its place there, so it takes `b` in, in place, and no B-tree erase or
+    // insert is paid: a stream-ordered free of a block carved from a larger one merges with that
+    // block's rest on every pair (measured: the 4 KiB stream-ordered pair's p50 as before, its
+    // p99 0.2 instead of 9 us, no settling every 64 frees).
+    const auto it = set.find(n);
+    const auto after = std::next(it);
+    const uint64_t merged = b->size + n->size;
+    if (after == set.end() || (*after)->size > merged || ((*after)->size == merged && (*after)->addr > b->addr)) {
+      const CUstream stream = b->stream;  // n's own, or n is ready for anyone and takes b's terms
+      rules_.absorb(n, b);
+      n->stream = stream;
+      n->addr = b->addr;
+      n->size = merged;
+      n->prev = b->prev;
+      if (b->prev) b->prev->next = n;
+      if (n->segment->head == b) n->segment->head = n;
+      ++free_version_;  // n grew in place: a hinted first fit may no longer be the first
+      recycle(b);
+      return;
+    }
+    erase_free(set, it);
     rules_.absorb(b, n);
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
     recycle(n);
   }
-  return b;
+  insert_free(b);
 }
 
 CUresult CachingPool::deallocate(void* p, CUstream stream, bool stream_ordered) {
@@ -399,7 +430,7 @@ void CachingPool::deallocate_locked(Block* b, CUstream stream, bool stream_order
   b->state = State::kWaiting;
   if (rules_.retire(b, stream, stream_ordered)) {
     b->state = State::kFree;
-    insert_free(coalesce(b));
+    coalesce_into_free(b);
     if (!apart_.empty() && ++frees_since_settle_ >= kSettleBatch) settle_apart();
   }
 }
@@ -464,7 +495,8 @@ void CachingPool::release_batch(std::vector<Block*>& blocks, bool all_idle) {
     }
     // Ready for anyone; a free neighbour ready for anyone joins it (after a sync there is none).
     head->state = State::kFree;
-    insert_free(all_idle ? head : coalesce(head));
+    if (all_idle) insert_free(head);
+    else coalesce_into_free(head);
   }
   for (Block* b : blocks)
     if (b->state == State::kMerged) recycle(b);

@@ -144,14 +144,16 @@ class CachingPool final : public DeviceMemoryResource {
     set.erase(what);
     ++free_version_;
   }
-  Block* coalesce(Block* b);
+  // Merges the free block `b` (in no free set) with its free neighbours where the reuse rules
+  // allow, and puts the result in its free set.
+  void coalesce_into_free(Block* b);
   // Blocks handed back by the reuse rules (state kWaiting): merged with each other and with free
   // neighbours, then inserted. With `all_idle` (after a synchronization) every free block is
   // idle too: the free sets are emptied into the same pass, so each run becomes one block.
   void release_batch(std::vector<Block*>& blocks, bool all_idle);
-  // Free blocks freed on a stream that coalesce() left apart from a free neighbour: those whose
-  // stream has finished with them (asked without waiting, one event per stream) are merged.
-  // True if any was.
+  // Free blocks freed on a stream that coalesce_into_free() left apart from a free neighbour:
+  // those whose stream has finished with them (asked without waiting, one event per stream) are
+  // merged. True if any was.
   bool settle_unmerged();
   // The same for the blocks listed in apart_ only, every kSettleBatch stream-ordered frees while
   // any is listed: merging keeps pace with the frees at one event per stream per batch, so best
@@ -190,8 +192,8 @@ class CachingPool final : public DeviceMemoryResource {
   uint64_t reserved_ = 0, peak_reserved_ = 0, allocated_bytes_ = 0;
   uint64_t segment_allocs_ = 0, segment_frees_ = 0, retries_ = 0, ooms_ = 0;
   uint64_t segment_grows_ = 0;  // segments grown in place (grow_in_place_unit)
-  bool unmerged_ = false;  // coalesce() may have left blocks apart that settle_unmerged would merge
-  std::vector<Block*> apart_;  // tagged free blocks coalesce() left apart (may have changed since)
+  bool unmerged_ = false;  // blocks may have been left apart that settle_unmerged would merge
+  std::vector<Block*> apart_;  // tagged free blocks left apart at a free (may have changed since)
   static constexpr uint32_t kSettleBatch = 64;
   uint32_t frees_since_settle_ = 0;
 };

@@ -23,8 +23,10 @@ GPU_TRACES = {"h200_transformer_caching": ("caching", 2478 * MiB), "h200_transfo
               "h100_transformer_caching": ("caching", 3143895040), "h100_transformer_vmm": ("vmm", 2791573504),
               "h200_steptime_caching": ("caching", 3143895040), "h200_steptime_vmm": ("vmm", 2778990592)}
 # Those recorded by pools whose code this build still runs: a replay under --gpu-time recorded is the
-# run itself. (The others' caching pool has changed since; a change of the pools moves a trace out.)
-SAME_POOLS = {"h200_steptime_caching", "h200_steptime_vmm"}
+# run itself. (The others' caching pool has changed since; a change of the pools moves a trace out:
+# h200_steptime_caching left when a stream-ordered free began to merge with the idle rest of its
+# segment at once, issue 27, which places later blocks elsewhere than the recorded run did.)
+SAME_POOLS = {"h200_steptime_vmm"}
 
 
 def analyze_json(*args):
@@ -141,7 +143,14 @@ class Corpus(unittest.TestCase):
                 self.assertEqual(od["allocs"], pd["allocs"])
                 self.assertEqual(od["peak_requested"], pd["peak_requested"])
                 self.assertEqual(pd["events_recorded"], 0)  # plain frees wait behind fences, not events
-                self.assertGreater(od["events_recorded"], 0)
+                self.assertGreater(pd["fence_waits"], 0)
+                self.assertEqual(od["fence_waits"], 0)
+                if p["policy"] == "vmm":
+                    self.assertGreater(od["events_recorded"], 0)
+                else:
+                    # One stream: every free merges at once with its free neighbours under that
+                    # stream's terms and is reused there, so the caching pool never needs an event.
+                    self.assertEqual(od["events_recorded"], 0)
                 self.assertEqual(od["synchronizes"], 0)
                 self.assertFalse(od["oom"])
 

@@ -31,6 +31,7 @@ const CUstream kB = reinterpret_cast<CUstream>(0x200);
 TEST(CachingPoolEvents, StaleEventNeverVouchesForALaterFree) {
   Pool p;
   void* first = p.alloc(kA);
+  ASSERT_NE(p.alloc(kA), nullptr);  // live: keeps `first` apart from its segment's free rest
   ASSERT_EQ(p.pool.deallocate(first, kA, true), CUDA_SUCCESS);
   // Stream B asks: an event is recorded for the block now; it is pending, so B gets other memory.
   void* on_b = p.alloc(kB);

@@ -23,6 +23,7 @@ TEST(CachingPoolReuse, AnEventOfAnEarlierFreeNeverVouchesForALaterOne) {
     return p;
   };
   void* a = alloc(stream(1));
+  ASSERT_NE(alloc(stream(1)), nullptr);  // live: keeps `a` apart from its segment's free rest
   ASSERT_EQ(pool.deallocate(a, stream(1), true), CUDA_SUCCESS);
   // Another stream wants it: an event is recorded on stream 1, still pending, so not this block.
   void* other = alloc(stream(2));

@@ -63,6 +63,9 @@ TEST_P(StreamLifetime, ABlockFreedOnADestroyedStreamIsOrderedByTheEventRecordedB
     PoolOverStrictStreams t(GetParam());
     void* a = t.alloc(size, lifetime_stream(0x100));
     ASSERT_NE(a, nullptr);
+    // Live: keeps `a` apart from its segment's free rest (a stream-ordered free would take it in,
+    // and the check below would find the block somewhere in the merged whole).
+    ASSERT_NE(t.alloc(size, lifetime_stream(0x100)), nullptr);
     ASSERT_EQ(t.pool->deallocate(a, lifetime_stream(0x100), true), CUDA_SUCCESS);
     t.destroy(lifetime_stream(0x100));
     // One event, recorded while the stream existed (at the free, to merge, or at the destroy).

@@ -15,6 +15,7 @@
 #include "cuda/driver_backend.h"
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
+#include "cuda/stream_registry.h"
 #include "core/call_context.h"
 #include "live/termination_signals.h"
 #include "policy/policy_factory.h"
@@ -213,6 +214,7 @@ void Shim::fork_parent() { g_init_mu.unlock(); }
 
 void Shim::fork_child() {
   g_init_mu.unlock();
+  stream_registry_after_fork_in_child();
   Shim* s = existing();
   if (s == nullptr) return;  // never initialized, disabled, or detached already
   s->recorder_->abandon_in_fork_child();  // no live thread, trace or report here

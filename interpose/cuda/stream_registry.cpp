@@ -9,7 +9,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "cuda/capture_state.h"
 #include "cuda/real_driver.h"
-#include "cuda/real_symbols.h"
 #include "util/thread_block.h"
 
 namespace gpushim {
@@ -61,11 +60,6 @@ Registry& registry() {
   static Registry* const first = [] {
     auto* r = new Registry;
     g_registry.store(r, std::memory_order_release);
-    register_fork_handlers(nullptr, nullptr, [] {
-      g_registry.store(new Registry, std::memory_order_relaxed);
-      g_generation.fetch_add(1, std::memory_order_relaxed);  // nothing this thread knew holds there
-      active_captures().store(0, std::memory_order_relaxed);
-    });
     return r;
   }();
   (void)first;
@@ -127,6 +121,13 @@ void note_stream_created(CUstream stream, unsigned flags, CUcontext context) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   r.streams[stream] = Stream{context, device, (flags & CU_STREAM_NON_BLOCKING) != 0};
+}
+
+void stream_registry_after_fork_in_child() {
+  if (g_registry.load(std::memory_order_relaxed) == nullptr) return;  // never used
+  g_registry.store(new Registry, std::memory_order_relaxed);
+  g_generation.fetch_add(1, std::memory_order_relaxed);  // nothing this thread knew holds there
+  active_captures().store(0, std::memory_order_relaxed);
 }
 
 void learn_stream(CUstream stream) {

@@ -37,6 +37,10 @@ void note_stream_created(CUstream stream, unsigned flags, CUcontext context = nu
 // driver once; the program vouches that the stream exists by using it). Cheap when known: a
 // thread-local check of the last stream seen.
 void learn_stream(CUstream stream);
+
+// The fork child's registry starts empty (the parent's lock may be held by a thread that does not
+// exist there). Called by the core's fork handler (core/shim.cpp), one registration for both.
+void stream_registry_after_fork_in_child();
 // Before a destroy is forwarded: no call will name `stream` again. A non-blocking stream leaves an
 // event at its tail, which device fences wait for until it completes.
 void note_stream_destroying(CUstream stream);

@@ -73,13 +73,16 @@ int core_atfork(void (*prepare)(), void (*parent)(), void (*child)()) {
   return 0;
 }
 
-void run_core_prepare() {
-  for (int i = __atomic_load_n(&g_fork_handler_count, __ATOMIC_ACQUIRE) - 1; i >= 0; --i)
+// How many of them the fork in progress prepared: only those get their parent and child handlers
+// (a core attached while the fork was being prepared must not unlock what it never locked).
+int g_prepared_handlers = 0;
+
+void run_core_prepare(int from, int to) {
+  for (int i = to - 1; i >= from; --i)
     if (g_fork_handlers[i].prepare) g_fork_handlers[i].prepare();
 }
 void run_core_after(bool child) {
-  const int n = __atomic_load_n(&g_fork_handler_count, __ATOMIC_ACQUIRE);
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < g_prepared_handlers; ++i)
     if (void (*fn)() = child ? g_fork_handlers[i].child : g_fork_handlers[i].parent) fn();
 }
 
@@ -211,11 +214,21 @@ __attribute__((constructor)) void at_load() {
   setup();
   pthread_atfork(
       [] {
-        // The core's first (its initialization lock: a thread holding it may be about to dlopen,
-        // and must get through), then every dlopen in flight.
-        run_core_prepare();
-        __atomic_store_n(&g_forking, 1, __ATOMIC_SEQ_CST);
-        wait_for_loads();
+        // The core's handlers first (its initialization lock: a thread holding it may be about to
+        // dlopen, and must get through), then every load in flight. Should a core attach during
+        // that wait (its first load), new loads are let through again while its handlers lock,
+        // and the wait starts over; the core registers its handlers once, so this ends.
+        int prepared = 0;
+        for (;;) {
+          const int n = __atomic_load_n(&g_fork_handler_count, __ATOMIC_ACQUIRE);
+          run_core_prepare(prepared, n);
+          prepared = n;
+          __atomic_store_n(&g_forking, 1, __ATOMIC_SEQ_CST);
+          wait_for_loads();
+          if (__atomic_load_n(&g_fork_handler_count, __ATOMIC_ACQUIRE) == prepared) break;
+          __atomic_store_n(&g_forking, 0, __ATOMIC_SEQ_CST);
+        }
+        g_prepared_handlers = prepared;
       },
       [] {
         run_core_after(false);

@@ -9,30 +9,39 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+
 namespace gpushim {
 
 namespace dlopen_guard_internal {
-// Set once by attach_front, before any hook runs.
-inline void (*g_enter)() = nullptr;
-inline void (*g_leave)() = nullptr;
+// Set by attach_front, before any hook runs (racing attachers store the same values).
+inline std::atomic<void (*)()> g_enter{nullptr};
+inline std::atomic<void (*)()> g_leave{nullptr};
 }  // namespace dlopen_guard_internal
 
 inline void set_dlopen_guard(void (*enter)(), void (*leave)()) {
-  dlopen_guard_internal::g_enter = enter;
-  dlopen_guard_internal::g_leave = leave;
+  // `leave` first: whoever sees `enter` sees `leave` too (a scope never enters without leaving).
+  dlopen_guard_internal::g_leave.store(leave, std::memory_order_relaxed);
+  dlopen_guard_internal::g_enter.store(enter, std::memory_order_release);
 }
 
 // Loader work in progress, for its scope: a fork() waits for it to end.
 class LoaderScope {
  public:
   LoaderScope() {
-    if (dlopen_guard_internal::g_enter != nullptr) dlopen_guard_internal::g_enter();
+    if (void (*enter)() = dlopen_guard_internal::g_enter.load(std::memory_order_acquire)) {
+      leave_ = dlopen_guard_internal::g_leave.load(std::memory_order_relaxed);
+      enter();
+    }
   }
   ~LoaderScope() {
-    if (dlopen_guard_internal::g_leave != nullptr) dlopen_guard_internal::g_leave();
+    if (leave_ != nullptr) leave_();
   }
   LoaderScope(const LoaderScope&) = delete;
   LoaderScope& operator=(const LoaderScope&) = delete;
+
+ private:
+  void (*leave_)() = nullptr;
 };
 
 inline void* guarded_dlopen(const char* file, int flags) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -33,10 +34,9 @@ inline constexpr size_t kThreadBlockBytes = kThreadSlotBytes * static_cast<size_
 namespace thread_block_internal {
 inline constexpr intptr_t kNoFrontBlock = INTPTR_MIN;
 // Offset of the front's block from the thread pointer; kNoFrontBlock until a front lends one.
-// Set before any hook runs (attach_front), once: a thread that loads the core after another did
-// finds the value already there and writes nothing, so hooks running meanwhile race with no write.
-// Plain, not atomic, so that the compiler reads it once per function rather than once per access.
-inline intptr_t g_offset = kNoFrontBlock;
+// Set before any hook runs (attach_front; threads racing to load the core store the same value).
+// Relaxed: a plain load on x86-64 and aarch64.
+inline std::atomic<intptr_t> g_offset{kNoFrontBlock};
 char* own_block();  // this thread's block of dynamic TLS (thread_block.cpp)
 
 inline char* thread_pointer() {
@@ -51,7 +51,7 @@ inline char* thread_pointer() {
 // Lends the core the front's block: `offset` from the thread pointer, `bytes` long. Ignored when
 // too small (a front of another version).
 inline void use_front_thread_block(intptr_t offset, size_t bytes) {
-  if (bytes >= kThreadBlockBytes && thread_block_internal::g_offset != offset) thread_block_internal::g_offset = offset;
+  if (bytes >= kThreadBlockBytes) thread_block_internal::g_offset.store(offset, std::memory_order_relaxed);
 }
 
 template <typename T, ThreadSlot S>
@@ -60,7 +60,7 @@ inline T& thread_slot() {
   static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>,
                 "a slot starts as zero bytes and is never destroyed");
   using namespace thread_block_internal;
-  const intptr_t off = g_offset;
+  const intptr_t off = g_offset.load(std::memory_order_relaxed);
   char* base = off != kNoFrontBlock ? thread_pointer() + off : own_block();
   return *reinterpret_cast<T*>(base + static_cast<size_t>(S) * kThreadSlotBytes);
 }

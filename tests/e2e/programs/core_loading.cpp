@@ -6,31 +6,19 @@
 #include <cstdio>
 #include <cstring>
 
-namespace {
-
-bool core_mapped() {
-  FILE* f = std::fopen("/proc/self/maps", "r");
-  if (f == nullptr) return false;
-  char line[4096];
-  bool found = false;
-  while (!found && std::fgets(line, sizeof line, f) != nullptr) found = std::strstr(line, "libgpushim-core.so") != nullptr;
-  std::fclose(f);
-  return found;
-}
-
-}  // namespace
+#include "support/test_support.h"
 
 int main() {
-  const bool at_start = core_mapped();
+  const bool at_start = testsupport::mapped("libgpushim-core.so");
   // The public API, looked up as public/gpushim.h says programs should: answers "not active" before
   // any CUDA call, without loading the core.
   using Mark = unsigned long long (*)();
   auto mark = reinterpret_cast<Mark>(dlsym(RTLD_DEFAULT, "gpushim_mark_iteration"));
   const long long marked_before = mark ? static_cast<long long>(mark()) : -1;
-  const bool after_api = core_mapped();
+  const bool after_api = testsupport::mapped("libgpushim-core.so");
   void* p = nullptr;
   const int malloc_rc = cudaMalloc(&p, 1 << 20);
-  const bool after_cuda = core_mapped();
+  const bool after_cuda = testsupport::mapped("libgpushim-core.so");
   const int free_rc = cudaFree(p);
   const long long marked_after = mark ? static_cast<long long>(mark()) : -1;
   std::printf(

@@ -17,17 +17,9 @@
 #include <cstring>
 #include <thread>
 
-namespace {
+#include "support/test_support.h"
 
-bool core_mapped() {
-  FILE* f = std::fopen("/proc/self/maps", "r");
-  if (f == nullptr) return false;
-  char line[4096];
-  bool found = false;
-  while (!found && std::fgets(line, sizeof line, f) != nullptr) found = std::strstr(line, "libgpushim-core.so") != nullptr;
-  std::fclose(f);
-  return found;
-}
+namespace {
 
 enum Outcome { kOk, kHung, kSetupFailed, kCoreAlreadyLoaded, kCrashed, kOther, kOutcomes };
 
@@ -58,7 +50,7 @@ int one_round(unsigned delay_us, bool child_dlopens) {
   CUcontext ctx;
   if (!load_driver(&drv) || drv.init(0) || drv.device_get(&dev, 0) || drv.retain(&ctx, dev) || drv.set_current(ctx))
     return kSetupFailed;
-  if (core_mapped()) return kCoreAlreadyLoaded;
+  if (testsupport::mapped("libgpushim-core.so")) return kCoreAlreadyLoaded;
   std::thread first([&drv, ctx] {
     drv.set_current(ctx);
     CUdeviceptr d = 0;

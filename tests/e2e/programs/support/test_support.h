@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "public/gpushim.h"
 
@@ -46,6 +47,17 @@ inline bool shim_stats(int device, gpushim_device_stats* out) {
   if (fn == nullptr) return false;
   out->struct_size = sizeof(*out);
   return fn(device, out) == 0;
+}
+
+// Whether a file whose path contains `name` is mapped into this process (/proc/self/maps).
+inline bool mapped(const char* name) {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (f == nullptr) return false;
+  char line[4096];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f) != nullptr) found = std::strstr(line, name) != nullptr;
+  std::fclose(f);
+  return found;
 }
 
 }  // namespace testsupport

@@ -32,6 +32,23 @@ class BenchScript(unittest.TestCase):
         self.assertNotIn("old numbers", self.text)
         self.assertTrue(self.text.rstrip().endswith("Analysis that must survive."), self.text[-300:])
 
+    def test_rewriting_one_section_keeps_the_others(self):
+        # --python-stacks replaces its own section only: the RMM and corpus sections after it (a
+        # rewrite once dropped the RMM section) and the hand-written part stay as they were.
+        path = os.path.join(os.path.dirname(self.out), "one-section.md")
+        with open(path, "w") as f:
+            f.write(self.text)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSHIM_", "FAKECUDA_")) and k != "LD_PRELOAD"}
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench"), "--python-stacks", "--no-build",
+                               "--build-dir", BUILD, "--out", path], env=env, capture_output=True, text=True, timeout=600)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        with open(path) as f:
+            after = f.read()
+        rmm = self.text.index("<!-- rmm:begin")
+        self.assertLess(self.text.index("## Python stacks"), rmm)  # the rewritten section comes first
+        self.assertIn("<!-- corpus:begin", self.text[rmm:])
+        self.assertEqual(after[after.index("<!-- rmm:begin"):], self.text[rmm:])
+
     def test_every_policy_at_every_depth_has_latencies(self):
         self.assertGreaterEqual(len(self.policies), 2)
         for p in self.policies:

@@ -197,7 +197,7 @@ void* open_core() {
   if (slash != nullptr && core_beside(beside, resolved, static_cast<size_t>(slash - resolved)) &&
       strcmp(beside, path) != 0 && (core = dlopen(beside, RTLD_NOW | RTLD_LOCAL)) != nullptr)
     return core;
-  if (core == nullptr) warn_once(path, first_error);
+  warn_once(path, first_error);
   return nullptr;
 }
 

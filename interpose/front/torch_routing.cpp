@@ -5,12 +5,12 @@
 // children, which inherit the environment and the preload). A process that never touches CUDA pays
 // three getenv calls, a dladdr and at most one setenv; programs that are not PyTorch ignore the
 // variable.
-#include <dlfcn.h>
 
 #include <cstdlib>
 #include <cstring>
 
 #include "config/torch_alloc.h"
+#include "front/front.h"
 
 namespace {
 
@@ -19,10 +19,10 @@ namespace {
 bool preloaded() {
   const char* preload = getenv("LD_PRELOAD");
   if (preload == nullptr || *preload == '\0') return false;
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&preloaded), &info) == 0 || info.dli_fname == nullptr) return false;
-  const char* slash = strrchr(info.dli_fname, '/');
-  const char* name = slash ? slash + 1 : info.dli_fname;
+  const char* self = gpushim::front::own_file_name();  // the path the loader gave this library
+  if (self == nullptr) return false;
+  const char* slash = strrchr(self, '/');
+  const char* name = slash ? slash + 1 : self;
   const size_t len = strlen(name);
   if (len == 0) return false;
   for (const char* at = strstr(preload, name); at != nullptr; at = strstr(at + 1, name)) {

@@ -76,7 +76,9 @@ bool read_file(const std::string& path, std::string* out, std::string* error);
 // GPUSHIM_ANALYZE_MAX_INPUT when set (bytes with units), else a quarter of the machine's memory
 // (the parsed form takes a few times the file's size), at least 64 MiB.
 uint64_t input_limit_bytes();
-// Whether `head`, the start of an input, can begin a report or a trace.
+// Whether `head`, the start of an input, can begin a report or a trace: the trace magic, or a JSON
+// object opening with a key and no control byte but whitespace. scripts/gpushim-plot applies the
+// same rule to reports before reading them whole.
 bool looks_like_report_or_trace(const char* head, size_t n);
 
 // A stable identity for a site across runs: device, kind and the symbolized frames (function,

@@ -74,10 +74,17 @@ class PlotFailures(unittest.TestCase):
 
     def test_device_files_and_junk_are_refused_with_bounded_memory(self):
         require_plot_python()  # matplotlib is imported before the input is read
-        for source in ("/dev/zero", "/dev/urandom"):
+        # Binary data opening with '{', as /dev/urandom does one time in 256 (CI once met it: the
+        # plot read 256 MiB of it and named the size), is refused at its first block like the rest.
+        brace = os.path.join(self.dir, "brace.bin")
+        with open(brace, "wb") as f:
+            f.write((b"{" + bytes(range(256))) * 4096)
+        for source in ("/dev/zero", "/dev/urandom", brace):
             with self.subTest(source=source):
                 proc = plot([source, "-o", os.path.join(self.dir, "z.png")], limit_memory=True)
                 self.assert_one_line_error(proc, 1, f"{source}: not a gpushim report or trace")
+                # Refused from its head, not after reading and parsing it (that names the JSON error).
+                self.assertTrue(proc.stderr.rstrip().endswith("not a gpushim report or trace"), proc.stderr)
 
     def test_a_python_without_matplotlib_hands_over_to_one_with_it(self):
         require_plot_python()

@@ -325,11 +325,21 @@ class Recording(ShimTestCase):
                 self.assertNotEqual(p.returncode, 0, cmd)
                 self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
                 self.assertIn("neither a gpushim report (JSON) nor a gpushim trace", p.stderr)
-        # Something that starts like a report but never ends stops at the size cap.
+        # Binary data that happens to open with '{' (/dev/urandom does, one time in 256) is refused
+        # after its first block too, not read to the size cap.
         workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
+        for name, head in (("brace-binary", b"{" + bytes(range(256))), ("brace-number", b"{1" + b" " * 64)):
+            with self.subTest(input=name):
+                path = os.path.join(workdir, name)
+                with open(path, "wb") as f:
+                    f.write(head * 4096)
+                p = analyze("summary", path, check=False)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn("neither a gpushim report (JSON) nor a gpushim trace", p.stderr)
+        # Something that starts like a report but never ends stops at the size cap.
         big = os.path.join(workdir, "big.json")
         with open(big, "w") as f:
-            f.write("{" + " " * (3 << 20))
+            f.write('{"schema"' + " " * (3 << 20))
         env = dict(os.environ, GPUSHIM_ANALYZE_MAX_INPUT="1MiB")
         p = subprocess.run([ANALYZE, "summary", big], capture_output=True, text=True, timeout=60, env=env)
         self.assertEqual(p.returncode, 1)

@@ -121,7 +121,7 @@ const RealRuntime& resolve_real_runtime() {
     void* lib = guarded_dlopen("libcudart.so.13", RTLD_LAZY | RTLD_NOLOAD);
     if (lib == nullptr) return none;
     r = resolve_runtime(lib);
-    dlclose(lib);  // NOLOAD took a reference; the library stays loaded by whoever loaded it
+    guarded_dlclose(lib);  // NOLOAD took a reference; the library stays loaded by whoever loaded it
     if (r->cudaMalloc == nullptr) {
       delete r;
       return none;

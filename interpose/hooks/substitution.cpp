@@ -50,7 +50,7 @@ void* own_handle() {
 // Already loaded libraries only (RTLD_NOLOAD): substitution never loads anything.
 void* loaded(const char* soname) {
   void* h = guarded_dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
-  if (h != nullptr) dlclose(h);  // the library stays loaded by whoever loaded it
+  if (h != nullptr) guarded_dlclose(h);  // the library stays loaded by whoever loaded it
   return h;
 }
 

@@ -110,13 +110,18 @@ void load_unwinder() {
       g_state.store(static_cast<int>(Unwinder::kLibunwind), std::memory_order_release);
       return;
     }
-    dlclose(h);
+    guarded_dlclose(h);
   }
   // glibc's backtrace is ~15x slower but always there. Its first call dlopens libgcc_s (and so
   // allocates); doing that here keeps later captures allocation-free.
   g_backtrace = glibc_backtrace;
   void* warm[4];
-  if (g_backtrace(warm, 4) <= 0) {
+  int warmed = 0;
+  {
+    const LoaderScope scope;  // glibc's own dlopen of libgcc_s, which fork must not split either
+    warmed = g_backtrace(warm, 4);
+  }
+  if (warmed <= 0) {
     g_backtrace = nullptr;
     log_line("no stack unwinder available (libunwind.so.8 and glibc backtrace failed); stacks are off");
     g_state.store(static_cast<int>(Unwinder::kNone), std::memory_order_release);

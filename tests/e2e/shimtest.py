@@ -20,8 +20,9 @@ REAL_GPU = os.environ.get("GPUSHIM_TEST_REAL_GPU") == "1"
 POLICIES = ["passthrough", "caching", "vmm"]
 # Heavy stress tests multiply their counts by this (sanitizer builds in CI run them smaller).
 SCALE = float(os.environ.get("GPUSHIM_TEST_SCALE") or "1")
-# Sanitizer builds: the sanitizer runtime that an instrumented libgpushim.so needs loaded first when
-# it is preloaded into a program that was not built with it (set by CMake for sanitizer builds).
+# Sanitizer builds: what goes ahead of libgpushim.so in LD_PRELOAD (set by CMake). ASan: the runtime
+# an instrumented shim needs loaded first in a program not built with it. TSan: the two Abseil
+# libraries whose dynamic TLS clang-14's TSan mishandles (CMakeLists.txt says why).
 PRELOAD_FIRST = os.environ.get("GPUSHIM_TEST_PRELOAD_FIRST", "")
 SANITIZER = os.environ.get("GPUSHIM_TEST_SANITIZER", "")  # "", "address" or "thread"
 # A program that never touches CUDA. A TSan-built shim can only be preloaded into a program that

@@ -8,6 +8,7 @@
 namespace gpushim {
 inline constexpr uint64_t KiB = 1ull << 10;
 inline constexpr uint64_t MiB = 1ull << 20;
+inline constexpr uint64_t GiB = 1ull << 30;
 inline constexpr uint64_t kKiB = KiB;
 inline constexpr uint64_t kMiB = MiB;
 }  // namespace gpushim

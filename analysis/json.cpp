@@ -197,6 +197,12 @@ bool parse_json(const std::string& raw, JsonValue* out, std::string* error) {
   // edited by hand in another encoding) reads as U+FFFD instead, as our writers write such bytes
   // (util/json_string.h), rather than losing the whole document; outside strings U+FFFD is still
   // an error. Positions in error messages then count the replacement's 3 bytes.
+  // nlohmann's lexer takes a NUL byte for the end of the input and would accept a document with
+  // anything after one; JSON allows no raw NUL anywhere (and read_file's early check refuses one).
+  if (const size_t nul = raw.find('\0'); nul != std::string::npos) {
+    if (error) *error = located(raw, nul, "a NUL byte");
+    return false;
+  }
   std::string repaired;
   const std::string& bytes = replace_invalid_utf8(raw, &repaired) ? repaired : raw;
   JsonValue v;

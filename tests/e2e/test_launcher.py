@@ -23,7 +23,8 @@ ENV_PROGRAM = os.path.join(BUILD, "stand-ins", "env") if SANITIZER == "thread" e
 
 
 def existing_preloads(preload=""):
-    """LD_PRELOAD as the launcher finds it: `preload`, behind the sanitizer runtime in ASan builds."""
+    """LD_PRELOAD as the launcher finds it: `preload`, behind what sanitizer builds preload first
+    (shimtest.PRELOAD_FIRST: ASan's runtime, or TSan's two Abseil libraries)."""
     return ":".join(p for p in (PRELOAD_FIRST, preload) if p)
 
 

@@ -28,7 +28,7 @@ def numba_python():
         candidates.append("/usr/bin/python3")
     for path in dict.fromkeys(candidates):
         env = base_env(preload=False)
-        if PRELOAD_FIRST:  # ASan builds: numba loads the instrumented simulated driver at import
+        if PRELOAD_FIRST:  # ASan builds: numba loads the instrumented simulated driver at import (TSan: harmless)
             env["LD_PRELOAD"] = PRELOAD_FIRST
         if os.path.exists(path) and subprocess.run([path, "-c", "import numba.cuda"], capture_output=True,
                                                    env=env).returncode == 0:

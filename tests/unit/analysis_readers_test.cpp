@@ -51,6 +51,19 @@ TEST(Json, RejectsMalformedInputWithAPosition) {
   }
 }
 
+TEST(Json, ANulByteAnywhereIsRefused) {
+  // nlohmann's lexer ends the input at a NUL: a report with one after its last brace was accepted
+  // whole, and the fuzzer's rule (what the reader accepts, read_file's early check lets through)
+  // broke on it.
+  for (const std::string& s : {std::string("{\"schema\":\"gpushim-report/1\"}\0", 30),
+                              std::string("{\"schema\":\"gpushim-report/1\"}\n\0junk", 35), std::string("[1,\0 2]", 7)}) {
+    JsonValue v;
+    std::string err;
+    EXPECT_FALSE(parse_json(s, &v, &err)) << s.size();
+    EXPECT_NE(err.find("NUL"), std::string::npos) << err;
+  }
+}
+
 TEST(Json, DeepNestingIsRefusedNotFatal) {
   const std::string deep(100000, '[');
   JsonValue v;

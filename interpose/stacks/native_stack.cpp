@@ -110,7 +110,9 @@ void load_unwinder() {
       g_state.store(static_cast<int>(Unwinder::kLibunwind), std::memory_order_release);
       return;
     }
-    guarded_dlclose(h);
+    // Left loaded: unloading runs its finalizers, which unregister fork handlers under glibc's
+    // fork-handler lock, while a fork in another thread may hold that lock and wait for the
+    // initialization lock this runs under (a deadlock). An unused RTLD_LOCAL library costs nothing.
   }
   // glibc's backtrace is ~15x slower but always there. Its first call dlopens libgcc_s (and so
   // allocates); doing that here keeps later captures allocation-free.
@@ -158,7 +160,14 @@ __attribute__((noinline)) size_t capture_native_stack(uint64_t* out, size_t max_
   if (want > kMaxFrames) want = kMaxFrames;
 
   void* buf[kMaxFrames];
-  const int got = bt(buf, static_cast<int>(want));
+  int got = 0;
+  {
+    // On a miss in its caches, libunwind (and glibc's unwinder) walks the loaded objects with
+    // dl_iterate_phdr, under the loader's lock: a fork must not split that (util/dlopen_guard.h).
+    // Captures the stack cache answers never get here.
+    const LoaderScope loader_work;
+    got = bt(buf, static_cast<int>(want));
+  }
   if (got <= 0 || static_cast<size_t>(got) <= drop) return 0;
   const size_t n = static_cast<size_t>(got) - drop;
   for (size_t i = 0; i < n; ++i) out[i] = reinterpret_cast<uintptr_t>(buf[drop + i]);
@@ -172,6 +181,7 @@ bool native_trace_available() {
 
 __attribute__((noinline)) size_t trace_native_frames(NativeFrameTrace* out, size_t max) {
   if (!native_trace_available() || max == 0) return 0;
+  const LoaderScope loader_work;  // libunwind's steps may walk the loaded objects, as above
   ucontext_t ctx;
   UnwCursor cursor;
   if (g_cursor.getcontext(&ctx) != 0 || g_cursor.init_local(&cursor, &ctx) != 0) return 0;

@@ -1,4 +1,5 @@
-// Every dlopen, dlclose and dl_iterate_phdr the shim makes goes through here. fork() while another thread is
+// Every dlopen, dlclose and dl_iterate_phdr the shim makes goes through here, and so does every
+// stack unwind that may walk the loaded objects (stacks/native_stack.cpp). fork() while another thread is
 // inside one gives the child the loader's lock held (glibc 2.36 resets dl_load_lock in the child,
 // not the write lock dl_iterate_phdr and dlopen take) or its state half changed, and the child's
 // own dlopen then hangs or crashes (a DataLoader worker importing a module, say). The shim's

@@ -35,7 +35,7 @@ int g_loaded = kNotYet;  // kCore, kNoCore: the slots hold what they will hold
 int g_warned = 0;
 
 // What load_core needs, set up by the constructor, or by the first call if a library's constructor
-// calls CUDA before ours has run (racing setups write the same bytes).
+// calls CUDA before ours has run. 0: not yet; 1: being published; 2: set up.
 int g_setup = 0;
 // Where the core is, fixed early: LD_PRELOAD may name this library by a relative path, and the
 // program may change directory before its first CUDA call. Empty: the bare name, found by the
@@ -103,10 +103,15 @@ DlsymFn find_real_dlsym() {
 }
 
 // Called by the core for the symbols after the preload: RTLD_NEXT from here, as the front is what
-// LD_PRELOAD placed in the global scope.
+// LD_PRELOAD placed in the global scope. glibc takes "here" from its caller's return address, so
+// the lookups must be real calls made from this library: compiled as tail calls (as -O2 did, and
+// the core's caller too), glibc saw the core, loaded RTLD_LOCAL, and searched only its own
+// dependencies; a runtime other than libcudart.so.13 (CUDA 12's libcudart.so.12, a renamed copy
+// in a wheel) was then never found, and every runtime call failed.
 void* next_symbol(const char* name, const char* version) {
-  if (version != nullptr) return dlvsym(RTLD_NEXT, name, version);
-  return gpushim::front::real_dlsym(RTLD_NEXT, name);
+  void* f = version != nullptr ? dlvsym(RTLD_NEXT, name, version) : gpushim::front::real_dlsym(RTLD_NEXT, name);
+  __asm__ volatile("" : "+r"(f));  // work after the calls: they cannot become tail calls
+  return f;
 }
 
 // What a function answers when neither the core nor CUDA has it: CUDA's "unknown error" (999 in
@@ -157,28 +162,39 @@ void begin_load() {
 void end_load() { __atomic_sub_fetch(&g_loads_in_flight, 1, __ATOMIC_RELEASE); }
 
 void setup() {
-  if (__atomic_load_n(&g_setup, __ATOMIC_ACQUIRE) != 0) return;
-  // The block's offset from the thread pointer is fixed at load time, the same for every thread.
-  g_table = GpushimFront{sizeof(GpushimFront), &gpushim::front::real_dlsym, &next_symbol,
-                         reinterpret_cast<char*>(t_core_block) - static_cast<char*>(__builtin_thread_pointer()),
-                         kGpushimFrontThreadBlockBytes, &core_atfork, &begin_load, &end_load};
+  if (__atomic_load_n(&g_setup, __ATOMIC_ACQUIRE) == 2) return;
+  // Computed in locals and published by one thread: two first calls racing (a library's
+  // constructor starting threads before ours ran) must not see each other's half-written paths.
+  char core_path[PATH_MAX], self_path[PATH_MAX];
+  core_path[0] = self_path[0] = '\0';
   const char* self = gpushim::front::own_file_name();
   const char* slash = self ? strrchr(self, '/') : nullptr;
-  g_core_path[0] = g_self_path[0] = '\0';
   if (slash != nullptr) {
     size_t at = 0;
     bool ok = true;
     if (self[0] != '/') {
       char cwd[PATH_MAX];
-      ok = getcwd(cwd, sizeof cwd) != nullptr && append(g_self_path, &at, cwd, strlen(cwd)) &&
-           append(g_self_path, &at, "/", 1);
+      ok = getcwd(cwd, sizeof cwd) != nullptr && append(self_path, &at, cwd, strlen(cwd)) &&
+           append(self_path, &at, "/", 1);
     }
-    ok = ok && append(g_self_path, &at, self, strlen(self));
-    const char* self_slash = ok ? strrchr(g_self_path, '/') : nullptr;
-    if (self_slash == nullptr || !core_beside(g_core_path, g_self_path, static_cast<size_t>(self_slash - g_self_path)))
-      g_core_path[0] = g_self_path[0] = '\0';  // too long: the bare name, found by the loader's search if at all
+    ok = ok && append(self_path, &at, self, strlen(self));
+    const char* self_slash = ok ? strrchr(self_path, '/') : nullptr;
+    if (self_slash == nullptr || !core_beside(core_path, self_path, static_cast<size_t>(self_slash - self_path)))
+      core_path[0] = self_path[0] = '\0';  // too long: the bare name, found by the loader's search if at all
   }
-  __atomic_store_n(&g_setup, 1, __ATOMIC_RELEASE);
+  int expected = 0;
+  if (__atomic_compare_exchange_n(&g_setup, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    memcpy(g_core_path, core_path, sizeof core_path);
+    memcpy(g_self_path, self_path, sizeof self_path);
+    // The block's offset from the thread pointer is fixed at load time, the same for every thread.
+    g_table = GpushimFront{sizeof(GpushimFront), &gpushim::front::real_dlsym, &next_symbol,
+                           reinterpret_cast<char*>(t_core_block) - static_cast<char*>(__builtin_thread_pointer()),
+                           kGpushimFrontThreadBlockBytes, &core_atfork, &begin_load, &end_load};
+    __atomic_store_n(&g_setup, 2, __ATOMIC_RELEASE);
+    return;
+  }
+  // The winner is copying (no lock, no call): wait for it to publish the same values.
+  while (__atomic_load_n(&g_setup, __ATOMIC_ACQUIRE) != 2) sched_yield();
 }
 
 // The core, from beside this library as it was named, else from beside the file it names (a
@@ -236,6 +252,9 @@ __attribute__((constructor)) void at_load() {
       },
       [] {
         run_core_after(true);
+        // A load the prepare handler stopped waiting for (its bound) has no thread in the child to
+        // end it: left counted, every later fork of the child would wait the full bound.
+        __atomic_store_n(&g_loads_in_flight, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&g_forking, 0, __ATOMIC_RELEASE);
       });
 }
@@ -257,7 +276,9 @@ __attribute__((visibility("hidden"))) void* gpushim_front_resolve(unsigned index
   if (void* f = __atomic_load_n(&gpushim_front_slots[index], __ATOMIC_ACQUIRE)) return f;
   // No core, and CUDA had no such function when it failed: it may have one now (a runtime loaded
   // since), so ask again rather than answer 999 for good.
-  if (void* f = next_symbol(name, nullptr)) {
+  void* f = next_symbol(name, nullptr);
+  (void)dlerror();  // a lookup that found nothing is ours, not the program's
+  if (f != nullptr) {
     __atomic_store_n(&gpushim_front_slots[index], f, __ATOMIC_RELEASE);
     return f;
   }
@@ -321,6 +342,9 @@ GpushimCoreSubstitute load_core() {
   __atomic_store_n(&g_substitute, sub, __ATOMIC_RELEASE);
   __atomic_store_n(&g_loaded, core != nullptr ? kCore : kNoCore, __ATOMIC_RELEASE);
   end_load();
+  // The lookups above that found nothing (a front without its core, CUDA functions this CUDA
+  // lacks) must not leave an error for the program's next dlerror().
+  (void)dlerror();
   return sub;
 }
 

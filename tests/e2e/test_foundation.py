@@ -7,10 +7,11 @@ import subprocess
 import tempfile
 import unittest
 
-from shimtest import (NO_CUDA_PROGRAM, POLICIES, PRELOAD_FIRST, SANITIZER, SHIM, ShimTestCase, base_env,
-                      check_sanitizer_clean, last_json, program, run)
+from shimtest import (BUILD, FAKECUDA, NO_CUDA_PROGRAM, POLICIES, PRELOAD_FIRST, REAL_GPU, SANITIZER, SHIM,
+                      ShimTestCase, base_env, check_sanitizer_clean, last_json, program, run)
 
 MiB = 1 << 20
+CUDART12 = os.path.join(BUILD, "fakecuda-cudart12")  # the simulated runtime as libcudart.so.12
 
 
 class LeakingProgram(ShimTestCase):
@@ -213,6 +214,7 @@ class Front(ShimTestCase):
         self.assertTrue(out["after_cuda"], out)
         self.assertEqual(out["free"], 0, out)
         self.assertEqual(out["marked_after"], 1, out)
+        self.assertTrue(out["dlerror_clean"], out)
         self.assertEqual(r.device(0)["total_allocs"], 1)
         self.assertEqual(r.device(0)["total_frees"], 1)
 
@@ -225,10 +227,29 @@ class Front(ShimTestCase):
         out = last_json(r)
         self.assertEqual((out["malloc"], out["free"], out["after_cuda"]), (0, 0, False), out)
         self.assertEqual(out["marked_after"], 0, out)  # the public API still answers "not active"
+        # The front's lookups that failed (the core, then the CUDA names CUDA lacks) left dlerror()
+        # set for the program: "undefined symbol: cudaDeviceReset".
+        self.assertTrue(out["dlerror_clean"], out)
         lines = r.shim_lines()
         self.assertEqual(len(lines), 1, r.stderr)
         self.assertTrue(lines[0].startswith(f"gpushim: cannot load {lone}/libgpushim-core.so ("), lines[0])
         self.assertFalse(os.path.exists(r.report_path))
+
+    def test_a_runtime_of_another_name_is_found_after_the_preload(self):
+        # CUDA 12's libcudart.so.12 (PyTorch's CUDA 12 wheels), or a runtime renamed in a wheel: the
+        # core finds it as the definitions after the preload in the global scope. It did not when
+        # the front's lookup compiled to a tail call (glibc then searched from the core), and every
+        # runtime call failed with cudaErrorInitializationError.
+        if REAL_GPU:
+            raise unittest.SkipTest("links the simulated runtime built as libcudart.so.12")
+        env = {"LD_LIBRARY_PATH": CUDART12 + ":" + FAKECUDA}
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_leak_two_sites_cudart12")], env=dict(env, GPUSHIM_POLICY=policy))
+                self.assertRanOK(r)
+                dev = r.device(0)
+                self.assertEqual((dev["total_allocs"], dev["total_frees"], dev["live_count"]), (6, 1, 5))
+                self.assertEqual(len(r.sites_with_function("leak_from_alpha")), 1)
 
 
 if __name__ == "__main__":

@@ -118,7 +118,10 @@ const RealRuntime& resolve_real_runtime() {
     // Not in the global scope: loaded with RTLD_LOCAL (ctypes.CDLL, or a plugin's dependency).
     // Its callers reach our hooks through dlsym on its handle (front/front_dlsym.cpp).
     delete r;
-    void* lib = guarded_dlopen("libcudart.so.13", RTLD_LAZY | RTLD_NOLOAD);
+    void* lib = nullptr;
+    for (const char* soname : {"libcudart.so.13", "libcudart.so.12"})  // CUDA 13's, else CUDA 12's
+      if ((lib = guarded_dlopen(soname, RTLD_LAZY | RTLD_NOLOAD)) != nullptr) break;
+    (void)dlerror();  // NOLOAD of a runtime that is not there is a lookup of ours, not the program's
     if (lib == nullptr) return none;
     r = resolve_runtime(lib);
     guarded_dlclose(lib);  // NOLOAD took a reference; the library stays loaded by whoever loaded it

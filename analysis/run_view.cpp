@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "accounting/allocation_tracker.h"
 #include "cli.h"
+#include "gzip_input.h"
 #include "accounting/period_detector.h"
 #include "accounting/site_history.h"
 #include "memory_levels.h"
@@ -119,11 +120,14 @@ bool read_file(const std::string& path, std::string* out, std::string* error) {
   // O_NONBLOCK only so that opening a FIFO without a writer cannot hang; reads block as usual.
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   const uint64_t limit = input_limit_bytes();
-  auto too_large = [&] {
-    *error = path + " is larger than " + human_bytes(limit) +
-             ", the most gpushim-analyze reads (GPUSHIM_ANALYZE_MAX_INPUT raises it)";
+  auto fail = [&](const std::string& why) {
+    *error = why;
     ::close(fd);
     return false;
+  };
+  auto too_large = [&] {
+    return fail(path + " is larger than " + human_bytes(limit) +
+                ", the most gpushim-analyze reads (GPUSHIM_ANALYZE_MAX_INPUT raises it)");
   };
   struct stat st;
   out->clear();
@@ -131,26 +135,49 @@ bool read_file(const std::string& path, std::string* out, std::string* error) {
     if (static_cast<uint64_t>(st.st_size) > limit) return too_large();
     out->reserve(static_cast<size_t>(st.st_size));  // one allocation, not a doubling series
   }
+  // The first bytes decide: gzip is decompressed as it is read, and the checks below (the early
+  // refusal, the size limit) apply to what it decompresses to.
+  std::string head;
+  enum class Form { kUnknown, kPlain, kGzip } form = Form::kUnknown;
+  GzipInput gzip;
+  auto take = [&](const char* p, size_t n) {
+    const bool unchecked = out->size() < 16;
+    if (form == Form::kGzip) {
+      bool over = false;
+      std::string why;
+      if (!gzip.feed(p, n, limit, out, &why, &over)) return over ? too_large() : fail(path + ": " + why);
+    } else {
+      if (out->size() + n > limit) return too_large();
+      out->append(p, n);
+    }
+    // Checked once, on everything the first reads gave (a block of up to 64 KiB from a file).
+    if (unchecked && out->size() >= 16 && !looks_like_report_or_trace(out->data(), out->size()))
+      return fail(path + " is neither a gpushim report (JSON) nor a gpushim trace" +
+                  (form == Form::kGzip ? " (decompressed)" : ""));
+    return true;
+  };
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0) {
       if (errno == EINTR) continue;
-      *error = "cannot read " + path + ": " + std::strerror(errno);
-      ::close(fd);
-      return false;
+      return fail("cannot read " + path + ": " + std::strerror(errno));
     }
     if (n == 0) break;
-    if (out->size() + static_cast<size_t>(n) > limit) return too_large();
-    const bool unchecked = out->size() < 16;
-    out->append(buf, static_cast<size_t>(n));
-    // Checked once, on everything the first reads gave (a block of up to 64 KiB from a file).
-    if (unchecked && out->size() >= 16 && !looks_like_report_or_trace(out->data(), out->size())) {
-      *error = path + " is neither a gpushim report (JSON) nor a gpushim trace";
-      ::close(fd);
-      return false;
+    if (form == Form::kUnknown) {
+      head.append(buf, static_cast<size_t>(n));
+      if (head.size() < 3) continue;
+      form = looks_like_gzip(head.data(), head.size()) ? Form::kGzip : Form::kPlain;
+      if (!take(head.data(), head.size())) return false;
+      continue;
     }
+    if (!take(buf, static_cast<size_t>(n))) return false;
   }
+  if (form == Form::kUnknown) {
+    form = Form::kPlain;
+    if (!take(head.data(), head.size())) return false;
+  }
+  if (form == Form::kGzip && !gzip.complete()) return fail(path + ": gzip data cut short");
   ::close(fd);
   return true;
 }

@@ -1,5 +1,6 @@
 """End-to-end tests of GPUSHIM_TRACE and gpushim-analyze: traces recorded from the e2e programs,
 replayed through every policy, exported to the formats viewers read, and plotted."""
+import gzip
 import io
 import json
 import os
@@ -300,6 +301,39 @@ class Recording(ShimTestCase):
             out = analyze_json("summary", cut)
             self.assertLessEqual(out["devices"][0]["total_allocs"], dev["total_allocs"])
             self.assertTrue(any("cut short" in note for note in out["notes"]), out["notes"])
+
+    def test_gzip_compressed_reports_and_traces_read_as_they_are(self):
+        # bench/traces ships traces as .trace.gz, and people keep what they record compressed.
+        r, trace = traced([program("e2e_leak_two_sites")])
+        self.assertRanOK(r)
+        workdir = tempfile.mkdtemp(prefix="gpushim-gzip-")
+        for name, src in (("t.trace.gz", trace), ("r.json.gz", r.report_path)):
+            with self.subTest(input=name):
+                with open(src, "rb") as f:
+                    data = f.read()
+                packed = os.path.join(workdir, name)
+                with gzip.open(packed, "wb") as f:
+                    f.write(data)
+                self.assertEqual(analyze_json("summary", packed)["devices"], analyze_json("summary", src)["devices"])
+                # A member after the first (`cat a.gz b.gz`) is read too; padding after the last is not data.
+                with open(packed, "ab") as f:
+                    f.write(b"\0" * 16)
+                self.assertEqual(analyze_json("summary", packed)["devices"], analyze_json("summary", src)["devices"])
+        # Cut short, damaged, or gzip around something else: one line each, read no further.
+        with open(os.path.join(workdir, "t.trace.gz"), "rb") as f:
+            whole = f.read()
+        cases = {"cut.gz": (whole[:len(whole) // 2], "gzip data cut short"),
+                 "damaged.gz": (whole[:10] + bytes(range(256)) * 64, "damaged gzip data"),
+                 "other.gz": (gzip.compress(bytes(range(256)) * 1024), "neither a gpushim report (JSON) nor a gpushim trace")}
+        for name, (data, message) in cases.items():
+            with self.subTest(input=name):
+                path = os.path.join(workdir, name)
+                with open(path, "wb") as f:
+                    f.write(data)
+                p = analyze("summary", path, check=False)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn(message, p.stderr)
 
     def test_corrupt_inputs_get_one_clear_line(self):
         workdir = tempfile.mkdtemp(prefix="gpushim-trace-")

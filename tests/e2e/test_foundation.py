@@ -245,7 +245,7 @@ class Front(ShimTestCase):
         env = {"LD_LIBRARY_PATH": CUDART12 + ":" + FAKECUDA}
         for policy in POLICIES:
             with self.subTest(policy=policy):
-                r = run([program("e2e_leak_two_sites_cudart12")], env=dict(env, GPUSHIM_POLICY=policy))
+                r = run([program("fakecuda_leak_two_sites_cudart12")], env=dict(env, GPUSHIM_POLICY=policy))
                 self.assertRanOK(r)
                 dev = r.device(0)
                 self.assertEqual((dev["total_allocs"], dev["total_frees"], dev["live_count"]), (6, 1, 5))

@@ -275,6 +275,44 @@ DeviceState* Shim::current_device_state() {
   return device(dev);
 }
 
+int Shim::count_visible_devices() {
+  int n = 0;
+  const RealDriver& drv = real_driver();
+  if (drv.cuDeviceGetCount == nullptr || drv.cuDeviceGetCount(&n) != CUDA_SUCCESS) return 1;
+  return n;
+}
+
+bool Shim::ordered_by_another_device(void* ptr, CUstream stream) {
+  const int on = device_of_stream(stream);
+  if (on < 0) return false;  // unknown: the pool's rules as for any stream
+  // Only the pools of the other devices are asked: a process that pools on one device (one GPU
+  // per process, the usual way) makes no lookup here.
+  AllocationRecord rec;
+  for (int dev = 0; dev < kMaxDevices; ++dev) {
+    DeviceState* d = dev == on ? nullptr : devices_[dev].load(std::memory_order_acquire);
+    if (d != nullptr && d->pool != nullptr && d->ledger.find_pooled(reinterpret_cast<uintptr_t>(ptr), &rec))
+      return rec.route == Route::kPooled;
+  }
+  return false;
+}
+
+bool Shim::is_pooled_block(void* ptr) {
+  AllocationRecord rec;
+  for (int dev = 0; dev < kMaxDevices; ++dev) {
+    DeviceState* d = devices_[dev].load(std::memory_order_acquire);
+    if (d != nullptr && d->pool != nullptr && d->ledger.find_pooled(reinterpret_cast<uintptr_t>(ptr), &rec))
+      return rec.route == Route::kPooled;
+  }
+  return false;
+}
+
+void Shim::note_block_freed_in_graph() {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true, std::memory_order_relaxed))
+    log_line("a pooled block freed during a stream capture stays out of the pool: the graph frees it when "
+             "launched, which the shim does not follow (it is reported live at exit)");
+}
+
 bool Shim::stream_capturing(CUstream stream) {
   // Cheap when no capture runs anywhere, which is almost always.
   if (active_captures().load(std::memory_order_acquire) == 0) return false;

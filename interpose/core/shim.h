@@ -166,6 +166,19 @@ class Shim {
   auto deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&& forward, FreeApi api = FreeApi::kDevice)
       -> std::invoke_result_t<Forward&>;
   cudaError_t mem_get_info(size_t* free, size_t* total);
+  // More than one device is visible: only then can a stream and a block be of different devices.
+  bool several_devices() {
+    int n = visible_devices_.load(std::memory_order_relaxed);
+    if (n < 0) visible_devices_.store(n = count_visible_devices(), std::memory_order_relaxed);
+    return n > 1;
+  }
+  static int count_visible_devices();
+  // Whether `ptr` is a pooled block of another device than the one whose work `stream` orders.
+  bool ordered_by_another_device(void* ptr, CUstream stream);
+  // Whether `ptr` is a block of one of our pools (not memory CUDA made).
+  bool is_pooled_block(void* ptr);
+  // Says once why a block freed during a capture stays out of its pool.
+  static void note_block_freed_in_graph();
 
   // ---- the memory-pool API (core/shim_driver.cpp) ----
   // A device's default pool is served by the device's own pool: its attributes are our figures
@@ -388,6 +401,7 @@ class Shim {
   const bool tracing_;  // GPUSHIM_TRACE is recorded: precise times, and the pools report their segments
   // ---- the device table ----
   std::atomic<DeviceState*> devices_[kMaxDevices] = {};
+  std::atomic<int> visible_devices_{-1};  // the driver's device count, asked once (-1: not yet)
   std::mutex devices_mu_;  // only for creating DeviceState
   std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet
   // The memory-pool API (core/shim_driver.cpp), per device ordinal.

@@ -59,6 +59,27 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   DeviceState* d = current_device_state();
   if (d == nullptr || out == nullptr) return forward();  // CUDA decides the error for bad arguments
   if (const cudaError_t refused = inject<RuntimeCodes>(d, size); refused != cudaSuccess) return refused;
+  // A created stream of another device than the current one: CUDA allocates on the stream's
+  // device, and the pool of the current one must not answer (its events cannot name that stream).
+  // CUDA serves it, accounted on the stream's device.
+  if (stream_ordered && names_created_stream(stream) && several_devices()) {
+    learn_stream(stream);
+    const int on = device_of_stream(stream);
+    if (on >= 0 && on != d->ordinal && !stream_capturing(stream)) {
+      ForwardedAlloc a;
+      a.kind = MemoryKind::kDevice;
+      a.device = on;
+      a.size = size;
+      a.requested = requested;
+      a.stream = stream;
+      a.stream_ordered = true;
+      a.cuda_pool = true;
+      DeviceState* sd = device(on);
+      if (sd == nullptr) return forward();
+      return account_forwarded<RuntimeCodes>(sd, a, forward, [&] { return reinterpret_cast<uintptr_t>(*out); },
+                                             nullptr);
+    }
+  }
   // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime.
   const bool graph = stream_ordered && stream_capturing(stream);
   // So does memory from a pool the program made current (cudaDeviceSetMemPool): its properties
@@ -182,6 +203,26 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   if (api == FreeApi::kDevice && (!stream_ordered || !stream_capturing(stream)) && capture_forbids_unsafe_call(-1))
     return Api::refuse(Api::kCaptureUnsupported);
   if (stream_ordered) learn_stream(stream);  // a pool's block will name it
+  // Freed on a stream that is capturing: CUDA makes that a free node of the graph, and the memory
+  // is freed when the graph is launched, not now; until then the captured work may still write
+  // it. A pooled block therefore stays out of the pool for good (the shim does not follow graph
+  // launches): reported live at exit, never handed to anyone else.
+  if (stream_ordered && stream_capturing(stream) && is_pooled_block(ptr)) {
+    note_block_freed_in_graph();
+    return Api::kSuccess;
+  }
+  // A pool orders reuse by events it records in its own device's context, which cannot name a
+  // stream of another device (and the legacy and per-thread default streams are one per context:
+  // device 1's stream 0 is not device 0's). A stream-ordered free of a pooled block on such a
+  // stream waits for that stream now, and the block goes back as a plain free. Rare (one process
+  // driving several devices), and only then is the block's device looked up.
+  if (stream_ordered && several_devices() && ordered_by_another_device(ptr, stream)) {
+    const RealDriver& drv = real_driver();
+    if (drv.cuStreamSynchronize == nullptr || drv.cuStreamSynchronize(stream) != CUDA_SUCCESS)
+      return forward();  // CUDA says what is wrong with the stream (or the pointer)
+    stream = nullptr;
+    stream_ordered = false;
+  }
   const uintptr_t key = reinterpret_cast<uintptr_t>(ptr);
   // Blocks of pools that keep their records: found, and their figures moved, in one lock and
   // one lookup. Anything else is in the tracker.

@@ -39,7 +39,8 @@ namespace gpushim {
   X(cuEventRecord, "cuEventRecord", decltype(&::cuEventRecord))                                        \
   X(cuEventQuery, "cuEventQuery", decltype(&::cuEventQuery))                                           \
   X(cuEventDestroy_v2, "cuEventDestroy_v2", decltype(&::cuEventDestroy_v2))                            \
-  X(cuEventSynchronize, "cuEventSynchronize", decltype(&::cuEventSynchronize))
+  X(cuEventSynchronize, "cuEventSynchronize", decltype(&::cuEventSynchronize))                         \
+  X(cuStreamSynchronize, "cuStreamSynchronize", decltype(&::cuStreamSynchronize))
 
 #define GPUSHIM_REAL_DRIVER_FUNCTIONS(X) \
   GPUSHIM_HOOKED_DRIVER_FUNCTIONS(X)     \

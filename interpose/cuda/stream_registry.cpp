@@ -72,6 +72,7 @@ Registry& registry() {
 struct KnownStream {
   CUstream stream;
   uint64_t generation;
+  int device;  // the stream's, as the registry has it (device_of_stream's fast path)
 };
 KnownStream& known_stream() { return thread_slot<KnownStream, ThreadSlot::kKnownStream>(); }
 thread_local char t_thread_marker;
@@ -136,9 +137,11 @@ void learn_stream(CUstream stream) {
   KnownStream& known = known_stream();
   if (known.stream == stream && known.generation == gen) return;
   Registry& r = registry();
+  int known_device = -1;
   {
     std::lock_guard<std::mutex> lock(r.mu);
-    if (!r.streams.contains(stream)) {
+    auto it = r.streams.find(stream);
+    if (it == r.streams.end()) {
       const RealDriver& d = real_driver();
       unsigned flags = 0;
       CUcontext ctx = nullptr;
@@ -146,10 +149,11 @@ void learn_stream(CUstream stream) {
       if (d.cuStreamGetFlags == nullptr || d.cuStreamGetFlags(stream, &flags) != CUDA_SUCCESS) return;
       if (d.cuStreamGetCtx != nullptr && d.cuStreamGetCtx(stream, &ctx) != CUDA_SUCCESS) ctx = nullptr;
       if (!current_context_device(&device)) return;
-      r.streams[stream] = Stream{ctx, device, (flags & CU_STREAM_NON_BLOCKING) != 0};
+      it = r.streams.emplace(stream, Stream{ctx, device, (flags & CU_STREAM_NON_BLOCKING) != 0}).first;
     }
+    known_device = it->second.device;
   }
-  known = KnownStream{stream, gen};
+  known = KnownStream{stream, gen, known_device};
 }
 
 void note_stream_destroying(CUstream stream) {
@@ -222,6 +226,18 @@ CUcontext context_of_stream(CUstream stream) {
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.streams.find(stream);
   return it == r.streams.end() ? nullptr : it->second.context;
+}
+
+int device_of_stream(CUstream stream) {
+  int device = -1;
+  if (!names_created_stream(stream)) return current_context_device(&device) ? device : -1;
+  // Allocations and frees tell learn_stream first: the answer is then this thread's.
+  const KnownStream& known = known_stream();
+  if (known.stream == stream && known.generation == g_generation.load(std::memory_order_acquire)) return known.device;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.streams.find(stream);
+  return it == r.streams.end() ? -1 : it->second.device;
 }
 
 void note_capture_began(CUstream stream, bool per_thread) {

@@ -49,6 +49,9 @@ void note_stream_destroying(CUstream stream);
 void forget_context(CUcontext context, bool context_alive);
 // The context `stream` belongs to, as the registry knows it (null: unknown).
 CUcontext context_of_stream(CUstream stream);
+// The device whose work `stream` orders: a default stream (0, legacy, per-thread) is the calling
+// thread's current context's, a created one the device it was made on. -1: unknown.
+int device_of_stream(CUstream stream);
 
 // ---- captures ----
 // A capture began on `stream` (with `per_thread`: the calling thread's per-thread default stream).

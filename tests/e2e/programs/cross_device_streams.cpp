@@ -1,0 +1,165 @@
+// Streams of one device ordering memory of another, and a pooled block freed inside a capture:
+// what CUDA does, the shim must too (found by a review helper, 2026-11-27; test_stream_devices.py).
+// Usage: e2e_cross_device_streams CASE. Prints one JSON line; exit 2 when the memory is wrong.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "support/driver_api.h"
+#include "support/test_support.h"
+
+namespace {
+constexpr size_t kMiB = 1 << 20;
+
+bool holds(void* p, size_t bytes, unsigned char value) {
+  std::vector<unsigned char> host(bytes);
+  CHECK(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost));
+  for (unsigned char c : host)
+    if (c != value) return false;
+  return true;
+}
+
+int device_of(void* p) {
+  cudaPointerAttributes a{};
+  CHECK(cudaPointerGetAttributes(&a, p));
+  return a.device;
+}
+
+// cudaMallocAsync on a stream of device 1 while device 0 is current: CUDA allocates on the
+// stream's device.
+int wrong_device() {
+  cudaStream_t s1;
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK(cudaSetDevice(0));
+  void* p = nullptr;
+  CHECK(cudaMallocAsync(&p, kMiB, s1));
+  const int on = device_of(p);
+  std::printf("{\"case\": \"wrong_device\", \"device\": %d}\n", on);
+  CHECK(cudaFreeAsync(p, s1));
+  CHECK(cudaStreamSynchronize(s1));
+  return on == 1 ? 0 : 2;
+}
+
+// Device-0 memory freed in the order of device 1's default stream (legacy or per-thread), then
+// allocated again on device 0.
+int cross_device_default(cudaStream_t dflt, const char* name) {
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaFree(nullptr));
+  CHECK(cudaSetDevice(0));
+  void* p = nullptr;
+  CHECK(cudaMallocAsync(&p, 20 * kMiB, dflt));
+  CHECK(cudaStreamSynchronize(dflt));
+  CHECK(cudaSetDevice(1));
+  CHECK(testsupport::delayed_fill(p, 0xAA, 20 * kMiB, 300000, dflt));  // device 1's stream
+  CHECK(cudaFreeAsync(p, dflt));                                        // ordered after the fill
+  CHECK(cudaSetDevice(0));
+  void* q = nullptr;
+  CHECK(cudaMallocAsync(&q, 20 * kMiB, dflt));  // device 0's stream
+  CHECK(cudaMemsetAsync(q, 0x33, 20 * kMiB, dflt));
+  CHECK(cudaStreamSynchronize(dflt));
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaSetDevice(0));
+  const bool intact = holds(q, 20 * kMiB, 0x33);
+  std::printf("{\"case\": \"%s\", \"same_block\": %s, \"intact\": %s}\n", name, q == p ? "true" : "false",
+              intact ? "true" : "false");
+  return intact ? 0 : 2;
+}
+
+void plain_rounds(int rounds, size_t bytes) {
+  for (int i = 0; i < rounds; ++i) {
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, bytes));
+    CHECK(cudaMemset(p, i & 0xff, bytes));
+    CHECK(cudaFree(p));
+  }
+}
+
+void report(const char* name, int dev) {
+  gpushim_device_stats st{};
+  testsupport::shim_stats(dev, &st);
+  std::printf("{\"case\": \"%s\", \"peak_reserved_mib\": %llu, \"reuse_syncs\": %llu}\n", name,
+              st.peak_reserved_bytes >> 20, st.reuse_syncs);
+}
+
+// A live non-blocking stream in a context the program created on device 0, while the runtime
+// (primary context) allocates and frees.
+int foreign_ctx_stream(bool with_stream) {
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(nullptr));
+  using CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  using CtxSetCurrent = CUresult (*)(CUcontext);
+  using StreamCreate = CUresult (*)(CUstream*, unsigned);
+  CUcontext primary = nullptr;
+  CHECK_CU(testsupport::driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")(&primary));
+  if (with_stream) {
+    CUcontext ctx = nullptr;
+    CHECK_CU(testsupport::driver_function<CtxCreate>("cuCtxCreate_v4")(&ctx, nullptr, 0, 0));
+    CUstream s = nullptr;
+    CHECK_CU(testsupport::driver_function<StreamCreate>("cuStreamCreate")(&s, CU_STREAM_NON_BLOCKING));
+    CHECK_CU(testsupport::driver_function<CtxSetCurrent>("cuCtxSetCurrent")(primary));
+  }
+  plain_rounds(100, 64 * kMiB);
+  report(with_stream ? "foreign_ctx_stream" : "foreign_ctx_control", 0);
+  return 0;
+}
+
+// A non-blocking stream of device 1 destroyed while device 0 is current (legal in CUDA).
+int destroy_other_device(bool other) {
+  CHECK(cudaSetDevice(1));
+  cudaStream_t s1;
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  plain_rounds(2, 64 * kMiB);
+  if (other) CHECK(cudaSetDevice(0));
+  CHECK(cudaStreamDestroy(s1));
+  CHECK(cudaSetDevice(1));
+  plain_rounds(100, 64 * kMiB);
+  report(other ? "destroy_other_device" : "destroy_same_device", 1);
+  return 0;
+}
+
+// A pool block freed on the capturing stream: CUDA frees memory from outside the graph when the
+// graph is launched, not at capture. Before the launch the block must not serve anyone else.
+int captured_free() {
+  CHECK(cudaSetDevice(0));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  void* p = nullptr;
+  CHECK(cudaMallocAsync(&p, 20 * kMiB, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  CHECK(testsupport::delayed_fill(p, 0xAA, 20 * kMiB, 0, s));  // a node of the graph
+  CHECK(cudaFreeAsync(p, s));                                  // a free node of the graph
+  cudaGraph_t g = nullptr;
+  CHECK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, g, 0));
+  void* q = nullptr;
+  bool same = false;
+  for (int i = 0; i < 4 && !same; ++i) {  // plain allocations before the launch
+    CHECK(cudaMalloc(&q, 20 * kMiB));
+    same = q == p;
+  }
+  CHECK(cudaMemset(q, 0x33, 20 * kMiB));
+  CHECK(cudaGraphLaunch(exec, s));  // the captured fill writes p
+  CHECK(cudaStreamSynchronize(s));
+  const bool intact = holds(q, 20 * kMiB, 0x33);
+  std::printf("{\"case\": \"captured_free\", \"same_block\": %s, \"intact\": %s}\n", same ? "true" : "false",
+              intact ? "true" : "false");
+  return intact ? 0 : 2;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string c = argc > 1 ? argv[1] : "";
+  if (c == "wrong_device") return wrong_device();
+  if (c == "legacy_cross_device") return cross_device_default(0, "legacy_cross_device");
+  if (c == "ptds_cross_device") return cross_device_default(cudaStreamPerThread, "ptds_cross_device");
+  if (c == "foreign_ctx_stream") return foreign_ctx_stream(true);
+  if (c == "foreign_ctx_control") return foreign_ctx_stream(false);
+  if (c == "destroy_other_device") return destroy_other_device(true);
+  if (c == "destroy_same_device") return destroy_other_device(false);
+  if (c == "captured_free") return captured_free();
+  return 64;
+}

@@ -239,6 +239,7 @@ DeviceState* Shim::create_device(int ordinal) {
   recorder_->device_added(d->ordinal, d->capacity, d->ledger.budget().limit());
   books_.add(&d->ledger);  // before the device is published (Ledgers::add says why)
   devices_[ordinal].store(d, std::memory_order_release);
+  if (d->pool != nullptr) pooled_devices_.fetch_or(1ull << ordinal, std::memory_order_release);
   // The driver's view of a new device is sampled on its next allocation (unaccounted memory).
   usage_pending_.fetch_or(1ull << ordinal, std::memory_order_relaxed);
   return d;
@@ -287,21 +288,23 @@ bool Shim::ordered_by_another_device(void* ptr, CUstream stream) {
   if (on < 0) return false;  // unknown: the pool's rules as for any stream
   // Only the pools of the other devices are asked: a process that pools on one device (one GPU
   // per process, the usual way) makes no lookup here.
+  uint64_t others = pooled_devices_.load(std::memory_order_acquire);
+  if (on < 64) others &= ~(1ull << on);
   AllocationRecord rec;
-  for (int dev = 0; dev < kMaxDevices; ++dev) {
-    DeviceState* d = dev == on ? nullptr : devices_[dev].load(std::memory_order_acquire);
-    if (d != nullptr && d->pool != nullptr && d->ledger.find_pooled(reinterpret_cast<uintptr_t>(ptr), &rec))
-      return rec.route == Route::kPooled;
+  while (others != 0) {
+    const int dev = __builtin_ctzll(others);
+    others &= others - 1;
+    DeviceState* d = devices_[dev].load(std::memory_order_acquire);
+    if (d != nullptr && d->ledger.find_pooled(reinterpret_cast<uintptr_t>(ptr), &rec)) return rec.route == Route::kPooled;
   }
   return false;
 }
 
 bool Shim::is_pooled_block(void* ptr) {
   AllocationRecord rec;
-  for (int dev = 0; dev < kMaxDevices; ++dev) {
-    DeviceState* d = devices_[dev].load(std::memory_order_acquire);
-    if (d != nullptr && d->pool != nullptr && d->ledger.find_pooled(reinterpret_cast<uintptr_t>(ptr), &rec))
-      return rec.route == Route::kPooled;
+  for (uint64_t left = pooled_devices_.load(std::memory_order_acquire); left != 0; left &= left - 1) {
+    DeviceState* d = devices_[__builtin_ctzll(left)].load(std::memory_order_acquire);
+    if (d != nullptr && d->ledger.find_pooled(reinterpret_cast<uintptr_t>(ptr), &rec)) return rec.route == Route::kPooled;
   }
   return false;
 }

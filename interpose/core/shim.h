@@ -402,6 +402,7 @@ class Shim {
   // ---- the device table ----
   std::atomic<DeviceState*> devices_[kMaxDevices] = {};
   std::atomic<int> visible_devices_{-1};  // the driver's device count, asked once (-1: not yet)
+  std::atomic<uint64_t> pooled_devices_{0};  // bit n: device n has state and a pool
   std::mutex devices_mu_;  // only for creating DeviceState
   std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet
   // The memory-pool API (core/shim_driver.cpp), per device ordinal.

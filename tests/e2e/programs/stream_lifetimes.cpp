@@ -27,23 +27,6 @@ namespace {
 
 constexpr size_t kMiB = 1 << 20;
 
-bool holds(void* p, size_t bytes, unsigned char value) {
-  std::vector<unsigned char> host(bytes);
-  CHECK(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost));
-  for (unsigned char c : host)
-    if (c != value) return false;
-  return true;
-}
-
-void plain_rounds(int rounds, size_t bytes) {
-  for (int i = 0; i < rounds; ++i) {
-    void* p = nullptr;
-    CHECK(cudaMalloc(&p, bytes));
-    CHECK(cudaMemset(p, i & 0xff, bytes));
-    CHECK(cudaFree(p));
-  }
-}
-
 size_t live_count() {
   gpushim_device_stats st{};
   return testsupport::shim_stats(0, &st) ? st.live_count : 0;
@@ -63,7 +46,7 @@ int freed_then_destroyed() {
   CHECK(cudaMemsetAsync(q, 0x11, 20 * kMiB, s2));
   CHECK(cudaStreamSynchronize(s2));
   CHECK(cudaDeviceSynchronize());
-  const bool intact = holds(q, 20 * kMiB, 0x11);
+  const bool intact = testsupport::holds(q, 20 * kMiB, 0x11);
   CHECK(cudaFreeAsync(q, s2));
   CHECK(cudaStreamDestroy(s2));
   std::printf("{\"case\": \"freed_then_destroyed\", \"intact\": %s}\n", intact ? "true" : "false");
@@ -82,17 +65,17 @@ int reset(bool busy) {
     CHECK(testsupport::delayed_fill(p, 0x22, kMiB, 200000, s));
     CHECK(cudaStreamDestroy(s));  // its tail is pending: fences wait for it, until the reset
   } else {
-    plain_rounds(2, 64 * kMiB);  // the pool has a segment, and fences have been recorded
+    testsupport::plain_rounds(2, 64 * kMiB);  // the pool has a segment, and fences have been recorded
   }
   CHECK(cudaDeviceReset());  // destroys `s` (if still alive) and the tail's event with the context
-  plain_rounds(8, 64 * kMiB);  // seals epochs: fences must name no stream of the old context
+  testsupport::plain_rounds(8, 64 * kMiB);  // seals epochs: fences must name no stream of the old context
   std::printf("{\"case\": \"%s\", \"rounds\": 8}\n", busy ? "reset_busy_destroyed" : "reset_live_stream");
   return 0;
 }
 
 int ctx_destroy() {
   CHECK(cudaSetDevice(0));
-  plain_rounds(2, 64 * kMiB);  // the primary context, where the pool's segments live
+  testsupport::plain_rounds(2, 64 * kMiB);  // the primary context, where the pool's segments live
   using CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
   using CtxDestroy = CUresult (*)(CUcontext);
   using CtxSetCurrent = CUresult (*)(CUcontext);
@@ -105,7 +88,7 @@ int ctx_destroy() {
   CHECK_CU(testsupport::driver_function<StreamCreate>("cuStreamCreate")(&s, CU_STREAM_NON_BLOCKING));
   CHECK_CU(testsupport::driver_function<CtxDestroy>("cuCtxDestroy_v2")(ctx));  // destroys `s` with it
   CHECK_CU(testsupport::driver_function<CtxSetCurrent>("cuCtxSetCurrent")(primary));
-  plain_rounds(8, 64 * kMiB);  // seals epochs: their fences must not name `s`
+  testsupport::plain_rounds(8, 64 * kMiB);  // seals epochs: their fences must not name `s`
   std::printf("{\"case\": \"ctx_destroy\"}\n");
   return 0;
 }
@@ -134,7 +117,7 @@ int per_thread() {
     }
     a.join();  // A's fill has finished now: a block it still wrote into shows it
     CHECK(cudaDeviceSynchronize());
-    for (void* g : got) intact &= holds(g, 20 * kMiB, 0x33);
+    for (void* g : got) intact &= testsupport::holds(g, 20 * kMiB, 0x33);
     for (void* g : got) CHECK(cudaFreeAsync(g, cudaStreamPerThread));
     CHECK(cudaStreamSynchronize(cudaStreamPerThread));
   });
@@ -151,7 +134,7 @@ int driver_capture() {
   using End = CUresult (*)(CUstream, CUgraph*);
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  plain_rounds(2, kMiB);  // a pool with history
+  testsupport::plain_rounds(2, kMiB);  // a pool with history
   const size_t live_before = live_count();
   CHECK_CU(testsupport::driver_function<Begin>("cuStreamBeginCapture_v2")(reinterpret_cast<CUstream>(s),
                                                                           CU_STREAM_CAPTURE_MODE_RELAXED));
@@ -162,7 +145,7 @@ int driver_capture() {
   const CUresult end = testsupport::driver_function<End>("cuStreamEndCapture")(reinterpret_cast<CUstream>(s), &graph);
   const size_t live_after = live_count();
   if (graph) testsupport::driver().GraphDestroy(graph);
-  plain_rounds(2, kMiB);
+  testsupport::plain_rounds(2, kMiB);
   CHECK(cudaStreamDestroy(s));
   std::printf("{\"case\": \"driver_capture\", \"end\": %d, \"live_before\": %zu, \"live_after\": %zu}\n",
               static_cast<int>(end), live_before, live_after);
@@ -175,7 +158,7 @@ int abandoned_capture() {
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
   CHECK(cudaStreamDestroy(s));  // abandons the capture
-  plain_rounds(64, 4 * kMiB);   // reusable again only if the pool fences again
+  testsupport::plain_rounds(64, 4 * kMiB);   // reusable again only if the pool fences again
   gpushim_device_stats st{};
   const bool shim = testsupport::shim_stats(0, &st);
   std::printf("{\"case\": \"abandoned_capture\", \"shim\": %s, \"peak_reserved\": %llu}\n", shim ? "true" : "false",
@@ -215,13 +198,13 @@ int churn(int threads, int rounds) {
           if (i % 2 == 0) {
             CHECK(cudaMalloc(&p, bytes));
             CHECK(cudaMemset(p, tag, bytes));
-            if (!holds(p, 4096, tag)) ++bad;
+            if (!testsupport::holds(p, 4096, tag)) ++bad;
             CHECK(cudaFree(p));
           } else {
             CHECK(cudaMallocAsync(&p, bytes, mine));
             CHECK(cudaMemsetAsync(p, tag, bytes, mine));
             CHECK(cudaStreamSynchronize(mine));
-            if (!holds(p, 4096, tag)) ++bad;
+            if (!testsupport::holds(p, 4096, tag)) ++bad;
             CHECK(cudaFreeAsync(p, mine));
           }
         }

@@ -68,21 +68,6 @@ void sync_raw(cudaStream_t dependency, cudaStream_t dependent) {
   CHECK(cudaEventDestroy(ev));
 }
 
-// Device memory holds `value` in every byte (read in 1 MiB windows).
-bool holds(const void* p, size_t bytes, unsigned char value) {
-  std::vector<unsigned char> buf(std::min(bytes, MiB));
-  for (size_t off = 0; off < bytes; off += buf.size()) {
-    const size_t n = std::min(buf.size(), bytes - off);
-    CHECK(cudaMemcpy(buf.data(), static_cast<const char*>(p) + off, n, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; ++i)
-      if (buf[i] != value) {
-        std::fprintf(stderr, "byte %zu of %p holds 0x%02x, expected 0x%02x\n", off + i, p, buf[i], value);
-        return false;
-      }
-  }
-  return true;
-}
-
 void* malloc_async(size_t bytes, cudaStream_t s) {
   void* p = nullptr;
   CHECK(cudaMallocAsync(&p, bytes, s));
@@ -184,10 +169,10 @@ int main() {
   CHECK(cudaStreamSynchronize(compute));
   CHECK(cudaStreamSynchronize(side));
   CHECK(cudaStreamSynchronize(unifier));
-  EXPECT(holds(b, 3 * MiB, 0x22), "the block reused on its stream");
-  EXPECT(holds(dst, 2 * MiB, 0x55), "the copy made on the side stream");
-  EXPECT(holds(u, 4 * MiB, 0x33), "a tensor allocated while a side-stream kernel wrote a freed one");
-  EXPECT(holds(w, 4 * MiB, 0x34), "a tensor allocated on the free's stream");
+  EXPECT(testsupport::holds(b, 3 * MiB, 0x22), "the block reused on its stream");
+  EXPECT(testsupport::holds(dst, 2 * MiB, 0x55), "the copy made on the side stream");
+  EXPECT(testsupport::holds(u, 4 * MiB, 0x33), "a tensor allocated while a side-stream kernel wrote a freed one");
+  EXPECT(testsupport::holds(w, 4 * MiB, 0x34), "a tensor allocated on the free's stream");
   f = read_figures(pool);
   expect_used(f, 3 * MiB + 2 * MiB + 2 * MiB + 4 * MiB + 4 * MiB, "stream-order phase");
   CHECK(cudaFreeAsync(b, compute));
@@ -236,7 +221,7 @@ int main() {
   CHECK_CU(cu_get(reinterpret_cast<CUmemoryPool>(pool), CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v));
   EXPECT(v == peak.reserved, "cuMemPoolGetAttribute: reserved %llu, runtime %llu", static_cast<unsigned long long>(v),
          peak.reserved);
-  for (const Tensor& t : tensors) EXPECT(holds(t.p, t.bytes, t.tag), "tensor of %zu bytes", t.bytes);
+  for (const Tensor& t : tensors) EXPECT(testsupport::holds(t.p, t.bytes, t.tag), "tensor of %zu bytes", t.bytes);
   for (const Tensor& t : tensors) CHECK(cudaFreeAsync(t.p, compute));
   CHECK(cudaStreamSynchronize(compute));
   f = read_figures(pool);
@@ -323,7 +308,7 @@ int main() {
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
   CHECK(cudaGraphLaunch(exec, cap));
   CHECK(cudaStreamSynchronize(cap));
-  EXPECT(holds(g2, 2 * MiB, 0x66), "the graph's output");
+  EXPECT(testsupport::holds(g2, 2 * MiB, 0x66), "the graph's output");
   CHECK(cudaFreeAsync(g2, cap));  // an uncaptured free of a captured allocation: legal
   CHECK(cudaStreamSynchronize(cap));
   CHECK(cudaGraphExecDestroy(exec));

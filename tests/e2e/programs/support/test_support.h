@@ -5,9 +5,11 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "public/gpushim.h"
 
@@ -38,6 +40,31 @@ inline cudaError_t delayed_fill(void* dst, int value, size_t bytes, unsigned del
     return reinterpret_cast<Fn>(f);
   }();
   return static_cast<cudaError_t>(fn(dst, value, bytes, delay_us, stream));
+}
+
+// Device memory holds `value` in every byte (read in 1 MiB windows); says where it does not.
+inline bool holds(const void* p, size_t bytes, unsigned char value) {
+  std::vector<unsigned char> buf(std::min<size_t>(bytes, 1 << 20));
+  for (size_t off = 0; off < bytes; off += buf.size()) {
+    const size_t n = std::min(buf.size(), bytes - off);
+    CHECK(cudaMemcpy(buf.data(), static_cast<const char*>(p) + off, n, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; ++i)
+      if (buf[i] != value) {
+        std::fprintf(stderr, "byte %zu of %p holds 0x%02x, expected 0x%02x\n", off + i, p, buf[i], value);
+        return false;
+      }
+  }
+  return true;
+}
+
+// `rounds` plain cudaMalloc + cudaMemset + cudaFree of `bytes` on the current device.
+inline void plain_rounds(int rounds, size_t bytes) {
+  for (int i = 0; i < rounds; ++i) {
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, bytes));
+    CHECK(cudaMemset(p, i & 0xff, bytes));
+    CHECK(cudaFree(p));
+  }
 }
 
 // The shim's figures for `device`, or false when the program runs without the shim.

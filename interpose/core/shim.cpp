@@ -283,6 +283,17 @@ int Shim::count_visible_devices() {
   return n;
 }
 
+int Shim::pooled_device_of(void* ptr, uint64_t devices) {
+  AllocationRecord rec;
+  for (; devices != 0; devices &= devices - 1) {
+    const int dev = __builtin_ctzll(devices);
+    DeviceState* d = devices_[dev].load(std::memory_order_acquire);
+    if (d != nullptr && d->ledger.find_pooled(reinterpret_cast<uintptr_t>(ptr), &rec))
+      return rec.route == Route::kPooled ? dev : -1;
+  }
+  return -1;
+}
+
 bool Shim::ordered_by_another_device(void* ptr, CUstream stream) {
   const int on = device_of_stream(stream);
   if (on < 0) return false;  // unknown: the pool's rules as for any stream
@@ -290,23 +301,11 @@ bool Shim::ordered_by_another_device(void* ptr, CUstream stream) {
   // per process, the usual way) makes no lookup here.
   uint64_t others = pooled_devices_.load(std::memory_order_acquire);
   if (on < 64) others &= ~(1ull << on);
-  AllocationRecord rec;
-  while (others != 0) {
-    const int dev = __builtin_ctzll(others);
-    others &= others - 1;
-    DeviceState* d = devices_[dev].load(std::memory_order_acquire);
-    if (d != nullptr && d->ledger.find_pooled(reinterpret_cast<uintptr_t>(ptr), &rec)) return rec.route == Route::kPooled;
-  }
-  return false;
+  return pooled_device_of(ptr, others) >= 0;
 }
 
 bool Shim::is_pooled_block(void* ptr) {
-  AllocationRecord rec;
-  for (uint64_t left = pooled_devices_.load(std::memory_order_acquire); left != 0; left &= left - 1) {
-    DeviceState* d = devices_[__builtin_ctzll(left)].load(std::memory_order_acquire);
-    if (d != nullptr && d->ledger.find_pooled(reinterpret_cast<uintptr_t>(ptr), &rec)) return rec.route == Route::kPooled;
-  }
-  return false;
+  return pooled_device_of(ptr, pooled_devices_.load(std::memory_order_acquire)) >= 0;
 }
 
 void Shim::note_block_freed_in_graph() {

@@ -177,6 +177,8 @@ class Shim {
   bool ordered_by_another_device(void* ptr, CUstream stream);
   // Whether `ptr` is a block of one of our pools (not memory CUDA made).
   bool is_pooled_block(void* ptr);
+  // The device among `devices` (a bit each) whose pool holds `ptr` as a pooled block; -1: none.
+  int pooled_device_of(void* ptr, uint64_t devices);
   // Says once why a block freed during a capture stays out of its pool.
   static void note_block_freed_in_graph();
 

@@ -62,22 +62,14 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   // A created stream of another device than the current one: CUDA allocates on the stream's
   // device, and the pool of the current one must not answer (its events cannot name that stream).
   // CUDA serves it, accounted on the stream's device.
+  bool elsewhere = false;
   if (stream_ordered && names_created_stream(stream) && several_devices()) {
     learn_stream(stream);
     const int on = device_of_stream(stream);
-    if (on >= 0 && on != d->ordinal && !stream_capturing(stream)) {
-      ForwardedAlloc a;
-      a.kind = MemoryKind::kDevice;
-      a.device = on;
-      a.size = size;
-      a.requested = requested;
-      a.stream = stream;
-      a.stream_ordered = true;
-      a.cuda_pool = true;
-      DeviceState* sd = device(on);
-      if (sd == nullptr) return forward();
-      return account_forwarded<RuntimeCodes>(sd, a, forward, [&] { return reinterpret_cast<uintptr_t>(*out); },
-                                             nullptr);
+    if (on >= 0 && on != d->ordinal) {
+      d = device(on);
+      if (d == nullptr) return forward();
+      elsewhere = true;
     }
   }
   // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime.
@@ -86,7 +78,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   // and attributes are CUDA's to keep.
   const bool foreign_pool =
       stream_ordered && foreign_current_mempool_[d->ordinal].load(std::memory_order_relaxed);
-  if (d->pool == nullptr || graph || foreign_pool) {
+  if (d->pool == nullptr || graph || foreign_pool || elsewhere) {
     ForwardedAlloc a;
     a.kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
     a.device = d->ordinal;

@@ -125,6 +125,14 @@ bool recorded_config(const TraceData& trace, const std::vector<std::string>& ove
     }
     vars.push_back(one[0]);
   }
+  // A vmm trace that does not name GPUSHIM_VMM_REUSE was recorded before it existed (the recorder
+  // names it since), by the pool that built from idle memory only: that is the pool it replays as.
+  if (trace.header.policy == policy_name(PolicyKind::kVmm) &&
+      std::none_of(vars.begin(), vars.end(), [](const auto& v) { return v.first == "GPUSHIM_VMM_REUSE"; })) {
+    vars.emplace_back("GPUSHIM_VMM_REUSE", "idle");
+    notes->push_back("recorded before GPUSHIM_VMM_REUSE existed: its vmm replays as the pool that ran "
+                     "(GPUSHIM_VMM_REUSE=idle); --set GPUSHIM_VMM_REUSE=stream-order replays today's");
+  }
   for (const std::string& o : overrides) {
     const size_t eq = o.find('=');
     if (eq == std::string::npos) {

@@ -140,6 +140,17 @@ const std::vector<Variable>& variables() {
          c->quarantine_bytes = b;
          return true;
        }},
+      {"GPUSHIM_VMM_REUSE", "stream-order or idle", "stream-order",
+       "vmm policy: when no free block fits, a block is built from free memory around it and mapped pieces; "
+       "stream-order takes in memory freed on the requesting stream whose work is still queued (the stream "
+       "runs that work first), idle only memory the device has finished with (the pool before 2026-11-27; "
+       "replays of traces recorded before then use it).",
+       [](std::string_view v, Config* c) {
+         const std::string_view t = trim(v);
+         if (iequals(t, "stream-order")) return c->vmm_stream_order_builds = true, true;
+         if (iequals(t, "idle")) return c->vmm_stream_order_builds = false, true;
+         return false;
+       }},
       {"GPUSHIM_OWN_SEGMENT_MIN", "bytes with units (2MiB, 512KiB), or off", "off",
        "Pooling policies: allocations at least this large get a driver segment of their own, never shared "
        "or cached, so legacy CUDA IPC (cudaIpcGetMemHandle) exports exactly their bytes. Other blocks of a "
@@ -335,7 +346,8 @@ void add_contradictions(const std::vector<std::pair<std::string, std::string>>& 
     return false;
   };
   static constexpr const char* kPoolSettings[] = {"GPUSHIM_ROUND", "GPUSHIM_SMALL_SEGMENT", "GPUSHIM_LARGE_SEGMENT",
-                                                  "GPUSHIM_MAX_SPLIT", "GPUSHIM_QUARANTINE", "GPUSHIM_OWN_SEGMENT_MIN"};
+                                                  "GPUSHIM_MAX_SPLIT", "GPUSHIM_QUARANTINE", "GPUSHIM_OWN_SEGMENT_MIN",
+                                                  "GPUSHIM_VMM_REUSE"};
   std::string small_value, large_value, split_value;
   for (const auto& [name, value] : vars) {
     if (name == "GPUSHIM_SMALL_SEGMENT") small_value = value;

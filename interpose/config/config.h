@@ -43,6 +43,9 @@ struct Config {
   uint64_t large_segment = 20ull << 20;
   uint64_t max_split = UINT64_MAX;  // none
   uint64_t quarantine_bytes = 256ull << 10;  // cudaFree'd bytes per reuse epoch (policy/reuse_rules.h)
+  // GPUSHIM_VMM_REUSE: vmm builds from free memory its stream may reuse (true), or from idle memory
+  // only (false: the pool before 2026-11-27, which traces recorded earlier replay with).
+  bool vmm_stream_order_builds = true;
   // Live outputs (docs/metrics-and-snapshots.md).
   std::string metrics_template;     // GPUSHIM_METRICS; "" = off
   int snapshot_signal = SIGUSR2;    // GPUSHIM_SNAPSHOT_SIGNAL; 0 = off

@@ -25,6 +25,7 @@ VmmPoolOptions vmm_options(const Config& c) {
   VmmPoolOptions o;
   o.round = c.round_bytes;
   o.quarantine_bytes = c.quarantine_bytes;
+  o.stream_order_builds = c.vmm_stream_order_builds;
   return o;
 }
 

@@ -100,7 +100,9 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   CUresult err = CUDA_SUCCESS;
   if (b == nullptr) {
     alias_ok_ = owner == Owner::kUser && opt_.alias_tails;
+    build_req_ = opt_.stream_order_builds ? &req : nullptr;
     b = build(want, cls, attempt, &err);
+    build_req_ = nullptr;
     alias_ok_ = false;
   }
   if (b == nullptr) {

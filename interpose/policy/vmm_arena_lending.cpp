@@ -33,7 +33,8 @@ VmmArena::LentEnds VmmArena::lend_ends(const Plan& plan, uint64_t size) {
 }
 
 VmmArena::Piece* VmmArena::lend(uint64_t offset, bool tail, uintptr_t skip_lo, uintptr_t skip_hi) {
-  // Candidates are idle free blocks that cover a chunk's tail from at most `offset` on (tail), or
+  // Candidates are free blocks the build may take in (idle, or freed on the requesting stream:
+  // make_plan's rule) that cover a chunk's tail from at most `offset` on (tail), or
   // its head up to at least `offset` (head), while something else lies in the rest of the chunk:
   // such a chunk can neither move nor be released. The tightest fit is taken, so that larger
   // free parts stay for larger needs. The chunk must be one whole piece, not itself a second
@@ -52,14 +53,13 @@ VmmArena::Piece* VmmArena::lend(uint64_t offset, bool tail, uintptr_t skip_lo, u
       lo = round_down(fe, gran_);
       hi = fe;
     }
-    if ((best != nullptr && hi - lo >= best_len) || (lo < skip_hi && skip_lo < hi) || !idle(f)) continue;
+    if ((best != nullptr && hi - lo >= best_len) || (lo < skip_hi && skip_lo < hi) || !reusable_in_place(f)) continue;
     if (!lendable_chunk(round_down(lo, gran_), lo, hi)) continue;
     best = f;
     best_len = hi - lo;
   }
   if (best == nullptr) return nullptr;
   free_.erase(best);
-  rules_.clear(best);
   const uintptr_t c = tail ? round_down(best->addr, gran_) : round_down(best->addr + best->size - 1, gran_);
   const uintptr_t lo = std::max<uintptr_t>(best->addr, c), hi = std::min<uintptr_t>(best->addr + best->size, c + gran_);
   // The free block keeps [lo, hi); what lies outside stays free.
@@ -68,6 +68,7 @@ VmmArena::Piece* VmmArena::lend(uint64_t offset, bool tail, uintptr_t skip_lo, u
     rest->addr = hi;
     rest->size = best->addr + best->size - hi;
     rest->res = best->res;
+    rules_.share(best, rest);  // freed with it: perhaps on a stream whose work is still queued
     blocks_.emplace(rest->addr, rest);
     insert_free(rest);
   }
@@ -76,11 +77,13 @@ VmmArena::Piece* VmmArena::lend(uint64_t offset, bool tail, uintptr_t skip_lo, u
     rest->addr = best->addr;
     rest->size = lo - best->addr;
     rest->res = best->res;
+    rules_.share(best, rest);
     blocks_.erase(best->addr);
     blocks_.emplace(rest->addr, rest);
     blocks_.emplace(lo, best);
     insert_free(rest);
   }
+  rules_.clear(best);  // a wall now; it returns idle, once the block lent it is idle and free (retire_aliases)
   best->addr = lo;
   best->size = hi - lo;
   best->state = State::kLent;
@@ -115,7 +118,7 @@ void VmmArena::lendable(uint64_t* min_tail, uint64_t* max_head) {
     // A free block may be both: a tail of the chunk it starts in and a head of the one it ends in.
     bool tail = x != 0 && fe >= round_up(f->addr, gran_) && (*min_tail == 0 || x < *min_tail);
     bool head = y != 0 && f->addr <= round_down(fe, gran_) && y > *max_head;
-    if ((!tail && !head) || !idle(f)) continue;
+    if ((!tail && !head) || !reusable_in_place(f)) continue;
     tail = tail && lendable_chunk(round_down(f->addr, gran_), f->addr, round_up(f->addr, gran_));
     head = head && lendable_chunk(round_down(fe, gran_), round_down(fe, gran_), fe);
     if (tail) *min_tail = x;

@@ -63,10 +63,10 @@ VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, 
   if (!create_pieces(slots, lent, attempt, &fresh, err)) return nullptr;
   // 4. Unmap the pieces that move, and map every piece at its slot.
   if (!map_slots(plan.res, slots, fresh, err)) return nullptr;
-  // 5. [addr, addr + size) is now covered by idle free blocks: one block.
+  // 5. [addr, addr + size) is now covered by free blocks the request may use: one block.
   Block* first = merge_built(plan.addr, size);
   count_build(slots, size);
-  return first;  // split() trims what sticks out at the end
+  return first;
 }
 
 bool VmmArena::reserve_for(Plan* plan, uint64_t size, CUresult* err, bool* replan) {
@@ -204,23 +204,17 @@ void VmmArena::add_to_run(Reservation* res, uintptr_t addr, uint64_t size, Block
 }
 
 VmmArena::Block* VmmArena::merge_built(uintptr_t addr, uint64_t size) {
-  // The first and last free blocks may stick out of [addr, addr + size); those parts stay free.
+  // The first and last free blocks may stick out of [addr, addr + size); those parts stay free on
+  // their own terms: a window may hold blocks freed on the requesting stream whose work is still
+  // queued (make_plan), and what sticks out of them keeps their stream and event.
   Block* first = containing(addr);
   free_.erase(first);
-  rules_.clear(first);
-  while (first->addr + first->size < addr + size) {
-    Block* n = after(first);
-    free_.erase(n);
-    rules_.clear(n);
-    blocks_.erase(n->addr);
-    first->size += n->size;
-    recycle(n);
-  }
   if (first->addr < addr) {
     auto* head = new_block();
     head->addr = first->addr;
     head->size = addr - first->addr;
     head->res = first->res;
+    rules_.share(first, head);
     blocks_.erase(first->addr);
     first->addr = addr;
     first->size -= head->size;
@@ -228,7 +222,32 @@ VmmArena::Block* VmmArena::merge_built(uintptr_t addr, uint64_t size) {
     blocks_.emplace(first->addr, first);
     insert_free(head);
   }
+  const uintptr_t end = addr + size;
+  if (first->addr + first->size > end) split_off_tail(first, end);
+  rules_.clear(first);
+  while (first->addr + first->size < end) {
+    Block* n = after(first);
+    free_.erase(n);
+    if (n->addr + n->size > end) split_off_tail(n, end);
+    rules_.clear(n);
+    blocks_.erase(n->addr);
+    first->size += n->size;
+    recycle(n);
+  }
   return first;
+}
+
+void VmmArena::split_off_tail(Block* b, uintptr_t end) {
+  auto* tail = new_block();
+  tail->addr = end;
+  tail->size = b->addr + b->size - end;
+  tail->res = b->res;
+  rules_.share(b, tail);
+  b->size -= tail->size;
+  b->state = State::kAllocated;  // taken: the tail must not merge back into it
+  blocks_.emplace(tail->addr, tail);
+  // The tail of a build's last page may touch a free block that was not part of the build.
+  insert_free(coalesce(tail));
 }
 
 void VmmArena::count_build(const std::vector<Slot>& slots, uint64_t size) {

@@ -94,7 +94,7 @@ bool VmmArena::make_plan(uint64_t size, uint8_t cls, Plan* best) {
     for (auto it = blocks_.lower_bound(r->base); it != blocks_.end() && it->first < r->end; ++it) {
       Block* b = it->second;
       if (b->addr > cur) spans.push_back({cur, b->addr, Kind::kHole});
-      spans.push_back({b->addr, b->addr + b->size, b->state == State::kFree && idle(b) ? Kind::kFree : Kind::kWall});
+      spans.push_back({b->addr, b->addr + b->size, b->state == State::kFree && reusable_in_place(b) ? Kind::kFree : Kind::kWall});
       cur = b->addr + b->size;
     }
     if (cur < r->end) spans.push_back({cur, r->end, Kind::kHole});

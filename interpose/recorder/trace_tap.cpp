@@ -115,8 +115,16 @@ std::unique_ptr<TraceTap> TraceTap::start(const Config& config, const std::strin
   h.start_mono_ns = start_ns;
   h.start_wall_ns = wall_ns() - (now_ns() - start_ns);
   h.stack_depth = config.stack_depth;
+  bool reuse_named = false;
   for (char** e = environ; e && *e; ++e)
-    if (std::strncmp(*e, "GPUSHIM_", 8) == 0) h.config.emplace_back(*e);
+    if (std::strncmp(*e, "GPUSHIM_", 8) == 0) {
+      h.config.emplace_back(*e);
+      reuse_named |= std::strncmp(*e, "GPUSHIM_VMM_REUSE=", 18) == 0;
+    }
+  // Settings whose default changed name the pool that ran, set or not: a replay under the recorded
+  // policy rebuilds that pool, and takes a trace without them for one recorded before they existed.
+  if (config.policy == PolicyKind::kVmm && !reuse_named)
+    h.config.emplace_back(config.vmm_stream_order_builds ? "GPUSHIM_VMM_REUSE=stream-order" : "GPUSHIM_VMM_REUSE=idle");
   std::unique_ptr<trace::TraceRecorder> recorder = trace::TraceRecorder::start(fd, created, h, stacks);
   if (recorder == nullptr) return nullptr;
   // Python frame words mean nothing outside this process: the writer thread resolves each one

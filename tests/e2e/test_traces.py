@@ -230,6 +230,8 @@ class Recording(ShimTestCase):
                     self.assertEqual(dev["first_difference_event"], 0, out["notes"])
                     self.assertTrue(dev["reproduces_recorded_peak"], dev)
                     self.assertFalse([n for n in out["notes"] if "under the recorded policy" in n], out["notes"])
+                    # The trace names the vmm pool that ran (GPUSHIM_VMM_REUSE, unset here).
+                    self.assertFalse([n for n in out["notes"] if "GPUSHIM_VMM_REUSE" in n], out["notes"])
 
     def test_trace_names_the_same_sites_and_lines_as_the_report(self):
         r, path = traced([program("e2e_leak_two_sites")])

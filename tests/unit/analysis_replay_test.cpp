@@ -132,6 +132,30 @@ TEST(Replay, RecordedConfigurationIsRebuilt) {
   EXPECT_NE(err.find("GPUSHIM_ROUND"), std::string::npos);
 }
 
+TEST(Replay, AVmmTraceOfBeforeGpushimVmmReuseReplaysThePoolThatRanIt) {
+  // The recorder names GPUSHIM_VMM_REUSE in every vmm trace; one without it is older, recorded by
+  // the pool that built from idle memory only. A caching trace's vmm replays are today's pool.
+  std::vector<std::string> notes;
+  std::string err;
+  Config c;
+  TraceData old_vmm = three_blocks("vmm");
+  ASSERT_TRUE(recorded_config(old_vmm, {}, &c, &notes, &err)) << err;
+  EXPECT_FALSE(c.vmm_stream_order_builds);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("GPUSHIM_VMM_REUSE=idle"), std::string::npos) << notes[0];
+  ASSERT_TRUE(recorded_config(old_vmm, {"GPUSHIM_VMM_REUSE=stream-order"}, &c, &notes, &err)) << err;
+  EXPECT_TRUE(c.vmm_stream_order_builds) << "--set says otherwise";
+  TraceData new_vmm = three_blocks("vmm");
+  new_vmm.header.config = {"GPUSHIM_POLICY=vmm", "GPUSHIM_VMM_REUSE=stream-order"};
+  notes.clear();
+  ASSERT_TRUE(recorded_config(new_vmm, {}, &c, &notes, &err)) << err;
+  EXPECT_TRUE(c.vmm_stream_order_builds);
+  EXPECT_TRUE(notes.empty());
+  ASSERT_TRUE(recorded_config(three_blocks("caching"), {}, &c, &notes, &err)) << err;
+  EXPECT_TRUE(c.vmm_stream_order_builds);
+  EXPECT_TRUE(notes.empty());
+}
+
 TEST(Replay, OffersThePoliciesTheFactoryBuilds) {
   const auto policies = available_policies();
   ASSERT_GE(policies.size(), 2u);

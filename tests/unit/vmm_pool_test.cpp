@@ -392,6 +392,50 @@ TEST(VmmPool, PerThreadDefaultStreamIsNeverTheSameStream) {
   }
 }
 
+// A block freed on a stream whose work is still queued is that stream's to reuse where it lies,
+// also as part of a larger block built around it (the stream runs the old work first): on a GPU,
+// where the host runs ahead, most freed memory is in that state when the next tensor is made.
+TEST(VmmPool, ABuildTakesInWhatItsOwnStreamFreedWhileTheWorkIsQueued) {
+  for (bool stream_order : {true, false}) {
+    VmmPoolOptions o;
+    o.stream_order_builds = stream_order;
+    Vmm v(4 * GiB, o);
+    v.sim.set_events_complete_at_once(false);
+    void* a = v.alloc(3 * MiB, vmm_stream(0x100), true);  // two chunks, the last 1 MiB of them free
+    ASSERT_NE(a, nullptr);
+    v.free(a, vmm_stream(0x100), true);
+    // Nothing free holds 5 MiB: built where a lay, with one chunk more, or (idle builds only)
+    // around it, from the idle 1 MiB after it and two new chunks.
+    void* b = v.alloc(5 * MiB, vmm_stream(0x100), true);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b == a, stream_order);
+    EXPECT_EQ(v.fig().reserved_bytes, stream_order ? 6 * MiB : 8 * MiB);
+    EXPECT_EQ(v.sim.counters().unmaps, 0u) << "memory still queued is never unmapped";
+    EXPECT_EQ(v.pool.check_invariants(), "");
+  }
+}
+
+TEST(VmmPool, ABuildForAnotherStreamGoesAroundMemoryStillQueued) {
+  Vmm v;
+  v.sim.set_events_complete_at_once(false);
+  void* a = v.alloc(3 * MiB, vmm_stream(0x100), true);
+  v.free(a, vmm_stream(0x100), true);
+  for (auto [stream, ordered] : {std::pair{vmm_stream(0x200), true}, std::pair{vmm_stream(0x100), false}}) {
+    void* b = v.alloc(5 * MiB, stream, ordered);
+    ASSERT_NE(b, nullptr);
+    EXPECT_TRUE(addr(b) >= addr(a) + 3 * MiB || addr(b) + 5 * MiB <= addr(a)) << "built over a's queued memory";
+    for (auto [h, off] : backing(v.sim, addr(b), 5 * MiB))
+      EXPECT_NE(std::pair(h, off), backing(v.sim, addr(a), 1).front()) << "a's memory mapped under b";
+    v.free(b, stream, ordered);
+  }
+  EXPECT_EQ(v.pool.check_invariants(), "");
+  // Once the work is done, anyone may build over it: 11 MiB fit in what the pool holds.
+  const uint64_t reserved = v.fig().reserved_bytes;
+  v.sim.complete_events();
+  EXPECT_NE(v.alloc(reserved - 1 * MiB, vmm_stream(0x200), true), nullptr);
+  EXPECT_EQ(v.fig().reserved_bytes, reserved);
+}
+
 TEST(VmmPool, StitchingNeverMovesMemoryStillInUseByAStream) {
   Vmm v;
   v.sim.set_events_complete_at_once(false);

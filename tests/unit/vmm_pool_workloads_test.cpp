@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -215,6 +216,48 @@ std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> physical(const SimBackend&
   return out;
 }
 
+// Memory the simulated device may still be using, as CUDA's rules say: work queued before a free
+// runs until its event (stream-ordered) or fence (plain) completes. A block may reuse such memory
+// only when it is made stream-ordered on the stream that freed it (that stream runs the old work
+// first); the new owner then inherits the ordering. Plain frees' memory is released when the pool
+// waits for any fence (lenient: the oracle does not know which fence), everything at completion.
+struct QueuedWork {
+  struct Range {
+    uint64_t handle, lo, hi;
+    CUstream stream;  // null: a plain free (its fence covers every stream)
+  };
+  std::vector<Range> ranges;
+  uint64_t waits_seen = 0, syncs_seen = 0;
+
+  void freed(const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& memory, CUstream s, bool ordered) {
+    for (const auto& [h, lo, hi] : memory) ranges.push_back({h, lo, hi, ordered ? s : nullptr});
+  }
+  void settle(const SimCounters& c) {
+    if (c.synchronizes != syncs_seen) ranges.clear();
+    if (c.fence_waits != waits_seen)
+      ranges.erase(std::remove_if(ranges.begin(), ranges.end(), [](const Range& r) { return r.stream == nullptr; }),
+                   ranges.end());
+    waits_seen = c.fence_waits;
+    syncs_seen = c.synchronizes;
+  }
+  // "" when a block on `memory`, made on stream `s` (ordered or not), may use it now.
+  std::string reuse(const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& memory, CUstream s, bool ordered) {
+    std::string bad;
+    for (const auto& [h, lo, hi] : memory)
+      for (auto it = ranges.begin(); it != ranges.end();) {
+        if (it->handle != h || it->hi <= lo || hi <= it->lo) {
+          ++it;
+          continue;
+        }
+        if (!ordered || it->stream != s)
+          bad = std::string(it->stream ? "memory another stream's queued work may still use" : "memory a plain free's queued work may still use") +
+                " (handle " + std::to_string(h) + " [" + std::to_string(lo) + "," + std::to_string(hi) + ") over [" + std::to_string(it->lo) + "," + std::to_string(it->hi) + ") freed on " + std::to_string(reinterpret_cast<uintptr_t>(it->stream)) + ", now " + std::to_string(reinterpret_cast<uintptr_t>(s)) + (ordered ? " ordered)" : " plain)");
+        it = ranges.erase(it);
+      }
+    return bad;
+  }
+};
+
 void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int ops, bool large_only = false) {
   Vmm v(capacity, o);
   v.sim.set_events_complete_at_once(false);
@@ -224,6 +267,7 @@ void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int o
     std::vector<std::pair<uint64_t, uint64_t>> backing;
   };
   std::map<uintptr_t, Live> live;
+  QueuedWork queued;
   uint64_t allocated = 0, failures = 0;
   for (int i = 0; i < ops; ++i) {
     if (!live.empty() && rng() % 2) {
@@ -231,7 +275,9 @@ void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int o
       std::advance(it, static_cast<long>(rng() % live.size()));
       ASSERT_EQ(backing(v.sim, it->first, it->second.size), it->second.backing) << "live memory moved, op " << i;
       const bool ordered = rng() % 2;
-      ASSERT_EQ(v.free(reinterpret_cast<void*>(it->first), vmm_stream(0x100 + rng() % 3), ordered), CUDA_SUCCESS);
+      const CUstream on = vmm_stream(0x100 + rng() % 3);
+      queued.freed(physical(v.sim, it->first, it->second.size, v.sim.granularity()), on, ordered);
+      ASSERT_EQ(v.free(reinterpret_cast<void*>(it->first), on, ordered), CUDA_SUCCESS);
       allocated -= it->second.size;
       live.erase(it);
     } else {
@@ -249,6 +295,8 @@ void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int o
       }
       ASSERT_GE(got, size);
       const uintptr_t a = addr(ptr);
+      queued.settle(v.sim.counters());
+      ASSERT_EQ(queued.reuse(physical(v.sim, a, got, v.sim.granularity()), on, ordered), "") << "op " << i;
       auto next = live.lower_bound(a);
       if (next != live.end()) {
         ASSERT_LE(a + got, next->first) << "overlaps the next live block";
@@ -260,7 +308,10 @@ void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int o
       live.emplace(a, Live{got, backing(v.sim, a, got)});
       allocated += got;
     }
-    if (i % 500 == 0) v.sim.complete_events();
+    if (i % 500 == 0) {
+      v.sim.complete_events();
+      queued.ranges.clear();
+    }
     if (i % 1000 == 0) v.sim.set_capturing(!v.sim.capture_active() && rng() % 4 == 0);
     if (i % 250 == 0) {
       ASSERT_EQ(v.pool.check_invariants(), "") << "op " << i;

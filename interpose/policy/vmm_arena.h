@@ -21,8 +21,9 @@
 //     highest free block that fits, the others from the bottom of the lowest (VmmPoolOptions::long_fall).
 //
 // What the virtual-memory API buys is that free memory is not stuck where it was freed. When no
-// free block is large enough, the arena looks at every window (a run of idle free blocks and holes
-// between live blocks, possibly continuing past its reservation's end) and picks the place that
+// free block is large enough, the arena looks at every window (a run of free blocks the request may
+// reuse in place - idle ones, and with VmmPoolOptions::stream_order_builds those freed on its own
+// stream - and holes between live blocks, possibly continuing past its reservation's end) and picks the place that
 // needs the fewest bytes mapped; the holes there are filled:
 //   - first with idle free pieces taken from elsewhere, highest addresses first (stitching: free
 //     memory scattered anywhere becomes one range, and mapped memory compacts toward the bottom,
@@ -179,8 +180,9 @@ struct VmmPoolOptions {
   // memory is still queued when the next tensor is made: with idle blocks only, a build went
   // around them and mapped new memory. Pieces still move only when idle (unmapping does not wait
   // for queued work). Measured under replay --gpu-time model (GPUSHIM_VMM_REUSE, docs/policies.md):
-  // peak reserved of the GPU-recorded h200_transformer_vmm 2,690 -> 2,232 MiB, h200_steptime_vmm
-  // 2,650 -> 2,298, h100_transformer_vmm 2,640 -> 2,398, lstm_train stream-ordered 464 -> 414.
+  // peak reserved of the GPU-recorded h200_transformer_vmm 2,690 -> 2,438 MiB, h200_steptime_vmm
+  // 2,650 -> 2,424, h100_transformer_vmm 2,640 -> 2,470, lstm_train stream-ordered 464 -> 454;
+  // finetune_adam stream-ordered 1,162 -> 1,170.
   bool stream_order_builds = true;
 };
 

@@ -469,9 +469,14 @@ std::string VmmArena::check_invariants() const {
   size_t listed = free_.size() + rules_.waiting_blocks() + user_.size() + segments_.size();
   for (const auto& [a, b] : blocks_) listed += b->state == State::kLent || b->state == State::kShadow;
   for (const Piece* p : aliases_) {
-    if (p->alias_of == nullptr || p->lent == nullptr || p->shadow == nullptr || pieces_.count(p->va) == 0) return "alias bookkeeping";
-    if (p->lent->state != State::kLent || p->shadow->state != State::kShadow) return "alias walls";
+    if (p->alias_of == nullptr || p->lent == nullptr || pieces_.count(p->va) == 0) return "alias bookkeeping";
+    if (p->lent->state != State::kLent) return "alias walls";
     const uint64_t off = p->lent->addr - p->alias_of->va;
+    if (p->shadow == nullptr) {  // a whole chunk lent (borrow)
+      if (off != 0 || p->lent->size != p->size) return "a shadowless alias lends less than its chunk";
+      continue;
+    }
+    if (p->shadow->state != State::kShadow) return "alias walls";
     if (p->lent->size + p->shadow->size != p->size || p->shadow->addr != (off == 0 ? p->va + p->lent->size : p->va) ||
         (off != 0 && off + p->lent->size != p->size))
       return "lent part and shadow disagree";

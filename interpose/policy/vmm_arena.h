@@ -31,9 +31,13 @@
 //   - then with new pieces, only for what free pieces cannot cover (growth in place: a free block
 //     at a window's edge is extended by what it lacks).
 //   - an unmapped chunk at either end of the block may instead be a partly used chunk mapped a
-//     second time, when its idle free tail (for the block's head) or head (for its tail) covers
-//     what the block uses of that chunk: lending, which counts as nothing to map in the plan.
-// Live blocks never move: only pieces that lie wholly in idle free blocks are remapped (an idle
+//     second time, when its free tail (for the block's head) or head (for its tail) covers what
+//     the block uses of that chunk: lending, which counts as nothing to map in the plan;
+//   - with VmmPoolOptions::stream_order_builds, a hole that idle pieces do not fill takes a whole
+//     chunk the request's stream freed while its work there is still queued, mapped a second time
+//     (borrowing): it cannot be unmapped yet, but it is that stream's to reuse; its old address
+//     is a wall until that work is done, then unmapped (complete_move), and the chunk has moved.
+// Live blocks never move: only pieces that lie wholly in idle free blocks are unmapped (an idle
 // block has no pending event, so no queued work can touch it while it is unmapped).
 // Lent ranges are idle when lent, and return only once the block's range in the second mapping
 // is idle and free again (the second mapping is unmapped then), so no queued work can reach the
@@ -179,10 +183,11 @@ struct VmmPoolOptions {
   // idle ones. On a GPU the host runs ahead of the device, and in a training step most freed
   // memory is still queued when the next tensor is made: with idle blocks only, a build went
   // around them and mapped new memory. Pieces still move only when idle (unmapping does not wait
-  // for queued work). Measured under replay --gpu-time model (GPUSHIM_VMM_REUSE, docs/policies.md):
-  // peak reserved of the GPU-recorded h200_transformer_vmm 2,690 -> 2,438 MiB, h200_steptime_vmm
-  // 2,650 -> 2,424, h100_transformer_vmm 2,640 -> 2,470, lstm_train stream-ordered 464 -> 454;
-  // finetune_adam stream-ordered 1,162 -> 1,170.
+  // for queued work): a hole idle pieces do not fill borrows such a chunk instead, mapped a second
+  // time, and the old mapping goes once the work there is done (borrowable_chunks, complete_move).
+  // Measured under replay --gpu-time model (GPUSHIM_VMM_REUSE, docs/benchmarks.md): peak reserved
+  // of the six GPU-recorded traces 2,524-2,876 -> 2,248-2,302 MiB (0.92-0.98x PyTorch's expandable
+  // segments, utilization 0.986-0.992); lstm_train stream-ordered 464 -> 334.
   bool stream_order_builds = true;
 };
 
@@ -193,6 +198,7 @@ struct VmmStats {
   uint64_t stitches = 0;       // builds that remapped free pieces from elsewhere
   uint64_t pieces_moved = 0;
   uint64_t aliases = 0;        // free chunk ends lent to a block's end through a second mapping
+  uint64_t borrows = 0;        // whole chunks lent to a build (freed on its stream, work still queued)
   uint64_t extensions = 0;     // reservations extended in place through the address hint
   uint64_t va_reserves = 0;
   uint64_t va_frees = 0;
@@ -237,11 +243,13 @@ class VmmArena {
     std::lock_guard<FutexMutex> lock(mu_);
     fn();
   }
-  // DeviceMemoryResource::forget_streams, for the arena's free blocks.
+  // DeviceMemoryResource::forget_streams, for the arena's free blocks and the lent ones (walls that
+  // keep the terms of their free: they become free again).
   void forget_streams(absl::FunctionRef<bool(CUstream)> doomed) {
     std::lock_guard<FutexMutex> lock(mu_);
     rules_.forget_streams(doomed, [&](auto&& fn) {
       for (Block* b : free_) fn(b);
+      for (Piece* a : aliases_) fn(a->lent);
     });
   }
   // Takes back a kSegment block; its owner guarantees that no work still uses it.
@@ -425,6 +433,16 @@ class VmmArena {
   // (not yet mapped) maps the chunk again. Null when none. Nothing in [skip_lo, skip_hi) is lent.
   Piece* lend(uint64_t offset, bool tail, uintptr_t skip_lo, uintptr_t skip_hi);
   void undo_lend(Piece* alias);
+  // Whole chunks a build for build_req_ may borrow (a second mapping, like a lent end) instead of
+  // new memory: every block on them free and reusable in place by the request, at least one still
+  // queued (an idle chunk is moved instead), none in [lo, hi). Highest addresses first.
+  std::vector<uintptr_t> borrowable_chunks(uintptr_t lo, uintptr_t hi);
+  // The chunk at `c` becomes one kLent wall and the returned Piece (not yet mapped) maps it again;
+  // null when its blocks are no longer all free (a lent end took part of it meanwhile).
+  Piece* borrow(uintptr_t c);
+  // A borrowed chunk whose old address is idle: unmaps it there, and the second mapping becomes the
+  // piece's only one. False (nothing changed) when the driver refused the unmap.
+  bool complete_move(Piece* alias);
   // Maps the lent piece `p` at `va` in `res`, with its shadow; false (the lend undone) when the
   // driver refused.
   bool map_lent(Piece* p, uintptr_t va, Reservation* res, Block** run, std::vector<uintptr_t>* runs);
@@ -455,6 +473,7 @@ class VmmArena {
   VmmStats stats_;
   std::vector<Block*> spare_;
   std::vector<Piece*> aliases_;  // second mappings (Piece::alias_of), until retire_aliases
+  std::vector<uintptr_t> borrowable_;  // the build in progress: borrowable_chunks, as plan_slots takes them
   uint64_t alias_bytes_ = 0;     // mapped by them: virtual space only, no memory of their own
   bool alias_ok_ = false;        // the build in progress is for a user block
   // The request the build in progress serves: its windows may take in free blocks it may reuse in

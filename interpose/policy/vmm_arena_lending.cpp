@@ -83,7 +83,9 @@ VmmArena::Piece* VmmArena::lend(uint64_t offset, bool tail, uintptr_t skip_lo, u
     blocks_.emplace(lo, best);
     insert_free(rest);
   }
-  rules_.clear(best);  // a wall now; it returns idle, once the block lent it is idle and free (retire_aliases)
+  // A wall now, keeping its terms: undo_lend puts it back as it was, and forget_streams reaches it
+  // (a stream it names may be destroyed meanwhile). It returns idle once the block it was lent to
+  // is idle and free (retire_aliases): that block's work ran after this memory's on its stream.
   best->addr = lo;
   best->size = hi - lo;
   best->state = State::kLent;
@@ -91,6 +93,90 @@ VmmArena::Piece* VmmArena::lend(uint64_t offset, bool tail, uintptr_t skip_lo, u
   auto* alias = new Piece{owner->handle, gran_, 0, nullptr};
   alias->alias_of = owner;
   alias->lent = best;
+  return alias;
+}
+
+std::vector<uintptr_t> VmmArena::borrowable_chunks(uintptr_t lo, uintptr_t hi) {
+  // Memory a stream freed while its work on it is still queued cannot move (unmapping does not wait
+  // for that work) but is that stream's to reuse: mapped a second time under the new block, it
+  // serves the build at once, and the old address stays a wall until the new block is idle and
+  // free (retire_aliases), so no queued work reaches one memory through two addresses out of order.
+  std::vector<uintptr_t> out;
+  if (build_req_ == nullptr || !alias_ok_ || backend_.capture_active()) return out;
+  auto it = blocks_.begin();
+  while (it != blocks_.end()) {
+    Block* b = it->second;
+    ++it;
+    if (b->state != State::kFree || !reusable_in_place(b)) continue;
+    const Reservation* res = b->res;
+    const uintptr_t start = b->addr;
+    uintptr_t end = b->addr + b->size;
+    bool queued = !idle(b);
+    while (it != blocks_.end() && it->first == end && it->second->res == res && it->second->state == State::kFree &&
+           reusable_in_place(it->second)) {
+      queued |= !idle(it->second);
+      end += it->second->size;
+      ++it;
+    }
+    if (!queued || end - start < gran_) continue;
+    for (auto p = pieces_.lower_bound(start); p != pieces_.end() && p->first + p->second->size <= end; ++p) {
+      const Piece* pc = p->second;
+      if (pc->alias_of != nullptr || pc->size != gran_ || (pc->va < hi && lo < pc->va + pc->size)) continue;
+      bool any_queued = false;  // an idle chunk is movable_pieces' to move
+      for (Block* q = containing(pc->va); q != nullptr && q->addr < pc->va + pc->size; q = after(q))
+        any_queued |= !idle(q);
+      if (any_queued) out.push_back(pc->va);
+    }
+  }
+  // Highest first, as movable_pieces: mapped memory compacts toward the bottom.
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+VmmArena::Piece* VmmArena::borrow(uintptr_t c) {
+  const uintptr_t end = c + gran_;
+  for (Block* q = containing(c); q != nullptr && q->addr < end; q = after(q))
+    if (q->state != State::kFree || !reusable_in_place(q)) return nullptr;
+  // One wall over the chunk. Its blocks are idle or freed on the request's stream: the wall names
+  // that stream (its event recorded when first needed, after all of theirs); what lies outside the
+  // chunk stays free on its own terms.
+  Block* wall = containing(c);
+  free_.erase(wall);
+  if (wall->addr < c) {
+    auto* head = new_block();
+    head->addr = wall->addr;
+    head->size = c - wall->addr;
+    head->res = wall->res;
+    rules_.share(wall, head);
+    blocks_.erase(wall->addr);
+    wall->addr = c;
+    wall->size -= head->size;
+    blocks_.emplace(head->addr, head);
+    blocks_.emplace(c, wall);
+    insert_free(head);
+  }
+  if (wall->addr + wall->size > end) split_off_tail(wall, end);
+  CUstream stream = wall->stream;
+  rules_.clear(wall);
+  while (wall->addr + wall->size < end) {
+    Block* n = after(wall);
+    free_.erase(n);
+    if (n->addr + n->size > end) split_off_tail(n, end);
+    if (n->stream != nullptr) stream = n->stream;
+    rules_.clear(n);
+    blocks_.erase(n->addr);
+    wall->size += n->size;
+    recycle(n);
+  }
+  wall->stream = stream;
+  wall->state = State::kLent;
+  (void)idle(wall);  // its event recorded now: the work before its frees, which complete_move waits for
+  Piece* owner = pieces_.at(c);
+  auto* alias = new Piece{owner->handle, gran_, 0, nullptr};
+  alias->alias_of = owner;
+  alias->lent = wall;
+  ++stats_.borrows;
+  moved_since_growth_ += gran_;  // a move like stitching's, under the same remap budget
   return alias;
 }
 
@@ -146,16 +232,44 @@ bool VmmArena::map_lent(Piece* p, uintptr_t va, Reservation* res, Block** run, s
   ++res->pieces;
   pieces_.emplace(va, p);
   aliases_.push_back(p);
-  // The lent part keeps its offset in the chunk; the shadow is the rest of the chunk.
+  // The lent part keeps its offset in the chunk; the shadow is the rest of the chunk (none when
+  // the whole chunk is lent: borrow).
   const uintptr_t own = va + (p->lent->addr - p->alias_of->va), own_end = own + p->lent->size;
-  Block* shadow = new_block();
-  shadow->addr = own == va ? own_end : va;
-  shadow->size = p->size - p->lent->size;
-  shadow->res = res;
-  shadow->state = State::kShadow;
-  blocks_.emplace(shadow->addr, shadow);
-  p->shadow = shadow;
+  if (p->lent->size < p->size) {
+    Block* shadow = new_block();
+    shadow->addr = own == va ? own_end : va;
+    shadow->size = p->size - p->lent->size;
+    shadow->res = res;
+    shadow->state = State::kShadow;
+    blocks_.emplace(shadow->addr, shadow);
+    p->shadow = shadow;
+  }
   add_to_run(res, own, p->lent->size, run, runs);
+  // The lent memory may have been freed on the request's stream with work still queued: what the
+  // new block leaves of it, through this mapping, is reusable on the same terms only (the whole
+  // run takes them: conservative for the new chunks in it, which are idle).
+  if (p->lent->stream != nullptr && (*run)->stream == nullptr) rules_.share(p->lent, *run);
+  return true;
+}
+
+bool VmmArena::complete_move(Piece* a) {
+  Piece* owner = a->alias_of;
+  Block* wall = a->lent;
+  if (backend_.unmap(owner->va, owner->size) != CUDA_SUCCESS) return false;
+  ++unmaps_;
+  mapped_ -= owner->size;
+  alias_bytes_ -= owner->size;
+  // The old range becomes a hole; the piece lives at the second mapping's address from now on.
+  rules_.clear(wall);
+  blocks_.erase(wall->addr);
+  recycle(wall);
+  pieces_.erase(owner->va);
+  --owner->res->pieces;
+  owner->va = a->va;
+  owner->res = a->res;
+  pieces_[a->va] = owner;
+  ++stats_.pieces_moved;
+  delete a;
   return true;
 }
 
@@ -164,6 +278,14 @@ void VmmArena::retire_aliases() {
   bool any = false;
   for (size_t i = 0; i < aliases_.size();) {
     Piece* a = aliases_[i];
+    // A borrowed chunk moves for good once the work queued on its old address is done: the old
+    // mapping goes, and the wall with it, instead of lasting as long as the block it serves.
+    if (a->shadow == nullptr && idle(a->lent) && complete_move(a)) {
+      aliases_[i] = aliases_.back();
+      aliases_.pop_back();
+      any = true;
+      continue;
+    }
     const uintptr_t lo = a->va + (a->lent->addr - a->alias_of->va), hi = lo + a->lent->size;
     bool free_now = true;
     // The own part's free block may begin before it (merged with the chunk before).
@@ -179,7 +301,7 @@ void VmmArena::retire_aliases() {
     mapped_ -= a->size;
     alias_bytes_ -= a->size;
     // The shadow joins the free run for carve_out, which turns the whole chunk into a hole.
-    insert_free(a->shadow);
+    if (a->shadow != nullptr) insert_free(a->shadow);
     carve_out(a);
     Block* lent = a->lent;
     rules_.clear(lent);

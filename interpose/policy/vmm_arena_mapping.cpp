@@ -204,9 +204,14 @@ void VmmArena::add_to_run(Reservation* res, uintptr_t addr, uint64_t size, Block
 }
 
 VmmArena::Block* VmmArena::merge_built(uintptr_t addr, uint64_t size) {
-  // The first and last free blocks may stick out of [addr, addr + size); those parts stay free on
-  // their own terms: a window may hold blocks freed on the requesting stream whose work is still
-  // queued (make_plan), and what sticks out of them keeps their stream and event.
+  // The first and last free blocks may stick out of [addr, addr + size). When every block taken in
+  // is idle, the last one is merged whole and split() trims it (from the top for sizes that
+  // outlive troughs), as the idle-only pool always did. When some were freed on the request's
+  // stream with work still queued (make_plan), the block is exactly [addr, addr + size): what
+  // sticks out keeps its own terms, and no part of the queued memory is left over as idle.
+  const uintptr_t end = addr + size;
+  bool queued = false;
+  for (Block* q = containing(addr); q != nullptr && q->addr < end; q = after(q)) queued |= q->stream != nullptr;
   Block* first = containing(addr);
   free_.erase(first);
   if (first->addr < addr) {
@@ -222,19 +227,18 @@ VmmArena::Block* VmmArena::merge_built(uintptr_t addr, uint64_t size) {
     blocks_.emplace(first->addr, first);
     insert_free(head);
   }
-  const uintptr_t end = addr + size;
-  if (first->addr + first->size > end) split_off_tail(first, end);
+  if (queued && first->addr + first->size > end) split_off_tail(first, end);
   rules_.clear(first);
   while (first->addr + first->size < end) {
     Block* n = after(first);
     free_.erase(n);
-    if (n->addr + n->size > end) split_off_tail(n, end);
+    if (queued && n->addr + n->size > end) split_off_tail(n, end);
     rules_.clear(n);
     blocks_.erase(n->addr);
     first->size += n->size;
     recycle(n);
   }
-  return first;
+  return first;  // with nothing queued, split() trims what sticks out at the end
 }
 
 void VmmArena::split_off_tail(Block* b, uintptr_t end) {

@@ -39,8 +39,10 @@ std::vector<VmmArena::Piece*> VmmArena::movable_pieces(uintptr_t lo, uintptr_t h
       ++it;
     }
     if (end - start < gran_) continue;
+    // A second mapping (lending) is never moved or released: retire_aliases unmaps it.
     for (auto p = pieces_.lower_bound(start); p != pieces_.end() && p->first + p->second->size <= end; ++p)
-      if (!(p->second->va < hi && lo < p->second->va + p->second->size)) out.push_back(p->second);
+      if (!(p->second->va < hi && lo < p->second->va + p->second->size) && p->second->alias_of == nullptr)
+        out.push_back(p->second);
   }
   std::reverse(out.begin(), out.end());
   return out;
@@ -216,16 +218,20 @@ bool VmmArena::pieces_to_move(const Plan& plan, uint64_t size, Attempt* attempt,
                               CUresult* err) {
   const uintptr_t lo = plan.res ? round_down(plan.addr, gran_) : 0, hi = plan.res ? round_up(plan.addr + size, gran_) : 0;
   *movable = movable_pieces(lo, hi);
-  if (!attempt->over_budget && opt_.remap_budget > 0 && !movable->empty()) {
-    uint64_t would_move = 0;
+  borrowable_ = borrowable_chunks(lo, hi);
+  if (!attempt->over_budget && opt_.remap_budget > 0 && (!movable->empty() || !borrowable_.empty())) {
+    uint64_t would_move = gran_ * borrowable_.size();
     for (const Piece* p : *movable) would_move += p->size;
     would_move = std::min(would_move, plan.hole_bytes);
     // At least 256 MiB, so that a small pool may still stitch what it has.
     const double budget = opt_.remap_budget * static_cast<double>(std::max<uint64_t>(held_, 256ull << 20));
-    if (static_cast<double>(moved_since_growth_ + would_move) > budget) movable->clear();
+    if (static_cast<double>(moved_since_growth_ + would_move) > budget) {
+      movable->clear();
+      borrowable_.clear();
+    }
   }
   if (!attempt->may_create) {
-    uint64_t available = 0;
+    uint64_t available = gran_ * borrowable_.size();
     for (const Piece* p : *movable) available += p->size;
     if (available < plan.hole_bytes) {
       attempt->new_bytes = plan.hole_bytes - available;
@@ -255,6 +261,15 @@ void VmmArena::plan_slots(const Plan& plan, uint64_t size, std::vector<Piece*>& 
     plan_fill(rest, ends.fill_hi - ends.fill_lo, movable, slots);
   }
   if (ends.tail != nullptr) slots->push_back({round_down(plan.addr + size - 1, gran_), gran_, ends.tail});
+  // What idle pieces left to new memory, chunks the request's stream freed may serve instead.
+  size_t next = 0;
+  for (Slot& s : *slots) {
+    if (s.moved != nullptr || s.size != gran_) continue;
+    while (next < borrowable_.size() && s.moved == nullptr) s.moved = borrow(borrowable_[next++]);
+    if (s.moved == nullptr) break;
+    lent->push_back(s.moved);
+  }
+  borrowable_.clear();
 }
 
 }  // namespace gpushim

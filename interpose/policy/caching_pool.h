@@ -127,6 +127,8 @@ class CachingPool final : public DeviceMemoryResource {
   // The first block of `set` at least `size` large, or end(): a B-tree descent, skipped when the
   // last one answered the same question and the set has not changed since (hint_).
   FreeSet::iterator first_fit_candidate(FreeSet& set, uint64_t size);
+  // Does a free block of exactly `size` bytes exist (usable or not)? Sets hint_ as find_free will use it.
+  bool exact_fit_free(uint64_t size, bool small);
   Block* grow(uint64_t size, bool small, CUresult* err);
   // grow()'s first try for a medium request with grow_in_place_unit: extends a medium segment
   // whose free idle tail then serves it; null when none can be.

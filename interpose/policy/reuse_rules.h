@@ -262,6 +262,16 @@ class ReuseRules {
     ++waits_;
     return poll(release);
   }
+  // Blocks until the oldest closed epoch's fence completes, then releases what completed; never
+  // closes the open epoch (its frees are the most recent: their work is the furthest from done).
+  // False if no closed epoch waits, nothing could be waited for, or nothing was released.
+  template <typename Release>
+  bool wait_oldest_closed(Release&& release) {
+    if (sealed_.empty() || backend_.capture_active() || sealed_.front().fence == 0) return false;
+    if (!backend_.wait_fence(sealed_.front().fence)) return false;
+    ++waits_;
+    return poll(release);
+  }
   template <typename Release>
   bool poll(Release&& release) {
     bool any = false;

@@ -87,6 +87,15 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   if (rules_.has_closed_epochs()) rules_.poll_closed([&](std::vector<Block*>& blocks) { release_waiting(blocks); });
   const uint8_t cls = class_of(want, owner);
   const Fit fit = fit_for(want, owner);
+  // A request that no free block fits exactly while a closed epoch (its fence recorded) waits:
+  // wait for the oldest closed epoch and look again, as CachingPool does, rather than carve it
+  // from a larger block. PyTorch would have those blocks back at once (its frees are stream-
+  // ordered); carving around them while the device catches up fragments the arena (the CPU corpus
+  // with plain frees under --gpu-time model: utilization 0.90-0.95 -> 0.94-0.98). A program calling
+  // cudaFree pays more without the pool: every cudaFree synchronizes the device.
+  while (rules_.has_closed_epochs() && !exact_fit_free(want, cls) &&
+         rules_.wait_oldest_closed([&](std::vector<Block*>& blocks) { release_waiting(blocks); })) {
+  }
   Block* b = find_free(want, cls, req, fit);
   // Freed memory whose fence has completed is reusable where it is: asked without waiting,
   // before anything is mapped.
@@ -130,6 +139,16 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   *out = reinterpret_cast<void*>(b->addr);
   *got = b->size;
   return CUDA_SUCCESS;
+}
+
+bool VmmArena::exact_fit_free(uint64_t size, uint8_t cls) {
+  Reservation key_res;
+  key_res.cls = cls;
+  Block key;
+  key.res = &key_res;
+  key.size = size;
+  auto it = free_.lower_bound(&key);
+  return it != free_.end() && (*it)->res->cls == cls && (*it)->size == size;
 }
 
 VmmArena::Block* VmmArena::find_free(uint64_t size, uint8_t cls, const AllocRequest& req, Fit fit) {

@@ -370,6 +370,8 @@ class VmmArena {
     return lifetimes_.outlives_troughs(size) ? Fit::kHigh : Fit::kLow;
   }
   Block* find_free(uint64_t size, uint8_t cls, const AllocRequest& req, Fit fit);
+  // Is there a free block of exactly `size` in class `cls` (usable by the request or not)?
+  bool exact_fit_free(uint64_t size, uint8_t cls);
   bool idle(Block* b) { return rules_.idle(b); }
   // May the build in progress take the free block `b` in where it lies? Idle ones, and ones the
   // request may reuse in place: freed on its own stream, whose queued work runs before the new

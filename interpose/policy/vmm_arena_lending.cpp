@@ -244,11 +244,17 @@ bool VmmArena::map_lent(Piece* p, uintptr_t va, Reservation* res, Block** run, s
     blocks_.emplace(shadow->addr, shadow);
     p->shadow = shadow;
   }
-  add_to_run(res, own, p->lent->size, run, runs);
   // The lent memory may have been freed on the request's stream with work still queued: what the
-  // new block leaves of it, through this mapping, is reusable on the same terms only (the whole
-  // run takes them: conservative for the new chunks in it, which are idle).
-  if (p->lent->stream != nullptr && (*run)->stream == nullptr) rules_.share(p->lent, *run);
+  // new block leaves of it, through this mapping, is reusable on the same terms only. It is a free
+  // block of its own (merge_built joins it to the new block), the runs beside it stay idle.
+  if (p->lent->stream == nullptr) {
+    add_to_run(res, own, p->lent->size, run, runs);
+    return true;
+  }
+  *run = nullptr;
+  add_to_run(res, own, p->lent->size, run, runs);
+  rules_.share(p->lent, *run);
+  *run = nullptr;
   return true;
 }
 

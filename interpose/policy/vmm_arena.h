@@ -416,8 +416,10 @@ class VmmArena {
                      std::vector<Piece*>* fresh, CUresult* err);
   bool map_slots(Reservation* res, const std::vector<Slot>& slots, const std::vector<Piece*>& fresh, CUresult* err);
   Block* merge_built(uintptr_t addr, uint64_t size);
-  // `b` (free, not in the free set) ends at `end`; what lay past it is a free block of its own,
-  // reusable on b's terms.
+  // `b` (free, not in the free set) now starts at `start` (ends at `end`); what lay before (past)
+  // it is a free block of its own, reusable on b's terms. split_off_tail marks `b` taken and
+  // merges the tail with a free neighbour it may touch.
+  void split_off_head(Block* b, uintptr_t start);
   void split_off_tail(Block* b, uintptr_t end);
   void count_build(const std::vector<Slot>& slots, uint64_t size);
   // Mapped pieces whose slots touch become one free block: `run` (the last one), listed in `runs`.

@@ -72,17 +72,7 @@ VmmArena::Piece* VmmArena::lend(uint64_t offset, bool tail, uintptr_t skip_lo, u
     blocks_.emplace(rest->addr, rest);
     insert_free(rest);
   }
-  if (best->addr < lo) {
-    auto* rest = new_block();
-    rest->addr = best->addr;
-    rest->size = lo - best->addr;
-    rest->res = best->res;
-    rules_.share(best, rest);
-    blocks_.erase(best->addr);
-    blocks_.emplace(rest->addr, rest);
-    blocks_.emplace(lo, best);
-    insert_free(rest);
-  }
+  if (best->addr < lo) split_off_head(best, lo);
   // A wall now, keeping its terms: undo_lend puts it back as it was, and forget_streams reaches it
   // (a stream it names may be destroyed meanwhile). It returns idle once the block it was lent to
   // is idle and free (retire_aliases): that block's work ran after this memory's on its stream.
@@ -142,19 +132,7 @@ VmmArena::Piece* VmmArena::borrow(uintptr_t c) {
   // chunk stays free on its own terms.
   Block* wall = containing(c);
   free_.erase(wall);
-  if (wall->addr < c) {
-    auto* head = new_block();
-    head->addr = wall->addr;
-    head->size = c - wall->addr;
-    head->res = wall->res;
-    rules_.share(wall, head);
-    blocks_.erase(wall->addr);
-    wall->addr = c;
-    wall->size -= head->size;
-    blocks_.emplace(head->addr, head);
-    blocks_.emplace(c, wall);
-    insert_free(head);
-  }
+  if (wall->addr < c) split_off_head(wall, c);
   if (wall->addr + wall->size > end) split_off_tail(wall, end);
   CUstream stream = wall->stream;
   rules_.clear(wall);

@@ -214,19 +214,7 @@ VmmArena::Block* VmmArena::merge_built(uintptr_t addr, uint64_t size) {
   for (Block* q = containing(addr); q != nullptr && q->addr < end; q = after(q)) queued |= q->stream != nullptr;
   Block* first = containing(addr);
   free_.erase(first);
-  if (first->addr < addr) {
-    auto* head = new_block();
-    head->addr = first->addr;
-    head->size = addr - first->addr;
-    head->res = first->res;
-    rules_.share(first, head);
-    blocks_.erase(first->addr);
-    first->addr = addr;
-    first->size -= head->size;
-    blocks_.emplace(head->addr, head);
-    blocks_.emplace(first->addr, first);
-    insert_free(head);
-  }
+  if (first->addr < addr) split_off_head(first, addr);
   if (queued && first->addr + first->size > end) split_off_tail(first, end);
   rules_.clear(first);
   while (first->addr + first->size < end) {
@@ -239,6 +227,20 @@ VmmArena::Block* VmmArena::merge_built(uintptr_t addr, uint64_t size) {
     recycle(n);
   }
   return first;  // with nothing queued, split() trims what sticks out at the end
+}
+
+void VmmArena::split_off_head(Block* b, uintptr_t start) {
+  auto* head = new_block();
+  head->addr = b->addr;
+  head->size = start - b->addr;
+  head->res = b->res;
+  rules_.share(b, head);
+  blocks_.erase(b->addr);
+  b->addr = start;
+  b->size -= head->size;
+  blocks_.emplace(head->addr, head);
+  blocks_.emplace(start, b);
+  insert_free(head);
 }
 
 void VmmArena::split_off_tail(Block* b, uintptr_t end) {

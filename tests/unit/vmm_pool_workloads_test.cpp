@@ -110,6 +110,16 @@ TEST(VmmPool, SteadyStateLoopDoesNotMapAgain) {
   }
 }
 
+// The allocation sizes of one random loop shape: 4-15 sites, sizes of every class.
+std::vector<uint64_t> loop_sizes(std::mt19937_64& rng) {
+  std::vector<uint64_t> sizes(4 + rng() % 12);
+  for (uint64_t& n : sizes) {
+    const int c = static_cast<int>(rng() % 3);
+    n = c == 0 ? 1 + rng() % MiB : c == 1 ? MiB + rng() % (8 * MiB) : 8 * MiB + rng() % (200 * MiB);
+  }
+  return sizes;
+}
+
 TEST(VmmPool, LoopsOfManyShapesSettleWithoutRemapping) {
   // Random loop shapes (sizes of every class, each allocation site always freed the same way,
   // FIFO or LIFO). A pool this tight cannot absorb every shift of placement from one iteration to
@@ -119,11 +129,7 @@ TEST(VmmPool, LoopsOfManyShapesSettleWithoutRemapping) {
   double vmm_util = 0, caching_util = 0;
   constexpr int kLoops = 20;
   for (int loop = 0; loop < kLoops; ++loop) {
-    std::vector<uint64_t> sizes(4 + rng() % 12);
-    for (uint64_t& n : sizes) {
-      const int c = static_cast<int>(rng() % 3);
-      n = c == 0 ? 1 + rng() % MiB : c == 1 ? MiB + rng() % (8 * MiB) : 8 * MiB + rng() % (200 * MiB);
-    }
+    const std::vector<uint64_t> sizes = loop_sizes(rng);
     std::vector<bool> plain(sizes.size());
     for (size_t i = 0; i < plain.size(); ++i) plain[i] = rng() % 3 == 0;
     const bool lifo = rng() % 2;
@@ -176,11 +182,7 @@ TEST(VmmPool, LoopsSettleWithoutRemappingWhileTheDeviceLagsAnIteration) {
   uint64_t moves_after_warmup = 0, borrows = 0, peak_sum[2] = {0, 0};
   constexpr int kLoops = 20;
   for (int loop = 0; loop < kLoops; ++loop) {
-    std::vector<uint64_t> sizes(4 + rng() % 12);
-    for (uint64_t& n : sizes) {
-      const int c = static_cast<int>(rng() % 3);
-      n = c == 0 ? 1 + rng() % MiB : c == 1 ? MiB + rng() % (8 * MiB) : 8 * MiB + rng() % (200 * MiB);
-    }
+    const std::vector<uint64_t> sizes = loop_sizes(rng);
     const bool lifo = rng() % 2;
     uint64_t peak[2] = {0, 0};
     for (int stream_order = 0; stream_order < 2; ++stream_order) {

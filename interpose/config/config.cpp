@@ -143,9 +143,9 @@ const std::vector<Variable>& variables() {
       {"GPUSHIM_VMM_REUSE", "stream-order or idle", "stream-order",
        "vmm policy: when no free block fits, a block is built from free memory around it and mapped pieces; "
        "stream-order also uses memory freed on the requesting stream whose work is still queued (the stream "
-       "runs that work first), in place or mapped a second time where the block needs it; idle only memory "
-       "the device has finished with (the pool before 2026-11-27; replays of traces recorded before then use "
-       "it).",
+       "runs that work first), in place or mapped a second time where the block needs it, and waits for the "
+       "oldest closed fence rather than carve around cudaFree'd blocks; idle only memory the device has "
+       "finished with, and carves (the pool before 2026-11-27; replays of traces recorded before then use it).",
        [](std::string_view v, Config* c) {
          const std::string_view t = trim(v);
          if (iequals(t, "stream-order")) return c->vmm_stream_order_builds = true, true;

@@ -25,7 +25,9 @@ VmmPoolOptions vmm_options(const Config& c) {
   VmmPoolOptions o;
   o.round = c.round_bytes;
   o.quarantine_bytes = c.quarantine_bytes;
+  // GPUSHIM_VMM_REUSE=idle is the pool that recorded the traces of before 2026-11-27, whole.
   o.stream_order_builds = c.vmm_stream_order_builds;
+  o.wait_before_carve = c.vmm_stream_order_builds;
   return o;
 }
 

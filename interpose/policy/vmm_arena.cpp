@@ -31,7 +31,7 @@ VmmArena::~VmmArena() {
     delete b;
   };
   for (auto& [a, b] : blocks_)
-    if (b->state == State::kLent || b->state == State::kShadow) delete b;
+    if (b->state == State::kLent || b->state == State::kShadow) drop(b);  // a lent wall keeps its free's event
   for (Block* b : free_) drop(b);
   rules_.for_each_waiting(drop);
   for (auto& [addr, b] : user_) drop(b);
@@ -93,7 +93,7 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   // ordered); carving around them while the device catches up fragments the arena (the CPU corpus
   // with plain frees under --gpu-time model: utilization 0.90-0.95 -> 0.94-0.98). A program calling
   // cudaFree pays more without the pool: every cudaFree synchronizes the device.
-  while (rules_.has_closed_epochs() && !exact_fit_free(want, cls) &&
+  while (opt_.wait_before_carve && rules_.has_closed_epochs() && !exact_fit_free(want, cls) &&
          rules_.wait_oldest_closed([&](std::vector<Block*>& blocks) { release_waiting(blocks); })) {
   }
   Block* b = find_free(want, cls, req, fit);

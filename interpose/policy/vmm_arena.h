@@ -189,6 +189,10 @@ struct VmmPoolOptions {
   // of the six GPU-recorded traces 2,524-2,876 -> 2,248-2,302 MiB (0.92-0.98x PyTorch's expandable
   // segments, utilization 0.986-0.992); lstm_train stream-ordered 464 -> 334.
   bool stream_order_builds = true;
+  // A request that no free block fits exactly, while blocks freed with cudaFree wait in a closed
+  // epoch, waits for that epoch's fence and looks again instead of carving around them
+  // (VmmArena::try_allocate says why). Off with GPUSHIM_VMM_REUSE=idle, the pool before 2026-11-27.
+  bool wait_before_carve = true;
 };
 
 // Counters beyond PoolFigures, for tests and benchmarks.

@@ -92,7 +92,8 @@ std::vector<uintptr_t> VmmArena::borrowable_chunks(uintptr_t lo, uintptr_t hi) {
   // serves the build at once, and the old address stays a wall until the new block is idle and
   // free (retire_aliases), so no queued work reaches one memory through two addresses out of order.
   std::vector<uintptr_t> out;
-  if (build_req_ == nullptr || !alias_ok_ || backend_.capture_active()) return out;
+  // (Slots of new memory larger than a chunk, VmmPoolOptions::piece, cannot take a borrowed one.)
+  if (build_req_ == nullptr || !alias_ok_ || backend_.capture_active() || opt_.piece > gran_) return out;
   auto it = blocks_.begin();
   while (it != blocks_.end()) {
     Block* b = it->second;

@@ -21,6 +21,8 @@ namespace gpushim {
     decltype(&::cuMemGetAllocationPropertiesFromHandle))                                               \
   X(cuCtxGetCurrent, "cuCtxGetCurrent", decltype(&::cuCtxGetCurrent))                                  \
   X(cuCtxGetDevice, "cuCtxGetDevice", decltype(&::cuCtxGetDevice))                                     \
+  X(cuCtxPushCurrent_v2, "cuCtxPushCurrent_v2", decltype(&::cuCtxPushCurrent_v2))                      \
+  X(cuCtxPopCurrent_v2, "cuCtxPopCurrent_v2", decltype(&::cuCtxPopCurrent_v2))                         \
   X(cuStreamIsCapturing, "cuStreamIsCapturing", decltype(&::cuStreamIsCapturing))                      \
   X(cuStreamIsCapturing_ptsz, "cuStreamIsCapturing_ptsz", decltype(&::cuStreamIsCapturing))            \
   X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode",                            \

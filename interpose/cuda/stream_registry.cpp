@@ -95,15 +95,25 @@ void destroy_tail_event(StreamTail& t) {
   t.event = nullptr;
 }
 
-// A fresh event recorded on `stream`, or null.
-CUevent record_new_event(CUstream stream) {
+// A fresh event recorded on `stream`, or null. `context`, when known and not the caller's, is the
+// stream's: the event is made there (an event and the stream it is recorded on must share a
+// context; a stream of another device is legally destroyed while that device is not current).
+CUevent record_new_event(CUstream stream, CUcontext context = nullptr) {
   const RealDriver& d = real_driver();
   CUevent e = nullptr;
-  if (!d.cuEventCreate || !d.cuEventRecord || d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+  if (!d.cuEventCreate || !d.cuEventRecord) return nullptr;
+  const bool push = context != nullptr && context != current_context();
+  if (push && (!d.cuCtxPushCurrent_v2 || !d.cuCtxPopCurrent_v2 || d.cuCtxPushCurrent_v2(context) != CUDA_SUCCESS))
     return nullptr;
-  if (d.cuEventRecord(e, stream) != CUDA_SUCCESS) {
+  if (d.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    e = nullptr;
+  } else if (d.cuEventRecord(e, stream) != CUDA_SUCCESS) {
     if (d.cuEventDestroy_v2) d.cuEventDestroy_v2(e);
-    return nullptr;
+    e = nullptr;
+  }
+  if (push) {
+    CUcontext popped = nullptr;
+    d.cuCtxPopCurrent_v2(&popped);
   }
   return e;
 }
@@ -183,12 +193,13 @@ void note_stream_destroying(CUstream stream) {
     destroy_event(before_capture);
     return;
   }
-  // Recorded in the caller's context, which is the stream's (destroying a stream of another
-  // context is an error the driver reports anyway). No event: only a synchronization proves it.
+  // Recorded in the stream's context, which need not be the caller's (a stream of another device
+  // may be destroyed while this one is current; recorded here, the event failed and every later
+  // fence of the stream's device with it). No event: only a synchronization proves it.
   auto tail = std::make_shared<StreamTail>();
   tail->context = s.context;
   tail->device = s.device;
-  tail->event = was_capturing ? before_capture : record_new_event(stream);
+  tail->event = was_capturing ? before_capture : record_new_event(stream, s.context);
   tail->unknown = tail->event == nullptr;
   r.tails.push_back(std::move(tail));
 }

@@ -30,6 +30,19 @@ class StreamDevices(ShimTestCase):
                     else:
                         self.assertTrue(out["intact"], out)
 
+    def test_a_stream_of_another_device_destroyed_leaves_that_devices_fences_working(self):
+        # Its tail event was recorded in the caller's context, failed, and every later fence of
+        # device 1 with it: 100 rounds of cudaMalloc+cudaFree of 64 MiB held 6,400 MiB until
+        # 2026-11-27 (the control destroys it with device 1 current).
+        for policy in ("caching", "vmm"):
+            for case in ("destroy_other_device", "destroy_same_device"):
+                with self.subTest(policy=policy, case=case):
+                    r = self.run_case(case, policy)
+                    self.assertRanOK(r)
+                    out = last_json(r)
+                    self.assertLessEqual(out["peak_reserved_mib"], 128, out)
+                    self.assertEqual(out["reuse_syncs"], 0, out)
+
     def test_a_block_freed_in_a_capture_stays_out_of_the_pool_and_says_why_once(self):
         for policy in ("caching", "vmm"):
             with self.subTest(policy=policy):

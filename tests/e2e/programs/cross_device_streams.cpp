@@ -1,8 +1,10 @@
 // Streams of one device ordering memory of another, and a pooled block freed inside a capture:
 // what CUDA does, the shim must too (found by a review helper, 2026-11-27; test_stream_devices.py).
 // Usage: e2e_cross_device_streams CASE. Prints one JSON line; exit 2 when the memory is wrong.
-// foreign_ctx_* and destroy_*_device reproduce the fences that cannot be recorded (docs/policies.md,
-// open): they print the peak reserved, which no test checks yet.
+// foreign_ctx_* and destroy_*_device print the peak reserved of plain-free rounds: destroy_*_device
+// is checked (a destroyed stream of another device made every fence of its device fail until
+// 2026-11-27); foreign_ctx_stream reproduces the fences that still cannot be recorded
+// (docs/policies.md, open), which no test checks yet.
 #include <cstring>
 #include <string>
 #include <vector>

@@ -167,7 +167,9 @@ uint64_t DriverBackend::record_device_fence() {
     if (e != 0) fence->events.push_back(reinterpret_cast<CUevent>(e));
     return e != 0;  // e.g. a stream of a context other than the primary one: cannot be proven here
   };
-  if (!record(CU_STREAM_LEGACY) || !record_fence_targets(device_, record, &fence->tails)) {
+  // After the legacy stream's event, which retained the primary context if need be.
+  if (!record(CU_STREAM_LEGACY) ||
+      !record_fence_targets(device_, primary_.load(std::memory_order_acquire), record, &fence->tails)) {
     release_fence(reinterpret_cast<uint64_t>(fence.release()));
     return 0;
   }
@@ -202,6 +204,7 @@ bool DriverBackend::wait_fence(uint64_t f) {
 void DriverBackend::release_fence(uint64_t f) {
   auto* fence = reinterpret_cast<DeviceFence*>(f);
   for (CUevent e : fence->events) release_event(reinterpret_cast<uint64_t>(e));
+  release_fence_tails(&fence->tails);
   delete fence;
 }
 

@@ -18,6 +18,9 @@ struct StreamTail {
   bool unknown = false;     // no event could be recorded: only a synchronization proves it finished
   CUcontext context = nullptr;
   int device = -1;
+  // A live stream's event for one fence (record_fence_targets), not a destroyed stream's tail:
+  // destroyed once seen complete, or with its fence or its context.
+  bool fence_mark = false;
 };
 
 namespace {
@@ -32,6 +35,7 @@ struct Registry {
   std::mutex mu;
   absl::flat_hash_map<CUstream, Stream> streams;  // every live stream we know of
   std::vector<TailRef> tails;                     // unfinished tails of destroyed non-blocking streams
+  std::vector<std::weak_ptr<StreamTail>> marks;   // fences' events on streams of program-made contexts
   // Captures in progress: a created stream, or (per_thread) the thread whose per-thread default
   // stream captures, keyed by that thread's marker address.
   struct Capture {
@@ -210,6 +214,17 @@ void forget_context(CUcontext context, bool context_alive) {
   std::lock_guard<std::mutex> lock(r.mu);
   g_generation.fetch_add(1, std::memory_order_acq_rel);
   absl::erase_if(r.streams, [&](const auto& kv) { return kv.second.context == context; });
+  // Fences' events on its streams: finished as far as their fences are concerned.
+  r.marks.erase(std::remove_if(r.marks.begin(), r.marks.end(),
+                               [&](const std::weak_ptr<StreamTail>& w) {
+                                 const TailRef t = w.lock();
+                                 if (t == nullptr) return true;
+                                 if (t->context != context) return false;
+                                 if (context_alive) destroy_tail_event(*t);
+                                 t->event = nullptr;
+                                 return true;
+                               }),
+                r.marks.end());
   for (auto it = r.tails.begin(); it != r.tails.end();) {
     StreamTail& t = **it;
     if (t.context != context) {
@@ -275,7 +290,8 @@ void note_capture_ended(CUstream stream, bool per_thread) {
   publish_captures(r);
 }
 
-bool record_fence_targets(int device, absl::FunctionRef<bool(CUstream)> record, std::vector<TailRef>* tails) {
+bool record_fence_targets(int device, CUcontext pool_context, absl::FunctionRef<bool(CUstream)> record,
+                          std::vector<TailRef>* tails) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   const RealDriver& d = real_driver();
@@ -294,9 +310,34 @@ bool record_fence_targets(int device, absl::FunctionRef<bool(CUstream)> record, 
     tails->push_back(*it);
     ++it;
   }
-  for (const auto& [stream, s] : r.streams)
-    if (s.device == device && s.non_blocking && !record(stream)) return false;
+  r.marks.erase(std::remove_if(r.marks.begin(), r.marks.end(), [](const auto& w) { return w.expired(); }),
+                r.marks.end());
+  for (const auto& [stream, s] : r.streams) {
+    if (s.device != device || !s.non_blocking) continue;
+    if (s.context == nullptr || s.context == pool_context || pool_context == nullptr) {
+      if (!record(stream)) return false;
+      continue;
+    }
+    // The pool's events are its context's and cannot be recorded on this stream.
+    auto mark = std::make_shared<StreamTail>();
+    mark->context = s.context;
+    mark->device = device;
+    mark->fence_mark = true;
+    mark->event = record_new_event(stream, s.context);
+    if (mark->event == nullptr) return false;
+    r.marks.push_back(mark);
+    tails->push_back(std::move(mark));
+  }
   return true;
+}
+
+void release_fence_tails(std::vector<TailRef>* tails) {
+  if (tails->empty()) return;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const TailRef& t : *tails)
+    if (t->fence_mark) destroy_tail_event(*t);
+  tails->clear();
 }
 
 bool tail_done(const TailRef& tail) {
@@ -304,7 +345,9 @@ bool tail_done(const TailRef& tail) {
   std::lock_guard<std::mutex> lock(r.mu);
   if (tail->unknown) return false;
   if (tail->event == nullptr) return true;
-  return real_driver().cuEventQuery && real_driver().cuEventQuery(tail->event) == CUDA_SUCCESS;
+  const bool done = real_driver().cuEventQuery && real_driver().cuEventQuery(tail->event) == CUDA_SUCCESS;
+  if (done && tail->fence_mark) destroy_tail_event(*tail);  // its fence's alone, and asked once
+  return done;
 }
 
 bool wait_tail(const TailRef& tail) {

@@ -66,10 +66,15 @@ void note_capture_ended(CUstream stream, bool per_thread);
 struct StreamTail;
 using TailRef = std::shared_ptr<StreamTail>;
 // Under the registry's lock: calls `record(stream)` for every live non-blocking stream of `device`
-// (so none can be destroyed meanwhile) and collects the unfinished tails of destroyed ones.
-// False (nothing kept) when a tail's work cannot be proven finished or `record` failed: only a
-// synchronization proves it then.
-bool record_fence_targets(int device, absl::FunctionRef<bool(CUstream)> record, std::vector<TailRef>* tails);
+// in `pool_context` (or of unknown context) (so none can be destroyed meanwhile) and collects the
+// unfinished tails of destroyed ones. A non-blocking stream of another context on the device (one
+// the program made, cuCtxCreate) gets an event made in its own context instead, held as a tail
+// that this fence alone owns (the registry drops it with its context). False (nothing kept) when
+// a tail's work cannot be proven finished or an event failed: only a synchronization proves it.
+bool record_fence_targets(int device, CUcontext pool_context, absl::FunctionRef<bool(CUstream)> record,
+                          std::vector<TailRef>* tails);
+// The fence holding `tails` is released: events only it owns are destroyed.
+void release_fence_tails(std::vector<TailRef>* tails);
 // Has the tail's work finished? A tail of a context that is gone counts as finished.
 bool tail_done(const TailRef& tail);
 // Blocks until it has; false if that cannot be done.

@@ -30,12 +30,16 @@ class StreamDevices(ShimTestCase):
                     else:
                         self.assertTrue(out["intact"], out)
 
-    def test_a_stream_of_another_device_destroyed_leaves_that_devices_fences_working(self):
-        # Its tail event was recorded in the caller's context, failed, and every later fence of
-        # device 1 with it: 100 rounds of cudaMalloc+cudaFree of 64 MiB held 6,400 MiB until
-        # 2026-11-27 (the control destroys it with device 1 current).
+    def test_streams_of_other_contexts_leave_the_devices_fences_working(self):
+        # A stream of another device destroyed while device 0 is current: its tail event was
+        # recorded in the caller's context and failed. A live non-blocking stream of a context the
+        # program made (cuCtxCreate): the fence's event, the primary context's, could not be
+        # recorded on it. Either way every later fence of the device failed: 100 rounds of
+        # cudaMalloc+cudaFree of 64 MiB held 6,400 MiB until 2026-11-27. The controls destroy
+        # the stream with its device current, or make no context; foreign_ctx_stream then
+        # destroys its context while fences may hold events made there, and goes on.
         for policy in ("caching", "vmm"):
-            for case in ("destroy_other_device", "destroy_same_device"):
+            for case in ("destroy_other_device", "destroy_same_device", "foreign_ctx_stream", "foreign_ctx_control"):
                 with self.subTest(policy=policy, case=case):
                     r = self.run_case(case, policy)
                     self.assertRanOK(r)

@@ -1,10 +1,9 @@
 // Streams of one device ordering memory of another, and a pooled block freed inside a capture:
 // what CUDA does, the shim must too (found by a review helper, 2026-11-27; test_stream_devices.py).
 // Usage: e2e_cross_device_streams CASE. Prints one JSON line; exit 2 when the memory is wrong.
-// foreign_ctx_* and destroy_*_device print the peak reserved of plain-free rounds: destroy_*_device
-// is checked (a destroyed stream of another device made every fence of its device fail until
-// 2026-11-27); foreign_ctx_stream reproduces the fences that still cannot be recorded
-// (docs/policies.md, open), which no test checks yet.
+// foreign_ctx_* and destroy_*_device print the peak reserved of plain-free rounds (a non-blocking
+// stream of a program-made context, or a destroyed stream of another device, made every fence of
+// the device fail until 2026-11-27; test_stream_devices.py checks both).
 #include <cstring>
 #include <string>
 #include <vector>
@@ -80,14 +79,21 @@ int foreign_ctx_stream(bool with_stream) {
   using StreamCreate = CUresult (*)(CUstream*, unsigned);
   CUcontext primary = nullptr;
   CHECK_CU(testsupport::driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")(&primary));
+  CUcontext ctx = nullptr;
   if (with_stream) {
-    CUcontext ctx = nullptr;
     CHECK_CU(testsupport::driver_function<CtxCreate>("cuCtxCreate_v4")(&ctx, nullptr, 0, 0));
     CUstream s = nullptr;
     CHECK_CU(testsupport::driver_function<StreamCreate>("cuStreamCreate")(&s, CU_STREAM_NON_BLOCKING));
     CHECK_CU(testsupport::driver_function<CtxSetCurrent>("cuCtxSetCurrent")(primary));
   }
   testsupport::plain_rounds(100, 64 * kMiB);
+  // The context goes, with its stream, while fences may still hold events made there: they must
+  // count as finished, never be asked of the driver again (the strict device would stop here).
+  if (with_stream) {
+    CHECK_CU(testsupport::driver_function<CUresult (*)(CUcontext)>("cuCtxDestroy_v2")(ctx));
+    CHECK_CU(testsupport::driver_function<CtxSetCurrent>("cuCtxSetCurrent")(primary));
+    testsupport::plain_rounds(20, 64 * kMiB);
+  }
   report(with_stream ? "foreign_ctx_stream" : "foreign_ctx_control", 0);
   return 0;
 }

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "cuda/capture_state.h"
@@ -318,7 +320,10 @@ bool record_fence_targets(int device, CUcontext pool_context, absl::FunctionRef<
       if (!record(stream)) return false;
       continue;
     }
-    // The pool's events are its context's and cannot be recorded on this stream.
+    // Another context's stream: the pool's event first, as before (a context that shares the
+    // primary's, a green context, may take it, and then nothing here outlives it); where that
+    // fails, an event made in the stream's own context.
+    if (record(stream)) continue;
     auto mark = std::make_shared<StreamTail>();
     mark->context = s.context;
     mark->device = device;
@@ -351,13 +356,27 @@ bool tail_done(const TailRef& tail) {
 }
 
 bool wait_tail(const TailRef& tail) {
+  // Asked again and again, never waited for under the lock: the stream's work may need another
+  // thread of the program (a host function waiting for it), which may be calling a hook that
+  // takes this lock (a stream's creation): blocking here held both forever (a review helper's
+  // reproducer, e2e.stream_devices). Between asks a context's end may null the event (finished,
+  // as far as fences go); under the lock it cannot be destroyed while asked.
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  if (tail->unknown || real_driver().cuEventSynchronize == nullptr) return false;
-  if (tail->event == nullptr) return true;
-  // Waited for under the lock: a context's end must not destroy the event meanwhile. Only pools
-  // short of memory wait, and a tail is the last work of one stream.
-  return real_driver().cuEventSynchronize(tail->event) == CUDA_SUCCESS;
+  for (unsigned asks = 0;; ++asks) {
+    {
+      std::lock_guard<std::mutex> lock(r.mu);
+      if (tail->unknown || real_driver().cuEventQuery == nullptr) return false;
+      if (tail->event == nullptr) return true;
+      const CUresult q = real_driver().cuEventQuery(tail->event);
+      if (q == CUDA_SUCCESS) {
+        if (tail->fence_mark) destroy_tail_event(*tail);
+        return true;
+      }
+      if (q != CUDA_ERROR_NOT_READY) return false;
+    }
+    if (asks < 64) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 void tails_settled(int device) {

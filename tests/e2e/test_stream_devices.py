@@ -47,6 +47,18 @@ class StreamDevices(ShimTestCase):
                     self.assertLessEqual(out["peak_reserved_mib"], 128, out)
                     self.assertEqual(out["reuse_syncs"], 0, out)
 
+    def test_waiting_for_a_stream_of_another_context_never_holds_the_program_up(self):
+        # The pool waits for a fence that covers a stream of a program-made context whose host
+        # function waits for another thread, which creates a stream meanwhile. The wait held the
+        # stream registry's lock, which that creation needs: both waited forever (the program's
+        # alarm says so after 15 s). Passthrough is CUDA's own answer.
+        for policy in POLICIES:
+            for case in ("foreign_stream_wait", "foreign_stream_wait_control"):
+                with self.subTest(policy=policy, case=case):
+                    r = self.run_case(case, policy)
+                    self.assertRanOK(r)
+                    self.assertFalse(last_json(r)["deadlock"])
+
     def test_a_block_freed_in_a_capture_stays_out_of_the_pool_and_says_why_once(self):
         for policy in ("caching", "vmm"):
             with self.subTest(policy=policy):

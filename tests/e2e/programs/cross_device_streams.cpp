@@ -4,8 +4,14 @@
 // foreign_ctx_* and destroy_*_device print the peak reserved of plain-free rounds (a non-blocking
 // stream of a program-made context, or a destroyed stream of another device, made every fence of
 // the device fail until 2026-11-27; test_stream_devices.py checks both).
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/driver_api.h"
@@ -142,6 +148,54 @@ int captured_free() {
               intact ? "true" : "false");
   return intact ? 0 : 2;
 }
+
+// A pool waits for a fence whose event sits on a live stream of a program-made context, and that
+// stream's work (a host function) waits for another thread of the program, which creates a stream
+// meanwhile (a review helper's reproducer): the wait held the stream registry's lock, the stream's
+// creation needed it, and both waited forever. The control's thread creates no stream.
+std::atomic<bool> g_flag{false};
+void CUDA_CB wait_flag(void*) {
+  while (!g_flag.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+void on_alarm(int) {
+  const char m[] = "{\"case\": \"foreign_stream_wait\", \"deadlock\": true}\n";
+  (void)!write(1, m, sizeof m - 1);
+  _exit(3);
+}
+int foreign_stream_wait(bool create_in_helper) {
+  signal(SIGALRM, on_alarm);
+  alarm(15);
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(nullptr));
+  using CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  using CtxSetCurrent = CUresult (*)(CUcontext);
+  using StreamCreate = CUresult (*)(CUstream*, unsigned);
+  CUcontext primary = nullptr;
+  CHECK_CU(testsupport::driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")(&primary));
+  CUcontext ctx = nullptr;
+  CHECK_CU(testsupport::driver_function<CtxCreate>("cuCtxCreate_v4")(&ctx, nullptr, 0, 0));
+  CUstream s = nullptr;
+  CHECK_CU(testsupport::driver_function<StreamCreate>("cuStreamCreate")(&s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream, CUhostFn, void*)>("cuLaunchHostFunc")(s, wait_flag, nullptr));
+  CHECK_CU(testsupport::driver_function<CtxSetCurrent>("cuCtxSetCurrent")(primary));
+  std::thread helper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (create_in_helper) {
+      testsupport::driver_function<CtxSetCurrent>("cuCtxSetCurrent")(primary);
+      CUstream s2 = nullptr;
+      testsupport::driver_function<StreamCreate>("cuStreamCreate")(&s2, CU_STREAM_NON_BLOCKING);
+    }
+    g_flag.store(true);
+  });
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, 64 * kMiB));
+  CHECK(cudaFree(p));
+  CHECK(cudaMalloc(&p, 64 * kMiB));  // the pool waits for the fence of the free above
+  CHECK(cudaFree(p));
+  helper.join();
+  std::printf("{\"case\": \"foreign_stream_wait\", \"deadlock\": false}\n");
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -154,5 +208,7 @@ int main(int argc, char** argv) {
   if (c == "destroy_other_device") return destroy_other_device(true);
   if (c == "destroy_same_device") return destroy_other_device(false);
   if (c == "captured_free") return captured_free();
+  if (c == "foreign_stream_wait") return foreign_stream_wait(true);
+  if (c == "foreign_stream_wait_control") return foreign_stream_wait(false);
   return 64;
 }

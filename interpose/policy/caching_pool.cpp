@@ -101,18 +101,9 @@ CUresult CachingPool::allocate_locked(const AllocRequest& req, Block** out) {
   // new space for their size (measured on the trace corpus: an epoch that waits for the next miss
   // holds up to 40% more memory). While a closed epoch waits, that is one query per allocation.
   if (rules_.has_closed_epochs()) rules_.poll_closed([&](std::vector<Block*>& blocks) { release_batch(blocks, false); });
-  // A request no free block fits exactly, while a closed epoch waits for its fence: wait for the
-  // oldest closed epoch (the work queued before it, not the open epoch's nor the whole device's)
-  // and look again, rather than carve the request out of a larger block or grow. PyTorch, whose
-  // frees are stream-ordered, would have those blocks back at once, often one of this very size;
-  // carving around them while the device catches up is what made the pool fragment and grow on
-  // a device running behind the host (the CPU corpus replayed with plain frees under --gpu-time
-  // model: 1.03-1.14x PyTorch's peak reserved; 0.99-1.00x with this, for 1.3-23x the fence
-  // waits). A program that calls cudaFree pays more without the pool: every cudaFree
-  // synchronizes the whole device.
-  while (rules_.has_closed_epochs() && !exact_fit_free(size, small) &&
-         rules_.wait_oldest_closed([&](std::vector<Block*>& blocks) { release_batch(blocks, false); })) {
-  }
+  // Rather than carve around blocks whose fence is still to complete (reuse_rules.h says why).
+  rules_.wait_before_carving([&] { return exact_fit_free(size, small); },
+                             [&](std::vector<Block*>& blocks) { release_batch(blocks, false); });
   Block* b = find_free(size, small, req);
   // Freed memory whose fence has completed is reusable: asked without waiting, before growing.
   if (b == nullptr && rules_.waiting_bytes() > 0 && collect_idle()) b = find_free(size, small, req);

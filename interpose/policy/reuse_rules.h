@@ -262,6 +262,19 @@ class ReuseRules {
     ++waits_;
     return poll(release);
   }
+  // Before a pool carves a request out of a larger free block: while no free block fits it
+  // exactly (`exact_fit()`) and a closed epoch waits for its fence, wait for the oldest closed
+  // epoch and release it. PyTorch, whose frees are stream-ordered, would have those blocks back
+  // at once, often one of this very size; carving around them while the device catches up made
+  // both pools fragment and grow on a device running behind the host (the CPU corpus replayed
+  // with plain frees under --gpu-time model: caching 1.03-1.14x PyTorch's peak reserved, 0.99-1.00x
+  // with this; vmm utilization 0.90-0.95 -> 0.94-0.98), for more fence waits. A program that calls
+  // cudaFree pays more without a pool: every cudaFree synchronizes the whole device.
+  template <typename ExactFit, typename Release>
+  void wait_before_carving(ExactFit&& exact_fit, Release&& release) {
+    while (has_closed_epochs() && !exact_fit() && wait_oldest_closed(release)) {
+    }
+  }
   // Blocks until the oldest closed epoch's fence completes, then releases what completed; never
   // closes the open epoch (its frees are the most recent: their work is the furthest from done).
   // False if no closed epoch waits, nothing could be waited for, or nothing was released.

@@ -87,15 +87,10 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   if (rules_.has_closed_epochs()) rules_.poll_closed([&](std::vector<Block*>& blocks) { release_waiting(blocks); });
   const uint8_t cls = class_of(want, owner);
   const Fit fit = fit_for(want, owner);
-  // A request that no free block fits exactly while a closed epoch (its fence recorded) waits:
-  // wait for the oldest closed epoch and look again, as CachingPool does, rather than carve it
-  // from a larger block. PyTorch would have those blocks back at once (its frees are stream-
-  // ordered); carving around them while the device catches up fragments the arena (the CPU corpus
-  // with plain frees under --gpu-time model: utilization 0.90-0.95 -> 0.94-0.98). A program calling
-  // cudaFree pays more without the pool: every cudaFree synchronizes the device.
-  while (opt_.wait_before_carve && rules_.has_closed_epochs() && !exact_fit_free(want, cls) &&
-         rules_.wait_oldest_closed([&](std::vector<Block*>& blocks) { release_waiting(blocks); })) {
-  }
+  // Rather than carve around blocks whose fence is still to complete (reuse_rules.h says why).
+  if (opt_.wait_before_carve)
+    rules_.wait_before_carving([&] { return exact_fit_free(want, cls); },
+                               [&](std::vector<Block*>& blocks) { release_waiting(blocks); });
   Block* b = find_free(want, cls, req, fit);
   // Freed memory whose fence has completed is reusable where it is: asked without waiting,
   // before anything is mapped.
@@ -141,22 +136,21 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   return CUDA_SUCCESS;
 }
 
-bool VmmArena::exact_fit_free(uint64_t size, uint8_t cls) {
+VmmArena::FreeSet::iterator VmmArena::first_fit(uint64_t size, uint8_t cls) {
   Reservation key_res;
   key_res.cls = cls;
   Block key;
   key.res = &key_res;
   key.size = size;
-  auto it = free_.lower_bound(&key);
+  return free_.lower_bound(&key);
+}
+
+bool VmmArena::exact_fit_free(uint64_t size, uint8_t cls) {
+  const auto it = first_fit(size, cls);
   return it != free_.end() && (*it)->res->cls == cls && (*it)->size == size;
 }
 
 VmmArena::Block* VmmArena::find_free(uint64_t size, uint8_t cls, const AllocRequest& req, Fit fit) {
-  Reservation key_res;
-  key_res.cls = cls;
-  Block key;
-  key.res = &key_res;
-  key.size = size;
   // Blocks still in use by another stream are skipped; bound the scan so a long run of them
   // cannot make allocation linear in the number of free blocks.
   constexpr int kMaxScan = 64;
@@ -166,7 +160,7 @@ VmmArena::Block* VmmArena::find_free(uint64_t size, uint8_t cls, const AllocRequ
   // usable one: a tighter bound keeps that cheap (vmm_arena.h, long_fall, says what it costs).
   constexpr int kMaxPick = 16;
   const int limit = fit == Fit::kBest ? kMaxScan : kMaxPick;
-  for (auto it = free_.lower_bound(&key); it != free_.end() && scanned < limit; ++it, ++scanned) {
+  for (auto it = first_fit(size, cls); it != free_.end() && scanned < limit; ++it, ++scanned) {
     Block* b = *it;
     if (b->res->cls != cls) break;
     // The same bounded scan picks by address among the tightest fits (vmm_arena.h, long_fall).

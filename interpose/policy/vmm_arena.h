@@ -374,6 +374,8 @@ class VmmArena {
     return lifetimes_.outlives_troughs(size) ? Fit::kHigh : Fit::kLow;
   }
   Block* find_free(uint64_t size, uint8_t cls, const AllocRequest& req, Fit fit);
+  // The first free block of class `cls` at least `size` large (end(): none).
+  FreeSet::iterator first_fit(uint64_t size, uint8_t cls);
   // Is there a free block of exactly `size` in class `cls` (usable by the request or not)?
   bool exact_fit_free(uint64_t size, uint8_t cls);
   bool idle(Block* b) { return rules_.idle(b); }
@@ -400,13 +402,21 @@ class VmmArena {
   // --- Planning (vmm_arena_planning.cpp): where a build goes and what fills its holes. ---
   bool make_plan(uint64_t size, uint8_t cls, Plan* plan);
   std::vector<Piece*> movable_pieces(uintptr_t lo, uintptr_t hi);
-  // The pieces a build at `plan` may move (none past the remap budget). False, with
-  // CUDA_ERROR_NOT_READY and attempt->new_bytes, when they cannot cover the holes and the
-  // attempt may not create memory.
-  bool pieces_to_move(const Plan& plan, uint64_t size, Attempt* attempt, std::vector<Piece*>* movable, CUresult* err);
-  // Every chunk of the build as a slot: lent ends first, then movable pieces, then new pieces.
-  void plan_slots(const Plan& plan, uint64_t size, std::vector<Piece*>& movable, std::vector<Slot>* slots,
-                  std::vector<Piece*>* lent);
+  // run(start, end) for every maximal run of touching free blocks of one reservation that
+  // `takes(block)` accepts and that spans at least a chunk, by address.
+  template <typename Takes, typename Run>
+  void for_each_free_run(Takes&& takes, Run&& run);
+  // The pieces lying wholly in [start, end), but none overlapping [lo, hi), by address.
+  std::vector<Piece*> whole_pieces(uintptr_t start, uintptr_t end, uintptr_t lo, uintptr_t hi) const;
+  // The pieces a build at `plan` may move, and the chunks it may borrow (none of either past the
+  // remap budget). False, with CUDA_ERROR_NOT_READY and attempt->new_bytes, when they cannot
+  // cover the holes and the attempt may not create memory.
+  bool pieces_to_move(const Plan& plan, uint64_t size, Attempt* attempt, std::vector<Piece*>* movable,
+                      std::vector<uintptr_t>* borrowable, CUresult* err);
+  // Every chunk of the build as a slot: lent ends first, then movable pieces, then borrowed
+  // chunks, then new pieces.
+  void plan_slots(const Plan& plan, uint64_t size, std::vector<Piece*>& movable,
+                  const std::vector<uintptr_t>& borrowable, std::vector<Slot>* slots, std::vector<Piece*>* lent);
   void plan_fill(const Plan& plan, uint64_t size, std::vector<Piece*>& movable, std::vector<Slot>* slots) const;
 
   // --- Mapping (vmm_arena_mapping.cpp): builds, virtual ranges, pieces moved and released. ---
@@ -481,7 +491,6 @@ class VmmArena {
   VmmStats stats_;
   std::vector<Block*> spare_;
   std::vector<Piece*> aliases_;  // second mappings (Piece::alias_of), until retire_aliases
-  std::vector<uintptr_t> borrowable_;  // the build in progress: borrowable_chunks, as plan_slots takes them
   uint64_t alias_bytes_ = 0;     // mapped by them: virtual space only, no memory of their own
   bool alias_ok_ = false;        // the build in progress is for a user block
   // The request the build in progress serves: its windows may take in free blocks it may reuse in
@@ -490,5 +499,24 @@ class VmmArena {
   static constexpr size_t kMaxSpareBlocks = 4096;
   VmmLifetimes lifetimes_;  // which sizes outlive troughs (VmmPoolOptions::long_fall)
 };
+
+template <typename Takes, typename Run>
+inline void VmmArena::for_each_free_run(Takes&& takes, Run&& run) {
+  auto it = blocks_.begin();
+  while (it != blocks_.end()) {
+    Block* b = it->second;
+    ++it;
+    if (b->state != State::kFree || !takes(b)) continue;
+    const Reservation* res = b->res;
+    const uintptr_t start = b->addr;
+    uintptr_t end = b->addr + b->size;
+    while (it != blocks_.end() && it->first == end && it->second->res == res && it->second->state == State::kFree &&
+           takes(it->second)) {
+      end += it->second->size;
+      ++it;
+    }
+    if (end - start >= gran_) run(start, end);
+  }
+}
 
 }  // namespace gpushim

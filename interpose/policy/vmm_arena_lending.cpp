@@ -94,31 +94,18 @@ std::vector<uintptr_t> VmmArena::borrowable_chunks(uintptr_t lo, uintptr_t hi) {
   std::vector<uintptr_t> out;
   // (Slots of new memory larger than a chunk, VmmPoolOptions::piece, cannot take a borrowed one.)
   if (build_req_ == nullptr || !alias_ok_ || backend_.capture_active() || opt_.piece > gran_) return out;
-  auto it = blocks_.begin();
-  while (it != blocks_.end()) {
-    Block* b = it->second;
-    ++it;
-    if (b->state != State::kFree || !reusable_in_place(b)) continue;
-    const Reservation* res = b->res;
-    const uintptr_t start = b->addr;
-    uintptr_t end = b->addr + b->size;
-    bool queued = !idle(b);
-    while (it != blocks_.end() && it->first == end && it->second->res == res && it->second->state == State::kFree &&
-           reusable_in_place(it->second)) {
-      queued |= !idle(it->second);
-      end += it->second->size;
-      ++it;
-    }
-    if (!queued || end - start < gran_) continue;
-    for (auto p = pieces_.lower_bound(start); p != pieces_.end() && p->first + p->second->size <= end; ++p) {
-      const Piece* pc = p->second;
-      if (pc->alias_of != nullptr || pc->size != gran_ || (pc->va < hi && lo < pc->va + pc->size)) continue;
-      bool any_queued = false;  // an idle chunk is movable_pieces' to move
-      for (Block* q = containing(pc->va); q != nullptr && q->addr < pc->va + pc->size; q = after(q))
-        any_queued |= !idle(q);
-      if (any_queued) out.push_back(pc->va);
-    }
-  }
+  // Every block of a run is asked whether it is idle (an event recorded for it if need be), as
+  // movable_pieces asks its runs'.
+  for_each_free_run([&](Block* b) { return reusable_in_place(b) && (idle(b), true); },
+                    [&](uintptr_t start, uintptr_t end) {
+                      for (const Piece* pc : whole_pieces(start, end, lo, hi)) {
+                        if (pc->alias_of != nullptr || pc->size != gran_) continue;
+                        bool any_queued = false;  // an idle chunk is movable_pieces' to move
+                        for (Block* q = containing(pc->va); q != nullptr && q->addr < pc->va + pc->size; q = after(q))
+                          any_queued |= !idle(q);
+                        if (any_queued) out.push_back(pc->va);
+                      }
+                    });
   // Highest first, as movable_pieces: mapped memory compacts toward the bottom.
   std::reverse(out.begin(), out.end());
   return out;

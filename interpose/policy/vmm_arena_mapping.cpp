@@ -51,13 +51,14 @@ VmmArena::Block* VmmArena::build(uint64_t size, uint8_t cls, Attempt* attempt, C
 
 VmmArena::Block* VmmArena::build_at(Plan plan, uint64_t size, Attempt* attempt, CUresult* err, bool* replan) {
   std::vector<Piece*> movable;
-  if (!pieces_to_move(plan, size, attempt, &movable, err)) return nullptr;
+  std::vector<uintptr_t> borrowable;
+  if (!pieces_to_move(plan, size, attempt, &movable, &borrowable, err)) return nullptr;
   // 1. Virtual space first: it costs no memory, and its failure leaves nothing to undo.
   if (!reserve_for(&plan, size, err, replan)) return nullptr;
   // 2. What goes where: lent ends, free pieces from elsewhere where they fit, new ones for the rest.
   std::vector<Slot> slots;
   std::vector<Piece*> lent;
-  plan_slots(plan, size, movable, &slots, &lent);
+  plan_slots(plan, size, movable, borrowable, &slots, &lent);
   // 3. New physical memory next: if the device or the cap refuses it, nothing has moved yet.
   std::vector<Piece*> fresh;
   if (!create_pieces(slots, lent, attempt, &fresh, err)) return nullptr;

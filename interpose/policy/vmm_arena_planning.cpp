@@ -25,26 +25,20 @@ std::vector<VmmArena::Piece*> VmmArena::movable_pieces(uintptr_t lo, uintptr_t h
   // the mapped memory toward the bottom of the lowest ranges; emptied ranges are freed.
   std::vector<Piece*> out;
   if (backend_.capture_active()) return out;  // unmapping may wait for the device: not now
-  auto it = blocks_.begin();
-  while (it != blocks_.end()) {
-    Block* b = it->second;
-    ++it;
-    if (b->state != State::kFree || !idle(b)) continue;
-    const Reservation* res = b->res;
-    const uintptr_t start = b->addr;
-    uintptr_t end = b->addr + b->size;
-    while (it != blocks_.end() && it->first == end && it->second->res == res && it->second->state == State::kFree &&
-           idle(it->second)) {
-      end += it->second->size;
-      ++it;
-    }
-    if (end - start < gran_) continue;
-    // A second mapping (lending) is never moved or released: retire_aliases unmaps it.
-    for (auto p = pieces_.lower_bound(start); p != pieces_.end() && p->first + p->second->size <= end; ++p)
-      if (!(p->second->va < hi && lo < p->second->va + p->second->size) && p->second->alias_of == nullptr)
-        out.push_back(p->second);
-  }
+  // A second mapping (lending) is never moved or released: retire_aliases unmaps it.
+  for_each_free_run([&](Block* b) { return idle(b); },
+                    [&](uintptr_t start, uintptr_t end) {
+                      for (Piece* p : whole_pieces(start, end, lo, hi))
+                        if (p->alias_of == nullptr) out.push_back(p);
+                    });
   std::reverse(out.begin(), out.end());
+  return out;
+}
+
+std::vector<VmmArena::Piece*> VmmArena::whole_pieces(uintptr_t start, uintptr_t end, uintptr_t lo, uintptr_t hi) const {
+  std::vector<Piece*> out;
+  for (auto p = pieces_.lower_bound(start); p != pieces_.end() && p->first + p->second->size <= end; ++p)
+    if (!(p->second->va < hi && lo < p->second->va + p->second->size)) out.push_back(p->second);
   return out;
 }
 
@@ -215,23 +209,23 @@ void VmmArena::plan_fill(const Plan& plan, uint64_t size, std::vector<Piece*>& m
   }
 }
 bool VmmArena::pieces_to_move(const Plan& plan, uint64_t size, Attempt* attempt, std::vector<Piece*>* movable,
-                              CUresult* err) {
+                              std::vector<uintptr_t>* borrowable, CUresult* err) {
   const uintptr_t lo = plan.res ? round_down(plan.addr, gran_) : 0, hi = plan.res ? round_up(plan.addr + size, gran_) : 0;
   *movable = movable_pieces(lo, hi);
-  borrowable_ = borrowable_chunks(lo, hi);
-  if (!attempt->over_budget && opt_.remap_budget > 0 && (!movable->empty() || !borrowable_.empty())) {
-    uint64_t would_move = gran_ * borrowable_.size();
+  *borrowable = borrowable_chunks(lo, hi);
+  if (!attempt->over_budget && opt_.remap_budget > 0 && (!movable->empty() || !borrowable->empty())) {
+    uint64_t would_move = gran_ * borrowable->size();
     for (const Piece* p : *movable) would_move += p->size;
     would_move = std::min(would_move, plan.hole_bytes);
     // At least 256 MiB, so that a small pool may still stitch what it has.
     const double budget = opt_.remap_budget * static_cast<double>(std::max<uint64_t>(held_, 256ull << 20));
     if (static_cast<double>(moved_since_growth_ + would_move) > budget) {
       movable->clear();
-      borrowable_.clear();
+      borrowable->clear();
     }
   }
   if (!attempt->may_create) {
-    uint64_t available = gran_ * borrowable_.size();
+    uint64_t available = gran_ * borrowable->size();
     for (const Piece* p : *movable) available += p->size;
     if (available < plan.hole_bytes) {
       attempt->new_bytes = plan.hole_bytes - available;
@@ -242,8 +236,8 @@ bool VmmArena::pieces_to_move(const Plan& plan, uint64_t size, Attempt* attempt,
   return true;
 }
 
-void VmmArena::plan_slots(const Plan& plan, uint64_t size, std::vector<Piece*>& movable, std::vector<Slot>* slots,
-                          std::vector<Piece*>* lent) {
+void VmmArena::plan_slots(const Plan& plan, uint64_t size, std::vector<Piece*>& movable,
+                          const std::vector<uintptr_t>& borrowable, std::vector<Slot>* slots, std::vector<Piece*>* lent) {
   // The block's first and last chunks, when they are holes, may instead be second mappings of
   // partly used chunks whose free part covers what the block uses there: its head needs a
   // chunk's free tail from its own start offset on, its tail a chunk's free head up to its own
@@ -265,11 +259,10 @@ void VmmArena::plan_slots(const Plan& plan, uint64_t size, std::vector<Piece*>& 
   size_t next = 0;
   for (Slot& s : *slots) {
     if (s.moved != nullptr || s.size != gran_) continue;
-    while (next < borrowable_.size() && s.moved == nullptr) s.moved = borrow(borrowable_[next++]);
+    while (next < borrowable.size() && s.moved == nullptr) s.moved = borrow(borrowable[next++]);
     if (s.moved == nullptr) break;
     lent->push_back(s.moved);
   }
-  borrowable_.clear();
 }
 
 }  // namespace gpushim

@@ -80,24 +80,17 @@ void report(const char* name, int dev) {
 int foreign_ctx_stream(bool with_stream) {
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
-  using CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
-  using CtxSetCurrent = CUresult (*)(CUcontext);
-  using StreamCreate = CUresult (*)(CUstream*, unsigned);
-  CUcontext primary = nullptr;
-  CHECK_CU(testsupport::driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")(&primary));
-  CUcontext ctx = nullptr;
+  testsupport::ProgramContext c;
   if (with_stream) {
-    CHECK_CU(testsupport::driver_function<CtxCreate>("cuCtxCreate_v4")(&ctx, nullptr, 0, 0));
-    CUstream s = nullptr;
-    CHECK_CU(testsupport::driver_function<StreamCreate>("cuStreamCreate")(&s, CU_STREAM_NON_BLOCKING));
-    CHECK_CU(testsupport::driver_function<CtxSetCurrent>("cuCtxSetCurrent")(primary));
+    c = testsupport::make_program_context();
+    testsupport::make_current(c.primary);
   }
   testsupport::plain_rounds(100, 64 * kMiB);
   // The context goes, with its stream, while fences may still hold events made there: they must
   // count as finished, never be asked of the driver again (the strict device would stop here).
   if (with_stream) {
-    CHECK_CU(testsupport::driver_function<CUresult (*)(CUcontext)>("cuCtxDestroy_v2")(ctx));
-    CHECK_CU(testsupport::driver_function<CtxSetCurrent>("cuCtxSetCurrent")(primary));
+    testsupport::destroy_context(c.context);
+    testsupport::make_current(c.primary);
     testsupport::plain_rounds(20, 64 * kMiB);
   }
   report(with_stream ? "foreign_ctx_stream" : "foreign_ctx_control", 0);
@@ -167,23 +160,16 @@ int foreign_stream_wait(bool create_in_helper) {
   alarm(15);
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
-  using CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
-  using CtxSetCurrent = CUresult (*)(CUcontext);
-  using StreamCreate = CUresult (*)(CUstream*, unsigned);
-  CUcontext primary = nullptr;
-  CHECK_CU(testsupport::driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")(&primary));
-  CUcontext ctx = nullptr;
-  CHECK_CU(testsupport::driver_function<CtxCreate>("cuCtxCreate_v4")(&ctx, nullptr, 0, 0));
-  CUstream s = nullptr;
-  CHECK_CU(testsupport::driver_function<StreamCreate>("cuStreamCreate")(&s, CU_STREAM_NON_BLOCKING));
-  CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream, CUhostFn, void*)>("cuLaunchHostFunc")(s, wait_flag, nullptr));
-  CHECK_CU(testsupport::driver_function<CtxSetCurrent>("cuCtxSetCurrent")(primary));
+  const testsupport::ProgramContext c = testsupport::make_program_context();
+  using LaunchHostFunc = CUresult (*)(CUstream, CUhostFn, void*);
+  CHECK_CU(testsupport::driver_function<LaunchHostFunc>("cuLaunchHostFunc")(c.stream, wait_flag, nullptr));
+  testsupport::make_current(c.primary);
   std::thread helper([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     if (create_in_helper) {
-      testsupport::driver_function<CtxSetCurrent>("cuCtxSetCurrent")(primary);
+      testsupport::make_current(c.primary);
       CUstream s2 = nullptr;
-      testsupport::driver_function<StreamCreate>("cuStreamCreate")(&s2, CU_STREAM_NON_BLOCKING);
+      testsupport::driver_function<CUresult (*)(CUstream*, unsigned)>("cuStreamCreate")(&s2, CU_STREAM_NON_BLOCKING);
     }
     g_flag.store(true);
   });

@@ -76,19 +76,10 @@ int reset(bool busy) {
 int ctx_destroy() {
   CHECK(cudaSetDevice(0));
   testsupport::plain_rounds(2, 64 * kMiB);  // the primary context, where the pool's segments live
-  using CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
-  using CtxDestroy = CUresult (*)(CUcontext);
-  using CtxSetCurrent = CUresult (*)(CUcontext);
-  using StreamCreate = CUresult (*)(CUstream*, unsigned);
-  CUcontext primary = nullptr;
-  CHECK_CU(testsupport::driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")(&primary));
-  CUcontext ctx = nullptr;
-  CHECK_CU(testsupport::driver_function<CtxCreate>("cuCtxCreate_v4")(&ctx, nullptr, 0, 0));
-  CUstream s = nullptr;  // a non-blocking stream, which device fences cover
-  CHECK_CU(testsupport::driver_function<StreamCreate>("cuStreamCreate")(&s, CU_STREAM_NON_BLOCKING));
-  CHECK_CU(testsupport::driver_function<CtxDestroy>("cuCtxDestroy_v2")(ctx));  // destroys `s` with it
-  CHECK_CU(testsupport::driver_function<CtxSetCurrent>("cuCtxSetCurrent")(primary));
-  testsupport::plain_rounds(8, 64 * kMiB);  // seals epochs: their fences must not name `s`
+  const testsupport::ProgramContext c = testsupport::make_program_context();
+  testsupport::destroy_context(c.context);  // destroys its stream with it
+  testsupport::make_current(c.primary);
+  testsupport::plain_rounds(8, 64 * kMiB);  // seals epochs: their fences must not name the stream
   std::printf("{\"case\": \"ctx_destroy\"}\n");
   return 0;
 }

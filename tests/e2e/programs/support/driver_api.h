@@ -44,6 +44,25 @@ F driver_function(const char* name) {
   return reinterpret_cast<F>(f);
 }
 
+// A context the program makes itself on device 0 (cuCtxCreate) with one non-blocking stream of its
+// own, which device fences cover. The new context is current on return; `primary`, the one that
+// was current before (the runtime's), is what make_current takes back.
+struct ProgramContext {
+  CUcontext primary = nullptr;
+  CUcontext context = nullptr;
+  CUstream stream = nullptr;
+};
+inline ProgramContext make_program_context() {
+  ProgramContext c;
+  CHECK_CU(driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")(&c.primary));
+  using CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  CHECK_CU(driver_function<CtxCreate>("cuCtxCreate_v4")(&c.context, nullptr, 0, 0));
+  CHECK_CU(driver_function<CUresult (*)(CUstream*, unsigned)>("cuStreamCreate")(&c.stream, CU_STREAM_NON_BLOCKING));
+  return c;
+}
+inline void make_current(CUcontext c) { CHECK_CU(driver_function<CUresult (*)(CUcontext)>("cuCtxSetCurrent")(c)); }
+inline void destroy_context(CUcontext c) { CHECK_CU(driver_function<CUresult (*)(CUcontext)>("cuCtxDestroy_v2")(c)); }
+
 #define TESTSUPPORT_DRIVER(member, symbol) decltype(&::symbol) member = driver_function<decltype(&::symbol)>(#symbol);
 
 struct Driver {

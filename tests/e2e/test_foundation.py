@@ -235,6 +235,37 @@ class Front(ShimTestCase):
         self.assertTrue(lines[0].startswith(f"gpushim: cannot load {lone}/libgpushim-core.so ("), lines[0])
         self.assertFalse(os.path.exists(r.report_path))
 
+    def test_two_installs_in_ld_preload_count_every_allocation_once(self):
+        # A user with a second gpushim install (another checkout, a packaged copy) in LD_PRELOAD, or
+        # the launcher adding its own before one the user set. The first front in the global scope
+        # serves the hooks; the second must never load its core: that core would count every call
+        # the first forwards to it again, and write a second report. The first front's lookups of
+        # the real functions (versioned runtime names, the driver through libcuda.so.1) pass the
+        # second front by; this holds them to it for the runtime and for the driver API.
+        other = tempfile.mkdtemp(prefix="gpushim-second-install-")
+        shutil.copy2(SHIM, other)
+        shutil.copy2(CORE, other)
+        second = os.path.join(other, "libgpushim.so")
+        libs = os.path.join(BUILD, "e2e-libs")  # e2e_all_paths: every path, the driver API's included
+        for args in ([program("e2e_leak_two_sites")], [program("e2e_all_paths"), libs]):
+            with self.subTest(program=os.path.basename(args[0])):
+                alone = run(args, env={"LD_DEBUG": "files"})
+                preload = SHIM + ":" + second
+                both = run(args, env={"LD_DEBUG": "files",
+                                      "LD_PRELOAD": preload if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + preload})
+                self.assertRanOK(alone)
+                self.assertRanOK(both)
+                # The second install's front is mapped, its core never.
+                self.assertIn(f"file={second}", both.stderr)
+                self.assertNotIn(os.path.join(other, "libgpushim-core.so"), both.stderr)
+                self.assertEqual(both.stdout, alone.stdout)
+                keys = ("total_allocs", "total_frees", "live_bytes", "live_count")
+                self.assertEqual({k: both.device(0)[k] for k in keys}, {k: alone.device(0)[k] for k in keys})
+                self.assertGreater(both.device(0)["total_allocs"], 0)
+                by_module = lambda r: sorted((m["module"], m["kind"], m["live_bytes"]) for m in r.report["modules"])
+                self.assertEqual(by_module(both), by_module(alone))
+                self.assertEqual(sorted(os.listdir(both.workdir)), sorted(os.listdir(alone.workdir)))
+
     def test_a_runtime_of_another_name_is_found_after_the_preload(self):
         # CUDA 12's libcudart.so.12 (PyTorch's CUDA 12 wheels), or a runtime renamed in a wheel: the
         # core finds it as the definitions after the preload in the global scope. It did not when

@@ -63,6 +63,8 @@ CUresult Launch(std::initializer_list<Range> ranges, bool sync, CUstream hStream
   PreparedOp op = prepare(s);
   SubmitOptions opts;
   opts.replayable = true;
+  for (const Range& range : ranges)
+    if (range.n != 0) opts.touches.push_back(Touch{range.p, range.n});
   if (!op.wait || st->capture) return Submit(s, st, std::move(op.run), std::move(opts));
   return SubmitAndWait(s, lk, st, std::move(op.run));
 }

@@ -170,9 +170,17 @@ struct Dep {
   std::uint64_t seq = 0;
 };
 
+// Device memory an op reads or writes, where the fake knows it: copies and memsets (a kernel's
+// arguments are opaque to it).
+struct Touch {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+};
+
 struct Op {
   std::function<void()> run;
   std::vector<Dep> deps;
+  std::vector<Touch> touches;
 };
 
 enum class StreamKind { kLegacy, kPerThread, kUser };
@@ -439,6 +447,7 @@ std::shared_ptr<Stream> CreateStream(State& s, Context* ctx, StreamKind kind, un
 struct SubmitOptions {
   bool replayable = false;        // kept in the graph when the stream is capturing
   std::vector<Dep> extra_deps;    // e.g. cuStreamWaitEvent
+  std::vector<Touch> touches;     // device memory the op accesses, where known
 };
 // Enqueues `run` on `stream` in stream order, applying the legacy-default-stream rules. A capturing
 // stream records the op instead (replayable ops only) and never runs it.
@@ -451,6 +460,10 @@ void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, const std::shared
 void SyncContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx);
 void SyncDevice(State& s, std::unique_lock<std::mutex>& lk, int device);
 void SyncAllDevices(State& s, std::unique_lock<std::mutex>& lk);
+// `call` is about to take [base, base + size) away from the device (cuMemUnmap). CUDA does not
+// promise to wait for work queued there (PyTorch synchronizes before unmapping for that reason):
+// work still queued on any stream of any context that accesses the range stops the process.
+void RequireNoQueuedAccess(State& s, std::uintptr_t base, std::size_t size, const char* call);
 // Marks a stream destroyed (by `call`: its handle is buried); its worker exits once the queue drains.
 void RetireStream(State& s, const std::shared_ptr<Stream>& stream, const char* call);
 
@@ -492,6 +505,8 @@ CUgraphNode AddGraphNodeHandle(State& s, Graph* graph);
 // ---- user_contexts.cpp ----
 // A live context made by cuCtxCreate, or nullptr.
 Context* CreatedContextFromHandle(CUcontext h);
+// Every live context made by cuCtxCreate (under s.mu).
+std::vector<Context*> CreatedContexts();
 
 // ---- ipc_events.cpp ----
 // Interprocess events: a record bumps the shared "recorded" count and its op publishes it as

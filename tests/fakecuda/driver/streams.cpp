@@ -125,6 +125,7 @@ CUresult Submit(State& s, Stream* stream, std::function<void()> run, SubmitOptio
   Op op;
   op.run = std::move(run);
   op.deps = std::move(opts.extra_deps);
+  op.touches = std::move(opts.touches);
   if (stream->kind == StreamKind::kLegacy) {
     if (CUresult r = CheckLegacyImplicitDependency(s, ctx); r != CUDA_SUCCESS) return r;
     for (const auto& other : ctx->streams) {
@@ -176,6 +177,27 @@ void SyncAllDevices(State& s, std::unique_lock<std::mutex>& lk) {
     }
   }
   s.progress.wait(lk, [&] { return DepsSatisfied(targets); });
+}
+
+void RequireNoQueuedAccess(State& s, std::uintptr_t base, std::size_t size, const char* call) {
+  std::vector<Context*> contexts = CreatedContexts();
+  for (const auto& dev : s.devices) contexts.push_back(&dev->primary);
+  // A context's list holds its destroyed streams too until they drain: their work still runs.
+  for (Context* ctx : contexts) {
+    for (const auto& st : ctx->streams) {
+      for (const Op& op : st->queue) {
+        for (const Touch& t : op.touches) {
+          if (t.base < base + size && base < t.base + t.size) {
+            Misuse("%s of [%#lx, %#lx) while work queued on stream %#lx still accesses [%#lx, %#lx): CUDA does not "
+                   "wait for it (undefined on a GPU); wait for that work first",
+                   call, static_cast<unsigned long>(base), static_cast<unsigned long>(base + size),
+                   static_cast<unsigned long>(st->handle), static_cast<unsigned long>(t.base),
+                   static_cast<unsigned long>(t.base + t.size));
+          }
+        }
+      }
+    }
+  }
 }
 
 void RetireStream(State& s, const std::shared_ptr<Stream>& stream, const char* call) {

@@ -30,6 +30,13 @@ Context* CreatedContextFromHandle(CUcontext h) {
   return nullptr;
 }
 
+std::vector<Context*> CreatedContexts() {
+  std::vector<Context*> out;
+  for (auto& c : Created())
+    if (c->active) out.push_back(c.get());
+  return out;
+}
+
 }  // namespace fakecuda
 
 using namespace fakecuda;

@@ -304,7 +304,9 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   RequireMapping(s, ptr, "cuMemUnmap");
   std::vector<Region*> mappings;
   if (!Aligned(ptr) || !Aligned(size) || !WholeMappings(s, ptr, size, &mappings)) return CUDA_ERROR_INVALID_VALUE;
-  // Unmapping synchronizes: queued work may still access the range.
+  // Work still queued that accesses the range is the program's error (CUDA does not promise to
+  // wait for it); the rest is modelled as a GPU costs it, a synchronization.
+  RequireNoQueuedAccess(s, ptr, size, "cuMemUnmap");
   ++s.device_syncs;
   SyncAllDevices(s, lk);
   mappings.clear();

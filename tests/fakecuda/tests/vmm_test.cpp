@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <thread>
 
 #include "test_util.h"
@@ -186,6 +187,40 @@ TEST_F(Vmm, ArgumentValidation) {
   EXPECT_DEATH(cuMemMap(va, 2 * kGran, 0, h, 0), "fakecuda: misuse: cuMemMap: physical memory handle 0x[0-9a-f]+ was destroyed");
   ASSERT_CU(cuMemAddressFree(va, 4 * kGran));
   EXPECT_EQ(cuMemAddressReserve(&va, 1000, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
+// CUDA does not promise that cuMemUnmap waits for work still queued on the range (PyTorch
+// synchronizes before it unmaps for that reason): the fake stops the process there. Work done
+// first, the unmap is fine, and counted as the synchronization a GPU costs.
+TEST_F(Vmm, UnmappingUnderQueuedWorkStopsTheProcess) {
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, 2 * kGran, 0, 0, 0));
+  CUmemAllocationProp prop = DeviceProp();
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_CU(cuMemCreate(&h, 2 * kGran, &prop, 0));
+  ASSERT_CU(cuMemMap(va, 2 * kGran, 0, h, 0));
+  CUmemAccessDesc rw = ReadWrite();
+  ASSERT_CU(cuMemSetAccess(va, 2 * kGran, &rw, 1));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  static std::atomic<bool> open{false};
+  open = false;
+  ASSERT_CU(cuLaunchHostFunc(s, [](void*) {
+    while (!open) std::this_thread::yield();
+  }, nullptr));
+  ASSERT_CU(cuMemsetD8Async(va + kGran + 512, 3, 4096, s));  // waits behind the gate
+  EXPECT_DEATH(cuMemUnmap(va, 2 * kGran),
+               "fakecuda: misuse: cuMemUnmap of \\[0x[0-9a-f]+, 0x[0-9a-f]+\\) while work queued on stream 0x[0-9a-f]+ "
+               "still accesses \\[0x[0-9a-f]+, 0x[0-9a-f]+\\)");
+  open = true;
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(va)[kGran + 512], 3);
+  const auto syncs = fakecudaDeviceSyncCount();
+  ASSERT_CU(cuMemUnmap(va, 2 * kGran));
+  EXPECT_EQ(fakecudaDeviceSyncCount(), syncs + 1);
+  ASSERT_CU(cuMemRelease(h));
+  ASSERT_CU(cuMemAddressFree(va, 2 * kGran));
+  ASSERT_CU(cuStreamDestroy(s));
 }
 
 TEST_F(Vmm, ReserveHonoursAFreeHint) {

@@ -445,9 +445,9 @@ void Shim::note_injected_failure(DeviceState* d, uint64_t requested, uint64_t nu
 
 // ---- stacks ----
 
-StackId Shim::capture_stack() {
+StackId Shim::capture_stack_now() {
   const StackId id = capturer_.capture();
-  if (config_.stack_depth > 0) recorder_->stack_captured(id);
+  recorder_->stack_captured(id);
   return id;
 }
 

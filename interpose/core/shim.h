@@ -240,7 +240,11 @@ class Shim {
   // bytes; otherwise logs why not (naming `api`, the policy and what works instead) and is false.
   bool ipc_export_allowed(uintptr_t ptr, const char* api);
   // Called when the outermost hook of a thread returns: samples the driver's usage when due.
-  void after_hook();
+  // Inline, as every hook pays it: two relaxed loads when no sample is.
+  void after_hook() {
+    if (usage_pending_.load(std::memory_order_relaxed) == 0 && !usage_.requested()) return;
+    sample_if_due();
+  }
   // The program asked the driver for its memory figures (cudaMemGetInfo, cuMemGetInfo_v2): a good
   // moment to take a sample of the current device, whatever the interval says.
   void sample_usage_now();
@@ -296,7 +300,10 @@ class Shim {
 
   std::unique_ptr<DeviceState> make_device(int ordinal);
   DeviceState* create_device(int ordinal);  // device()'s first use of an ordinal
-  StackId capture_stack();
+  // Inline for the common stacks-off case (GPUSHIM_STACK_DEPTH=0): no call at all.
+  StackId capture_stack() { return config_.stack_depth == 0 ? kEmptyStack : capture_stack_now(); }
+  StackId capture_stack_now();
+  void sample_if_due();
   DeviceState* current_device_state();
   static bool stream_capturing(CUstream stream);
   // The device whose default memory pool `pool` is, if its pool serves it; null otherwise.

@@ -192,9 +192,9 @@ bool Shim::ipc_export_allowed(uintptr_t ptr, const char* api) {
 
 // ---- the driver's view of device usage ----
 
-void Shim::after_hook() {
+void Shim::sample_if_due() {
   if (forked_child_) return;
-  // Two relaxed loads on every call; the clock is read by the time series, not here.
+  // The clock is read by the time series, not here.
   const uint64_t pending = usage_pending_.load(std::memory_order_relaxed);
   if (pending == 0 && !usage_.requested()) return;
   const bool due = usage_.claim();  // false: none asked for, or another thread took this round

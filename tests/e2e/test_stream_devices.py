@@ -47,6 +47,23 @@ class StreamDevices(ShimTestCase):
                     self.assertLessEqual(out["peak_reserved_mib"], 128, out)
                     self.assertEqual(out["reuse_syncs"], 0, out)
 
+    def test_memory_short_while_another_contexts_stream_writes_a_freed_block(self):
+        # Under a cap, memory is handed out again over a block that a stream of a program-made
+        # context still writes (live, or destroyed after the free: a tail). The pool must wait for
+        # that stream's event before reusing it: a primary-context synchronization, the pool's
+        # last resort, would not wait for it, and with fences that could not name the stream
+        # (before 2026-11-27) that was the only way out.
+        for policy in ("caching", "vmm"):
+            for case in ("foreign_ctx_oom", "foreign_ctx_oom_tail"):
+                with self.subTest(policy=policy, case=case):
+                    r = run([program("e2e_cross_device_streams"), case],
+                            env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "24M", "GPUSHIM_SUMMARY": "0"})
+                    self.assertRanOK(r)
+                    out = last_json(r)
+                    self.assertTrue(out["overlaps"], out)  # the new block is over the written one
+                    self.assertTrue(out["intact"], out)
+                    self.assertEqual(r.device(0)["live_count"], 0)
+
     def test_waiting_for_a_stream_of_another_context_never_holds_the_program_up(self):
         # The pool waits for a fence that covers a stream of a program-made context whose host
         # function waits for another thread, which creates a stream meanwhile. The wait held the

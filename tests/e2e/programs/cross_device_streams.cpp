@@ -97,6 +97,52 @@ int foreign_ctx_stream(bool with_stream) {
   return 0;
 }
 
+// Memory short while a program-made context's stream still writes a freed block: the pool's
+// out-of-memory synchronization must wait for that stream too (a primary-context synchronization
+// does not) before it hands the block out again. `destroyed`: the stream is destroyed after the
+// free, so its work is a tail. Run under GPUSHIM_LIMIT=24M: two 8 MiB blocks share one 20 MiB
+// segment, and the 18 MiB asked after both are freed (more than the 16 waiting, so no wait
+// serves it) does not fit beside it, so the pool
+// synchronizes and carves it from the merged free space, over the block the stream still writes.
+int foreign_ctx_oom(bool destroyed) {
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(nullptr));
+  void *a = nullptr, *p = nullptr;
+  CHECK(cudaMalloc(&a, 8 * kMiB));
+  CHECK(cudaMalloc(&p, 8 * kMiB));
+  CHECK(cudaMemset(p, 0x11, 8 * kMiB));
+  testsupport::ProgramContext c = testsupport::make_program_context();
+  // The program's stream writes the block late (a slow kernel), then the blocks are freed.
+  CHECK(testsupport::delayed_fill(p, 0xAA, 8 * kMiB, 300000, reinterpret_cast<cudaStream_t>(c.stream)));
+  testsupport::make_current(c.primary);
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(p));
+  if (destroyed) {
+    testsupport::make_current(c.context);
+    CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream)>("cuStreamDestroy_v2")(c.stream));
+    testsupport::make_current(c.primary);
+  }
+  void* q = nullptr;
+  CHECK(cudaMalloc(&q, 18 * kMiB));
+  CHECK(cudaMemset(q, 0x33, 18 * kMiB));
+  CHECK(cudaDeviceSynchronize());
+  testsupport::make_current(c.context);
+  CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
+  testsupport::make_current(c.primary);
+  const bool intact = testsupport::holds(q, 18 * kMiB, 0x33);
+  const bool overlaps = static_cast<char*>(q) < static_cast<char*>(p) + 8 * kMiB &&
+                        static_cast<char*>(p) < static_cast<char*>(q) + 18 * kMiB;
+  gpushim_device_stats st{};
+  testsupport::shim_stats(0, &st);
+  std::printf("{\"case\": \"%s\", \"overlaps\": %s, \"intact\": %s, \"reuse_syncs\": %llu}\n",
+              destroyed ? "foreign_ctx_oom_tail" : "foreign_ctx_oom", overlaps ? "true" : "false",
+              intact ? "true" : "false", st.reuse_syncs);
+  CHECK(cudaFree(q));
+  testsupport::destroy_context(c.context);
+  testsupport::make_current(c.primary);
+  return intact ? 0 : 2;
+}
+
 // A non-blocking stream of device 1 destroyed while device 0 is current (legal in CUDA).
 int destroy_other_device(bool other) {
   CHECK(cudaSetDevice(1));
@@ -191,6 +237,8 @@ int main(int argc, char** argv) {
   if (c == "ptds_cross_device") return cross_device_default(cudaStreamPerThread, "ptds_cross_device");
   if (c == "foreign_ctx_stream") return foreign_ctx_stream(true);
   if (c == "foreign_ctx_control") return foreign_ctx_stream(false);
+  if (c == "foreign_ctx_oom") return foreign_ctx_oom(false);
+  if (c == "foreign_ctx_oom_tail") return foreign_ctx_oom(true);
   if (c == "destroy_other_device") return destroy_other_device(true);
   if (c == "destroy_same_device") return destroy_other_device(false);
   if (c == "captured_free") return captured_free();

@@ -1,9 +1,12 @@
 // Streams of one device ordering memory of another, and a pooled block freed inside a capture:
 // what CUDA does, the shim must too (found by a review helper, 2026-11-27; test_stream_devices.py).
 // Usage: e2e_cross_device_streams CASE. Prints one JSON line; exit 2 when the memory is wrong.
-// foreign_ctx_* and destroy_*_device print the peak reserved of plain-free rounds (a non-blocking
-// stream of a program-made context, or a destroyed stream of another device, made every fence of
-// the device fail until 2026-11-27; test_stream_devices.py checks both).
+// foreign_ctx_stream/control and destroy_*_device print the peak reserved of plain-free rounds (a
+// non-blocking stream of a program-made context, or a destroyed stream of another device, made
+// every fence of the device fail until 2026-11-27; test_stream_devices.py checks both);
+// foreign_ctx_oom* and foreign_ctx_trim* whether a block freed on such a stream was handed out
+// again before that stream's work ended (the pools' synchronization covered the primary context
+// only until the afternoon of 2026-11-27).
 #include <unistd.h>
 
 #include <atomic>
@@ -97,46 +100,47 @@ int foreign_ctx_stream(bool with_stream) {
   return 0;
 }
 
-// Memory short while a program-made context's stream still writes a freed block: the pool's
-// out-of-memory synchronization must wait for that stream too (a primary-context synchronization
-// does not) before it hands the block out again. `destroyed`: the stream is destroyed after the
-// free, so its work is a tail. Run under GPUSHIM_LIMIT=24M: two 8 MiB blocks share one 20 MiB
-// segment, and the 18 MiB asked after both are freed (more than the 16 waiting, so no wait
-// serves it) does not fit beside it, so the pool
-// synchronizes and carves it from the merged free space, over the block the stream still writes.
-int foreign_ctx_oom(bool destroyed) {
+// A block freed in the order of a program-made context's stream that still writes it, handed out
+// again: the pool must wait for that stream (live, or destroyed after the free: `destroyed`, its
+// work a tail). Two 8 MiB blocks share one 20 MiB segment and are freed, then 20 MiB asked: the new
+// block can only lie over the written one. `trim`: cudaMemPoolTrimTo first (PyTorch's empty_cache), which
+// synchronizes and releases everything waiting; a primary-context synchronization does not wait
+// for another context's streams. Otherwise run under GPUSHIM_LIMIT=24M: the pool cannot grow, and
+// waits for the fence that covers that stream.
+int foreign_ctx_reuse(bool destroyed, bool trim, const char* name) {
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
   void *a = nullptr, *p = nullptr;
   CHECK(cudaMalloc(&a, 8 * kMiB));
   CHECK(cudaMalloc(&p, 8 * kMiB));
   CHECK(cudaMemset(p, 0x11, 8 * kMiB));
-  testsupport::ProgramContext c = testsupport::make_program_context();
-  // The program's stream writes the block late (a slow kernel), then the blocks are freed.
-  CHECK(testsupport::delayed_fill(p, 0xAA, 8 * kMiB, 300000, reinterpret_cast<cudaStream_t>(c.stream)));
-  testsupport::make_current(c.primary);
   CHECK(cudaFree(a));
-  CHECK(cudaFree(p));
-  if (destroyed) {
-    testsupport::make_current(c.context);
-    CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream)>("cuStreamDestroy_v2")(c.stream));
-    testsupport::make_current(c.primary);
+  testsupport::ProgramContext c = testsupport::make_program_context();
+  // The program's stream writes the block late (a slow kernel) and frees it in its order, as CUDA
+  // allows: nobody may have it before that write is done.
+  CHECK(testsupport::delayed_fill(p, 0xAA, 8 * kMiB, 300000, reinterpret_cast<cudaStream_t>(c.stream)));
+  CHECK_CU(testsupport::driver().MemFreeAsync(reinterpret_cast<CUdeviceptr>(p), c.stream));
+  if (destroyed) CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream)>("cuStreamDestroy_v2")(c.stream));
+  testsupport::make_current(c.primary);
+  if (trim) {
+    cudaMemPool_t pool = nullptr;
+    CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    CHECK(cudaMemPoolTrimTo(pool, 20 * kMiB));  // keeps the segment
   }
   void* q = nullptr;
-  CHECK(cudaMalloc(&q, 18 * kMiB));
-  CHECK(cudaMemset(q, 0x33, 18 * kMiB));
+  CHECK(cudaMalloc(&q, 20 * kMiB));
+  CHECK(cudaMemset(q, 0x33, 20 * kMiB));
   CHECK(cudaDeviceSynchronize());
   testsupport::make_current(c.context);
   CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
   testsupport::make_current(c.primary);
-  const bool intact = testsupport::holds(q, 18 * kMiB, 0x33);
+  const bool intact = testsupport::holds(q, 20 * kMiB, 0x33);
   const bool overlaps = static_cast<char*>(q) < static_cast<char*>(p) + 8 * kMiB &&
-                        static_cast<char*>(p) < static_cast<char*>(q) + 18 * kMiB;
+                        static_cast<char*>(p) < static_cast<char*>(q) + 20 * kMiB;
   gpushim_device_stats st{};
   testsupport::shim_stats(0, &st);
-  std::printf("{\"case\": \"%s\", \"overlaps\": %s, \"intact\": %s, \"reuse_syncs\": %llu}\n",
-              destroyed ? "foreign_ctx_oom_tail" : "foreign_ctx_oom", overlaps ? "true" : "false",
-              intact ? "true" : "false", st.reuse_syncs);
+  std::printf("{\"case\": \"%s\", \"overlaps\": %s, \"intact\": %s, \"reuse_syncs\": %llu}\n", name,
+              overlaps ? "true" : "false", intact ? "true" : "false", st.reuse_syncs);
   CHECK(cudaFree(q));
   testsupport::destroy_context(c.context);
   testsupport::make_current(c.primary);
@@ -237,8 +241,10 @@ int main(int argc, char** argv) {
   if (c == "ptds_cross_device") return cross_device_default(cudaStreamPerThread, "ptds_cross_device");
   if (c == "foreign_ctx_stream") return foreign_ctx_stream(true);
   if (c == "foreign_ctx_control") return foreign_ctx_stream(false);
-  if (c == "foreign_ctx_oom") return foreign_ctx_oom(false);
-  if (c == "foreign_ctx_oom_tail") return foreign_ctx_oom(true);
+  if (c == "foreign_ctx_oom") return foreign_ctx_reuse(false, false, "foreign_ctx_oom");
+  if (c == "foreign_ctx_oom_tail") return foreign_ctx_reuse(true, false, "foreign_ctx_oom_tail");
+  if (c == "foreign_ctx_trim") return foreign_ctx_reuse(false, true, "foreign_ctx_trim");
+  if (c == "foreign_ctx_trim_tail") return foreign_ctx_reuse(true, true, "foreign_ctx_trim_tail");
   if (c == "destroy_other_device") return destroy_other_device(true);
   if (c == "destroy_same_device") return destroy_other_device(false);
   if (c == "captured_free") return captured_free();

@@ -187,7 +187,9 @@ struct VmmPoolOptions {
   // time, and the old mapping goes once the work there is done (borrowable_chunks, complete_move).
   // Measured under replay --gpu-time model (GPUSHIM_VMM_REUSE, docs/benchmarks.md): peak reserved
   // of the six GPU-recorded traces 2,524-2,876 -> 2,248-2,302 MiB (0.92-0.98x PyTorch's expandable
-  // segments, utilization 0.986-0.992); lstm_train stream-ordered 464 -> 334.
+  // segments, utilization 0.986-0.992); lstm_train stream-ordered 464 -> 334. With it, a block
+  // freed on a stream also joins the touching idle free memory that stream freed last
+  // (VmmArena::joins_home), so that best fit sees the run as one block.
   bool stream_order_builds = true;
   // A request that no free block fits exactly, while blocks freed with cudaFree wait in a closed
   // epoch, waits for that epoch's fence and looks again instead of carving around them
@@ -320,6 +322,10 @@ class VmmArena {
     State state = State::kFree;
     Owner owner = Owner::kUser;
     CUstream stream = nullptr;    // stream-ordered frees: the stream it was freed on
+    // Stream-ordered frees: the stream that freed this memory last, kept once its work there is
+    // done and `stream` is cleared (coalesce, joins_home). Null: never freed on a stream, or
+    // parts freed on different ones.
+    CUstream home = nullptr;
     ReuseEvent* event = nullptr;  // completes when the work before that free is done
     BlockPayload payload;         // the caller's, while allocated through try_allocate's hooks
     // kUser blocks: allocation count and live bytes just after the allocation (long_fall).
@@ -398,6 +404,14 @@ class VmmArena {
   void recycle(Block* b);
   void insert_free(Block* b);
   Block* coalesce(Block* b);
+  // May free neighbours `a` and `b`, one idle and the other freed on a stream whose work there is
+  // still queued, become one block on the queued one's terms? (coalesce says why.)
+  bool joins_home(const Block* a, const Block* b) const;
+  // `to` was split from `from`: reusable on the same terms (ReuseRules::share), same home.
+  void share_terms(const Block* from, Block* to) {
+    rules_.share(from, to);
+    to->home = from->home;
+  }
 
   // --- Planning (vmm_arena_planning.cpp): where a build goes and what fills its holes. ---
   bool make_plan(uint64_t size, uint8_t cls, Plan* plan);

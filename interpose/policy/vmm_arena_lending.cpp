@@ -68,7 +68,7 @@ VmmArena::Piece* VmmArena::lend(uint64_t offset, bool tail, uintptr_t skip_lo, u
     rest->addr = hi;
     rest->size = best->addr + best->size - hi;
     rest->res = best->res;
-    rules_.share(best, rest);  // freed with it: perhaps on a stream whose work is still queued
+    share_terms(best, rest);  // freed with it: perhaps on a stream whose work is still queued
     blocks_.emplace(rest->addr, rest);
     insert_free(rest);
   }
@@ -219,7 +219,7 @@ bool VmmArena::map_lent(Piece* p, uintptr_t va, Reservation* res, Block** run, s
   }
   *run = nullptr;
   add_to_run(res, own, p->lent->size, run, runs);
-  rules_.share(p->lent, *run);
+  share_terms(p->lent, *run);
   *run = nullptr;
   return true;
 }

@@ -235,7 +235,7 @@ void VmmArena::split_off_head(Block* b, uintptr_t start) {
   head->addr = b->addr;
   head->size = start - b->addr;
   head->res = b->res;
-  rules_.share(b, head);
+  share_terms(b, head);
   blocks_.erase(b->addr);
   b->addr = start;
   b->size -= head->size;
@@ -249,7 +249,7 @@ void VmmArena::split_off_tail(Block* b, uintptr_t end) {
   tail->addr = end;
   tail->size = b->addr + b->size - end;
   tail->res = b->res;
-  rules_.share(b, tail);
+  share_terms(b, tail);
   b->size -= tail->size;
   b->state = State::kAllocated;  // taken: the tail must not merge back into it
   blocks_.emplace(tail->addr, tail);

@@ -430,6 +430,29 @@ TEST(VmmPool, StreamOrderedFreeWaitsForItsEventOnAnotherStream) {
   }
 }
 
+TEST(VmmPool, StreamOrderedFreeJoinsIdleMemoryItsStreamFreedBefore) {
+  // A block freed on a stream, its work still queued, beside idle memory the same stream freed
+  // before: one block, so that best fit finds the pair for that stream (not the fresh rest of the
+  // chunk), while another stream waits for the queued work. Fresh memory beside a stream-ordered
+  // free stays apart (StreamOrderedFreeWaitsForItsEventOnAnotherStream).
+  Vmm v;
+  v.sim.set_events_complete_at_once(false);
+  const CUstream s = vmm_stream(0x100);
+  void* a = v.alloc(256 * KiB, s, true);
+  void* b = v.alloc(256 * KiB, s, true);
+  void* c = v.alloc(256 * KiB, s, true);  // keeps b apart from the rest of the chunk
+  ASSERT_EQ(addr(b), addr(a) + 256 * KiB);
+  ASSERT_EQ(addr(c), addr(b) + 256 * KiB);
+  v.free(a, s, true);
+  v.sim.complete_events();  // a is idle, freed last on s
+  v.free(b, s, true);       // b's work is still queued
+  EXPECT_NE(v.alloc(512 * KiB, vmm_stream(0x200), true), a) << "reused on another stream before b's event completed";
+  const uint64_t maps = v.sim.counters().maps;
+  EXPECT_EQ(v.alloc(512 * KiB, s, true), a);
+  EXPECT_EQ(v.sim.counters().maps, maps);
+  EXPECT_EQ(v.pool.check_invariants(), "");
+}
+
 TEST(VmmPool, PerThreadDefaultStreamIsNeverTheSameStream) {
   for (uint64_t n : kClassSizes) {
     Vmm v;

@@ -207,7 +207,10 @@ int run_replay(const Cli& cli) {
              std::to_string(d.driver.segment_allocs) + ",\"segment_frees\":" + std::to_string(d.driver.segment_frees) +
              ",\"maps\":" + std::to_string(d.driver.maps) + ",\"unmaps\":" + std::to_string(d.driver.unmaps) +
              ",\"synchronizes\":" + std::to_string(d.driver.synchronizes) +
-             (d.steady_synchronizes >= 0 ? ",\"steady_state_synchronizes\":" + std::to_string(d.steady_synchronizes) : "") +
+             (d.steady_synchronizes >= 0 ? ",\"steady_state_synchronizes\":" + std::to_string(d.steady_synchronizes) +
+                                               ",\"steady_state_maps\":" + std::to_string(d.steady_maps) +
+                                               ",\"steady_state_unmaps\":" + std::to_string(d.steady_unmaps)
+                                         : "") +
              ",\"events_recorded\":" +
              std::to_string(d.driver.events_recorded) + ",\"forwarded_calls\":" + std::to_string(d.forwarded_calls);
         uint64_t rec = 0;

@@ -45,7 +45,7 @@ struct SimDevice {
   bool saw_ordered_free = false;
   uintptr_t next_forwarded_addr = 0x200000000000ull;
   ReplayDevice result;
-  uint64_t syncs_before_steady = 0;  // synchronizations when the second iteration mark came
+  SimCounters before_steady;  // the driver calls made when the second iteration mark came
   bool steady = false;
   uint64_t script_fences = 0, script_events = 0;  // the highest numbers the run's reuse moments name
   // When the replay, following the run, first did something the run did not (0: never): the
@@ -226,7 +226,7 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
     for (auto& [ord, dv] : devices) dv->sim.set_clock(e.t_ns);
     if (e.kind == EventKind::kIteration && ++marks == 2) {
       // Marks are the process's, not a device's: the steady state begins for every device.
-      for (auto& [ord, d] : devices) d->syncs_before_steady = d->sim.counters().synchronizes, d->steady = true;
+      for (auto& [ord, d] : devices) d->before_steady = d->sim.counters(), d->steady = true;
       continue;
     }
     if (e.kind == EventKind::kReuse) {
@@ -399,9 +399,12 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       d->result.completion_departed_ns = d->departed_ns;
     }
     d->result.driver = d->sim.counters();
-    if (marks >= 2)
-      d->result.steady_synchronizes =
-          static_cast<int64_t>(d->result.driver.synchronizes - (d->steady ? d->syncs_before_steady : 0));
+    if (marks >= 2) {
+      const SimCounters& before = d->before_steady;  // zeros for a device first seen after the mark
+      d->result.steady_synchronizes = static_cast<int64_t>(d->result.driver.synchronizes - before.synchronizes);
+      d->result.steady_maps = static_cast<int64_t>(d->result.driver.maps - before.maps);
+      d->result.steady_unmaps = static_cast<int64_t>(d->result.driver.unmaps - before.unmaps);
+    }
     result.devices.push_back(d->result);
   }
   return result;

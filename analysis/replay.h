@@ -81,6 +81,9 @@ struct ReplayDevice {
   // creates parameters, optimizer state and the first of each shape); -1 when the trace has fewer
   // than two marks.
   int64_t steady_synchronizes = -1;
+  // Mappings and unmappings (vmm) in the same steady state: each is a driver call of tens of
+  // microseconds or more on a GPU, and CUDA does not say whether an unmap waits for the device.
+  int64_t steady_maps = -1, steady_unmaps = -1;
   uint64_t forwarded_calls = 0;  // allocations and frees served by CUDA directly (passthrough, capture)
   uint64_t driver_calls() const { return driver.driver_calls() + forwarded_calls; }
   double utilization() const {

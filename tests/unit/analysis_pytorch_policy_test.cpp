@@ -319,6 +319,26 @@ TEST(PyTorchPolicy, ReplayCountsSteadyStateSynchronizationsApart) {
   EXPECT_EQ(b.steady_synchronizes, 1);
 
   EXPECT_EQ(replay(releasing).steady_synchronizes, -1);  // no marks: no steady state known
+
+  // Mappings are counted apart too: expandable segments map the 12 and 30 MiB blocks' pages where
+  // they first come, and map nothing for the block that reuses them.
+  auto replay_expandable = [&](std::vector<TraceEvent> events) {
+    TraceData t;
+    t.header.policy = "passthrough";
+    t.devices.push_back(trace::DeviceInfo{0, 1024 * kMiB, 0});
+    t.events = std::move(events);
+    ReplaySettings s;
+    s.model = ReplayModel::kPyTorchExpandable;
+    return replay_trace(t, s).devices.at(0);
+  };
+  const ReplayDevice c = replay_expandable(warmup);
+  EXPECT_GT(c.driver.maps, 0u);
+  EXPECT_EQ(c.steady_maps, 0);
+  EXPECT_EQ(c.steady_unmaps, 0);
+  const ReplayDevice d = replay_expandable(late);
+  EXPECT_EQ(d.driver.maps, c.driver.maps);
+  EXPECT_EQ(static_cast<uint64_t>(d.steady_maps), d.driver.maps);
+  EXPECT_EQ(replay_expandable(releasing).steady_maps, -1);
 }
 
 }  // namespace

@@ -39,11 +39,32 @@ void* lookup(void* lib, const char* name, const char* version) {
   return version != nullptr ? dlvsym(lib, name, version) : real_dlsym(lib, name);
 }
 
+// Is `f` defined by another gpushim front? A second install preloaded after ours (another
+// checkout, a packaged copy; the launcher keeps a user's LD_PRELOAD) exports every runtime name
+// unversioned, so an unversioned lookup past our front finds its trampolines before the runtime:
+// they would load a second core that counts every call again and writes a second report (a
+// review helper's reproducer: a runtime loaded with ctypes, or CUDA 12's). Such an object defines
+// the public API itself; the core, which also does, is never in the global scope.
+bool in_another_front(void* f) {
+  Dl_info info, api;
+  if (dladdr(f, &info) == 0 || info.dli_fname == nullptr) return false;
+  void* h = guarded_dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  if (h == nullptr) return false;
+  void* mark = real_dlsym(h, "gpushim_mark_iteration");
+  const bool front = mark != nullptr && dladdr(mark, &api) != 0 && api.dli_fbase == info.dli_fbase;
+  guarded_dlclose(h);
+  (void)dlerror();  // our lookups, not the program's
+  return front;
+}
+
 template <typename F>
 void resolve(void* lib, F*& slot, const char* name) {
-  // A versioned lookup first: it is what the application itself bound to.
+  // A versioned lookup first: it is what the application itself bound to (CUDA 13's runtime, else
+  // CUDA 12's), and never another front's unversioned trampoline.
   void* f = lookup(lib, name, "libcudart.so.13");
-  if (f == nullptr) f = lookup(lib, name, nullptr);
+  if (f == nullptr) f = lookup(lib, name, "libcudart.so.12");
+  if (f == nullptr && (f = lookup(lib, name, nullptr)) != nullptr && lib == RTLD_NEXT && in_another_front(f))
+    f = nullptr;  // the runtime is further on, or loaded locally: resolve_real_runtime looks there
   slot = reinterpret_cast<F*>(f);
 }
 

@@ -7,6 +7,7 @@ import subprocess
 import tempfile
 import unittest
 
+from pythons import interpreters
 from shimtest import (BUILD, FAKECUDA, NO_CUDA_PROGRAM, POLICIES, PRELOAD_FIRST, REAL_GPU, SANITIZER, SHIM,
                       ShimTestCase, base_env, check_sanitizer_clean, last_json, program, run)
 
@@ -239,15 +240,31 @@ class Front(ShimTestCase):
         # A user with a second gpushim install (another checkout, a packaged copy) in LD_PRELOAD, or
         # the launcher adding its own before one the user set. The first front in the global scope
         # serves the hooks; the second must never load its core: that core would count every call
-        # the first forwards to it again, and write a second report. The first front's lookups of
-        # the real functions (versioned runtime names, the driver through libcuda.so.1) pass the
-        # second front by; this holds them to it for the runtime and for the driver API.
+        # the first forwards to it again, and write a second report. The core's lookups of the
+        # real functions pass the second front by: versioned runtime names do not match its
+        # unversioned trampolines, the driver is reached through libcuda.so.1, and an unversioned
+        # lookup that lands in another front is dropped (real_symbols.cpp, in_another_front).
         other = tempfile.mkdtemp(prefix="gpushim-second-install-")
         shutil.copy2(SHIM, other)
         shutil.copy2(CORE, other)
         second = os.path.join(other, "libgpushim.so")
         libs = os.path.join(BUILD, "e2e-libs")  # e2e_all_paths: every path, the driver API's included
-        for args in ([program("e2e_leak_two_sites")], [program("e2e_all_paths"), libs]):
+        # The runtime loaded with ctypes (RTLD_LOCAL, as CuPy- or numba-style code does): the core
+        # finds it by an unversioned lookup past its front, which found the second front's
+        # trampolines until 2026-11-27 (a review helper's reproducer: a second core, a second
+        # report, libgpushim-core.so as the allocating module instead of libffi).
+        script = os.path.join(other, "ctypes_runtime.py")
+        with open(script, "w") as f:
+            f.write("import ctypes\n"
+                    "rt = ctypes.CDLL('libcudart.so.13')\n"
+                    "p = ctypes.c_void_p()\n"
+                    "for i in range(10):\n"
+                    "    assert rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(1 << 20)) == 0\n"
+                    "    assert rt.cudaFree(p) == 0\n"
+                    "assert rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(3 << 20)) == 0\n"
+                    "print('ok')\n")
+        python = interpreters()[0][0]
+        for args in ([program("e2e_leak_two_sites")], [program("e2e_all_paths"), libs], [python, script]):
             with self.subTest(program=os.path.basename(args[0])):
                 alone = run(args, env={"LD_DEBUG": "files"})
                 preload = SHIM + ":" + second
@@ -257,7 +274,8 @@ class Front(ShimTestCase):
                 self.assertRanOK(both)
                 # The second install's front is mapped, its core never.
                 self.assertIn(f"file={second}", both.stderr)
-                self.assertNotIn(os.path.join(other, "libgpushim-core.so"), both.stderr)
+                self.assertFalse(os.path.join(other, "libgpushim-core.so") in both.stderr,
+                                 "the second install's core was loaded:\n" + "\n".join(both.shim_lines()))
                 self.assertEqual(both.stdout, alone.stdout)
                 keys = ("total_allocs", "total_frees", "live_bytes", "live_count")
                 self.assertEqual({k: both.device(0)[k] for k in keys}, {k: alone.device(0)[k] for k in keys})

@@ -153,18 +153,8 @@ CUresult DriverBackend::segment_free(void* p, size_t) {
 
 CUresult DriverBackend::synchronize() {
   const CUresult r = in_context([&] { return api_->ctx_synchronize(); });
-  if (r != CUDA_SUCCESS) return r;
-  // Every stream of the primary context has finished, destroyed ones' too. A context the program
-  // made on the device is not synchronized with it, and its streams may use the pool's memory:
-  // the pool releases everything waiting after this, so their work is waited for as a fence does
-  // (an event in each such stream's context, destroyed streams' tails), never by holding a lock.
-  const CUcontext primary = primary_.load(std::memory_order_acquire);
-  tails_settled(device_, primary);
-  const uint64_t fence = record_device_fence();
-  if (fence == 0) return CUDA_ERROR_UNKNOWN;  // a stream whose work cannot be proven finished
-  const bool done = wait_fence(fence);
-  release_fence(fence);  // the tails it waited for are dropped by the next fence, seen finished
-  return done ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+  if (r == CUDA_SUCCESS) tails_settled(device_);  // every stream's work has finished, destroyed ones' too
+  return r;
 }
 
 uint64_t DriverBackend::record_device_fence() {

@@ -379,11 +379,11 @@ bool wait_tail(const TailRef& tail) {
   }
 }
 
-void tails_settled(int device, CUcontext context) {
+void tails_settled(int device) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   for (auto it = r.tails.begin(); it != r.tails.end();) {
-    if ((*it)->device != device || ((*it)->context != nullptr && (*it)->context != context)) {
+    if ((*it)->device != device) {
       ++it;
       continue;
     }

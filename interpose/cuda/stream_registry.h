@@ -79,8 +79,7 @@ void release_fence_tails(std::vector<TailRef>* tails);
 bool tail_done(const TailRef& tail);
 // Blocks until it has; false if that cannot be done.
 bool wait_tail(const TailRef& tail);
-// A synchronization of `context` finished the tails of `device` recorded there (or in a context
-// not known); other contexts' tails still wait for their own work.
-void tails_settled(int device, CUcontext context);
+// A device synchronization finished every tail of `device`.
+void tails_settled(int device);
 
 }  // namespace gpushim

@@ -110,6 +110,7 @@ void MaybeReleaseGraph(State& s, const std::shared_ptr<Graph>& graph) {
   }
   graph->allocations.clear();
   graph->nodes.clear();
+  graph->touches.clear();
 }
 
 // `capture` is taken by value: callers pass members (Stream::capture) that this resets.
@@ -364,6 +365,7 @@ CUresult GraphLaunch(CUgraphExec hGraphExec, CUstream hStream, bool ptsz) {
   std::vector<std::function<void()>> nodes = g->nodes;
   SubmitOptions opts;
   opts.replayable = true;
+  opts.touches = g->touches;
   return Submit(s, st, [nodes = std::move(nodes)] {
     for (const auto& node : nodes) node();
   }, std::move(opts));

@@ -32,6 +32,14 @@ struct PreparedOp {
 };
 using Prepare = std::function<PreparedOp(State&)>;
 
+// The device memory an op on `ranges` accesses (cuMemUnmap's check, RequireNoQueuedAccess).
+std::vector<Touch> touches_of(std::initializer_list<Range> ranges) {
+  std::vector<Touch> out;
+  for (const Range& range : ranges)
+    if (range.n != 0) out.push_back(Touch{range.p, range.n});
+  return out;
+}
+
 // Validates `ranges`, then enqueues the op in the order of stream `hStream` (asynchronous APIs) or
 // of the default stream (synchronous APIs, which also wait for it).
 CUresult Launch(std::initializer_list<Range> ranges, bool sync, CUstream hStream, bool per_thread,
@@ -58,15 +66,14 @@ CUresult Launch(std::initializer_list<Range> ranges, bool sync, CUstream hStream
     if (!per_thread) {
       if (CUresult r = CheckLegacyImplicitDependency(s, st->ctx); r != CUDA_SUCCESS) return r;
     }
-    return SubmitAndWait(s, lk, st, prepare(s).run);
+    return SubmitAndWait(s, lk, st, prepare(s).run, touches_of(ranges));
   }
   PreparedOp op = prepare(s);
   SubmitOptions opts;
   opts.replayable = true;
-  for (const Range& range : ranges)
-    if (range.n != 0) opts.touches.push_back(Touch{range.p, range.n});
+  opts.touches = touches_of(ranges);
   if (!op.wait || st->capture) return Submit(s, st, std::move(op.run), std::move(opts));
-  return SubmitAndWait(s, lk, st, std::move(op.run));
+  return SubmitAndWait(s, lk, st, std::move(op.run), std::move(opts.touches));
 }
 
 bool IsPageable(State& s, std::uintptr_t p) { return FindRegion(s, p) == nullptr; }

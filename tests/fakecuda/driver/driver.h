@@ -227,6 +227,7 @@ struct Graph {
   std::uintptr_t handle = 0;  // 0 until the program gets one (end of capture, cuGraphCreate)
   Context* ctx = nullptr;     // current when it was made; a reset of that context destroys it
   std::vector<std::function<void()>> nodes;
+  std::vector<Touch> touches;  // device memory its captured copies and memsets access (a launch's)
   // Handles of its explicit nodes, in the order added. Kept here, not in a table keyed by the
   // Graph's address: a graph made after this one is destroyed may get the same address.
   std::vector<CUgraphNode> node_handles;
@@ -453,7 +454,8 @@ struct SubmitOptions {
 // stream records the op instead (replayable ops only) and never runs it.
 CUresult Submit(State& s, Stream* stream, std::function<void()> run, SubmitOptions opts = {});
 // Enqueues and waits for completion (synchronous copies and memsets).
-CUresult SubmitAndWait(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run);
+CUresult SubmitAndWait(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run,
+                       std::vector<Touch> touches = {});
 void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, const std::shared_ptr<Stream>& stream,
                    std::uint64_t seq);
 // Waits until every stream of the context (or of the device) has drained.

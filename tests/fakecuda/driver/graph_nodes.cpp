@@ -161,6 +161,7 @@ CUresult CUDAAPI cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
   if (!original->owned_allocations.empty()) return CUDA_ERROR_NOT_SUPPORTED;
   auto g = std::make_shared<Graph>();
   g->nodes = original->nodes;
+  g->touches = original->touches;
   g->ctx = original->ctx;
   PublishGraph(s, g);
   for (std::size_t i = 0; i < original->node_handles.size(); ++i) AddGraphNodeHandle(s, g.get());

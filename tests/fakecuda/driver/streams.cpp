@@ -118,7 +118,11 @@ CUresult Submit(State& s, Stream* stream, std::function<void()> run, SubmitOptio
   if (stream->capture) {
     // Captured work is recorded into the graph, never executed now.
     if (stream->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    if (opts.replayable && run) stream->capture->graph->nodes.push_back(std::move(run));
+    if (opts.replayable && run) {
+      Graph& g = *stream->capture->graph;
+      g.nodes.push_back(std::move(run));
+      g.touches.insert(g.touches.end(), opts.touches.begin(), opts.touches.end());
+    }
     return CUDA_SUCCESS;
   }
   Context* ctx = stream->ctx;
@@ -148,10 +152,13 @@ void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, const std::shared
   s.progress.wait(lk, [&] { return stream->completed >= seq; });
 }
 
-CUresult SubmitAndWait(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run) {
+CUresult SubmitAndWait(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run,
+                       std::vector<Touch> touches) {
   // A synchronous operation cannot be captured.
   if (CUresult r = RefuseIfCapturing(s, stream); r != CUDA_SUCCESS) return r;
-  if (CUresult r = Submit(s, stream, std::move(run)); r != CUDA_SUCCESS) return r;
+  SubmitOptions opts;
+  opts.touches = std::move(touches);  // queued meanwhile: another thread may unmap under it
+  if (CUresult r = Submit(s, stream, std::move(run), std::move(opts)); r != CUDA_SUCCESS) return r;
   WaitForStream(s, lk, SharedStream(s, stream), stream->submitted);
   return CUDA_SUCCESS;
 }

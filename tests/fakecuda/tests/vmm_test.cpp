@@ -209,12 +209,27 @@ TEST_F(Vmm, UnmappingUnderQueuedWorkStopsTheProcess) {
     while (!open) std::this_thread::yield();
   }, nullptr));
   ASSERT_CU(cuMemsetD8Async(va + kGran + 512, 3, 4096, s));  // waits behind the gate
-  EXPECT_DEATH(cuMemUnmap(va, 2 * kGran),
-               "fakecuda: misuse: cuMemUnmap of \\[0x[0-9a-f]+, 0x[0-9a-f]+\\) while work queued on stream 0x[0-9a-f]+ "
-               "still accesses \\[0x[0-9a-f]+, 0x[0-9a-f]+\\)");
+  const char* kMisuse = "fakecuda: misuse: cuMemUnmap of \\[0x[0-9a-f]+, 0x[0-9a-f]+\\) while work queued on stream "
+                        "0x[0-9a-f]+ still accesses \\[0x[0-9a-f]+, 0x[0-9a-f]+\\)";
+  EXPECT_DEATH(cuMemUnmap(va, 2 * kGran), kMisuse);
+  // The same memset captured into a graph, whose launch waits behind the gate.
+  CUstream c = nullptr;
+  ASSERT_CU(cuStreamCreate(&c, CU_STREAM_NON_BLOCKING));
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuStreamBeginCapture_v2(c, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemsetD8Async(va, 4, 4096, c));
+  ASSERT_CU(cuStreamEndCapture(c, &graph));
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s));
+  EXPECT_DEATH(cuMemUnmap(va, kGran * 2), kMisuse);
   open = true;
   ASSERT_CU(cuStreamSynchronize(s));
   EXPECT_EQ(reinterpret_cast<const unsigned char*>(va)[kGran + 512], 3);
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(va)[0], 4);  // the graph ran
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuStreamDestroy(c));
   const auto syncs = fakecudaDeviceSyncCount();
   ASSERT_CU(cuMemUnmap(va, 2 * kGran));
   EXPECT_EQ(fakecudaDeviceSyncCount(), syncs + 1);

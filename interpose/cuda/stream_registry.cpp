@@ -274,7 +274,10 @@ void note_capture_began(CUstream stream, bool per_thread) {
   CUevent before = nullptr;
   if (!per_thread) {
     auto it = r.streams.find(stream);
-    if (it != r.streams.end() && it->second.non_blocking) before = record_new_event(stream);
+    // In the stream's context (a stream of a context the program made, captured while the
+    // primary is current: recorded in the caller's, the event failed, the tail of a stream
+    // destroyed mid-capture was unknown, and every later fence of the device failed with it).
+    if (it != r.streams.end() && it->second.non_blocking) before = record_new_event(stream, it->second.context);
   }
   r.captures.push_back({per_thread ? nullptr : stream, per_thread ? &t_thread_marker : nullptr, current_context(), before});
   publish_captures(r);

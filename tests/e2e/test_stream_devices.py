@@ -38,8 +38,11 @@ class StreamDevices(ShimTestCase):
         # cudaMalloc+cudaFree of 64 MiB held 6,400 MiB until 2026-11-27. The controls destroy
         # the stream with its device current, or make no context; foreign_ctx_stream then
         # destroys its context while fences may hold events made there, and goes on.
+        # foreign_ctx_capture: such a stream destroyed while it captured, its capture begun while
+        # the primary context was current (its tail's event was recorded in the wrong context).
         for policy in ("caching", "vmm"):
-            for case in ("destroy_other_device", "destroy_same_device", "foreign_ctx_stream", "foreign_ctx_control"):
+            for case in ("destroy_other_device", "destroy_same_device", "foreign_ctx_stream", "foreign_ctx_control",
+                         "foreign_ctx_capture"):
                 with self.subTest(policy=policy, case=case):
                     r = self.run_case(case, policy)
                     self.assertRanOK(r)

@@ -100,6 +100,25 @@ int foreign_ctx_stream(bool with_stream) {
   return 0;
 }
 
+// A capture begun on a stream of a program-made context while the primary is current, and the
+// stream destroyed mid-capture: what it queued before the capture is its tail. The event marking
+// it was recorded in the caller's context and failed until 2026-11-27, so the tail was unknown and
+// every fence of the device failed until a synchronization (a review helper's reproducer).
+int foreign_ctx_capture() {
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(nullptr));
+  testsupport::ProgramContext c = testsupport::make_program_context();
+  testsupport::make_current(c.primary);
+  using Begin = CUresult (*)(CUstream, CUstreamCaptureMode);
+  CHECK_CU(testsupport::driver_function<Begin>("cuStreamBeginCapture_v2")(c.stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream)>("cuStreamDestroy_v2")(c.stream));
+  testsupport::plain_rounds(100, 64 * kMiB);
+  report("foreign_ctx_capture", 0);
+  testsupport::destroy_context(c.context);
+  testsupport::make_current(c.primary);
+  return 0;
+}
+
 // A block that a stream of a program-made context still writes, freed and handed out again: the
 // pool must wait for that stream (live, or destroyed after the free: `destroyed`, its work a tail).
 // Two 8 MiB blocks share one 20 MiB segment and are freed, then 20 MiB asked: the new block can
@@ -245,6 +264,7 @@ int main(int argc, char** argv) {
   if (c == "ptds_cross_device") return cross_device_default(cudaStreamPerThread, "ptds_cross_device");
   if (c == "foreign_ctx_stream") return foreign_ctx_stream(true);
   if (c == "foreign_ctx_control") return foreign_ctx_stream(false);
+  if (c == "foreign_ctx_capture") return foreign_ctx_capture();
   if (c == "foreign_ctx_fence") return foreign_ctx_reuse(true, false, false, "foreign_ctx_fence");
   if (c == "foreign_ctx_fence_tail") return foreign_ctx_reuse(true, true, false, "foreign_ctx_fence_tail");
   if (c == "foreign_ctx_oom") return foreign_ctx_reuse(false, false, false, "foreign_ctx_oom");

@@ -272,14 +272,19 @@ void note_capture_began(CUstream stream, bool per_thread) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   CUevent before = nullptr;
+  // The capture is the stream's context's: it ends with that context (forget_context), and its
+  // event is destroyed while that context lives. A stream of a context the program made may be
+  // captured while the primary is current; kept under the caller's context, the capture outlived
+  // its context, every pool held its memory for good, and a later reset destroyed the dead event.
+  CUcontext context = current_context();
   if (!per_thread) {
     auto it = r.streams.find(stream);
-    // In the stream's context (a stream of a context the program made, captured while the
-    // primary is current: recorded in the caller's, the event failed, the tail of a stream
-    // destroyed mid-capture was unknown, and every later fence of the device failed with it).
+    if (it != r.streams.end() && it->second.context != nullptr) context = it->second.context;
+    // In the stream's context: recorded in the caller's, the event failed, the tail of a stream
+    // destroyed mid-capture was unknown, and every later fence of the device failed with it.
     if (it != r.streams.end() && it->second.non_blocking) before = record_new_event(stream, it->second.context);
   }
-  r.captures.push_back({per_thread ? nullptr : stream, per_thread ? &t_thread_marker : nullptr, current_context(), before});
+  r.captures.push_back({per_thread ? nullptr : stream, per_thread ? &t_thread_marker : nullptr, context, before});
   publish_captures(r);
 }
 

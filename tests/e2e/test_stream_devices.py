@@ -39,10 +39,12 @@ class StreamDevices(ShimTestCase):
         # the stream with its device current, or make no context; foreign_ctx_stream then
         # destroys its context while fences may hold events made there, and goes on.
         # foreign_ctx_capture: such a stream destroyed while it captured, its capture begun while
-        # the primary context was current (its tail's event was recorded in the wrong context).
+        # the primary context was current (its tail's event was recorded in the wrong context);
+        # _ctx_gone: its context destroyed mid-capture (the capture was kept under the caller's
+        # context and outlived its own; the reset at the end destroyed its dead event).
         for policy in ("caching", "vmm"):
             for case in ("destroy_other_device", "destroy_same_device", "foreign_ctx_stream", "foreign_ctx_control",
-                         "foreign_ctx_capture"):
+                         "foreign_ctx_capture", "foreign_ctx_capture_ctx_gone"):
                 with self.subTest(policy=policy, case=case):
                     r = self.run_case(case, policy)
                     self.assertRanOK(r)

@@ -104,18 +104,30 @@ int foreign_ctx_stream(bool with_stream) {
 // stream destroyed mid-capture: what it queued before the capture is its tail. The event marking
 // it was recorded in the caller's context and failed until 2026-11-27, so the tail was unknown and
 // every fence of the device failed until a synchronization (a review helper's reproducer).
-int foreign_ctx_capture() {
+// `context_goes`: the context is destroyed instead, its stream still capturing. The capture was
+// kept under the caller's context, so it outlived its own: every pool held its memory for good
+// (100 rounds of 64 MiB: 6.2 GiB), and the reset at the end destroyed its event, dead with the
+// context (the strict device stops there). A review helper's reproducers, 2026-11-27.
+int foreign_ctx_capture(bool context_goes) {
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
   testsupport::ProgramContext c = testsupport::make_program_context();
   testsupport::make_current(c.primary);
   using Begin = CUresult (*)(CUstream, CUstreamCaptureMode);
   CHECK_CU(testsupport::driver_function<Begin>("cuStreamBeginCapture_v2")(c.stream, CU_STREAM_CAPTURE_MODE_RELAXED));
-  CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream)>("cuStreamDestroy_v2")(c.stream));
+  if (context_goes) {
+    testsupport::destroy_context(c.context);
+    testsupport::make_current(c.primary);
+  } else {
+    CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream)>("cuStreamDestroy_v2")(c.stream));
+  }
   testsupport::plain_rounds(100, 64 * kMiB);
-  report("foreign_ctx_capture", 0);
-  testsupport::destroy_context(c.context);
-  testsupport::make_current(c.primary);
+  report(context_goes ? "foreign_ctx_capture_ctx_gone" : "foreign_ctx_capture", 0);
+  if (!context_goes) {
+    testsupport::destroy_context(c.context);
+    testsupport::make_current(c.primary);
+  }
+  CHECK(cudaDeviceReset());
   return 0;
 }
 
@@ -264,7 +276,8 @@ int main(int argc, char** argv) {
   if (c == "ptds_cross_device") return cross_device_default(cudaStreamPerThread, "ptds_cross_device");
   if (c == "foreign_ctx_stream") return foreign_ctx_stream(true);
   if (c == "foreign_ctx_control") return foreign_ctx_stream(false);
-  if (c == "foreign_ctx_capture") return foreign_ctx_capture();
+  if (c == "foreign_ctx_capture") return foreign_ctx_capture(false);
+  if (c == "foreign_ctx_capture_ctx_gone") return foreign_ctx_capture(true);
   if (c == "foreign_ctx_fence") return foreign_ctx_reuse(true, false, false, "foreign_ctx_fence");
   if (c == "foreign_ctx_fence_tail") return foreign_ctx_reuse(true, true, false, "foreign_ctx_fence_tail");
   if (c == "foreign_ctx_oom") return foreign_ctx_reuse(false, false, false, "foreign_ctx_oom");

@@ -153,7 +153,10 @@ CUresult DriverBackend::segment_free(void* p, size_t) {
 
 CUresult DriverBackend::synchronize() {
   const CUresult r = in_context([&] { return api_->ctx_synchronize(); });
-  if (r == CUDA_SUCCESS) tails_settled(device_);  // every stream's work has finished, destroyed ones' too
+  // The primary context's streams have finished, destroyed ones' too. Tails of other contexts'
+  // destroyed streams are dropped as well, though their work may still run: otherwise an unknown
+  // one would never clear (docs/policies.md, "Open: streams of program-made contexts").
+  if (r == CUDA_SUCCESS) tails_settled(device_);
   return r;
 }
 

@@ -60,9 +60,12 @@ bool in_another_front(void* f) {
 template <typename F>
 void resolve(void* lib, F*& slot, const char* name) {
   // A versioned lookup first: it is what the application itself bound to (CUDA 13's runtime, else
-  // CUDA 12's), and never another front's unversioned trampoline.
-  void* f = lookup(lib, name, "libcudart.so.13");
-  if (f == nullptr) f = lookup(lib, name, "libcudart.so.12");
+  // 12's or 11's), and never another front's unversioned trampoline. A runtime of another version
+  // node is found unversioned, or, past another front, not at all (resolve_real_runtime then
+  // looks for libcudart.so.13 and .12 loaded locally).
+  void* f = nullptr;
+  for (const char* version : {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"})
+    if (f == nullptr) f = lookup(lib, name, version);
   if (f == nullptr && (f = lookup(lib, name, nullptr)) != nullptr && lib == RTLD_NEXT && in_another_front(f))
     f = nullptr;  // the runtime is further on, or loaded locally: resolve_real_runtime looks there
   slot = reinterpret_cast<F*>(f);

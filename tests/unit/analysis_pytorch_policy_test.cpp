@@ -295,13 +295,14 @@ TEST(PyTorchPolicy, ReplayCountsSteadyStateSynchronizationsApart) {
   const std::vector<TraceEvent> releasing{ev(EventKind::kAlloc, 0xA, 12 * kMiB), ev(EventKind::kFree, 0xA, 0),
                                           ev(EventKind::kAlloc, 0xB, 30 * kMiB), ev(EventKind::kFree, 0xB, 0)};
   const std::vector<TraceEvent> reusing{ev(EventKind::kAlloc, 0xC, 30 * kMiB), ev(EventKind::kFree, 0xC, 0)};
-  auto replay = [&](std::vector<TraceEvent> events) {
+  auto replay = [&](std::vector<TraceEvent> events, ReplayModel model = ReplayModel::kPyTorch,
+                    uint64_t capacity = 40 * kMiB) {
     TraceData t;
     t.header.policy = "passthrough";
-    t.devices.push_back(trace::DeviceInfo{0, 40 * kMiB, 0});
+    t.devices.push_back(trace::DeviceInfo{0, capacity, 0});
     t.events = std::move(events);
     ReplaySettings s;
-    s.model = ReplayModel::kPyTorch;
+    s.model = model;
     return replay_trace(t, s).devices.at(0);
   };
   std::vector<TraceEvent> warmup{mark(1)};
@@ -323,13 +324,7 @@ TEST(PyTorchPolicy, ReplayCountsSteadyStateSynchronizationsApart) {
   // Mappings are counted apart too: expandable segments map the 12 and 30 MiB blocks' pages where
   // they first come, and map nothing for the block that reuses them.
   auto replay_expandable = [&](std::vector<TraceEvent> events) {
-    TraceData t;
-    t.header.policy = "passthrough";
-    t.devices.push_back(trace::DeviceInfo{0, 1024 * kMiB, 0});
-    t.events = std::move(events);
-    ReplaySettings s;
-    s.model = ReplayModel::kPyTorchExpandable;
-    return replay_trace(t, s).devices.at(0);
+    return replay(std::move(events), ReplayModel::kPyTorchExpandable, 1024 * kMiB);
   };
   const ReplayDevice c = replay_expandable(warmup);
   EXPECT_GT(c.driver.maps, 0u);

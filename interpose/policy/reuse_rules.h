@@ -257,10 +257,7 @@ class ReuseRules {
   bool wait_oldest(Release&& release) {
     if (backend_.capture_active()) return false;
     if (sealed_.empty()) seal();
-    if (sealed_.empty() || sealed_.front().fence == 0) return false;
-    if (!backend_.wait_fence(sealed_.front().fence)) return false;
-    ++waits_;
-    return poll(release);
+    return wait_oldest_closed(release);
   }
   // Before a pool carves a request out of a larger free block: while no free block fits it
   // exactly (`exact_fit()`) and a closed epoch waits for its fence, wait for the oldest closed

@@ -14,6 +14,17 @@
 
 namespace gpushim {
 
+namespace {
+
+// An event handle of this backend is a CUevent of the primary context, or, with this bit set, a
+// TailRef of another context (foreign_stream). Neither a user-space pointer nor a handle of the
+// simulated driver has it.
+constexpr uint64_t kMarkBit = uint64_t{1} << 63;
+bool is_mark(uint64_t event) { return (event & kMarkBit) != 0; }
+TailRef* mark_of(uint64_t event) { return reinterpret_cast<TailRef*>(event & ~kMarkBit); }
+
+}  // namespace
+
 struct DriverApi {
   decltype(&cuMemAlloc_v2) mem_alloc = nullptr;
   decltype(&cuMemFree_v2) mem_free = nullptr;
@@ -231,11 +242,35 @@ uint64_t DriverBackend::record_event(CUstream stream) {
   return reinterpret_cast<uint64_t>(e);
 }
 
+bool DriverBackend::foreign_stream(CUstream stream, uint64_t* event) {
+  const CUcontext primary = primary_.load(std::memory_order_acquire);
+  if (primary == nullptr) return false;  // no segment yet: nothing a stream could order
+  CUcontext ctx = nullptr;
+  if (names_created_stream(stream)) ctx = context_of_stream(stream);
+  else if (api_->ctx_get_current(&ctx) != CUDA_SUCCESS) ctx = nullptr;
+  // A context unknown (a stream made where no hook saw it, on a driver without cuStreamGetCtx)
+  // is taken for the primary one, as before contexts were told apart.
+  if (ctx == nullptr || ctx == primary) return false;
+  if (event != nullptr) {
+    TailRef mark = record_mark(stream, ctx);
+    *event = mark == nullptr ? 0 : reinterpret_cast<uint64_t>(new TailRef(std::move(mark))) | kMarkBit;
+  }
+  return true;
+}
+
+bool DriverBackend::synchronize_covers(uint64_t event) { return !is_mark(event); }
+
 bool DriverBackend::event_done(uint64_t event) {
+  if (is_mark(event)) return tail_done(*mark_of(event));
   return api_->event_query(reinterpret_cast<CUevent>(event)) == CUDA_SUCCESS;
 }
 
 void DriverBackend::release_event(uint64_t event) {
+  if (is_mark(event)) {
+    release_mark(*mark_of(event));
+    delete mark_of(event);
+    return;
+  }
   std::lock_guard<std::mutex> lock(events_mu_);
   spare_events_.push_back(reinterpret_cast<CUevent>(event));
 }

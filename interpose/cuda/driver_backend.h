@@ -29,6 +29,8 @@ class DriverBackend final : public Backend {
   bool fence_done(uint64_t fence) override;
   void release_fence(uint64_t fence) override;
   bool wait_fence(uint64_t fence) override;
+  bool foreign_stream(CUstream stream, uint64_t* event) override;
+  bool synchronize_covers(uint64_t event) override;
   bool capture_active() override;
   CUresult mem_info(size_t* free, size_t* total) override;
 

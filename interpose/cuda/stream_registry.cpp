@@ -37,7 +37,9 @@ struct Registry {
   std::mutex mu;
   absl::flat_hash_map<CUstream, Stream> streams;  // every live stream we know of
   std::vector<TailRef> tails;                     // unfinished tails of destroyed non-blocking streams
-  std::vector<std::weak_ptr<StreamTail>> marks;   // fences' events on streams of program-made contexts
+  // Events on streams of program-made contexts that fences and pools hold (record_mark).
+  std::vector<std::weak_ptr<StreamTail>> marks;
+  size_t marks_pruned_at = 64;
   // Captures in progress: a created stream, or (per_thread) the thread whose per-thread default
   // stream captures, keyed by that thread's marker address.
   struct Capture {
@@ -78,7 +80,8 @@ Registry& registry() {
 struct KnownStream {
   CUstream stream;
   uint64_t generation;
-  int device;  // the stream's, as the registry has it (device_of_stream's fast path)
+  CUcontext context;  // the stream's, as the registry has it (context_of_stream's fast path)
+  int device;         // and its device (device_of_stream's)
 };
 KnownStream& known_stream() { return thread_slot<KnownStream, ThreadSlot::kKnownStream>(); }
 thread_local char t_thread_marker;
@@ -128,6 +131,25 @@ void destroy_event(CUevent e) {
   if (e != nullptr && real_driver().cuEventDestroy_v2) real_driver().cuEventDestroy_v2(e);
 }
 
+// Under r.mu: an event recorded now on `stream` in `context` (not the pool's), that its holder
+// alone owns and that dies with that context (forget_context), as `marks` says.
+TailRef new_mark(Registry& r, CUstream stream, CUcontext context, int device) {
+  auto mark = std::make_shared<StreamTail>();
+  mark->context = context;
+  mark->device = device;
+  mark->fence_mark = true;
+  mark->event = record_new_event(stream, context);
+  if (mark->event == nullptr) return nullptr;
+  // Pools hold marks too, in processes that may never record a fence (which prunes the list).
+  if (r.marks.size() >= r.marks_pruned_at) {
+    r.marks.erase(std::remove_if(r.marks.begin(), r.marks.end(), [](const auto& w) { return w.expired(); }),
+                  r.marks.end());
+    r.marks_pruned_at = std::max<size_t>(64, 2 * r.marks.size());
+  }
+  r.marks.push_back(mark);
+  return mark;
+}
+
 }  // namespace
 
 void note_stream_created(CUstream stream, unsigned flags, CUcontext context) {
@@ -154,6 +176,7 @@ void learn_stream(CUstream stream) {
   if (known.stream == stream && known.generation == gen) return;
   Registry& r = registry();
   int known_device = -1;
+  CUcontext known_context = nullptr;
   {
     std::lock_guard<std::mutex> lock(r.mu);
     auto it = r.streams.find(stream);
@@ -168,8 +191,9 @@ void learn_stream(CUstream stream) {
       it = r.streams.emplace(stream, Stream{ctx, device, (flags & CU_STREAM_NON_BLOCKING) != 0}).first;
     }
     known_device = it->second.device;
+    known_context = it->second.context;
   }
-  known = KnownStream{stream, gen, known_device};
+  known = KnownStream{stream, gen, known_context, known_device};
 }
 
 void note_stream_destroying(CUstream stream) {
@@ -250,6 +274,8 @@ void forget_context(CUcontext context, bool context_alive) {
 }
 
 CUcontext context_of_stream(CUstream stream) {
+  const KnownStream& known = known_stream();
+  if (known.stream == stream && known.generation == g_generation.load(std::memory_order_acquire)) return known.context;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.streams.find(stream);
@@ -332,13 +358,8 @@ bool record_fence_targets(int device, CUcontext pool_context, absl::FunctionRef<
     // primary's, a green context, may take it, and then nothing here outlives it); where that
     // fails, an event made in the stream's own context.
     if (record(stream)) continue;
-    auto mark = std::make_shared<StreamTail>();
-    mark->context = s.context;
-    mark->device = device;
-    mark->fence_mark = true;
-    mark->event = record_new_event(stream, s.context);
-    if (mark->event == nullptr) return false;
-    r.marks.push_back(mark);
+    TailRef mark = new_mark(r, stream, s.context, device);
+    if (mark == nullptr) return false;
     tails->push_back(std::move(mark));
   }
   return true;
@@ -351,6 +372,29 @@ void release_fence_tails(std::vector<TailRef>* tails) {
   for (const TailRef& t : *tails)
     if (t->fence_mark) destroy_tail_event(*t);
   tails->clear();
+}
+
+TailRef record_mark(CUstream stream, CUcontext context) {
+  if (context == nullptr) return nullptr;
+  int device = -1;
+  if (!names_created_stream(stream) && !current_context_device(&device)) return nullptr;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (names_created_stream(stream)) {
+    // Named under the lock only while the registry knows it (a destroy takes it out first): the
+    // program's free vouched for it, but another thread may have destroyed it since.
+    auto it = r.streams.find(stream);
+    if (it == r.streams.end()) return nullptr;
+    device = it->second.device;
+  }
+  return new_mark(r, stream, context, device);
+}
+
+void release_mark(const TailRef& mark) {
+  if (mark == nullptr) return;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  destroy_tail_event(*mark);
 }
 
 bool tail_done(const TailRef& tail) {

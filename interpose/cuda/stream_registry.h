@@ -47,7 +47,8 @@ void note_stream_destroying(CUstream stream);
 // The context is about to be destroyed or reset (`context_alive`: its tail events are destroyed
 // now) or was (they died with it): its streams, tails and captures are dropped.
 void forget_context(CUcontext context, bool context_alive);
-// The context `stream` belongs to, as the registry knows it (null: unknown).
+// The context `stream` belongs to, as the registry knows it (null: unknown). Cheap for the stream
+// this thread last told learn_stream of.
 CUcontext context_of_stream(CUstream stream);
 // The device whose work `stream` orders: a default stream (0, legacy, per-thread) is the calling
 // thread's current context's, a created one the device it was made on. -1: unknown.
@@ -81,5 +82,14 @@ bool tail_done(const TailRef& tail);
 bool wait_tail(const TailRef& tail);
 // A device synchronization finished every tail of `device`.
 void tails_settled(int device);
+
+// ---- pools' events on streams of program-made contexts (DriverBackend) ----
+// An event recorded now on `stream` (a created stream the registry knows, or a default stream of
+// the calling thread's current context) in `context`, which is not the pool's: queried with
+// tail_done, it counts as finished once that context is gone (the registry drops it with the
+// context, which destroys its events). Null if none could be recorded.
+TailRef record_mark(CUstream stream, CUcontext context);
+// Its holder is done with it: its event is destroyed.
+void release_mark(const TailRef& mark);
 
 }  // namespace gpushim

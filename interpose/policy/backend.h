@@ -59,6 +59,25 @@ class Backend {
     (void)fence;
     return false;
   }
+  // ---- streams of other contexts ----
+  // A stream-ordered call names `stream` as the calling thread sees it. False when the pool's own
+  // context orders that stream: the pool's events name the same stream later, and its
+  // synchronize() covers the stream's work. True for a stream of another context on the device (one
+  // the program made, cuCtxCreate) or for a default stream while such a context is current; then,
+  // with `event`, an event recorded now in that context, which alone can order a block freed
+  // there (0 if none could be recorded; released with release_event; synchronize() does not
+  // finish it, see synchronize_covers).
+  virtual bool foreign_stream(CUstream stream, uint64_t* event) {
+    (void)stream;
+    (void)event;
+    return false;
+  }
+  // Has the work before `event` finished once synchronize() returns? Not for one recorded in
+  // another context (foreign_stream): the pool synchronizes its own context only.
+  virtual bool synchronize_covers(uint64_t event) {
+    (void)event;
+    return true;
+  }
   // True while any stream is capturing a graph: then no synchronize and no event query is legal,
   // so pools grow instead of waiting.
   virtual bool capture_active() { return false; }

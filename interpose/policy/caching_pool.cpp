@@ -474,9 +474,15 @@ void CachingPool::release_batch(std::vector<Block*>& blocks, bool all_idle) {
   if (all_idle) {
     // Every free block is idle too: out of the free sets and into this pass, so that every run of
     // address-adjacent idle blocks is merged once and inserted once, rather than a B-tree erase
-    // and insert for every merge (thousands after a long wait).
+    // and insert for every merge (thousands after a long wait). Save blocks freed in another
+    // context's stream order, which the synchronization did not cover: they stay as they are.
+    std::vector<Block*> still_used;
     for (FreeSet* set : {&small_free_, &large_free_}) {
       for (Block* b : *set) {
+        if (!rules_.synchronized_idle(b)) {
+          still_used.push_back(b);
+          continue;
+        }
         b->state = State::kReleasing;
         blocks.push_back(b);
       }
@@ -485,9 +491,13 @@ void CachingPool::release_batch(std::vector<Block*>& blocks, bool all_idle) {
     }
     for (Block* b : blocks)
       if (b->stream != nullptr || b->event != nullptr) rules_.clear(b);
-    unmerged_ = false;  // every run of free blocks becomes one
     for (Block* b : apart_) b->listed_apart = false;
     apart_.clear();
+    for (Block* b : still_used) {
+      free_set(b->segment->small).insert(b);
+      note_apart(b);
+    }
+    unmerged_ = !still_used.empty();  // every other run of free blocks becomes one
   }
   for (Block* b : blocks) {
     if (b->state != State::kReleasing) continue;  // already part of an earlier run

@@ -66,7 +66,9 @@ class ObservedBackend final : public ForwardingBackend {
   }
 
   // Fences and events are numbered by the call that recorded them, failed calls included, so the
-  // numbers match a replay that makes the same calls.
+  // numbers match a replay that makes the same calls. Events recorded in another context
+  // (foreign_stream) are not: a trace does not say which context a stream was, so a replay makes
+  // other calls there anyway.
   uint64_t record_device_fence() override {
     const uint64_t f = upstream().record_device_fence();
     ++fence_calls_;

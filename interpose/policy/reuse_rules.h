@@ -76,6 +76,15 @@ class ReuseRules {
   bool freed_on_stream(Block* b, CUstream stream) {
     drop_event(b);
     stream = normalize_stream(stream);
+    // A stream of a context the program made: the pool's events cannot name it later (nor its
+    // default streams, whose handles name the pool context's own), and the pool's synchronization
+    // does not cover it. Ordered by an event recorded there now; failing that, a fence.
+    if (uint64_t e = 0; backend_.foreign_stream(stream, &e)) {
+      if (e == 0) return false;
+      b->event = new ReuseEvent{e, 1};
+      b->stream = event_ordered_mark();
+      return true;
+    }
     if (stream == CU_STREAM_PER_THREAD) {
       // Only this thread can name its per-thread stream: its event is recorded now. Failing that,
       // a device fence covers it (its legacy-stream event waits for per-thread default streams).
@@ -115,7 +124,12 @@ class ReuseRules {
   // May `b` (free) serve `req` now?
   bool usable(Block* b, const AllocRequest& req) {
     if (b->stream == nullptr) return true;
-    if (req.stream_ordered && same_stream(b->stream, normalize_stream(req.stream))) return true;
+    // The same stream, unless the request names the legacy stream from another context: that is
+    // the other context's own. (A created stream is one context's; blocks never name another
+    // context's, see freed_on_stream.)
+    if (req.stream_ordered && same_stream(b->stream, normalize_stream(req.stream)) &&
+        (b->stream != CU_STREAM_LEGACY || !backend_.foreign_stream(CU_STREAM_LEGACY, nullptr)))
+      return true;
     return idle(b);
   }
   // Has all work queued before `b`'s free completed? Then `b` becomes ready for anyone.
@@ -300,8 +314,8 @@ class ReuseRules {
     return any;
   }
   // Synchronizes the device (counted) and hands every waiting block to `release`; the caller
-  // then knows that every stream-ordered free so far is idle too. False during capture or if the
-  // driver refused.
+  // then knows that every stream-ordered free so far is idle too, save those that
+  // synchronized_idle() says are not. False during capture or if the driver refused.
   template <typename Release>
   bool synchronize(Release&& release) {
     if (backend_.capture_active()) return false;
@@ -327,6 +341,12 @@ class ReuseRules {
     waiting_blocks_ = 0;
     release(all);
     recycle(std::move(all));
+  }
+  // After synchronize(): is the free `b` idle? Not if its event was recorded in another context
+  // (a stream-ordered free there): that context's work may still use it, and it waits for its
+  // event as before.
+  bool synchronized_idle(const Block* b) {
+    return b->event == nullptr || backend_.synchronize_covers(b->event->handle);
   }
   template <typename Fn>
   void for_each_waiting(Fn&& fn) const {

@@ -90,6 +90,15 @@ uint64_t SimBackend::record_event(CUstream) {
   return e;
 }
 
+bool SimBackend::foreign_stream(CUstream stream, uint64_t* event) {
+  if (foreign_streams_.count(stream) == 0) return false;
+  if (event != nullptr) {
+    *event = record_event(stream);
+    foreign_events_.insert(*event);
+  }
+  return true;
+}
+
 uint64_t SimBackend::record_device_fence() {
   const uint64_t e = record_event(nullptr);
   --counters_.events_recorded;
@@ -103,6 +112,7 @@ uint64_t SimBackend::record_device_fence() {
 
 bool SimBackend::event_done(uint64_t event) {
   ++counters_.event_queries;
+  if (foreign_events_.count(event) != 0) return false;
   if (scripted_ && pending_events_.count(event)) {
     auto it = tracked_.find(event);
     if (it != tracked_.end()) {
@@ -130,6 +140,7 @@ bool SimBackend::event_done(uint64_t event) {
 
 void SimBackend::release_event(uint64_t event) {
   live_events_.erase(event);
+  foreign_events_.erase(event);
   if (pending_events_.erase(event)) {
     // Released while the run still said "not yet": a lower bound on its completion only.
     auto t = tracked_.find(event);

@@ -43,6 +43,8 @@ class SimBackend final : public Backend {
   bool fence_done(uint64_t fence) override { return event_done(fence); }
   void release_fence(uint64_t fence) override { release_event(fence); }
   bool wait_fence(uint64_t fence) override;
+  bool foreign_stream(CUstream stream, uint64_t* event) override;
+  bool synchronize_covers(uint64_t event) override { return foreign_events_.count(event) == 0; }
   bool capture_active() override { return capturing_; }
   CUresult mem_info(size_t* free, size_t* total) override;
 
@@ -60,7 +62,12 @@ class SimBackend final : public Backend {
   void complete_events() {
     pending_events_.clear();
     due_.clear();
+    foreign_events_.clear();
   }
+  // `stream` is another context's (Backend::foreign_stream): the event of a block freed there
+  // is recorded at the free and stays pending, whatever synchronize() does, until
+  // complete_events().
+  void set_foreign_stream(CUstream stream) { foreign_streams_.insert(stream); }
   void set_capturing(bool v) { capturing_ = v; }
   // Replay of a recorded run: from now on fences and events complete only as the run saw them
   // (and at a wait or a synchronization). script_completion says that the `ordinal`-th fence (or
@@ -149,6 +156,8 @@ class SimBackend final : public Backend {
   std::map<uintptr_t, uint64_t> reservations_;  // va -> size
   uint64_t mapped_bytes_ = 0;
   std::set<uint64_t> pending_events_, live_events_;
+  std::set<CUstream> foreign_streams_;
+  std::set<uint64_t> foreign_events_;  // recorded in another context: pending until complete_events()
   bool events_at_once_ = true;
   bool scripted_ = false;
   struct Tracked {

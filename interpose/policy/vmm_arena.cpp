@@ -236,7 +236,9 @@ void VmmArena::settle_locked() {
   // merge only ever swallows a block already re-inserted or one that was untagged all along.
   std::vector<Block*> tagged;
   for (auto it = free_.begin(); it != free_.end();) {
-    if ((*it)->stream == nullptr) {
+    // Blocks freed in another context's stream order wait for their own event: the
+    // synchronization covered the pool's context only.
+    if ((*it)->stream == nullptr || !rules_.synchronized_idle(*it)) {
       ++it;
       continue;
     }

@@ -53,24 +53,49 @@ class StreamDevices(ShimTestCase):
                     self.assertEqual(out["reuse_syncs"], 0, out)
 
     def test_memory_short_while_another_contexts_stream_writes_a_freed_block(self):
-        # Under a cap, memory is handed out again over a block that a stream of a program-made
-        # context still writes (live, or destroyed after the free: a tail), freed with cudaFree.
-        # The pools wait for the fence, which covers that stream's event (or the tail), rather than
-        # synchronize: with fences that could not name the stream (before 2026-11-27) a
-        # synchronization was the only way out, and it covers the primary context only. The
-        # stream-ordered cases of the program (foreign_ctx_oom*, foreign_ctx_trim*) reproduce
-        # that synchronization's open bug (docs/policies.md).
+        # Memory is handed out again over a block that a stream of a program-made context still
+        # writes (live, or destroyed after the free: a tail). Freed with cudaFree (fence*), under a
+        # cap: the pools wait for the fence, which covers that stream's event (or the tail), rather
+        # than synchronize. Freed in that stream's order (oom*, trim*): the pool's synchronization,
+        # when memory is short or on cudaMemPoolTrimTo, covers the primary context only, and
+        # released the block to its new owner until 2026-11-27 (6 of 8 cases corrupt). Now it waits
+        # for its own event: short of memory the allocation fails, and gets the block once that
+        # context has synchronized; with room to grow (trim*) it gets new memory.
+        expect = {  # case: (cap, oom, overlaps)
+            "foreign_ctx_fence": ("24M", False, True),
+            "foreign_ctx_fence_tail": ("24M", False, True),
+            "foreign_ctx_oom": ("24M", True, True),
+            "foreign_ctx_oom_tail": ("24M", True, True),
+            "foreign_ctx_trim": (None, False, False),
+            "foreign_ctx_trim_tail": (None, False, False),
+        }
         for policy in ("caching", "vmm"):
-            for case in ("foreign_ctx_fence", "foreign_ctx_fence_tail"):
+            for case, (cap, oom, overlaps) in expect.items():
                 with self.subTest(policy=policy, case=case):
-                    r = run([program("e2e_cross_device_streams"), case],
-                            env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "24M", "GPUSHIM_SUMMARY": "0"})
+                    env = {"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0"}
+                    if cap:
+                        env["GPUSHIM_LIMIT"] = cap
+                    r = run([program("e2e_cross_device_streams"), case], env=env)
                     self.assertRanOK(r)
                     out = last_json(r)
-                    self.assertTrue(out["overlaps"], out)  # the new block is over the written one
                     self.assertTrue(out["intact"], out)
-                    self.assertEqual(out["reuse_syncs"], 0, out)
+                    self.assertEqual((out["oom"], out["overlaps"]), (oom, overlaps), out)
+                    if case.startswith("foreign_ctx_fence"):
+                        self.assertEqual(out["reuse_syncs"], 0, out)
                     self.assertEqual(r.device(0)["live_count"], 0)
+
+    def test_the_legacy_streams_of_two_contexts_are_two_streams(self):
+        # One handle, CU_STREAM_LEGACY, names each context's own legacy stream: a block freed in the
+        # order of one context's must not be reused at once in the order of the other's.
+        for policy in POLICIES:
+            for case in ("legacy_from_program_ctx", "legacy_to_program_ctx"):
+                with self.subTest(policy=policy, case=case):
+                    r = self.run_case(case, policy)
+                    self.assertRanOK(r)
+                    out = last_json(r)
+                    self.assertTrue(out["intact"], out)
+                    if policy != "passthrough":
+                        self.assertFalse(out["same_block"], out)
 
     def test_waiting_for_a_stream_of_another_context_never_holds_the_program_up(self):
         # The pool waits for a fence that covers a stream of a program-made context whose host

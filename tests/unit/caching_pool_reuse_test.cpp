@@ -39,5 +39,36 @@ TEST(CachingPoolReuse, AnEventOfAnEarlierFreeNeverVouchesForALaterOne) {
   EXPECT_EQ(alloc(stream(5)), a);
 }
 
+// A block freed in the order of a stream of another context (one the program made) is ordered by
+// an event recorded there at the free: the pool's own stream of the same handle is not that
+// stream, and the pool's synchronization (memory short, cudaMemPoolTrimTo, empty_cache) covers its
+// own context only. Before 2026-11-27 the synchronization released it to its next owner while the
+// other context's work still wrote it.
+TEST(CachingPoolReuse, ABlockFreedInAnotherContextsOrderWaitsForItsOwnEventThroughASynchronization) {
+  SimBackend sim(1024 * MiB);
+  sim.set_events_complete_at_once(false);
+  const CUstream theirs = stream(7);
+  sim.set_foreign_stream(theirs);
+  CachingPool pool(sim, {});
+  auto alloc = [&](CUstream s) {
+    void* p = nullptr;
+    uint64_t got = 0;
+    EXPECT_EQ(pool.allocate(AllocRequest{4096, s, true}, &p, &got), CUDA_SUCCESS);
+    return p;
+  };
+  void* a = alloc(stream(1));
+  ASSERT_NE(alloc(stream(1)), nullptr);  // live: keeps `a` apart from its segment's free rest
+  const uint64_t events = sim.counters().events_recorded;
+  ASSERT_EQ(pool.deallocate(a, theirs, true), CUDA_SUCCESS);
+  EXPECT_EQ(sim.counters().events_recorded, events + 1);  // at the free, in that context
+  EXPECT_NE(alloc(theirs), a);
+  const uint64_t syncs = sim.counters().synchronizes;
+  pool.trim_to(0);
+  EXPECT_EQ(sim.counters().synchronizes, syncs + 1);
+  EXPECT_NE(alloc(stream(2)), a);
+  sim.complete_events();  // that context's work is done
+  EXPECT_EQ(alloc(stream(2)), a);
+}
+
 }  // namespace
 }  // namespace gpushim

@@ -404,6 +404,24 @@ TEST(VmmPool, SynchronizesOnlyWhenMemoryIsShort) {
   EXPECT_LE(v.fig().reserved_bytes, 60 * MiB);
 }
 
+// A block freed in the order of a stream of another context (one the program made) waits for an
+// event recorded there at the free; the pool's synchronization covers its own context only, so
+// memory short, the request fails rather than take it (before 2026-11-27 it took it).
+TEST(VmmPool, ABlockFreedInAnotherContextsOrderWaitsForItsOwnEventThroughASynchronization) {
+  Vmm v(4 * GiB, {}, /*limit=*/60 * MiB);
+  v.sim.set_events_complete_at_once(false);
+  const CUstream theirs = vmm_stream(0x700);
+  v.sim.set_foreign_stream(theirs);
+  void* a = v.alloc(40 * MiB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(v.free(a, theirs, true), CUDA_SUCCESS);
+  EXPECT_EQ(v.alloc(50 * MiB), nullptr);
+  EXPECT_GE(v.sim.counters().synchronizes, 1u);
+  v.sim.complete_events();  // that context's work is done
+  EXPECT_NE(v.alloc(50 * MiB), nullptr);
+  EXPECT_LE(v.fig().reserved_bytes, 60 * MiB);
+}
+
 TEST(VmmPool, StreamOrderedFreeIsReusableAtOnceOnTheSameStream) {
   for (uint64_t n : kClassSizes) {
     Vmm v;

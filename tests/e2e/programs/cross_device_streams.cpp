@@ -4,9 +4,10 @@
 // foreign_ctx_stream/control and destroy_*_device print the peak reserved of plain-free rounds (a
 // non-blocking stream of a program-made context, or a destroyed stream of another device, made
 // every fence of the device fail until 2026-11-27; test_stream_devices.py checks both);
-// foreign_ctx_fence*, foreign_ctx_oom* and foreign_ctx_trim* whether a block such a stream still
-// wrote was handed out again before that stream's work ended (the last two are reproducers of an
-// open bug: the pools' synchronization covers the primary context only; docs/policies.md).
+// foreign_ctx_fence*, foreign_ctx_oom*, foreign_ctx_trim* and legacy_*_program_ctx whether a block
+// such a stream still wrote was handed out again before that stream's work ended (the pools'
+// synchronization covers the primary context only, and a context's legacy stream shares its handle
+// with every other's: all but the fence cases corrupted memory until 2026-11-27).
 #include <unistd.h>
 
 #include <atomic>
@@ -139,9 +140,9 @@ int foreign_ctx_capture(bool context_goes) {
 // than CUDA promises: its cudaFree synchronizes the caller's context only). Otherwise it is freed
 // in that stream's order (cuMemFreeAsync), as CUDA allows; then memory short (GPUSHIM_LIMIT=24M)
 // or `trim` (cudaMemPoolTrimTo, PyTorch's empty_cache) makes the pool synchronize, which covers
-// the primary context only, and release everything waiting: the late write lands in the new
-// block (an open bug, docs/policies.md; a fix that waited for the stream in the synchronization
-// was reverted: it could hang a program whose stream waits for the host).
+// the primary context only. Before 2026-11-27 the pools then released everything waiting and the
+// late write landed in the new block. Now the block waits for its own event: short of memory, the
+// allocation fails (`oom`), and succeeds, over the block, once that context has synchronized.
 int foreign_ctx_reuse(bool plain, bool destroyed, bool trim, const char* name) {
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
@@ -163,7 +164,17 @@ int foreign_ctx_reuse(bool plain, bool destroyed, bool trim, const char* name) {
     CHECK(cudaMemPoolTrimTo(pool, 20 * kMiB));  // keeps the segment
   }
   void* q = nullptr;
-  CHECK(cudaMalloc(&q, 20 * kMiB));
+  const cudaError_t got = cudaMalloc(&q, 20 * kMiB);
+  const bool oom = got == cudaErrorMemoryAllocation;
+  if (oom) {
+    (void)cudaGetLastError();
+    testsupport::make_current(c.context);
+    CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
+    testsupport::make_current(c.primary);
+    CHECK(cudaMalloc(&q, 20 * kMiB));
+  } else {
+    CHECK(got);
+  }
   CHECK(cudaMemset(q, 0x33, 20 * kMiB));
   CHECK(cudaDeviceSynchronize());
   testsupport::make_current(c.context);
@@ -174,8 +185,43 @@ int foreign_ctx_reuse(bool plain, bool destroyed, bool trim, const char* name) {
                         static_cast<char*>(p) < static_cast<char*>(q) + 20 * kMiB;
   gpushim_device_stats st{};
   testsupport::shim_stats(0, &st);
-  std::printf("{\"case\": \"%s\", \"overlaps\": %s, \"intact\": %s, \"reuse_syncs\": %llu}\n", name,
-              overlaps ? "true" : "false", intact ? "true" : "false", st.reuse_syncs);
+  std::printf("{\"case\": \"%s\", \"overlaps\": %s, \"intact\": %s, \"oom\": %s, \"reuse_syncs\": %llu}\n", name,
+              overlaps ? "true" : "false", intact ? "true" : "false", oom ? "true" : "false", st.reuse_syncs);
+  CHECK(cudaFree(q));
+  testsupport::destroy_context(c.context);
+  testsupport::make_current(c.primary);
+  return intact ? 0 : 2;
+}
+
+// A block freed in the order of a program-made context's legacy stream, which shares its handle
+// with the primary context's (`from_program`), or the other way round, then asked for in the order
+// of the other context's legacy stream: the two streams are not one, and the late write must not
+// land in the new block. Until 2026-11-27 vmm and caching handed it out at once (the same handle).
+int legacy_of_two_contexts(bool from_program) {
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(nullptr));
+  testsupport::ProgramContext c = testsupport::make_program_context();
+  testsupport::make_current(c.primary);
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, 8 * kMiB));
+  CHECK(cudaMemset(p, 0x11, 8 * kMiB));
+  CHECK(cudaDeviceSynchronize());
+  testsupport::make_current(from_program ? c.context : c.primary);
+  CHECK(testsupport::delayed_fill(p, 0xAA, 8 * kMiB, 300000, nullptr));  // the current context's legacy stream
+  CHECK_CU(testsupport::driver().MemFreeAsync(reinterpret_cast<CUdeviceptr>(p), nullptr));
+  testsupport::make_current(from_program ? c.primary : c.context);
+  void* q = nullptr;
+  CHECK(cudaMallocAsync(&q, 8 * kMiB, nullptr));
+  CHECK(cudaMemsetAsync(q, 0x33, 8 * kMiB, nullptr));
+  CHECK(cudaStreamSynchronize(nullptr));
+  testsupport::make_current(c.context);
+  CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
+  testsupport::make_current(c.primary);
+  CHECK(cudaDeviceSynchronize());
+  const bool intact = testsupport::holds(q, 8 * kMiB, 0x33);
+  std::printf("{\"case\": \"%s\", \"same_block\": %s, \"intact\": %s}\n",
+              from_program ? "legacy_from_program_ctx" : "legacy_to_program_ctx", q == p ? "true" : "false",
+              intact ? "true" : "false");
   CHECK(cudaFree(q));
   testsupport::destroy_context(c.context);
   testsupport::make_current(c.primary);
@@ -284,6 +330,8 @@ int main(int argc, char** argv) {
   if (c == "foreign_ctx_oom_tail") return foreign_ctx_reuse(false, true, false, "foreign_ctx_oom_tail");
   if (c == "foreign_ctx_trim") return foreign_ctx_reuse(false, false, true, "foreign_ctx_trim");
   if (c == "foreign_ctx_trim_tail") return foreign_ctx_reuse(false, true, true, "foreign_ctx_trim_tail");
+  if (c == "legacy_from_program_ctx") return legacy_of_two_contexts(true);
+  if (c == "legacy_to_program_ctx") return legacy_of_two_contexts(false);
   if (c == "destroy_other_device") return destroy_other_device(true);
   if (c == "destroy_same_device") return destroy_other_device(false);
   if (c == "captured_free") return captured_free();

@@ -3,8 +3,10 @@
 // LD_PRELOAD=libgpushim.so with GPUSHIM_POLICY / GPUSHIM_STACK_DEPTH chosen by the caller
 // (scripts/bench, scripts/gpu-validate). The program never knows which: it measures calls.
 //
-//   pair/<api>/<sizes>   cudaMalloc+cudaFree (sync) or cudaMallocAsync+cudaFreeAsync on a stream
-//                        (async), one pair per iteration, fixed or random sizes; p50/p99 per pair.
+//   pair/<api>/<sizes>   cudaMalloc+cudaFree (sync) or cudaMallocAsync+cudaFreeAsync on a created
+//                        non-blocking stream (async) or on the legacy default stream, PyTorch's
+//                        default (async_legacy), one pair per iteration, fixed or random sizes;
+//                        p50/p99 per pair.
 //   replay/training_step a mixed-size pattern (bench/workloads.h) replayed op by op; p50/p99 per
 //                        op and ops per second.
 //
@@ -15,7 +17,7 @@
 //   --sizes=4096,1048576   fixed sizes, bytes (default 4096)
 //   --random=1|0           also random sizes, log-uniform 256 B .. 4 MiB (default 1)
 //   --threads=1,2          thread counts (default 1,2)
-//   --apis=sync,async      (default both)
+//   --apis=sync,async      (default sync,async; async_legacy too on request)
 //   --replay=1|0           the training-step replay (default 1)
 //   --frames=N             call depth under each benchmark (default 72)
 //   --iterations=N         a fixed iteration count instead of Google Benchmark's timing (for
@@ -98,7 +100,7 @@ bool parse_options(int* argc, char** argv, Options* o) {
   for (int t : o->threads)
     if (t < 1 || t > gpushim_bench::LatencySamples::kMaxThreads) return false;
   for (const auto& api : o->apis)
-    if (api != "sync" && api != "async") return false;
+    if (api != "sync" && api != "async" && api != "async_legacy") return false;
   *argc = kept;
   return true;
 }
@@ -128,9 +130,9 @@ void fail(benchmark::State& state, const char* what, cudaError_t e) {
   state.SkipWithError(msg.c_str());
 }
 
-void pair_benchmark(benchmark::State& state, bool async, std::vector<size_t> sizes, int frames) {
-  cudaStream_t stream = nullptr;
-  if (async) {
+void pair_benchmark(benchmark::State& state, bool async, bool legacy, std::vector<size_t> sizes, int frames) {
+  cudaStream_t stream = nullptr;  // the legacy default stream
+  if (async && !legacy) {
     if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) return fail(state, "stream", e);
   }
   g_samples.begin(state);
@@ -202,7 +204,7 @@ void replay_benchmark(benchmark::State& state, int frames) {
 int main(int argc, char** argv) {
   Options opt;
   if (!parse_options(&argc, argv, &opt)) {
-    std::fprintf(stderr, "usage: %s [--sizes=N,..] [--random=0|1] [--threads=1,2] [--apis=sync,async] "
+    std::fprintf(stderr, "usage: %s [--sizes=N,..] [--random=0|1] [--threads=1,2] [--apis=sync,async,async_legacy] "
                          "[--replay=0|1] [--frames=N] [--benchmark_*]\n", argv[0]);
     return 2;
   }
@@ -217,10 +219,11 @@ int main(int argc, char** argv) {
   for (const auto& api : opt.apis) {
     for (const auto& [label, sizes] : size_sets) {
       const std::string name = "pair/" + api + "/" + label;
-      const bool async = api == "async";
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), [async, sizes = sizes, frames = opt.frames](
+      const bool async = api != "sync";
+      const bool legacy = api == "async_legacy";
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), [async, legacy, sizes = sizes, frames = opt.frames](
                                                                benchmark::State& st) {
-        pair_benchmark(st, async, sizes, frames);
+        pair_benchmark(st, async, legacy, sizes, frames);
       });
       for (int t : opt.threads) b->Threads(t);
       b->UseRealTime();

@@ -243,6 +243,7 @@ uint64_t DriverBackend::record_event(CUstream stream) {
 }
 
 bool DriverBackend::foreign_stream(CUstream stream, uint64_t* event) {
+  if (!program_contexts_made()) return false;  // the pools ask foreign_streams_possible() first
   const CUcontext primary = primary_.load(std::memory_order_acquire);
   if (primary == nullptr) return false;  // no segment yet: nothing a stream could order
   CUcontext ctx = nullptr;
@@ -259,6 +260,8 @@ bool DriverBackend::foreign_stream(CUstream stream, uint64_t* event) {
 }
 
 bool DriverBackend::synchronize_covers(uint64_t event) { return !is_mark(event); }
+
+const std::atomic<bool>* DriverBackend::foreign_streams_possible() { return program_contexts_flag(); }
 
 bool DriverBackend::event_done(uint64_t event) {
   if (is_mark(event)) return tail_done(*mark_of(event));

@@ -31,6 +31,7 @@ class DriverBackend final : public Backend {
   bool wait_fence(uint64_t fence) override;
   bool foreign_stream(CUstream stream, uint64_t* event) override;
   bool synchronize_covers(uint64_t event) override;
+  const std::atomic<bool>* foreign_streams_possible() override;
   bool capture_active() override;
   CUresult mem_info(size_t* free, size_t* total) override;
 

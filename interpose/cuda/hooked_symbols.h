@@ -18,6 +18,9 @@ namespace gpushim {
 // stream builds, the 4-argument cuGetProcAddress with __CUDA_API_VERSION_INTERNAL).
 using CuGetProcAddressV1 = CUresult (*)(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags);
 using CuStreamBeginCaptureV1 = CUresult (*)(CUstream stream);  // CUDA 10.0's, before capture modes
+using CuCtxCreateV2 = CUresult (*)(CUcontext* pctx, unsigned int flags, CUdevice dev);  // and the 3.x one
+using CuCtxCreateV3 = CUresult (*)(CUcontext* pctx, CUexecAffinityParam* params, int count, unsigned int flags,
+                                   CUdevice dev);
 
 }  // namespace gpushim
 
@@ -74,7 +77,12 @@ using CuStreamBeginCaptureV1 = CUresult (*)(CUstream stream);  // CUDA 10.0's, b
   X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2", decltype(&::cuDevicePrimaryCtxReset_v2))              \
   X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2", decltype(&::cuDevicePrimaryCtxRelease_v2))        \
   X(cuCtxDestroy_v2, "cuCtxDestroy_v2", decltype(&::cuCtxDestroy_v2))                                               \
-  X(cuCtxDestroy_v1, "cuCtxDestroy", decltype(&::cuCtxDestroy_v2))
+  X(cuCtxDestroy_v1, "cuCtxDestroy", decltype(&::cuCtxDestroy_v2))                                                  \
+  X(cuCtxCreate_v1, "cuCtxCreate", gpushim::CuCtxCreateV2)                                                          \
+  X(cuCtxCreate_v2, "cuCtxCreate_v2", gpushim::CuCtxCreateV2)                                                       \
+  X(cuCtxCreate_v3, "cuCtxCreate_v3", gpushim::CuCtxCreateV3)                                                       \
+  X(cuCtxCreate_v4, "cuCtxCreate_v4", decltype(&::cuCtxCreate_v4))                                                  \
+  X(cuCtxFromGreenCtx, "cuCtxFromGreenCtx", decltype(&::cuCtxFromGreenCtx))
 
 // X(exported symbol): the runtime entry points we define a hook for (hooks/runtime_api.cpp,
 // mempool_api.cpp, context_api.cpp).

@@ -54,6 +54,9 @@ struct Registry {
   std::vector<Capture> captures;
 };
 
+// Set once for good: a fork child inherits it with its parent's memory, as it should.
+std::atomic<bool> g_program_contexts{false};
+
 // Bumped whenever a stream leaves the registry, so that a thread's memory of "already known" can
 // never vouch for a new stream that reuses a destroyed one's handle.
 std::atomic<uint64_t> g_generation{1};
@@ -151,6 +154,12 @@ TailRef new_mark(Registry& r, CUstream stream, CUcontext context, int device) {
 }
 
 }  // namespace
+
+void note_program_context() { g_program_contexts.store(true, std::memory_order_release); }
+
+bool program_contexts_made() { return g_program_contexts.load(std::memory_order_acquire); }
+
+const std::atomic<bool>* program_contexts_flag() { return &g_program_contexts; }
 
 void note_stream_created(CUstream stream, unsigned flags, CUcontext context) {
   if (!names_created_stream(stream)) return;

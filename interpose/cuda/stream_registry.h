@@ -20,6 +20,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -82,6 +83,15 @@ bool tail_done(const TailRef& tail);
 bool wait_tail(const TailRef& tail);
 // A device synchronization finished every tail of `device`.
 void tails_settled(int device);
+
+// ---- contexts the program makes ----
+// The program makes a context other than a device's primary one (cuCtxCreate*,
+// cuCtxFromGreenCtx, a green context's stream): from then on a stream may belong to another
+// context than its device's pool, which DriverBackend::foreign_stream then asks on every
+// stream-ordered call. Until then it need not (the runtime itself uses primary contexts only).
+void note_program_context();
+bool program_contexts_made();
+const std::atomic<bool>* program_contexts_flag();  // what program_contexts_made() reads
 
 // ---- pools' events on streams of program-made contexts (DriverBackend) ----
 // An event recorded now on `stream` (a created stream the registry knows, or a default stream of

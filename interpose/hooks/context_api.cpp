@@ -3,6 +3,9 @@
 // cuCtxDestroy, which frees what was allocated in a context the program created. The
 // core must hear of a reset before it happens (its pool gives back memory that still exists) and
 // of a destruction once the driver says it happened (only the driver knows the reference count).
+// And the calls that make a context other than a primary one (cuCtxCreate, cuCtxFromGreenCtx):
+// until one does, no stream can belong to another context than its device's pool's, and the pools
+// skip asking (cuda/stream_registry.h, program_contexts_made).
 #define __CUDA_API_VERSION_INTERNAL 1  // every variant (_v2) under its real name
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -11,6 +14,7 @@
 #include "core/shim.h"
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
+#include "cuda/stream_registry.h"
 #include "hooks/driver_hook.h"
 
 using gpushim::real_driver;
@@ -78,3 +82,32 @@ GPUSHIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) { return destroy_context(
 
 // The CUDA 3.x entry point, still exported by libcuda for programs built against it.
 GPUSHIM_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return destroy_context(real_driver().cuCtxDestroy_v1, ctx); }
+
+namespace {
+
+// Told before the call returns the context, so that no stream of it is ever used unnoticed.
+template <typename F, typename... Args>
+CUresult create_context(F* real, Args... args) {
+  gpushim::note_program_context();
+  return call(real, args...);
+}
+
+}  // namespace
+
+GPUSHIM_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+  return create_context(real_driver().cuCtxCreate_v4, pctx, params, flags, dev);
+}
+GPUSHIM_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int count, unsigned int flags,
+                                       CUdevice dev) {
+  return create_context(real_driver().cuCtxCreate_v3, pctx, params, count, flags, dev);
+}
+GPUSHIM_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return create_context(real_driver().cuCtxCreate_v2, pctx, flags, dev);
+}
+// The CUDA 3.x entry point, still exported by libcuda for programs built against it.
+GPUSHIM_EXPORT CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return create_context(real_driver().cuCtxCreate_v1, pctx, flags, dev);
+}
+GPUSHIM_EXPORT CUresult cuCtxFromGreenCtx(CUcontext* pctx, CUgreenCtx green) {
+  return create_context(real_driver().cuCtxFromGreenCtx, pctx, green);
+}

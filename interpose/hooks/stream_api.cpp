@@ -72,6 +72,7 @@ GPUSHIM_EXPORT CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned 
 
 GPUSHIM_EXPORT CUresult cuGreenCtxStreamCreate(CUstream* phStream, CUgreenCtx greenCtx, unsigned int flags,
                                                int priority) {
+  gpushim::note_program_context();  // a green context is not its device's primary one
   const CUresult r = call(real_driver().cuGreenCtxStreamCreate, phStream, greenCtx, flags, priority);
   if (r == CUDA_SUCCESS && phStream != nullptr) gpushim::learn_stream(*phStream);  // its context is the green one's
   return r;

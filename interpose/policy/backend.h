@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -13,6 +14,7 @@ namespace gpushim {
 
 class Backend {
  public:
+  static constexpr std::atomic<bool> kNever{false};
   virtual ~Backend() = default;
 
   // ---- plain segments (caching policy) ----
@@ -72,6 +74,9 @@ class Backend {
     (void)event;
     return false;
   }
+  // Read by the pools before each foreign_stream call, without a call: while it is false no
+  // stream can belong to another context, and foreign_stream would say false. Never null.
+  virtual const std::atomic<bool>* foreign_streams_possible() { return &kNever; }
   // Has the work before `event` finished once synchronize() returns? Not for one recorded in
   // another context (foreign_stream): the pool synchronizes its own context only.
   virtual bool synchronize_covers(uint64_t event) {

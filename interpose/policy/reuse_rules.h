@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <utility>
 #include <vector>
@@ -53,7 +54,8 @@ struct ReuseEvent {
 template <typename Block>
 class ReuseRules {
  public:
-  ReuseRules(Backend& backend, uint64_t epoch_bytes) : backend_(backend), epoch_bytes_(epoch_bytes) {}
+  ReuseRules(Backend& backend, uint64_t epoch_bytes)
+      : backend_(backend), foreign_possible_(*backend.foreign_streams_possible()), epoch_bytes_(epoch_bytes) {}
   ~ReuseRules() {
     for (Epoch& e : sealed_)
       if (e.fence != 0) backend_.release_fence(e.fence);
@@ -79,7 +81,7 @@ class ReuseRules {
     // A stream of a context the program made: the pool's events cannot name it later (nor its
     // default streams, whose handles name the pool context's own), and the pool's synchronization
     // does not cover it. Ordered by an event recorded there now; failing that, a fence.
-    if (uint64_t e = 0; backend_.foreign_stream(stream, &e)) {
+    if (uint64_t e = 0; foreign(stream, &e)) {
       if (e == 0) return false;
       b->event = new ReuseEvent{e, 1};
       b->stream = event_ordered_mark();
@@ -128,7 +130,7 @@ class ReuseRules {
     // the other context's own. (A created stream is one context's; blocks never name another
     // context's, see freed_on_stream.)
     if (req.stream_ordered && same_stream(b->stream, normalize_stream(req.stream)) &&
-        (b->stream != CU_STREAM_LEGACY || !backend_.foreign_stream(CU_STREAM_LEGACY, nullptr)))
+        (b->stream != CU_STREAM_LEGACY || !foreign(CU_STREAM_LEGACY, nullptr)))
       return true;
     return idle(b);
   }
@@ -381,6 +383,10 @@ class ReuseRules {
     open_ = Epoch{};
     open_.blocks = spare_storage();
   }
+  // Backend::foreign_stream, asked only once the program has made a context of its own.
+  bool foreign(CUstream stream, uint64_t* event) {
+    return foreign_possible_.load(std::memory_order_acquire) && backend_.foreign_stream(stream, event);
+  }
   void drop_event(Block* b) {
     if (b->event && --b->event->refs == 0) {
       backend_.release_event(b->event->handle);
@@ -401,6 +407,7 @@ class ReuseRules {
   }
 
   Backend& backend_;
+  const std::atomic<bool>& foreign_possible_;
   const uint64_t epoch_bytes_;
   Epoch open_;
   std::deque<Epoch> sealed_;

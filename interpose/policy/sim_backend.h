@@ -45,6 +45,7 @@ class SimBackend final : public Backend {
   bool wait_fence(uint64_t fence) override;
   bool foreign_stream(CUstream stream, uint64_t* event) override;
   bool synchronize_covers(uint64_t event) override { return foreign_events_.count(event) == 0; }
+  const std::atomic<bool>* foreign_streams_possible() override { return &any_foreign_; }
   bool capture_active() override { return capturing_; }
   CUresult mem_info(size_t* free, size_t* total) override;
 
@@ -67,7 +68,10 @@ class SimBackend final : public Backend {
   // `stream` is another context's (Backend::foreign_stream): the event of a block freed there
   // is recorded at the free and stays pending, whatever synchronize() does, until
   // complete_events().
-  void set_foreign_stream(CUstream stream) { foreign_streams_.insert(stream); }
+  void set_foreign_stream(CUstream stream) {
+    foreign_streams_.insert(stream);
+    any_foreign_ = true;
+  }
   void set_capturing(bool v) { capturing_ = v; }
   // Replay of a recorded run: from now on fences and events complete only as the run saw them
   // (and at a wait or a synchronization). script_completion says that the `ordinal`-th fence (or
@@ -157,6 +161,7 @@ class SimBackend final : public Backend {
   uint64_t mapped_bytes_ = 0;
   std::set<uint64_t> pending_events_, live_events_;
   std::set<CUstream> foreign_streams_;
+  std::atomic<bool> any_foreign_{false};
   std::set<uint64_t> foreign_events_;  // recorded in another context: pending until complete_events()
   bool events_at_once_ = true;
   bool scripted_ = false;

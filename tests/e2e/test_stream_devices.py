@@ -86,9 +86,10 @@ class StreamDevices(ShimTestCase):
 
     def test_the_legacy_streams_of_two_contexts_are_two_streams(self):
         # One handle, CU_STREAM_LEGACY, names each context's own legacy stream: a block freed in the
-        # order of one context's must not be reused at once in the order of the other's.
+        # order of one context's must not be reused at once in the order of the other's. _procaddr:
+        # the context made with the cuCtxCreate that cuGetProcAddress hands out.
         for policy in POLICIES:
-            for case in ("legacy_from_program_ctx", "legacy_to_program_ctx"):
+            for case in ("legacy_from_program_ctx", "legacy_to_program_ctx", "legacy_from_program_ctx_procaddr"):
                 with self.subTest(policy=policy, case=case):
                     r = self.run_case(case, policy)
                     self.assertRanOK(r)

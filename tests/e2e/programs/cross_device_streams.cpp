@@ -197,10 +197,27 @@ int foreign_ctx_reuse(bool plain, bool destroyed, bool trim, const char* name) {
 // with the primary context's (`from_program`), or the other way round, then asked for in the order
 // of the other context's legacy stream: the two streams are not one, and the late write must not
 // land in the new block. Until 2026-11-27 vmm and caching handed it out at once (the same handle).
-int legacy_of_two_contexts(bool from_program) {
+// `via_proc_address`: the context is made with the cuCtxCreate that cuGetProcAddress hands out (as
+// runtimes and bindings find driver functions), not the one dlsym finds: the shim must hear of it
+// either way, or it takes every stream for the primary context's.
+int legacy_of_two_contexts(bool from_program, bool via_proc_address) {
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
-  testsupport::ProgramContext c = testsupport::make_program_context();
+  testsupport::ProgramContext c;
+  if (via_proc_address) {
+    using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+    using CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+    CUdriverProcAddressQueryResult found{};
+    void* f = nullptr;
+    CHECK_CU(testsupport::driver_function<GetProc>("cuGetProcAddress_v2")("cuCtxCreate", &f, 12050,
+                                                                             CU_GET_PROC_ADDRESS_DEFAULT, &found));
+    CHECK_CU(testsupport::driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")(&c.primary));
+    CHECK_CU(reinterpret_cast<CtxCreate>(f)(&c.context, nullptr, 0, 0));
+    CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream*, unsigned)>("cuStreamCreate")(&c.stream,
+                                                                                                CU_STREAM_NON_BLOCKING));
+  } else {
+    c = testsupport::make_program_context();
+  }
   testsupport::make_current(c.primary);
   void* p = nullptr;
   CHECK(cudaMalloc(&p, 8 * kMiB));
@@ -219,9 +236,7 @@ int legacy_of_two_contexts(bool from_program) {
   testsupport::make_current(c.primary);
   CHECK(cudaDeviceSynchronize());
   const bool intact = testsupport::holds(q, 8 * kMiB, 0x33);
-  std::printf("{\"case\": \"%s\", \"same_block\": %s, \"intact\": %s}\n",
-              from_program ? "legacy_from_program_ctx" : "legacy_to_program_ctx", q == p ? "true" : "false",
-              intact ? "true" : "false");
+  std::printf("{\"same_block\": %s, \"intact\": %s}\n", q == p ? "true" : "false", intact ? "true" : "false");
   CHECK(cudaFree(q));
   testsupport::destroy_context(c.context);
   testsupport::make_current(c.primary);
@@ -330,8 +345,9 @@ int main(int argc, char** argv) {
   if (c == "foreign_ctx_oom_tail") return foreign_ctx_reuse(false, true, false, "foreign_ctx_oom_tail");
   if (c == "foreign_ctx_trim") return foreign_ctx_reuse(false, false, true, "foreign_ctx_trim");
   if (c == "foreign_ctx_trim_tail") return foreign_ctx_reuse(false, true, true, "foreign_ctx_trim_tail");
-  if (c == "legacy_from_program_ctx") return legacy_of_two_contexts(true);
-  if (c == "legacy_to_program_ctx") return legacy_of_two_contexts(false);
+  if (c == "legacy_from_program_ctx") return legacy_of_two_contexts(true, false);
+  if (c == "legacy_to_program_ctx") return legacy_of_two_contexts(false, false);
+  if (c == "legacy_from_program_ctx_procaddr") return legacy_of_two_contexts(true, true);
   if (c == "destroy_other_device") return destroy_other_device(true);
   if (c == "destroy_same_device") return destroy_other_device(false);
   if (c == "captured_free") return captured_free();

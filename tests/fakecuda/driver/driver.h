@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -360,8 +361,10 @@ struct State {
   std::mutex mu;
   std::condition_variable progress;  // notified whenever any stream completes an op
 
-  bool initialized = false;     // cuInit succeeded
-  bool unusable_after_fork = false;
+  // Written under `mu`; atomic so that calls answered from the calling thread's own state
+  // (cuCtxGetCurrent) can check them without the lock, as the real driver answers them.
+  std::atomic<bool> initialized{false};  // cuInit succeeded
+  std::atomic<bool> unusable_after_fork{false};
   std::vector<std::unique_ptr<Device>> devices;
 
   std::map<std::uintptr_t, Region> regions;

@@ -12,16 +12,24 @@ namespace {
 // Created streams: 1, 2 and 3 are CUDA's legacy and per-thread default streams and our own mark.
 CUstream stream(uintptr_t v) { return reinterpret_cast<CUstream>(0x1000 * v); }
 
-TEST(CachingPoolReuse, AnEventOfAnEarlierFreeNeverVouchesForALaterOne) {
-  SimBackend sim(1024 * MiB);
-  sim.set_events_complete_at_once(false);  // recorded events stay pending until complete_events()
-  CachingPool pool(sim, {});
-  auto alloc = [&](CUstream s) {
+// A caching pool whose recorded events stay pending until complete_events(), and its 4 KiB
+// stream-ordered requests.
+struct LateEvents {
+  SimBackend sim{1024 * MiB};
+  CachingPool pool{sim, {}};
+  LateEvents() { sim.set_events_complete_at_once(false); }
+  void* alloc(CUstream s) {
     void* p = nullptr;
     uint64_t got = 0;
     EXPECT_EQ(pool.allocate(AllocRequest{4096, s, true}, &p, &got), CUDA_SUCCESS);
     return p;
-  };
+  }
+};
+
+TEST(CachingPoolReuse, AnEventOfAnEarlierFreeNeverVouchesForALaterOne) {
+  LateEvents t;
+  auto& [sim, pool] = t;
+  auto alloc = [&](CUstream s) { return t.alloc(s); };
   void* a = alloc(stream(1));
   ASSERT_NE(alloc(stream(1)), nullptr);  // live: keeps `a` apart from its segment's free rest
   ASSERT_EQ(pool.deallocate(a, stream(1), true), CUDA_SUCCESS);
@@ -45,17 +53,11 @@ TEST(CachingPoolReuse, AnEventOfAnEarlierFreeNeverVouchesForALaterOne) {
 // own context only. Before 2026-11-27 the synchronization released it to its next owner while the
 // other context's work still wrote it.
 TEST(CachingPoolReuse, ABlockFreedInAnotherContextsOrderWaitsForItsOwnEventThroughASynchronization) {
-  SimBackend sim(1024 * MiB);
-  sim.set_events_complete_at_once(false);
+  LateEvents t;
+  auto& [sim, pool] = t;
+  auto alloc = [&](CUstream s) { return t.alloc(s); };
   const CUstream theirs = stream(7);
   sim.set_foreign_stream(theirs);
-  CachingPool pool(sim, {});
-  auto alloc = [&](CUstream s) {
-    void* p = nullptr;
-    uint64_t got = 0;
-    EXPECT_EQ(pool.allocate(AllocRequest{4096, s, true}, &p, &got), CUDA_SUCCESS);
-    return p;
-  };
   void* a = alloc(stream(1));
   ASSERT_NE(alloc(stream(1)), nullptr);  // live: keeps `a` apart from its segment's free rest
   const uint64_t events = sim.counters().events_recorded;

@@ -461,7 +461,7 @@ void Shim::before_device_reset(int ordinal) {
   PoolFigures f;
   if (d->pool) d->pool->figures(&f);
   if (f.reserved_bytes != 0) {
-    d->pool->release_cached();
+    d->pool->release_before_reset();
     d->pool->figures(&f);
     if (f.reserved_bytes != 0)
       log_line("device %d reset while its pool could not give back %s (a stream capture in progress?); "

@@ -263,6 +263,13 @@ bool DriverBackend::synchronize_covers(uint64_t event) { return !is_mark(event);
 
 const std::atomic<bool>* DriverBackend::foreign_streams_possible() { return program_contexts_flag(); }
 
+bool DriverBackend::event_on_callers_stream(uint64_t event, CUstream stream) {
+  // The legacy stream only: a per-thread default stream is one thread's as well.
+  if (!is_mark(event) || stream != CU_STREAM_LEGACY) return false;
+  CUcontext ctx = nullptr;
+  return api_->ctx_get_current(&ctx) == CUDA_SUCCESS && mark_on_legacy_of(*mark_of(event), ctx);
+}
+
 bool DriverBackend::event_done(uint64_t event) {
   if (is_mark(event)) return tail_done(*mark_of(event));
   return api_->event_query(reinterpret_cast<CUevent>(event)) == CUDA_SUCCESS;

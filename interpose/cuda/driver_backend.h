@@ -32,6 +32,7 @@ class DriverBackend final : public Backend {
   bool foreign_stream(CUstream stream, uint64_t* event) override;
   bool synchronize_covers(uint64_t event) override;
   const std::atomic<bool>* foreign_streams_possible() override;
+  bool event_on_callers_stream(uint64_t event, CUstream stream) override;
   bool capture_active() override;
   CUresult mem_info(size_t* free, size_t* total) override;
 

@@ -23,6 +23,9 @@ struct StreamTail {
   // A live stream's event for one fence (record_fence_targets), not a destroyed stream's tail:
   // destroyed once seen complete, or with its fence or its context.
   bool fence_mark = false;
+  // A mark's stream as its recorder named it (record_mark; a default stream names the one of
+  // `context`). Never named to the driver again.
+  CUstream stream = nullptr;
 };
 
 namespace {
@@ -141,6 +144,7 @@ TailRef new_mark(Registry& r, CUstream stream, CUcontext context, int device) {
   mark->context = context;
   mark->device = device;
   mark->fence_mark = true;
+  mark->stream = stream;
   mark->event = record_new_event(stream, context);
   if (mark->event == nullptr) return nullptr;
   // Pools hold marks too, in processes that may never record a fence (which prunes the list).
@@ -397,6 +401,11 @@ TailRef record_mark(CUstream stream, CUcontext context) {
     device = it->second.device;
   }
   return new_mark(r, stream, context, device);
+}
+
+bool mark_on_legacy_of(const TailRef& mark, CUcontext context) {
+  // Both fixed when the mark was made: no lock.
+  return mark != nullptr && context != nullptr && mark->stream == CU_STREAM_LEGACY && mark->context == context;
 }
 
 void release_mark(const TailRef& mark) {

@@ -101,5 +101,7 @@ const std::atomic<bool>* program_contexts_flag();  // what program_contexts_made
 TailRef record_mark(CUstream stream, CUcontext context);
 // Its holder is done with it: its event is destroyed.
 void release_mark(const TailRef& mark);
+// Was `mark` recorded on the legacy stream of `context`?
+bool mark_on_legacy_of(const TailRef& mark, CUcontext context);
 
 }  // namespace gpushim

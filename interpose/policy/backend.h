@@ -77,6 +77,14 @@ class Backend {
   // Read by the pools before each foreign_stream call, without a call: while it is false no
   // stream can belong to another context, and foreign_stream would say false. Never null.
   virtual const std::atomic<bool>* foreign_streams_possible() { return &kNever; }
+  // Was `event` (foreign_stream's) recorded on the default stream that `stream`, a default stream
+  // handle, names for the calling thread now? Then a request there comes after that free in
+  // that stream's order, as a request on the stream a block was freed on does.
+  virtual bool event_on_callers_stream(uint64_t event, CUstream stream) {
+    (void)event;
+    (void)stream;
+    return false;
+  }
   // Has the work before `event` finished once synchronize() returns? Not for one recorded in
   // another context (foreign_stream): the pool synchronizes its own context only.
   virtual bool synchronize_covers(uint64_t event) {

@@ -479,7 +479,7 @@ void CachingPool::release_batch(std::vector<Block*>& blocks, bool all_idle) {
     std::vector<Block*> still_used;
     for (FreeSet* set : {&small_free_, &large_free_}) {
       for (Block* b : *set) {
-        if (!rules_.synchronized_idle(b)) {
+        if (!sync_releases_everything_ && !rules_.synchronized_idle(b)) {
           still_used.push_back(b);
           continue;
         }
@@ -676,6 +676,17 @@ void CachingPool::live_payload_blocks(std::vector<uintptr_t>* out) const {
 
 void CachingPool::release_cached() {
   std::lock_guard<FutexMutex> lock(mu_);
+  release_cached_locked();
+}
+
+void CachingPool::release_before_reset() {
+  std::lock_guard<FutexMutex> lock(mu_);
+  sync_releases_everything_ = true;
+  release_cached_locked();
+  sync_releases_everything_ = false;
+}
+
+void CachingPool::release_cached_locked() {
   // Whatever is idle already goes back without waiting; the sync (which a caller may refuse, see
   // VmmPool::reclaim_segments) then makes the rest idle.
   collect_idle();

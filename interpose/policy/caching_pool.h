@@ -56,6 +56,7 @@ class CachingPool final : public DeviceMemoryResource {
   bool contains(const void* p) const override;
   void figures(PoolFigures* out) const override;
   void release_cached() override;
+  void release_before_reset() override;
   void trim_to(uint64_t keep) override;
   void forget_streams(absl::FunctionRef<bool(CUstream)> doomed) override;
   bool find_block(const void* p, uintptr_t* base, uint64_t* size) const override;
@@ -161,6 +162,7 @@ class CachingPool final : public DeviceMemoryResource {
   // any is listed: merging keeps pace with the frees at one event per stream per batch, so best
   // fit sees merged blocks much as it did when they merged at the free.
   bool settle_apart();
+  void release_cached_locked();
   void note_apart(Block* b);
   bool collect_idle();        // non-blocking: releases blocks whose fence has completed
   bool sync_and_release();    // false if a capture forbids it
@@ -195,6 +197,9 @@ class CachingPool final : public DeviceMemoryResource {
   uint64_t segment_allocs_ = 0, segment_frees_ = 0, retries_ = 0, ooms_ = 0;
   uint64_t segment_grows_ = 0;  // segments grown in place (grow_in_place_unit)
   bool unmerged_ = false;  // blocks may have been left apart that settle_unmerged would merge
+  // Set by release_before_reset: its synchronization releases blocks freed in another context's
+  // stream order too (the reset frees their memory anyway).
+  bool sync_releases_everything_ = false;
   std::vector<Block*> apart_;  // tagged free blocks left apart at a free (may have changed since)
   static constexpr uint32_t kSettleBatch = 64;
   uint32_t frees_since_settle_ = 0;

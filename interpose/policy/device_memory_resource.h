@@ -65,6 +65,11 @@ class DeviceMemoryResource {
   virtual void figures(PoolFigures* out) const = 0;
   // Gives cached free memory back to the driver (after the synchronization reuse requires).
   virtual void release_cached() = 0;
+  // The device's primary context is about to be reset (cudaDeviceReset), which frees every
+  // segment of it: those go back now, blocks still waiting for another context's stream included
+  // (the reset frees their memory whatever that stream still does, as it would without a pool).
+  // This default suits memory a reset leaves alone (vmm's chunks): what release_cached releases.
+  virtual void release_before_reset() { release_cached(); }
   // cudaMemPoolTrimTo: gives cached free memory back until the resource holds less than `keep`
   // bytes from the driver, or nothing more can be released safely. This default can only release
   // everything, so it does that for `keep` 0 and keeps everything otherwise.

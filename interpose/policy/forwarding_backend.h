@@ -23,6 +23,7 @@ class ForwardingBackend : public Backend {
   bool foreign_stream(CUstream s, uint64_t* event) override { return up_.foreign_stream(s, event); }
   bool synchronize_covers(uint64_t e) override { return up_.synchronize_covers(e); }
   const std::atomic<bool>* foreign_streams_possible() override { return up_.foreign_streams_possible(); }
+  bool event_on_callers_stream(uint64_t e, CUstream s) override { return up_.event_on_callers_stream(e, s); }
   bool capture_active() override { return up_.capture_active(); }
   CUresult mem_info(size_t* free, size_t* total) override { return up_.mem_info(free, total); }
   size_t granularity() override { return up_.granularity(); }

@@ -128,4 +128,10 @@ void OwnSegmentResource::release_cached() {
   free_deferred();
 }
 
+void OwnSegmentResource::release_before_reset() {
+  inner_->release_before_reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  free_deferred();
+}
+
 }  // namespace gpushim

@@ -32,6 +32,7 @@ class OwnSegmentResource final : public DeviceMemoryResource {
   bool contains(const void* p) const override;
   void figures(PoolFigures* out) const override;
   void release_cached() override;
+  void release_before_reset() override;
   void forget_streams(absl::FunctionRef<bool(CUstream)> doomed) override { inner_->forget_streams(doomed); }
   bool find_block(const void* p, uintptr_t* base, uint64_t* size) const override;
   const char* ipc_export_refusal(const void* block, uint64_t size) const override;

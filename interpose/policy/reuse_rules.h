@@ -78,10 +78,20 @@ class ReuseRules {
   bool freed_on_stream(Block* b, CUstream stream) {
     drop_event(b);
     stream = normalize_stream(stream);
-    // A stream of a context the program made: the pool's events cannot name it later (nor its
-    // default streams, whose handles name the pool context's own), and the pool's synchronization
-    // does not cover it. Ordered by an event recorded there now; failing that, a fence.
-    if (uint64_t e = 0; foreign(stream, &e)) {
+    // A stream of a context the program made: the pool's synchronization does not cover it
+    // (synchronized_idle). A created stream is one context's, so its handle still names it: the
+    // block keeps it, a request on that stream reuses the block at once, as on any stream, and an
+    // event is recorded on need, in the stream's context (record_on). (Ordered by an event alone,
+    // a program working in its own context held a block per step while the device lagged, and
+    // failed once memory ran short: e2e program_ctx_only.) A default stream's handle names the
+    // pool context's own: the block is ordered by an event recorded there now, alone; failing
+    // that, a fence.
+    if (names_created_stream(stream)) {
+      if (foreign(stream, nullptr)) {
+        b->stream = stream;
+        return true;
+      }
+    } else if (uint64_t e = 0; foreign(stream, &e)) {
       if (e == 0) return false;
       b->event = new ReuseEvent{e, 1};
       b->stream = event_ordered_mark();
@@ -111,7 +121,7 @@ class ReuseRules {
       if (b->event == nullptr) {
         auto it = std::find_if(recorded.begin(), recorded.end(), [&](const auto& r) { return r.first == b->stream; });
         if (it == recorded.end()) {
-          const uint64_t e = backend_.capture_active() ? 0 : backend_.record_event(b->stream);
+          const uint64_t e = backend_.capture_active() ? 0 : record_on(b->stream);
           recorded.emplace_back(b->stream, e == 0 ? nullptr : new ReuseEvent{e, 0});
           it = std::prev(recorded.end());
         }
@@ -127,10 +137,16 @@ class ReuseRules {
   bool usable(Block* b, const AllocRequest& req) {
     if (b->stream == nullptr) return true;
     // The same stream, unless the request names the legacy stream from another context: that is
-    // the other context's own. (A created stream is one context's; blocks never name another
-    // context's, see freed_on_stream.)
+    // the other context's own. (A created stream is one context's, whichever context the block
+    // was freed from; see freed_on_stream.)
     if (req.stream_ordered && same_stream(b->stream, normalize_stream(req.stream)) &&
         (b->stream != CU_STREAM_LEGACY || !foreign(CU_STREAM_LEGACY, nullptr)))
+      return true;
+    // Freed on the legacy stream of a context the program made (its event alone orders it), and
+    // asked for on that context's legacy stream again: after the free in that stream's order.
+    if (req.stream_ordered && b->stream == event_ordered_mark() && b->event != nullptr &&
+        foreign_possible_.load(std::memory_order_acquire) && normalize_stream(req.stream) == CU_STREAM_LEGACY &&
+        backend_.event_on_callers_stream(b->event->handle, CU_STREAM_LEGACY))
       return true;
     return idle(b);
   }
@@ -140,7 +156,7 @@ class ReuseRules {
     if (backend_.capture_active()) return false;
     if (b->event == nullptr) {
       if (b->stream == event_ordered_mark()) return false;  // no stream to record on: a synchronization releases it
-      const uint64_t e = backend_.record_event(b->stream);
+      const uint64_t e = record_on(b->stream);
       if (e == 0) return false;
       b->event = new ReuseEvent{e, 1};
     }
@@ -185,7 +201,7 @@ class ReuseRules {
       if (b->event != nullptr || !(b->stream == CU_STREAM_LEGACY || names_created_stream(b->stream))) continue;
       auto it = std::find_if(recorded.begin(), recorded.end(), [&](const auto& r) { return r.first == b->stream; });
       if (it == recorded.end()) {
-        const uint64_t e = backend_.record_event(b->stream);
+        const uint64_t e = record_on(b->stream);
         recorded.emplace_back(b->stream, e == 0 ? nullptr : new ReuseEvent{e, 0});
         it = std::prev(recorded.end());
       }
@@ -344,11 +360,12 @@ class ReuseRules {
     release(all);
     recycle(std::move(all));
   }
-  // After synchronize(): is the free `b` idle? Not if its event was recorded in another context
-  // (a stream-ordered free there): that context's work may still use it, and it waits for its
-  // event as before.
+  // After synchronize(): is the free `b` idle? Not if it was freed in the order of another
+  // context's stream (its event recorded there, or a created stream of that context named and no
+  // event yet): that context's work may still use it, and it waits for its stream as before.
   bool synchronized_idle(const Block* b) {
-    return b->event == nullptr || backend_.synchronize_covers(b->event->handle);
+    if (b->event != nullptr) return backend_.synchronize_covers(b->event->handle);
+    return !names_created_stream(b->stream) || !foreign(b->stream, nullptr);
   }
   template <typename Fn>
   void for_each_waiting(Fn&& fn) const {
@@ -386,6 +403,13 @@ class ReuseRules {
   // Backend::foreign_stream, asked only once the program has made a context of its own.
   bool foreign(CUstream stream, uint64_t* event) {
     return foreign_possible_.load(std::memory_order_acquire) && backend_.foreign_stream(stream, event);
+  }
+  // An event recorded now on `stream`, which a block names (the legacy stream: the pool context's;
+  // a created stream: any context's, the event then made in that context, as freed_on_stream's).
+  uint64_t record_on(CUstream stream) {
+    uint64_t e = 0;
+    if (names_created_stream(stream) && foreign(stream, &e)) return e;
+    return backend_.record_event(stream);
   }
   void drop_event(Block* b) {
     if (b->event && --b->event->refs == 0) {

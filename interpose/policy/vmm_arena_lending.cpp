@@ -113,8 +113,11 @@ std::vector<uintptr_t> VmmArena::borrowable_chunks(uintptr_t lo, uintptr_t hi) {
 
 VmmArena::Piece* VmmArena::borrow(uintptr_t c) {
   const uintptr_t end = c + gran_;
+  // A block ordered by its event alone (freed on a program-made context's legacy stream) keeps
+  // that event: the wall below would drop it and could name no stream to record on again.
   for (Block* q = containing(c); q != nullptr && q->addr < end; q = after(q))
-    if (q->state != State::kFree || !reusable_in_place(q)) return nullptr;
+    if (q->state != State::kFree || !reusable_in_place(q) || (q->stream == event_ordered_mark() && !idle(q)))
+      return nullptr;
   // One wall over the chunk. Its blocks are idle or freed on the request's stream: the wall names
   // that stream (its event recorded when first needed, after all of theirs); what lies outside the
   // chunk stays free on its own terms.

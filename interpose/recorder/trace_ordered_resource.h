@@ -68,6 +68,10 @@ class TraceOrderedResource final : public DeviceMemoryResource {
     std::lock_guard<std::mutex> lock(mu_);
     pool_->release_cached();
   }
+  void release_before_reset() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_->release_before_reset();
+  }
   void trim_to(uint64_t keep) override {
     std::lock_guard<std::mutex> lock(mu_);
     pool_->trim_to(keep);

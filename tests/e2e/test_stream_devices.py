@@ -98,6 +98,39 @@ class StreamDevices(ShimTestCase):
                     if policy != "passthrough":
                         self.assertFalse(out["same_block"], out)
 
+    def test_a_program_working_in_its_own_context_reuses_in_stream_order(self):
+        # The program makes a context (cuCtxCreate) and allocates there with the runtime: each of
+        # 40 steps allocates 64 MiB on its stream (created, or that context's legacy stream), a
+        # slow kernel writes it, and it is freed on the same stream. CUDA reuses that memory in
+        # the stream's order at once. Since 120fb27 every such free waited for its event alone:
+        # under a 256 MiB cap the fifth step failed (4 of 4 cases), without one the pools held
+        # 2,560 MiB (a review helper's reproducer).
+        for policy in POLICIES:
+            for case in ("program_ctx_only", "program_ctx_only_legacy"):
+                with self.subTest(policy=policy, case=case):
+                    r = run([program("e2e_cross_device_streams"), case],
+                            env={"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0", "GPUSHIM_LIMIT": "256M"})
+                    self.assertRanOK(r)
+                    out = last_json(r)
+                    self.assertEqual(out["failed_at"], -1, out)
+                    if policy != "passthrough":
+                        self.assertLessEqual(out["peak_reserved_mib"], 64, out)
+
+    def test_a_reset_leaves_no_segment_in_the_pool(self):
+        # A block that a stream of a program-made context still writes, freed in that stream's
+        # order, then cudaDeviceReset from the primary context. The pool's synchronization before
+        # the reset covers the primary context only, and since 120fb27 the block waits for its
+        # own event: under caching the segment stayed in the pool across the reset, which freed
+        # it, and two later cudaMalloc got overlapping memory (a review helper's reproducer). Now
+        # the release before a reset gives back what the reset frees anyway (release_before_reset).
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = self.run_case("foreign_ctx_reset", policy)
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertFalse(out["overlap"], out)
+                self.assertTrue(out["intact"], out)
+
     def test_waiting_for_a_stream_of_another_context_never_holds_the_program_up(self):
         # The pool waits for a fence that covers a stream of a program-made context whose host
         # function waits for another thread, which creates a stream meanwhile. The wait held the

@@ -243,6 +243,83 @@ int legacy_of_two_contexts(bool from_program, bool via_proc_address) {
   return intact ? 0 : 2;
 }
 
+// A program that works in a context it made (cuCtxCreate) and allocates with the runtime there, as
+// CUDA allows (the runtime uses the current context): each step allocates on its own stream, a
+// slow kernel writes the block, and it is freed on the same stream (`legacy`: that context's
+// legacy stream). CUDA reuses such memory in that stream's order at once, so the program needs one
+// block however far the device lags: under GPUSHIM_LIMIT the pools must neither fail nor grow.
+// (The simulated runtime binds the primary context on a thread's first call and never again: that
+// call comes first.) A review helper's reproducer, 2026-11-27.
+int program_ctx_only(bool legacy, const char* name) {
+  CHECK(cudaFree(nullptr));
+  CUcontext ctx = nullptr;
+  CUstream s = nullptr;
+  using CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  CHECK_CU(testsupport::driver_function<CtxCreate>("cuCtxCreate_v4")(&ctx, nullptr, 0, 0));
+  if (!legacy)
+    CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream*, unsigned)>("cuStreamCreate")(&s, CU_STREAM_NON_BLOCKING));
+  const auto stream = reinterpret_cast<cudaStream_t>(s);
+  int failed_at = -1;
+  for (int i = 0; i < 40; ++i) {
+    void* p = nullptr;
+    const cudaError_t r = cudaMallocAsync(&p, 64 * kMiB, stream);
+    if (r != cudaSuccess) {
+      failed_at = i;
+      std::fprintf(stderr, "step %d: cudaMallocAsync: %s\n", i, cudaGetErrorName(r));
+      break;
+    }
+    CHECK(testsupport::delayed_fill(p, i, 64 * kMiB, 20000, stream));
+    CHECK(cudaFreeAsync(p, stream));
+  }
+  CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
+  gpushim_device_stats st{};
+  testsupport::shim_stats(0, &st);
+  std::printf("{\"case\": \"%s\", \"failed_at\": %d, \"peak_reserved_mib\": %llu}\n", name, failed_at,
+              st.peak_reserved_bytes >> 20);
+  testsupport::destroy_context(ctx);
+  return failed_at < 0 ? 0 : 2;
+}
+
+// A block a stream of a program-made context still writes, freed in that stream's order, and
+// then the device reset (cudaDeviceReset) from the primary context, which frees every allocation
+// of that context: the pool must keep no segment of it across the reset. The pool's
+// synchronization before the reset covers the primary context only, and the block waits for its
+// own event: the segment stayed, and after the reset the pool handed its addresses out beside
+// fresh memory the driver had placed there (`overlap`). A review helper's reproducer, 2026-11-27.
+int foreign_ctx_reset() {
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(nullptr));
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, 8 * kMiB));
+  CHECK(cudaMemset(p, 0x11, 8 * kMiB));
+  CHECK(cudaDeviceSynchronize());
+  testsupport::ProgramContext c = testsupport::make_program_context();
+  CHECK(testsupport::delayed_fill(p, 0xAA, 8 * kMiB, 300000, reinterpret_cast<cudaStream_t>(c.stream)));
+  CHECK_CU(testsupport::driver().MemFreeAsync(reinterpret_cast<CUdeviceptr>(p), c.stream));
+  testsupport::make_current(c.primary);
+  CHECK(cudaDeviceReset());
+  // The program's context finishes its work; then the program allocates twice.
+  testsupport::make_current(c.context);
+  CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
+  testsupport::make_current(c.primary);
+  void *x = nullptr, *y = nullptr;
+  CHECK(cudaMalloc(&x, 20 * kMiB));
+  CHECK(cudaMalloc(&y, 8 * kMiB));
+  const bool overlap = static_cast<char*>(x) < static_cast<char*>(y) + 8 * kMiB &&
+                       static_cast<char*>(y) < static_cast<char*>(x) + 20 * kMiB;
+  CHECK(cudaMemset(x, 0x33, 20 * kMiB));
+  CHECK(cudaMemset(y, 0x44, 8 * kMiB));
+  CHECK(cudaDeviceSynchronize());
+  const bool intact = testsupport::holds(x, 20 * kMiB, 0x33) && testsupport::holds(y, 8 * kMiB, 0x44);
+  std::printf("{\"case\": \"foreign_ctx_reset\", \"overlap\": %s, \"intact\": %s}\n", overlap ? "true" : "false",
+              intact ? "true" : "false");
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(y));
+  testsupport::destroy_context(c.context);
+  testsupport::make_current(c.primary);
+  return intact && !overlap ? 0 : 2;
+}
+
 // A non-blocking stream of device 1 destroyed while device 0 is current (legal in CUDA).
 int destroy_other_device(bool other) {
   CHECK(cudaSetDevice(1));
@@ -348,6 +425,9 @@ int main(int argc, char** argv) {
   if (c == "legacy_from_program_ctx") return legacy_of_two_contexts(true, false);
   if (c == "legacy_to_program_ctx") return legacy_of_two_contexts(false, false);
   if (c == "legacy_from_program_ctx_procaddr") return legacy_of_two_contexts(true, true);
+  if (c == "program_ctx_only") return program_ctx_only(false, "program_ctx_only");
+  if (c == "program_ctx_only_legacy") return program_ctx_only(true, "program_ctx_only_legacy");
+  if (c == "foreign_ctx_reset") return foreign_ctx_reset();
   if (c == "destroy_other_device") return destroy_other_device(true);
   if (c == "destroy_same_device") return destroy_other_device(false);
   if (c == "captured_free") return captured_free();

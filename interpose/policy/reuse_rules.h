@@ -69,6 +69,15 @@ class ReuseRules {
   // graph being built), waits for its epoch's fence: false, the block is held here.
   bool retire(Block* b, CUstream stream, bool stream_ordered) {
     if (stream_ordered && !backend_.capture_active() && freed_on_stream(b, stream)) return true;
+    // During a capture elsewhere (a free on the capturing stream itself never reaches a pool), a
+    // created stream of another context is kept as at any other time: that takes no driver call,
+    // and held for a fence the block went back at the next synchronization, which covers the
+    // pool's context only, while that stream still used it (e2e foreign_ctx_capture_free*).
+    if (stream_ordered && names_created_stream(stream) && foreign(stream, nullptr)) {
+      drop_event(b);
+      b->stream = stream;
+      return true;
+    }
     hold(b);
     return false;
   }

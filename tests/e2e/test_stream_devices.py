@@ -68,6 +68,11 @@ class StreamDevices(ShimTestCase):
             "foreign_ctx_oom_tail": ("24M", True, True),
             "foreign_ctx_trim": (None, False, False),
             "foreign_ctx_trim_tail": (None, False, False),
+            # Freed while a stream of the primary context captures a graph: the block was held for
+            # a fence, and the synchronization released it (caching corrupt, vmm stopped by the
+            # simulated device at an unmap; a review helper's reproducer).
+            "foreign_ctx_capture_free": ("24M", True, True),
+            "foreign_ctx_capture_free_trim": (None, False, False),
         }
         for policy in ("caching", "vmm"):
             for case, (cap, oom, overlaps) in expect.items():

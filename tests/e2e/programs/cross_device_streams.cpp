@@ -280,6 +280,64 @@ int program_ctx_only(bool legacy, const char* name) {
   return failed_at < 0 ? 0 : 2;
 }
 
+// foreign_ctx_oom, with the free made while a stream of the primary context captures a graph
+// (relaxed mode: other streams work as usual). The free is on the program-made context's stream,
+// which is not capturing: it is stream-ordered there, and the pool's synchronization (memory short,
+// GPUSHIM_LIMIT=24M) covers the primary context only. `trim`: cudaMemPoolTrimTo instead, with room.
+int foreign_ctx_capture_free(bool trim, const char* name) {
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(nullptr));
+  void *a = nullptr, *p = nullptr;
+  CHECK(cudaMalloc(&a, 8 * kMiB));
+  CHECK(cudaMalloc(&p, 8 * kMiB));
+  CHECK(cudaMemset(p, 0x11, 8 * kMiB));
+  CHECK(cudaFree(a));
+  cudaStream_t cs;
+  CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  testsupport::ProgramContext c = testsupport::make_program_context();
+  CHECK(testsupport::delayed_fill(p, 0xAA, 8 * kMiB, 300000, reinterpret_cast<cudaStream_t>(c.stream)));
+  testsupport::make_current(c.primary);
+  CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed));
+  testsupport::make_current(c.context);
+  CHECK_CU(testsupport::driver().MemFreeAsync(reinterpret_cast<CUdeviceptr>(p), c.stream));
+  testsupport::make_current(c.primary);
+  cudaGraph_t g = nullptr;
+  CHECK(cudaStreamEndCapture(cs, &g));
+  if (g != nullptr) CHECK(cudaGraphDestroy(g));
+  if (trim) {
+    cudaMemPool_t pool = nullptr;
+    CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    CHECK(cudaMemPoolTrimTo(pool, 0));
+  }
+  void* q = nullptr;
+  const cudaError_t got = cudaMalloc(&q, 20 * kMiB);
+  const bool oom = got == cudaErrorMemoryAllocation;
+  if (oom) {
+    (void)cudaGetLastError();
+    testsupport::make_current(c.context);
+    CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
+    testsupport::make_current(c.primary);
+    CHECK(cudaMalloc(&q, 20 * kMiB));
+  } else {
+    CHECK(got);
+  }
+  CHECK(cudaMemset(q, 0x33, 20 * kMiB));
+  CHECK(cudaDeviceSynchronize());
+  testsupport::make_current(c.context);
+  CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
+  testsupport::make_current(c.primary);
+  const bool intact = testsupport::holds(q, 20 * kMiB, 0x33);
+  const bool overlaps = static_cast<char*>(q) < static_cast<char*>(p) + 8 * kMiB &&
+                        static_cast<char*>(p) < static_cast<char*>(q) + 20 * kMiB;
+  std::printf("{\"case\": \"%s\", \"overlaps\": %s, \"intact\": %s, \"oom\": %s}\n", name,
+              overlaps ? "true" : "false", intact ? "true" : "false", oom ? "true" : "false");
+  CHECK(cudaFree(q));
+  CHECK(cudaStreamDestroy(cs));
+  testsupport::destroy_context(c.context);
+  testsupport::make_current(c.primary);
+  return intact ? 0 : 2;
+}
+
 // A block a stream of a program-made context still writes, freed in that stream's order, and
 // then the device reset (cudaDeviceReset) from the primary context, which frees every allocation
 // of that context: the pool must keep no segment of it across the reset. The pool's
@@ -428,6 +486,8 @@ int main(int argc, char** argv) {
   if (c == "program_ctx_only") return program_ctx_only(false, "program_ctx_only");
   if (c == "program_ctx_only_legacy") return program_ctx_only(true, "program_ctx_only_legacy");
   if (c == "foreign_ctx_reset") return foreign_ctx_reset();
+  if (c == "foreign_ctx_capture_free") return foreign_ctx_capture_free(false, "foreign_ctx_capture_free");
+  if (c == "foreign_ctx_capture_free_trim") return foreign_ctx_capture_free(true, "foreign_ctx_capture_free_trim");
   if (c == "destroy_other_device") return destroy_other_device(true);
   if (c == "destroy_same_device") return destroy_other_device(false);
   if (c == "captured_free") return captured_free();

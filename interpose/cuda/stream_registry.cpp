@@ -398,6 +398,10 @@ TailRef record_mark(CUstream stream, CUcontext context) {
     // program's free vouched for it, but another thread may have destroyed it since.
     auto it = r.streams.find(stream);
     if (it == r.streams.end()) return nullptr;
+    // A capturing stream would take the event into its graph (pools ask during other streams'
+    // captures: ReuseRules::forget_streams).
+    for (const auto& c : r.captures)
+      if (c.thread == nullptr && c.stream == stream) return nullptr;
     device = it->second.device;
   }
   return new_mark(r, stream, context, device);

@@ -97,7 +97,7 @@ const std::atomic<bool>* program_contexts_flag();  // what program_contexts_made
 // An event recorded now on `stream` (a created stream the registry knows, or a default stream of
 // the calling thread's current context) in `context`, which is not the pool's: queried with
 // tail_done, it counts as finished once that context is gone (the registry drops it with the
-// context, which destroys its events). Null if none could be recorded.
+// context, which destroys its events). Null if none could be recorded, or `stream` is capturing.
 TailRef record_mark(CUstream stream, CUcontext context);
 // Its holder is done with it: its event is destroyed.
 void release_mark(const TailRef& mark);

@@ -120,8 +120,8 @@ class ReuseRules {
   // Streams for which `doomed` is true are about to be destroyed (or their context is): each free
   // block `for_each_free(fn)` visits that names one gets an event recorded now, while the stream
   // exists (one per stream, shared), and is ordered by it alone from then on. A block whose event
-  // cannot be recorded (during a capture; a stream of another context) waits for the next device
-  // synchronization.
+  // cannot be recorded (during a capture, unless it is another context's stream, not capturing)
+  // waits for the next device synchronization.
   template <typename ForEachFree>
   void forget_streams(absl::FunctionRef<bool(CUstream)> doomed, ForEachFree&& for_each_free) {
     std::vector<std::pair<CUstream, ReuseEvent*>> recorded;
@@ -130,7 +130,13 @@ class ReuseRules {
       if (b->event == nullptr) {
         auto it = std::find_if(recorded.begin(), recorded.end(), [&](const auto& r) { return r.first == b->stream; });
         if (it == recorded.end()) {
-          const uint64_t e = backend_.capture_active() ? 0 : record_on(b->stream);
+          // During a capture only in another context, whose stream is not capturing (its event
+          // is then no node of a graph): the pool's synchronization does not cover that stream,
+          // and without an event it released the block while the stream's last work still ran
+          // (e2e foreign_ctx_capture_destroy*).
+          uint64_t e = 0;
+          if (!backend_.capture_active()) e = record_on(b->stream);
+          else if (!foreign(b->stream, &e)) e = 0;
           recorded.emplace_back(b->stream, e == 0 ? nullptr : new ReuseEvent{e, 0});
           it = std::prev(recorded.end());
         }

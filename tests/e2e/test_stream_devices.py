@@ -73,6 +73,10 @@ class StreamDevices(ShimTestCase):
             # simulated device at an unmap; a review helper's reproducer).
             "foreign_ctx_capture_free": ("24M", True, True),
             "foreign_ctx_capture_free_trim": (None, False, False),
+            # The stream destroyed during such a capture: its blocks got no event (none is recorded
+            # during a capture) and the synchronization released them.
+            "foreign_ctx_capture_destroy": ("24M", True, True),
+            "foreign_ctx_capture_destroy_trim": (None, False, False),
         }
         for policy in ("caching", "vmm"):
             for case, (cap, oom, overlaps) in expect.items():

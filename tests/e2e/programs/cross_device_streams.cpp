@@ -284,7 +284,7 @@ int program_ctx_only(bool legacy, const char* name) {
 // (relaxed mode: other streams work as usual). The free is on the program-made context's stream,
 // which is not capturing: it is stream-ordered there, and the pool's synchronization (memory short,
 // GPUSHIM_LIMIT=24M) covers the primary context only. `trim`: cudaMemPoolTrimTo instead, with room.
-int foreign_ctx_capture_free(bool trim, const char* name) {
+int foreign_ctx_capture_free(bool trim, bool destroy, const char* name) {
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
   void *a = nullptr, *p = nullptr;
@@ -296,10 +296,12 @@ int foreign_ctx_capture_free(bool trim, const char* name) {
   CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
   testsupport::ProgramContext c = testsupport::make_program_context();
   CHECK(testsupport::delayed_fill(p, 0xAA, 8 * kMiB, 300000, reinterpret_cast<cudaStream_t>(c.stream)));
+  if (destroy) CHECK_CU(testsupport::driver().MemFreeAsync(reinterpret_cast<CUdeviceptr>(p), c.stream));
   testsupport::make_current(c.primary);
   CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed));
   testsupport::make_current(c.context);
-  CHECK_CU(testsupport::driver().MemFreeAsync(reinterpret_cast<CUdeviceptr>(p), c.stream));
+  if (destroy) CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream)>("cuStreamDestroy_v2")(c.stream));
+  else CHECK_CU(testsupport::driver().MemFreeAsync(reinterpret_cast<CUdeviceptr>(p), c.stream));
   testsupport::make_current(c.primary);
   cudaGraph_t g = nullptr;
   CHECK(cudaStreamEndCapture(cs, &g));
@@ -486,8 +488,10 @@ int main(int argc, char** argv) {
   if (c == "program_ctx_only") return program_ctx_only(false, "program_ctx_only");
   if (c == "program_ctx_only_legacy") return program_ctx_only(true, "program_ctx_only_legacy");
   if (c == "foreign_ctx_reset") return foreign_ctx_reset();
-  if (c == "foreign_ctx_capture_free") return foreign_ctx_capture_free(false, "foreign_ctx_capture_free");
-  if (c == "foreign_ctx_capture_free_trim") return foreign_ctx_capture_free(true, "foreign_ctx_capture_free_trim");
+  if (c == "foreign_ctx_capture_free") return foreign_ctx_capture_free(false, false, "foreign_ctx_capture_free");
+  if (c == "foreign_ctx_capture_free_trim") return foreign_ctx_capture_free(true, false, "foreign_ctx_capture_free_trim");
+  if (c == "foreign_ctx_capture_destroy") return foreign_ctx_capture_free(false, true, "foreign_ctx_capture_destroy");
+  if (c == "foreign_ctx_capture_destroy_trim") return foreign_ctx_capture_free(true, true, "foreign_ctx_capture_destroy_trim");
   if (c == "destroy_other_device") return destroy_other_device(true);
   if (c == "destroy_same_device") return destroy_other_device(false);
   if (c == "captured_free") return captured_free();

@@ -264,10 +264,11 @@ bool DriverBackend::synchronize_covers(uint64_t event) { return !is_mark(event);
 const std::atomic<bool>* DriverBackend::foreign_streams_possible() { return program_contexts_flag(); }
 
 bool DriverBackend::event_on_callers_stream(uint64_t event, CUstream stream) {
-  // The legacy stream only: a per-thread default stream is one thread's as well.
-  if (!is_mark(event) || stream != CU_STREAM_LEGACY) return false;
+  // A per-thread default stream is one thread's as well: the mark knows which (a program working
+  // in its own context on cudaStreamPerThread failed at the cap, e2e program_ctx_only_per_thread).
+  if (!is_mark(event) || (stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)) return false;
   CUcontext ctx = nullptr;
-  return api_->ctx_get_current(&ctx) == CUDA_SUCCESS && mark_on_legacy_of(*mark_of(event), ctx);
+  return api_->ctx_get_current(&ctx) == CUDA_SUCCESS && mark_on_default_stream_of(*mark_of(event), stream, ctx);
 }
 
 bool DriverBackend::event_done(uint64_t event) {

@@ -26,6 +26,9 @@ struct StreamTail {
   // A mark's stream as its recorder named it (record_mark; a default stream names the one of
   // `context`). Never named to the driver again.
   CUstream stream = nullptr;
+  // For a mark on the per-thread default stream: the recording thread (thread_serial), whose
+  // stream of `context` it is.
+  uint64_t thread = 0;
 };
 
 namespace {
@@ -91,6 +94,13 @@ struct KnownStream {
 };
 KnownStream& known_stream() { return thread_slot<KnownStream, ThreadSlot::kKnownStream>(); }
 thread_local char t_thread_marker;
+// A number of the calling thread's own, never given to another thread (a marker's address may be:
+// a thread that ends leaves its per-thread stream's work running).
+uint64_t thread_serial() {
+  static std::atomic<uint64_t> next{1};
+  thread_local uint64_t serial = next.fetch_add(1, std::memory_order_relaxed);
+  return serial;
+}
 
 CUcontext current_context() {
   CUcontext ctx = nullptr;
@@ -404,12 +414,16 @@ TailRef record_mark(CUstream stream, CUcontext context) {
       if (c.thread == nullptr && c.stream == stream) return nullptr;
     device = it->second.device;
   }
-  return new_mark(r, stream, context, device);
+  TailRef mark = new_mark(r, stream, context, device);
+  if (mark != nullptr && stream == CU_STREAM_PER_THREAD) mark->thread = thread_serial();
+  return mark;
 }
 
-bool mark_on_legacy_of(const TailRef& mark, CUcontext context) {
-  // Both fixed when the mark was made: no lock.
-  return mark != nullptr && context != nullptr && mark->stream == CU_STREAM_LEGACY && mark->context == context;
+bool mark_on_default_stream_of(const TailRef& mark, CUstream stream, CUcontext context) {
+  // All fixed when the mark was made: no lock.
+  if (mark == nullptr || context == nullptr || mark->stream != stream || mark->context != context) return false;
+  if (stream == CU_STREAM_LEGACY) return true;
+  return stream == CU_STREAM_PER_THREAD && mark->thread == thread_serial();
 }
 
 void release_mark(const TailRef& mark) {

@@ -101,7 +101,8 @@ const std::atomic<bool>* program_contexts_flag();  // what program_contexts_made
 TailRef record_mark(CUstream stream, CUcontext context);
 // Its holder is done with it: its event is destroyed.
 void release_mark(const TailRef& mark);
-// Was `mark` recorded on the legacy stream of `context`?
-bool mark_on_legacy_of(const TailRef& mark, CUcontext context);
+// Was `mark` recorded on `stream` of `context`: its legacy stream, or (CU_STREAM_PER_THREAD) the
+// calling thread's per-thread default stream there?
+bool mark_on_default_stream_of(const TailRef& mark, CUstream stream, CUcontext context);
 
 }  // namespace gpushim

@@ -157,12 +157,15 @@ class ReuseRules {
     if (req.stream_ordered && same_stream(b->stream, normalize_stream(req.stream)) &&
         (b->stream != CU_STREAM_LEGACY || !foreign(CU_STREAM_LEGACY, nullptr)))
       return true;
-    // Freed on the legacy stream of a context the program made (its event alone orders it), and
-    // asked for on that context's legacy stream again: after the free in that stream's order.
+    // Freed on a default stream of a context the program made (its event alone orders it), and
+    // asked for on that stream again (that context's legacy stream, or this thread's per-thread
+    // one there): after the free in that stream's order.
     if (req.stream_ordered && b->stream == event_ordered_mark() && b->event != nullptr &&
-        foreign_possible_.load(std::memory_order_acquire) && normalize_stream(req.stream) == CU_STREAM_LEGACY &&
-        backend_.event_on_callers_stream(b->event->handle, CU_STREAM_LEGACY))
-      return true;
+        foreign_possible_.load(std::memory_order_acquire)) {
+      const CUstream s = normalize_stream(req.stream);
+      if ((s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) && backend_.event_on_callers_stream(b->event->handle, s))
+        return true;
+    }
     return idle(b);
   }
   // Has all work queued before `b`'s free completed? Then `b` becomes ready for anyone.

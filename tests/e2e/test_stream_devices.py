@@ -98,7 +98,9 @@ class StreamDevices(ShimTestCase):
         # order of one context's must not be reused at once in the order of the other's. _procaddr:
         # the context made with the cuCtxCreate that cuGetProcAddress hands out.
         for policy in POLICIES:
-            for case in ("legacy_from_program_ctx", "legacy_to_program_ctx", "legacy_from_program_ctx_procaddr"):
+            # ptds_of_two_threads: two threads' per-thread default streams of one program-made context.
+            for case in ("legacy_from_program_ctx", "legacy_to_program_ctx", "legacy_from_program_ctx_procaddr",
+                         "ptds_of_two_threads"):
                 with self.subTest(policy=policy, case=case):
                     r = self.run_case(case, policy)
                     self.assertRanOK(r)
@@ -115,7 +117,9 @@ class StreamDevices(ShimTestCase):
         # under a 256 MiB cap the fifth step failed (4 of 4 cases), without one the pools held
         # 2,560 MiB (a review helper's reproducer).
         for policy in POLICIES:
-            for case in ("program_ctx_only", "program_ctx_only_legacy"):
+            # _per_thread: cudaStreamPerThread there; its blocks waited for their event alone and
+            # the fifth step failed (caching and vmm; a review helper's reproducer).
+            for case in ("program_ctx_only", "program_ctx_only_legacy", "program_ctx_only_per_thread"):
                 with self.subTest(policy=policy, case=case):
                     r = run([program("e2e_cross_device_streams"), case],
                             env={"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0", "GPUSHIM_LIMIT": "256M"})

@@ -250,7 +250,7 @@ int legacy_of_two_contexts(bool from_program, bool via_proc_address) {
 // block however far the device lags: under GPUSHIM_LIMIT the pools must neither fail nor grow.
 // (The simulated runtime binds the primary context on a thread's first call and never again: that
 // call comes first.) A review helper's reproducer, 2026-11-27.
-int program_ctx_only(bool legacy, const char* name) {
+int program_ctx_only(bool legacy, const char* name, bool per_thread = false) {
   CHECK(cudaFree(nullptr));
   CUcontext ctx = nullptr;
   CUstream s = nullptr;
@@ -258,7 +258,7 @@ int program_ctx_only(bool legacy, const char* name) {
   CHECK_CU(testsupport::driver_function<CtxCreate>("cuCtxCreate_v4")(&ctx, nullptr, 0, 0));
   if (!legacy)
     CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream*, unsigned)>("cuStreamCreate")(&s, CU_STREAM_NON_BLOCKING));
-  const auto stream = reinterpret_cast<cudaStream_t>(s);
+  const auto stream = per_thread ? cudaStreamPerThread : reinterpret_cast<cudaStream_t>(s);
   int failed_at = -1;
   for (int i = 0; i < 40; ++i) {
     void* p = nullptr;
@@ -337,6 +337,37 @@ int foreign_ctx_capture_free(bool trim, bool destroy, const char* name) {
   CHECK(cudaStreamDestroy(cs));
   testsupport::destroy_context(c.context);
   testsupport::make_current(c.primary);
+  return intact ? 0 : 2;
+}
+
+// A block freed on one thread's per-thread default stream in a program-made context, asked for on
+// another thread's per-thread default stream in that context: two streams, so not at once (the
+// late write must not land in the new block). The control for program_ctx_only_per_thread.
+int ptds_of_two_threads() {
+  CHECK(cudaFree(nullptr));
+  CUcontext ctx = nullptr;
+  using CtxCreate = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  CHECK_CU(testsupport::driver_function<CtxCreate>("cuCtxCreate_v4")(&ctx, nullptr, 0, 0));
+  void* p = nullptr;
+  CHECK(cudaMallocAsync(&p, 8 * kMiB, cudaStreamPerThread));
+  CHECK(cudaMemsetAsync(p, 0x11, 8 * kMiB, cudaStreamPerThread));
+  CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+  CHECK(testsupport::delayed_fill(p, 0xAA, 8 * kMiB, 300000, cudaStreamPerThread));
+  CHECK(cudaFreeAsync(p, cudaStreamPerThread));
+  void* q = nullptr;
+  std::thread t([&] {
+    CHECK(cudaFree(nullptr));
+    testsupport::make_current(ctx);
+    CHECK(cudaMallocAsync(&q, 8 * kMiB, cudaStreamPerThread));
+    CHECK(cudaMemsetAsync(q, 0x33, 8 * kMiB, cudaStreamPerThread));
+    CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+  });
+  t.join();
+  CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
+  const bool intact = testsupport::holds(q, 8 * kMiB, 0x33);
+  std::printf("{\"case\": \"ptds_of_two_threads\", \"same_block\": %s, \"intact\": %s}\n", q == p ? "true" : "false",
+              intact ? "true" : "false");
+  testsupport::destroy_context(ctx);
   return intact ? 0 : 2;
 }
 
@@ -487,6 +518,8 @@ int main(int argc, char** argv) {
   if (c == "legacy_from_program_ctx_procaddr") return legacy_of_two_contexts(true, true);
   if (c == "program_ctx_only") return program_ctx_only(false, "program_ctx_only");
   if (c == "program_ctx_only_legacy") return program_ctx_only(true, "program_ctx_only_legacy");
+  if (c == "ptds_of_two_threads") return ptds_of_two_threads();
+  if (c == "program_ctx_only_per_thread") return program_ctx_only(true, "program_ctx_only_per_thread", true);
   if (c == "foreign_ctx_reset") return foreign_ctx_reset();
   if (c == "foreign_ctx_capture_free") return foreign_ctx_capture_free(false, false, "foreign_ctx_capture_free");
   if (c == "foreign_ctx_capture_free_trim") return foreign_ctx_capture_free(true, false, "foreign_ctx_capture_free_trim");

@@ -16,10 +16,12 @@ namespace gpushim {
 
 namespace {
 
-// An event handle of this backend is a CUevent of the primary context, or, with this bit set, a
-// TailRef of another context (foreign_stream). Neither a user-space pointer nor a handle of the
-// simulated driver has it.
-constexpr uint64_t kMarkBit = uint64_t{1} << 63;
+// An event handle of this backend is a CUevent of the primary context, or, with its lowest bit
+// set, a heap TailRef of another context (foreign_stream). CUevents are aligned pointers (the
+// simulated driver's handles end in four zero bits). The low bit, not a high one: the handle is
+// then still a pointer into the TailRef, which keeps it reachable for leak checkers while a
+// block holds it (the pools live until the process ends; ASan reported each one as leaked).
+constexpr uint64_t kMarkBit = 1;
 bool is_mark(uint64_t event) { return (event & kMarkBit) != 0; }
 TailRef* mark_of(uint64_t event) { return reinterpret_cast<TailRef*>(event & ~kMarkBit); }
 

@@ -132,6 +132,49 @@ int foreign_ctx_capture(bool context_goes) {
   return 0;
 }
 
+// Two 8 MiB blocks of device 0 that share one 20 MiB segment, the first freed: returns the second.
+void* block_beside_a_freed_one() {
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(nullptr));
+  void *a = nullptr, *p = nullptr;
+  CHECK(cudaMalloc(&a, 8 * kMiB));
+  CHECK(cudaMalloc(&p, 8 * kMiB));
+  CHECK(cudaMemset(p, 0x11, 8 * kMiB));
+  CHECK(cudaFree(a));
+  return p;
+}
+
+// 20 MiB asked after 8 MiB at `p`, which a stream of `c`'s context may still write, was freed: short
+// of memory (the pool may not hand `p` out yet) the program synchronizes that context and asks
+// again. Then the block is written and read back once both contexts have finished.
+struct Reallocated {
+  void* q = nullptr;
+  bool oom = false, intact = false, overlaps = false;
+};
+Reallocated reallocate_over(void* p, const testsupport::ProgramContext& c) {
+  Reallocated r;
+  const cudaError_t got = cudaMalloc(&r.q, 20 * kMiB);
+  r.oom = got == cudaErrorMemoryAllocation;
+  if (r.oom) {
+    (void)cudaGetLastError();
+    testsupport::make_current(c.context);
+    CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
+    testsupport::make_current(c.primary);
+    CHECK(cudaMalloc(&r.q, 20 * kMiB));
+  } else {
+    CHECK(got);
+  }
+  CHECK(cudaMemset(r.q, 0x33, 20 * kMiB));
+  CHECK(cudaDeviceSynchronize());
+  testsupport::make_current(c.context);
+  CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
+  testsupport::make_current(c.primary);
+  r.intact = testsupport::holds(r.q, 20 * kMiB, 0x33);
+  r.overlaps = static_cast<char*>(r.q) < static_cast<char*>(p) + 8 * kMiB &&
+               static_cast<char*>(p) < static_cast<char*>(r.q) + 20 * kMiB;
+  return r;
+}
+
 // A block that a stream of a program-made context still writes, freed and handed out again: the
 // pool must wait for that stream (live, or destroyed after the free: `destroyed`, its work a tail).
 // Two 8 MiB blocks share one 20 MiB segment and are freed, then 20 MiB asked: the new block can
@@ -144,13 +187,7 @@ int foreign_ctx_capture(bool context_goes) {
 // late write landed in the new block. Now the block waits for its own event: short of memory, the
 // allocation fails (`oom`), and succeeds, over the block, once that context has synchronized.
 int foreign_ctx_reuse(bool plain, bool destroyed, bool trim, const char* name) {
-  CHECK(cudaSetDevice(0));
-  CHECK(cudaFree(nullptr));
-  void *a = nullptr, *p = nullptr;
-  CHECK(cudaMalloc(&a, 8 * kMiB));
-  CHECK(cudaMalloc(&p, 8 * kMiB));
-  CHECK(cudaMemset(p, 0x11, 8 * kMiB));
-  CHECK(cudaFree(a));
+  void* p = block_beside_a_freed_one();
   testsupport::ProgramContext c = testsupport::make_program_context();
   // The program's stream writes the block late (a slow kernel); nobody may have it before that.
   CHECK(testsupport::delayed_fill(p, 0xAA, 8 * kMiB, 300000, reinterpret_cast<cudaStream_t>(c.stream)));
@@ -163,34 +200,15 @@ int foreign_ctx_reuse(bool plain, bool destroyed, bool trim, const char* name) {
     CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
     CHECK(cudaMemPoolTrimTo(pool, 20 * kMiB));  // keeps the segment
   }
-  void* q = nullptr;
-  const cudaError_t got = cudaMalloc(&q, 20 * kMiB);
-  const bool oom = got == cudaErrorMemoryAllocation;
-  if (oom) {
-    (void)cudaGetLastError();
-    testsupport::make_current(c.context);
-    CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
-    testsupport::make_current(c.primary);
-    CHECK(cudaMalloc(&q, 20 * kMiB));
-  } else {
-    CHECK(got);
-  }
-  CHECK(cudaMemset(q, 0x33, 20 * kMiB));
-  CHECK(cudaDeviceSynchronize());
-  testsupport::make_current(c.context);
-  CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
-  testsupport::make_current(c.primary);
-  const bool intact = testsupport::holds(q, 20 * kMiB, 0x33);
-  const bool overlaps = static_cast<char*>(q) < static_cast<char*>(p) + 8 * kMiB &&
-                        static_cast<char*>(p) < static_cast<char*>(q) + 20 * kMiB;
+  const Reallocated r = reallocate_over(p, c);
   gpushim_device_stats st{};
   testsupport::shim_stats(0, &st);
   std::printf("{\"case\": \"%s\", \"overlaps\": %s, \"intact\": %s, \"oom\": %s, \"reuse_syncs\": %llu}\n", name,
-              overlaps ? "true" : "false", intact ? "true" : "false", oom ? "true" : "false", st.reuse_syncs);
-  CHECK(cudaFree(q));
+              r.overlaps ? "true" : "false", r.intact ? "true" : "false", r.oom ? "true" : "false", st.reuse_syncs);
+  CHECK(cudaFree(r.q));
   testsupport::destroy_context(c.context);
   testsupport::make_current(c.primary);
-  return intact ? 0 : 2;
+  return r.intact ? 0 : 2;
 }
 
 // A block freed in the order of a program-made context's legacy stream, which shares its handle
@@ -285,13 +303,7 @@ int program_ctx_only(bool legacy, const char* name, bool per_thread = false) {
 // which is not capturing: it is stream-ordered there, and the pool's synchronization (memory short,
 // GPUSHIM_LIMIT=24M) covers the primary context only. `trim`: cudaMemPoolTrimTo instead, with room.
 int foreign_ctx_capture_free(bool trim, bool destroy, const char* name) {
-  CHECK(cudaSetDevice(0));
-  CHECK(cudaFree(nullptr));
-  void *a = nullptr, *p = nullptr;
-  CHECK(cudaMalloc(&a, 8 * kMiB));
-  CHECK(cudaMalloc(&p, 8 * kMiB));
-  CHECK(cudaMemset(p, 0x11, 8 * kMiB));
-  CHECK(cudaFree(a));
+  void* p = block_beside_a_freed_one();
   cudaStream_t cs;
   CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
   testsupport::ProgramContext c = testsupport::make_program_context();
@@ -311,33 +323,14 @@ int foreign_ctx_capture_free(bool trim, bool destroy, const char* name) {
     CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
     CHECK(cudaMemPoolTrimTo(pool, 0));
   }
-  void* q = nullptr;
-  const cudaError_t got = cudaMalloc(&q, 20 * kMiB);
-  const bool oom = got == cudaErrorMemoryAllocation;
-  if (oom) {
-    (void)cudaGetLastError();
-    testsupport::make_current(c.context);
-    CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
-    testsupport::make_current(c.primary);
-    CHECK(cudaMalloc(&q, 20 * kMiB));
-  } else {
-    CHECK(got);
-  }
-  CHECK(cudaMemset(q, 0x33, 20 * kMiB));
-  CHECK(cudaDeviceSynchronize());
-  testsupport::make_current(c.context);
-  CHECK_CU(testsupport::driver_function<CUresult (*)()>("cuCtxSynchronize")());
-  testsupport::make_current(c.primary);
-  const bool intact = testsupport::holds(q, 20 * kMiB, 0x33);
-  const bool overlaps = static_cast<char*>(q) < static_cast<char*>(p) + 8 * kMiB &&
-                        static_cast<char*>(p) < static_cast<char*>(q) + 20 * kMiB;
+  const Reallocated r = reallocate_over(p, c);
   std::printf("{\"case\": \"%s\", \"overlaps\": %s, \"intact\": %s, \"oom\": %s}\n", name,
-              overlaps ? "true" : "false", intact ? "true" : "false", oom ? "true" : "false");
-  CHECK(cudaFree(q));
+              r.overlaps ? "true" : "false", r.intact ? "true" : "false", r.oom ? "true" : "false");
+  CHECK(cudaFree(r.q));
   CHECK(cudaStreamDestroy(cs));
   testsupport::destroy_context(c.context);
   testsupport::make_current(c.primary);
-  return intact ? 0 : 2;
+  return r.intact ? 0 : 2;
 }
 
 // A block freed on one thread's per-thread default stream in a program-made context, asked for on

@@ -168,7 +168,8 @@ CUresult DriverBackend::synchronize() {
   const CUresult r = in_context([&] { return api_->ctx_synchronize(); });
   // The primary context's streams have finished, destroyed ones' too. Tails of other contexts'
   // destroyed streams are dropped as well, though their work may still run: otherwise an unknown
-  // one would never clear (docs/policies.md, "Open: streams of program-made contexts").
+  // one would never clear (docs/policies.md, "Streams of program-made contexts and the pools'
+  // synchronization": those tails only order plain frees, which CUDA leaves to the program).
   if (r == CUDA_SUCCESS) tails_settled(device_);
   return r;
 }

@@ -4,6 +4,7 @@ back what the shim wrote.
 By default programs run on the simulated device (build/fakecuda). With GPUSHIM_TEST_REAL_GPU=1 they
 run against NVIDIA's libcudart/libcuda instead, unchanged (the GPU validation suite does that).
 """
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -121,6 +122,18 @@ def run(args, env=None, preload=True, timeout=120, expect_report=True, workdir=N
         with open(report_path) as f:
             report = json.load(f)
     return Run(proc, report, report_path, workdir)
+
+
+def start_runs(jobs, workers=4):
+    """Starts run(args, env=env) for each {key: (args, env)} of `jobs`, `workers` at a time, and
+    returns {key: future}. For cases that mostly wait on the simulated device's slow kernels: run one
+    after another, e2e.stream_devices slept for most of its ~45 s. Each process has its own working
+    directory and report. Call .result() inside the case's subTest, so that a failure (a sanitizer
+    report, a missing report) lands in its own case."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+    futures = {key: pool.submit(run, args, env=env) for key, (args, env) in jobs.items()}
+    pool.shutdown(wait=False)
+    return futures
 
 
 def policies_the_shim_accepts():

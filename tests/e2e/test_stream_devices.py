@@ -5,30 +5,38 @@ it. Each case corrupted memory, or allocated on the wrong device, under the pool
 import json
 import unittest
 
-from shimtest import POLICIES, ShimTestCase, last_json, program, run
+from shimtest import POLICIES, ShimTestCase, last_json, program, start_runs
 
 CASES = ("wrong_device", "legacy_cross_device", "ptds_cross_device", "captured_free")
 
 
-class StreamDevices(ShimTestCase):
-    def run_case(self, case, policy):
-        return run([program("e2e_cross_device_streams"), case],
-                   env={"FAKECUDA_DEVICES": "2", "GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0"})
+TWO_DEVICES = {"FAKECUDA_DEVICES": "2"}
 
+
+def job(case, policy, env):
+    """One run of the program's `case` under `policy` (for start_runs): the cases mostly wait for
+    300 ms fills of the simulated device, so each test starts all of its runs at once."""
+    return [program("e2e_cross_device_streams"), case], {"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0", **env}
+
+
+def start_cases(policies, cases, env=TWO_DEVICES):
+    return start_runs({(policy, case): job(case, policy, env) for policy in policies for case in cases})
+
+
+class StreamDevices(ShimTestCase):
     def test_memory_is_what_cuda_would_give(self):
-        for policy in POLICIES:
-            for case in CASES:
-                with self.subTest(policy=policy, case=case):
-                    r = self.run_case(case, policy)
-                    self.assertRanOK(r)
-                    out = last_json(r)
-                    if case == "wrong_device":
-                        # cudaMallocAsync on a stream of device 1 while device 0 is current.
-                        self.assertEqual(out["device"], 1, out)
-                        self.assertEqual(r.device(1)["total_allocs"], 1, json.dumps(r.report["devices"]))
-                        self.assertEqual(r.device(1)["live_count"], 0)
-                    else:
-                        self.assertTrue(out["intact"], out)
+        for (policy, case), run in start_cases(POLICIES, CASES).items():
+            with self.subTest(policy=policy, case=case):
+                r = run.result()
+                self.assertRanOK(r)
+                out = last_json(r)
+                if case == "wrong_device":
+                    # cudaMallocAsync on a stream of device 1 while device 0 is current.
+                    self.assertEqual(out["device"], 1, out)
+                    self.assertEqual(r.device(1)["total_allocs"], 1, json.dumps(r.report["devices"]))
+                    self.assertEqual(r.device(1)["live_count"], 0)
+                else:
+                    self.assertTrue(out["intact"], out)
 
     def test_streams_of_other_contexts_leave_the_devices_fences_working(self):
         # A stream of another device destroyed while device 0 is current: its tail event was
@@ -42,15 +50,16 @@ class StreamDevices(ShimTestCase):
         # the primary context was current (its tail's event was recorded in the wrong context);
         # _ctx_gone: its context destroyed mid-capture (the capture was kept under the caller's
         # context and outlived its own; the reset at the end destroyed its dead event).
-        for policy in ("caching", "vmm"):
-            for case in ("destroy_other_device", "destroy_same_device", "foreign_ctx_stream", "foreign_ctx_control",
-                         "foreign_ctx_capture", "foreign_ctx_capture_ctx_gone"):
-                with self.subTest(policy=policy, case=case):
-                    r = self.run_case(case, policy)
-                    self.assertRanOK(r)
-                    out = last_json(r)
-                    self.assertLessEqual(out["peak_reserved_mib"], 128, out)
-                    self.assertEqual(out["reuse_syncs"], 0, out)
+        runs = start_cases(("caching", "vmm"), ("destroy_other_device", "destroy_same_device", "foreign_ctx_stream",
+                                                "foreign_ctx_control", "foreign_ctx_capture",
+                                                "foreign_ctx_capture_ctx_gone"))
+        for (policy, case), run in runs.items():
+            with self.subTest(policy=policy, case=case):
+                r = run.result()
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertLessEqual(out["peak_reserved_mib"], 128, out)
+                self.assertEqual(out["reuse_syncs"], 0, out)
 
     def test_memory_short_while_another_contexts_stream_writes_a_freed_block(self):
         # Memory is handed out again over a block that a stream of a program-made context still
@@ -78,36 +87,35 @@ class StreamDevices(ShimTestCase):
             "foreign_ctx_capture_destroy": ("24M", True, True),
             "foreign_ctx_capture_destroy_trim": (None, False, False),
         }
-        for policy in ("caching", "vmm"):
-            for case, (cap, oom, overlaps) in expect.items():
-                with self.subTest(policy=policy, case=case):
-                    env = {"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0"}
-                    if cap:
-                        env["GPUSHIM_LIMIT"] = cap
-                    r = run([program("e2e_cross_device_streams"), case], env=env)
-                    self.assertRanOK(r)
-                    out = last_json(r)
-                    self.assertTrue(out["intact"], out)
-                    self.assertEqual((out["oom"], out["overlaps"]), (oom, overlaps), out)
-                    if case.startswith("foreign_ctx_fence"):
-                        self.assertEqual(out["reuse_syncs"], 0, out)
-                    self.assertEqual(r.device(0)["live_count"], 0)
+        runs = start_runs({(policy, case): job(case, policy, {"GPUSHIM_LIMIT": cap} if cap else {})
+                           for policy in ("caching", "vmm") for case, (cap, _, _) in expect.items()})
+        for (policy, case), run in runs.items():
+            _, oom, overlaps = expect[case]
+            with self.subTest(policy=policy, case=case):
+                r = run.result()
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertTrue(out["intact"], out)
+                self.assertEqual((out["oom"], out["overlaps"]), (oom, overlaps), out)
+                if case.startswith("foreign_ctx_fence"):
+                    self.assertEqual(out["reuse_syncs"], 0, out)
+                self.assertEqual(r.device(0)["live_count"], 0)
 
     def test_the_legacy_streams_of_two_contexts_are_two_streams(self):
         # One handle, CU_STREAM_LEGACY, names each context's own legacy stream: a block freed in the
         # order of one context's must not be reused at once in the order of the other's. _procaddr:
         # the context made with the cuCtxCreate that cuGetProcAddress hands out.
-        for policy in POLICIES:
-            # ptds_of_two_threads: two threads' per-thread default streams of one program-made context.
-            for case in ("legacy_from_program_ctx", "legacy_to_program_ctx", "legacy_from_program_ctx_procaddr",
-                         "ptds_of_two_threads"):
-                with self.subTest(policy=policy, case=case):
-                    r = self.run_case(case, policy)
-                    self.assertRanOK(r)
-                    out = last_json(r)
-                    self.assertTrue(out["intact"], out)
-                    if policy != "passthrough":
-                        self.assertFalse(out["same_block"], out)
+        # ptds_of_two_threads: two threads' per-thread default streams of one program-made context.
+        runs = start_cases(POLICIES, ("legacy_from_program_ctx", "legacy_to_program_ctx",
+                                      "legacy_from_program_ctx_procaddr", "ptds_of_two_threads"))
+        for (policy, case), run in runs.items():
+            with self.subTest(policy=policy, case=case):
+                r = run.result()
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertTrue(out["intact"], out)
+                if policy != "passthrough":
+                    self.assertFalse(out["same_block"], out)
 
     def test_a_program_working_in_its_own_context_reuses_in_stream_order(self):
         # The program makes a context (cuCtxCreate) and allocates there with the runtime: each of
@@ -116,18 +124,18 @@ class StreamDevices(ShimTestCase):
         # the stream's order at once. Since 120fb27 every such free waited for its event alone:
         # under a 256 MiB cap the fifth step failed (4 of 4 cases), without one the pools held
         # 2,560 MiB (a review helper's reproducer).
-        for policy in POLICIES:
-            # _per_thread: cudaStreamPerThread there; its blocks waited for their event alone and
-            # the fifth step failed (caching and vmm; a review helper's reproducer).
-            for case in ("program_ctx_only", "program_ctx_only_legacy", "program_ctx_only_per_thread"):
-                with self.subTest(policy=policy, case=case):
-                    r = run([program("e2e_cross_device_streams"), case],
-                            env={"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0", "GPUSHIM_LIMIT": "256M"})
-                    self.assertRanOK(r)
-                    out = last_json(r)
-                    self.assertEqual(out["failed_at"], -1, out)
-                    if policy != "passthrough":
-                        self.assertLessEqual(out["peak_reserved_mib"], 64, out)
+        # _per_thread: cudaStreamPerThread there; its blocks waited for their event alone and the
+        # fifth step failed (caching and vmm; a review helper's reproducer).
+        runs = start_cases(POLICIES, ("program_ctx_only", "program_ctx_only_legacy", "program_ctx_only_per_thread"),
+                           env={"GPUSHIM_LIMIT": "256M"})
+        for (policy, case), run in runs.items():
+            with self.subTest(policy=policy, case=case):
+                r = run.result()
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["failed_at"], -1, out)
+                if policy != "passthrough":
+                    self.assertLessEqual(out["peak_reserved_mib"], 64, out)
 
     def test_a_reset_leaves_no_segment_in_the_pool(self):
         # A block that a stream of a program-made context still writes, freed in that stream's
@@ -136,9 +144,9 @@ class StreamDevices(ShimTestCase):
         # own event: under caching the segment stayed in the pool across the reset, which freed
         # it, and two later cudaMalloc got overlapping memory (a review helper's reproducer). Now
         # the release before a reset gives back what the reset frees anyway (release_before_reset).
-        for policy in POLICIES:
+        for (policy, _), run in start_cases(POLICIES, ("foreign_ctx_reset",)).items():
             with self.subTest(policy=policy):
-                r = self.run_case("foreign_ctx_reset", policy)
+                r = run.result()
                 self.assertRanOK(r)
                 out = last_json(r)
                 self.assertFalse(out["overlap"], out)
@@ -149,17 +157,16 @@ class StreamDevices(ShimTestCase):
         # function waits for another thread, which creates a stream meanwhile. The wait held the
         # stream registry's lock, which that creation needs: both waited forever (the program's
         # alarm says so after 15 s). Passthrough is CUDA's own answer.
-        for policy in POLICIES:
-            for case in ("foreign_stream_wait", "foreign_stream_wait_control"):
-                with self.subTest(policy=policy, case=case):
-                    r = self.run_case(case, policy)
-                    self.assertRanOK(r)
-                    self.assertFalse(last_json(r)["deadlock"])
+        for (policy, case), run in start_cases(POLICIES, ("foreign_stream_wait", "foreign_stream_wait_control")).items():
+            with self.subTest(policy=policy, case=case):
+                r = run.result()
+                self.assertRanOK(r)
+                self.assertFalse(last_json(r)["deadlock"])
 
     def test_a_block_freed_in_a_capture_stays_out_of_the_pool_and_says_why_once(self):
-        for policy in ("caching", "vmm"):
+        for (policy, _), run in start_cases(("caching", "vmm"), ("captured_free",)).items():
             with self.subTest(policy=policy):
-                r = self.run_case("captured_free", policy)
+                r = run.result()
                 self.assertRanOK(r)
                 self.assertFalse(last_json(r)["same_block"])
                 lines = [l for l in r.shim_lines() if "stream capture" in l]

@@ -4,9 +4,12 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <type_traits>
+#include <unordered_map>
+#include <vector>
 
 #include "util/paths.h"
 #include "util/dlopen_guard.h"
@@ -19,10 +22,19 @@ namespace {
 struct DwflOpaque;
 struct DwflModuleOpaque;
 struct DwflLineOpaque;
+struct DwarfOpaque;      // Dwarf
+struct DwarfLineOpaque;  // Dwarf_Line
 struct ElfOpaque;
 using DwarfAddr = uint64_t;  // Dwarf_Addr, GElf_Addr
 using DwarfWord = uint64_t;  // Dwarf_Word
+using DwarfOff = uint64_t;   // Dwarf_Off
 using GElfWord = uint32_t;   // GElf_Word
+struct DwarfDie {  // Dwarf_Die: filled by libdw, opaque to us
+  void* addr;
+  void* cu;
+  void* abbrev;
+  long padding;
+};
 
 struct DwflCallbacks {  // Dwfl_Callbacks
   int (*find_elf)(DwflModuleOpaque* mod, void** userdata, const char* modname, DwarfAddr base,
@@ -57,6 +69,19 @@ struct Libdw {
   FindElfFn build_id_find_elf = nullptr;
   FindDebuginfoFn standard_find_debuginfo = nullptr;  // may be null: then build_id_find_debuginfo
   FindDebuginfoFn build_id_find_debuginfo = nullptr;
+  // Lines where module_getsrc finds none (CuIndex below). Optional: null leaves such frames
+  // without a line, as before.
+  DwarfOpaque* (*module_getdwarf)(DwflModuleOpaque*, DwarfAddr* bias) = nullptr;
+  int (*nextcu)(DwarfOpaque*, DwarfOff off, DwarfOff* next_off, size_t* header_size, DwarfOff* abbrev_offset,
+                uint8_t* address_size, uint8_t* offset_size) = nullptr;
+  DwarfDie* (*offdie)(DwarfOpaque*, DwarfOff offset, DwarfDie* result) = nullptr;
+  ptrdiff_t (*ranges)(DwarfDie*, ptrdiff_t offset, DwarfAddr* base, DwarfAddr* start, DwarfAddr* end) = nullptr;
+  DwarfLineOpaque* (*getsrc_die)(DwarfDie* cudie, DwarfAddr addr) = nullptr;
+  const char* (*linesrc)(DwarfLineOpaque*, DwarfWord* mtime, DwarfWord* length) = nullptr;
+  int (*lineno)(DwarfLineOpaque*, int* line) = nullptr;
+  bool scans_units() const {
+    return module_getdwarf && nextcu && offdie && ranges && getsrc_die && linesrc && lineno;
+  }
 };
 
 std::atomic<const Libdw*> g_libdw{nullptr};
@@ -88,6 +113,10 @@ const Libdw* libdw() {
                   sym(&l->build_id_find_elf, "dwfl_build_id_find_elf") &&
                   sym(&l->build_id_find_debuginfo, "dwfl_build_id_find_debuginfo");
   sym(&l->standard_find_debuginfo, "dwfl_standard_find_debuginfo");
+  (void)(sym(&l->module_getdwarf, "dwfl_module_getdwarf") && sym(&l->nextcu, "dwarf_nextcu") &&
+         sym(&l->offdie, "dwarf_offdie") && sym(&l->ranges, "dwarf_ranges") &&
+         sym(&l->getsrc_die, "dwarf_getsrc_die") && sym(&l->linesrc, "dwarf_linesrc") &&
+         sym(&l->lineno, "dwarf_lineno"));
   if (!ok) {
     delete l;
     g_libdw_tried.store(true, std::memory_order_release);
@@ -117,6 +146,57 @@ int local_find_debuginfo(DwflModuleOpaque* mod, void** userdata, const char* mod
   return fn(mod, userdata, modname, base, file_name, debuglink_file, debuglink_crc, debuginfo_file_name);
 }
 
+// Which compile unit holds an address, from the units' own address ranges. libdwfl finds a unit
+// through .debug_aranges alone before elfutils 0.191, and clang emits that section only with
+// -gdwarf-aranges (GCC always does): every frame of a clang-built program got no line (Debian 12
+// ships 0.188). Built once per module, at its first frame libdwfl has no line for; a module
+// without DWARF gets an empty index.
+class CuIndex {
+ public:
+  CuIndex(const Libdw& l, DwarfOpaque* dw, DwarfAddr bias) : dw_(dw), bias_(bias) {
+    DwarfOff off = 0, next = 0;
+    size_t header = 0;
+    for (; dw != nullptr && l.nextcu(dw, off, &next, &header, nullptr, nullptr, nullptr) == 0; off = next) {
+      DwarfDie die;
+      if (l.offdie(dw, off + header, &die) == nullptr) continue;
+      DwarfAddr base = 0, lo = 0, hi = 0;
+      for (ptrdiff_t at = 0; (at = l.ranges(&die, at, &base, &lo, &hi)) > 0;)
+        if (hi > lo) units_.push_back(Unit{lo, hi, off + header});
+    }
+    std::sort(units_.begin(), units_.end(), [](const Unit& a, const Unit& b) { return a.lo < b.lo; });
+  }
+
+  // Fills file and line for `address` (the session's, bias included) when a unit covers it.
+  void describe(const Libdw& l, DwarfAddr address, FrameInfo* out) const {
+    const DwarfAddr a = address - bias_;
+    auto it = std::upper_bound(units_.begin(), units_.end(), a, [](DwarfAddr v, const Unit& u) { return v < u.lo; });
+    // Ranges rarely overlap; a few steps back finds the unit whose range holds `a`.
+    for (int steps = 0; it != units_.begin() && steps < 8; ++steps) {
+      --it;
+      if (a >= it->hi) continue;
+      DwarfDie die;
+      if (l.offdie(dw_, it->die, &die) == nullptr) return;
+      DwarfLineOpaque* line = l.getsrc_die(&die, a);
+      int lineno = 0;
+      const char* file = line != nullptr ? l.linesrc(line, nullptr, nullptr) : nullptr;
+      if (file != nullptr && l.lineno(line, &lineno) == 0) {
+        out->file = file;
+        out->line = lineno;
+      }
+      return;
+    }
+  }
+
+ private:
+  struct Unit {
+    DwarfAddr lo, hi;
+    DwarfOff die;
+  };
+  DwarfOpaque* dw_;
+  DwarfAddr bias_;
+  std::vector<Unit> units_;
+};
+
 }  // namespace
 
 std::string demangle_symbol(const char* name) {
@@ -135,6 +215,9 @@ struct LibdwSession::State {
   DwflCallbacks callbacks{};  // libdw keeps a pointer to it: lives as long as the session
   DwflOpaque* dwfl = nullptr;
   DwflModuleOpaque* file_module = nullptr;  // for_file: the one module
+  // Per module, once libdwfl had no line for one of its addresses. Modules are libdwfl's, valid
+  // until the next report: refresh() drops the indexes.
+  std::unordered_map<DwflModuleOpaque*, std::unique_ptr<CuIndex>> cu_indexes;
 
   State() = default;
   State(const State&) = delete;
@@ -179,6 +262,7 @@ std::unique_ptr<LibdwSession> LibdwSession::for_file(const std::string& path, bo
 }
 
 bool LibdwSession::refresh() {
+  s_->cu_indexes.clear();
   s_->l->report_begin(s_->dwfl);
   const int rc = s_->l->linux_proc_report(s_->dwfl, getpid());
   return s_->l->report_end(s_->dwfl, nullptr, nullptr) == 0 && rc == 0;
@@ -194,8 +278,17 @@ bool LibdwSession::describe(uint64_t address, FrameInfo* out) {
     if (const char* file = s_->l->lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr)) {
       out->file = file;
       out->line = lineno;
+      return true;
     }
   }
+  if (!s_->l->scans_units()) return true;
+  std::unique_ptr<CuIndex>& index = s_->cu_indexes[m];
+  if (index == nullptr) {
+    DwarfAddr bias = 0;
+    DwarfOpaque* dw = s_->l->module_getdwarf(m, &bias);
+    index = std::make_unique<CuIndex>(*s_->l, dw, bias);
+  }
+  index->describe(*s_->l, address, out);
   return true;
 }
 

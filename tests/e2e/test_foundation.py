@@ -54,12 +54,16 @@ class LeakingProgram(ShimTestCase):
         self.assertIn("peak", summary)
 
     def test_frames_carry_source_lines(self):
-        r = run([program("e2e_leak_two_sites")])
-        frame = next(f for f in r.sites_with_function("leak_from_alpha")[0]["frames"]
-                     if "leak_from_alpha" in f["function"])
-        self.assertTrue(frame["file"].endswith("leak_two_sites.cpp"), frame)
-        self.assertGreater(frame["line"], 0)
-        self.assertTrue(frame["module"].endswith("e2e_leak_two_sites"), frame)
+        # _no_aranges: built as clang builds by default, without .debug_aranges, where libdwfl
+        # alone finds no compile unit for an address (elfutils < 0.191): no line until 2026-11-27.
+        for name in ("e2e_leak_two_sites", "e2e_leak_two_sites_no_aranges"):
+            with self.subTest(program=name):
+                r = run([program(name)])
+                frame = next(f for f in r.sites_with_function("leak_from_alpha")[0]["frames"]
+                             if "leak_from_alpha" in f["function"])
+                self.assertTrue(frame["file"].endswith("leak_two_sites.cpp"), frame)
+                self.assertGreater(frame["line"], 0)
+                self.assertTrue(frame["module"].endswith(name), frame)
 
     def test_stack_capture_off_still_accounts(self):
         r = run([program("e2e_leak_two_sites")], env={"GPUSHIM_STACK_DEPTH": "0"})

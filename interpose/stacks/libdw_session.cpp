@@ -160,8 +160,11 @@ class CuIndex {
       DwarfDie die;
       if (l.offdie(dw, off + header, &die) == nullptr) continue;
       DwarfAddr base = 0, lo = 0, hi = 0;
+      // A range at 0 is a function the linker dropped (a duplicate inline copy, --gc-sections):
+      // its length stays, so it would cover _start and other code low in the file (a review
+      // helper's reproducer: "at _start big.h:7"; e2e_dropped_copy).
       for (ptrdiff_t at = 0; (at = l.ranges(&die, at, &base, &lo, &hi)) > 0;)
-        if (hi > lo) units_.push_back(Unit{lo, hi, off + header});
+        if (hi > lo && lo != 0) units_.push_back(Unit{lo, hi, off + header});
     }
     std::sort(units_.begin(), units_.end(), [](const Unit& a, const Unit& b) { return a.lo < b.lo; });
   }

@@ -3,6 +3,7 @@ reports on a signal (GPUSHIM_SNAPSHOT_SIGNAL), on running programs."""
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -89,13 +90,50 @@ def assert_metrics_match_report(test, fams, report, running):
             test.assertEqual(fams["gpushim_unaccounted_bytes"].value(device=dev), d["unaccounted_bytes"])
 
 
-def wait_for_json(path, reason="snapshot"):
+def process_state(pid):
+    """What each thread of `pid` is doing (kernel wait channel, pending and blocked signals), and its
+    stacks where gdb is installed: a snapshot that never comes must say where the process stood."""
+    lines = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError as e:
+        return f"process {pid}: {e}"
+    for tid in tids:
+        d = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{d}/comm") as f:
+                comm = f.read().strip()
+            with open(f"{d}/wchan") as f:
+                wchan = f.read()
+            with open(f"{d}/status") as f:
+                sig = " ".join(l.replace("\t", "=") for l in f.read().splitlines()
+                               if l.startswith(("State", "SigPnd", "ShdPnd", "SigBlk")))
+        except OSError:
+            continue  # a thread that just ended
+        lines.append(f"  thread {tid} {comm}: wchan={wchan} {sig}")
+    gdb = shutil.which("gdb")
+    if gdb:
+        try:
+            bt = subprocess.run([gdb, "-batch", "-p", str(pid), "-ex", "thread apply all bt 16"],
+                                capture_output=True, text=True, timeout=60).stdout
+            lines.append(bt[-12000:])
+        except subprocess.TimeoutExpired:
+            lines.append("  (gdb timed out)")
+    return "\n".join(lines)
+
+
+def wait_for_json(path, reason="snapshot", phased=None):
     """Waits until `path` exists, then reads it at once: a snapshot must appear complete."""
     end = time.monotonic() + DEADLINE_S
     while not os.path.exists(path):
         if time.monotonic() > end:
+            where = ""
+            if phased is not None:
+                where = (f"\nthe program's stderr:\n{phased.stderr()}\n"
+                         f"its threads:\n{process_state(phased.proc.pid)}")
+                phased.proc.kill()
             raise AssertionError(f"no {reason} report at {path} after {DEADLINE_S}s; "
-                                 f"dir: {os.listdir(os.path.dirname(path))}")
+                                 f"dir: {os.listdir(os.path.dirname(path))}{where}")
         time.sleep(0.002)
     with open(path) as f:
         rep = json.load(f)
@@ -206,7 +244,7 @@ class Snapshots(ShimTestCase):
                 self.assertEqual(one["usr2"], "shim")
                 self.assertEqual((one["live_count"], one["requested_bytes"]), (4, 8 * MiB))
                 p.signal()
-                snap1 = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"))
+                snap1 = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"), phased=p)
                 self.assert_state(snap1, one, policy)
                 self.assertEqual(snap1["pid"], one["pid"])
                 self.assertEqual(sum(s["live_count"] for s in sites(snap1, "phase_one")), 4)
@@ -215,7 +253,7 @@ class Snapshots(ShimTestCase):
                 two = p.phase()  # the program went on after the snapshot
                 self.assertEqual((two["live_count"], two["requested_bytes"]), (5, 19 * MiB))
                 p.signal()
-                snap2 = wait_for_json(os.path.join(p.workdir, "report.snapshot.2.json"))
+                snap2 = wait_for_json(os.path.join(p.workdir, "report.snapshot.2.json"), phased=p)
                 self.assert_state(snap2, two, policy)
                 self.assertEqual(sum(s["live_count"] for s in sites(snap2, "phase_two")), 2)
                 self.assertEqual(sum(s["live_bytes"] for s in sites(snap2, "phase_two")) >= 16 * MiB, True)
@@ -237,7 +275,7 @@ class Snapshots(ShimTestCase):
         self.assertEqual((one["usr1"], one["usr2"]), ("shim", "default"))
         self.assertEqual(thread_names(one["pid"]).count("gpushim-live"), 1)
         p.signal(signal.SIGUSR1)
-        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"))
+        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"), phased=p)
         self.assert_state(snap, one, "caching")
         p.go()
         p.phase()
@@ -275,7 +313,7 @@ class Snapshots(ShimTestCase):
         p = Phased(env={"GPUSHIM_REPORT": "off"})
         one = p.phase()
         p.signal()
-        snap = wait_for_json(os.path.join(p.workdir, f"gpushim.e2e_live_phases.{one['pid']}.snapshot.1.json"))
+        snap = wait_for_json(os.path.join(p.workdir, f"gpushim.e2e_live_phases.{one['pid']}.snapshot.1.json"), phased=p)
         self.assert_state(snap, one, "caching")
         p.go()
         p.phase()
@@ -290,7 +328,7 @@ class Snapshots(ShimTestCase):
         # thread that fork did not copy).
         self.assertEqual(one["child_status"], 0)
         p.signal()  # the parent still answers
-        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"))
+        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"), phased=p)
         self.assert_state(snap, one, "caching")
         p.go()
         p.phase()
@@ -360,7 +398,7 @@ class Metrics(ShimTestCase):
         self.assertEqual(fams["gpushim_allocated_bytes"].value(device="0"), one["shim"]["live_bytes"])
         self.assertEqual(fams["gpushim_live_allocations"].value(device="0"), one["live_count"])
         p.signal()
-        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"))
+        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"), phased=p)
         fams = wait_until(lambda: (lambda f: f if f["gpushim_snapshots_total"].value() == 1 else None)(read_metrics(path)),
                           "gpushim_snapshots_total to count the snapshot")
         assert_metrics_match_report(self, fams, snap, running=True)

@@ -126,6 +126,10 @@ def wait_for_json(path, reason="snapshot", phased=None):
     """Waits until `path` exists, then reads it at once: a snapshot must appear complete."""
     end = time.monotonic() + DEADLINE_S
     while not os.path.exists(path):
+        if phased is not None and phased.proc.poll() is not None:
+            # Died (a sanitizer's Die, a crash): say so now, with its stderr, not after the wait.
+            raise AssertionError(f"no {reason} report at {path}: the program ended "
+                                 f"(rc={phased.proc.returncode}); its stderr:\n{phased.stderr()}")
         if time.monotonic() > end:
             where = ""
             if phased is not None:

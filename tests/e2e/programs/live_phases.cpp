@@ -72,11 +72,8 @@ __attribute__((noinline)) void finish() {
 
 // Waits for the test's next line on stdin. poll() before read(): ThreadSanitizer runs a handler
 // for a signal that arrives while the thread blocks in poll() at once, but holds it back until
-// read() returns, which would delay the snapshot the test asks for until its next line. poll()
-// wakes every 50 ms as well: a signal TSan held back for any other reason runs when poll()
-// returns (a 30 s wait for a snapshot ran out once in CI's TSan stage; hundreds of tries here did
-// not repeat it, and test_live.py now prints the threads' state if it recurs). A signal can interrupt either call (the program's own handler,
-// --own-usr2, has no SA_RESTART): wait on.
+// read() returns, which would delay the snapshot the test asks for until its next line. A signal
+// can interrupt either call (the program's own handler, --own-usr2, has no SA_RESTART): wait on.
 void wait_for_line() {
   static std::string pending;
   for (;;) {
@@ -86,12 +83,10 @@ void wait_for_line() {
       return;
     }
     pollfd in{STDIN_FILENO, POLLIN, 0};
-    const int ready = poll(&in, 1, 50);
-    if (ready < 0) {
+    if (poll(&in, 1, -1) < 0) {
       if (errno == EINTR) continue;
       std::exit(2);
     }
-    if (ready == 0) continue;
     char buf[64];
     const ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;

@@ -2,9 +2,9 @@
 // neighbour on the same core, which on the shared machines we measure on moves a pair's
 // nanoseconds by a third from one run to the next, so it can tell two versions of the shim apart
 // by a few percent (docs/benchmarks.md, "What made the 4 KiB pair slower"). Each loop is its own
-// function so that callgrind counts only it:
+// function so that callgrind counts only it (one command line, wrapped here):
 //
-//   (one command line:) LD_LIBRARY_PATH=build/fakecuda LD_PRELOAD=build/lib/libgpushim.so GPUSHIM_STACK_DEPTH=0
+//   LD_LIBRARY_PATH=build/fakecuda LD_PRELOAD=build/lib/libgpushim.so GPUSHIM_STACK_DEPTH=0
 //     GPUSHIM_REPORT=off valgrind --tool=callgrind --toggle-collect='plain_pairs*'
 //     build/bin/gpushim_pair_instructions 20000
 //

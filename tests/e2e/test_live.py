@@ -122,29 +122,6 @@ def process_state(pid):
     return "\n".join(lines)
 
 
-def wait_for_json(path, reason="snapshot", phased=None):
-    """Waits until `path` exists, then reads it at once: a snapshot must appear complete."""
-    end = time.monotonic() + DEADLINE_S
-    while not os.path.exists(path):
-        if phased is not None and phased.proc.poll() is not None:
-            # Died (a sanitizer's Die, a crash): say so now, with its stderr, not after the wait.
-            raise AssertionError(f"no {reason} report at {path}: the program ended "
-                                 f"(rc={phased.proc.returncode}); its stderr:\n{phased.stderr()}")
-        if time.monotonic() > end:
-            where = ""
-            if phased is not None:
-                where = (f"\nthe program's stderr:\n{phased.stderr()}\n"
-                         f"its threads:\n{process_state(phased.proc.pid)}")
-                phased.proc.kill()
-            raise AssertionError(f"no {reason} report at {path} after {DEADLINE_S}s; "
-                                 f"dir: {os.listdir(os.path.dirname(path))}{where}")
-        time.sleep(0.002)
-    with open(path) as f:
-        rep = json.load(f)
-    assert rep["reason"] == reason, rep["reason"]
-    return rep
-
-
 def wait_until(cond, what):
     end = time.monotonic() + DEADLINE_S
     while time.monotonic() < end:
@@ -207,6 +184,28 @@ class Phased:
     def files(self):
         return sorted(f for f in os.listdir(self.workdir) if f != "stderr.txt")
 
+    def snapshot(self, name):
+        """Waits until the snapshot report `name` exists in the working directory, then reads it at
+        once: a snapshot must appear complete. If the program dies first, says so with its stderr;
+        if the wait runs out, with its threads' state too, and kills it."""
+        path = os.path.join(self.workdir, name)
+        end = time.monotonic() + DEADLINE_S
+        while not os.path.exists(path):
+            if self.proc.poll() is not None:
+                # Died (a sanitizer's Die, a crash): say so now, not after the wait.
+                raise AssertionError(f"no snapshot report at {path}: the program ended "
+                                     f"(rc={self.proc.returncode}); its stderr:\n{self.stderr()}")
+            if time.monotonic() > end:
+                where = f"\nthe program's stderr:\n{self.stderr()}\nits threads:\n{process_state(self.proc.pid)}"
+                self.proc.kill()
+                raise AssertionError(f"no snapshot report at {path} after {DEADLINE_S}s; "
+                                     f"dir: {os.listdir(self.workdir)}{where}")
+            time.sleep(0.002)
+        with open(path) as f:
+            rep = json.load(f)
+        assert rep["reason"] == "snapshot", rep["reason"]
+        return rep
+
 
 def thread_names(pid):
     names = []
@@ -248,7 +247,7 @@ class Snapshots(ShimTestCase):
                 self.assertEqual(one["usr2"], "shim")
                 self.assertEqual((one["live_count"], one["requested_bytes"]), (4, 8 * MiB))
                 p.signal()
-                snap1 = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"), phased=p)
+                snap1 = p.snapshot("report.snapshot.1.json")
                 self.assert_state(snap1, one, policy)
                 self.assertEqual(snap1["pid"], one["pid"])
                 self.assertEqual(sum(s["live_count"] for s in sites(snap1, "phase_one")), 4)
@@ -257,7 +256,7 @@ class Snapshots(ShimTestCase):
                 two = p.phase()  # the program went on after the snapshot
                 self.assertEqual((two["live_count"], two["requested_bytes"]), (5, 19 * MiB))
                 p.signal()
-                snap2 = wait_for_json(os.path.join(p.workdir, "report.snapshot.2.json"), phased=p)
+                snap2 = p.snapshot("report.snapshot.2.json")
                 self.assert_state(snap2, two, policy)
                 self.assertEqual(sum(s["live_count"] for s in sites(snap2, "phase_two")), 2)
                 self.assertEqual(sum(s["live_bytes"] for s in sites(snap2, "phase_two")) >= 16 * MiB, True)
@@ -279,7 +278,7 @@ class Snapshots(ShimTestCase):
         self.assertEqual((one["usr1"], one["usr2"]), ("shim", "default"))
         self.assertEqual(thread_names(one["pid"]).count("gpushim-live"), 1)
         p.signal(signal.SIGUSR1)
-        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"), phased=p)
+        snap = p.snapshot("report.snapshot.1.json")
         self.assert_state(snap, one, "caching")
         p.go()
         p.phase()
@@ -317,7 +316,7 @@ class Snapshots(ShimTestCase):
         p = Phased(env={"GPUSHIM_REPORT": "off"})
         one = p.phase()
         p.signal()
-        snap = wait_for_json(os.path.join(p.workdir, f"gpushim.e2e_live_phases.{one['pid']}.snapshot.1.json"), phased=p)
+        snap = p.snapshot(f"gpushim.e2e_live_phases.{one['pid']}.snapshot.1.json")
         self.assert_state(snap, one, "caching")
         p.go()
         p.phase()
@@ -332,7 +331,7 @@ class Snapshots(ShimTestCase):
         # thread that fork did not copy).
         self.assertEqual(one["child_status"], 0)
         p.signal()  # the parent still answers
-        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"), phased=p)
+        snap = p.snapshot("report.snapshot.1.json")
         self.assert_state(snap, one, "caching")
         p.go()
         p.phase()
@@ -402,7 +401,7 @@ class Metrics(ShimTestCase):
         self.assertEqual(fams["gpushim_allocated_bytes"].value(device="0"), one["shim"]["live_bytes"])
         self.assertEqual(fams["gpushim_live_allocations"].value(device="0"), one["live_count"])
         p.signal()
-        snap = wait_for_json(os.path.join(p.workdir, "report.snapshot.1.json"), phased=p)
+        snap = p.snapshot("report.snapshot.1.json")
         fams = wait_until(lambda: (lambda f: f if f["gpushim_snapshots_total"].value() == 1 else None)(read_metrics(path)),
                           "gpushim_snapshots_total to count the snapshot")
         assert_metrics_match_report(self, fams, snap, running=True)

@@ -92,7 +92,9 @@ def assert_metrics_match_report(test, fams, report, running):
 
 def process_state(pid):
     """What each thread of `pid` is doing (kernel wait channel, pending and blocked signals), and its
-    stacks where gdb is installed: a snapshot that never comes must say where the process stood."""
+    stacks where gdb is installed: a snapshot that never comes must say where the process stood.
+    gdb also prints the shim's count of snapshot requests not yet taken: 0 means the shim's
+    handler never ran for the signal, 1 or more that the gpushim-live thread never woke for it."""
     lines = []
     try:
         tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
@@ -114,7 +116,8 @@ def process_state(pid):
     gdb = shutil.which("gdb")
     if gdb:
         try:
-            bt = subprocess.run([gdb, "-batch", "-p", str(pid), "-ex", "thread apply all bt 16"],
+            bt = subprocess.run([gdb, "-batch", "-p", str(pid), "-ex", "thread apply all bt 16", "-ex",
+                                 "p (unsigned long)'gpushim::(anonymous namespace)::g_requests'"],
                                 capture_output=True, text=True, timeout=60).stdout
             lines.append(bt[-12000:])
         except subprocess.TimeoutExpired:

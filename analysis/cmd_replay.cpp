@@ -365,8 +365,8 @@ recorded peak allocated exactly.
                      {"model",
                       "every policy alike, the recorded one included: work queued at host time t is done at t + "
                       "the device's backlog, measured from the trace's reuse events (record time vs. the time the "
-                      "run saw it complete), or, for traces without them, a typical training backlog (a quarter "
-                      "of the median step); the output says which"},
+                      "run saw it complete), or, for traces without them, a typical training backlog (5% of "
+                      "the median step, or 1 ms without iteration marks); the output says which"},
                      {"recorded",
                       "the recorded policy completes them exactly where the run saw them complete (an exact "
                       "reproduction); other policies as instant"},

@@ -27,6 +27,8 @@ GPU_TRACES = {"h200_transformer_caching": ("caching", 2478 * MiB), "h200_transfo
 # h200_steptime_caching left when a stream-ordered free began to merge with the idle rest of its
 # segment at once, issue 27, which places later blocks elsewhere than the recorded run did.)
 SAME_POOLS = {"h200_steptime_vmm"}
+# The backlog a trace without reuse moments gets (analysis/gpu_time.h, kTypicalBacklogStepFraction).
+TYPICAL_STEP_PERCENT = 5
 
 
 def analyze_json(*args):
@@ -129,6 +131,14 @@ class Corpus(unittest.TestCase):
                 self.assertGreater(by_policy["pytorch"]["devices"][0]["segment_allocs"], 0)
                 self.assertEqual(by_policy["pytorch-expandable"]["devices"][0]["segment_allocs"], 0)
                 self.assertGreater(by_policy["pytorch-expandable"]["devices"][0]["maps"], 0)
+                # No reuse moments (recorded on the CPU): the typical backlog, which --help states.
+                source = by_policy["caching"]["devices"][0]["backlog_source"]
+                self.assertTrue(source.startswith(f"typical: {TYPICAL_STEP_PERCENT}% of the median step"), source)
+
+    def test_help_states_the_typical_backlog_the_replay_uses(self):
+        proc = subprocess.run([ANALYZE, "replay", "--help"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn(f"{TYPICAL_STEP_PERCENT}% of the median step", " ".join(proc.stdout.split()))
 
     def test_stream_ordered_replay_is_the_async_backend(self):
         # --stream-ordered re-issues the recorded plain frees as cudaFreeAsync on their stream (the

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_options.h"
 #include "call_depth.h"
 #include "latency_samples.h"
 #include "workloads.h"
@@ -41,6 +42,8 @@ namespace {
 
 using gpushim_bench::Clock;
 using gpushim_bench::ns_between;
+using gpushim_bench::size_label;
+using gpushim_bench::split;
 
 struct Options {
   std::vector<size_t> sizes{4096};
@@ -52,28 +55,12 @@ struct Options {
   int64_t iterations = 0;  // 0: let Google Benchmark decide
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = s.find(',', start);
-    const std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!part.empty()) out.push_back(part);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
 // Takes our options out of argv, leaving Google Benchmark's. Returns false on a bad option.
 bool parse_options(int* argc, char** argv, Options* o) {
   int kept = 1;
   for (int i = 1; i < *argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      const size_t n = std::strlen(name);
-      return a.compare(0, n, name) == 0 ? argv[i] + n : nullptr;
-    };
+    auto value = [&](const char* name) { return gpushim_bench::option_value(argv[i], name); };
     if (const char* v = value("--sizes=")) {
       o->sizes.clear();
       for (const auto& s : split(v)) o->sizes.push_back(std::strtoull(s.c_str(), nullptr, 10));
@@ -106,12 +93,6 @@ bool parse_options(int* argc, char** argv, Options* o) {
 }
 
 gpushim_bench::LatencySamples g_samples;
-
-std::string size_label(size_t n) {
-  if (n >= (1u << 20) && n % (1u << 20) == 0) return std::to_string(n >> 20) + "MiB";
-  if (n >= 1024 && n % 1024 == 0) return std::to_string(n >> 10) + "KiB";
-  return std::to_string(n) + "B";
-}
 
 // Log-uniform 256 B .. 4 MiB, the same sequence in every run; each thread starts at its own offset.
 const std::vector<size_t>& random_sizes() {

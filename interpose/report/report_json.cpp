@@ -170,27 +170,29 @@ void write_device(JsonOut& j, const DeviceReport& d) {
   j.end('}');
 }
 
+// The five figures as modules[] and other_memory[] name them (devices[] names the peak
+// peak_allocated_bytes and writes its own).
+void write_figures(JsonOut& j, const MemoryFigures& f) {
+  j.kv("live_bytes", f.live_bytes);
+  j.kv("live_count", f.live_count);
+  j.kv("peak_bytes", f.peak_bytes);
+  j.kv("total_allocs", f.total_allocs);
+  j.kv("total_frees", f.total_frees);
+}
+
 void write_module(JsonOut& j, const ModuleReport& m) {
   j.begin('{');
   j.kv("module", m.module);
   j.kv_int("device", m.device);
   j.kv("kind", m.kind);
-  j.kv("live_bytes", m.live_bytes);
-  j.kv("live_count", m.live_count);
-  j.kv("peak_bytes", m.peak_bytes);
-  j.kv("total_allocs", m.total_allocs);
-  j.kv("total_frees", m.total_frees);
+  write_figures(j, m);
   j.end('}');
 }
 
 void write_other(JsonOut& j, const OtherMemoryReport& o) {
   j.begin('{');
   j.kv("kind", o.kind);
-  j.kv("live_bytes", o.live_bytes);
-  j.kv("live_count", o.live_count);
-  j.kv("peak_bytes", o.peak_bytes);
-  j.kv("total_allocs", o.total_allocs);
-  j.kv("total_frees", o.total_frees);
+  write_figures(j, o);
   j.end('}');
 }
 

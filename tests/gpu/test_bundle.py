@@ -85,7 +85,8 @@ class Bundle(unittest.TestCase):
     def test_the_suite_is_all_there(self):
         for path in ("bin/gpushim", "bin/gpushim-analyze", "bin/gpushim_bench_alloc", "bin/e2e_reuse_integrity",
                      "bin/libe2e_native_helpers.so", "scripts/gpushim", "scripts/gpu-validate", "scripts/gpu-run-device",
-                     "tests/gpu/train.py", "tests/gpu/run_e2e.py", "tests/gpu/validate_support.py",
+                     "tests/gpu/train.py", "tests/gpu/shim_stats.py", "tests/gpu/run_e2e.py",
+                     "tests/gpu/validate_support.py",
                      "tests/e2e/shimtest.py", "tests/e2e/python/cuda_ctypes.py", "tests/e2e/scripts/ctypes_cudart.py",
                      "e2e-libs/libe2e_next_a.so", "stand-ins/python3", "fakecuda/libcudart.so.13", "README.md"):
             self.assertTrue(os.path.exists(os.path.join(BUNDLE, path)), path)

@@ -33,6 +33,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from shim_stats import shim_stats
+
 LEAK_BYTES_PER_STEP = 4 << 20
 _kept = []  # what keep_for_later() leaks
 
@@ -40,26 +42,6 @@ _kept = []  # what keep_for_later() leaks
 def keep_for_later(t):
     """The planted leak: looks like a debugging aid someone forgot to remove."""
     _kept.append(t.detach().clone())
-
-
-class ShimStats(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_ulonglong) for n in (
-        "live_bytes", "live_count", "requested_bytes", "reserved_bytes", "peak_allocated_bytes",
-        "peak_reserved_bytes", "total_allocs", "total_frees", "failed_allocs", "reuse_syncs", "ooms",
-        "limit_bytes")]
-
-
-def shim_stats(device_index):
-    """The shim's figures for the device, or None when the process runs without it."""
-    try:
-        fn = ctypes.CDLL(None).gpushim_get_device_stats
-    except AttributeError:
-        return None
-    st = ShimStats()
-    st.struct_size = ctypes.sizeof(ShimStats)
-    if fn(ctypes.c_int(device_index), ctypes.byref(st)) != 0:
-        return None
-    return {name: getattr(st, name) for name, _ in ShimStats._fields_[1:]}
 
 
 def deterministic(seed):

@@ -16,7 +16,6 @@ with a device synchronization), the losses, torch.cuda's own peaks, and the shim
 is loaded (gpushim_get_device_stats).
 """
 import argparse
-import ctypes
 import json
 import time
 
@@ -24,29 +23,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from shim_stats import shim_stats
+
 SEQUENCE_CYCLE = (128, 384, 256, 512, 64, 320, 448, 192)
 VOCAB, D_MODEL, HEADS, LAYERS, BATCH = 8000, 512, 8, 4, 16
 
 kept = []  # the planted leak: hidden-state slices nobody frees
-
-
-class ShimStats(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_size_t)] + [(n, ctypes.c_ulonglong) for n in (
-        "live_bytes", "live_count", "requested_bytes", "reserved_bytes", "peak_allocated_bytes",
-        "peak_reserved_bytes", "total_allocs", "total_frees", "failed_allocs", "reuse_syncs", "ooms",
-        "limit_bytes")]
-
-
-def shim_stats(device_index):
-    try:
-        fn = ctypes.CDLL(None).gpushim_get_device_stats
-    except AttributeError:
-        return None
-    st = ShimStats()
-    st.struct_size = ctypes.sizeof(ShimStats)
-    if fn(ctypes.c_int(device_index), ctypes.byref(st)) != 0:
-        return None
-    return {name: getattr(st, name) for name, _ in ShimStats._fields_[1:]}
 
 
 class LanguageModel(nn.Module):

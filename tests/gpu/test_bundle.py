@@ -14,9 +14,8 @@ import tempfile
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-BUILD = os.path.abspath(os.environ.get("GPUSHIM_BUILD_DIR") or os.path.join(ROOT, "build"))
+from tooling_env import ROOT, BUILD, clean_env, sanitizer_build
+
 # What the target machine provides: the C/C++ runtime and NVIDIA's driver and runtime.
 SYSTEM = re.compile(r"^(linux-vdso|ld-linux.*|libc|libm|libdl|libpthread|librt|libutil|libresolv|libstdc\+\+|libgcc_s)\.so")
 NVIDIA = re.compile(r"^(libcuda|libcudart)\.so")
@@ -28,24 +27,6 @@ E2E_MODULES = ["test_foundation.LeakingProgram", "test_foundation.Exports", "tes
 # What scripts/setup installs for the e2e tests, which the bundle carries for machines without it.
 PROMTOOL = os.environ.get("GPUSHIM_PROMTOOL", "/usr/local/lib/gpushim-tools/promtool")
 SPEEDSCOPE = os.environ.get("GPUSHIM_SPEEDSCOPE", "/usr/local/lib/gpushim-node/node_modules/speedscope")
-
-
-def sanitizer_build():
-    try:
-        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-            for line in f:
-                if line.startswith("GPUSHIM_SANITIZE:"):
-                    return line.split("=", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
-def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GPUSHIM_", "FAKECUDA_")) and k not in ("LD_PRELOAD", "LD_LIBRARY_PATH")}
-    env.update(extra)
-    return env
 
 
 def is_elf(path):

@@ -12,30 +12,9 @@ import tempfile
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-BUILD = os.path.abspath(os.environ.get("GPUSHIM_BUILD_DIR") or os.path.join(ROOT, "build"))
+from tooling_env import HERE, ROOT, BUILD, clean_env, sanitizer_build
+
 MiB = 1 << 20
-
-
-def sanitizer_build():
-    """GPUSHIM_SANITIZE of the build tree ("" for a normal build)."""
-    try:
-        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
-            for line in f:
-                if line.startswith("GPUSHIM_SANITIZE:"):
-                    return line.split("=", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
-def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GPUSHIM_", "FAKECUDA_")) and k not in ("LD_PRELOAD", "LD_LIBRARY_PATH")}
-    env.update(extra)
-    return env
-
 
 
 class GpuValidateWithoutGpu(unittest.TestCase):

@@ -4,14 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));         \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
+#include "support/test_support.h"
 
 int main() {
   void* a = nullptr;

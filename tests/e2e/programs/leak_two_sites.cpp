@@ -4,14 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));         \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
+#include "support/test_support.h"
 
 __attribute__((noinline)) void leak_from_alpha() {
   for (int i = 0; i < 3; ++i) {

@@ -11,14 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(x)                                                           \
-  do {                                                                     \
-    cudaError_t e_ = (x);                                                  \
-    if (e_ != cudaSuccess) {                                               \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                        \
-    }                                                                      \
-  } while (0)
+#include "support/test_support.h"
 
 namespace {
 std::vector<void*> g_weights, g_leaked;

@@ -18,12 +18,13 @@ from shimtest import POLICIES, SANITIZER, ShimTestCase, base_env, check_sanitize
 
 MiB = 1 << 20
 DEADLINE_S = 30
-# ThreadSanitizer runs a handler for a signal that reaches a thread outside an intercepted blocking
-# call only at that thread's next intercepted call; CI once waited 30 s for a snapshot with the
-# program's main thread blocked in poll(), nothing pending in the kernel. Under TSan only, a snapshot
-# that has not come after this long gets one byte on stdin (no newline: the program's phase does not
-# move), which wakes poll() into a new intercepted call.
-TSAN_NUDGE_S = 5
+# Under ThreadSanitizer a signal sent to e2e_live_phases is now and then lost (2026-11-28: 3 of 40
+# runs beside a program of another process group raising signals and forking without pause; CI
+# twice): the shim's handler never runs (its request count stays 0), nothing is left pending in the
+# kernel or in TSan's own per-thread state (read with gdb), and the main thread waits in poll()
+# with signals deliverable. A second signal is answered at once. Under TSan only, a snapshot that
+# has not come this long after its signal gets the signal once more, and the test says so.
+TSAN_RESEND_S = 5
 
 # Families every metrics file has once a device was used; the device ones carry one sample per device.
 PROCESS_FAMILIES = {"gpushim_info", "gpushim_running", "gpushim_start_time_seconds", "gpushim_snapshots_total"}
@@ -155,6 +156,7 @@ class Phased:
         self.proc = subprocess.Popen([program("e2e_live_phases"), *args], env=base_env(extra), cwd=self.workdir,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
         self._buf = b""
+        self._signo = None  # the last signal sent, which a TSan run may send again (snapshot)
 
     def phase(self):
         end = time.monotonic() + DEADLINE_S
@@ -174,6 +176,7 @@ class Phased:
         self.proc.stdin.flush()
 
     def signal(self, signo=signal.SIGUSR2):
+        self._signo = signo
         os.kill(self.proc.pid, signo)
 
     def finish(self):
@@ -200,14 +203,13 @@ class Phased:
         if the wait runs out, with its threads' state too, and kills it."""
         path = os.path.join(self.workdir, name)
         end = time.monotonic() + DEADLINE_S
-        nudge_at = time.monotonic() + TSAN_NUDGE_S if SANITIZER == "thread" else None
+        resend_at = time.monotonic() + TSAN_RESEND_S if SANITIZER == "thread" and self._signo else None
         while not os.path.exists(path):
-            if nudge_at is not None and time.monotonic() > nudge_at:
-                nudge_at = None
-                print(f"e2e_live_phases: no {name} {TSAN_NUDGE_S}s after the signal; one byte on its stdin "
-                      "to run a signal handler ThreadSanitizer holds back", file=sys.stderr)
-                self.proc.stdin.write(b" ")
-                self.proc.stdin.flush()
+            if resend_at is not None and time.monotonic() > resend_at:
+                resend_at = None
+                print(f"e2e_live_phases: no {name} {TSAN_RESEND_S}s after its signal; sent again "
+                      "(ThreadSanitizer loses one now and then)", file=sys.stderr)
+                os.kill(self.proc.pid, self._signo)
             if self.proc.poll() is not None:
                 # Died (a sanitizer's Die, a crash): say so now, not after the wait.
                 raise AssertionError(f"no snapshot report at {path}: the program ended "

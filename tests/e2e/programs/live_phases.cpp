@@ -74,7 +74,6 @@ __attribute__((noinline)) void finish() {
 // for a signal that arrives while the thread blocks in poll() at once, but holds it back until
 // read() returns, which would delay the snapshot the test asks for until its next line. A signal
 // can interrupt either call (the program's own handler, --own-usr2, has no SA_RESTART): wait on.
-// Bytes before the newline mean nothing: under TSan the test may send one to wake poll().
 void wait_for_line() {
   static std::string pending;
   for (;;) {

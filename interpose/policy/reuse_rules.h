@@ -69,11 +69,15 @@ class ReuseRules {
   // graph being built), waits for its epoch's fence: false, the block is held here.
   bool retire(Block* b, CUstream stream, bool stream_ordered) {
     if (stream_ordered && !backend_.capture_active() && freed_on_stream(b, stream)) return true;
-    // During a capture elsewhere (a free on the capturing stream itself never reaches a pool), a
-    // created stream of another context is kept as at any other time: that takes no driver call,
-    // and held for a fence the block went back at the next synchronization, which covers the
-    // pool's context only, while that stream still used it (e2e foreign_ctx_capture_free*).
-    if (stream_ordered && names_created_stream(stream) && foreign(stream, nullptr)) {
+    // During a capture elsewhere (a free on a capturing stream never reaches a pool: the core asks
+    // CUDA whether the stream captures), a created stream is kept as at any other time: that takes
+    // no driver call, and the block is reusable on that stream at once. Held for a fence instead,
+    // nothing freed during a capture came back before it ended: another thread's loop on its own
+    // stream ran out of memory behind a long capture (e2e capture_elsewhere), and a block of a
+    // context the program made went back at the next synchronization, which covers the pool's
+    // context only, while that stream still used it (e2e foreign_ctx_capture_free*). The default
+    // streams need an event recorded now (freed_on_stream): such a block waits for its fence.
+    if (stream_ordered && names_created_stream(stream)) {
       drop_event(b);
       b->stream = stream;
       return true;

@@ -193,6 +193,29 @@ class CaptureRules(ShimTestCase):
                 self.assertEqual(json.loads(r.stdout), expected)
 
 
+class CaptureElsewhere(ShimTestCase):
+    def test_a_capture_on_another_thread_does_not_stop_a_stream_ordered_loop(self):
+        # Thread B captures on its own stream (thread-local or relaxed: CUDA lets other threads go
+        # on) while thread A allocates 64 MiB on its own stream 40 times, freeing and synchronizing
+        # each step, on a 1 GiB device. A pool that held every block freed during the capture ran
+        # out at step 15. Each freed block is reused on its stream at once, so the pool holds one.
+        MiB = 1 << 20
+        for mode in ("thread_local", "relaxed"):
+            cuda = run([program("e2e_capture_elsewhere"), mode], env={"FAKECUDA_MEM": "1GiB"}, preload=False,
+                       expect_report=False)
+            self.assertRanOK(cuda)
+            self.assertEqual(last_json(cuda)["failed_at"], -1, cuda.stdout)
+            for policy in POLICIES:
+                with self.subTest(mode=mode, policy=policy):
+                    r = run([program("e2e_capture_elsewhere"), mode], env={"GPUSHIM_POLICY": policy, "FAKECUDA_MEM": "1GiB"})
+                    self.assertRanOK(r)
+                    out = last_json(r)
+                    self.assertEqual(out["failed_at"], -1, out)
+                    self.assertEqual(out["capture_end"], "cudaSuccess")
+                    if policy != "passthrough":
+                        self.assertLessEqual(out["peak_reserved_bytes"], 66 * MiB, out)
+
+
 class CaptureQueries(ShimTestCase):
     """Which driver calls a capture forbids (programs/capture_queries.cpp): the simulated device must
     answer as an H200 did (tests/gpu/capture_queries_h200.jsonl), and the shim must not change any

@@ -116,6 +116,40 @@ TEST_P(StreamLifetime, OtherStreamsAreLeftAsTheyWere) {
   EXPECT_EQ(t.alloc(3 * MiB, lifetime_stream(0x100)), a) << "same-stream reuse is still immediate";
 }
 
+// A capture on another thread must not stop a loop on its own stream: a block freed there is
+// reusable on that stream at once, with no driver call (during a capture the pools neither query
+// nor record events, nor synchronize). Held for a fence until the capture ended instead, the loop
+// took new memory at every step and ran out.
+TEST_P(StreamLifetime, AStreamKeepsReusingItsFreedBlocksDuringACaptureElsewhere) {
+  PoolOverStrictStreams p(GetParam());
+  const CUstream s = lifetime_stream(0x500);
+  void* first = p.alloc(64 * MiB, s);
+  ASSERT_NE(first, nullptr);
+  p.pool->deallocate(first, s, true);
+  p.sim.set_capturing(true);
+  const SimCounters before = p.sim.counters();
+  auto reserved_bytes = [&] {
+    PoolFigures f;
+    p.pool->figures(&f);
+    return f.reserved_bytes;
+  };
+  const uint64_t reserved = reserved_bytes();
+  for (int i = 0; i < 200; ++i) {  // 12.5 GiB through a 4 GiB device
+    void* q = p.alloc(64 * MiB, s);
+    ASSERT_NE(q, nullptr) << "step " << i;
+    EXPECT_EQ(q, first) << "step " << i;
+    EXPECT_EQ(p.pool->deallocate(q, s, true), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(reserved_bytes(), reserved);
+  EXPECT_EQ(p.sim.counters().event_queries, before.event_queries);
+  EXPECT_EQ(p.sim.counters().synchronizes, before.synchronizes);
+  EXPECT_TRUE(p.strict.recorded.empty());
+  p.sim.set_capturing(false);
+  // Another stream gets the block once its stream has finished with it, after the capture.
+  void* other = p.alloc(64 * MiB, lifetime_stream(0x600));
+  EXPECT_NE(other, nullptr);
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, StreamLifetime, ::testing::Values(PolicyKind::kCaching, PolicyKind::kVmm),
                          [](const auto& info) { return info.param == PolicyKind::kCaching ? "caching" : "vmm"; });
 

@@ -429,8 +429,10 @@ std::string adversarial(uint64_t seed, const VmmPoolOptions& o, bool faults, boo
       std::advance(it, static_cast<long>(rng() % live.size()));
       const bool ordered = rng() % 2;
       const CUstream on = stream_of(rng() % 4);
-      // A free during a capture waits for a fence (reuse_rules.h): a plain free to the oracle.
-      queued.freed(physical(v.sim, it->first, it->second, v.sim.granularity()), on, ordered && !v.sim.capture_active());
+      // A free during a capture on a default stream waits for a fence (reuse_rules.h, retire): a
+      // plain free to the oracle. On a created stream it stays that stream's.
+      queued.freed(physical(v.sim, it->first, it->second, v.sim.granularity()), on,
+                   ordered && (!v.sim.capture_active() || names_created_stream(on)));
       if (v.free(reinterpret_cast<void*>(it->first), on, ordered) != CUDA_SUCCESS) return "free failed";
       live.erase(it);
     } else {

@@ -97,6 +97,14 @@ class Backend {
 
   // ---- capacity ----
   virtual CUresult mem_info(size_t* free, size_t* total) = 0;
+  // At most this many bytes could physical_create() give now: a bound, not a promise (the device's
+  // free memory; an adaptor narrows it, e.g. to the cap's room). A pool that makes a block of many
+  // pieces asks first, so that a request the device cannot hold is refused before any piece is
+  // made: made one by one, they took every free byte of the device before the last one failed.
+  virtual uint64_t creatable_bytes() {
+    size_t free = 0, total = 0;
+    return mem_info(&free, &total) == CUDA_SUCCESS ? free : UINT64_MAX;
+  }
 
   // ---- virtual memory (vmm policy); granularity 0 means unsupported ----
   virtual size_t granularity() { return 0; }

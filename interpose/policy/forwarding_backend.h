@@ -26,6 +26,7 @@ class ForwardingBackend : public Backend {
   bool event_on_callers_stream(uint64_t e, CUstream s) override { return up_.event_on_callers_stream(e, s); }
   bool capture_active() override { return up_.capture_active(); }
   CUresult mem_info(size_t* free, size_t* total) override { return up_.mem_info(free, total); }
+  uint64_t creatable_bytes() override { return up_.creatable_bytes(); }
   size_t granularity() override { return up_.granularity(); }
   CUresult va_reserve(size_t size, uintptr_t hint, uintptr_t* out) override { return up_.va_reserve(size, hint, out); }
   CUresult va_free(uintptr_t va, size_t size) override { return up_.va_free(va, size); }

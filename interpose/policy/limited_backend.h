@@ -2,6 +2,8 @@
 // CUDA_ERROR_OUT_OF_MEMORY, exactly as if the device were that small.
 #pragma once
 
+#include <algorithm>
+
 #include "policy/forwarding_backend.h"
 #include "policy/device_budget.h"
 
@@ -21,6 +23,11 @@ class LimitedBackend final : public ForwardingBackend {
   }
   CUresult physical_create(size_t bytes, uint64_t* handle) override {
     return charged(bytes, [&] { return upstream().physical_create(bytes, handle); });
+  }
+  uint64_t creatable_bytes() override {
+    const uint64_t device = upstream().creatable_bytes();
+    const uint64_t lim = budget_.limit(), charged = budget_.charged();
+    return lim == 0 ? device : std::min(device, charged < lim ? lim - charged : 0);
   }
   CUresult physical_release(uint64_t handle, size_t bytes) override {
     const CUresult r = upstream().physical_release(handle, bytes);

@@ -655,6 +655,27 @@ TEST(VmmPool, FitsInTotalFreeMemoryUnderTheCapWithoutAContiguousRange) {
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 
+// A request the device (or the cap) cannot hold is refused before any piece is made: made one by
+// one, the pieces took every free byte of a 16 GiB device before the last failed (267 ms, the
+// device full meanwhile for every other process). CUDA refuses such a cuMemAlloc at once.
+TEST(VmmPool, ARequestLargerThanTheDeviceCanHoldTakesNothingBeforeItIsRefused) {
+  for (const uint64_t limit : {uint64_t{0}, 1 * GiB}) {
+    SCOPED_TRACE(limit == 0 ? "no cap" : "a 1 GiB cap");
+    Vmm v(4 * GiB, {}, limit);
+    void* held = v.alloc(512 * MiB);
+    ASSERT_NE(held, nullptr);
+    const SimCounters before = v.sim.counters();
+    EXPECT_EQ(v.alloc(limit == 0 ? 4 * GiB : 600 * MiB), nullptr);
+    EXPECT_EQ(v.sim.counters().physical_creates, before.physical_creates) << "no piece made";
+    EXPECT_EQ(v.sim.counters().maps, before.maps);
+    EXPECT_EQ(v.sim.peak_used(), 512 * MiB) << "the device never held more than the live block";
+    EXPECT_EQ(v.fig().ooms, 1u);
+    EXPECT_EQ(v.pool.check_invariants(), "");
+    // What fits is still served, from new pieces.
+    EXPECT_NE(v.alloc(limit == 0 ? 3 * GiB : 500 * MiB), nullptr);
+  }
+}
+
 TEST(VmmPool, OutOfMemoryWhenFreeMemoryCannotCoverTheRequest) {
   Vmm v(4 * GiB, {}, /*limit=*/100 * MiB);
   void* a = v.alloc(60 * MiB);

@@ -10,6 +10,15 @@ namespace gpushim {
 std::string oom_advice(const OomReport& o, const std::string& policy) {
   std::string advice;
   auto add = [&](const std::string& s) { advice += (advice.empty() ? "" : " ") + s; };
+  // Larger than the device (or the cap) itself: nothing the process frees can make it fit.
+  const bool capped = o.limit != 0 && (o.capacity == 0 || o.limit < o.capacity);
+  const uint64_t room = capped ? o.limit : o.capacity;
+  if (room != 0 && o.requested > room) {
+    add("The request alone (" + format_bytes(o.requested) + ") is larger than the " +
+        (capped ? "cap GPUSHIM_LIMIT=" + format_bytes(o.limit) : "device (" + format_bytes(o.capacity) + ")") +
+        ": no policy can serve it; split the tensor or shrink what makes it (batch size, sequence length).");
+    return advice;
+  }
   // Fragmentation: enough memory is cached, but no free block is big enough.
   if (o.cached_free >= o.requested && o.largest_free_block < o.requested) {
     add("Reserved-but-free memory (" + format_bytes(o.cached_free) + ") would fit the request, but it is split into pieces "

@@ -110,9 +110,12 @@ GPUSHIM_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t 
     size_t requested = 0;
     if (__builtin_mul_overflow(width, height, &requested)) requested = SIZE_MAX;
     const gpushim::ForwardedAlloc a{.size = requested, .requested = width * height, .size_known_after = true};
-    return s->forward_alloc(a, forward, [&] {
-      return gpushim::MadeAlloc{reinterpret_cast<uintptr_t>(*devPtr), *pitch * height};
-    });
+    // Past the cap, what CUDA made is freed again and the caller gets an out-of-memory error.
+    return s->forward_alloc(
+        a, forward, [&] { return gpushim::MadeAlloc{reinterpret_cast<uintptr_t>(*devPtr), *pitch * height}; },
+        [](uintptr_t p) {
+          if (real_runtime().cudaFree) real_runtime().cudaFree(reinterpret_cast<void*>(p));
+        });
   }
   *pitch = row;
   return s->device_alloc(devPtr, row * height, width * height, nullptr, false, forward);

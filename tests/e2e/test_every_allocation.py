@@ -383,6 +383,26 @@ class Cap(ShimTestCase):
                 self.assertEqual(d["pool"]["reserved_bytes"], out["reserved"])
                 self.assertLess(out["reserved"], 1 << 30)  # no wrap-around of the held figure
 
+    def test_pitched_memory_past_the_cap_is_refused_and_given_back(self):
+        # The size of a pitched allocation is known only after CUDA made it (the runtime's under
+        # passthrough, the driver's always): past the cap it must be refused and freed again.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_pitch_past_cap")], env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "256MiB"})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["runtime"], "cudaErrorMemoryAllocation")
+                self.assertEqual(out["last"], "cudaErrorMemoryAllocation")
+                self.assertEqual(out["driver"], 2)  # CUDA_ERROR_OUT_OF_MEMORY
+                self.assertEqual(out["live"], 200 * MiB)
+                self.assertEqual(out["reserved"], 200 * MiB)
+                d = r.device(0)
+                self.assertEqual(d["pool"]["ooms"], 2)
+                self.assertEqual(d["failed_allocs"], 2)
+                self.assertEqual(d["unaccounted_bytes"], 0)  # nothing CUDA made stayed behind
+                self.assertEqual(d["live_bytes"], 0)
+                self.assertEqual(len(r.report["ooms"]), 2)
+
 
 class Unaccounted(ShimTestCase):
     def test_every_device_shows_its_context_as_unaccounted(self):

@@ -79,22 +79,70 @@ PoolFigures DeviceLedger::figures() const {
   return f;
 }
 
-void DeviceLedger::note_cuda_pool_slack(CUmemoryPool pool, uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(cuda_pools_mu_);
-  auto it = std::find_if(cuda_pools_.begin(), cuda_pools_.end(), [&](const auto& e) { return e.first == pool; });
-  if (it == cuda_pools_.end()) it = cuda_pools_.insert(cuda_pools_.end(), {pool, 0});
-  it->second = bytes;
-  uses_cuda_pools_.store(true, std::memory_order_relaxed);
+void DeviceLedger::update_cuda_pool_slack(bool peak) {
   uint64_t sum = 0;
-  for (const auto& e : cuda_pools_) sum += e.second;
+  for (const CudaPool& p : cuda_pools_) sum += p.reserved > p.live ? p.reserved - p.live : 0;
   cuda_pool_slack_.store(sum, std::memory_order_relaxed);
+  uses_cuda_pools_.store(!cuda_pools_.empty(), std::memory_order_relaxed);
+  if (!peak) return;
   const uint64_t now = budget_.held() + sum;
   if (now > peak_with_slack_.load(std::memory_order_relaxed)) peak_with_slack_.store(now, std::memory_order_relaxed);
+}
+
+void DeviceLedger::note_cuda_pool_alloc(CUmemoryPool pool, uintptr_t ptr, uint64_t size) {
+  std::lock_guard<std::mutex> lock(cuda_pools_mu_);
+  auto it = std::find_if(cuda_pools_.begin(), cuda_pools_.end(), [&](const CudaPool& p) { return p.pool == pool; });
+  if (it == cuda_pools_.end()) it = cuda_pools_.insert(cuda_pools_.end(), CudaPool{pool});
+  it->live += size;
+  cuda_pool_blocks_[ptr] = pool;
+  update_cuda_pool_slack();
+}
+
+CUmemoryPool DeviceLedger::note_cuda_pool_free(uintptr_t ptr, uint64_t size) {
+  std::lock_guard<std::mutex> lock(cuda_pools_mu_);
+  auto block = cuda_pool_blocks_.find(ptr);
+  if (block == cuda_pool_blocks_.end()) return nullptr;
+  const CUmemoryPool pool = block->second;
+  cuda_pool_blocks_.erase(block);
+  auto it = std::find_if(cuda_pools_.begin(), cuda_pools_.end(), [&](const CudaPool& p) { return p.pool == pool; });
+  if (it == cuda_pools_.end()) return nullptr;  // forgotten meanwhile: its reservation is gone already
+  it->live -= std::min(it->live, size);
+  update_cuda_pool_slack(/*peak=*/false);
+  return pool;
+}
+
+void DeviceLedger::note_cuda_pool_reserved(CUmemoryPool pool, uint64_t reserved) {
+  std::lock_guard<std::mutex> lock(cuda_pools_mu_);
+  auto it = std::find_if(cuda_pools_.begin(), cuda_pools_.end(), [&](const CudaPool& p) { return p.pool == pool; });
+  if (it == cuda_pools_.end()) it = cuda_pools_.insert(cuda_pools_.end(), CudaPool{pool});
+  it->reserved = reserved;
+  update_cuda_pool_slack();
+}
+
+std::vector<CUmemoryPool> DeviceLedger::cuda_pools() const {
+  std::lock_guard<std::mutex> lock(cuda_pools_mu_);
+  std::vector<CUmemoryPool> out;
+  out.reserve(cuda_pools_.size());
+  for (const CudaPool& p : cuda_pools_) out.push_back(p.pool);
+  return out;
+}
+
+bool DeviceLedger::forget_cuda_pool(CUmemoryPool pool) {
+  std::lock_guard<std::mutex> lock(cuda_pools_mu_);
+  auto it = std::find_if(cuda_pools_.begin(), cuda_pools_.end(), [&](const CudaPool& p) { return p.pool == pool; });
+  if (it == cuda_pools_.end()) return false;
+  cuda_pools_.erase(it);
+  // Its allocations still live stay in the budget until freed, as no pool's: a new pool may get
+  // the same handle.
+  absl::erase_if(cuda_pool_blocks_, [&](const auto& b) { return b.second == pool; });
+  update_cuda_pool_slack();
+  return true;
 }
 
 void DeviceLedger::forget_cuda_pools() {
   std::lock_guard<std::mutex> lock(cuda_pools_mu_);
   cuda_pools_.clear();
+  cuda_pool_blocks_.clear();
   cuda_pool_slack_.store(0, std::memory_order_relaxed);
   uses_cuda_pools_.store(false, std::memory_order_relaxed);
 }

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "accounting/allocation_tracker.h"
 #include "accounting/memory_counters.h"
 #include "accounting/pooled_records.h"
@@ -152,13 +153,28 @@ class DeviceLedger {
   void reset_used_high() { counters_.reset_window_peak(); }
 
   // ---- CUDA's own stream-ordered pools, where no pool of ours serves the call ----
-  // A pool's reservation beyond what is allocated from it (it grows in chunks: 32 MiB on an H100),
-  // as its attributes said after a forwarded stream-ordered call on it. Held from the driver like
-  // the rest, so part of reserved; a pool grows only when it allocates, so these readings see its
-  // peak. Not the hot path: forwarded calls only.
-  void note_cuda_pool_slack(CUmemoryPool pool, uint64_t bytes);
-  // Everything held from the driver on the device: the budget's bytes and that slack.
+  // A pool reserves more than is allocated from it (it grows in chunks: 32 MiB on an H100) and
+  // keeps what is freed up to its release threshold: all of its reservation is held from the
+  // driver. The budget holds the pool's live allocations (forwarded records); the rest of the
+  // pool's reservation, its slack, is held besides: reserved as its attribute said at the last
+  // reading, less the bytes the books hold allocated from it. Not the hot path: forwarded calls,
+  // samples and the memory-pool API only.
+  // `size` bytes at `ptr` were allocated from `pool` and are in the budget now.
+  void note_cuda_pool_alloc(CUmemoryPool pool, uintptr_t ptr, uint64_t size);
+  // `size` bytes at `ptr` (any forwarded device memory) are about to be freed: called before the
+  // real free, since CUDA may hand the address out again at once. Returns the pool it was
+  // allocated from (its slack grows by `size`, as the budget then shrinks), or null: none's. A
+  // failed free gives the block back with note_cuda_pool_alloc.
+  CUmemoryPool note_cuda_pool_free(uintptr_t ptr, uint64_t size);
+  // `pool` reserves `reserved` bytes (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, read just now).
+  void note_cuda_pool_reserved(CUmemoryPool pool, uint64_t reserved);
+  // Everything held from the driver on the device: the budget's bytes and the pools' slack.
   uint64_t held_from_driver() const { return budget_.held() + cuda_pool_slack_.load(std::memory_order_relaxed); }
+  // The pools noted so far (each exists until Shim::mempool_destroy or a reset forgets it).
+  std::vector<CUmemoryPool> cuda_pools() const;
+  // `pool` was destroyed: its reservation is no longer held (what is still allocated from it is in
+  // the budget until freed). False if it was not noted here.
+  bool forget_cuda_pool(CUmemoryPool pool);
   // A reset destroyed the device's pools.
   void forget_cuda_pools();
   bool uses_cuda_pools() const { return uses_cuda_pools_.load(std::memory_order_relaxed); }
@@ -200,9 +216,18 @@ class DeviceLedger {
   torch_stats::MappedRuns mapped_runs_;
   std::atomic<uint64_t> ooms_{0};
   std::atomic<uint64_t> injected_failures_{0};
-  std::mutex cuda_pools_mu_;
-  std::vector<std::pair<CUmemoryPool, uint64_t>> cuda_pools_;  // each pool's last slack (under the mutex)
-  std::atomic<uint64_t> cuda_pool_slack_{0};   // their sum
+  struct CudaPool {
+    CUmemoryPool pool;
+    uint64_t reserved = 0;  // its attribute at the last reading
+    uint64_t live = 0;      // bytes the books hold allocated from it
+  };
+  // Under cuda_pools_mu_. `peak`: the held figure is whole now (not between a pool's free and the
+  // budget's), so it may set the peak.
+  void update_cuda_pool_slack(bool peak = true);
+  mutable std::mutex cuda_pools_mu_;
+  std::vector<CudaPool> cuda_pools_;  // under the mutex, as is:
+  absl::flat_hash_map<uintptr_t, CUmemoryPool> cuda_pool_blocks_;  // live allocations -> their pool
+  std::atomic<uint64_t> cuda_pool_slack_{0};   // the pools' slack, summed
   std::atomic<bool> uses_cuda_pools_{false};  // cuda_pools_ is not empty
   std::atomic<uint64_t> peak_with_slack_{0};   // the most held plus that slack at any reading
 };

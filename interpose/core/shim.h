@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -75,7 +76,7 @@ struct ForwardedAlloc {
   CUstream stream = nullptr;
   bool stream_ordered = false;
   // Served by one of CUDA's own stream-ordered pools (`pool`, or null: the device's current one),
-  // whose reservation beyond its allocations is held too (Shim::note_cuda_pool).
+  // whose reservation beyond its allocations is held too (Shim::cuda_pool_allocated).
   bool cuda_pool = false;
   CUmemoryPool pool = nullptr;
 };
@@ -192,6 +193,13 @@ class Shim {
   std::optional<CUresult> mempool_trim_to(CUmemoryPool pool, size_t keep);
   // cuDeviceSetMemPool succeeded: `device`'s stream-ordered allocations come from `pool` now.
   void mempool_current_set(int device, CUmemoryPool pool);
+  // A trim CUDA served (cuMemPoolTrimTo or the runtime's) succeeded: what `pool` reserves is read
+  // again, so that reserved drops with it.
+  void mempool_trimmed(CUmemoryPool pool);
+  // cuMemPoolDestroy (the runtime's cudaMemPoolDestroy reaches it): `destroy` makes the real call.
+  // On success the pool's reservation is held no more (what is still allocated from it stays
+  // accounted until freed), and the pool is never named to the driver again.
+  CUresult mempool_destroy(CUmemoryPool pool, absl::FunctionRef<CUresult()> destroy);
 
   // ---- the device table's figures, and the run's end ----
   // Figures of `d` as the report shows them (reserved from the pool, or = allocated).
@@ -373,9 +381,15 @@ class Shim {
   // True if a sample was recorded.
   bool sample_driver_usage(int device, bool current_context);
   void drop_vmm(const VmmTracker::Physical& p);
-  // After a stream-ordered call CUDA's own pool served (no pool of ours did): what that pool
-  // reserves beyond its allocations is held too (DeviceLedger::note_cuda_pool_slack).
-  void note_cuda_pool(DeviceState* d, CUmemoryPool pool = nullptr);
+  // After a stream-ordered allocation CUDA's own pool served (no pool of ours did) of `size`
+  // bytes at `ptr`, now in the books: what that pool (null: the device's current one) reserves
+  // beyond the allocations the books hold from it is held too (DeviceLedger::note_cuda_pool_alloc).
+  void cuda_pool_allocated(DeviceState* d, CUmemoryPool pool, uintptr_t ptr, uint64_t size);
+  // Every pool noted on `d` read again: after a free (a pool keeps memory or gives it back), and
+  // at each driver-usage sample.
+  void refresh_cuda_pools(DeviceState* d);
+  // One pool's reading into `d`'s ledger; the caller holds cuda_pool_lifetimes_ shared.
+  void read_cuda_pool(DeviceState* d, CUmemoryPool pool);
   // Every pool's blocks that name a stream `doomed` says is going are retagged (forget_streams).
   void forget_streams_in_pools(absl::FunctionRef<bool(CUstream)> doomed);
   // The recorder, lent what it reads: the books, the stacks, the device table (shim.cpp).
@@ -421,6 +435,10 @@ class Shim {
   // What a program set as the default pool's release threshold; our pools cache freed memory
   // until trimmed or short of memory, which is what UINT64_MAX means to CUDA.
   std::atomic<uint64_t> release_thresholds_[kMaxDevices];
+  // CUDA's pools are named to the driver (their figures read) only under this lock, shared;
+  // cuMemPoolDestroy holds it alone around the real call and then forgets the pool: a destroyed
+  // handle would crash the driver (docs/reliability.md, "Handles the program may destroy").
+  std::shared_mutex cuda_pool_lifetimes_;
 };
 
 }  // namespace gpushim

@@ -231,7 +231,7 @@ bool Shim::sample_driver_usage(int dev, bool current_context) {
     return false;
   // CUDA's own pool gives memory back in stream order, after the cudaFreeAsync that we read it at:
   // read again, so that held and the driver's figure are of one moment.
-  if (d->ledger.uses_cuda_pools()) note_cuda_pool(d);
+  if (d->ledger.uses_cuda_pools()) refresh_cuda_pools(d);
   auto mem_info = [&](size_t* free, size_t* total) {
     if (current_context) return drv.cuMemGetInfo_v2 ? drv.cuMemGetInfo_v2(free, total) : CUDA_ERROR_NOT_INITIALIZED;
     return d->driver->mem_info(free, total);
@@ -364,6 +364,64 @@ void Shim::mempool_current_set(int device, CUmemoryPool pool) {
   foreign_current_mempool_[device].store(def != nullptr && pool != def, std::memory_order_relaxed);
 }
 
+// CUDA's own pools (where no pool of ours serves a stream-ordered call): each pool's reservation
+// beyond the allocations the books hold from it is held from the driver too, kept per pool by the
+// device's ledger (DeviceLedger::note_cuda_pool_alloc). A pool is
+// named to the driver only while it surely exists: one the caller allocated from a moment ago, the
+// device's current pool (a destroyed current pool reverts to the default), or one noted before
+// (mempool_destroy forgets a pool under cuda_pool_lifetimes_, which every reading holds shared).
+void Shim::read_cuda_pool(DeviceState* d, CUmemoryPool pool) {
+  const RealDriver& drv = real_driver();
+  cuuint64_t reserved = 0;
+  if (pool == nullptr || !drv.cuMemPoolGetAttribute ||
+      drv.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS)
+    return;
+  d->ledger.note_cuda_pool_reserved(pool, reserved);
+}
+
+void Shim::cuda_pool_allocated(DeviceState* d, CUmemoryPool pool, uintptr_t ptr, uint64_t size) {
+  const RealDriver& drv = real_driver();
+  if (d == nullptr || !drv.cuDeviceGet || !drv.cuDeviceGetMemPool) return;
+  const RelaxedCaptureMode relaxed;  // as in sample_driver_usage
+  const std::shared_lock<std::shared_mutex> alive(cuda_pool_lifetimes_);
+  CUdevice dev = 0;
+  if (pool == nullptr &&
+      (drv.cuDeviceGet(&dev, d->ordinal) != CUDA_SUCCESS || drv.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS ||
+       pool == nullptr))
+    return;
+  d->ledger.note_cuda_pool_alloc(pool, ptr, size);
+  read_cuda_pool(d, pool);
+}
+
+void Shim::refresh_cuda_pools(DeviceState* d) {
+  const RelaxedCaptureMode relaxed;
+  const std::shared_lock<std::shared_mutex> alive(cuda_pool_lifetimes_);
+  for (CUmemoryPool pool : d->ledger.cuda_pools()) read_cuda_pool(d, pool);
+}
+
+void Shim::mempool_trimmed(CUmemoryPool pool) {
+  if (forked_child_ || pool == nullptr) return;
+  const RelaxedCaptureMode relaxed;
+  const std::shared_lock<std::shared_mutex> alive(cuda_pool_lifetimes_);
+  for (auto& slot : devices_) {
+    DeviceState* d = slot.load(std::memory_order_acquire);
+    if (d == nullptr || !d->ledger.uses_cuda_pools()) continue;
+    const std::vector<CUmemoryPool> known = d->ledger.cuda_pools();
+    if (std::find(known.begin(), known.end(), pool) != known.end()) read_cuda_pool(d, pool);
+  }
+}
+
+CUresult Shim::mempool_destroy(CUmemoryPool pool, absl::FunctionRef<CUresult()> destroy) {
+  if (forked_child_) return destroy();
+  // Alone: no reading names the pool while it is destroyed, and none finds it afterwards.
+  const std::unique_lock<std::shared_mutex> alone(cuda_pool_lifetimes_);
+  const CUresult r = destroy();
+  if (r != CUDA_SUCCESS) return r;
+  for (auto& slot : devices_)
+    if (DeviceState* d = slot.load(std::memory_order_acquire)) d->ledger.forget_cuda_pool(pool);
+  return r;
+}
+
 // ---- device resets and destroyed contexts ----
 // Device resets: cudaDeviceReset and cuDevicePrimaryCtxReset free every allocation of the device's
 // primary context, and so does destroying that context (its last cuDevicePrimaryCtxRelease). A
@@ -374,24 +432,6 @@ void Shim::mempool_current_set(int device, CUmemoryPool pool) {
 // nothing is freed twice, and the next allocation gets fresh memory. Each allocation the reset
 // freed is recorded per site (RunRecorder::freed_by_reset): the report's freed_by_reset section
 // shows who still held memory.
-void Shim::note_cuda_pool(DeviceState* d, CUmemoryPool pool) {
-  const RealDriver& drv = real_driver();
-  if (d == nullptr || !drv.cuDeviceGet || !drv.cuDeviceGetMemPool || !drv.cuMemPoolGetAttribute) return;
-  const RelaxedCaptureMode relaxed;  // as in sample_driver_usage
-  CUdevice dev = 0;
-  cuuint64_t reserved = 0, used = 0;
-  // Only a pool that surely exists is asked: one the caller allocated from a moment ago, or the
-  // device's current pool (a destroyed current pool reverts to the default; a destroyed handle
-  // would crash the driver).
-  if (pool == nullptr &&
-      (drv.cuDeviceGet(&dev, d->ordinal) != CUDA_SUCCESS || drv.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS))
-    return;
-  if (pool == nullptr || drv.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
-      drv.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
-    return;
-  d->ledger.note_cuda_pool_slack(pool, reserved > used ? reserved - used : 0);
-}
-
 void Shim::forget_streams_in_pools(absl::FunctionRef<bool(CUstream)> doomed) {
   for (auto& slot : devices_)
     if (DeviceState* d = slot.load(std::memory_order_acquire); d != nullptr && d->pool != nullptr)

@@ -178,7 +178,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
   // allocations undercounts every library that allocates through the driver API.
   if (books_.commit(made.ptr, rec) && tracing_)
     recorded_trace_alloc(made.ptr, rec, made.size, a.stream, a.stream_ordered);
-  if (a.cuda_pool) note_cuda_pool(d, a.pool);
+  if (a.cuda_pool) cuda_pool_allocated(d, a.pool, made.ptr, made.size);
   recorded_event(t);
   return code;
 }
@@ -245,16 +245,23 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
       return Api::from_pool(r);
     }
   } else {
+    // Out of its CUDA pool's books too, before CUDA may hand the address out again.
+    DeviceState* owner = rec.kind == MemoryKind::kDevice ? device(rec.device) : nullptr;
+    const CUmemoryPool from =
+        owner != nullptr && owner->ledger.uses_cuda_pools() ? owner->ledger.note_cuda_pool_free(key, rec.size) : nullptr;
     const auto code = forward();
     if (code != Api::kSuccess) {
       books_.restore(key, rec);
+      if (from != nullptr) owner->ledger.note_cuda_pool_alloc(from, key, rec.size);
       return code;
     }
   }
   books_.count_free(rec);
-  // After the books: CUDA's pool no longer counts the block as used, nor must the budget.
-  if (rec.route == Route::kForwarded && stream_ordered && rec.kind == MemoryKind::kDevice)
-    note_cuda_pool(device(rec.device));
+  // After the books: CUDA's pools keep freed memory or give it back (cudaFree of stream-ordered
+  // memory is legal too): what each reserves is read again.
+  if (rec.route == Route::kForwarded && rec.kind == MemoryKind::kDevice)
+    if (DeviceState* owner = device(rec.device); owner != nullptr && owner->ledger.uses_cuda_pools())
+      refresh_cuda_pools(owner);
   const uint64_t now = record_time_ns();
   const uint64_t t = rec.route == Route::kForwarded && tracing_ ? free_t : now;
   if (tracing_) recorded_trace_free(t, key, rec, stream, stream_ordered);

@@ -60,6 +60,7 @@ using CuCtxCreateV3 = CUresult (*)(CUcontext* pctx, CUexecAffinityParam* params,
   X(cuMemPoolGetAttribute, "cuMemPoolGetAttribute", decltype(&::cuMemPoolGetAttribute))                             \
   X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", decltype(&::cuMemPoolSetAttribute))                             \
   X(cuMemPoolTrimTo, "cuMemPoolTrimTo", decltype(&::cuMemPoolTrimTo))                                               \
+  X(cuMemPoolDestroy, "cuMemPoolDestroy", decltype(&::cuMemPoolDestroy))                                            \
   X(cuDeviceSetMemPool, "cuDeviceSetMemPool", decltype(&::cuDeviceSetMemPool))                                      \
   X(cuStreamCreate, "cuStreamCreate", decltype(&::cuStreamCreate))                                                  \
   X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority", decltype(&::cuStreamCreateWithPriority))              \

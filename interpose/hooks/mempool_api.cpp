@@ -1,5 +1,6 @@
 // The memory-pool API, runtime and driver: calls on a device's default pool are answered by the
-// core (core/shim_driver.cpp) when its pool serves that device; everything else goes to CUDA.
+// core (core/shim_driver.cpp) when its pool serves that device; everything else goes to CUDA, and
+// the core hears of the trims and destructions of CUDA's pools, whose reservations it holds.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -64,9 +65,12 @@ GPUSHIM_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPo
 
 GPUSHIM_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep) {
   GPUSHIM_RUNTIME_SCOPE;
-  if (Shim* s = Shim::get())
+  Shim* s = Shim::get();
+  if (s)
     if (auto r = s->mempool_trim_to(pool, minBytesToKeep)) return runtime_answer(*r);
-  return call_runtime(real_runtime().cudaMemPoolTrimTo, pool, minBytesToKeep);
+  const cudaError_t err = call_runtime(real_runtime().cudaMemPoolTrimTo, pool, minBytesToKeep);
+  if (err == cudaSuccess && s) s->mempool_trimmed(pool);
+  return err;
 }
 
 GPUSHIM_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
@@ -95,9 +99,21 @@ GPUSHIM_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attri
 
 GPUSHIM_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
   GPUSHIM_DRIVER_SCOPE;
-  if (Shim* s = driver_shim(scope))
+  Shim* s = driver_shim(scope);
+  if (s)
     if (auto r = s->mempool_trim_to(pool, minBytesToKeep)) return *r;
-  return call(real_driver().cuMemPoolTrimTo, pool, minBytesToKeep);
+  const CUresult r = call(real_driver().cuMemPoolTrimTo, pool, minBytesToKeep);
+  if (r == CUDA_SUCCESS && s) s->mempool_trimmed(pool);
+  return r;
+}
+
+GPUSHIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  GPUSHIM_DRIVER_SCOPE;
+  // The runtime's cudaMemPoolDestroy reaches this hook too (it is not hooked itself): forgotten
+  // here whichever way the program destroyed it.
+  auto forward = [&] { return call(real_driver().cuMemPoolDestroy, pool); };
+  Shim* s = Shim::get();
+  return s ? s->mempool_destroy(pool, forward) : forward();
 }
 
 GPUSHIM_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {

@@ -404,6 +404,28 @@ class Cap(ShimTestCase):
                 self.assertEqual(len(r.report["ooms"]), 2)
 
 
+class CudaPools(ShimTestCase):
+    def test_reserved_follows_each_pool_through_frees_trims_and_destruction(self):
+        # CUDA's pools reserve beyond what is allocated from them (32 MiB chunks on the simulated
+        # device, as on an H100), and keep what is freed under a release threshold of max: held
+        # from the driver, so part of reserved until trimmed or destroyed, pool by pool.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_cuda_pools")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["default_destroy"], "cudaErrorInvalidValue")
+                steps = out["steps"]
+                self.assertEqual(steps["a_freed"][0], 128 * MiB)  # the fake keeps what it was told to
+                for name, (cuda, shim) in steps.items():
+                    self.assertEqual(shim, cuda, name)
+                d = r.device(0)
+                self.assertEqual(d["live_bytes"], 0)
+                self.assertEqual(d["held_bytes"], d["driver_used_bytes"])
+                self.assertEqual(d["unaccounted_bytes"], 0)
+                self.assertEqual(d["pool"]["reserved_bytes"], 0)
+
+
 class Unaccounted(ShimTestCase):
     def test_every_device_shows_its_context_as_unaccounted(self):
         for policy in POLICIES:

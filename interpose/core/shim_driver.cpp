@@ -419,6 +419,18 @@ CUresult Shim::mempool_destroy(CUmemoryPool pool, absl::FunctionRef<CUresult()> 
   if (r != CUDA_SUCCESS) return r;
   for (auto& slot : devices_)
     if (DeviceState* d = slot.load(std::memory_order_acquire)) d->ledger.forget_cuda_pool(pool);
+  // A device whose current pool this was has its default pool current again (cuMemPoolDestroy):
+  // the pool of ours serves its stream-ordered calls again. Asked, not assumed: only CUDA knows
+  // whether the destroyed pool was the current one.
+  const RealDriver& drv = real_driver();
+  for (int dev = 0; dev < kMaxDevices; ++dev) {
+    if (!foreign_current_mempool_[dev].load(std::memory_order_relaxed)) continue;
+    CUdevice cu = 0;
+    CUmemoryPool current = nullptr;
+    if (drv.cuDeviceGet && drv.cuDeviceGetMemPool && drv.cuDeviceGet(&cu, dev) == CUDA_SUCCESS &&
+        drv.cuDeviceGetMemPool(&current, cu) == CUDA_SUCCESS)
+      mempool_current_set(dev, current);
+  }
   return r;
 }
 

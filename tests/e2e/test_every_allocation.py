@@ -415,6 +415,13 @@ class CudaPools(ShimTestCase):
                 self.assertRanOK(r)
                 out = last_json(r)
                 self.assertEqual(out["default_destroy"], "cudaErrorInvalidValue")
+                # The program's current pool destroyed: the default is current again, and the
+                # default pool serves cudaMallocAsync again: CUDA's under passthrough, ours under
+                # caching and vmm (whose default-pool attributes are the pool's own). Before the
+                # destroy was heard of, the allocation still went to CUDA past our pool, which the
+                # default pool's figure (ours) then did not show: 0.
+                self.assertTrue(out["default_current_again"])
+                self.assertEqual(out["default_pool_served"], 3 * MiB)
                 steps = out["steps"]
                 self.assertEqual(steps["a_freed"][0], 128 * MiB)  # the fake keeps what it was told to
                 for name, (cuda, shim) in steps.items():

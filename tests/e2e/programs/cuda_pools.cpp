@@ -102,9 +102,24 @@ int main() {
   CHECK(cudaStreamSynchronize(s));
   step("c_freed", 0);
 
-  // The default pool cannot be destroyed: refused, and what it holds is still held.
   cudaMemPool_t def = nullptr;
   CHECK(cudaDeviceGetDefaultMemPool(&def, 0));
+  // A pool the program made current, then destroyed: CUDA makes the default pool current again,
+  // so the default pool serves cudaMallocAsync again, and its used figure shows it (under caching
+  // and vmm the shim's pool is the default pool and answers for it).
+  cudaMemPool_t d = keeping_pool();
+  CHECK(cudaDeviceSetMemPool(0, d));
+  CHECK(cudaMemPoolDestroy(d));
+  cudaMemPool_t current = nullptr;
+  CHECK(cudaDeviceGetMemPool(&current, 0));
+  uint64_t used_before = 0, used_after = 0;
+  CHECK(cudaMemPoolGetAttribute(def, cudaMemPoolAttrUsedMemCurrent, &used_before));
+  CHECK(cudaMallocAsync(&p, 3 * kMiB, s));
+  CHECK(cudaMemPoolGetAttribute(def, cudaMemPoolAttrUsedMemCurrent, &used_after));
+  CHECK(cudaFreeAsync(p, s));
+  CHECK(cudaStreamSynchronize(s));
+
+  // The default pool cannot be destroyed: refused, and what it holds is still held.
   uint64_t keep = UINT64_MAX;
   CHECK(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReleaseThreshold, &keep));
   CHECK(cudaMallocAsync(&p, 8 * kMiB, s));
@@ -119,6 +134,9 @@ int main() {
   size_t free = 0, total = 0;
   CHECK(cudaMemGetInfo(&free, &total));  // the report's driver sample: after everything
   CHECK(cudaStreamDestroy(s));
-  std::printf("{\"default_destroy\":\"%s\",\"steps\":{%s}}\n", cudaGetErrorName(refused), g_steps.c_str());
+  std::printf("{\"default_destroy\":\"%s\",\"default_current_again\":%s,\"default_pool_served\":%llu,"
+              "\"steps\":{%s}}\n",
+              cudaGetErrorName(refused), current == def ? "true" : "false",
+              static_cast<unsigned long long>(used_after - used_before), g_steps.c_str());
   return 0;
 }

@@ -99,6 +99,11 @@ void interpreter_shutdown_begins() {
   if (Shim* s = Shim::existing()) s->on_interpreter_shutdown();
 }
 
+// os._exit, or CPython's death by SIGINT after a KeyboardInterrupt: no exit() will follow.
+void python_ends_without_exit() {
+  if (Shim* s = Shim::existing()) s->on_termination_signal();
+}
+
 }  // namespace
 
 Shim* Shim::existing() { return g_instance.load(std::memory_order_acquire); }
@@ -143,7 +148,7 @@ Shim* Shim::slow_init() {
   g_state.store(kReady, std::memory_order_release);
   ready_.store(shim, std::memory_order_release);
   shim->recorder_->start_live_outputs();
-  arm_interpreter_shutdown_hook(&interpreter_shutdown_begins);  // Python programs only
+  arm_interpreter_shutdown_hook(&interpreter_shutdown_begins, &python_ends_without_exit);  // Python programs only
   install_termination_report(&termination_signal_report);
   t_initializing = false;
   return shim;

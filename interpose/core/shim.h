@@ -210,7 +210,8 @@ class Shim {
   // ---- the run's end (the recorder writes what leaves the process) ----
   // exit() or quick_exit(): the exit report, once.
   void on_process_exit();
-  // A termination signal: the run ends now (the exit report, and the end of the trace).
+  // The run ends now, with no exit() to follow (the exit report, and the end of the trace): a
+  // termination signal, Python's os._exit, or CPython's death by SIGINT after a KeyboardInterrupt.
   void on_termination_signal();
   // The Python interpreter begins its teardown (python/interpreter_shutdown.h): the exit report's
   // live set, sites and growth are taken now; later frees still reach the pools as usual.

@@ -10,11 +10,22 @@
 
 namespace gpushim {
 
+// Two ways a Python program ends without the C library's exit(), where the exit report is
+// written, are heard of too: `ends_now` runs (at most once) just before
+//   - os._exit(), which multiprocessing's fork and forkserver workers end with (the hook wraps
+//     os._exit as well: any thread, GIL held);
+//   - the signal CPython kills itself with after its finalization when a KeyboardInterrupt (Ctrl-C)
+//     ended the program: exit status 130 needs death by SIGINT, and no exit-time code runs. Told
+//     by sys.last_type being KeyboardInterrupt when finalization begins (CPython sets its
+//     "unhandled KeyboardInterrupt" flag and prints the exception in that very case); `ends_now`
+//     then runs at the end of finalization (Py_AtExit), after module teardown, GIL released.
+// Neither may call into Python.
+//
 // Arms the hook once per process when a CPython interpreter is running here: schedules (with
 // Py_AddPendingCall, which needs neither the GIL nor a thread state) a call that the main thread
-// makes at its next safe point, with the GIL held, and that wraps threading._shutdown. `begin`
-// runs once, on the main thread with the GIL held, when finalization begins; it must not call
-// into Python. Returns false when there is no interpreter (native programs) or it cannot be armed.
-bool arm_interpreter_shutdown_hook(void (*begin)());
+// makes at its next safe point, with the GIL held, and that wraps threading._shutdown and
+// os._exit. `begin` runs once, on the main thread with the GIL held, when finalization begins.
+// Returns false when there is no interpreter (native programs) or it cannot be armed.
+bool arm_interpreter_shutdown_hook(void (*begin)(), void (*ends_now)());
 
 }  // namespace gpushim

@@ -79,6 +79,57 @@ class TerminationSignals(ShimTestCase):
             self.assertEqual(json.load(f)["devices"][0]["live_bytes"], 3 * MiB)
 
 
+class PythonEnds(ShimTestCase):
+    """Python programs that end without the C library's exit(), where the report is written:
+    Ctrl-C (CPython kills itself with SIGINT once finalized, for the exit status 130) and
+    multiprocessing workers started by fork or forkserver (os._exit)."""
+
+    def test_ctrl_c_writes_the_report_then_ends_by_sigint(self):
+        for py, version in interpreters():
+            for how in ("raise KeyboardInterrupt", "os.kill(os.getpid(), signal.SIGINT); time.sleep(60)"):
+                with self.subTest(python=version, how=how):
+                    code = ("import ctypes, os, signal, sys, time; sys.path.insert(0, %r); "
+                            "from cuda_ctypes import cuda, check; p = ctypes.c_void_p(); "
+                            "check(cuda.cudaMalloc(ctypes.byref(p), 3 << 20)); %s") % (HERE, how)
+                    wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+                    proc = subprocess.run([py, "-c", code], env=base_env({"GPUSHIM_REPORT": "r.json"}), cwd=wd,
+                                          capture_output=True, text=True, timeout=120)
+                    check_sanitizer_clean(proc.stderr)
+                    self.assertEqual(proc.returncode, -signal.SIGINT, proc.stderr)  # as without the shim
+                    self.assertIn("KeyboardInterrupt", proc.stderr)
+                    with open(os.path.join(wd, "r.json")) as f:
+                        self.assertEqual(json.load(f)["devices"][0]["live_bytes"], 3 * MiB)
+
+    def test_every_multiprocessing_worker_writes_its_report(self):
+        code = ("import ctypes, multiprocessing as mp, sys; sys.path.insert(0, %r)\n"
+                "def work(i):\n"
+                "    from cuda_ctypes import cuda, check\n"
+                "    p = ctypes.c_void_p(); check(cuda.cudaMalloc(ctypes.byref(p), (i + 1) << 20))\n"
+                "if __name__ == '__main__':\n"
+                "    ctx = mp.get_context(sys.argv[1])\n"
+                "    ps = [ctx.Process(target=work, args=(i,)) for i in range(3)]\n"
+                "    [p.start() for p in ps]; [p.join() for p in ps]\n"
+                "    print([p.exitcode for p in ps])\n") % HERE
+        py = interpreters()[0][0]
+        for method in ("fork", "forkserver", "spawn"):
+            with self.subTest(start_method=method):
+                wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+                with open(os.path.join(wd, "job.py"), "w") as f:
+                    f.write(code)
+                proc = subprocess.run([py, "job.py", method], env=base_env({"GPUSHIM_REPORT": "r.%p.json"}), cwd=wd,
+                                      capture_output=True, text=True, timeout=120)
+                check_sanitizer_clean(proc.stderr)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertEqual(proc.stdout.strip(), "[0, 0, 0]")
+                live = []
+                for name in os.listdir(wd):
+                    if name.startswith("r.") and name.endswith(".json"):
+                        with open(os.path.join(wd, name)) as f:
+                            live.append(json.load(f)["devices"][0]["live_bytes"])
+                # One report per worker (the parent never touched CUDA), each with its own block.
+                self.assertEqual(sorted(live), [1 * MiB, 2 * MiB, 3 * MiB], proc.stderr)
+
+
 class OtherEnds(ShimTestCase):
     def test_quick_exit_writes_the_report(self):
         for policy in POLICIES:

@@ -389,12 +389,36 @@ void add_contradictions(const std::vector<std::pair<std::string, std::string>>& 
   }
 }
 
+// Read by the project's own tools and tests, never by the shim: set in a job's environment (the
+// launcher, gpushim-plot, gpu-validate and the test harness pass them down), they must not turn the
+// shim off as an unknown name would. tests/e2e/test_docs_match_help.py keeps this list equal to
+// the GPUSHIM_* names the tree reads from the environment that are not the shim's.
+bool tool_variable(const std::string& name) {
+  static constexpr const char* kNames[] = {
+      "GPUSHIM_ANALYZE",            // gpushim-plot: the gpushim-analyze to run
+      "GPUSHIM_ANALYZE_MAX_INPUT",  // gpushim-analyze: the largest input it reads
+      "GPUSHIM_BUDGET",             // gpu-run-device: the device time to plan for
+      "GPUSHIM_BUILD_DIR",          // the tests: the build tree
+      "GPUSHIM_FAKECUDA_DIR",       // tests/fakecuda/README.md: where the simulated device is
+      "GPUSHIM_NVCC",               // the tests: nvcc for programs built the way nvcc builds
+      "GPUSHIM_PROMTOOL",           // the tests and the bundle: Prometheus's checker
+      "GPUSHIM_PYTHON",             // gpushim-plot, gpu-run-device, gpu-validate: the Python to use
+      "GPUSHIM_REC_OUT",            // bench/record: where recorded traces go
+      "GPUSHIM_RMM_SOURCE",         // scripts/bench --rmm: RMM's source
+      "GPUSHIM_SPEEDSCOPE",         // the tests and the bundle: speedscope's checker
+  };
+  if (name.rfind("GPUSHIM_TEST_", 0) == 0) return true;  // the test harness's own
+  for (const char* n : kNames)
+    if (name == n) return true;
+  return false;
+}
+
 }  // namespace
 
 ConfigResult parse_config(const std::vector<std::pair<std::string, std::string>>& vars) {
   ConfigResult result;
   for (const auto& [name, value] : vars) {
-    if (name.rfind("GPUSHIM_", 0) != 0) continue;
+    if (name.rfind("GPUSHIM_", 0) != 0 || tool_variable(name)) continue;
     const Variable* var = nullptr;
     for (const Variable& v : variables())
       if (name == v.name) var = &v;

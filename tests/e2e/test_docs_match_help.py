@@ -110,3 +110,41 @@ class DocsMatchHelp(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ToolVariables(unittest.TestCase):
+    """The GPUSHIM_* variables the project's own tools and tests read (GPUSHIM_PYTHON, GPUSHIM_BUDGET,
+    ...) are not the shim's, yet set in a job's environment they must not turn the shim off as an
+    unknown name does (they did: gpushim-plot's GPUSHIM_PYTHON made the launcher refuse to run). The
+    shim's list of them (interpose/config/config.cpp, tool_variable) must be what the tree reads."""
+
+    ENV_READ = re.compile(r'(?:environ(?:\.get)?\(?\[?"|getenv\("|\$\{?)(GPUSHIM_[A-Z0-9_]+)')
+
+    def read_in_tree(self):
+        found = set()
+        for top in ("scripts", "analysis", "bench", "tests"):
+            for root, _, files in os.walk(os.path.join(ROOT, top)):
+                for name in files:
+                    if name == "CMakeLists.txt" or name.endswith(".cmake"):
+                        continue  # CMake's variables, not the environment's
+                    try:
+                        with open(os.path.join(root, name), encoding="utf-8", errors="ignore") as f:
+                            found.update(self.ENV_READ.findall(f.read()))
+                    except OSError:
+                        pass
+        return found
+
+    def test_every_variable_the_tools_read_leaves_the_shim_on(self):
+        found = self.read_in_tree()
+        self.assertIn("GPUSHIM_PYTHON", found)  # the scan sees what it should
+        for name in sorted(found):
+            with self.subTest(variable=name):
+                self.assertTrue(library_knows(name), f"{name} would turn the shim off")
+
+    def test_the_shims_list_is_what_the_tree_reads(self):
+        with open(os.path.join(ROOT, "interpose", "config", "config.cpp"), encoding="utf-8") as f:
+            src = f.read()
+        listed = set(re.findall(r'^\s*"(GPUSHIM_[A-Z0-9_]+)",\s*//', src[src.index("bool tool_variable"):], re.M))
+        self.assertGreater(len(listed), 5)
+        self.assertEqual(sorted(listed - self.read_in_tree()), [], "listed but read nowhere any more")
+

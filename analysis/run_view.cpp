@@ -397,6 +397,20 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     r.pool.segment_allocs = d.segment_allocs;
     r.pool.segment_frees = d.segment_frees;
     r.pool.ooms = d.ooms;
+    // The shim's own peak reserved, from the end record, is the run's figure: it also counts what
+    // the events cannot show, such as the reservation CUDA's own stream-ordered pools hold beyond
+    // their allocations (cudaMallocAsync under passthrough), so the exit report says the same.
+    if (t.end)
+      for (const trace::DeviceTotals& e : t.end->devices)
+        if (e.ordinal == ord && e.peak_reserved != d.peak_reserved) {
+          v.notes.push_back("device " + std::to_string(ord) + ": peak reserved " + human_bytes(e.peak_reserved) +
+                            " is the shim's own figure (the trace's end record); its events account for " +
+                            human_bytes(d.peak_reserved) +
+                            (e.peak_reserved > d.peak_reserved
+                                 ? " (the rest: memory held past the allocations, e.g. CUDA's own pool under cudaMallocAsync)"
+                                 : ""));
+          r.peak_reserved_bytes = r.pool.peak_reserved_bytes = e.peak_reserved;
+        }
     m.devices.push_back(r);
   }
   m.timeline = trace_timeline(t, kTimelinePointsPerDevice);

@@ -26,7 +26,32 @@ struct RowData {
   std::string suspect;  // one line
   std::string suspect_kind;  // "growth" or "live"
   std::vector<std::string> outliers;
+  std::vector<std::string> also;  // other files of the same run (its trace, an earlier snapshot)
+  bool has_inode = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
 };
+
+// When the shim started, seconds since the epoch: a report says when it was written and how long
+// after the start; a trace's header holds the start itself (run_from_trace puts it in wall_time_s).
+double run_start_s(const RunView& v) {
+  return v.source == "report" ? v.meta.wall_time_s - v.meta.duration_s : v.meta.wall_time_s;
+}
+
+// One process wrote both: the same pid, host and rank, started at the same moment (both files
+// record the shim's start to the microsecond; a second apart is another process).
+bool same_run(const RunView& a, const RunView& b) {
+  return a.meta.pid != 0 && a.meta.pid == b.meta.pid && a.meta.host == b.meta.host && a.meta.rank == b.meta.rank &&
+         std::fabs(run_start_s(a) - run_start_s(b)) < 1.0;
+}
+
+// Which file of one run gives its row: the exit report (the run's own figures), then the trace of
+// a run that ended, then whichever covers more of the run.
+bool better_source(const RunView& a, const RunView& b) {
+  auto score = [](const RunView& v) { return (v.meta.reason == "exit" ? 2 : 0) + (v.source == "report" ? 1 : 0); };
+  if (score(a) != score(b)) return score(a) > score(b);
+  return a.meta.duration_s > b.meta.duration_s;
+}
 
 bool is_dir(const std::string& p) {
   struct stat st;
@@ -106,6 +131,28 @@ int run_merge(const Cli& cli) {
         skipped.push_back(f + " (" + err + ")");
         continue;
       }
+      // The same file given twice (by another name, or in a directory also given) counts once.
+      struct stat st;
+      if (::stat(f.c_str(), &st) == 0) r.has_inode = true, r.dev = st.st_dev, r.ino = st.st_ino;
+      auto twice = std::find_if(rows.begin(), rows.end(), [&](const RowData& x) {
+        return r.has_inode && x.has_inode && x.dev == r.dev && x.ino == r.ino;
+      });
+      if (twice != rows.end()) {
+        skipped.push_back(f + " (the same file as " + twice->run.path + ", counted once)");
+        continue;
+      }
+      // A run's report and its trace (GPUSHIM_REPORT and GPUSHIM_TRACE both on) are one row.
+      auto same = std::find_if(rows.begin(), rows.end(), [&](const RowData& x) { return same_run(x.run, r.run); });
+      if (same != rows.end()) {
+        if (better_source(r.run, same->run)) {
+          r.also = std::move(same->also);
+          r.also.push_back(same->run.path);
+          *same = std::move(r);
+        } else {
+          same->also.push_back(r.run.path);
+        }
+        continue;
+      }
       rows.push_back(std::move(r));
     }
   }
@@ -180,6 +227,12 @@ int run_merge(const Cli& cli) {
       append_json_string(&j, r.run.meta.host);
       j += ",\"source\":";
       append_json_string(&j, r.run.source);
+      j += ",\"also\":[";
+      for (size_t k = 0; k < r.also.size(); ++k) {
+        j += k ? "," : "";
+        append_json_string(&j, r.also[k]);
+      }
+      j += "]";
       j += ",\"reason\":";
       append_json_string(&j, r.run.meta.reason);
       j += ",\"peak_allocated\":" + std::to_string(r.peak_allocated) + ",\"peak_device\":" + std::to_string(r.peak_device) +
@@ -231,6 +284,9 @@ int run_merge(const Cli& cli) {
     }
   }
   o += flagged ? std::to_string(flagged) + " outlier run(s)\n" : "no outliers\n";
+  for (const RowData& r : rows)
+    for (const std::string& a : r.also)
+      o += "same run: " + a + " (its row is from " + r.run.path + ")\n";
   for (const std::string& s : skipped) o += "skipped: " + s + "\n";
   return write_output("-", o, &err) && damaged == 0 ? 0 : 1;
 }
@@ -247,6 +303,11 @@ const CommandSpec kMergeCommand{
 stands for every report and trace in it), one row with the rank (or pid), peak allocated, peak
 reserved, live at the end, and the top suspect (the strongest growth suspect when the input knows
 growth, else the largest live site).
+
+One run is one row: a report and the trace of the same process (the same pid, host and rank,
+started at the same moment), or a snapshot and its exit report, give one row, from the exit report
+when there is one (the others are named on a "same run:" line, and in "also" with --json); the
+same file given twice counts once.
 
 A value is flagged as an outlier when it is far from the median of all rows: more than 3.5 robust
 standard deviations (1.4826 x the median absolute deviation) and more than PCT percent and at

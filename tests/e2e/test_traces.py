@@ -662,6 +662,37 @@ class DiffAndMerge(ShimTestCase):
         diff = analyze_json("diff", r.report_path, trace)["devices"][0]
         self.assertEqual((diff["peak_reserved_delta"], diff["peak_allocated_delta"]), (0, 0), diff)
 
+    def test_merge_counts_a_runs_report_and_trace_once(self):
+        # With GPUSHIM_REPORT and GPUSHIM_TRACE both on, each rank leaves two files: three ranks
+        # were "6 runs", two rows per rank; and the same file given three times was "3 runs".
+        job = tempfile.mkdtemp(prefix="gpushim-job-")
+        for rank in range(3):
+            r = run([program("e2e_leak_two_sites")], workdir=job, expect_report=False,
+                    env={"RANK": str(rank), "GPUSHIM_SUMMARY": "0", "GPUSHIM_REPORT": "run.%r.json",
+                         "GPUSHIM_TRACE": "run.%r.trace"})
+            self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(os.listdir(job)), 6)
+        out = analyze_json("merge", job)
+        self.assertEqual([row["rank"] for row in out["rows"]], ["0", "1", "2"])
+        for row in out["rows"]:
+            self.assertEqual(row["source"], "report")
+            self.assertEqual(row["also"], [os.path.join(job, "run.%s.trace" % row["rank"])])
+        self.assertEqual(out["skipped"], [])
+        text = analyze("merge", job).stdout
+        self.assertTrue(text.startswith("gpushim merge: 3 runs;"), text)
+        self.assertEqual(text.count("same run: "), 3, text)
+        # The trace alone, then its report: the report still gives the row.
+        rep0, tr0 = os.path.join(job, "run.0.json"), os.path.join(job, "run.0.trace")
+        out = analyze_json("merge", tr0, rep0)
+        self.assertEqual([(row["source"], row["also"]) for row in out["rows"]], [("report", [tr0])])
+        # The same file given three times (once by another name) counts once.
+        link = os.path.join(job, "..", os.path.basename(job), "run.0.json")
+        p = analyze("merge", rep0, rep0, link)
+        self.assertTrue(p.stdout.startswith("gpushim merge: 1 runs;"), p.stdout)
+        self.assertEqual(p.stdout.count("counted once"), 2, p.stdout)
+        # Different runs of one rank (another pid, another start) stay apart.
+        self.assertEqual(len(analyze_json("merge", rep0, os.path.join(job, "run.1.json"))["rows"]), 2)
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

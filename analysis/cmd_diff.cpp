@@ -16,14 +16,21 @@ namespace {
 struct Row {
   const SiteView* a = nullptr;
   const SiteView* b = nullptr;
+  // Per-site peaks are known only when both runs are traces: a report has none, and a site it does
+  // not list had no live memory at its end, not a peak of 0 B.
+  bool peaks = false;
   int64_t live_delta() const {
     return static_cast<int64_t>(b ? b->live_bytes : 0) - static_cast<int64_t>(a ? a->live_bytes : 0);
   }
-  bool peak_known() const { return (!a || a->has_history) && (!b || b->has_history); }
+  bool peak_known() const { return peaks && (!a || a->has_history) && (!b || b->has_history); }
   int64_t peak_delta() const {
+    if (!peak_known()) return 0;
     return static_cast<int64_t>(b ? b->peak_bytes : 0) - static_cast<int64_t>(a ? a->peak_bytes : 0);
   }
   const char* status() const {
+    // Without peaks, only live bytes compare: a site a report does not list had none live, so one
+    // with no live bytes on either side is the same as far as both inputs know.
+    if (!peak_known() && live_delta() == 0) return "same";
     if (!a) return "new";
     if (!b) return "gone";
     return live_delta() != 0 || (peak_known() && peak_delta() != 0) ? "changed" : "same";
@@ -49,9 +56,11 @@ int run_diff(const Cli& cli) {
     return 1;
   }
 
+  const bool peaks = a.source == "trace" && b.source == "trace";
   std::map<std::string, Row> by_id;
   for (const SiteView& s : a.sites) by_id[site_identity(s)].a = &s;
   for (const SiteView& s : b.sites) by_id[site_identity(s)].b = &s;
+  for (auto& [id, row] : by_id) row.peaks = peaks;
   std::vector<Row> rows;
   for (const auto& [id, row] : by_id)
     if (cli.has("--all") || std::string(row.status()) != "same") rows.push_back(row);
@@ -126,7 +135,6 @@ int run_diff(const Cli& cli) {
     o += "  device " + std::to_string(ord) + ": " + one("peak allocated", &DeviceReport::peak_bytes) + "; " +
          one("peak reserved", &DeviceReport::peak_reserved_bytes) + "; " + one("live", &DeviceReport::live_bytes) + "\n";
   }
-  const bool peaks = a.source == "trace" && b.source == "trace";
   o += "\nSites (largest change first" + std::string(peaks ? "" : "; per-site peaks need two traces") + ")\n";
   if (rows.empty()) o += "  no site changed\n";
   for (size_t i = 0; i < rows.size() && i < top; ++i) {

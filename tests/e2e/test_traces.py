@@ -662,6 +662,23 @@ class DiffAndMerge(ShimTestCase):
         diff = analyze_json("diff", r.report_path, trace)["devices"][0]
         self.assertEqual((diff["peak_reserved_delta"], diff["peak_allocated_delta"]), (0, 0), diff)
 
+    def test_diff_of_a_runs_report_and_trace_invents_no_site_peaks(self):
+        # A report has no per-site peaks, and lists only sites with live memory: the trace's sites
+        # with none live at the end were "new" with "site peak 0 B -> 48.0 MiB".
+        r, trace = traced([program("e2e_demo_training_loop")])
+        self.assertRanOK(r)
+        out = analyze_json("diff", r.report_path, trace)
+        self.assertEqual(out["sites"], [])
+        for a, b in ((r.report_path, trace), (trace, r.report_path)):
+            out = analyze_json("diff", "--all", a, b)
+            self.assertTrue(out["sites"])
+            for s in out["sites"]:
+                self.assertEqual(s["status"], "same", s)
+                self.assertIsNone(s["peak_delta"], s)
+            text = analyze("diff", a, b).stdout
+            self.assertNotIn(", site peak", text)
+            self.assertIn("no site changed", text)
+
     def test_merge_counts_a_runs_report_and_trace_once(self):
         # With GPUSHIM_REPORT and GPUSHIM_TRACE both on, each rank leaves two files: three ranks
         # were "6 runs", two rows per rank; and the same file given three times was "3 runs".

@@ -1,4 +1,6 @@
 // gpushim-analyze export: a report or trace in the formats other viewers read.
+#include <sys/stat.h>
+
 #include <cstdlib>
 
 #include "cli.h"
@@ -17,6 +19,16 @@ int run_export(const Cli& cli) {
   if (lines && format != "folded" && format != "speedscope")
     return usage_error("export", "--lines is for folded and speedscope");
   const std::string path = cli.operands[0];
+  // Writing the export over its own input would destroy the trace or report: the same file is
+  // told by device and inode (another name, a hard link, a symlink), not by its name.
+  const std::string output = cli.text("--output");
+  struct stat in_st, out_st;
+  if (output != "-" && ::stat(path.c_str(), &in_st) == 0 && ::stat(output.c_str(), &out_st) == 0 &&
+      in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino) {
+    std::fprintf(stderr, "gpushim-analyze export: -o %s is the input %s itself: refusing to overwrite it\n",
+                 output.c_str(), path.c_str());
+    return 1;
+  }
   std::string bytes;
   if (!read_file(path, &bytes, &err)) {
     std::fprintf(stderr, "gpushim-analyze export: %s\n", err.c_str());

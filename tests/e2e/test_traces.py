@@ -382,6 +382,27 @@ class Recording(ShimTestCase):
         self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
         self.assertIn("larger than 1.0 MiB", p.stderr)
 
+    def test_export_never_writes_over_its_input(self):
+        # `export -o in.trace in.trace` replaced the trace with its export and exited 0.
+        _, trace = traced([program("e2e_leak_two_sites")])
+        with open(trace, "rb") as f:
+            original = f.read()
+        hard = trace + ".link"
+        os.link(trace, hard)
+        sym = trace + ".sym"
+        os.symlink(trace, sym)
+        for out in (trace, hard, sym, os.path.join(os.path.dirname(trace), ".", "run.trace")):
+            with self.subTest(out=out):
+                p = analyze("export", "--format", "folded", "-o", out, trace, check=False)
+                self.assertNotEqual(p.returncode, 0)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                self.assertIn("is the input", p.stderr)
+                with open(trace, "rb") as f:
+                    self.assertEqual(f.read(), original)
+        other = trace + ".folded"
+        analyze("export", "--format", "folded", "-o", other, trace)
+        self.assertTrue(os.path.getsize(other) > 0)
+
 
 class PythonFrames(ShimTestCase):
     """A trace of a Python program carries the Python frames the report shows, and every reading of

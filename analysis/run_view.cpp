@@ -458,7 +458,14 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   // Growth: the one definition, over the checkpoints the shim took.
   const bool any_checkpoint = !t.checkpoints.empty();
   v.growth_known = any_checkpoint;
-  if (!any_checkpoint) v.notes.push_back("the trace records no growth checkpoints (written by an older shim): growth is unknown");
+  if (!any_checkpoint) {
+    // Checkpoints came with format 1.1: a later trace without any and without an end record was
+    // cut short before its first, not written by an older shim.
+    const std::string why = t.version_minor < 1 ? "written by an older shim, trace format 1." + std::to_string(t.version_minor)
+                            : !t.end ? "the trace has no end record: it was cut short before the shim wrote one"
+                                     : "the shim took none in this run";
+    v.notes.push_back("the trace records no growth checkpoints (" + why + "): growth is unknown");
+  }
   if (any_checkpoint) {
     evidence.samples = history.samples();
     if (evidence.iterations == 0 && t.header.stack_depth > 0) evidence.detected = periods->detect();

@@ -403,6 +403,25 @@ class Recording(ShimTestCase):
         analyze("export", "--format", "folded", "-o", other, trace)
         self.assertTrue(os.path.getsize(other) > 0)
 
+    def test_a_current_trace_cut_short_is_not_blamed_on_an_older_shim(self):
+        # Cut before its first events chunk (and so before any checkpoint), as a kill -9 early in
+        # the run leaves it: the note blamed "an older shim".
+        r, trace = traced([program("e2e_demo_training_loop")])
+        with open(trace, "rb") as f:
+            data = f.read()
+        end, pos = 8, 8
+        while pos + 16 <= len(data) and data[pos + 4] != 5:  # chunk type 5: events
+            pos += 16 + int.from_bytes(data[pos + 8:pos + 12], "little")
+            end = pos
+        cut = trace + ".cut"
+        with open(cut, "wb") as g:
+            g.write(data[:end + 100])  # and a torn chunk after it
+        notes = analyze_json("summary", cut)["notes"]
+        growth = [n for n in notes if "growth checkpoints" in n]
+        self.assertEqual(len(growth), 1, notes)
+        self.assertNotIn("older shim", growth[0])
+        self.assertIn("no end record", growth[0])
+
 
 class PythonFrames(ShimTestCase):
     """A trace of a Python program carries the Python frames the report shows, and every reading of

@@ -160,6 +160,22 @@ class Launcher(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(proc.stdout.splitlines()[-1].split(), ["/bin/echo"])
 
+    def test_dry_run_listing_pastes_into_a_shell_as_it_is(self):
+        # The variables are quoted like the command: pasted, a value with a space, ';' or '$' sets
+        # exactly that value and runs nothing else (unquoted, 'x;touch PWNED' ran touch).
+        report = "x;touch PWNED $HOME `id`"
+        proc, wd = launch(["run", "--dry-run", "--limit", "1 GiB", "--report", report, "--",
+                           "printenv", "GPUSHIM_LIMIT", "GPUSHIM_REPORT"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        lines = proc.stdout.splitlines()
+        self.assertIn("GPUSHIM_LIMIT=1\\ GiB", lines)
+        # LD_PRELOAD left out: printenv need not run under the shim to show what the shell set.
+        pasted = " ".join(l for l in lines if not l.startswith("LD_PRELOAD="))
+        shell = subprocess.run(["bash", "-c", pasted], cwd=wd, capture_output=True, text=True, timeout=60)
+        self.assertEqual(shell.returncode, 0, shell.stderr)
+        self.assertEqual(shell.stdout.splitlines(), ["1 GiB", report])
+        self.assertEqual(os.listdir(wd), [])
+
     def test_misspelt_option_suggests_the_nearest_name(self):
         for args, guess in ((["--polcy", "caching"], "--policy"),
                             (["--stack-dept=4"], "--stack-depth"),

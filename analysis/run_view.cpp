@@ -83,13 +83,23 @@ const DeviceReport* RunView::device(int ordinal) const {
 }
 
 uint64_t input_limit_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t memory = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+  const uint64_t fallback = std::max<uint64_t>(memory / 4, 64ull << 20);
   if (const char* env = std::getenv("GPUSHIM_ANALYZE_MAX_INPUT")) {
     uint64_t v = 0;
     if (parse_size(env, &v) && v != 0) return v;
+    // A value that does not parse is not silently dropped: one line (per process), then the default.
+    static bool warned = false;
+    if (!warned) {
+      warned = true;
+      std::fprintf(stderr,
+                   "gpushim-analyze: warning: GPUSHIM_ANALYZE_MAX_INPUT='%s' is not a size above 0 (expected bytes "
+                   "with units, e.g. 512MiB or 4GiB): using the default, %s\n",
+                   env, human_bytes(fallback).c_str());
+    }
   }
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  const uint64_t memory = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-  return std::max<uint64_t>(memory / 4, 64ull << 20);
+  return fallback;
 }
 
 bool looks_like_report_or_trace(const char* head, size_t n) {

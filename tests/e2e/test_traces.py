@@ -381,6 +381,33 @@ class Recording(ShimTestCase):
         self.assertEqual(p.returncode, 1)
         self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
         self.assertIn("larger than 1.0 MiB", p.stderr)
+        # Compressed, the same bound applies to what it decompresses to (a 3 MB gzip of 3 GB was
+        # read whole): 3 MiB of it, 4 KiB compressed, stop at the cap with one line.
+        bomb = os.path.join(workdir, "big.json.gz")
+        with gzip.open(bomb, "wb") as f:
+            f.write(b'{"schema"' + b" " * (3 << 20))
+        self.assertLess(os.path.getsize(bomb), 64 << 10)
+        p = subprocess.run([ANALYZE, "summary", bomb], capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertIn("larger than 1.0 MiB", p.stderr)
+
+    def test_a_bad_max_input_setting_is_named_once_and_the_default_used(self):
+        # GPUSHIM_ANALYZE_MAX_INPUT=garbage (or -5, or empty) was dropped without a word.
+        _, trace = traced([program("e2e_leak_two_sites")])
+        for value in ("garbage", "-5", "", "0"):
+            with self.subTest(value=value):
+                env = dict(os.environ, GPUSHIM_ANALYZE_MAX_INPUT=value)
+                p = subprocess.run([ANALYZE, "diff", trace, trace], capture_output=True, text=True, timeout=60, env=env)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                warnings = [l for l in p.stderr.splitlines() if "GPUSHIM_ANALYZE_MAX_INPUT" in l]
+                self.assertEqual(len(warnings), 1, p.stderr)  # two inputs read, one line
+                self.assertIn("GPUSHIM_ANALYZE_MAX_INPUT='%s'" % value, warnings[0])
+                self.assertIn("bytes with units", warnings[0])
+                self.assertIn("using the default", warnings[0])
+        env = dict(os.environ, GPUSHIM_ANALYZE_MAX_INPUT="1GiB")
+        p = subprocess.run([ANALYZE, "summary", trace], capture_output=True, text=True, timeout=60, env=env)
+        self.assertNotIn("GPUSHIM_ANALYZE_MAX_INPUT", p.stderr)
 
     def test_export_never_writes_over_its_input(self):
         # `export -o in.trace in.trace` replaced the trace with its export and exited 0.

@@ -73,8 +73,8 @@ std::vector<TimelineSample> trace_timeline(const TraceData& trace, size_t max_po
 // input_limit_bytes() is read (a pipe or device is cut off there).
 bool read_file(const std::string& path, std::string* out, std::string* error);
 
-// GPUSHIM_ANALYZE_MAX_INPUT when set (bytes with units), else a quarter of the machine's memory
-// (the parsed form takes a few times the file's size), at least 64 MiB.
+// GPUSHIM_ANALYZE_MAX_INPUT when set (bytes with units), else an eighth of the machine's memory
+// (the parsed form takes about four times the file's size), at least 64 MiB.
 uint64_t input_limit_bytes();
 // Whether `head`, the start of an input, can begin a report or a trace: the trace magic, or a JSON
 // object opening with a key and no control byte but whitespace. scripts/gpushim-plot applies the

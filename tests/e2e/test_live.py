@@ -344,7 +344,15 @@ class Snapshots(ShimTestCase):
         self.assertEqual(p.files(), [f"gpushim.e2e_live_phases.{one['pid']}.snapshot.1.json"])
 
     def test_fork_child_gets_the_programs_disposition_back_and_writes_nothing(self):
-        p = Phased(["--fork"], env={"GPUSHIM_METRICS": "m.prom", "GPUSHIM_SAMPLE_MS": "10"})
+        env = {"GPUSHIM_METRICS": "m.prom", "GPUSHIM_SAMPLE_MS": "10"}
+        if SANITIZER == "address":
+            # LeakSanitizer's check at the child's exit hung in clang-14's runtime (__cxa_finalize ->
+            # dl_iterate_phdr's callback, no frame of ours) 1 run in 16-32 under load, the
+            # parent's gpushim-live thread having been inside the runtime at fork: LSan does not
+            # support forked children of threaded processes. Leaks stay checked in every other test
+            # of this program.
+            env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+        p = Phased(["--fork"], env=env)
         one = p.phase()
         # 0: the child saw SIGUSR2 back at its default, and its exit() returned (no join of a
         # thread that fork did not copy).

@@ -89,11 +89,18 @@ void DeviceLedger::update_cuda_pool_slack(bool peak) {
   if (now > peak_with_slack_.load(std::memory_order_relaxed)) peak_with_slack_.store(now, std::memory_order_relaxed);
 }
 
+std::vector<DeviceLedger::CudaPool>::iterator DeviceLedger::find_cuda_pool(CUmemoryPool pool) {
+  return std::find_if(cuda_pools_.begin(), cuda_pools_.end(), [&](const CudaPool& p) { return p.pool == pool; });
+}
+
+DeviceLedger::CudaPool& DeviceLedger::cuda_pool_entry(CUmemoryPool pool) {
+  auto it = find_cuda_pool(pool);
+  return it != cuda_pools_.end() ? *it : cuda_pools_.emplace_back(CudaPool{pool});
+}
+
 void DeviceLedger::note_cuda_pool_alloc(CUmemoryPool pool, uintptr_t ptr, uint64_t size) {
   std::lock_guard<std::mutex> lock(cuda_pools_mu_);
-  auto it = std::find_if(cuda_pools_.begin(), cuda_pools_.end(), [&](const CudaPool& p) { return p.pool == pool; });
-  if (it == cuda_pools_.end()) it = cuda_pools_.insert(cuda_pools_.end(), CudaPool{pool});
-  it->live += size;
+  cuda_pool_entry(pool).live += size;
   cuda_pool_blocks_[ptr] = pool;
   update_cuda_pool_slack();
 }
@@ -104,7 +111,7 @@ CUmemoryPool DeviceLedger::note_cuda_pool_free(uintptr_t ptr, uint64_t size) {
   if (block == cuda_pool_blocks_.end()) return nullptr;
   const CUmemoryPool pool = block->second;
   cuda_pool_blocks_.erase(block);
-  auto it = std::find_if(cuda_pools_.begin(), cuda_pools_.end(), [&](const CudaPool& p) { return p.pool == pool; });
+  auto it = find_cuda_pool(pool);
   if (it == cuda_pools_.end()) return nullptr;  // forgotten meanwhile: its reservation is gone already
   it->live -= std::min(it->live, size);
   update_cuda_pool_slack(/*peak=*/false);
@@ -113,9 +120,7 @@ CUmemoryPool DeviceLedger::note_cuda_pool_free(uintptr_t ptr, uint64_t size) {
 
 void DeviceLedger::note_cuda_pool_reserved(CUmemoryPool pool, uint64_t reserved) {
   std::lock_guard<std::mutex> lock(cuda_pools_mu_);
-  auto it = std::find_if(cuda_pools_.begin(), cuda_pools_.end(), [&](const CudaPool& p) { return p.pool == pool; });
-  if (it == cuda_pools_.end()) it = cuda_pools_.insert(cuda_pools_.end(), CudaPool{pool});
-  it->reserved = reserved;
+  cuda_pool_entry(pool).reserved = reserved;
   update_cuda_pool_slack();
 }
 
@@ -127,9 +132,14 @@ std::vector<CUmemoryPool> DeviceLedger::cuda_pools() const {
   return out;
 }
 
+bool DeviceLedger::knows_cuda_pool(CUmemoryPool pool) {
+  std::lock_guard<std::mutex> lock(cuda_pools_mu_);
+  return find_cuda_pool(pool) != cuda_pools_.end();
+}
+
 bool DeviceLedger::forget_cuda_pool(CUmemoryPool pool) {
   std::lock_guard<std::mutex> lock(cuda_pools_mu_);
-  auto it = std::find_if(cuda_pools_.begin(), cuda_pools_.end(), [&](const CudaPool& p) { return p.pool == pool; });
+  auto it = find_cuda_pool(pool);
   if (it == cuda_pools_.end()) return false;
   cuda_pools_.erase(it);
   // Its allocations still live stay in the budget until freed, as no pool's: a new pool may get

@@ -172,6 +172,7 @@ class DeviceLedger {
   uint64_t held_from_driver() const { return budget_.held() + cuda_pool_slack_.load(std::memory_order_relaxed); }
   // The pools noted so far (each exists until Shim::mempool_destroy or a reset forgets it).
   std::vector<CUmemoryPool> cuda_pools() const;
+  bool knows_cuda_pool(CUmemoryPool pool);
   // `pool` was destroyed: its reservation is no longer held (what is still allocated from it is in
   // the budget until freed). False if it was not noted here.
   bool forget_cuda_pool(CUmemoryPool pool);
@@ -224,6 +225,9 @@ class DeviceLedger {
   // Under cuda_pools_mu_. `peak`: the held figure is whole now (not between a pool's free and the
   // budget's), so it may set the peak.
   void update_cuda_pool_slack(bool peak = true);
+  // Under cuda_pools_mu_: `pool`'s entry, or end(); the entry, added if need be.
+  std::vector<CudaPool>::iterator find_cuda_pool(CUmemoryPool pool);
+  CudaPool& cuda_pool_entry(CUmemoryPool pool);
   mutable std::mutex cuda_pools_mu_;
   std::vector<CudaPool> cuda_pools_;  // under the mutex, as is:
   absl::flat_hash_map<uintptr_t, CUmemoryPool> cuda_pool_blocks_;  // live allocations -> their pool

@@ -379,16 +379,22 @@ void Shim::read_cuda_pool(DeviceState* d, CUmemoryPool pool) {
   d->ledger.note_cuda_pool_reserved(pool, reserved);
 }
 
-void Shim::cuda_pool_allocated(DeviceState* d, CUmemoryPool pool, uintptr_t ptr, uint64_t size) {
+CUmemoryPool Shim::current_mempool(int ordinal) {
   const RealDriver& drv = real_driver();
-  if (d == nullptr || !drv.cuDeviceGet || !drv.cuDeviceGetMemPool) return;
+  CUdevice dev = 0;
+  CUmemoryPool pool = nullptr;
+  if (drv.cuDeviceGet == nullptr || drv.cuDeviceGetMemPool == nullptr ||
+      drv.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS || drv.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS)
+    return nullptr;
+  return pool;
+}
+
+void Shim::cuda_pool_allocated(DeviceState* d, CUmemoryPool pool, uintptr_t ptr, uint64_t size) {
+  if (d == nullptr) return;
   const RelaxedCaptureMode relaxed;  // as in sample_driver_usage
   const std::shared_lock<std::shared_mutex> alive(cuda_pool_lifetimes_);
-  CUdevice dev = 0;
-  if (pool == nullptr &&
-      (drv.cuDeviceGet(&dev, d->ordinal) != CUDA_SUCCESS || drv.cuDeviceGetMemPool(&pool, dev) != CUDA_SUCCESS ||
-       pool == nullptr))
-    return;
+  if (pool == nullptr) pool = current_mempool(d->ordinal);
+  if (pool == nullptr) return;
   d->ledger.note_cuda_pool_alloc(pool, ptr, size);
   read_cuda_pool(d, pool);
 }
@@ -405,9 +411,7 @@ void Shim::mempool_trimmed(CUmemoryPool pool) {
   const std::shared_lock<std::shared_mutex> alive(cuda_pool_lifetimes_);
   for (auto& slot : devices_) {
     DeviceState* d = slot.load(std::memory_order_acquire);
-    if (d == nullptr || !d->ledger.uses_cuda_pools()) continue;
-    const std::vector<CUmemoryPool> known = d->ledger.cuda_pools();
-    if (std::find(known.begin(), known.end(), pool) != known.end()) read_cuda_pool(d, pool);
+    if (d != nullptr && d->ledger.uses_cuda_pools() && d->ledger.knows_cuda_pool(pool)) read_cuda_pool(d, pool);
   }
 }
 
@@ -422,14 +426,9 @@ CUresult Shim::mempool_destroy(CUmemoryPool pool, absl::FunctionRef<CUresult()> 
   // A device whose current pool this was has its default pool current again (cuMemPoolDestroy):
   // the pool of ours serves its stream-ordered calls again. Asked, not assumed: only CUDA knows
   // whether the destroyed pool was the current one.
-  const RealDriver& drv = real_driver();
   for (int dev = 0; dev < kMaxDevices; ++dev) {
     if (!foreign_current_mempool_[dev].load(std::memory_order_relaxed)) continue;
-    CUdevice cu = 0;
-    CUmemoryPool current = nullptr;
-    if (drv.cuDeviceGet && drv.cuDeviceGetMemPool && drv.cuDeviceGet(&cu, dev) == CUDA_SUCCESS &&
-        drv.cuDeviceGetMemPool(&current, cu) == CUDA_SUCCESS)
-      mempool_current_set(dev, current);
+    if (CUmemoryPool current = current_mempool(dev)) mempool_current_set(dev, current);
   }
   return r;
 }

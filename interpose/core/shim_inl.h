@@ -238,6 +238,9 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   // be handed the same address, and its alloc event must come after this free in the trace.
   // (Pooled ones are ordered by the pool itself; see recorder/trace_ordered_resource.h.)
   const uint64_t free_t = tracing_ && rec.route == Route::kForwarded ? now_ns() : 0;
+  // Forwarded device memory may be one of CUDA's own pools' (Shim::cuda_pool_allocated).
+  DeviceState* const pools_owner =
+      rec.route == Route::kForwarded && rec.kind == MemoryKind::kDevice ? device(rec.device) : nullptr;
   if (rec.route == Route::kPooled) {
     const CUresult r = device(rec.device)->pool->deallocate(ptr, stream, stream_ordered);
     if (r != CUDA_SUCCESS) {
@@ -246,22 +249,20 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
     }
   } else {
     // Out of its CUDA pool's books too, before CUDA may hand the address out again.
-    DeviceState* owner = rec.kind == MemoryKind::kDevice ? device(rec.device) : nullptr;
-    const CUmemoryPool from =
-        owner != nullptr && owner->ledger.uses_cuda_pools() ? owner->ledger.note_cuda_pool_free(key, rec.size) : nullptr;
+    const CUmemoryPool from = pools_owner != nullptr && pools_owner->ledger.uses_cuda_pools()
+                                  ? pools_owner->ledger.note_cuda_pool_free(key, rec.size)
+                                  : nullptr;
     const auto code = forward();
     if (code != Api::kSuccess) {
       books_.restore(key, rec);
-      if (from != nullptr) owner->ledger.note_cuda_pool_alloc(from, key, rec.size);
+      if (from != nullptr) pools_owner->ledger.note_cuda_pool_alloc(from, key, rec.size);
       return code;
     }
   }
   books_.count_free(rec);
   // After the books: CUDA's pools keep freed memory or give it back (cudaFree of stream-ordered
   // memory is legal too): what each reserves is read again.
-  if (rec.route == Route::kForwarded && rec.kind == MemoryKind::kDevice)
-    if (DeviceState* owner = device(rec.device); owner != nullptr && owner->ledger.uses_cuda_pools())
-      refresh_cuda_pools(owner);
+  if (pools_owner != nullptr && pools_owner->ledger.uses_cuda_pools()) refresh_cuda_pools(pools_owner);
   const uint64_t now = record_time_ns();
   const uint64_t t = rec.route == Route::kForwarded && tracing_ ? free_t : now;
   if (tracing_) recorded_trace_free(t, key, rec, stream, stream_ordered);

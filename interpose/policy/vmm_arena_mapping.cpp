@@ -107,37 +107,31 @@ bool VmmArena::reserve_for(Plan* plan, uint64_t size, CUresult* err, bool* repla
 
 bool VmmArena::create_pieces(const std::vector<Slot>& slots, const std::vector<Piece*>& lent, Attempt* attempt,
                              std::vector<Piece*>* fresh, CUresult* err) {
+  uint64_t new_bytes = 0;
+  for (const Slot& s : slots) new_bytes += s.moved ? 0 : s.size;
+  // Nothing is made: the lent ends go back, and so does a reservation left empty.
+  auto give_up = [&](CUresult why) {
+    for (Piece* a : lent) undo_lend(a);
+    free_empty_reservations();
+    *err = why;
+    return false;
+  };
   // (Pieces larger than a chunk may not fit the holes even when enough bytes are free.)
   if (!attempt->may_create) {
-    for (const Slot& s : slots) attempt->new_bytes += s.moved ? 0 : s.size;
-    if (attempt->new_bytes > 0) {
-      for (Piece* a : lent) undo_lend(a);
-      free_empty_reservations();
-      *err = CUDA_ERROR_NOT_READY;
-      return false;
-    }
+    attempt->new_bytes += new_bytes;
+    if (attempt->new_bytes > 0) return give_up(CUDA_ERROR_NOT_READY);
   }
   // All or nothing, decided before the first piece: a request larger than the device can hold now
   // (an out-of-memory probe asks for more than the device) took every free byte of it, one piece
   // at a time, before the last piece failed and all went back (a 16 GiB device: 267 ms, and other
   // processes saw it full meanwhile). CUDA refuses such a cuMemAlloc at once.
-  uint64_t new_bytes = 0;
-  for (const Slot& s : slots) new_bytes += s.moved ? 0 : s.size;
-  if (new_bytes > 0 && new_bytes > backend_.creatable_bytes()) {
-    for (Piece* a : lent) undo_lend(a);
-    free_empty_reservations();
-    *err = CUDA_ERROR_OUT_OF_MEMORY;
-    return false;
-  }
+  if (new_bytes > 0 && new_bytes > backend_.creatable_bytes()) return give_up(CUDA_ERROR_OUT_OF_MEMORY);
   for (const Slot& s : slots) {
     if (s.moved) continue;
     uint64_t handle = 0;
-    *err = backend_.physical_create(s.size, &handle);
-    if (*err != CUDA_SUCCESS) {
+    if (const CUresult refused = backend_.physical_create(s.size, &handle); refused != CUDA_SUCCESS) {
       for (Piece* p : *fresh) release_piece_memory(p);
-      for (Piece* a : lent) undo_lend(a);
-      free_empty_reservations();
-      return false;
+      return give_up(refused);
     }
     ++creates_;
     moved_since_growth_ = 0;

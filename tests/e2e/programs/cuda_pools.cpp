@@ -31,12 +31,7 @@ void step(const char* name, uint64_t cuda) {
 }
 
 cudaMemPool_t keeping_pool() {
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = 0;
-  cudaMemPool_t pool = nullptr;
-  CHECK(cudaMemPoolCreate(&pool, &props));
+  cudaMemPool_t pool = testsupport::new_device_pool(0);
   uint64_t keep = UINT64_MAX;
   CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   return pool;

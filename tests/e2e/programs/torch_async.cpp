@@ -267,12 +267,7 @@ int main() {
   (void)cudaGetLastError();
 
   // ---- a pool of the program's own, made current: CUDA's, not the default pool's ----
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = 0;
-  cudaMemPool_t mine = nullptr;
-  CHECK(cudaMemPoolCreate(&mine, &props));
+  cudaMemPool_t mine = testsupport::new_device_pool(0);
   CHECK(cudaDeviceSetMemPool(0, mine));
   void* m = malloc_async(1 * MiB, compute);
   CUmemoryPool owner = nullptr;

@@ -67,6 +67,17 @@ inline void plain_rounds(int rounds, size_t bytes) {
   }
 }
 
+// A stream-ordered memory pool of the program's own on `device` (device memory, default settings).
+inline cudaMemPool_t new_device_pool(int device) {
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  CHECK(cudaMemPoolCreate(&pool, &props));
+  return pool;
+}
+
 // The shim's figures for `device`, or false when the program runs without the shim.
 inline bool shim_stats(int device, gpushim_device_stats* out) {
   using Fn = int (*)(int, gpushim_device_stats*);

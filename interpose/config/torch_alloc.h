@@ -1,7 +1,7 @@
 // Which allocator PyTorch uses under the shim: the one definition behind GPUSHIM_TORCH_ALLOC, the
 // library's constructor (front/torch_routing.cpp) and the launcher's --torch-alloc (which only
 // sets GPUSHIM_TORCH_ALLOC). Pure functions of the environment's values: no allocation, no state,
-// so the constructor of every preloaded process pays a few getenv calls and nothing else.
+// so the constructor of every preloaded process pays a few getenv calls and nothing else here.
 //
 //   async (default): PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, unless the user set
 //                    PYTORCH_CUDA_ALLOC_CONF or PYTORCH_NO_CUDA_MEMORY_CACHING;
@@ -41,8 +41,8 @@ bool torch_cache_in_charge(const char* alloc_conf, const char* no_caching);
 // it does not.
 std::string torch_cache_reason(TorchAlloc choice, const char* alloc_conf, const char* no_caching);
 
-// The constructor's work: reads the three variables and sets the one torch_route names. Call
-// only while the process has one thread (setenv is not safe against concurrent getenv).
-void route_torch_allocator();
+// The constructor's decision: reads the three variables and returns the one torch_route names
+// (front/torch_routing.cpp sets it).
+TorchRoute torch_route_for_environment();
 
 }  // namespace gpushim

@@ -39,11 +39,10 @@ bool torch_cache_in_charge(const char* alloc_conf, const char* no_caching) {
   return alloc_conf == nullptr || strstr(alloc_conf, "cudaMallocAsync") == nullptr;
 }
 
-void route_torch_allocator() {
+TorchRoute torch_route_for_environment() {
   TorchAlloc choice;
-  if (!parse_torch_alloc(getenv(kTorchAllocVariable), &choice)) return;
-  const TorchRoute r = torch_route(choice, getenv(kTorchAllocConf), getenv(kTorchNoCaching));
-  if (r.name != nullptr) setenv(r.name, r.value, /*overwrite=*/0);
+  if (!parse_torch_alloc(getenv(kTorchAllocVariable), &choice)) return {};
+  return torch_route(choice, getenv(kTorchAllocConf), getenv(kTorchNoCaching));
 }
 
 }  // namespace gpushim

@@ -37,11 +37,13 @@ int g_warned = 0;
 // What load_core needs, set up by the constructor, or by the first call if a library's constructor
 // calls CUDA before ours has run. 0: not yet; 1: being published; 2: set up.
 int g_setup = 0;
-// Where the core is, fixed early: LD_PRELOAD may name this library by a relative path, and the
-// program may change directory before its first CUDA call. Empty: the bare name, found by the
-// loader's search as this library was.
-char g_core_path[PATH_MAX];
-char g_self_path[PATH_MAX];  // this library's path made absolute (for a symlinked front)
+// This library's path, fixed early: LD_PRELOAD may name it by a relative path, and the program may
+// change directory before its first CUDA call. The core is looked for beside it. Null: found by
+// the loader's search (no slash in the name), as the core then is. An absolute name is the
+// loader's own copy, which lives as long as this library (never unloaded); only a relative one is
+// made absolute, into g_absolute_self, so that /bin/true under the preload writes none of it.
+const char* g_self_path = nullptr;
+GPUSHIM_FRONT_LARGE_BUFFER char g_absolute_self[PATH_MAX];
 GpushimFront g_table;        // what the core is lent (front_api.h)
 
 // fork() while another thread is inside dlopen of the core would give the child a half-loaded
@@ -161,31 +163,27 @@ void begin_load() {
 }
 void end_load() { __atomic_sub_fetch(&g_loads_in_flight, 1, __ATOMIC_RELEASE); }
 
+// The name the loader gave this library, made absolute; null when it has no slash or is too long
+// (the core is then found by the loader's search, if at all).
+const char* absolute_self_path() {
+  const char* self = gpushim::front::own_file_name();
+  if (self == nullptr || strchr(self, '/') == nullptr) return nullptr;
+  if (self[0] == '/') return self;
+  if (getcwd(g_absolute_self, sizeof g_absolute_self) == nullptr) return nullptr;
+  size_t at = strlen(g_absolute_self);
+  if (!append(g_absolute_self, &at, "/", 1) || !append(g_absolute_self, &at, self, strlen(self))) return nullptr;
+  return g_absolute_self;
+}
+
 void setup() {
   if (__atomic_load_n(&g_setup, __ATOMIC_ACQUIRE) == 2) return;
-  // Computed in locals and published by one thread: two first calls racing (a library's
+  // One thread computes and publishes, the others wait: two first calls racing (a library's
   // constructor starting threads before ours ran) must not see each other's half-written paths.
-  char core_path[PATH_MAX], self_path[PATH_MAX];
-  core_path[0] = self_path[0] = '\0';
-  const char* self = gpushim::front::own_file_name();
-  const char* slash = self ? strrchr(self, '/') : nullptr;
-  if (slash != nullptr) {
-    size_t at = 0;
-    bool ok = true;
-    if (self[0] != '/') {
-      char cwd[PATH_MAX];
-      ok = getcwd(cwd, sizeof cwd) != nullptr && append(self_path, &at, cwd, strlen(cwd)) &&
-           append(self_path, &at, "/", 1);
-    }
-    ok = ok && append(self_path, &at, self, strlen(self));
-    const char* self_slash = ok ? strrchr(self_path, '/') : nullptr;
-    if (self_slash == nullptr || !core_beside(core_path, self_path, static_cast<size_t>(self_slash - self_path)))
-      core_path[0] = self_path[0] = '\0';  // too long: the bare name, found by the loader's search if at all
-  }
+  // No PATH_MAX locals: the constructor of every preloaded process runs this, and each page of
+  // stack or data it touches is a page fault (issue 30).
   int expected = 0;
   if (__atomic_compare_exchange_n(&g_setup, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-    memcpy(g_core_path, core_path, sizeof core_path);
-    memcpy(g_self_path, self_path, sizeof self_path);
+    g_self_path = absolute_self_path();
     // The block's offset from the thread pointer is fixed at load time, the same for every thread.
     g_table = GpushimFront{sizeof(GpushimFront), &gpushim::front::real_dlsym, &next_symbol,
                            reinterpret_cast<char*>(t_core_block) - static_cast<char*>(__builtin_thread_pointer()),
@@ -197,12 +195,21 @@ void setup() {
   while (__atomic_load_n(&g_setup, __ATOMIC_ACQUIRE) != 2) sched_yield();
 }
 
+// Where the core is looked for first: beside this library as it was named (into `out`, PATH_MAX
+// bytes), else its bare name for the loader's search.
+const char* core_path(char* out) {
+  const char* slash = g_self_path ? strrchr(g_self_path, '/') : nullptr;
+  if (slash != nullptr && core_beside(out, g_self_path, static_cast<size_t>(slash - g_self_path))) return out;
+  return kGpushimCoreLibrary;
+}
+
 // The core, from beside this library as it was named, else from beside the file it names (a
 // symlinked front), else by the loader's search (a front found by it).
 void* open_core() {
-  const char* path = g_core_path[0] ? g_core_path : kGpushimCoreLibrary;
+  char first_path[PATH_MAX];
+  const char* path = core_path(first_path);
   void* core = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (core != nullptr || g_self_path[0] == '\0') {
+  if (core != nullptr || path != first_path) {
     if (core == nullptr) warn_once(path, dlerror());
     return core;
   }
@@ -327,7 +334,8 @@ GpushimCoreSubstitute load_core() {
   if (core != nullptr) {
     auto attach = reinterpret_cast<GpushimCoreAttach>(real_dlsym(core, kGpushimCoreAttach));
     if (attach == nullptr || attach(&g_table) != 0) {
-      warn_once(g_core_path[0] ? g_core_path : kGpushimCoreLibrary, "not a gpushim core of this version");
+      char where[PATH_MAX];
+      warn_once(core_path(where), "not a gpushim core of this version");
       core = nullptr;
     }
   }

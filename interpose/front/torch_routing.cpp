@@ -3,8 +3,8 @@
 // thread, and before an interpreter copies the environment into os.environ, so `python train.py`
 // under LD_PRELOAD sees PYTORCH_CUDA_ALLOC_CONF as if the user had exported it (and so do its
 // children, which inherit the environment and the preload). A process that never touches CUDA pays
-// three getenv calls, a dladdr and at most one setenv; programs that are not PyTorch ignore the
-// variable.
+// three getenv calls, a dladdr and at most one variable added to the environment (no malloc:
+// environment.cpp); programs that are not PyTorch ignore the variable.
 
 #include <cstdlib>
 #include <cstring>
@@ -34,7 +34,9 @@ bool preloaded() {
 }
 
 __attribute__((constructor)) void route_torch_allocator_at_start() {
-  if (preloaded()) gpushim::route_torch_allocator();
+  if (!preloaded()) return;
+  const gpushim::TorchRoute route = gpushim::torch_route_for_environment();
+  if (route.name != nullptr) gpushim::front::add_to_environment(route.name, route.value);
 }
 
 }  // namespace

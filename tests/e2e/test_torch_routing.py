@@ -10,6 +10,7 @@ from shimtest import BUILD, SANITIZER, ShimTestCase, program, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHOW_ENV = os.path.join(HERE, "python", "show_env.py")
+EDIT_ENV = os.path.join(HERE, "python", "edit_env.py")
 CACHE_USER = os.path.join(HERE, "python", "torch_cache_user.py")
 C10_CUDA = os.path.join(BUILD, "e2e-libs", "libc10_cuda.so")
 TORCH_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING")
@@ -73,6 +74,38 @@ class TorchRouting(ShimTestCase):
         self.assertIn("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync", r.stdout.splitlines())
         self.assertEqual(r.shim_lines(), [])
         self.assertEqual(os.listdir(r.workdir), [])
+
+    def test_the_environment_stays_the_programs_own(self):
+        # The variable is added without malloc, in an array of the front's own (front/environment.cpp),
+        # or with setenv when the environment is too large for it: either way every other entry is
+        # kept, once, and the program's later setenv and unsetenv, and its children, work as without
+        # the preload.
+        python = interpreters()[0][0]
+
+        def child_env(env):
+            r = run([python, EDIT_ENV, ENV_PROGRAM], env=env, expect_report=False)
+            self.assertRanOK(r)
+            out = json.loads(r.stdout.strip().splitlines()[-1])
+            names = [line.split("=", 1)[0] for line in out["child"]]
+            self.assertEqual(len(names), len(set(names)), "an entry twice")
+            got = dict(line.split("=", 1) for line in out["child"])
+            got.pop("GPUSHIM_REPORT")  # each run's own working directory
+            return out["routed"], got
+
+        for fillers in (0, 300):  # 300: more entries than the front's array holds
+            with self.subTest(fillers=fillers):
+                env = {"KEPT": "original", "REMOVED": "x"}
+                env.update({f"FILLER_{i}": str(i) for i in range(fillers)})
+                routed, got = child_env(env)
+                kept_routed, kept = child_env(dict(env, GPUSHIM_TORCH_ALLOC="keep"))
+                self.assertEqual(routed, "backend:cudaMallocAsync")
+                self.assertIsNone(kept_routed)
+                self.assertEqual(got.pop("PYTORCH_CUDA_ALLOC_CONF"), "backend:cudaMallocAsync")
+                self.assertEqual(kept.pop("GPUSHIM_TORCH_ALLOC"), "keep")
+                self.assertEqual(got, kept)
+                self.assertEqual((got["ADDED_AFTER"], got["KEPT"]), ("1", "changed"))
+                self.assertNotIn("REMOVED", got)
+                self.assertEqual(sum(1 for k in got if k.startswith("FILLER_")), fillers)
 
     def test_pytorch_cache_kept_in_charge_is_named(self):
         python = interpreters()[0][0]

@@ -6,8 +6,14 @@
 // `environ` at an array of its own, and glibc's functions keep working on one: setenv copies it
 // into an array of its own before growing it, unsetenv and a replacing setenv edit it in place
 // (it is writable), clearenv only drops it.
+//
+// Only while no other thread exists: a program's dependencies are initialized before the preload,
+// and a thread one of them started may be inside setenv, which takes glibc's lock and may free the
+// array this would copy; the array installed here would then drop that thread's variable (or it
+// ours), or hold pointers out of freed memory. With another thread, setenv and its lock.
 #include <stdlib.h>
 #include <string.h>
+#include <sys/single_threaded.h>
 
 #include "front/front.h"
 
@@ -27,6 +33,11 @@ char g_variable[128];  // "NAME=value"
 namespace gpushim::front {
 
 void add_to_environment(const char* name, const char* value) {
+  // Not even the count without glibc's lock: another thread's setenv may free the array.
+  if (!__libc_single_threaded) {
+    setenv(name, value, /*overwrite=*/0);
+    return;
+  }
   size_t n = 0;
   if (environ != nullptr)
     while (environ[n] != nullptr) ++n;

@@ -25,7 +25,7 @@ void* real_dlsym_function();
 const char* own_file_name();
 
 // Adds NAME=value to the environment, which must not hold NAME yet, as setenv would but without
-// its malloc (environment.cpp). Only while the process has one thread.
+// its malloc (environment.cpp) while the process has one thread, with setenv otherwise.
 void add_to_environment(const char* name, const char* value);
 
 // Loads libgpushim-core.so if no thread has yet, and fills the trampolines' slots. Never holds a

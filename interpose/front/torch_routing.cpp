@@ -1,10 +1,11 @@
 // PyTorch's allocator chosen by the preload itself (config/torch_alloc.h, docs/python.md): a
-// preloaded library's constructor runs before the program's main, while the process has one
-// thread, and before an interpreter copies the environment into os.environ, so `python train.py`
-// under LD_PRELOAD sees PYTORCH_CUDA_ALLOC_CONF as if the user had exported it (and so do its
-// children, which inherit the environment and the preload). A process that never touches CUDA pays
-// three getenv calls, a dladdr and at most one variable added to the environment (no malloc:
-// environment.cpp); programs that are not PyTorch ignore the variable.
+// preloaded library's constructor runs before the program's main, usually while the process has
+// one thread (environment.cpp says what it does otherwise), and before an interpreter copies the
+// environment into os.environ, so `python train.py` under LD_PRELOAD sees PYTORCH_CUDA_ALLOC_CONF
+// as if the user had exported it (and so do its children, which inherit the environment and the
+// preload). A process that never touches CUDA pays three getenv calls, a dladdr and at most one
+// variable added to the environment (no malloc: environment.cpp); programs that are not PyTorch
+// ignore the variable.
 
 #include <cstdlib>
 #include <cstring>

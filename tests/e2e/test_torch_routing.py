@@ -6,13 +6,14 @@ import json
 import os
 
 from pythons import interpreters
-from shimtest import BUILD, SANITIZER, ShimTestCase, program, run
+from shimtest import BUILD, SANITIZER, ShimTestCase, base_env, program, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHOW_ENV = os.path.join(HERE, "python", "show_env.py")
 EDIT_ENV = os.path.join(HERE, "python", "edit_env.py")
 CACHE_USER = os.path.join(HERE, "python", "torch_cache_user.py")
-C10_CUDA = os.path.join(BUILD, "e2e-libs", "libc10_cuda.so")
+LIBS = os.path.join(BUILD, "e2e-libs")
+C10_CUDA = os.path.join(LIBS, "libc10_cuda.so")
 TORCH_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING")
 # A native program that prints its environment and touches no CUDA (TSan: the instrumented stand-in).
 ENV_PROGRAM = os.path.join(BUILD, "stand-ins", "env") if SANITIZER == "thread" else "/usr/bin/env"
@@ -106,6 +107,22 @@ class TorchRouting(ShimTestCase):
                 self.assertEqual((got["ADDED_AFTER"], got["KEPT"]), ("1", "changed"))
                 self.assertNotIn("REMOVED", got)
                 self.assertEqual(sum(1 for k in got if k.startswith("FILLER_")), fillers)
+
+    def test_a_thread_editing_the_environment_before_the_constructor_loses_nothing(self):
+        # A program's dependencies are initialized before the preload: one whose constructor starts
+        # a thread that calls setenv (libs/environment_thread.cpp) is still at it when the front
+        # adds the variable. The front's own array, written without glibc's lock, lost the
+        # thread's variables or the routed one in about half the runs, and some crashed on a
+        # pointer copied from an array setenv had just freed; with setenv (the lock) neither.
+        env = {"LD_LIBRARY_PATH": LIBS + ":" + base_env().get("LD_LIBRARY_PATH", "")}
+        for attempt in range(20):
+            with self.subTest(attempt=attempt):
+                r = run([program("e2e_early_environment_thread")], env=env)
+                self.assertRanOK(r)
+                out = json.loads(r.stdout.strip().splitlines()[-1])
+                self.assertGreaterEqual(out["added"], 20, out)
+                self.assertEqual((out["missing"], out["twice"], out["routed"]), (0, 0, "backend:cudaMallocAsync"), out)
+                self.assertEqual(r.device(0)["total_allocs"], 1)
 
     def test_pytorch_cache_kept_in_charge_is_named(self):
         python = interpreters()[0][0]

@@ -1,39 +1,41 @@
-// A library whose constructor starts a thread that edits the environment (setenv of names of its
-// own, EARLY_<i>) and keeps at it until the program's main stops it: a program's dependencies are
-// initialized before the preload, so the front's constructor runs while this thread is busy
-// (programs/early_environment_thread.cpp).
+// A library whose constructor starts a thread (unless EARLY_THREAD=0) that waits until the
+// program's main stops it: a program's dependencies are initialized before the preload, so the
+// front's constructor runs in a process that already has two threads
+// (programs/early_environment_thread.cpp). The thread never touches the environment: glibc's own
+// getenv is unsafe against another thread's setenv (it may read an array setenv just freed), so a
+// thread editing it would crash any library's constructor that reads it, the front's included,
+// whatever the front then does.
 #include <pthread.h>
-#include <sched.h>
-#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 namespace {
 
 int g_stop = 0;
-int g_added = 0;  // EARLY_0 .. EARLY_<g_added - 1> were set
+bool g_started = false;
 pthread_t g_thread;
 
-void* add_variables(void*) {
-  char name[32];
-  for (int i = 0; i < 100000 && !__atomic_load_n(&g_stop, __ATOMIC_ACQUIRE); ++i) {
-    snprintf(name, sizeof name, "EARLY_%d", i);
-    setenv(name, "1", 1);
-    __atomic_store_n(&g_added, i + 1, __ATOMIC_RELEASE);
+void* wait_for_stop(void*) {
+  while (!__atomic_load_n(&g_stop, __ATOMIC_ACQUIRE)) {
+    const timespec pause{0, 1000 * 1000};
+    nanosleep(&pause, nullptr);
   }
   return nullptr;
 }
 
 __attribute__((constructor)) void start() {
-  if (pthread_create(&g_thread, nullptr, add_variables, nullptr) != 0) abort();
-  // Busy before the next constructor runs.
-  while (__atomic_load_n(&g_added, __ATOMIC_ACQUIRE) < 20) sched_yield();
+  const char* wanted = getenv("EARLY_THREAD");
+  if (wanted != nullptr && strcmp(wanted, "0") == 0) return;
+  if (pthread_create(&g_thread, nullptr, wait_for_stop, nullptr) != 0) abort();
+  g_started = true;
 }
 
 }  // namespace
 
-// Stops the thread; how many variables it set.
-extern "C" int e2e_environment_thread_stop() {
+// Stops the thread; whether there was one.
+extern "C" bool e2e_environment_thread_stop() {
+  if (!g_started) return false;
   __atomic_store_n(&g_stop, 1, __ATOMIC_RELEASE);
   pthread_join(g_thread, nullptr);
-  return g_added;
+  return true;
 }

@@ -72,7 +72,7 @@ PoolFigures DeviceLedger::figures() const {
   // The budget counts exactly that, cap or no cap.
   // CUDA's own stream-ordered pool (passthrough) holds more than is allocated from it.
   f.reserved_bytes = held_from_driver();
-  f.peak_reserved_bytes = std::max(budget_.peak(), peak_with_slack_.load(std::memory_order_relaxed));
+  f.peak_reserved_bytes = budget_.peak();
   f.requested_bytes = c.requested_bytes;
   f.peak_requested_bytes = c.peak_requested_bytes;
   f.ooms = ooms();  // every OOM a caller saw, pool or cap
@@ -82,11 +82,8 @@ PoolFigures DeviceLedger::figures() const {
 void DeviceLedger::update_cuda_pool_slack(bool peak) {
   uint64_t sum = 0;
   for (const CudaPool& p : cuda_pools_) sum += p.reserved > p.live ? p.reserved - p.live : 0;
-  cuda_pool_slack_.store(sum, std::memory_order_relaxed);
+  budget_.set_beside(sum, peak);
   uses_cuda_pools_.store(!cuda_pools_.empty(), std::memory_order_relaxed);
-  if (!peak) return;
-  const uint64_t now = budget_.held() + sum;
-  if (now > peak_with_slack_.load(std::memory_order_relaxed)) peak_with_slack_.store(now, std::memory_order_relaxed);
 }
 
 std::vector<DeviceLedger::CudaPool>::iterator DeviceLedger::find_cuda_pool(CUmemoryPool pool) {
@@ -153,7 +150,7 @@ void DeviceLedger::forget_cuda_pools() {
   std::lock_guard<std::mutex> lock(cuda_pools_mu_);
   cuda_pools_.clear();
   cuda_pool_blocks_.clear();
-  cuda_pool_slack_.store(0, std::memory_order_relaxed);
+  budget_.set_beside(0, /*whole=*/false);
   uses_cuda_pools_.store(false, std::memory_order_relaxed);
 }
 

@@ -88,20 +88,22 @@ class DeviceLedger {
     return false;
   }
   // The admitted call answered: `made`, the memory is held from now on; otherwise the charge ends.
-  void settle(uint64_t size, bool made) {
-    if (made) budget_.commit(size);
+  // `from_cuda_pool`: allocated from one of CUDA's own pools, whose slack may have held it until
+  // now (DeviceBudget::commit).
+  void settle(uint64_t size, bool made, bool from_cuda_pool = false) {
+    if (made) budget_.commit(size, from_cuda_pool);
     else budget_.cancel(size);
   }
   // Memory CUDA made before the ledger could be asked (its size or device known only after the
   // call). `enforce_cap`: refused (and counted failed) past the cap, the caller then undoes it;
   // otherwise held whatever the cap says.
-  bool admit_made(uint64_t size, bool enforce_cap) {
+  bool admit_made(uint64_t size, bool enforce_cap, bool from_cuda_pool = false) {
     if (!enforce_cap) {
-      budget_.charge(size);
+      budget_.charge(size, from_cuda_pool);
       return true;
     }
     if (!admit(size)) return false;
-    budget_.commit(size);
+    budget_.commit(size, from_cuda_pool);
     return true;
   }
   // An allocation that failed for the caller (CUDA, a pool, or a capture refused it).
@@ -169,7 +171,7 @@ class DeviceLedger {
   // `pool` reserves `reserved` bytes (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, read just now).
   void note_cuda_pool_reserved(CUmemoryPool pool, uint64_t reserved);
   // Everything held from the driver on the device: the budget's bytes and the pools' slack.
-  uint64_t held_from_driver() const { return budget_.held() + cuda_pool_slack_.load(std::memory_order_relaxed); }
+  uint64_t held_from_driver() const { return budget_.held() + budget_.beside(); }
   // The pools noted so far (each exists until Shim::mempool_destroy or a reset forgets it).
   std::vector<CUmemoryPool> cuda_pools() const;
   bool knows_cuda_pool(CUmemoryPool pool);
@@ -222,8 +224,8 @@ class DeviceLedger {
     uint64_t reserved = 0;  // its attribute at the last reading
     uint64_t live = 0;      // bytes the books hold allocated from it
   };
-  // Under cuda_pools_mu_. `peak`: the held figure is whole now (not between a pool's free and the
-  // budget's), so it may set the peak.
+  // Under cuda_pools_mu_: the pools' slack, summed, is held beside the budget (DeviceBudget::set_beside).
+  // `peak`: the held figure is whole now (not between a pool's free and the budget's), so it may set the peak.
   void update_cuda_pool_slack(bool peak = true);
   // Under cuda_pools_mu_: `pool`'s entry, or end(); the entry, added if need be.
   std::vector<CudaPool>::iterator find_cuda_pool(CUmemoryPool pool);
@@ -231,9 +233,7 @@ class DeviceLedger {
   mutable std::mutex cuda_pools_mu_;
   std::vector<CudaPool> cuda_pools_;  // under the mutex, as is:
   absl::flat_hash_map<uintptr_t, CUmemoryPool> cuda_pool_blocks_;  // live allocations -> their pool
-  std::atomic<uint64_t> cuda_pool_slack_{0};   // the pools' slack, summed
   std::atomic<bool> uses_cuda_pools_{false};  // cuda_pools_ is not empty
-  std::atomic<uint64_t> peak_with_slack_{0};   // the most held plus that slack at any reading
 };
 
 // The process's books: the records of every allocation the core accounts (the tracker's map,

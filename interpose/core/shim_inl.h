@@ -161,11 +161,11 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
     return code;
   }
   if (cap_first) {
-    d->ledger.settle(a.size, true);
+    d->ledger.settle(a.size, true, a.cuda_pool);
   } else if (d != nullptr) {
     // Made already: without a way to undo it, held whatever the cap says.
     constexpr bool can_undo = !std::is_same_v<std::decay_t<Undo>, std::nullptr_t>;
-    if (!d->ledger.admit_made(made.size, can_undo)) {
+    if (!d->ledger.admit_made(made.size, can_undo, a.cuda_pool)) {
       if constexpr (can_undo) undo(made.ptr);
       on_oom(d, made.size, stack);
       return Api::refuse(Api::kOutOfMemory);

@@ -19,7 +19,18 @@ class DeviceBudget {
   // Bytes the driver actually handed over and we still hold: "reserved". An attempt the driver
   // refuses never shows here, so the peak never exceeds what the device really gave us.
   uint64_t held() const { return held_.load(std::memory_order_relaxed); }
+  // The most held from the driver at any moment, with what was held beside the budget then.
   uint64_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  // Bytes held from the driver that the budget does not count (what CUDA's own pools reserve
+  // beyond their allocations: DeviceLedger keeps that figure). They are part of every later peak,
+  // not only of the peaks taken where the figure changes: memory a pool of ours or the driver API
+  // takes afterwards is held on top of them. `whole`: held() and `bytes` describe one moment (not
+  // between a CUDA pool's free and the budget's uncharge, where the freed bytes are in both).
+  void set_beside(uint64_t bytes, bool whole) {
+    beside_.store(bytes, std::memory_order_relaxed);
+    if (whole) raise(peak_, held() + bytes);
+  }
+  uint64_t beside() const { return beside_.load(std::memory_order_relaxed); }
   // The most held since the last reset_window_peak (or ever): CUDA's ReservedMemHigh, which a
   // program may reset; peak() is never reset.
   uint64_t window_peak() const { return window_peak_.load(std::memory_order_relaxed); }
@@ -38,9 +49,12 @@ class DeviceBudget {
     } while (!charged_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
     return true;
   }
-  void commit(uint64_t bytes) {
+  // `from_beside`: the bytes came out of what is held beside the budget (an allocation from one of
+  // CUDA's own pools, whose reservation is counted there until the owner reads it again), so
+  // they are not added to it for the peak.
+  void commit(uint64_t bytes, bool from_beside = false) {
     const uint64_t now = held_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    raise(peak_, now);
+    raise(peak_, from_beside ? now : now + beside());
     raise(window_peak_, now);
   }
   void cancel(uint64_t bytes) { charged_.fetch_sub(bytes, std::memory_order_relaxed); }
@@ -50,9 +64,9 @@ class DeviceBudget {
     charged_.fetch_sub(bytes, std::memory_order_relaxed);
   }
   // For memory already taken (its size known only afterwards): counted even past the limit.
-  void charge(uint64_t bytes) {
+  void charge(uint64_t bytes, bool from_beside = false) {
     charged_.fetch_add(bytes, std::memory_order_relaxed);
-    commit(bytes);
+    commit(bytes, from_beside);
   }
 
  private:
@@ -66,6 +80,7 @@ class DeviceBudget {
   std::atomic<uint64_t> held_{0};
   std::atomic<uint64_t> peak_{0};
   std::atomic<uint64_t> window_peak_{0};
+  std::atomic<uint64_t> beside_{0};
 };
 
 }  // namespace gpushim

@@ -433,6 +433,27 @@ class CudaPools(ShimTestCase):
                 self.assertEqual(d["pool"]["reserved_bytes"], 0)
 
 
+    def test_peak_reserved_counts_a_pools_slack_under_memory_taken_later(self):
+        # The pool keeps 32 MiB it no longer uses (on the simulated device; what CUDA says on a
+        # GPU); 100 MiB from cudaMalloc and then 200 MiB from cuMemAlloc are each held on top of
+        # it, then freed. The peak was once only raised where the pool's figure was read, so
+        # both were missed: peak reserved 100 MiB with 132 MiB held.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_cuda_pool_slack_peak")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                out = last_json(r)
+                slack = out["slack"]
+                self.assertGreater(slack, 0)
+                self.assertEqual(out["malloc"], [slack + 100 * MiB] * 2)
+                # Under caching and vmm the pool of ours still caches the cudaMalloc'd 100 MiB.
+                cached = 0 if policy == "passthrough" else 100 * MiB
+                self.assertEqual(out["driver"], [slack + cached + 200 * MiB] * 2)
+                d = r.device(0)
+                self.assertEqual(d["peak_reserved_bytes"], slack + cached + 200 * MiB)
+                self.assertEqual(d["pool"]["peak_reserved_bytes"], d["peak_reserved_bytes"])
+                self.assertGreaterEqual(d["peak_reserved_bytes"], d["pool"]["reserved_bytes"])
+
 class Unaccounted(ShimTestCase):
     def test_every_device_shows_its_context_as_unaccounted(self):
         for policy in POLICIES:

@@ -92,6 +92,49 @@ TEST(DeviceLedger, CommitAndReleaseOfForwardedMemoryMoveCountersAndBudget) {
   EXPECT_FALSE(b.ledgers.release(0x1000, &rec));
 }
 
+// CUDA's own pools reserve beyond what is allocated from them (32 MiB chunks), and that slack is
+// held from the driver. Memory taken on top of it (a pool segment, cudaMalloc under passthrough)
+// must raise the peak with the slack, and memory allocated out of the slack must not count twice.
+TEST(DeviceLedger, PeakReservedCountsCudaPoolSlackUnderEveryLaterAllocation) {
+  Books b;
+  const auto cuda_pool = reinterpret_cast<CUmemoryPool>(0x60);
+  auto from_cuda_pool = [&](uintptr_t ptr, uint64_t size, uint64_t pool_reserves) {
+    ASSERT_TRUE(b.ledger.admit(size));
+    b.ledger.settle(size, true, /*from_cuda_pool=*/true);
+    ASSERT_TRUE(b.ledgers.commit(ptr, forwarded(size, 1)));
+    b.ledger.note_cuda_pool_alloc(cuda_pool, ptr, size);
+    b.ledger.note_cuda_pool_reserved(cuda_pool, pool_reserves);
+  };
+  from_cuda_pool(0x1000, 1 * MiB, 32 * MiB);
+  EXPECT_EQ(b.ledger.figures().peak_reserved_bytes, 32 * MiB);
+  from_cuda_pool(0x2000, 2 * MiB, 32 * MiB);  // out of the pool's slack: nothing more is held
+  EXPECT_EQ(b.ledger.figures().reserved_bytes, 32 * MiB);
+  EXPECT_EQ(b.ledger.figures().peak_reserved_bytes, 32 * MiB);
+
+  // Both freed into the pool, which keeps its 32 MiB.
+  for (uintptr_t ptr : {uintptr_t{0x1000}, uintptr_t{0x2000}}) {
+    AllocationRecord rec;
+    ASSERT_TRUE(b.ledgers.forget(ptr, &rec));
+    ASSERT_NE(b.ledger.note_cuda_pool_free(ptr, rec.size), nullptr);
+    b.ledgers.count_free(rec);
+    b.ledger.note_cuda_pool_reserved(cuda_pool, 32 * MiB);
+  }
+  EXPECT_EQ(b.ledger.figures().reserved_bytes, 32 * MiB);
+
+  // 100 MiB forwarded past any pool, then a pool segment: each held on top of the slack.
+  ASSERT_TRUE(b.ledger.admit(100 * MiB));
+  b.ledger.settle(100 * MiB, true);
+  ASSERT_TRUE(b.ledgers.commit(0x3000, forwarded(100 * MiB, 2)));
+  EXPECT_EQ(b.ledger.figures().reserved_bytes, 132 * MiB);
+  EXPECT_EQ(b.ledger.figures().peak_reserved_bytes, 132 * MiB);
+  AllocationRecord rec;
+  ASSERT_TRUE(b.ledgers.release(0x3000, &rec));
+  void* p = b.pooled(4096, 3);  // a 2 MiB segment
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(b.ledger.figures().reserved_bytes, 34 * MiB);
+  EXPECT_EQ(b.ledger.figures().peak_reserved_bytes, 132 * MiB);
+}
+
 TEST(DeviceLedger, MemoryOnNoDeviceHasItsOwnCounters) {
   Books b;
   ASSERT_TRUE(b.ledgers.commit(0x2000, forwarded(4096, 1, 0, MemoryKind::kHost)));

@@ -386,6 +386,9 @@ class Shim {
   // bytes at `ptr`, now in the books: what that pool (null: the device's current one) reserves
   // beyond the allocations the books hold from it is held too (DeviceLedger::note_cuda_pool_alloc).
   void cuda_pool_allocated(DeviceState* d, CUmemoryPool pool, uintptr_t ptr, uint64_t size);
+  // After an allocation CUDA's own pool made was refused by the cap and freed again: the pool
+  // keeps what it reserved for it (up to its release threshold), so that is held too.
+  void cuda_pool_refused(DeviceState* d, CUmemoryPool pool);
   // The pool `ordinal`'s stream-ordered allocations come from now, as CUDA says; null if unknown.
   static CUmemoryPool current_mempool(int ordinal);
   // Every pool noted on `d` read again: after a free (a pool keeps memory or gives it back), and

@@ -399,6 +399,14 @@ void Shim::cuda_pool_allocated(DeviceState* d, CUmemoryPool pool, uintptr_t ptr,
   read_cuda_pool(d, pool);
 }
 
+void Shim::cuda_pool_refused(DeviceState* d, CUmemoryPool pool) {
+  if (d == nullptr) return;
+  const RelaxedCaptureMode relaxed;
+  const std::shared_lock<std::shared_mutex> alive(cuda_pool_lifetimes_);
+  if (pool == nullptr) pool = current_mempool(d->ordinal);
+  if (pool != nullptr) read_cuda_pool(d, pool);
+}
+
 void Shim::refresh_cuda_pools(DeviceState* d) {
   const RelaxedCaptureMode relaxed;
   const std::shared_lock<std::shared_mutex> alive(cuda_pool_lifetimes_);

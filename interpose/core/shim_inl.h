@@ -166,7 +166,11 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
     // Made already: without a way to undo it, held whatever the cap says.
     constexpr bool can_undo = !std::is_same_v<std::decay_t<Undo>, std::nullptr_t>;
     if (!d->ledger.admit_made(made.size, can_undo, a.cuda_pool)) {
-      if constexpr (can_undo) undo(made.ptr);
+      if constexpr (can_undo) {
+        undo(made.ptr);
+        // The undo frees into CUDA's pool, which may keep the reservation it grew for it.
+        if (a.cuda_pool) cuda_pool_refused(d, a.pool);
+      }
       on_oom(d, made.size, stack);
       return Api::refuse(Api::kOutOfMemory);
     }

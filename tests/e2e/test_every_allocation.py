@@ -404,6 +404,24 @@ class Cap(ShimTestCase):
                 self.assertEqual(len(r.report["ooms"]), 2)
 
 
+    def test_pool_memory_past_the_cap_leaves_the_pools_reservation_counted(self):
+        # cudaMallocFromPoolAsync past the cap: made by CUDA's pool, then refused and freed into
+        # it again. The pool keeps what it grew for it (threshold max); the shim once never read
+        # that pool, so its reservation showed as unaccounted, context-like memory.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_pool_past_cap")], env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "256MiB"})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["refused"], "cudaErrorMemoryAllocation")
+                self.assertGreaterEqual(out["pool_reserved"], 100 * MiB)
+                d = r.device(0)
+                self.assertEqual(d["failed_allocs"], 1)
+                self.assertEqual(d["live_bytes"], 200 * MiB)
+                self.assertEqual(out["reserved"], d["pool"]["reserved_bytes"])
+                self.assertEqual(d["held_bytes"], d["driver_used_bytes"])
+                self.assertEqual(d["unaccounted_bytes"], 0)
+
 class CudaPools(ShimTestCase):
     def test_reserved_follows_each_pool_through_frees_trims_and_destruction(self):
         # CUDA's pools reserve beyond what is allocated from them (32 MiB chunks on the simulated

@@ -1,0 +1,34 @@
+// An allocation from a memory pool the program made, past GPUSHIM_LIMIT: CUDA picks the device, so
+// the shim asks the cap after the pool made it, and frees it again. The pool keeps what it reserved
+// for it (its release threshold is max), which the process then holds from the driver: the shim's
+// reserved must say so, and the driver's figure, read after it, show nothing unaccounted. Prints
+// the call's answer, the pool's reservation and the shim's reserved figure, as JSON.
+#include <cstdint>
+
+#include "support/test_support.h"
+
+int main() {
+  constexpr size_t kMiB = 1 << 20;
+  CHECK(cudaFree(nullptr));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaMemPool_t pool = testsupport::new_device_pool(0);
+  uint64_t keep = UINT64_MAX;
+  CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  void* held = nullptr;
+  CHECK(cudaMalloc(&held, 200 * kMiB));
+  void* p = nullptr;
+  const cudaError_t refused = cudaMallocFromPoolAsync(&p, 100 * kMiB, pool, s);
+  (void)cudaGetLastError();
+  CHECK(cudaStreamSynchronize(s));
+  uint64_t pool_reserved = 0;
+  CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &pool_reserved));
+  size_t free = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free, &total));  // the report's driver sample: after the refusal
+  gpushim_device_stats st = {};
+  testsupport::shim_stats(0, &st);
+  std::printf("{\"refused\":\"%s\",\"pool_reserved\":%llu,\"reserved\":%llu}\n", cudaGetErrorName(refused),
+              static_cast<unsigned long long>(pool_reserved), static_cast<unsigned long long>(st.reserved_bytes));
+  CHECK(cudaStreamDestroy(s));
+  return 0;
+}

@@ -72,6 +72,7 @@ PoolFigures DeviceLedger::figures() const {
   // The budget counts exactly that, cap or no cap.
   // CUDA's own stream-ordered pool (passthrough) holds more than is allocated from it.
   f.reserved_bytes = held_from_driver();
+  f.cuda_pools_kept_bytes = budget_.beside();
   f.peak_reserved_bytes = budget_.peak();
   f.requested_bytes = c.requested_bytes;
   f.peak_requested_bytes = c.peak_requested_bytes;

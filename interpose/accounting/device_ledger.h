@@ -82,8 +82,9 @@ class DeviceLedger {
   // ---- admit ----
   // Memory CUDA is about to make on the device: charged against the cap. False: refused by the
   // cap, counted as a failed allocation.
-  bool admit(uint64_t size) {
-    if (budget_.try_charge(size)) return true;
+  // `from_cuda_pool`: asked of one of CUDA's own pools, which may serve it from its slack.
+  bool admit(uint64_t size, bool from_cuda_pool = false) {
+    if (budget_.try_charge(size, from_cuda_pool)) return true;
     counters_.on_failed();
     return false;
   }
@@ -102,7 +103,7 @@ class DeviceLedger {
       budget_.charge(size, from_cuda_pool);
       return true;
     }
-    if (!admit(size)) return false;
+    if (!admit(size, from_cuda_pool)) return false;
     budget_.commit(size, from_cuda_pool);
     return true;
   }

@@ -378,7 +378,7 @@ cudaError_t Shim::mem_get_info(size_t* free, size_t* total) {
   if (limit == 0) return err;
   size_t real_free = 0, real_total = 0;
   if (rt.cudaMemGetInfo(&real_free, &real_total) != cudaSuccess) return err;
-  apply_cap(limit, d->ledger.budget().held(), real_free, real_total, free, total);
+  apply_cap(limit, d->ledger.held_from_driver(), real_free, real_total, free, total);
   return err;
 }
 

@@ -122,7 +122,7 @@ void Shim::cap_driver_mem_info(size_t* free, size_t* total) {
   size_t real_free = 0, real_total = 0;
   const RealDriver& drv = real_driver();
   if (drv.cuMemGetInfo_v2 == nullptr || drv.cuMemGetInfo_v2(&real_free, &real_total) != CUDA_SUCCESS) return;
-  apply_cap(d->ledger.budget().limit(), d->ledger.budget().held(), real_free, real_total, free, total);
+  apply_cap(d->ledger.budget().limit(), d->ledger.held_from_driver(), real_free, real_total, free, total);
 }
 
 Shim::PooledAddress Shim::pooled_address(uintptr_t ptr, BlockView* out) {

@@ -135,7 +135,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
   const StackId stack = capture_stack();
   // Under a cap, forwarded memory counts against it like a pool's segments would.
   const bool cap_first = d != nullptr && !a.size_known_after;
-  if (cap_first && !d->ledger.admit(a.size)) {
+  if (cap_first && !d->ledger.admit(a.size, a.cuda_pool)) {
     on_oom(d, a.size, stack);
     return Api::refuse(Api::kOutOfMemory);
   }

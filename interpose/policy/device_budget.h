@@ -41,13 +41,24 @@ class DeviceBudget {
 
   // Before asking the driver: returns false, charging nothing, if `bytes` would take the device
   // past its limit. Must be followed by commit() (the driver gave it) or cancel() (it refused).
-  bool try_charge(uint64_t bytes) {
+  // What is held beside the budget counts too, since the driver gave it (the cap is on what the
+  // process holds from the driver), unless `from_beside`: an allocation from one of CUDA's own
+  // pools, which that pool may serve out of what it already holds.
+  bool try_charge(uint64_t bytes, bool from_beside = false) {
     const uint64_t lim = limit();
+    const uint64_t others = from_beside ? 0 : beside();
     uint64_t cur = charged_.load(std::memory_order_relaxed);
     do {
-      if (lim && (bytes > lim || cur > lim - bytes)) return false;
+      if (lim && (bytes > lim || others > lim - bytes || cur > lim - bytes - others)) return false;
     } while (!charged_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
     return true;
+  }
+  // What the cap still allows the driver to give (0: none; UINT64_MAX: no cap).
+  uint64_t room() const {
+    const uint64_t lim = limit();
+    if (lim == 0) return UINT64_MAX;
+    const uint64_t taken = charged() + beside();
+    return taken < lim ? lim - taken : 0;
   }
   // `from_beside`: the bytes came out of what is held beside the budget (an allocation from one of
   // CUDA's own pools, whose reservation is counted there until the owner reads it again), so

@@ -25,9 +25,7 @@ class LimitedBackend final : public ForwardingBackend {
     return charged(bytes, [&] { return upstream().physical_create(bytes, handle); });
   }
   uint64_t creatable_bytes() override {
-    const uint64_t device = upstream().creatable_bytes();
-    const uint64_t lim = budget_.limit(), charged = budget_.charged();
-    return lim == 0 ? device : std::min(device, charged < lim ? lim - charged : 0);
+    return std::min(upstream().creatable_bytes(), budget_.room());
   }
   CUresult physical_release(uint64_t handle, size_t bytes) override {
     const CUresult r = upstream().physical_release(handle, bytes);

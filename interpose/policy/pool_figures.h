@@ -27,6 +27,7 @@ struct PoolFigures {
   uint64_t unmap_calls = 0;
   uint64_t mapped_bytes = 0;
   uint64_t host_bytes = 0;             // the pool's own metadata in host memory (in shim_host_bytes)
+  uint64_t cuda_pools_kept_bytes = 0;  // in reserved: what CUDA's own pools hold beyond their allocations
 };
 
 }  // namespace gpushim

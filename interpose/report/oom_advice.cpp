@@ -28,6 +28,15 @@ std::string oom_advice(const OomReport& o, const std::string& policy) {
   } else if (o.cached_free > o.allocated / 4 && o.cached_free > 0) {
     add("The pool holds " + format_bytes(o.cached_free) + " reserved but free; much of it is small blocks.");
   }
+  // What CUDA's own memory pools keep beyond their allocations (their release threshold): held
+  // from the driver, against the cap and the device like anything else, and only the program can
+  // make them give it back.
+  const uint64_t kept = o.cuda_pools_kept;
+  if (kept >= o.requested || (kept > 0 && kept >= o.reserved / 8)) {
+    add("CUDA's own memory pools keep " + format_bytes(kept) +
+        " beyond what is allocated from them: cudaMemPoolTrimTo, or a lower cudaMemPoolAttrReleaseThreshold, "
+        "gives it back.");
+  }
   if (o.limit != 0 && o.capacity > o.limit && o.device_free > o.requested) {
     add("The cap GPUSHIM_LIMIT=" + format_bytes(o.limit) + " refused it while the device still had " +
         format_bytes(o.device_free) + " free: raise the cap if this job may use more.");

@@ -236,6 +236,7 @@ ReportData build_report(const ReportSources& in) {
       out.reserved = o.pool.reserved_bytes;
       out.cached_free = o.pool.cached_free_bytes;
       out.largest_free_block = o.pool.largest_free_block;
+      out.cuda_pools_kept = o.pool.cuda_pools_kept_bytes;
       stacks.frames(o.stack, &words);
       for (uint64_t w : words) out.frames.push_back(sym.resolve(w));
       for (const auto& [stack, totals] : o.top_sites) {

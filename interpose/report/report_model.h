@@ -112,6 +112,7 @@ struct OomReport {
   uint64_t reserved = 0;        // held from the driver
   uint64_t cached_free = 0;     // reserved but not allocated
   uint64_t largest_free_block = 0;
+  uint64_t cuda_pools_kept = 0;  // of reserved: CUDA's own pools' beyond their allocations (0 from a trace)
   std::string advice;
   bool injected = false;              // failed on purpose by GPUSHIM_FAIL
   std::vector<FrameInfo> frames;      // the failing call

@@ -415,8 +415,16 @@ class Cap(ShimTestCase):
                 out = last_json(r)
                 self.assertEqual(out["refused"], "cudaErrorMemoryAllocation")
                 self.assertGreaterEqual(out["pool_reserved"], 100 * MiB)
+                # The pool's reserve is held from the driver: 200 MiB + that + 50 MiB is past
+                # 256 MiB (200 + 50 alone is not), and nothing is left for the cap to allow.
+                self.assertEqual(out["beside"], "cudaErrorMemoryAllocation")
+                self.assertEqual(out["free"], 0)
                 d = r.device(0)
-                self.assertEqual(d["failed_allocs"], 1)
+                self.assertEqual(d["failed_allocs"], 2)
+                # The second refusal's advice names the pool's reserve, which the program can trim.
+                self.assertIn("CUDA's own memory pools keep", r.report["ooms"][-1]["advice"])
+                # The second refusal's advice names the pool's reserve, which the program can trim.
+                self.assertIn("CUDA's own memory pools keep", r.report["ooms"][-1]["advice"])
                 self.assertEqual(d["live_bytes"], 200 * MiB)
                 self.assertEqual(out["reserved"], d["pool"]["reserved_bytes"])
                 self.assertEqual(d["held_bytes"], d["driver_used_bytes"])

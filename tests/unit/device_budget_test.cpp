@@ -53,6 +53,31 @@ TEST(DeviceBudget, RequestsInFlightCountAgainstTheCap) {
   EXPECT_TRUE(b.try_charge(60 * MiB));
 }
 
+// What CUDA's own pools keep beyond their allocations is held from the driver: it leaves less for
+// the driver to give under the cap, but a request to such a pool may be served out of it.
+TEST(DeviceBudget, WhatIsHeldBesideTheBudgetCountsAgainstTheCapExceptForItsOwnPools) {
+  DeviceBudget b;
+  b.set_limit(256 * MiB);
+  b.charge(200 * MiB);
+  b.set_beside(128 * MiB, /*whole=*/true);
+  EXPECT_EQ(b.room(), 0u);
+  EXPECT_FALSE(b.try_charge(50 * MiB));
+  EXPECT_FALSE(b.try_charge(1));
+  EXPECT_TRUE(b.try_charge(50 * MiB, /*from_beside=*/true));  // 200 + 50 under the cap
+  b.cancel(50 * MiB);
+  b.set_beside(40 * MiB, /*whole=*/true);
+  EXPECT_EQ(b.room(), 16 * MiB);
+  EXPECT_FALSE(b.try_charge(17 * MiB));
+  EXPECT_TRUE(b.try_charge(16 * MiB));
+  b.cancel(16 * MiB);
+  b.set_beside(300 * MiB, /*whole=*/true);  // more than the cap: no wrap-around
+  EXPECT_FALSE(b.try_charge(1));
+  EXPECT_EQ(b.room(), 0u);
+  b.set_limit(0);
+  EXPECT_EQ(b.room(), UINT64_MAX);
+  EXPECT_TRUE(b.try_charge(1024 * MiB));
+}
+
 TEST(DeviceBudget, MemoryTakenBeforeItsSizeWasKnownCountsPastTheCap) {
   DeviceBudget b;
   b.set_limit(10 * MiB);

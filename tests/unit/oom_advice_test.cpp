@@ -37,5 +37,26 @@ TEST(OomAdvice, LiveMemoryFillingTheDeviceIsStillSaid) {
   EXPECT_NE(oom_advice(o, "caching").find("Live allocations fill the device"), std::string::npos);
 }
 
+// Memory CUDA's own pools keep beyond their allocations is named, with how to get it back.
+TEST(OomAdvice, MemoryCudasOwnPoolsKeepIsNamed) {
+  OomReport o;
+  o.requested = 50 * MiB;
+  o.capacity = 16 * GiB;
+  o.limit = 256 * MiB;
+  o.device_free = 15 * GiB;
+  o.allocated = 200 * MiB;
+  o.reserved = 328 * MiB;
+  o.cuda_pools_kept = 128 * MiB;
+  const std::string a = oom_advice(o, "caching");
+  EXPECT_NE(a.find("CUDA's own memory pools keep 128.0 MiB beyond what is allocated from them"), std::string::npos) << a;
+  EXPECT_NE(a.find("cudaMemPoolTrimTo"), std::string::npos) << a;
+  // A little of it beside much live memory is no cause; none is never named.
+  o.cuda_pools_kept = 10 * MiB;
+  EXPECT_EQ(oom_advice(o, "caching").find("CUDA's own memory pools"), std::string::npos);
+  o.cuda_pools_kept = 0;
+  o.cached_free = 128 * MiB;
+  EXPECT_EQ(oom_advice(o, "vmm").find("CUDA's own memory pools"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpushim

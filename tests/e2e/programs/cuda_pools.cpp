@@ -30,13 +30,6 @@ void step(const char* name, uint64_t cuda) {
   g_steps += buf;
 }
 
-cudaMemPool_t keeping_pool() {
-  cudaMemPool_t pool = testsupport::new_device_pool(0);
-  uint64_t keep = UINT64_MAX;
-  CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
-  return pool;
-}
-
 }  // namespace
 
 int main() {
@@ -52,7 +45,7 @@ int main() {
   const auto cu_alloc = testsupport::driver_function<AllocFromPool>("cuMemAllocFromPoolAsync");
 
   // A: the runtime's calls.
-  cudaMemPool_t a = keeping_pool();
+  cudaMemPool_t a = testsupport::new_keeping_pool(0);
   void* p = nullptr;
   CHECK(cudaMallocFromPoolAsync(&p, 100 * kMiB, a, s));
   step("a_allocated", reserved_of(a));
@@ -67,7 +60,7 @@ int main() {
   step("a_again", reserved_of(a));
 
   // B: the driver's calls, beside A.
-  cudaMemPool_t b = keeping_pool();
+  cudaMemPool_t b = testsupport::new_keeping_pool(0);
   CUdeviceptr q = 0;
   CHECK_CU(cu_alloc(&q, 10 * kMiB, reinterpret_cast<CUmemoryPool>(b), reinterpret_cast<CUstream>(s)));
   CHECK_CU(drv.MemFreeAsync(q, reinterpret_cast<CUstream>(s)));
@@ -87,7 +80,7 @@ int main() {
   step("b_destroyed", 0);
 
   // C: destroyed with 40 MiB still allocated from it; that allocation stays until freed.
-  cudaMemPool_t c = keeping_pool();
+  cudaMemPool_t c = testsupport::new_keeping_pool(0);
   CHECK(cudaMallocFromPoolAsync(&p, 40 * kMiB, c, s));
   CHECK(cudaStreamSynchronize(s));
   step("c_allocated", reserved_of(c));
@@ -102,7 +95,7 @@ int main() {
   // A pool the program made current, then destroyed: CUDA makes the default pool current again,
   // so the default pool serves cudaMallocAsync again, and its used figure shows it (under caching
   // and vmm the shim's pool is the default pool and answers for it).
-  cudaMemPool_t d = keeping_pool();
+  cudaMemPool_t d = testsupport::new_keeping_pool(0);
   CHECK(cudaDeviceSetMemPool(0, d));
   CHECK(cudaMemPoolDestroy(d));
   cudaMemPool_t current = nullptr;

@@ -15,9 +15,7 @@ int main() {
   CHECK(cudaFree(nullptr));
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaMemPool_t pool = testsupport::new_device_pool(0);
-  uint64_t keep = UINT64_MAX;
-  CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  cudaMemPool_t pool = testsupport::new_keeping_pool(0);
   void* held = nullptr;
   CHECK(cudaMalloc(&held, 200 * kMiB));
   void* p = nullptr;

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -75,6 +76,15 @@ inline cudaMemPool_t new_device_pool(int device) {
   props.location.id = device;
   cudaMemPool_t pool = nullptr;
   CHECK(cudaMemPoolCreate(&pool, &props));
+  return pool;
+}
+
+// One that keeps everything freed into it (release threshold max): what it reserves stays held
+// from the driver, beyond what is allocated from it, until it is trimmed or destroyed.
+inline cudaMemPool_t new_keeping_pool(int device) {
+  cudaMemPool_t pool = new_device_pool(device);
+  uint64_t keep = UINT64_MAX;
+  CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   return pool;
 }
 

@@ -1,10 +1,10 @@
 // A library whose constructor starts a thread (unless EARLY_THREAD=0) that waits until the
 // program's main stops it: a program's dependencies are initialized before the preload, so the
 // front's constructor runs in a process that already has two threads
-// (programs/early_environment_thread.cpp, which links it: built beside it, in bin/). The thread never touches the environment: glibc's own
-// getenv is unsafe against another thread's setenv (it may read an array setenv just freed), so a
-// thread editing it would crash any library's constructor that reads it, the front's included,
-// whatever the front then does.
+// (programs/early_environment_thread.cpp, which links it: built beside it, in bin/). The thread
+// never touches the environment: glibc's own getenv is unsafe against another thread's setenv (it
+// may read an array setenv just freed), so a thread editing it would crash any library's
+// constructor that reads it, the front's included, whatever the front then does.
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

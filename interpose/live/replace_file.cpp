@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "util/no_sigxfsz.h"
 #include "util/write_fully.h"
 
 namespace gpushim {
@@ -27,10 +28,16 @@ int replace_file_atomically(const std::string& path, const std::string& data, st
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return errno;
-  int err = write_fully(fd, data.data(), data.size());
-  if (err == 0 && written != nullptr && ::fstat(fd, written) != 0) err = errno;
-  // close() is where NFS reports deferred write errors.
-  if (::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;
+  int err;
+  {
+    // The last update is written from the host's exiting thread, where SIGXFSZ would end the
+    // host: a file-size limit must cost the update only.
+    const ScopedNoSigxfsz no_sigxfsz;
+    err = write_fully(fd, data.data(), data.size());
+    if (err == 0 && written != nullptr && ::fstat(fd, written) != 0) err = errno;
+    // close() is where NFS reports deferred write errors.
+    if (::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;
+  }
   if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err != 0) ::unlink(tmp.c_str());
   return err;

@@ -12,6 +12,7 @@
 
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/no_sigxfsz.h"
 #include "util/write_fully.h"
 #include "util/thread_block.h"
 
@@ -220,7 +221,13 @@ void* TraceRecorder::writer_main(void* self) {
 
 bool TraceRecorder::write_out(const std::string& bytes) {
   if (io_failed_) return false;
-  const int e = write_fully(fd_, bytes.data(), bytes.size());
+  int e;
+  {
+    // The header and finish()'s last drain are written from the host's own threads, where
+    // SIGXFSZ would end the host: a file-size limit must cost the trace only.
+    const ScopedNoSigxfsz no_sigxfsz;
+    e = write_fully(fd_, bytes.data(), bytes.size());
+  }
   if (e == 0) return true;
   io_failed_ = true;
   accepting_.store(false, std::memory_order_relaxed);

@@ -2,7 +2,10 @@
 
 #include <errno.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -123,6 +126,30 @@ TEST(ReplaceFile, FailuresReturnTheErrnoAndLeaveNothingBehind) {
   EXPECT_FALSE(Exists(replacement_temp_path(dir + "/adir")));
   EXPECT_EQ(replace_file_atomically(dir + "/", "x"), EISDIR);
   EXPECT_EQ(replace_file_atomically("", "x"), EISDIR);
+}
+
+TEST(ReplaceFile, FileSizeLimitNeverKillsTheHost) {
+  // The metrics file's last update runs in the host's exiting thread, where SIGXFSZ is at the
+  // host's disposition (default: terminate): a file-size limit must cost the update, not the host.
+  const std::string dir = TempDir();
+  const std::string path = dir + "/m.prom";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_DFL);
+    struct rlimit small = {4096, 4096};
+    if (setrlimit(RLIMIT_FSIZE, &small) != 0) _exit(10);
+    const int err = replace_file_atomically(path, std::string(1 << 20, 'm'));
+    sigset_t pending;
+    sigpending(&pending);
+    _exit(err == EFBIG && !Exists(path) && !Exists(replacement_temp_path(path)) && sigismember(&pending, SIGXFSZ) == 0
+              ? 0
+              : 11);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

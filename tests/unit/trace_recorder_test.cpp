@@ -2,6 +2,9 @@
 // written before the events that use them.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -206,6 +209,39 @@ TEST(TraceRecorder, ForkChildNeverWritesTheParentsFile) {
   ASSERT_EQ(t.events.size(), 2u);
   EXPECT_EQ(t.events[0].addr, 0x1000u);
   EXPECT_EQ(t.events[1].addr, 0x3000u);
+}
+
+TEST(TraceRecorder, FileSizeLimitAtTheLastWriteNeverKillsTheHost) {
+  // finish() drains what the writer thread has not written yet from the host's exiting thread,
+  // where SIGXFSZ is at the host's disposition (default: terminate). Found with a program that
+  // set RLIMIT_FSIZE just above its trace's size, then allocated and exited: killed by SIGXFSZ.
+  TempFile f;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_DFL);
+    StackTable stacks;
+    auto rec = TraceRecorder::start(f.take_fd(), f.path(), header(), &stacks);
+    if (rec == nullptr) _exit(10);
+    rec->flush();
+    struct stat st;
+    if (stat(f.path().c_str(), &st) != 0) _exit(11);
+    const rlim_t limit = static_cast<rlim_t>(st.st_size) + 64;
+    struct rlimit small = {limit, limit};
+    if (setrlimit(RLIMIT_FSIZE, &small) != 0) _exit(12);
+    for (uint64_t i = 0; i < 1000; ++i) rec->record(alloc_event(1000 + i, 0x1000 + i * 512, 512));
+    rec->finish(EndInfo{});
+    sigset_t pending;
+    sigpending(&pending);
+    _exit(sigismember(&pending, SIGXFSZ) == 0 ? 0 : 13);
+  }
+  close(f.take_fd());  // the child's recorder had this one
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const TraceData t = f.read();  // what fit stays readable
+  EXPECT_TRUE(t.truncated);
 }
 
 TEST(TraceRecorder, EventsAfterFinishAreIgnoredAndFinishIsIdempotent) {

@@ -68,6 +68,11 @@ bool is_exists_error(int err) { return err == EEXIST || err == ELOOP || err == E
 
 enum class Result { kWritten, kDirectoryError, kFailed, kUnsupported };
 
+// The kernel takes the umask off O_CREAT's and O_TMPFILE's mode: under umask 0777 a report would
+// be mode 0000, unreadable by the user who asked for it. A file we just created is ours to set.
+// A filesystem without modes refuses; the file is still written.
+void owner_only(int fd) { (void)::fchmod(fd, 0600); }
+
 void log_write_failure(const std::string& path, size_t bytes, int e) {
   if (e == ENOSPC || e == EDQUOT)
     log_line("no space left writing %s (%zu bytes); partial file removed", path.c_str(), bytes);
@@ -104,6 +109,7 @@ Result write_unnamed_then_link(const std::string& path, const std::string& data,
     *err = errno;
     return Result::kDirectoryError;
   }
+  owner_only(fd);
   bool ok;
   int e = 0;
   {
@@ -148,6 +154,7 @@ OpenResult open_in_dir(const std::string& path, int* fd_out, std::string* writte
     const std::string candidate = n == 0 ? path : with_suffix(path, n);
     const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd >= 0) {
+      owner_only(fd);
       *fd_out = fd;
       *written = candidate;
       return OpenResult::kOpened;

@@ -65,6 +65,18 @@ class Creation(ShimTestCase):
         self.assertTrue(stat.S_ISREG(st.st_mode))
         self.assertEqual(stat.S_IMODE(st.st_mode), 0o600)
 
+    def test_mode_0600_even_with_umask_0777(self):
+        # The kernel applies the umask to O_CREAT and O_TMPFILE alike: under umask 0777 the report
+        # and the trace came out mode 0000, unreadable by the user who asked for them.
+        report, trace = os.path.join(self.dir, "r.json"), os.path.join(self.dir, "t.trace")
+        proc = run_leak(self.dir, report, {"GPUSHIM_TRACE": trace}, preexec_fn=lambda: os.umask(0o777))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        for path in (report, trace):
+            st = os.lstat(path)
+            self.assertTrue(stat.S_ISREG(st.st_mode))
+            self.assertEqual(stat.S_IMODE(st.st_mode), 0o600, path)
+        self.assertTrue(is_report(report))
+
     def test_existing_file_is_never_overwritten(self):
         path = os.path.join(self.dir, "r.json")
         with open(path, "w") as f:

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -85,6 +86,12 @@ TraceRecorder::TraceRecorder(int fd, std::string path, const StackTable* stacks,
       options_(options),
       generation_(g_next_generation.fetch_add(1, std::memory_order_relaxed)) {
   batch_.reserve(options_.ring_events);
+  struct stat st;
+  if (::fstat(fd_, &st) == 0) {
+    file_dev_ = st.st_dev;
+    file_ino_ = st.st_ino;
+    file_known_ = true;
+  }
 }
 
 TraceRecorder::~TraceRecorder() {
@@ -96,7 +103,7 @@ TraceRecorder::~TraceRecorder() {
     std::lock_guard<std::mutex> lock(io_mu_);
     if (!finished_ && !child_) {
       drain_and_write();
-      ::close(fd_);
+      if (!fd_lost_) ::close(fd_);
       finished_ = true;
     }
   }
@@ -221,6 +228,15 @@ void* TraceRecorder::writer_main(void* self) {
 
 bool TraceRecorder::write_out(const std::string& bytes) {
   if (io_failed_) return false;
+  struct stat st;
+  if (file_known_ && (::fstat(fd_, &st) != 0 || st.st_dev != file_dev_ || st.st_ino != file_ino_)) {
+    io_failed_ = true;
+    fd_lost_ = true;
+    accepting_.store(false, std::memory_order_relaxed);
+    log_line("the program closed or replaced descriptor %d of the trace %s; recording stopped (the file stays "
+             "readable up to here)", fd_, path_.c_str());
+    return false;
+  }
   int e;
   {
     // The header and finish()'s last drain are written from the host's own threads, where
@@ -366,7 +382,7 @@ void TraceRecorder::finish(EndInfo end) {
       append_chunk(&tail, ChunkType::kEnd, encode_end(end));
       write_out(tail);
     }
-    ::close(fd_);
+    if (!fd_lost_) ::close(fd_);
     finished_ = true;
   }
   wake_writer();  // it sees finished_ and exits

@@ -102,6 +102,13 @@ class TraceRecorder {
   bool finished_ = false;
   bool child_ = false;
   bool io_failed_ = false;
+  // The file fd_ was opened on: a program that closes descriptors it does not know of, or dup2s
+  // over ours, hands fd_'s number to a file of its own, which must never get trace bytes nor be
+  // closed by us. fd_lost_: that happened, fd_ is no longer ours.
+  dev_t file_dev_ = 0;
+  ino_t file_ino_ = 0;
+  bool file_known_ = false;
+  bool fd_lost_ = false;
   std::vector<TraceEvent> batch_;
   std::string out_;
   TraceModuleTable modules_;

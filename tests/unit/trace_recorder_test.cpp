@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -242,6 +244,40 @@ TEST(TraceRecorder, FileSizeLimitAtTheLastWriteNeverKillsTheHost) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
   const TraceData t = f.read();  // what fit stays readable
   EXPECT_TRUE(t.truncated);
+}
+
+TEST(TraceRecorder, ADescriptorTheProgramReplacedIsNeverWrittenNorClosed) {
+  // A program that closes descriptors it does not know of and opens its own file (or dup2s over
+  // ours) hands the trace's number to that file. Found with a Python program that closed the
+  // trace's descriptor and opened a file of its own: the next flushes wrote trace chunks into it.
+  TempFile f;
+  const int fd = f.take_fd();
+  StackTable stacks;
+  auto rec = TraceRecorder::start(fd, f.path(), header(), &stacks);
+  ASSERT_NE(rec, nullptr);
+  rec->record(alloc_event(1000, 0x1000, 512));
+  rec->flush();
+  char tmpl[] = "/tmp/gpushim-trace-victim-XXXXXX";
+  const int victim = mkstemp(tmpl);
+  ASSERT_GE(victim, 0);
+  ASSERT_EQ(dup2(victim, fd), fd);
+  close(victim);
+  ASSERT_EQ(write(fd, "user data\n", 10), 10);
+  for (uint64_t i = 0; i < 100; ++i) rec->record(alloc_event(2000 + i, 0x2000 + i * 512, 512));
+  rec->flush();
+  rec->finish(EndInfo{});
+  EXPECT_NE(fcntl(fd, F_GETFD), -1) << "the program's descriptor was closed";
+  close(fd);
+  std::string bytes;
+  {
+    std::ifstream in(tmpl, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  unlink(tmpl);
+  EXPECT_EQ(bytes, "user data\n");
+  const TraceData t = f.read();  // the trace keeps what it had
+  ASSERT_GE(t.events.size(), 1u);
+  EXPECT_EQ(t.events[0].addr, 0x1000u);
 }
 
 TEST(TraceRecorder, EventsAfterFinishAreIgnoredAndFinishIsIdempotent) {

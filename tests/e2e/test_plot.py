@@ -58,6 +58,27 @@ class PlotFailures(unittest.TestCase):
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
         self.assertFalse(os.path.exists(out + ".png"))
 
+    def test_the_input_itself_is_never_the_output(self):
+        # By any name: a report without an extension (-o without one is PNG), a hard link, a
+        # symlink, all with a .png name. Before, the PNG replaced the report that was drawn.
+        with open(self.report, "rb") as f:
+            original = f.read()
+        noext = os.path.join(self.dir, "report")
+        with open(noext, "wb") as f:
+            f.write(original)
+        hard, sym = os.path.join(self.dir, "hard.png"), os.path.join(self.dir, "sym.png")
+        os.link(self.report, hard)
+        os.symlink(self.report, sym)
+        try:
+            for source, out in ((noext, noext), (self.report, hard), (self.report, sym)):
+                with self.subTest(out=os.path.basename(out)):
+                    self.assert_one_line_error(plot([source, "-o", out]), 1, "is the input")
+                    with open(source, "rb") as f:
+                        self.assertEqual(f.read(), original)
+        finally:
+            for path in (noext, hard, sym):
+                os.unlink(path)
+
     def test_damaged_reports(self):
         require_plot_python()  # matplotlib is imported before the input is read
         for name, doc, missing in (

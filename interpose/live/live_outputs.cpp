@@ -16,14 +16,6 @@
 namespace gpushim {
 namespace {
 
-// The program may chdir later; the metrics file must stay where it was first put.
-std::string absolute(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  char cwd[4096];
-  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
-  return std::string(cwd) + "/" + path;
-}
-
 bool ends_with(const std::string& s, const char* suffix) {
   const size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
@@ -46,10 +38,13 @@ void LiveOutputs::start(const Config& config, const std::string& exe, int pid, c
   id_.policy = policy;
   exe_ = exe;
   report_template_ = config.report_enabled ? config.report_template : "";
+  // The program may chdir later: the files stay where a relative name first put them.
+  start_dir_ = working_directory();
   start_time_s_ = static_cast<double>(wall_ns()) / 1e9;
   sources_ = std::move(sources);
   if (metrics) {
-    metrics_file_ = std::make_unique<MetricsFile>(absolute(expand_path_template(config.metrics_template, exe, pid, ".prom")));
+    metrics_file_ = std::make_unique<MetricsFile>(
+        anchored_at(expand_path_template(config.metrics_template, exe, pid, ".prom"), start_dir_));
     if (!ends_with(metrics_file_->path(), ".prom"))
       log_line("metrics go to %s; node_exporter's textfile collector reads only files named *.prom",
                metrics_file_->path().c_str());
@@ -91,8 +86,10 @@ void LiveOutputs::write_final_metrics(std::vector<DeviceMetrics> devices) {
 void LiveOutputs::write_snapshot() {
   if (take_snapshot_requests() == 0) return;
   const ReportData report = sources_.snapshot_report();
-  // Expanded now, like the exit report: %h and the working directory are those of this moment.
-  const std::string path = snapshot_path(expand_path_template(report_template_, exe_, id_.pid), ++snapshot_seq_);
+  // Expanded now, like the exit report: %h is this moment's; a relative name is taken from the
+  // working directory at the first CUDA call, as the trace's and the metrics file's are.
+  const std::string path = anchored_at(
+      snapshot_path(expand_path_template(report_template_, exe_, id_.pid), ++snapshot_seq_), start_dir_);
   const std::string written = publish_new_file(path, report_to_json(report), where_allowed(report_template_));
   if (written.empty()) return;  // write_new_file said why
   snapshots_written_.fetch_add(1, std::memory_order_relaxed);

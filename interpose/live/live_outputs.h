@@ -51,6 +51,7 @@ class LiveOutputs {
   ProcessIdentity id_;
   std::string exe_;
   std::string report_template_;   // "" = the default name (also when the exit report is off)
+  std::string start_dir_;         // the working directory at start(): relative names are taken from it
   double start_time_s_ = 0;
   Sources sources_;
   std::unique_ptr<MetricsFile> metrics_file_;

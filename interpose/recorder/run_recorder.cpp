@@ -32,7 +32,10 @@ RunRecorder::RunRecorder(Lent lent)
       iterations_(*lent_.iterations),
       timeline_(static_cast<uint64_t>(config_.sample_ms) * 1000000ull, kMaxTimelineSamples),
       // What PyTorch read when its allocator started, about now (config/torch_alloc.h).
-      torch_cache_reason_(torch_cache_reason(config_.torch_alloc, getenv(kTorchAllocConf), getenv(kTorchNoCaching))) {
+      torch_cache_reason_(torch_cache_reason(config_.torch_alloc, getenv(kTorchAllocConf), getenv(kTorchNoCaching))),
+      // A relative report name is taken from here, where the trace's was (the program may chdir,
+      // even into a directory it deletes before exit).
+      start_dir_(working_directory()) {
   if (config_.trace_enabled) {
     StackCapturer* capturer = lent_.capturer;
     trace_owner_ = TraceTap::start(config_, lent_.exe, lent_.pid, lent_.start_ns, lent_.stacks,
@@ -333,8 +336,10 @@ void RunRecorder::write_exit_report() {
   finish_live_outputs(&report);
   std::string path;
   if (config_.report_enabled)
-    path = write_new_file(expand_path_template(config_.report_template, std::string(base_name(lent_.exe)), lent_.pid),
-                          report_to_json(report), where_allowed(config_.report_template));
+    path = write_new_file(
+        anchored_at(expand_path_template(config_.report_template, std::string(base_name(lent_.exe)), lent_.pid),
+                    start_dir_),
+        report_to_json(report), where_allowed(config_.report_template));
   if (config_.summary_sites > 0) write_summary(report, path, config_.summary_sites, stderr);
   if (config_.exit_code != 0) {
     const std::string why = exit_verdict(report, config_.exit_leak_bytes);

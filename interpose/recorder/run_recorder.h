@@ -201,6 +201,7 @@ class RunRecorder {
   // What was live when the Python interpreter began its teardown; set once, never freed.
   std::atomic<const LiveSnapshot*> teardown_{nullptr};
   std::string torch_cache_reason_;  // set at start-up: why PyTorch's cache stays in charge
+  const std::string start_dir_;     // the working directory at start-up (anchored_at)
   bool abandoned_ = false;          // a fork child's copy
   std::atomic<bool> reported_{false};
   std::mutex report_mu_;  // a second exit path waits for the report the first is writing

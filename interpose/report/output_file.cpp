@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -242,6 +243,16 @@ int standard_stream_of(const std::string& path) {
   if (path == "/dev/stdout" || path == "/dev/fd/1" || path == "/proc/self/fd/1") return 1;
   if (path == "/dev/stderr" || path == "/dev/fd/2" || path == "/proc/self/fd/2") return 2;
   return -1;
+}
+
+std::string working_directory() {
+  char cwd[PATH_MAX];
+  return ::getcwd(cwd, sizeof cwd) != nullptr ? std::string(cwd) : std::string();
+}
+
+std::string anchored_at(const std::string& path, const std::string& dir) {
+  if (path.empty() || path[0] == '/' || dir.empty()) return path;
+  return dir == "/" ? "/" + path : dir + "/" + path;
 }
 
 std::string expand_path_template(const std::string& tmpl, const std::string& exe_name, int pid,

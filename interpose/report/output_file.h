@@ -12,6 +12,13 @@ namespace gpushim {
 std::string expand_path_template(const std::string& tmpl, const std::string& exe_name, int pid,
                                  const char* default_suffix = ".json");
 
+// The working directory now, or "" when it cannot be had (deleted, too long).
+std::string working_directory();
+// `path` as seen from `dir`: a relative path (the default name included) is taken from `dir`, so
+// that a program changing its working directory later does not move the file; an absolute path,
+// or no `dir`, is left as it is.
+std::string anchored_at(const std::string& path, const std::string& dir);
+
 // Whether a file may land in $TMPDIR when its directory refuses it. Only a default name (the user
 // named no path, and the working directory is not writable) may: a path the user named is where
 // they will look, so one that cannot be created is one line and no file anywhere else.

@@ -11,9 +11,11 @@ import subprocess
 import tempfile
 import unittest
 
+from pythons import interpreters
 from shimtest import BUILD, FAKECUDA, SHIM, PRELOAD_FIRST, ShimTestCase, base_env, check_sanitizer_clean, program
 
 LEAK = program("e2e_leak_two_sites")
+MOVES_AWAY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "moves_away.py")
 
 
 def run_leak(workdir, report, extra_env=None, preexec_fn=None, leak=LEAK):
@@ -52,6 +54,36 @@ def load(path):
 
 def is_report(path):
     return load(path)["schema"] == "gpushim-report/1"
+
+
+class WorkingDirectory(ShimTestCase):
+    def test_relative_names_stay_where_the_first_cuda_call_was(self):
+        # A program that changes directory after its first CUDA call (Hydra's job.chdir does, into
+        # its output folder), even into one it then deletes: the report, named or by its default
+        # name, lands beside the trace and the metrics file, in the directory of the first CUDA
+        # call. It used to follow the program, apart from the trace, and a deleted directory lost it.
+        python = interpreters()[0][0]
+        for named in (True, False):
+            for delete in (False, True):
+                with self.subTest(named=named, delete=delete):
+                    d = tempfile.mkdtemp(prefix="gpushim-files-")
+                    env = {"GPUSHIM_TRACE": "t.trace", "GPUSHIM_METRICS": "m.prom", "GPUSHIM_SUMMARY": "0"}
+                    if named:
+                        env["GPUSHIM_REPORT"] = "r.json"
+                    proc = subprocess.run([python, MOVES_AWAY, "delete" if delete else "keep"], env=base_env(env),
+                                          cwd=d, capture_output=True, text=True, timeout=120)
+                    check_sanitizer_clean(proc.stderr, python)
+                    self.assertEqual(proc.returncode, 0, proc.stderr)
+                    self.assertEqual(shim_lines(proc), [], proc.stderr)
+                    names = os.listdir(d)
+                    reports = [n for n in names if (n == "r.json" if named else re.fullmatch(r"gpushim\..+\.json", n))]
+                    self.assertEqual(len(reports), 1, names)
+                    self.assertTrue(is_report(os.path.join(d, reports[0])))
+                    self.assertIn("t.trace", names)
+                    self.assertIn("m.prom", names)
+                    if not delete:
+                        self.assertEqual(os.listdir(os.path.join(d, "elsewhere")), [])
+                    shutil.rmtree(d)
 
 
 class Creation(ShimTestCase):
@@ -200,7 +232,8 @@ class Fallback(ShimTestCase):
         lines = shim_lines(proc)
         self.assertEqual(len(lines), 1, proc.stderr)
         wanted = lines[0].split("gpushim: cannot create ")[-1].split(" (")[0]
-        self.assertRegex(wanted, r"^gpushim\.e2e_leak_two_sites\.\d+\.json$")  # the default name, in `locked`
+        # The default name, in `locked` (named whole: the working directory of the first CUDA call).
+        self.assertRegex(wanted, "^" + re.escape(os.path.realpath(locked)) + r"/gpushim\.e2e_leak_two_sites\.\d+\.json$")
         self.check_fallback(proc, wanted)
         self.assertEqual(os.listdir(locked), [])
 

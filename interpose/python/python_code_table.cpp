@@ -28,8 +28,7 @@ PythonCodeTable::PythonCodeTable(const PythonRuntime& rt, std::string iteration_
 }
 
 bool PythonCodeTable::still_same_code(const CodeInfo& info) const {
-  return python_code_identity(*rt_.layout, info.code) ==
-         PythonCodeIdentity{info.filename_obj, info.name_obj, info.table_obj, info.first_line};
+  return python_code_identity(*rt_.layout, info.code) == info.identity;
 }
 
 const PythonCodeTable::CodeInfo* PythonCodeTable::code_info(uintptr_t code) {
@@ -38,13 +37,10 @@ const PythonCodeTable::CodeInfo* PythonCodeTable::code_info(uintptr_t code) {
   const PythonLayout& L = *rt_.layout;
   CodeInfo& info = codes_.emplace_back();
   info.code = code;
-  info.filename_obj = py_load<uintptr_t>(code + L.code_filename);
-  info.name_obj = py_load<uintptr_t>(code + L.code_name);
-  info.table_obj = py_load<uintptr_t>(code + L.code_linetable);
-  info.first_line = py_load<int>(code + L.code_firstlineno);
-  copy_python_str(rt_, info.filename_obj, kMaxFileChars, &info.filename);
-  copy_python_str(rt_, info.name_obj, kMaxNameChars, &info.name);
-  copy_python_bytes(rt_, info.table_obj, kMaxLineTableBytes, &info.table);
+  info.identity = python_code_identity(L, code);
+  copy_python_str(rt_, info.identity.filename_obj, kMaxFileChars, &info.filename);
+  copy_python_str(rt_, info.identity.name_obj, kMaxNameChars, &info.name);
+  copy_python_bytes(rt_, info.identity.table_obj, kMaxLineTableBytes, &info.table);
   info.iteration_site = python_names_function(info.name, iteration_site_);
   code_by_address_[code] = &info;
   return &info;
@@ -99,7 +95,7 @@ bool PythonCodeTable::resolve(uint32_t id, PythonLocation* out) const {
   const Location& loc = locations_[id];
   out->function = loc.info->name;
   out->file = loc.info->filename;
-  out->line = python_line_for_offset(rt_.layout->lines, loc.info->table, loc.info->first_line, loc.offset);
+  out->line = python_line_for_offset(rt_.layout->lines, loc.info->table, loc.info->identity.first_line, loc.offset);
   return true;
 }
 

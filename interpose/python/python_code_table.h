@@ -32,14 +32,20 @@ struct PythonLocation {
 bool python_names_function(const std::string& qualname, const std::string& wanted);
 
 // What tells a code object from one that reused its address after it was freed: the objects it
-// owns and its first line. Two code objects that agree on all of them are the same source compiled
-// again (then their names and lines are the same too).
+// owns, its first line, and from 3.12 co_version. The pointers alone are not enough: code compiled
+// in a loop (exec, IPython-style cells) frees its code object, file name and line table together,
+// and the next snippet's often take the very same three addresses with other contents (seen on
+// 3.11-3.13). 3.12+ number every code object they create from one counter (co_version), so a new
+// one never matches an old one's record. Before 3.12 no field of a code object tells, short of
+// comparing the names and the line table by content on every frame: the pointers are all there is
+// (docs/python.md says so).
 struct PythonCodeIdentity {
   uintptr_t filename_obj = 0, name_obj = 0, table_obj = 0;
   int first_line = 0;
+  uint32_t version = 0;  // co_version (3.12+), 0 before
   bool operator==(const PythonCodeIdentity& o) const {
     return filename_obj == o.filename_obj && name_obj == o.name_obj && table_obj == o.table_obj &&
-           first_line == o.first_line;
+           first_line == o.first_line && version == o.version;
   }
 };
 
@@ -50,6 +56,8 @@ inline PythonCodeIdentity python_code_identity(const PythonLayout& L, uintptr_t 
   std::memcpy(&id.name_obj, reinterpret_cast<const void*>(code + L.code_name), sizeof(uintptr_t));
   std::memcpy(&id.table_obj, reinterpret_cast<const void*>(code + L.code_linetable), sizeof(uintptr_t));
   std::memcpy(&id.first_line, reinterpret_cast<const void*>(code + L.code_firstlineno), sizeof(int));
+  if (L.code_version >= 0)
+    std::memcpy(&id.version, reinterpret_cast<const void*>(code + L.code_version), sizeof(uint32_t));
   return id;
 }
 
@@ -91,11 +99,7 @@ class PythonCodeTable {
  private:
   struct CodeInfo {
     uintptr_t code;
-    // Identity of the code object at `code`: the objects it owns and its first line. A code object
-    // that reuses a freed one's address differs in at least one of them, unless it is the same
-    // source compiled again (then its names and lines are the same too).
-    uintptr_t filename_obj, name_obj, table_obj;
-    int first_line;
+    PythonCodeIdentity identity;  // of the code object at `code` when it was read
     bool iteration_site;
     std::string filename, name, table;
   };

@@ -59,6 +59,7 @@ struct PythonLayout {
   int16_t code_linetable;     // bytes: co_lnotab (3.9) or co_linetable
   int16_t code_adaptive;      // 3.11+: co_code_adaptive, the instructions; -1 before
   int16_t code_firsttraceable;// 3.11+: int _co_firsttraceable (frames before it are incomplete)
+  int16_t code_version;       // 3.12+: uint32_t co_version, from a counter bumped per code object created; -1 before
 
   // str: PyASCIIObject / PyCompactUnicodeObject sizes (the compact character data follows them).
   int16_t ascii_size;
@@ -80,31 +81,31 @@ inline const PythonLayout* python_layout_for(int major, int minor) {
        .frame_localsplus = 360, .frame_is_entry = -1, .frame_owner = -1, .lasti_scale = 1,
        .owner_generator = -1, .owner_cstack = -1, .code_argcount = 16, .code_firstlineno = 40,
        .code_filename = 104, .code_name = 112, .code_linetable = 120, .code_adaptive = -1,
-       .code_firsttraceable = -1, .ascii_size = 48, .compact_size = 72},
+       .code_firsttraceable = -1, .code_version = -1, .ascii_size = 48, .compact_size = 72},
       {.minor = 10, .model = PyFrameModel::kFrameObject, .lines = LineTableFormat::kLinetable310,
        .tstate_frame = 24, .cframe_current = -1, .frame_code = 32, .frame_previous = 24, .frame_position = 96,
        .frame_localsplus = 352, .frame_is_entry = -1, .frame_owner = -1, .lasti_scale = 2,
        .owner_generator = -1, .owner_cstack = -1, .code_argcount = 16, .code_firstlineno = 40,
        .code_filename = 104, .code_name = 112, .code_linetable = 120, .code_adaptive = -1,
-       .code_firsttraceable = -1, .ascii_size = 48, .compact_size = 72},
+       .code_firsttraceable = -1, .code_version = -1, .ascii_size = 48, .compact_size = 72},
       {.minor = 11, .model = PyFrameModel::kInterpreterFrame, .lines = LineTableFormat::kLocations311,
        .tstate_frame = 56, .cframe_current = 8, .frame_code = 32, .frame_previous = 48, .frame_position = 56,
        .frame_localsplus = 72, .frame_is_entry = 68, .frame_owner = 69, .lasti_scale = 0, .owner_generator = 1,
        .owner_cstack = -1, .code_argcount = 56, .code_firstlineno = 72, .code_filename = 112, .code_name = 128,
-       .code_linetable = 136, .code_adaptive = 184, .code_firsttraceable = 168, .ascii_size = 48,
-       .compact_size = 72},
+       .code_linetable = 136, .code_adaptive = 184, .code_firsttraceable = 168, .code_version = -1,
+       .ascii_size = 48, .compact_size = 72},
       {.minor = 12, .model = PyFrameModel::kInterpreterFrame, .lines = LineTableFormat::kLocations311,
        .tstate_frame = 56, .cframe_current = 0, .frame_code = 0, .frame_previous = 8, .frame_position = 56,
        .frame_localsplus = 72, .frame_is_entry = -1, .frame_owner = 70, .lasti_scale = 0, .owner_generator = 1,
        .owner_cstack = 3, .code_argcount = 52, .code_firstlineno = 68, .code_filename = 112, .code_name = 128,
-       .code_linetable = 136, .code_adaptive = 192, .code_firsttraceable = 176, .ascii_size = 40,
-       .compact_size = 56},
+       .code_linetable = 136, .code_adaptive = 192, .code_firsttraceable = 176, .code_version = 92,
+       .ascii_size = 40, .compact_size = 56},
       {.minor = 13, .model = PyFrameModel::kInterpreterFrame, .lines = LineTableFormat::kLocations311,
        .tstate_frame = 72, .cframe_current = -1, .frame_code = 0, .frame_previous = 8, .frame_position = 56,
        .frame_localsplus = 72, .frame_is_entry = -1, .frame_owner = 70, .lasti_scale = 0, .owner_generator = 1,
        .owner_cstack = 3, .code_argcount = 52, .code_firstlineno = 68, .code_filename = 112, .code_name = 128,
-       .code_linetable = 136, .code_adaptive = 200, .code_firsttraceable = 184, .ascii_size = 40,
-       .compact_size = 56},
+       .code_linetable = 136, .code_adaptive = 200, .code_firsttraceable = 184, .code_version = 92,
+       .ascii_size = 40, .compact_size = 56},
   };
 
   if (major != 3) return nullptr;

@@ -124,10 +124,7 @@ bool ThreadStackCache::matches(const Entry& e, const Probe& p, uint64_t key) con
   if (!words_hold(e.checks, e.n_checks)) return false;
   // The code objects run by the frames now: alive, so their fields can be read.
   for (uint32_t i = 0; i < e.n_python; ++i) {
-    const PythonCodeIdentity now = python_code_identity(*p.layout, py[i].code);
-    if (now.filename_obj != py[i].filename_obj || now.name_obj != py[i].name_obj || now.table_obj != py[i].table_obj ||
-        now.first_line != py[i].first_line)
-      return false;
+    if (!(python_code_identity(*p.layout, py[i].code) == py[i].identity)) return false;
   }
   return true;
 }
@@ -270,9 +267,7 @@ __attribute__((no_sanitize("address"))) bool ThreadStackCache::build(const Probe
   auto* py = reinterpret_cast<PyCheck*>(e.checks + n);
   for (size_t i = 0; i < p.n_python; ++i) {
     const PyFrameRef& f = p.python[i];
-    const PythonCodeIdentity ident = python_code_identity(*p.layout, f.code);
-    py[i] = PyCheck{f.frame, f.code, f.byte_offset, f.ends_eval_call, ident.filename_obj, ident.name_obj,
-                    ident.table_obj, ident.first_line};
+    py[i] = PyCheck{f.frame, f.code, f.byte_offset, f.ends_eval_call, python_code_identity(*p.layout, f.code)};
   }
   e.id = id;
   e.last_use = ++clock_;

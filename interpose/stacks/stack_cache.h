@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "python/python_code_table.h"
 #include "python/python_frame_walker.h"
 #include "python/python_layout.h"
 #include "stacks/native_stack.h"
@@ -107,8 +108,7 @@ class ThreadStackCache {
     uintptr_t frame, code;
     int32_t offset;
     bool ends_eval_call;
-    uintptr_t filename_obj, name_obj, table_obj;
-    int first_line;
+    PythonCodeIdentity identity;
   };
   struct Entry {
     uint64_t key = 0;

@@ -202,3 +202,30 @@ class RepeatedSites(ShimTestCase):
                     chain((20 + 4 * depth) * 1024, rounds // 4,
                           [("alloc", "alloc"), ("recurse", "recurse_alloc")] + [("recurse", "recurse_call")] * depth +
                           [("step", "step_recurse"), ("<module>", "module_step")])
+
+
+class CompiledCells(ShimTestCase):
+    """Code compiled and freed in a loop (IPython cells, exec): a snippet whose code object, file
+    name and line table took the addresses of an earlier one's must not be reported under that
+    earlier snippet's file and line (PythonCodeIdentity)."""
+
+    def check_cells(self, python, mode):
+        script = os.path.join(SCRIPTS, "compiled_cells.py")
+        r = run([python, script, mode], env={"GPUSHIM_POLICY": "passthrough"})
+        self.assertRanOK(r)
+        exec_line = markers(script)["exec_cell"]
+        for i in range(1, 21):
+            frames = python_frames(site_by_size(r.report, i * MiB))
+            self.assertEqual([(f["file"], f["function"], f["line"]) for f in frames[1:3]],
+                             [(f"<cell-{i:03d}>", "<module>", i + 1), (script, "<module>", exec_line)], f"cell {i}")
+
+    def test_each_cell_keeps_its_own_file_and_line(self):
+        for python, version in interpreters():
+            with self.subTest(python=python):
+                # File names kept alive in linecache, as IPython keeps them: every version.
+                self.check_cells(python, "linecache")
+                # File names freed with their code: only 3.12+ number their code objects
+                # (co_version); before, such a cell can take an earlier one's file and line
+                # (docs/python.md, "Limits").
+                if version >= (3, 12):
+                    self.check_cells(python, "plain")

@@ -32,6 +32,12 @@ class Heap {
     return reinterpret_cast<uintptr_t>(blocks_.back().get());
   }
   template <typename T>
+  static T get(uintptr_t addr) {
+    T v;
+    std::memcpy(&v, reinterpret_cast<const void*>(addr), sizeof(T));
+    return v;
+  }
+  template <typename T>
   static void put(uintptr_t addr, T v) {
     std::memcpy(reinterpret_cast<void*>(addr), &v, sizeof(T));
   }
@@ -330,6 +336,38 @@ TEST(PythonCodeTable, ACodeObjectReusingAFreedOnesAddressGetsNewIds) {
   ASSERT_TRUE(table.resolve(new_id, &f));
   EXPECT_EQ(f.function, "new");
   EXPECT_EQ(f.file, "new.py");
+}
+
+// What compile() in a loop does: the old code object, its file name and its line table are freed
+// together, and the next snippet's take the same three addresses with other contents. 3.12+ give
+// the new code object the interpreter's next co_version.
+TEST(PythonCodeTable, ACodeObjectReusingEveryAddressOfAFreedOneGetsNewIds) {
+  for (int minor : {12, 13}) {
+    SCOPED_TRACE(minor);
+    FakePython py(minor);
+    const PythonLayout& L = *py.rt.layout;
+    PythonCodeTable table(py.rt, "");
+    const uintptr_t a = py.code("<cell-1>", "<module>", 1, kLocations);
+    Heap::put<uint32_t>(a + L.code_version, 900);
+    bool site = false;
+    const uint32_t old_id = table.location(a, 8, &site);
+    EXPECT_EQ(table.location(a, 8, &site), old_id);
+    // The new snippet: same addresses; its file is named otherwise and its line table says line 4
+    // where the old one said 3.
+    std::memcpy(reinterpret_cast<char*>(Heap::get<uintptr_t>(a + L.code_filename) + L.ascii_size), "<cell-2>", 8);
+    Heap::put<uint8_t>(Heap::get<uintptr_t>(a + L.code_linetable) + kPyBytesData + 2, 0x80 | (12 << 3) | 3);
+    Heap::put<uint32_t>(a + L.code_version, 901);
+    const uint32_t new_id = table.location(a, 8, &site);
+    EXPECT_NE(new_id, old_id);
+    EXPECT_EQ(table.location(a, 8, &site), new_id);
+    PythonLocation f;
+    ASSERT_TRUE(table.resolve(old_id, &f));
+    EXPECT_EQ(f.file, "<cell-1>");
+    EXPECT_EQ(f.line, 3);
+    ASSERT_TRUE(table.resolve(new_id, &f));
+    EXPECT_EQ(f.file, "<cell-2>");
+    EXPECT_EQ(f.line, 4);
+  }
 }
 
 TEST(PythonCodeTable, MarksTheIterationSiteByNameOrQualifiedName) {

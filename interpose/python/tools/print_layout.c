@@ -52,6 +52,9 @@ int main(void) {
   P("code_linetable", offsetof(PyCodeObject, co_linetable));
   P("code_adaptive", offsetof(PyCodeObject, co_code_adaptive));
   P("code_firsttraceable", offsetof(PyCodeObject, _co_firsttraceable));
+#if PY_VERSION_HEX >= 0x030c0000
+  P("code_version", offsetof(PyCodeObject, co_version));
+#endif
 #endif
   P("code_argcount", offsetof(PyCodeObject, co_argcount));
   P("code_firstlineno", offsetof(PyCodeObject, co_firstlineno));

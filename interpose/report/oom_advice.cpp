@@ -37,6 +37,24 @@ std::string oom_advice(const OomReport& o, const std::string& policy) {
         " beyond what is allocated from them: cudaMemPoolTrimTo, or a lower cudaMemPoolAttrReleaseThreshold, "
         "gives it back.");
   }
+  // The cap had room for the request's bytes but not for what the pool takes from the driver to
+  // serve it (a whole segment under caching, 2 MiB pieces under vmm, the driver's rounding under
+  // passthrough): "2.0 MiB requested, 336.0 MiB reserved, cap 350.0 MiB" reads as a refusal with
+  // room to spare unless this is said.
+  if (o.limit != 0 && o.reserved < o.limit && o.limit - o.reserved >= o.requested &&
+      o.largest_free_block < o.requested) {
+    const std::string left = format_bytes(o.limit - o.reserved);
+    if (policy == "caching")
+      add("The cap still had " + left + " of room, enough for the request itself, but the pool takes memory from "
+          "the driver in whole segments (requests up to 1 MiB get a GPUSHIM_SMALL_SEGMENT, up to 10 MiB a "
+          "GPUSHIM_LARGE_SEGMENT, 20 MiB by default, larger ones a segment of their own rounded to 2 MiB), and this "
+          "one's did not fit under the cap: raise the cap by a segment, or lower GPUSHIM_LARGE_SEGMENT.");
+    else
+      add("The cap still had " + left + " of room, enough for the request itself, but not for the memory the " +
+          policy + " policy takes from the driver to serve it (" +
+          (policy == "vmm" ? "whole physical pieces, 2 MiB each" : "the driver's own rounding") +
+          "): raise the cap by that much.");
+  }
   if (o.limit != 0 && o.capacity > o.limit && o.device_free > o.requested) {
     add("The cap GPUSHIM_LIMIT=" + format_bytes(o.limit) + " refused it while the device still had " +
         format_bytes(o.device_free) + " free: raise the cap if this job may use more.");

@@ -58,5 +58,35 @@ TEST(OomAdvice, MemoryCudasOwnPoolsKeepIsNamed) {
   EXPECT_EQ(oom_advice(o, "vmm").find("CUDA's own memory pools"), std::string::npos);
 }
 
+// A refusal with room left under the cap for the request's own bytes (what a 2 MiB request meets
+// when the cap has 14 MiB left and the pool needs a 20 MiB segment) says that the pool's segment
+// did not fit, and what to change; a cap with no room left does not.
+TEST(OomAdvice, ACapWithRoomForTheRequestButNotItsSegmentSaysSo) {
+  OomReport o;
+  o.requested = 2 * MiB;
+  o.capacity = 16 * GiB;
+  o.limit = 350 * MiB;
+  o.device_free = 15 * GiB;
+  o.allocated = 336 * MiB;
+  o.reserved = 336 * MiB;
+  const std::string a = oom_advice(o, "caching");
+  EXPECT_NE(a.find("The cap still had 14.0 MiB of room, enough for the request itself"), std::string::npos) << a;
+  EXPECT_NE(a.find("lower GPUSHIM_LARGE_SEGMENT"), std::string::npos) << a;
+  EXPECT_NE(a.find("raise the cap if this job may use more"), std::string::npos) << a;
+  const std::string v = oom_advice(o, "vmm");
+  EXPECT_NE(v.find("not for the memory the vmm policy takes from the driver"), std::string::npos) << v;
+  EXPECT_EQ(v.find("GPUSHIM_LARGE_SEGMENT"), std::string::npos) << v;
+  // No room for the request itself: the plain cap advice only.
+  o.reserved = 349 * MiB;
+  EXPECT_EQ(oom_advice(o, "caching").find("The cap still had"), std::string::npos);
+  // Reserved past the cap (CUDA's own pools, say): nothing to say about room.
+  o.reserved = 400 * MiB;
+  EXPECT_EQ(oom_advice(o, "caching").find("The cap still had"), std::string::npos);
+  // A free block that fits was not the problem.
+  o.reserved = 336 * MiB;
+  o.largest_free_block = 4 * MiB;
+  EXPECT_EQ(oom_advice(o, "caching").find("The cap still had"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpushim

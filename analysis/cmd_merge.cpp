@@ -260,7 +260,7 @@ int run_merge(const Cli& cli) {
     return write_output("-", j, &err) && damaged == 0 ? 0 : 1;
   }
 
-  std::string o = "gpushim merge: " + std::to_string(rows.size()) + " runs; median peak allocated " +
+  std::string o = "gpushim merge: " + std::to_string(rows.size()) + (rows.size() == 1 ? " run" : " runs") + "; median peak allocated " +
                   human_bytes(static_cast<uint64_t>(metrics[0].median)) + ", median live at end " +
                   human_bytes(static_cast<uint64_t>(metrics[2].median)) + "\n";
   char line[512];

@@ -772,7 +772,7 @@ class DiffAndMerge(ShimTestCase):
         # The same file given three times (once by another name) counts once.
         link = os.path.join(job, "..", os.path.basename(job), "run.0.json")
         p = analyze("merge", rep0, rep0, link)
-        self.assertTrue(p.stdout.startswith("gpushim merge: 1 runs;"), p.stdout)
+        self.assertTrue(p.stdout.startswith("gpushim merge: 1 run;"), p.stdout)
         self.assertEqual(p.stdout.count("counted once"), 2, p.stdout)
         # Different runs of one rank (another pid, another start) stay apart.
         self.assertEqual(len(analyze_json("merge", rep0, os.path.join(job, "run.1.json"))["rows"]), 2)

@@ -1,11 +1,40 @@
 #include "report/oom_advice.h"
 
+#include <cmath>
+
 #include "stacks/frame_roles.h"
 #include "util/paths.h"
 
 #include "util/units.h"
 
 namespace gpushim {
+
+namespace {
+
+// "function at file:line" of the first frame of the program's own, or "an unknown site".
+std::string site_name(const std::vector<FrameInfo>& frames) {
+  const FrameInfo* f = user_frame(frames);
+  if (f == nullptr) return "an unknown site";
+  std::string where = f->function.empty() ? "??" : f->function;
+  if (!f->file.empty()) where += " at " + std::string(base_name(f->file)) + ":" + std::to_string(f->line);
+  return where;
+}
+
+}  // namespace
+
+std::string oom_growth_hint(const OomReport& o, const GrowthReport& growth) {
+  for (const GrowthSuspectReport& g : growth.suspects) {
+    if (g.kind != "device" || g.device != o.device || g.first_s > o.t_s) continue;
+    std::string rate;
+    if (!std::isnan(g.bytes_per_iteration) && g.bytes_per_iteration > 0)
+      rate = ", " + format_bytes(static_cast<uint64_t>(g.bytes_per_iteration)) + " per " +
+             (growth.steps_per_pattern ? "step" : "iteration");  // the summary's word for the same figure
+    return "Live memory kept growing at " + site_name(g.frames) + " (+" + format_bytes(g.growth_bytes) +
+           " over the run" + rate + "): that leak, more than any site merely large, is the likely cause; see the "
+           "growth suspects.";
+  }
+  return "";
+}
 
 std::string oom_advice(const OomReport& o, const std::string& policy) {
   std::string advice;
@@ -61,11 +90,7 @@ std::string oom_advice(const OomReport& o, const std::string& policy) {
   }
   if (!o.top_sites.empty() && o.allocated > 0) {
     const SiteReport& top = o.top_sites.front();
-    std::string where = "an unknown site";
-    if (const FrameInfo* f = user_frame(top.frames)) {
-      where = f->function.empty() ? "??" : f->function;
-      if (!f->file.empty()) where += " at " + std::string(base_name(f->file)) + ":" + std::to_string(f->line);
-    }
+    const std::string where = site_name(top.frames);
     const uint64_t pct = top.live_bytes * 100 / o.allocated;
     add("The largest live site (" + where + ") holds " + format_bytes(top.live_bytes) + ", " + std::to_string(pct) +
         "% of allocated memory: that is where to save first.");

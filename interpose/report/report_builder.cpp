@@ -253,6 +253,8 @@ ReportData build_report(const ReportSources& in) {
       out.advice = o.injected ? "Failed on purpose by GPUSHIM_FAIL=" + in.fail_spec +
                                     "; the device was not short of memory."
                               : oom_advice(out, r.policy);
+      if (!o.injected)
+        if (const std::string hint = oom_growth_hint(out, r.growth); !hint.empty()) out.advice += " " + hint;
       r.ooms.push_back(std::move(out));
     }
   }

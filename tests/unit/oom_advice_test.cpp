@@ -88,5 +88,40 @@ TEST(OomAdvice, ACapWithRoomForTheRequestButNotItsSegmentSaysSo) {
   EXPECT_EQ(oom_advice(o, "caching").find("The cap still had"), std::string::npos);
 }
 
+// A leak that filled the cap is named beside the largest live site, if it grew from before the error
+// on that device.
+TEST(OomAdvice, ASiteThatKeptGrowingBeforeTheErrorIsNamed) {
+  OomReport o;
+  o.device = 0;
+  o.t_s = 2.0;
+  GrowthReport growth;
+  GrowthSuspectReport g;
+  g.device = 0;
+  g.first_s = 0.5;
+  g.growth_bytes = 24 * MiB;
+  g.bytes_per_iteration = 1 * MiB;
+  FrameInfo f;
+  f.function = "leaky_step";
+  f.file = "/src/train.cpp";
+  f.line = 33;
+  g.frames = {f};
+  growth.suspects = {g};
+  EXPECT_EQ(oom_growth_hint(o, growth),
+            "Live memory kept growing at leaky_step at train.cpp:33 (+24.0 MiB over the run, 1.0 MiB per iteration): "
+            "that leak, more than any site merely large, is the likely cause; see the growth suspects.");
+  growth.steps_per_pattern = 3;
+  EXPECT_NE(oom_growth_hint(o, growth).find("1.0 MiB per step"), std::string::npos);
+  // Not when it began after the error, is on another device, or is not device memory.
+  growth.suspects[0].first_s = 2.5;
+  EXPECT_EQ(oom_growth_hint(o, growth), "");
+  growth.suspects[0].first_s = 0.5;
+  growth.suspects[0].device = 1;
+  EXPECT_EQ(oom_growth_hint(o, growth), "");
+  growth.suspects[0].device = 0;
+  growth.suspects[0].kind = "host";
+  EXPECT_EQ(oom_growth_hint(o, growth), "");
+  EXPECT_EQ(oom_growth_hint(o, GrowthReport{}), "");
+}
+
 }  // namespace
 }  // namespace gpushim

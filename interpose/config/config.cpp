@@ -75,7 +75,8 @@ const std::vector<Variable>& variables() {
          if (iequals(v, "vmm")) return c->policy = PolicyKind::kVmm, true;
          return false;
        }},
-      {"GPUSHIM_LIMIT", "bytes with units (8GiB, 512MiB, 80GB) or a whole percentage of capacity (60%)", "none",
+      {"GPUSHIM_LIMIT", "bytes with units (8GiB, 512MiB, 80GB), at least 1MiB, or a whole percentage of capacity (60%)",
+       "none",
        "Per-device cap on the memory the process holds from the driver. Past it, allocations fail like a "
        "real OOM, and cudaMemGetInfo reports the capped total.",
        [](std::string_view v, Config* c) {
@@ -88,7 +89,9 @@ const std::vector<Variable>& variables() {
            return true;
          }
          uint64_t bytes = 0;
-         if (!parse_bytes(t, &bytes) || bytes == 0) return false;
+         // Below 1 MiB no allocation fits: GPUSHIM_LIMIT=8 (8 bytes) was meant as 8GiB, and
+         // refusing it says so at once, where a cap that fails every allocation only looks like OOM.
+         if (!parse_bytes(t, &bytes) || bytes < (1u << 20)) return false;
          c->limit = LimitSpec{bytes, 0};
          return true;
        }},

@@ -224,6 +224,8 @@ class Launcher(unittest.TestCase):
         for args, env, message in (
                 (["--policy", "fast"], {}, "GPUSHIM_POLICY='fast' is invalid: expected caching, vmm or passthrough"),
                 (["--limit=lots"], {}, "GPUSHIM_LIMIT='lots' is invalid: expected bytes with units"),
+                # Bytes: below 1 MiB no allocation fits, so 8 meant something else.
+                (["--limit", "8"], {}, "GPUSHIM_LIMIT='8' is invalid: expected bytes with units"),
                 (["--stack-depth", "-1"], {}, "GPUSHIM_STACK_DEPTH='-1' is invalid"),
                 ([], {"GPUSHIM_SAMPLE_MS": "0"}, "GPUSHIM_SAMPLE_MS='0' is invalid"),  # from the environment
                 (["--report", "off", "--dry-run", "--fail", "nth:x"], {}, "GPUSHIM_FAIL='nth:x' is invalid")):
@@ -236,6 +238,15 @@ class Launcher(unittest.TestCase):
         # The values the library accepts pass, whatever their spelling.
         proc, _ = launch(["run", "--dry-run", "--policy", "VMM", "--limit", "60%", "--report=off", "--", "/bin/true"])
         self.assertEqual(proc.returncode, 0, proc.stderr)
+
+    def test_a_number_and_its_unit_given_apart_are_refused(self):
+        # `--limit 8 GiB` took GiB for the command ("GiB: command not found") and 8 for bytes.
+        for args in (["--limit", "8", "GiB"], ["--large-segment", "10", "MiB", "--"], ["--limit", "1.5", "g"]):
+            with self.subTest(args=args):
+                proc, wd = launch(["run"] + args + ["/usr/bin/touch", "ran"])
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertRegex(proc.stderr, r"^gpushim: --\S+ [0-9.]+ \w+: write the number and its unit as one word")
+                self.assertEqual(os.listdir(wd), [])
 
     def test_every_argument_shape_gets_the_launchers_own_message(self):
         # An option whose value is missing: "--" is never taken as the value.

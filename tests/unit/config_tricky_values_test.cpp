@@ -76,6 +76,11 @@ TEST(ConfigTricky, NegativeOverflowAndJunkNumbersAreRejected) {
   EXPECT_FALSE(parse1("GPUSHIM_LIMIT", "101%").ok());
   EXPECT_FALSE(parse1("GPUSHIM_LIMIT", "60.5%").ok());
   EXPECT_FALSE(parse1("GPUSHIM_LIMIT", "0").ok());
+  // A number without its unit is bytes: below 1 MiB nothing fits, so it was meant otherwise.
+  EXPECT_FALSE(parse1("GPUSHIM_LIMIT", "8").ok());
+  EXPECT_FALSE(parse1("GPUSHIM_LIMIT", "1048575").ok());
+  EXPECT_EQ(parse1("GPUSHIM_LIMIT", "1048576").config.limit.bytes, 1048576u);
+  EXPECT_EQ(parse1("GPUSHIM_LIMIT", "1MiB").config.limit.bytes, 1048576u);
   EXPECT_FALSE(parse1("GPUSHIM_LIMIT", "0%").ok());
 }
 

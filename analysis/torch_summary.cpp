@@ -399,10 +399,7 @@ std::string torch_summary(const RunView& run, const TraceData* trace) {
     if (!trace) {
       unaccounted = "not sampled";
       if (d.usage_sampled) {
-        const double delta = d.usage_at_s - d.peak_allocated_at_s;
-        unaccounted = human_bytes(d.unaccounted_bytes) + " at " + fmt_s(d.usage_at_s) +
-                      (std::fabs(delta) < 0.005 ? ", at the peak"
-                                                : ", " + fmt_s(std::fabs(delta)) + (delta < 0 ? " before" : " after") + " the peak");
+        unaccounted = human_bytes(d.unaccounted_bytes) + " at " + fmt_s(d.usage_at_s) + ", " + sample_vs_peak(d);
       }
     }
     o += extra_row("Unaccounted", unaccounted);

@@ -38,6 +38,13 @@ struct DeviceReport : MemoryFigures {
   std::optional<torch_stats::Figures> torch;
 };
 
+// When the driver's sample was taken, next to the peak the same line invites comparing it with
+// ("at the peak", "0.40 s before the peak"): a driver figure from another moment says nothing about
+// the memory at the peak. Close in time is not enough: in a quick program every moment is "0.00 s",
+// and a sample taken with a quarter of the peak held was called "at the peak". The one wording of
+// the report's summary and of gpushim-analyze's.
+std::string sample_vs_peak(const DeviceReport& d);
+
 // Memory per module: the library (or executable) whose code called into CUDA; its figures are
 // the module row's (accounting/memory_figures.h).
 struct ModuleReport : MemoryFigures {

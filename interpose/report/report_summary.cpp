@@ -55,16 +55,6 @@ std::string plural(uint64_t n, const char* word) {
 }
 std::string plural(uint64_t n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); }
 
-// When a sample was taken, next to the peak the same line invites comparing it with: a driver
-// figure from before the peak says nothing about the memory at the peak.
-std::string relative_to_peak(double at_s, double peak_s) {
-  char buf[64];
-  const double d = at_s - peak_s;
-  if (std::fabs(d) < 0.005) return "at the peak";
-  std::snprintf(buf, sizeof(buf), "%.2f s %s the peak", std::fabs(d), d < 0 ? "before" : "after");
-  return buf;
-}
-
 void append_frame(std::string* s, const FrameInfo& f) {
   if (f.python) {
     const std::string fn = f.function.empty() ? "<unknown>" : printable(f.function);
@@ -136,6 +126,15 @@ void append_growth(std::string* s, const GrowthReport& g, size_t max_sites) {
 
 }  // namespace
 
+std::string sample_vs_peak(const DeviceReport& d) {
+  const double delta = d.usage_at_s - d.peak_allocated_at_s;
+  if (std::fabs(delta) < 0.005)
+    return d.held_bytes >= d.peak_reserved_bytes ? "at the peak" : "next to the peak in time, not in memory held";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.2f s %s the peak", std::fabs(delta), delta < 0 ? "before" : "after");
+  return buf;
+}
+
 void write_summary(const ReportData& r, const std::string& json_path, size_t max_sites, FILE* out) {
   std::string s;
   append(&s, "gpushim: report for %s (pid %d, policy %s)\n", printable(r.exe).c_str(), r.pid,
@@ -188,7 +187,7 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
              "gpushim: device %d unaccounted: %s (the driver reported %s in use at %.2f s, %s, of which the "
              "process held %s; the rest is context, module images and other memory no call returns)\n",
              d.device, format_bytes(d.unaccounted_bytes).c_str(), format_bytes(d.driver_used_bytes).c_str(),
-             d.usage_at_s, relative_to_peak(d.usage_at_s, d.peak_allocated_at_s).c_str(),
+             d.usage_at_s, sample_vs_peak(d).c_str(),
              format_bytes(d.held_bytes).c_str());
   }
   for (size_t i = 0; i < r.ooms.size() && i < kOomsShown; ++i) {

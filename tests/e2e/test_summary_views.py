@@ -123,7 +123,7 @@ class SummaryViews(ShimTestCase):
         self.assertIn("cudaMalloc retries: %-8d" % dev["pool"]["alloc_retries"], text)
         self.assertRegex(text, r"\| Largest free block +\| %s" % re.escape(human(dev["pool"]["largest_free_block"])))
         self.assertRegex(text, r"\| Syncs for reuse +\| %d " % dev["pool"]["reuse_syncs"])
-        self.assertRegex(text, r"\| Unaccounted +\| .* at \d+\.\d\d s, (\d+\.\d\d s (before|after) the peak|at the peak)")
+        self.assertRegex(text, r"\| Unaccounted +\| .* at \d+\.\d\d s, (\d+\.\d\d s (before|after) the peak|at the peak|next to the peak in time, not in memory held)")
 
     def test_a_report_without_torch_figures_shows_what_its_counters_hold(self):
         # Reports of shims before the "torch" figures: the cells their counters hold, n/a for the rest.

@@ -100,5 +100,23 @@ TEST(ReportModules, SummaryNamesTheLargestModulesAndUnaccounted) {
   EXPECT_EQ(s.find("device 1 live by module"), std::string::npos);
 }
 
+// "At the peak" only when the sample was taken then and the process held its peak: in a quick
+// program every moment is 0.00 s, and a sample with a quarter of the peak held was called so.
+TEST(ReportModules, ASampleIsAtThePeakOnlyWhenThePeakWasHeld) {
+  DeviceReport d;
+  d.usage_sampled = true;
+  d.peak_allocated_at_s = 1.000;
+  d.usage_at_s = 1.002;
+  d.peak_reserved_bytes = 416 * MiB;
+  d.held_bytes = 416 * MiB;
+  EXPECT_EQ(sample_vs_peak(d), "at the peak");
+  d.held_bytes = 100 * MiB;
+  EXPECT_EQ(sample_vs_peak(d), "next to the peak in time, not in memory held");
+  d.usage_at_s = 0.6;
+  EXPECT_EQ(sample_vs_peak(d), "0.40 s before the peak");
+  d.usage_at_s = 1.25;
+  EXPECT_EQ(sample_vs_peak(d), "0.25 s after the peak");
+}
+
 }  // namespace
 }  // namespace gpushim

@@ -24,7 +24,7 @@ bool ends_with(const std::string& s, const char* suffix) {
 }  // namespace
 
 void LiveOutputs::start(const Config& config, const std::string& exe, int pid, const char* policy,
-                        Sources sources) {
+                        const std::string& start_dir, Sources sources) {
   const bool metrics = !config.metrics_template.empty();
   const bool snapshots = config.snapshot_signal != 0;
   if (!metrics && !snapshots) return;
@@ -38,8 +38,7 @@ void LiveOutputs::start(const Config& config, const std::string& exe, int pid, c
   id_.policy = policy;
   exe_ = exe;
   report_template_ = config.report_enabled ? config.report_template : "";
-  // The program may chdir later: the files stay where a relative name first put them.
-  start_dir_ = working_directory();
+  start_dir_ = start_dir;
   start_time_s_ = static_cast<double>(wall_ns()) / 1e9;
   sources_ = std::move(sources);
   if (metrics) {

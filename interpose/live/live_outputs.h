@@ -27,8 +27,10 @@ class LiveOutputs {
   };
 
   // Starts what `config` asks for; no thread, file or handler when both are off. Called once, at
-  // the first CUDA call. `exe` is the executable's path.
-  void start(const Config& config, const std::string& exe, int pid, const char* policy, Sources sources);
+  // the first CUDA call. `exe` is the executable's path; `start_dir` the working directory then,
+  // which relative names are taken from (the program may chdir later).
+  void start(const Config& config, const std::string& exe, int pid, const char* policy, const std::string& start_dir,
+             Sources sources);
 
   // Stops the worker, waiting for an update or snapshot in progress: none starts after this. A
   // snapshot requested before (the signal came, the worker had not woken yet) is written now.
@@ -51,7 +53,7 @@ class LiveOutputs {
   ProcessIdentity id_;
   std::string exe_;
   std::string report_template_;   // "" = the default name (also when the exit report is off)
-  std::string start_dir_;         // the working directory at start(): relative names are taken from it
+  std::string start_dir_;         // as start() was given it
   double start_time_s_ = 0;
   Sources sources_;
   std::unique_ptr<MetricsFile> metrics_file_;

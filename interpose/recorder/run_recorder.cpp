@@ -49,7 +49,7 @@ RunRecorder::~RunRecorder() = default;
 // ---- the run's start and the device table ----
 
 void RunRecorder::start_live_outputs() {
-  live_.start(config_, lent_.exe, lent_.pid, policy_name(config_.policy),
+  live_.start(config_, lent_.exe, lent_.pid, policy_name(config_.policy), start_dir_,
               {[this] { return live_device_metrics(); }, [this] { return build_report("snapshot"); }});
 }
 

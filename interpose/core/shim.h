@@ -27,6 +27,7 @@
 #include "accounting/device_ledger.h"
 #include "accounting/driver_usage.h"
 #include "accounting/memory_counters.h"
+#include "accounting/array_books.h"
 #include "accounting/vmm_tracker.h"
 #include "config/config.h"
 #include "policy/backend.h"
@@ -233,6 +234,10 @@ class Shim {
   void vmm_unmapped(uintptr_t va, uint64_t size);
   void va_reserved(uintptr_t va, uint64_t size);
   void va_freed(uintptr_t va);
+  // CUDA arrays: each is a forward_alloc of its handle's key (ArrayBooks::key_of) and freed by a
+  // deallocate of that key; these note its context after the real call succeeded.
+  void array_created(uintptr_t key);
+  void array_destroyed(uintptr_t key) { arrays_.destroyed(key); }
   // cuMemGetInfo_v2, after the real call succeeded: the cap of the current context's device.
   void cap_driver_mem_info(size_t* free, size_t* total);
   // What an address inside one of our pools is to the program: a live block (base, size and an
@@ -423,6 +428,7 @@ class Shim {
   FaultInjector faults_;
   ModuleMap modules_;
   VmmTracker vmm_;
+  ArrayBooks arrays_;  // each CUDA array's context (cuCtxDestroy frees them)
   DriverUsage usage_;  // the driver's view of usage, sampled as hooks return (after_hook)
   // What the run records beyond dispatch (recorder/run_recorder.h); made after the members it
   // reads, never freed (like the Shim).

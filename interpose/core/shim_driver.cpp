@@ -83,6 +83,13 @@ void Shim::drop_vmm(const VmmTracker::Physical& p) {
   recorder_->after_event(t);
 }
 
+void Shim::array_created(uintptr_t key) {
+  CUcontext ctx = nullptr;
+  const RealDriver& drv = real_driver();
+  if (drv.cuCtxGetCurrent != nullptr && drv.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx != nullptr)
+    arrays_.created(key, ctx);
+}
+
 void Shim::vmm_released(uint64_t handle) {
   VmmTracker::Physical gone;
   if (vmm_.released(handle, &gone)) drop_vmm(gone);
@@ -578,8 +585,14 @@ std::vector<Shim::OwnedAllocation> Shim::owned_by_context(CUcontext ctx) {
   std::vector<OwnedAllocation> owned;
   const RealDriver& drv = real_driver();
   if (forked_child_ || ctx == nullptr || drv.cuPointerGetAttribute == nullptr) return owned;
+  // Arrays: the context each was made in is known (the driver has no pointer query for a handle).
+  for (uintptr_t key : arrays_.of_context(ctx)) {
+    AllocationRecord rec;
+    if (books_.records().find(key, &rec)) owned.push_back(OwnedAllocation{key, rec.serial});
+  }
   for (const auto& [p, rec] : books_.records().live()) {
-    if (rec.route != Route::kForwarded || p == VmmTracker::key_of(p)) continue;  // pooled, or a cuMemCreate handle
+    // Pooled, a cuMemCreate handle, or an array (above).
+    if (rec.route != Route::kForwarded || p == VmmTracker::key_of(p) || ArrayBooks::is_key(p)) continue;
     CUcontext owner = nullptr;
     CUmemoryPool pool = nullptr;
     if (drv.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, static_cast<CUdeviceptr>(p)) != CUDA_SUCCESS ||
@@ -604,6 +617,7 @@ void Shim::after_context_destroy(const std::vector<OwnedAllocation>& owned) {
       continue;
     }
     books_.count_free(gone);
+    if (ArrayBooks::is_key(o.ptr)) arrays_.destroyed(o.ptr);
     recorder_->freed_by_reset(o.ptr, gone);
     if (gone.device >= 0 && gone.device < kMaxDevices) bytes[gone.device] += gone.size, ++counts[gone.device];
   }

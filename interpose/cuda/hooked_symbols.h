@@ -41,6 +41,11 @@ using CuCtxCreateV3 = CUresult (*)(CUcontext* pctx, CUexecAffinityParam* params,
   X(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync_ptsz", decltype(&::cuMemAllocFromPoolAsync))             \
   X(cuMemFreeAsync, "cuMemFreeAsync", decltype(&::cuMemFreeAsync))                                                  \
   X(cuMemFreeAsync_ptsz, "cuMemFreeAsync_ptsz", decltype(&::cuMemFreeAsync))                                        \
+  X(cuArrayCreate_v2, "cuArrayCreate_v2", decltype(&::cuArrayCreate_v2))                                            \
+  X(cuArray3DCreate_v2, "cuArray3DCreate_v2", decltype(&::cuArray3DCreate_v2))                                      \
+  X(cuArrayDestroy, "cuArrayDestroy", decltype(&::cuArrayDestroy))                                                  \
+  X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", decltype(&::cuMipmappedArrayCreate))                          \
+  X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", decltype(&::cuMipmappedArrayDestroy))                       \
   X(cuMemCreate, "cuMemCreate", decltype(&::cuMemCreate))                                                           \
   X(cuMemRelease, "cuMemRelease", decltype(&::cuMemRelease))                                                        \
   X(cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle", decltype(&::cuMemRetainAllocationHandle))           \

@@ -369,6 +369,51 @@ class GraphMemory(ShimTestCase):
                 self.assertEqual(r.device(0)["live_bytes"], 0)
 
 
+class Arrays(ShimTestCase):
+    """CUDA arrays (cudaMallocArray and its kin, cuArrayCreate_v2, cuArray3DCreate_v2, mipmapped arrays):
+    device memory behind a handle, which CUDA serves under every policy and the shim accounts."""
+
+    def test_arrays_are_accounted_live_until_destroyed_or_their_context_is(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_cuda_arrays")], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                out = last_json(r)
+                d = r.device(0)
+                # The driver's sizes: the report holds what the driver says is in use, no more.
+                self.assertEqual(d["live_bytes"], out["live"])
+                self.assertEqual(d["live_count"], out["count"])
+                self.assertEqual(out["used"], out["live"])
+                self.assertEqual(d["unaccounted_bytes"], 0)
+                self.assertEqual(d["total_allocs"], 6)
+                self.assertEqual(modules(r.report, "device", 0)["e2e_cuda_arrays"]["live_bytes"], out["live"])
+                # The array of the destroyed context went with it, and is reported so.
+                freed = [f for f in r.report["freed_by_reset"] if f["device"] == 0]
+                self.assertEqual(sum(f["live_bytes"] for f in freed), out["in_context"], freed)
+                self.assertIn("cuCtxDestroy freed 1.0 MiB in 1 live allocation", r.stderr)
+                # Each live array at a call site of its own in the program (the runtime's frames above it).
+                live = [s for s in r.report["sites"] if s["device"] == 0 and s["live_count"] > 0]
+                callers = {next((f["line"] for f in s["frames"] if f["module"].endswith("e2e_cuda_arrays")), None)
+                           for s in live}
+                self.assertEqual(len(live), 3, live)
+                self.assertEqual(len(callers - {None}), 3, live)
+
+    def test_an_array_past_the_cap_is_refused_and_given_back(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_cuda_arrays"), "cap"], env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "64MiB"})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["runtime"], "cudaErrorMemoryAllocation")
+                self.assertEqual(out["last"], "cudaErrorMemoryAllocation")
+                self.assertEqual(out["driver"], 2)  # CUDA_ERROR_OUT_OF_MEMORY
+                self.assertEqual(out["used"], 0)  # what CUDA made was destroyed again
+                d = r.device(0)
+                self.assertEqual(d["failed_allocs"], 2)
+                self.assertEqual(d["live_bytes"], 0)
+                self.assertEqual(len(r.report["ooms"]), 2)
+
+
 class Cap(ShimTestCase):
     def test_memory_accounted_after_the_fact_leaves_the_cap_intact(self):
         for policy in POLICIES:

@@ -150,6 +150,14 @@ void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx,
   bury_all(s.events, HandleKind::kEvent, [&](const Event& e) { return e.ctx == ctx; });
   bury_all(s.graph_execs, HandleKind::kGraphExec, [&](const GraphExec& e) { return e.ctx == ctx; });
   bury_all(s.graphs, HandleKind::kGraph, [&](const Graph& g) { return g.ctx == ctx; });
+  for (auto it = s.arrays.begin(); it != s.arrays.end();) {  // their storage goes with the regions below
+    if (it->second.ctx != ctx) {
+      ++it;
+      continue;
+    }
+    BuryHandle(s, it->second.levels != 0 ? HandleKind::kMipmappedArray : HandleKind::kArray, it->first, call);
+    it = s.arrays.erase(it);
+  }
   Device& device = DeviceOf(s, ctx);
   if (ctx == &device.primary) {
     // A device reset also destroys the memory pools the program created on the device.

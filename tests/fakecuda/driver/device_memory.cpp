@@ -18,7 +18,8 @@ std::size_t PageSize() {
 }
 
 bool IsArenaKind(RegionKind k) {
-  return k == RegionKind::kDeviceMalloc || k == RegionKind::kDeviceAsync || k == RegionKind::kGraph;
+  return k == RegionKind::kDeviceMalloc || k == RegionKind::kDeviceAsync || k == RegionKind::kGraph ||
+         k == RegionKind::kArray;
 }
 
 }  // namespace

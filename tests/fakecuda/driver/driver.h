@@ -126,6 +126,7 @@ enum class RegionKind {
   kPinnedHost,    // cuMemAllocHost / cuMemHostAlloc
   kVmmMapping,    // cuMemMap of a cuMemCreate allocation
   kIpcImport,     // cuIpcOpenMemHandle
+  kArray,         // the storage of a CUDA array (cuArrayCreate, cuArray3DCreate, cuMipmappedArrayCreate)
 };
 
 // One live allocation (or mapping) in the unified address space; key of State::regions is `base`.
@@ -357,6 +358,15 @@ struct Reservation {
 // Global state
 // ------------------------------------------------------------------------------------------------
 
+// A CUDA array or mipmapped array (arrays.cpp): an opaque handle over device memory the program
+// never addresses. Its storage is a kArray region of its context, freed with the context.
+struct CudaArray {
+  Context* ctx = nullptr;
+  std::uintptr_t region = 0;  // base of its kArray region in State::regions
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  unsigned levels = 0;  // mipmapped arrays: the number of levels; 0 for a plain array
+};
+
 struct State {
   std::mutex mu;
   std::condition_variable progress;  // notified whenever any stream completes an op
@@ -376,6 +386,7 @@ struct State {
   std::vector<std::shared_ptr<Capture>> captures;                    // capture sequences in progress
   std::unordered_map<unsigned long long, std::shared_ptr<PhysicalAllocation>> physical;
   std::map<std::uintptr_t, Reservation> reservations;
+  std::unordered_map<std::uintptr_t, CudaArray> arrays;  // arrays.cpp: CUarray and CUmipmappedArray handles
 
   std::uint64_t next_id = 1;
 

@@ -32,6 +32,8 @@ const char* HandleKindName(HandleKind kind) {
     case HandleKind::kMemPool: return "memory pool";
     case HandleKind::kContext: return "context";
     case HandleKind::kPhysical: return "physical memory handle";
+    case HandleKind::kArray: return "CUDA array";
+    case HandleKind::kMipmappedArray: return "mipmapped array";
   }
   return "handle";
 }

@@ -36,6 +36,8 @@ enum class HandleKind : std::uint8_t {
   kMemPool,
   kContext,
   kPhysical,  // cuMemCreate / cuMemImportFromShareableHandle / cuMemRetainAllocationHandle
+  kArray,     // cuArrayCreate / cuArray3DCreate
+  kMipmappedArray,
 };
 
 const char* HandleKindName(HandleKind kind);

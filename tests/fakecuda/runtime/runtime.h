@@ -54,6 +54,10 @@ inline constexpr int kRuntimeVersion = 13000;  // CUDART_VERSION of the headers 
   X(cuMemHostAlloc,                    "cuMemHostAlloc",                 2020, 0, true)  \
   X(cuMemFreeHost,                     "cuMemFreeHost",                  2000, 0, true)  \
   X(cuMemHostGetDevicePointer_v2,      "cuMemHostGetDevicePointer",      3020, 0, true)  \
+  X(cuArray3DCreate_v2,                "cuArray3DCreate",                3020, 0, true)  \
+  X(cuArrayDestroy,                    "cuArrayDestroy",                 2000, 0, true)  \
+  X(cuMipmappedArrayCreate,            "cuMipmappedArrayCreate",         5000, 0, true)  \
+  X(cuMipmappedArrayDestroy,           "cuMipmappedArrayDestroy",        5000, 0, true)  \
   X(cuMemAllocAsync,                   "cuMemAllocAsync",               11020, 0, true)  \
   X(cuMemAllocAsync_ptsz,              "cuMemAllocAsync",               11020, 2, true)  \
   X(cuMemAllocFromPoolAsync,           "cuMemAllocFromPoolAsync",       11020, 0, true)  \

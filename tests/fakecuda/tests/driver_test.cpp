@@ -354,5 +354,64 @@ TEST_F(DriverMemory, ConcurrentAllocFreeFromManyThreads) {
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);
 }
 
+// CUDA arrays (driver/arrays.cpp): device memory behind a handle, charged to the device like any
+// allocation, of the size cuArrayGetMemoryRequirements reports, and given back by the destroy.
+TEST_F(DriverMemory, ArraysChargeTheDeviceUntilDestroyed) {
+  const size_t before = fakecudaDeviceUsedBytes(0);
+  CUDA_ARRAY_DESCRIPTOR d{};
+  d.Width = 1000;
+  d.Height = 300;
+  d.Format = CU_AD_FORMAT_FLOAT;
+  d.NumChannels = 4;
+  CUarray a = nullptr;
+  ASSERT_CU(cuArrayCreate(&a, &d));
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+  ASSERT_CU(cuArrayGetMemoryRequirements(&req, a, 0));
+  EXPECT_GE(req.size, 1000u * 300 * 16);  // at least the elements; rows are padded
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + req.size);
+  CUDA_ARRAY_DESCRIPTOR back{};
+  ASSERT_CU(cuArrayGetDescriptor(&back, a));
+  EXPECT_EQ(back.Width, 1000u);
+  EXPECT_EQ(back.Height, 300u);
+  EXPECT_EQ(back.NumChannels, 4u);
+  EXPECT_EQ(cuArrayGetMemoryRequirements(&req, a, 1), CUDA_ERROR_INVALID_VALUE);  // another device's
+  ASSERT_CU(cuArrayDestroy(a));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);
+
+  // A mipmapped array holds every level: more than its first level alone.
+  CUDA_ARRAY3D_DESCRIPTOR d3{};
+  d3.Width = 512;
+  d3.Height = 512;
+  d3.Format = CU_AD_FORMAT_UNSIGNED_INT8;
+  d3.NumChannels = 1;
+  CUmipmappedArray m = nullptr;
+  ASSERT_CU(cuMipmappedArrayCreate(&m, &d3, 4));
+  ASSERT_CU(cuMipmappedArrayGetMemoryRequirements(&req, m, 0));
+  EXPECT_EQ(req.size, 512u * 512 + 256 * 512 + 512 * 128 + 512 * 64);  // rows padded to 512 bytes
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + req.size);
+  EXPECT_EQ(cuMipmappedArrayCreate(&m, &d3, 11), CUDA_ERROR_INVALID_VALUE);  // 512 x 512 has 10 levels
+  ASSERT_CU(cuMipmappedArrayDestroy(m));
+
+  // What the fake does not simulate is refused, never accepted loosely.
+  d.Format = CU_AD_FORMAT_NV12;
+  EXPECT_EQ(cuArrayCreate(&a, &d), CUDA_ERROR_INVALID_VALUE);
+  d.Format = CU_AD_FORMAT_FLOAT;
+  d.NumChannels = 3;
+  EXPECT_EQ(cuArrayCreate(&a, &d), CUDA_ERROR_INVALID_VALUE);
+  d.NumChannels = 1;
+  d.Width = 0;
+  EXPECT_EQ(cuArrayCreate(&a, &d), CUDA_ERROR_INVALID_VALUE);
+
+  // The context's arrays go with it.
+  CUcontext c = nullptr;
+  ASSERT_CU(cuCtxCreate(&c, nullptr, 0, 0));
+  d.Width = 4096;
+  ASSERT_CU(cuArrayCreate(&a, &d));
+  EXPECT_GT(fakecudaDeviceUsedBytes(0), before);
+  ASSERT_CU(cuCtxDestroy(c));
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);
+}
+
 }  // namespace
 }  // namespace fakecuda_test

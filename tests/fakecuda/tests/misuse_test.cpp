@@ -197,6 +197,35 @@ TEST_F(MisuseRuntime, DeviceResetDestroysStreamsAndEvents) {
   EXPECT_MISUSE(cudaMallocAsync(&p, 64, s), "cuMemAllocAsync: stream 0x[0-9a-f]+ was destroyed \\(cuDevicePrimaryCtxReset_v2\\)");
 }
 
+TEST_F(Misuse, ArraysDestroyedByEitherDestroyOrTheirContext) {
+  CUDA_ARRAY_DESCRIPTOR d{};
+  d.Width = 64;
+  d.Height = 64;
+  d.Format = CU_AD_FORMAT_FLOAT;
+  d.NumChannels = 1;
+  CUarray a = nullptr;
+  ASSERT_CU(cuArrayCreate(&a, &d));
+  ASSERT_CU(cuArrayDestroy(a));
+  EXPECT_MISUSE(cuArrayDestroy(a), "cuArrayDestroy: CUDA array 0x[0-9a-f]+ was destroyed \\(cuArrayDestroy\\)");
+  CUDA_ARRAY3D_DESCRIPTOR d3{};
+  d3.Width = 32;
+  d3.Height = 32;
+  d3.Format = CU_AD_FORMAT_UNSIGNED_INT8;
+  d3.NumChannels = 4;
+  CUmipmappedArray m = nullptr;
+  ASSERT_CU(cuMipmappedArrayCreate(&m, &d3, 3));
+  // A mipmapped array is no array, and the other way round.
+  EXPECT_MISUSE(cuArrayDestroy(reinterpret_cast<CUarray>(m)), "cuArrayDestroy: 0x[0-9a-f]+ is no CUDA array");
+  CUcontext c = nullptr;
+  ASSERT_CU(cuCtxCreate(&c, nullptr, 0, 0));
+  ASSERT_CU(cuArrayCreate(&a, &d));
+  ASSERT_CU(cuCtxDestroy(c));
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+  EXPECT_MISUSE(cuArrayDestroy(a), "cuArrayDestroy: CUDA array 0x[0-9a-f]+ was destroyed \\(cuCtxDestroy_v2\\)");
+  EXPECT_EQ(cuArrayDestroy(nullptr), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_CU(cuMipmappedArrayDestroy(m));
+}
+
 TEST_F(Misuse, PhysicalMemoryAndMappings) {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;

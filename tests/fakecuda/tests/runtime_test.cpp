@@ -427,5 +427,32 @@ TEST_F(RuntimeTest, DeviceResetFreesEverythingAndRecovers) {
   ASSERT_RT(cudaFree(p));
 }
 
+// The runtime's arrays are the driver's (cudaArray_t and CUarray are one type), made and freed
+// through it as NVIDIA's runtime does.
+TEST_F(RuntimeTest, ArraysGoThroughTheDriver) {
+  const size_t before = fakecudaDeviceUsedBytes(0);
+  cudaChannelFormatDesc desc = cudaChannelFormatDesc{32, 32, 32, 32, cudaChannelFormatKindFloat};
+  cudaArray_t a = nullptr;
+  ASSERT_RT(cudaMallocArray(&a, &desc, 1000, 300));
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+  ASSERT_EQ(cuArrayGetMemoryRequirements(&req, reinterpret_cast<CUarray>(a), 0), CUDA_SUCCESS);
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + req.size);
+  ASSERT_RT(cudaFreeArray(a));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);
+  ASSERT_RT(cudaFreeArray(nullptr));
+
+  cudaMipmappedArray_t m = nullptr;
+  desc = cudaChannelFormatDesc{8, 0, 0, 0, cudaChannelFormatKindUnsigned};
+  ASSERT_RT(cudaMallocMipmappedArray(&m, &desc, cudaExtent{256, 256, 0}, 3, 0));
+  ASSERT_RT(cudaFreeMipmappedArray(m));
+  ASSERT_RT(cudaMalloc3DArray(&a, &desc, cudaExtent{64, 64, 8}, cudaArrayLayered));
+  ASSERT_RT(cudaFreeArray(a));
+
+  desc = cudaChannelFormatDesc{32, 16, 0, 0, cudaChannelFormatKindFloat};  // channels of two sizes
+  EXPECT_EQ(cudaMallocArray(&a, &desc, 16, 16), cudaErrorInvalidChannelDescriptor);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidChannelDescriptor);
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);
+}
+
 }  // namespace
 }  // namespace fakecuda_test

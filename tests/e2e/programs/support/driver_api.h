@@ -92,6 +92,11 @@ struct Driver {
   TESTSUPPORT_DRIVER(GraphDestroy, cuGraphDestroy)
   TESTSUPPORT_DRIVER(GraphAddMemAllocNode, cuGraphAddMemAllocNode)
   TESTSUPPORT_DRIVER(StreamSynchronize, cuStreamSynchronize)
+  TESTSUPPORT_DRIVER(ArrayCreate, cuArrayCreate_v2)
+  TESTSUPPORT_DRIVER(Array3DCreate, cuArray3DCreate_v2)
+  TESTSUPPORT_DRIVER(ArrayDestroy, cuArrayDestroy)
+  TESTSUPPORT_DRIVER(ArrayGetMemoryRequirements, cuArrayGetMemoryRequirements)
+  TESTSUPPORT_DRIVER(MipmappedArrayGetMemoryRequirements, cuMipmappedArrayGetMemoryRequirements)
 };
 
 #undef TESTSUPPORT_DRIVER

@@ -1,0 +1,89 @@
+// CUDA arrays through the runtime (cudaMallocArray, cudaMalloc3DArray, cudaMallocMipmappedArray)
+// and the driver (cuArrayCreate_v2, cuArray3DCreate_v2): two destroyed, three left live, and one
+// made in a context of the program's own that cuCtxDestroy then frees. Prints as JSON what the
+// driver says the live ones occupy (cuArrayGetMemoryRequirements) and the driver's figure of memory
+// in use, for the test to hold the report to.
+// With the argument "cap": one array through each API past GPUSHIM_LIMIT (64 MiB) instead, both
+// refused, and the driver's figure after them.
+#include <cstring>
+
+#include "support/driver_api.h"
+#include "support/test_support.h"
+
+namespace {
+
+unsigned long long array_bytes(CUarray a) {
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+  CHECK_CU(testsupport::driver().ArrayGetMemoryRequirements(&req, a, 0));
+  return req.size;
+}
+
+unsigned long long used_bytes() {
+  size_t free = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free, &total));  // also the report's driver sample
+  return total - free;
+}
+
+CUDA_ARRAY3D_DESCRIPTOR descriptor(size_t w, size_t h, size_t d, CUarray_format f, unsigned channels) {
+  CUDA_ARRAY3D_DESCRIPTOR out{};
+  out.Width = w;
+  out.Height = h;
+  out.Depth = d;
+  out.Format = f;
+  out.NumChannels = channels;
+  return out;
+}
+
+int past_the_cap() {
+  CHECK(cudaFree(nullptr));
+  const cudaChannelFormatDesc float4{32, 32, 32, 32, cudaChannelFormatKindFloat};
+  cudaArray_t a = nullptr;
+  const cudaError_t runtime = cudaMallocArray(&a, &float4, 4096, 4096);  // 256 MiB
+  const cudaError_t last = cudaGetLastError();
+  CUarray d = nullptr;
+  const CUDA_ARRAY3D_DESCRIPTOR big = descriptor(4096, 4096, 0, CU_AD_FORMAT_FLOAT, 4);
+  const CUresult driver = testsupport::driver().Array3DCreate(&d, &big);
+  std::printf("{\"runtime\":\"%s\",\"last\":\"%s\",\"driver\":%d,\"used\":%llu}\n", cudaGetErrorName(runtime),
+              cudaGetErrorName(last), static_cast<int>(driver), used_bytes());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "cap") == 0) return past_the_cap();
+  CHECK(cudaFree(nullptr));
+  const unsigned long long before = used_bytes();
+  const testsupport::Driver& drv = testsupport::driver();
+
+  const cudaChannelFormatDesc float4{32, 32, 32, 32, cudaChannelFormatKindFloat};
+  const cudaChannelFormatDesc uchar1{8, 0, 0, 0, cudaChannelFormatKindUnsigned};
+  cudaArray_t image = nullptr, layers = nullptr;
+  CHECK(cudaMallocArray(&image, &float4, 1000, 300));                                  // live
+  CHECK(cudaMalloc3DArray(&layers, &uchar1, cudaExtent{64, 64, 8}, cudaArrayLayered));  // destroyed
+  cudaMipmappedArray_t mip = nullptr;
+  CHECK(cudaMallocMipmappedArray(&mip, &float4, cudaExtent{512, 512, 0}, 6, 0));        // live
+  CUarray line = nullptr, volume = nullptr;
+  const CUDA_ARRAY_DESCRIPTOR line_desc{4096, 0, CU_AD_FORMAT_FLOAT, 2};
+  CHECK_CU(drv.ArrayCreate(&line, &line_desc));                                         // destroyed
+  const CUDA_ARRAY3D_DESCRIPTOR volume_desc = descriptor(128, 128, 16, CU_AD_FORMAT_UNSIGNED_INT16, 1);
+  CHECK_CU(drv.Array3DCreate(&volume, &volume_desc));                                   // live
+  CHECK(cudaFreeArray(layers));
+  CHECK_CU(drv.ArrayDestroy(line));
+
+  CUDA_ARRAY_MEMORY_REQUIREMENTS mip_req{};
+  CHECK_CU(drv.MipmappedArrayGetMemoryRequirements(&mip_req, reinterpret_cast<CUmipmappedArray>(mip), 0));
+  const unsigned long long live = array_bytes(reinterpret_cast<CUarray>(image)) + mip_req.size + array_bytes(volume);
+
+  // An array of a context the program made: freed with it.
+  const testsupport::ProgramContext own = testsupport::make_program_context();
+  CUarray in_context = nullptr;
+  CHECK_CU(drv.Array3DCreate(&in_context, &volume_desc));
+  const unsigned long long in_context_bytes = array_bytes(in_context);
+  testsupport::make_current(own.primary);
+  testsupport::destroy_context(own.context);
+
+  std::printf("{\"live\":%llu,\"count\":3,\"in_context\":%llu,\"used\":%llu}\n", live, in_context_bytes,
+              used_bytes() - before);
+  return 0;  // the three live arrays are left for the exit report
+}

@@ -402,10 +402,11 @@ uint64_t Shim::host_bytes() const {
   return n;
 }
 
-void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected) {
+void Shim::on_oom(DeviceState* d, uint64_t requested, StackId stack, const char* returned, bool injected) {
   d->ledger.count_oom();
   OomRecord rec;
   rec.injected = injected;
+  rec.returned = returned;
   rec.t_ns = now_ns() - recorder_->start_ns();
   rec.device = d->ordinal;
   rec.requested = requested;
@@ -444,7 +445,7 @@ void Shim::note_injected_failure(DeviceState* d, uint64_t requested, uint64_t nu
              faults_.spec().text.c_str(), static_cast<unsigned long long>(number), format_bytes(requested).c_str(),
              d->ordinal, returned,
              nth_injection == kLoggedInjections ? " (further injections are counted in the report only)" : "");
-  on_oom(d, requested, stack, /*injected=*/true);
+  on_oom(d, requested, stack, returned, /*injected=*/true);
 }
 
 

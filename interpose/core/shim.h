@@ -330,7 +330,8 @@ class Shim {
   // invalidates the offending capture, as the real call would have: a pool answering instead of
   // CUDA must give CUDA's answer.
   bool capture_forbids_unsafe_call(int device);
-  void on_oom(DeviceState* d, uint64_t requested, StackId stack, bool injected = false);
+  // `returned`: the error the caller gets (ApiOf<...>::kOutOfMemoryName).
+  void on_oom(DeviceState* d, uint64_t requested, StackId stack, const char* returned, bool injected = false);
   // GPUSHIM_FAIL: the success code to go on, or the failure it chose for this allocation of
   // `size` bytes on `d`, accounted and reported like an OOM (the one place injection happens).
   template <typename Api>

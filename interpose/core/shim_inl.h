@@ -46,7 +46,7 @@ void Shim::count_failure(DeviceState* d, MemoryKind kind, int device, typename A
     return;
   }
   d->ledger.failed();
-  if (code == Api::kOutOfMemory) on_oom(d, size, stack);
+  if (code == Api::kOutOfMemory) on_oom(d, size, stack, Api::kOutOfMemoryName);
 }
 
 template <typename Forward>
@@ -106,7 +106,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   const CUresult r = d->ledger.pool_allocate(AllocRequest{size, stream, stream_ordered}, &p, rec, tracing_);
   if (r != CUDA_SUCCESS) {
     if (!is_argument_error(r)) d->ledger.failed();
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) on_oom(d, size, stack, RuntimeCodes::kOutOfMemoryName);
     return RuntimeCodes::refuse(to_runtime_error(r));
   }
   if (tracing_) recorded_trace_alloc(reinterpret_cast<uintptr_t>(p), rec, size, stream, stream_ordered);
@@ -136,7 +136,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
   // Under a cap, forwarded memory counts against it like a pool's segments would.
   const bool cap_first = d != nullptr && !a.size_known_after;
   if (cap_first && !d->ledger.admit(a.size, a.cuda_pool)) {
-    on_oom(d, a.size, stack);
+    on_oom(d, a.size, stack, Api::kOutOfMemoryName);
     return Api::refuse(Api::kOutOfMemory);
   }
   const typename Api::Code code = forward();
@@ -171,7 +171,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
         // The undo frees into CUDA's pool, which may keep the reservation it grew for it.
         if (a.cuda_pool) cuda_pool_refused(d, a.pool);
       }
-      on_oom(d, made.size, stack);
+      on_oom(d, made.size, stack, Api::kOutOfMemoryName);
       return Api::refuse(Api::kOutOfMemory);
     }
   }

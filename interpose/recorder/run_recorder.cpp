@@ -105,11 +105,11 @@ void RunRecorder::oom(OomRecord rec, uint64_t limit) {
   const uint64_t nth = rec.injected ? 0 : oom_lines_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (!rec.injected && nth <= kLoggedOoms)
     log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
-             "block %s), device free %s%s%s; returned cudaErrorMemoryAllocation%s",
+             "block %s), device free %s%s%s; returned %s%s",
              rec.device, format_bytes(rec.requested).c_str(), format_bytes(rec.allocated).c_str(),
              format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),
              format_bytes(rec.pool.largest_free_block).c_str(), format_bytes(rec.device_free).c_str(),
-             limit ? ", cap " : "", limit ? format_bytes(limit).c_str() : "",
+             limit ? ", cap " : "", limit ? format_bytes(limit).c_str() : "", rec.returned,
              nth == kLoggedOoms ? " (further out-of-memory errors are counted, and their total printed at exit)" : "");
   if (trace_) trace_->oom(rec);
   std::lock_guard<std::mutex> lock(ooms_mu_);

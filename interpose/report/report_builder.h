@@ -33,6 +33,8 @@ struct OomRecord {
   StackId stack;
   std::vector<std::pair<StackId, SiteTotals>> top_sites;
   bool injected = false;  // GPUSHIM_FAIL, not a real shortage
+  // The error the caller got, in its API's words (a driver-API caller gets no cudaError_t).
+  const char* returned = "cudaErrorMemoryAllocation";
 };
 
 // What was live at one moment (the Python interpreter beginning its teardown).

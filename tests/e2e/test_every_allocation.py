@@ -447,6 +447,9 @@ class Cap(ShimTestCase):
                 self.assertEqual(d["unaccounted_bytes"], 0)  # nothing CUDA made stayed behind
                 self.assertEqual(d["live_bytes"], 0)
                 self.assertEqual(len(r.report["ooms"]), 2)
+                # Each out-of-memory line names the error its caller got, in the caller's API.
+                self.assertEqual(r.stderr.count("; returned cudaErrorMemoryAllocation"), 1, r.stderr)
+                self.assertEqual(r.stderr.count("; returned CUDA_ERROR_OUT_OF_MEMORY"), 1, r.stderr)
 
 
     def test_pool_memory_past_the_cap_leaves_the_pools_reservation_counted(self):

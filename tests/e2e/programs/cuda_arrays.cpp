@@ -4,7 +4,7 @@
 // driver says the live ones occupy (cuArrayGetMemoryRequirements) and the driver's figure of memory
 // in use, for the test to hold the report to.
 // With the argument "cap": one array through each API past GPUSHIM_LIMIT (64 MiB) instead, both
-// refused, and the driver's figure after them.
+// refused, and how the driver's figure moved.
 #include <cstring>
 
 #include "support/driver_api.h"
@@ -36,6 +36,7 @@ CUDA_ARRAY3D_DESCRIPTOR descriptor(size_t w, size_t h, size_t d, CUarray_format 
 
 int past_the_cap() {
   CHECK(cudaFree(nullptr));
+  const unsigned long long before = used_bytes();
   const cudaChannelFormatDesc float4{32, 32, 32, 32, cudaChannelFormatKindFloat};
   cudaArray_t a = nullptr;
   const cudaError_t runtime = cudaMallocArray(&a, &float4, 4096, 4096);  // 256 MiB
@@ -44,7 +45,7 @@ int past_the_cap() {
   const CUDA_ARRAY3D_DESCRIPTOR big = descriptor(4096, 4096, 0, CU_AD_FORMAT_FLOAT, 4);
   const CUresult driver = testsupport::driver().Array3DCreate(&d, &big);
   std::printf("{\"runtime\":\"%s\",\"last\":\"%s\",\"driver\":%d,\"used\":%llu}\n", cudaGetErrorName(runtime),
-              cudaGetErrorName(last), static_cast<int>(driver), used_bytes());
+              cudaGetErrorName(last), static_cast<int>(driver), used_bytes() - before);
   return 0;
 }
 

@@ -5,6 +5,8 @@
 // Should the core fail to load (a copied libgpushim.so without its core, say), every call goes to
 // the real CUDA function unobserved, after one line on stderr: never a crash, never a wrong answer.
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -171,7 +173,8 @@ const char* absolute_self_path() {
   if (self[0] == '/') return self;
   if (getcwd(g_absolute_self, sizeof g_absolute_self) == nullptr) return nullptr;
   size_t at = strlen(g_absolute_self);
-  if (!append(g_absolute_self, &at, "/", 1) || !append(g_absolute_self, &at, self, strlen(self))) return nullptr;
+  if ((at > 1 && !append(g_absolute_self, &at, "/", 1)) || !append(g_absolute_self, &at, self, strlen(self)))
+    return nullptr;  // (no "//" when the directory is the root)
   return g_absolute_self;
 }
 
@@ -203,8 +206,57 @@ const char* core_path(char* out) {
   return kGpushimCoreLibrary;
 }
 
+// The path the kernel gives the mapping that holds `addr` (/proc/self/maps), into `out` (PATH_MAX
+// bytes): absolute and true whatever the working directory is now, or was when our name was made
+// absolute (a library's constructor may change it before ours runs). False without /proc, for a
+// deleted file, or when no mapping holds `addr`.
+bool mapped_file_of(const void* addr, char* out) {
+  const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[PATH_MAX + 256];  // a line: addresses, permissions, offset, device, inode, path
+  size_t have = 0;
+  bool eof = false, found = false;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  while (!found) {
+    char* nl = static_cast<char*>(memchr(buf, '\n', have));
+    if (nl == nullptr) {
+      if (eof || have == sizeof buf) break;  // the end, or a line longer than any path
+      const ssize_t n = read(fd, buf + have, sizeof buf - have);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) eof = true;
+      else have += static_cast<size_t>(n);
+      continue;
+    }
+    *nl = '\0';
+    char* p = buf;
+    const uintptr_t lo = strtoull(p, &p, 16);
+    const uintptr_t hi = *p == '-' ? strtoull(p + 1, &p, 16) : 0;
+    if (a >= lo && a < hi) {
+      for (int field = 0; field < 4 && p != nullptr; ++field) {  // permissions, offset, device, inode
+        while (*p == ' ') ++p;
+        p = strchr(p, ' ');
+      }
+      while (p != nullptr && *p == ' ') ++p;
+      const size_t len = p != nullptr ? strlen(p) : 0;
+      constexpr char kDeleted[] = " (deleted)";
+      const bool deleted = len >= sizeof kDeleted - 1 && strcmp(p + len - (sizeof kDeleted - 1), kDeleted) == 0;
+      if (len > 0 && len < PATH_MAX && p[0] == '/' && !deleted) {
+        memcpy(out, p, len + 1);
+        found = true;
+      }
+      break;
+    }
+    const size_t used = static_cast<size_t>(nl + 1 - buf);
+    memmove(buf, nl + 1, have - used);
+    have -= used;
+  }
+  close(fd);
+  return found;
+}
+
 // The core, from beside this library as it was named, else from beside the file it names (a
-// symlinked front), else by the loader's search (a front found by it).
+// symlinked front; the kernel's path of our mapping, then realpath's), else by the loader's search
+// (a front found by it).
 void* open_core() {
   char first_path[PATH_MAX];
   const char* path = core_path(first_path);
@@ -216,10 +268,14 @@ void* open_core() {
   char first_error[PATH_MAX + 256];
   snprintf(first_error, sizeof first_error, "%s", dlerror());
   char resolved[PATH_MAX], beside[PATH_MAX];
-  const char* slash = realpath(g_self_path, resolved) ? strrchr(resolved, '/') : nullptr;
-  if (slash != nullptr && core_beside(beside, resolved, static_cast<size_t>(slash - resolved)) &&
-      strcmp(beside, path) != 0 && (core = dlopen(beside, RTLD_NOW | RTLD_LOCAL)) != nullptr)
-    return core;
+  for (int how = 0; how < 2; ++how) {
+    const bool found = how == 0 ? mapped_file_of(reinterpret_cast<void*>(&gpushim::front::own_file_name), resolved)
+                                : realpath(g_self_path, resolved) != nullptr;
+    const char* slash = found ? strrchr(resolved, '/') : nullptr;
+    if (slash != nullptr && core_beside(beside, resolved, static_cast<size_t>(slash - resolved)) &&
+        strcmp(beside, path) != 0 && (core = dlopen(beside, RTLD_NOW | RTLD_LOCAL)) != nullptr)
+      return core;
+  }
   warn_once(path, first_error);
   return nullptr;
 }

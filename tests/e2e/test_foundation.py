@@ -250,6 +250,27 @@ class Front(ShimTestCase):
         self.assertTrue(lines[0].startswith(f"gpushim: cannot load {lone}/libgpushim-core.so ("), lines[0])
         self.assertFalse(os.path.exists(r.report_path))
 
+    def test_a_relative_preload_finds_its_core_after_a_dependency_changed_directory(self):
+        # LD_PRELOAD=build/lib/libgpushim.so from the checkout, with a library whose constructor
+        # changes directory before the front's runs (libs/chdir_at_load.cpp): the front once made
+        # its name absolute with that directory, looked for "//build/lib/libgpushim-core.so", and
+        # left every CUDA call unobserved. The kernel's path of its own mapping does not depend on
+        # the working directory.
+        # A name that only the starting directory resolves ("../.." would still lead from "/" to
+        # the build): the library's folder linked into it.
+        workdir = tempfile.mkdtemp(prefix="gpushim-relative-")
+        os.symlink(os.path.dirname(SHIM), os.path.join(workdir, "shim"))
+        relative = os.path.join("shim", os.path.basename(SHIM))
+        preload = relative if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + relative
+        r = run([program("e2e_chdir_dependency")], env={"LD_PRELOAD": preload}, workdir=workdir)
+        self.assertRanOK(r)
+        out = last_json(r)
+        self.assertEqual(out["cwd"], "/")  # the dependency did move the process first
+        self.assertEqual((out["malloc"], out["free"]), (0, 0), out)
+        self.assertNotIn("cannot load", r.stderr)
+        self.assertEqual(r.device(0)["total_allocs"], 1)
+        self.assertEqual(r.device(0)["total_frees"], 1)
+
     def test_two_installs_in_ld_preload_count_every_allocation_once(self):
         # A user with a second gpushim install (another checkout, a packaged copy) in LD_PRELOAD, or
         # the launcher adding its own before one the user set. The first front in the global scope

@@ -358,11 +358,7 @@ TEST_F(DriverMemory, ConcurrentAllocFreeFromManyThreads) {
 // allocation, of the size cuArrayGetMemoryRequirements reports, and given back by the destroy.
 TEST_F(DriverMemory, ArraysChargeTheDeviceUntilDestroyed) {
   const size_t before = fakecudaDeviceUsedBytes(0);
-  CUDA_ARRAY_DESCRIPTOR d{};
-  d.Width = 1000;
-  d.Height = 300;
-  d.Format = CU_AD_FORMAT_FLOAT;
-  d.NumChannels = 4;
+  CUDA_ARRAY_DESCRIPTOR d{1000, 300, CU_AD_FORMAT_FLOAT, 4};  // width, height, format, channels
   CUarray a = nullptr;
   ASSERT_CU(cuArrayCreate(&a, &d));
   CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
@@ -379,11 +375,7 @@ TEST_F(DriverMemory, ArraysChargeTheDeviceUntilDestroyed) {
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);
 
   // A mipmapped array holds every level: more than its first level alone.
-  CUDA_ARRAY3D_DESCRIPTOR d3{};
-  d3.Width = 512;
-  d3.Height = 512;
-  d3.Format = CU_AD_FORMAT_UNSIGNED_INT8;
-  d3.NumChannels = 1;
+  CUDA_ARRAY3D_DESCRIPTOR d3{512, 512, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};  // width, height, depth, format, channels, flags
   CUmipmappedArray m = nullptr;
   ASSERT_CU(cuMipmappedArrayCreate(&m, &d3, 4));
   ASSERT_CU(cuMipmappedArrayGetMemoryRequirements(&req, m, 0));

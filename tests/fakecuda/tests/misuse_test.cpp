@@ -198,20 +198,12 @@ TEST_F(MisuseRuntime, DeviceResetDestroysStreamsAndEvents) {
 }
 
 TEST_F(Misuse, ArraysDestroyedByEitherDestroyOrTheirContext) {
-  CUDA_ARRAY_DESCRIPTOR d{};
-  d.Width = 64;
-  d.Height = 64;
-  d.Format = CU_AD_FORMAT_FLOAT;
-  d.NumChannels = 1;
+  CUDA_ARRAY_DESCRIPTOR d{64, 64, CU_AD_FORMAT_FLOAT, 1};  // width, height, format, channels
   CUarray a = nullptr;
   ASSERT_CU(cuArrayCreate(&a, &d));
   ASSERT_CU(cuArrayDestroy(a));
   EXPECT_MISUSE(cuArrayDestroy(a), "cuArrayDestroy: CUDA array 0x[0-9a-f]+ was destroyed \\(cuArrayDestroy\\)");
-  CUDA_ARRAY3D_DESCRIPTOR d3{};
-  d3.Width = 32;
-  d3.Height = 32;
-  d3.Format = CU_AD_FORMAT_UNSIGNED_INT8;
-  d3.NumChannels = 4;
+  CUDA_ARRAY3D_DESCRIPTOR d3{32, 32, 0, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};  // width, height, depth, format, channels, flags
   CUmipmappedArray m = nullptr;
   ASSERT_CU(cuMipmappedArrayCreate(&m, &d3, 3));
   // A mipmapped array is no array, and the other way round.

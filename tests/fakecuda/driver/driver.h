@@ -467,6 +467,14 @@ struct SubmitOptions {
 // Enqueues `run` on `stream` in stream order, applying the legacy-default-stream rules. A capturing
 // stream records the op instead (replayable ops only) and never runs it.
 CUresult Submit(State& s, Stream* stream, std::function<void()> run, SubmitOptions opts = {});
+// A marker (an event record) on `stream` that is done the moment it is submitted: the stream is not
+// capturing, nothing is queued on it, and the legacy-stream rules add nothing to wait for. Then
+// MarkDone counts it submitted and completed at once, without the worker: a GPU completes such a
+// marker within microseconds, where handing it to a worker thread took tens of microseconds on a
+// loaded machine (the plain-free fences of the pools' benchmarks). CUDA_SUCCESS and *at_once false
+// when it must be queued; an error of the legacy-stream rules as Submit would return it.
+CUresult MarkerDoneAtOnce(State& s, Stream* stream, bool* at_once);
+void MarkDone(State& s, Stream* stream);
 // Enqueues and waits for completion (synchronous copies and memsets).
 CUresult SubmitAndWait(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run,
                        std::vector<Touch> touches = {});

@@ -64,6 +64,18 @@ CUresult EventRecord(CUevent hEvent, CUstream hStream, unsigned int flags, bool 
     return CUDA_SUCCESS;
   }
   const std::uint64_t generation = ++ev->generation;
+  bool at_once = false;
+  if (CUresult r = MarkerDoneAtOnce(s, st, &at_once); r != CUDA_SUCCESS) return r;
+  if (at_once) {
+    MarkDone(s, st);
+    ev->capture.reset();
+    ev->recorded = true;
+    ev->timestamp = std::chrono::steady_clock::now();
+    ev->timestamp_valid = true;
+    ev->stream = SharedStream(s, st);
+    ev->seq = st->submitted;
+    return CUDA_SUCCESS;
+  }
   CUresult r = Submit(s, st, [ev, generation] {
     State& state = GetState();
     std::lock_guard inner(state.mu);

@@ -147,6 +147,27 @@ CUresult Submit(State& s, Stream* stream, std::function<void()> run, SubmitOptio
   return CUDA_SUCCESS;
 }
 
+CUresult MarkerDoneAtOnce(State& s, Stream* stream, bool* at_once) {
+  *at_once = false;
+  if (stream->capture || !stream->idle()) return CUDA_SUCCESS;
+  Context* ctx = stream->ctx;
+  if (stream->kind == StreamKind::kLegacy) {
+    if (CUresult r = CheckLegacyImplicitDependency(s, ctx); r != CUDA_SUCCESS) return r;
+    for (const auto& other : ctx->streams)
+      if (other.get() != stream && other->blocking() && !other->idle()) return CUDA_SUCCESS;
+  } else if (stream->blocking() && !LegacyStream(s, ctx)->idle()) {
+    return CUDA_SUCCESS;
+  }
+  *at_once = true;
+  return CUDA_SUCCESS;
+}
+
+void MarkDone(State& s, Stream* stream) {
+  ++stream->submitted;
+  ++stream->completed;
+  s.progress.notify_all();
+}
+
 void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, const std::shared_ptr<Stream>& stream,
                    std::uint64_t seq) {
   s.progress.wait(lk, [&] { return stream->completed >= seq; });

@@ -143,6 +143,41 @@ TEST_F(Streams, EventsRecordQuerySynchronizeElapsed) {
   ASSERT_CU(cuStreamDestroy(s));
 }
 
+// An event with nothing queued before it is complete when recorded, as a GPU completes it within
+// microseconds: no worker thread is involved (handing it to one took tens of microseconds on a
+// loaded machine, every plain-free fence of the pools' benchmarks). Behind queued work, or behind
+// what the legacy stream rules make it wait for, it is not.
+TEST_F(Streams, AnEventWithNothingBeforeItIsCompleteWhenRecorded) {
+  CUstream s = nullptr, blocking = nullptr;
+  CUevent e = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+  ASSERT_CU(cuEventCreate(&e, CU_EVENT_DEFAULT));
+  for (CUstream on : {s, blocking, static_cast<CUstream>(nullptr)}) {
+    ASSERT_CU(cuEventRecord(e, on));
+    EXPECT_EQ(cuEventQuery(e), CUDA_SUCCESS);
+  }
+  ASSERT_CU(Fill(1, kDelayUs, s));
+  ASSERT_CU(cuEventRecord(e, s));
+  EXPECT_EQ(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  ASSERT_CU(cuEventRecord(e, nullptr));  // s is non-blocking: the legacy stream does not wait for it
+  EXPECT_EQ(cuEventQuery(e), CUDA_SUCCESS);
+  ASSERT_CU(cuStreamSynchronize(s));
+  ASSERT_CU(Fill(2, kDelayUs, blocking));
+  ASSERT_CU(cuEventRecord(e, nullptr));  // the legacy stream waits for blocking streams
+  EXPECT_EQ(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  ASSERT_CU(cuEventSynchronize(e));
+  EXPECT_TRUE(AllEqual(2));
+  ASSERT_CU(Fill(3, kDelayUs, nullptr));
+  ASSERT_CU(cuEventRecord(e, blocking));  // and a blocking stream for the legacy stream
+  EXPECT_EQ(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+  ASSERT_CU(cuEventSynchronize(e));
+  EXPECT_TRUE(AllEqual(3));
+  ASSERT_CU(cuEventDestroy(e));
+  ASSERT_CU(cuStreamDestroy(s));
+  ASSERT_CU(cuStreamDestroy(blocking));
+}
+
 TEST_F(Streams, StreamWaitEventOrdersAcrossStreams) {
   CUstream a = nullptr, b = nullptr;
   CUevent e = nullptr;

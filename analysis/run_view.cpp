@@ -227,6 +227,7 @@ bool run_from_report(const ReportFile& file, const std::string& path, RunView* o
   if (file.growth_verdict == "not judged") v.growth_not_judged = file.growth_evidence;
   v.growth_verdict = file.growth_verdict;
   v.growth_evidence = file.growth_evidence;
+  v.growth_unit = growth_unit(file.growth_steps_per_pattern);
   for (const GrowthEntry& g : file.growth) {
     GrowthSuspect gs;
     gs.device = g.device;
@@ -495,6 +496,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     const GrowthReport g = judge_growth(history.series(), evidence, [&](const SiteKey& k) { return sym.stack(k.stack); });
     v.growth_verdict = g.verdict;
     v.growth_evidence = g.evidence;
+    v.growth_unit = growth_unit(g.steps_per_pattern);
     if (g.verdict == "not judged") v.growth_not_judged = g.evidence;
     for (const GrowthSuspectReport& r : g.suspects) {
       GrowthSuspect gs;

@@ -295,7 +295,8 @@ int run_summary(const Cli& cli) {
   for (size_t i = 0; i < run.growth.size() && i < top; ++i) {
     const GrowthSuspect& g = run.growth[i];
     std::string l = "  #" + std::to_string(i + 1) + " grew " + human_bytes(g.grew_bytes);
-    if (g.bytes_per_iteration > 0) l += " (" + human_bytes(static_cast<uint64_t>(g.bytes_per_iteration)) + " per iteration)";
+    if (g.bytes_per_iteration > 0)
+      l += " (" + human_bytes(static_cast<uint64_t>(g.bytes_per_iteration)) + " per " + run.growth_unit + ")";
     if (g.bytes_per_s > 0) l += ", " + human_bytes(static_cast<uint64_t>(g.bytes_per_s)) + "/s";
     l += "; live " + human_bytes(g.live_bytes) + " in " + std::to_string(g.live_count) + " allocations, device " +
          std::to_string(g.device);

@@ -366,6 +366,7 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
     file.has_growth = true;
     if (const JsonValue* v = growth->get("verdict"); v && v->is_string()) file.growth_verdict = v->str();
     if (const JsonValue* v = growth->get("evidence"); v && v->is_string()) file.growth_evidence = v->str();
+    if (const JsonValue* v = growth->get("steps_per_pattern")) v->to_u64(&file.growth_steps_per_pattern);
     const JsonValue* list = growth->is_array() ? growth : nullptr;
     for (const auto& [key, value] : growth->members())
       if (!list && value.is_array()) list = &value;

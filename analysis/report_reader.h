@@ -22,6 +22,7 @@ struct ReportFile {
   ReportData report;
   bool has_growth = false;  // the report has a growth section (even an empty one)
   std::string growth_verdict, growth_evidence;  // "" from shims that wrote no verdict
+  uint64_t growth_steps_per_pattern = 0;  // GrowthReport::steps_per_pattern (0 from shims that wrote none)
   std::vector<GrowthEntry> growth;
 };
 

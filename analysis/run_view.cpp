@@ -227,6 +227,7 @@ bool run_from_report(const ReportFile& file, const std::string& path, RunView* o
   if (file.growth_verdict == "not judged") v.growth_not_judged = file.growth_evidence;
   v.growth_verdict = file.growth_verdict;
   v.growth_evidence = file.growth_evidence;
+  v.growth_unit = growth_unit(file.growth_steps_per_pattern);
   for (const GrowthEntry& g : file.growth) {
     GrowthSuspect gs;
     gs.device = g.device;
@@ -409,20 +410,31 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     r.pool.segment_allocs = d.segment_allocs;
     r.pool.segment_frees = d.segment_frees;
     r.pool.ooms = d.ooms;
+    const trace::DeviceTotals* shim = nullptr;  // the device's figures in the end record
+    if (t.end)
+      for (const trace::DeviceTotals& e : t.end->devices)
+        if (e.ordinal == ord) shim = &e;
+    const char* const held_past =
+        " (the rest: memory held past the allocations, e.g. CUDA's own pool under cudaMallocAsync)";
     // The shim's own peak reserved, from the end record, is the run's figure: it also counts what
     // the events cannot show, such as the reservation CUDA's own stream-ordered pools hold beyond
     // their allocations (cudaMallocAsync under passthrough), so the exit report says the same.
-    if (t.end)
-      for (const trace::DeviceTotals& e : t.end->devices)
-        if (e.ordinal == ord && e.peak_reserved != d.peak_reserved) {
-          v.notes.push_back("device " + std::to_string(ord) + ": peak reserved " + human_bytes(e.peak_reserved) +
-                            " is the shim's own figure (the trace's end record); its events account for " +
-                            human_bytes(d.peak_reserved) +
-                            (e.peak_reserved > d.peak_reserved
-                                 ? " (the rest: memory held past the allocations, e.g. CUDA's own pool under cudaMallocAsync)"
-                                 : ""));
-          r.peak_reserved_bytes = r.pool.peak_reserved_bytes = e.peak_reserved;
-        }
+    if (shim && shim->peak_reserved != d.peak_reserved) {
+      v.notes.push_back("device " + std::to_string(ord) + ": peak reserved " + human_bytes(shim->peak_reserved) +
+                        " is the shim's own figure (the trace's end record); its events account for " +
+                        human_bytes(d.peak_reserved) + (shim->peak_reserved > d.peak_reserved ? held_past : ""));
+      r.peak_reserved_bytes = r.pool.peak_reserved_bytes = shim->peak_reserved;
+    }
+    // Reserved at the end likewise, where the shim wrote it (trace format 1.4; older traces keep
+    // the events' figure).
+    if (shim && shim->reserved && *shim->reserved != d.reserved) {
+      const uint64_t reserved = *shim->reserved;
+      v.notes.push_back("device " + std::to_string(ord) + ": reserved at the end " + human_bytes(reserved) +
+                        " is the shim's own figure (the trace's end record); its events account for " +
+                        human_bytes(d.reserved) + (reserved > d.reserved ? held_past : ""));
+      r.pool.reserved_bytes = reserved;
+      r.pool.cached_free_bytes = reserved - std::min(reserved, d.allocated);
+    }
     m.devices.push_back(r);
   }
   m.timeline = trace_timeline(t, kTimelinePointsPerDevice);
@@ -484,6 +496,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     const GrowthReport g = judge_growth(history.series(), evidence, [&](const SiteKey& k) { return sym.stack(k.stack); });
     v.growth_verdict = g.verdict;
     v.growth_evidence = g.evidence;
+    v.growth_unit = growth_unit(g.steps_per_pattern);
     if (g.verdict == "not judged") v.growth_not_judged = g.evidence;
     for (const GrowthSuspectReport& r : g.suspects) {
       GrowthSuspect gs;

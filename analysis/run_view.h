@@ -48,6 +48,7 @@ struct RunView {
   std::string growth_not_judged;      // why growth was not judged ("3 iterations seen, 8 needed"); "" if it was
   std::string growth_verdict;         // "suspects", "none" or "not judged"; "" when growth is unknown
   std::string growth_evidence;        // how much evidence the verdict rests on ("20 iterations seen, 8 needed")
+  std::string growth_unit = "iteration";  // what GrowthSuspect::bytes_per_iteration is per (growth_unit())
   std::vector<double> iterations_s;   // iteration marks (traces)
   std::vector<std::string> notes;     // incompleteness worth telling the user about
   const DeviceReport* device(int ordinal) const;

@@ -115,6 +115,12 @@ bool decode_end(ByteReader& r, TraceData* t) {
   for (uint64_t& v : retries) has_retries = has_retries && r.varint(&v);
   if (has_retries)
     for (size_t i = 0; i < retries.size(); ++i) e.devices[i].alloc_retries = retries[i];
+  // Then reserved at the end, one per device (format 1.4; earlier ones end before it).
+  std::vector<uint64_t> reserved(e.devices.size());
+  bool has_reserved = has_retries && r.left() > 0;
+  for (uint64_t& v : reserved) has_reserved = has_reserved && r.varint(&v);
+  if (has_reserved)
+    for (size_t i = 0; i < reserved.size(); ++i) e.devices[i].reserved = reserved[i];
   t->end = std::move(e);
   return true;
 }

@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
   t.live_bytes = allocated;
   t.live_count = live.size();
   t.peak_bytes = t.peak_reserved = peak;
+  t.reserved = allocated;  // every allocation forwarded: held from the driver as it is
   t.total_allocs = allocs;
   t.total_frees = frees;
   end.devices.push_back(t);

@@ -487,12 +487,20 @@ uint64_t Shim::on_iteration_mark() {
   return n;
 }
 
-void Shim::on_process_exit() { recorder_->write_exit_report(); }
+void Shim::on_process_exit() {
+  refresh_cuda_pools_for_report();
+  recorder_->write_exit_report();
+}
 
-void Shim::on_termination_signal() { recorder_->finish_run(); }
+void Shim::on_termination_signal() {
+  refresh_cuda_pools_for_report();
+  recorder_->finish_run();
+}
 
 void Shim::on_interpreter_shutdown() {
-  if (!forked_child_) recorder_->on_interpreter_shutdown();
+  if (forked_child_) return;
+  refresh_cuda_pools_for_report();
+  recorder_->on_interpreter_shutdown();
 }
 
 void Shim::on_unload() {

@@ -400,6 +400,10 @@ class Shim {
   // Every pool noted on `d` read again: after a free (a pool keeps memory or gives it back), and
   // at each driver-usage sample.
   void refresh_cuda_pools(DeviceState* d);
+  // Every device's pools read again before the report's figures are taken (the run's end, the
+  // interpreter's teardown): a stream-ordered free gives memory back when its stream gets there,
+  // after the reading at the free, and nothing else may read the pool again before the end.
+  void refresh_cuda_pools_for_report();
   // One pool's reading into `d`'s ledger; the caller holds cuda_pool_lifetimes_ shared.
   void read_cuda_pool(DeviceState* d, CUmemoryPool pool);
   // Every pool's blocks that name a stream `doomed` says is going are retagged (forget_streams).

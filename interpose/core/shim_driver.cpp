@@ -420,6 +420,18 @@ void Shim::refresh_cuda_pools(DeviceState* d) {
   for (CUmemoryPool pool : d->ledger.cuda_pools()) read_cuda_pool(d, pool);
 }
 
+// Not from on_unload: by the library destructors libcuda may be finalized. Before them the driver
+// still answers (after the runtime's own teardown too: a context it released was forgotten by
+// after_context_destroyed, with its pools); a pool named here is one the books know alive, and a
+// refusal (CUDA_ERROR_DEINITIALIZED) leaves its last reading.
+void Shim::refresh_cuda_pools_for_report() {
+  if (forked_child_ || recorder_->reported()) return;
+  for (auto& slot : devices_) {
+    DeviceState* d = slot.load(std::memory_order_acquire);
+    if (d != nullptr && d->ledger.uses_cuda_pools()) refresh_cuda_pools(d);
+  }
+}
+
 void Shim::mempool_trimmed(CUmemoryPool pool) {
   if (forked_child_ || pool == nullptr) return;
   const RelaxedCaptureMode relaxed;

@@ -90,7 +90,8 @@ bool MetricsFile::write(const ProcessMetrics& m) {
   }
   if (err != failing_with_ && notices_ < kMaxNotices) {
     ++notices_;
-    log_line("cannot update the metrics file %s: %s; retrying at every update%s", path_.c_str(), std::strerror(err),
+    log_line("cannot update the metrics file %s: %s; retrying at every update%s", path_.c_str(),
+             cannot_create_reason(path_, err).c_str(),
              notices_ == kMaxNotices ? " (further metrics errors are not shown)" : "");
   }
   failing_with_ = err;

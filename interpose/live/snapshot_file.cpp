@@ -23,8 +23,16 @@ std::string snapshot_path(const std::string& report_path, uint64_t n) {
 }
 
 std::string publish_new_file(const std::string& path, const std::string& data, WhereAllowed where) {
+  // A named path's missing directory is told as the report's would be, by the snapshot's name (the
+  // hidden temporary below would otherwise be the name the line gives).
+  struct stat st;
+  if (where == WhereAllowed::kNamedPathOnly && ::stat(dir_name(path).c_str(), &st) != 0 && errno == ENOENT) {
+    log_line("cannot create %s: %s", path.c_str(), cannot_create_reason(path, ENOENT).c_str());
+    return "";
+  }
+  // A name of its own (write_new_file never replaces a file that is there, nor removes one): the
+  // temporary of a process with the same pid in another container may sit beside it.
   const std::string tmp_wanted = replacement_temp_path(path);
-  ::unlink(tmp_wanted.c_str());  // a leftover of a killed process with our pid
   // write_new_file decides the directory ($TMPDIR fallback) and reports failures.
   const std::string tmp = write_new_file(tmp_wanted, data, where);
   if (tmp.empty()) return "";

@@ -243,6 +243,7 @@ void RunRecorder::finish_trace() {
     t.set_figures(c);
     t.ordinal = d.ordinal;
     t.peak_reserved = f.peak_reserved_bytes;
+    t.reserved = f.reserved_bytes;
     t.failed_allocs = c.failed_allocs;
     t.ooms = f.ooms;
     t.alloc_retries = f.alloc_retries;

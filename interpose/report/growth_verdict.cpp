@@ -84,6 +84,8 @@ std::vector<Merged> merge_by_identity(const std::vector<SiteSeries>& series, con
 
 }  // namespace
 
+const char* growth_unit(uint64_t steps_per_pattern) { return steps_per_pattern ? "step" : "iteration"; }
+
 GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvidence& evidence,
                           const SiteFrames& frames_of) {
   GrowthReport g;
@@ -163,7 +165,7 @@ GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvi
   // little to call a site steady, whatever the checkpoints say. Without them, the checkpoints are.
   const uint64_t needed = GrowthParams{}.min_samples;
   const uint64_t seen = g.iterations ? g.iterations : g.samples;
-  const std::string unit = g.steps_per_pattern ? "step" : g.iterations ? "iteration" : "checkpoint";
+  const std::string unit = g.iterations ? growth_unit(g.steps_per_pattern) : "checkpoint";
   auto count = [&](uint64_t n) { return std::to_string(n) + " " + unit + (n == 1 ? "" : "s"); };
   g.evidence = count(seen) + (detected.period ? " detected" : " seen");
   if (g.steps_per_pattern > 1)

@@ -36,4 +36,10 @@ using SiteFrames = std::function<std::vector<FrameInfo>(const SiteKey&)>;
 GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvidence& evidence,
                           const SiteFrames& frames_of);
 
+// What a growth rate per iteration (GrowthSuspectReport::bytes_per_iteration) is per: "step" when
+// the program's steps were found inside the allocation pattern (GrowthReport::steps_per_pattern
+// non-zero), else "iteration" (counted ones, or the pattern itself). The one word of the shim's
+// summary, its OOM advice, the verdict's evidence and gpushim-analyze.
+const char* growth_unit(uint64_t steps_per_pattern);
+
 }  // namespace gpushim

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "report/growth_verdict.h"
 #include "stacks/frame_roles.h"
 #include "util/paths.h"
 
@@ -28,7 +29,7 @@ std::string oom_growth_hint(const OomReport& o, const GrowthReport& growth) {
     std::string rate;
     if (!std::isnan(g.bytes_per_iteration) && g.bytes_per_iteration > 0)
       rate = ", " + format_bytes(static_cast<uint64_t>(g.bytes_per_iteration)) + " per " +
-             (growth.steps_per_pattern ? "step" : "iteration");  // the summary's word for the same figure
+             growth_unit(growth.steps_per_pattern);
     return "Live memory kept growing at " + site_name(g.frames) + " (+" + format_bytes(g.growth_bytes) +
            " over the run" + rate + "): that leak, more than any site merely large, is the likely cause; see the "
            "growth suspects.";

@@ -81,6 +81,15 @@ void log_write_failure(const std::string& path, size_t bytes, int e) {
     log_line("cannot write %s: %s; partial file removed", path.c_str(), std::strerror(e));
 }
 
+// `s` as one shell word, for a command a message suggests.
+std::string shell_word(const std::string& s) {
+  constexpr char kPlain[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%";
+  if (!s.empty() && s.find_first_not_of(kPlain) == std::string::npos) return s;
+  std::string out = "'";
+  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 // The same file name in $TMPDIR (else /tmp), for when `path`'s directory refused it with `err`.
 // False, after the one-line message, when that is where `path` already was.
 bool fallback_in_tmpdir(const std::string& path, int err, std::string* fallback) {
@@ -89,7 +98,7 @@ bool fallback_in_tmpdir(const std::string& path, int err, std::string* fallback)
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   *fallback = (dir == "/" ? "/" : dir + "/") + fitting_name(std::string(base_name(path)));
   if (dir_name(path) == dir || *fallback == path) {
-    log_line("cannot create %s: %s", path.c_str(), std::strerror(err));
+    log_line("cannot create %s: %s", path.c_str(), cannot_create_reason(path, err).c_str());
     return false;
   }
   return true;
@@ -245,6 +254,14 @@ int standard_stream_of(const std::string& path) {
   return -1;
 }
 
+std::string cannot_create_reason(const std::string& path, int err) {
+  struct stat st;
+  const std::string dir = dir_name(path);
+  if (err == ENOENT && ::stat(dir.c_str(), &st) != 0 && errno == ENOENT)
+    return "its directory " + dir + " does not exist (gpushim creates no directories: mkdir -p " + shell_word(dir) + ")";
+  return std::strerror(err);
+}
+
 std::string working_directory() {
   char cwd[PATH_MAX];
   return ::getcwd(cwd, sizeof cwd) != nullptr ? std::string(cwd) : std::string();
@@ -326,7 +343,7 @@ std::string write_new_file(const std::string& path, const std::string& data, Whe
 
   std::string fallback;
   if (where == WhereAllowed::kNamedPathOnly) {
-    log_line("cannot create %s: %s", path.c_str(), std::strerror(err));
+    log_line("cannot create %s: %s", path.c_str(), cannot_create_reason(path, err).c_str());
     return "";
   }
   if (!fallback_in_tmpdir(path, err, &fallback)) return "";
@@ -363,7 +380,7 @@ int create_new_file(const std::string& path, std::string* written, WhereAllowed 
   if (r == OpenResult::kFailed) return -1;
   std::string fallback;
   if (where == WhereAllowed::kNamedPathOnly) {
-    log_line("cannot create %s: %s", path.c_str(), std::strerror(err));
+    log_line("cannot create %s: %s", path.c_str(), cannot_create_reason(path, err).c_str());
     return -1;
   }
   if (!fallback_in_tmpdir(path, err, &fallback)) return -1;

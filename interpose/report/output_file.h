@@ -42,6 +42,12 @@ std::string write_new_file(const std::string& path, const std::string& data,
 // 1 or 2 when `path` names the process's standard output or error, else -1.
 int standard_stream_of(const std::string& path);
 
+// Why `path` could not be created (errno `err`), for the one line that says so: when its directory
+// does not exist, that directory and how to make it, else strerror(err). gpushim creates no
+// directories: a mistyped path or a template's field would grow trees nobody asked for, in the
+// middle of someone else's process.
+std::string cannot_create_reason(const std::string& path, int err);
+
 }  // namespace gpushim
 
 namespace gpushim {

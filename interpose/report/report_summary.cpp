@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string_view>
 
+#include "report/growth_verdict.h"
 #include "report/report_writer.h"
 #include "stacks/frame_roles.h"
 #include "util/paths.h"
@@ -101,7 +102,7 @@ void append_growth(std::string* s, const GrowthReport& g, size_t max_sites) {
   const size_t shown = g.suspects.size() < max_sites ? g.suspects.size() : max_sites;
   if (g.verdict == "not judged") append(s, "gpushim: growth: not judged, %s\n", printable(g.evidence).c_str());
   if (shown == 0) return;
-  const char* unit = g.steps_per_pattern ? "step" : "iteration";
+  const char* unit = growth_unit(g.steps_per_pattern);
   std::string pattern;
   if (g.steps_per_pattern > 1) pattern = ", pattern repeats every " + std::to_string(g.steps_per_pattern) + " steps";
   append(s, "gpushim: growth suspects (live memory that grew steadily; %s sampled%s%s%s):\n",

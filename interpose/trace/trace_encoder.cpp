@@ -84,8 +84,9 @@ std::string encode_end(const EndInfo& e) {
     put_varint(&p, d.failed_allocs);
     put_varint(&p, d.ooms);
   }
-  // Added after the per-device figures, which an older reader stops at.
+  // Added after the per-device figures, each after the last, which an older reader stops at.
   for (const DeviceTotals& d : e.devices) put_varint(&p, d.alloc_retries.value_or(0));
+  for (const DeviceTotals& d : e.devices) put_varint(&p, d.reserved.value_or(0));
   return p;
 }
 

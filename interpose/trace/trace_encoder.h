@@ -63,6 +63,10 @@ struct DeviceTotals : MemoryFigures {
   // The pool's retries after a failed cudaMalloc (memory_stats()' num_alloc_retries); written
   // after every device's other figures, so absent from the traces of older shims.
   std::optional<uint64_t> alloc_retries;
+  // Reserved at the end: all the process holds from the driver on the device, what CUDA's own
+  // pools reserve beyond their allocations included, which no event shows (minor 4: written after
+  // the retries, so absent from the traces of older shims).
+  std::optional<uint64_t> reserved;
 };
 
 struct EndInfo {

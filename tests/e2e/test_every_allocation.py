@@ -529,6 +529,23 @@ class CudaPools(ShimTestCase):
                 self.assertEqual(d["pool"]["peak_reserved_bytes"], d["peak_reserved_bytes"])
                 self.assertGreaterEqual(d["peak_reserved_bytes"], d["pool"]["reserved_bytes"])
 
+    def test_reserved_at_exit_is_read_when_the_report_is_written(self):
+        # The free is issued while the stream is busy, so the pool still reserves 128 MiB when
+        # the shim reads it at the free; CUDA gives them back when the stream gets there. Nothing
+        # reads the pool again before exit: the report once said 128 MiB reserved, held by nobody.
+        cases = [(policy, "created") for policy in POLICIES] + [("passthrough", "default")]
+        for policy, pool in cases:
+            with self.subTest(policy=policy, pool=pool):
+                r = run([program("e2e_pool_release_in_stream_order"), pool],
+                        env={"GPUSHIM_POLICY": policy, "GPUSHIM_SAMPLE_MS": "60000"})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out, {"reserved_live": 128 * MiB, "reserved_end": 0})
+                d = r.device(0)
+                self.assertEqual(d["live_bytes"], 0)
+                self.assertEqual(d["pool"]["reserved_bytes"], 0)
+                self.assertEqual(d["peak_reserved_bytes"], 128 * MiB)
+
 class Unaccounted(ShimTestCase):
     def test_every_device_shows_its_context_as_unaccounted(self):
         for policy in POLICIES:

@@ -200,17 +200,31 @@ class Fallback(ShimTestCase):
         self.assertTrue(is_report(fallback))
 
     def test_a_named_path_that_cannot_be_created_is_one_line_and_no_file(self):
-        # Where the user looks is where they named: nothing lands anywhere else.
-        for var, name in [("GPUSHIM_REPORT", "r.json"), ("GPUSHIM_TRACE", "t.bin")]:
+        # Where the user looks is where they named: nothing lands anywhere else. The line names the
+        # missing directory and how to make it (it named only the file, "No such file or
+        # directory"); gpushim makes none itself. The metrics file says the same, and retries.
+        for var, name in [("GPUSHIM_REPORT", "r.json"), ("GPUSHIM_TRACE", "t.bin"), ("GPUSHIM_METRICS", "m.prom")]:
             with self.subTest(var=var):
-                wanted = os.path.join(self.dir, "no", "such", "dir", name)
+                parent = os.path.join(self.dir, "no", "such", "dir")
+                wanted = os.path.join(parent, name)
                 proc = run_leak(self.dir, None, {var: wanted, "TMPDIR": self.tmp,
                                                  **({"GPUSHIM_REPORT": "off"} if var != "GPUSHIM_REPORT" else {})})
                 self.assertEqual(proc.returncode, 0, proc.stderr)
                 lines = shim_lines(proc)
-                self.assertEqual(lines, [f"gpushim: cannot create {wanted}: No such file or directory"], proc.stderr)
+                why = f"its directory {parent} does not exist (gpushim creates no directories: mkdir -p {parent})"
+                want = (f"gpushim: cannot update the metrics file {wanted}: {why}; retrying at every update"
+                        if var == "GPUSHIM_METRICS" else f"gpushim: cannot create {wanted}: {why}")
+                self.assertEqual(lines, [want], proc.stderr)
                 self.assertEqual(os.listdir(self.tmp), [])
                 self.assertEqual(os.listdir(self.dir), [])
+
+    def test_a_missing_directory_is_named_as_a_shell_word(self):
+        parent = os.path.join(self.dir, "it's here")
+        proc = run_leak(self.dir, None, {"GPUSHIM_REPORT": os.path.join(parent, "r.json")})
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        quoted = "'" + parent.replace("'", "'\\''") + "'"
+        self.assertEqual(shim_lines(proc), [f"gpushim: cannot create {parent}/r.json: its directory {parent} does not "
+                                            f"exist (gpushim creates no directories: mkdir -p {quoted})"], proc.stderr)
 
     def test_default_name_in_unwritable_directory_falls_back_to_tmpdir(self):
         locked = os.path.join(self.dir, "locked")

@@ -9,6 +9,7 @@ import unittest
 
 from pythons import interpreters
 from shimtest import ShimTestCase, program, run
+from test_traces import analyze, traced
 
 MiB = 1 << 20
 LEAK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "planted_leak.py")
@@ -148,6 +149,23 @@ class CyclingShapes(ShimTestCase):
                 top = self.check(r)
                 frame = next(f for f in top["frames"] if f["function"] == "train_step")
                 self.assertEqual((frame["file"], frame["line"]), (CYCLING, line))
+
+    def test_analyze_names_the_rate_as_the_shim_does(self):
+        # One figure, one word: the shim's summary said "per step" for the detected steps, and
+        # gpushim-analyze summary "per iteration" for the same figure, of the report and of the
+        # trace. Counted iterations (marks) are "per iteration" on both sides.
+        cases = [([program("e2e_cycling_shapes"), str(STEPS)], "step", "iteration"),
+                 ([program("e2e_planted_leak"), "40", "marks"], "iteration", "step")]
+        for args, unit, other in cases:
+            with self.subTest(program=os.path.basename(args[0])):
+                r, trace = traced(args, env={"GPUSHIM_SUMMARY": "10"})
+                self.assertRanOK(r)
+                self.assertIn(" per %s, " % unit, r.stderr)
+                for source in (r.report_path, trace):
+                    text = analyze("summary", source).stdout
+                    block = text[text.index("Growth suspects"):]
+                    self.assertIn(" per %s)" % unit, block, source)
+                    self.assertNotIn(" per %s" % other, text, source)
 
     def test_native_program_under_a_static_runtimes_frames(self):
         r = run([program("e2e_cycling_shapes"), str(STEPS)])

@@ -291,6 +291,26 @@ class Snapshots(ShimTestCase):
                 self.assertIn(f"gpushim: snapshot 1 written to {p.workdir}/report.snapshot.1.json", lines)
                 self.assertIn(f"gpushim: snapshot 2 written to {p.workdir}/report.snapshot.2.json", lines)
 
+    def test_a_snapshot_into_a_missing_directory_says_which(self):
+        # It named the snapshot's hidden temporary file, and no directory: a named report path's
+        # snapshots say what the report says, by their own name.
+        wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        parent = os.path.join(wd, "reports")
+        p = Phased(env={"GPUSHIM_REPORT": parent + "/r.json"}, workdir=wd)
+        p.phase()
+        p.signal()
+        why = f"its directory {parent} does not exist (gpushim creates no directories: mkdir -p {parent})"
+        wait_until(lambda: f"gpushim: cannot create {parent}/r.snapshot.1.json: {why}" in p.shim_lines(),
+                   "the snapshot's line")
+        p.go()
+        p.phase()
+        p.go()
+        self.assertEqual(p.finish(), 0, p.stderr())
+        self.assertEqual([l for l in p.shim_lines() if "cannot" in l],
+                         [f"gpushim: cannot create {parent}/r.snapshot.1.json: {why}",
+                          f"gpushim: cannot create {parent}/r.json: {why}"])
+        self.assertEqual(sorted(os.listdir(wd)), ["stderr.txt"])
+
     def test_other_signal_when_configured_and_none_when_off(self):
         p = Phased(env={"GPUSHIM_SNAPSHOT_SIGNAL": "USR1"})
         one = p.phase()
@@ -509,8 +529,24 @@ class Metrics(ShimTestCase):
         errors = [l for l in p.shim_lines() if "metrics" in l]
         self.assertEqual(len(errors), 1, p.stderr())
         self.assertIn("/nonexistent-dir/m.prom", errors[0])
-        self.assertIn("No such file or directory", errors[0])
+        self.assertIn("its directory /nonexistent-dir does not exist (gpushim creates no directories: "
+                      "mkdir -p /nonexistent-dir); retrying at every update", errors[0])
         self.assertTrue(os.path.exists(p.report_path))
+
+    def test_a_missing_directory_made_while_the_job_runs_gets_the_file(self):
+        # The line says to make the directory; the next update then writes the file.
+        wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        prom = os.path.join(wd, "prom")
+        p = Phased(env={"GPUSHIM_METRICS": prom + "/m.prom", "GPUSHIM_SAMPLE_MS": "1"}, workdir=wd)
+        p.phase()
+        wait_until(lambda: any(prom in l for l in p.shim_lines()), "the line about the missing directory")
+        os.mkdir(prom)
+        wait_until(lambda: os.path.exists(os.path.join(prom, "m.prom")), "the metrics file")
+        p.go()
+        p.phase()
+        p.go()
+        self.assertEqual(p.finish(), 0, p.stderr())
+        self.assertEqual(os.listdir(prom), ["m.prom"])
 
     def test_a_name_node_exporter_would_ignore_gets_a_notice(self):
         wd = tempfile.mkdtemp(prefix="gpushim-e2e-")

@@ -6,12 +6,13 @@ import subprocess
 import unittest
 
 from pythons import interpreters
-from shimtest import BUILD, FAKECUDA, REAL_GPU, SANITIZER, ShimTestCase, program, run
+from shimtest import BUILD, FAKECUDA, REAL_GPU, SANITIZER, ShimTestCase, last_json, program, run
 
 MiB = 1 << 20
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python")
 NUMBA_LEAK = os.path.join(HERE, "numba_leak.py")
 FINALIZER_LEAK = os.path.join(HERE, "finalizer_leak.py")
+POOL_RELEASE = os.path.join(HERE, "pool_release.py")
 STEPS = 40
 FAST = {"GPUSHIM_SAMPLE_MS": "5"}
 
@@ -99,6 +100,20 @@ class Teardown(ShimTestCase):
         r = run([program("e2e_planted_leak"), "20", "marks"])
         self.assertRanOK(r)
         self.assertEqual(r.report["teardown"], {"observed": False, "began_s": 0, "freed_bytes": 0, "freed_count": 0})
+
+    def test_cuda_pools_are_read_again_at_the_teardown(self):
+        # The pool still reserved 128 MiB when the shim read it at the free; CUDA gave them back
+        # once the stream got there. The teardown's figures, which the report shows, once kept
+        # the reading at the free.
+        for python, version in interpreters():
+            with self.subTest(python=python):
+                r = run([python, POOL_RELEASE], env={"GPUSHIM_POLICY": "passthrough", "GPUSHIM_SAMPLE_MS": "60000"})
+                self.assertRanOK(r)
+                self.assertEqual(last_json(r), {"reserved_live": 128 * MiB, "reserved_end": 0})
+                self.assertTrue(r.report["teardown"]["observed"])
+                dev = r.report["devices"][0]
+                self.assertEqual(dev["pool"]["reserved_bytes"], 0, dev["pool"])
+                self.assertEqual(dev["peak_reserved_bytes"], 128 * MiB)
 
 
 if __name__ == "__main__":

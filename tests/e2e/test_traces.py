@@ -15,8 +15,8 @@ import time
 import unittest
 
 from pythons import interpreters
-from shimtest import BIN, NO_CUDA_PROGRAM, POLICIES, REAL_GPU, ShimTestCase, base_env, check_sanitizer_clean, program, \
-    require_tool, run
+from shimtest import BIN, NO_CUDA_PROGRAM, POLICIES, REAL_GPU, ShimTestCase, base_env, check_sanitizer_clean, last_json, \
+    program, require_tool, run
 from test_python_stacks import markers
 
 MiB = 1 << 20
@@ -728,6 +728,23 @@ class DiffAndMerge(ShimTestCase):
         self.assertTrue(any("end record" in n for n in out["notes"]), out["notes"])
         diff = analyze_json("diff", r.report_path, trace)["devices"][0]
         self.assertEqual((diff["peak_reserved_delta"], diff["peak_allocated_delta"]), (0, 0), diff)
+
+    def test_a_runs_report_and_trace_agree_on_reserved_at_the_end(self):
+        # A pool of CUDA's own keeps 32 MiB it no longer uses (release threshold max) to the end:
+        # held from the driver, in the report's reserved, in no event. The end record had only the
+        # peak, so summary said "at the end reserved 0 B" where the report said 32 MiB.
+        r, trace = traced([program("e2e_cuda_pool_slack_peak")], env={"GPUSHIM_POLICY": "passthrough"})
+        self.assertRanOK(r)
+        slack = last_json(r)["slack"]
+        dev = r.report["devices"][0]
+        self.assertEqual(dev["pool"]["reserved_bytes"], slack)
+        self.assertGreater(slack, dev["live_bytes"])  # the case at hand
+        out = analyze_json("summary", trace)
+        self.assertEqual(out["devices"][0]["reserved"], slack)
+        self.assertEqual(out["devices"][0]["cached_free"], slack)
+        self.assertTrue(any(n.startswith("device 0: reserved at the end ") for n in out["notes"]), out["notes"])
+        self.assertEqual(slack, 32 * MiB)  # the simulated device's chunk, as the report says
+        self.assertIn("at the end reserved 32.0 MiB, of it cached free 32.0 MiB", analyze("summary", trace).stdout)
 
     def test_diff_of_a_runs_report_and_trace_invents_no_site_peaks(self):
         # A report has no per-site peaks, and lists only sites with live memory: the trace's sites

@@ -8,8 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <atomic>
 #include <cstdlib>
+#include <regex>
+#include <set>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -31,9 +35,15 @@ std::string Read(const std::string& path) {
   return ss.str();
 }
 
-bool Exists(const std::string& path) {
-  struct stat st;
-  return lstat(path.c_str(), &st) == 0;
+// The names in `dir`, sorted.
+std::set<std::string> Names(const std::string& dir) {
+  std::set<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.insert(e->d_name);
+    closedir(d);
+  }
+  return names;
 }
 
 TEST(ReplaceFile, WritesThenReplacesAndLeavesNoTemporary) {
@@ -47,9 +57,18 @@ TEST(ReplaceFile, WritesThenReplacesAndLeavesNoTemporary) {
   ASSERT_EQ(stat(path.c_str(), &after), 0);
   EXPECT_EQ(Read(path), "second\n");
   EXPECT_NE(before.st_ino, after.st_ino);  // a new file renamed over the old one, not rewritten in place
-  EXPECT_FALSE(Exists(replacement_temp_path(path)));
-  const std::string tmp = replacement_temp_path(path);
-  EXPECT_EQ(tmp, dir + "/.m.prom.tmp." + std::to_string(getpid()));
+  EXPECT_EQ(Names(dir), std::set<std::string>{"m.prom"});
+}
+
+TEST(ReplaceFile, TemporaryNamesAreUniqueBeyondThePid) {
+  // Containers sharing a directory may run processes with equal pids: a name made of the pid
+  // alone was the same in both.
+  const std::string path = "/d/m.prom";
+  const std::string a = replacement_temp_path(path), b = replacement_temp_path(path);
+  const std::regex shape("/d/\\.m\\.prom\\.tmp\\." + std::to_string(getpid()) + "\\.[0-9a-f]{16}");
+  EXPECT_TRUE(std::regex_match(a, shape)) << a;
+  EXPECT_TRUE(std::regex_match(b, shape)) << b;
+  EXPECT_NE(a, b);
 }
 
 TEST(ReplaceFile, ReadableByOthers) {
@@ -102,20 +121,25 @@ TEST(ReplaceFile, ASymlinkAtThePathIsReplacedNotFollowed) {
   EXPECT_EQ(Read(dir + "/m.prom"), "new");
 }
 
-TEST(ReplaceFile, AStaleOrPlantedTemporaryDoesNotBlockOrLeak) {
+TEST(ReplaceFile, AnotherProcesssTemporaryIsNeverTouched) {
+  // What another process with this pid (in another container) writes at the moment, under the
+  // names a pid alone gave: it was removed before each update.
   const std::string dir = TempDir();
   const std::string path = dir + "/m.prom";
-  const std::string tmp = replacement_temp_path(path);
-  { std::ofstream(tmp) << "left by a process killed mid-write"; }
+  const std::string theirs = dir + "/.m.prom.tmp." + std::to_string(getpid());
+  { std::ofstream(theirs) << "another process's update, half written"; }
   ASSERT_EQ(replace_file_atomically(path, "ok"), 0);
   EXPECT_EQ(Read(path), "ok");
-  // A symlink planted at the temporary name is removed, never written through.
+  EXPECT_EQ(Read(theirs), "another process's update, half written");
+  // Nor a symlink there, nor what it points to.
+  ASSERT_EQ(unlink(theirs.c_str()), 0);
   const std::string victim = dir + "/victim";
   { std::ofstream(victim) << "keep"; }
-  ASSERT_EQ(symlink(victim.c_str(), tmp.c_str()), 0);
+  ASSERT_EQ(symlink(victim.c_str(), theirs.c_str()), 0);
   ASSERT_EQ(replace_file_atomically(path, "again"), 0);
   EXPECT_EQ(Read(victim), "keep");
   EXPECT_EQ(Read(path), "again");
+  EXPECT_EQ(Names(dir), (std::set<std::string>{".m.prom.tmp." + std::to_string(getpid()), "m.prom", "victim"}));
 }
 
 TEST(ReplaceFile, FailuresReturnTheErrnoAndLeaveNothingBehind) {
@@ -123,7 +147,7 @@ TEST(ReplaceFile, FailuresReturnTheErrnoAndLeaveNothingBehind) {
   EXPECT_EQ(replace_file_atomically(dir + "/missing/m.prom", "x"), ENOENT);
   ASSERT_EQ(mkdir((dir + "/adir").c_str(), 0755), 0);
   EXPECT_NE(replace_file_atomically(dir + "/adir", "x"), 0);  // a directory at the name
-  EXPECT_FALSE(Exists(replacement_temp_path(dir + "/adir")));
+  EXPECT_EQ(Names(dir), std::set<std::string>{"adir"});
   EXPECT_EQ(replace_file_atomically(dir + "/", "x"), EISDIR);
   EXPECT_EQ(replace_file_atomically("", "x"), EISDIR);
 }
@@ -142,7 +166,7 @@ TEST(ReplaceFile, FileSizeLimitNeverKillsTheHost) {
     const int err = replace_file_atomically(path, std::string(1 << 20, 'm'));
     sigset_t pending;
     sigpending(&pending);
-    _exit(err == EFBIG && !Exists(path) && !Exists(replacement_temp_path(path)) && sigismember(&pending, SIGXFSZ) == 0
+    _exit(err == EFBIG && Names(dir).empty() && sigismember(&pending, SIGXFSZ) == 0
               ? 0
               : 11);
   }

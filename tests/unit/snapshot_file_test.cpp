@@ -69,13 +69,17 @@ TEST(PublishNewFile, NeverOverwritesAndTakesTheNextSuffix) {
   EXPECT_EQ(Entries(dir), 3);
 }
 
-TEST(PublishNewFile, AStaleTemporaryIsReplacedAndFailuresLeaveNothing) {
+TEST(PublishNewFile, AnotherProcesssTemporaryIsNeverTouched) {
+  // Another process with this pid (in another container sharing the directory) writing its
+  // snapshot under the name a pid alone gave: it was removed first.
   const std::string dir = SnapshotTempDir();
   const std::string path = dir + "/r.snapshot.1.json";
-  { std::ofstream(replacement_temp_path(path)) << "left by a killed process"; }
+  const std::string theirs = dir + "/.r.snapshot.1.json.tmp." + std::to_string(getpid());
+  { std::ofstream(theirs) << "another process's snapshot"; }
   EXPECT_EQ(publish_new_file(path, "fresh"), path);
   EXPECT_EQ(SnapshotRead(path), "fresh");
-  EXPECT_EQ(Entries(dir), 1);
+  EXPECT_EQ(SnapshotRead(theirs), "another process's snapshot");
+  EXPECT_EQ(Entries(dir), 2);
 }
 
 }  // namespace

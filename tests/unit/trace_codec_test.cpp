@@ -144,8 +144,10 @@ std::vector<TraceEvent> sample_events(size_t n, uint32_t seed) {
   return out;
 }
 
-// `end_bytes_cut`: bytes left off the end chunk's payload (a shim that wrote fewer figures).
-std::string build_trace(const std::vector<TraceEvent>& events, size_t per_chunk, bool with_end, size_t end_bytes_cut = 0) {
+// `end_bytes_cut`: bytes left off the end chunk's payload (a shim that wrote fewer figures);
+// `end_bytes_added`: appended to it (a newer shim's trailing figures).
+std::string build_trace(const std::vector<TraceEvent>& events, size_t per_chunk, bool with_end, size_t end_bytes_cut = 0,
+                        const std::string& end_bytes_added = "") {
   std::string f(kFileMagic, sizeof(kFileMagic));
   HeaderInfo h;
   h.pid = 77;
@@ -184,9 +186,9 @@ std::string build_trace(const std::vector<TraceEvent>& events, size_t per_chunk,
     EndInfo e;
     e.end_mono_ns = events.empty() ? 0 : events.back().t_ns;
     e.events_written = events.size();
-    e.devices.push_back(DeviceTotals{{1, 2, 3, 5, 6}, 0, 4, 7, 8, 9});
+    e.devices.push_back(DeviceTotals{{1, 2, 3, 5, 6}, 0, 4, 7, 8, 9, 10});
     const std::string end = encode_end(e);
-    append_chunk(&f, ChunkType::kEnd, end.substr(0, end.size() - end_bytes_cut));
+    append_chunk(&f, ChunkType::kEnd, end.substr(0, end.size() - end_bytes_cut) + end_bytes_added);
   }
   return f;
 }
@@ -228,13 +230,36 @@ void expect_same_event(const TraceEvent& got, const TraceEvent& want, size_t i) 
 
 // Shims before the pool's retries were written end the chunk after each device's OOMs.
 TEST(TraceReader, EndChunksWithoutTheRetriesStillRead) {
-  const std::string file = build_trace(sample_events(10, 1), 700, true, /*end_bytes_cut=*/1);
+  const std::string file = build_trace(sample_events(10, 1), 700, true, /*end_bytes_cut=*/2);
   TraceData t;
   std::string err;
   ASSERT_TRUE(parse_trace(file, &t, &err)) << err;
   ASSERT_TRUE(t.end.has_value());
   EXPECT_EQ(t.end->devices[0].ooms, 8u);
   EXPECT_FALSE(t.end->devices[0].alloc_retries.has_value());
+  EXPECT_FALSE(t.end->devices[0].reserved.has_value());
+}
+
+// Shims before format 1.4 end the chunk after each device's retries.
+TEST(TraceReader, EndChunksWithoutReservedStillRead) {
+  const std::string file = build_trace(sample_events(10, 1), 700, true, /*end_bytes_cut=*/1);
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(file, &t, &err)) << err;
+  ASSERT_TRUE(t.end.has_value());
+  EXPECT_EQ(t.end->devices[0].alloc_retries, std::optional<uint64_t>(9));
+  EXPECT_FALSE(t.end->devices[0].reserved.has_value());
+}
+
+// A newer minor version may add trailing figures: this reader keeps what it knows.
+TEST(TraceReader, EndChunksWithANewerShimsFiguresStillRead) {
+  const std::string file = build_trace(sample_events(10, 1), 700, true, 0, std::string("\x05\x81\x01", 3));
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(file, &t, &err)) << err;
+  ASSERT_TRUE(t.end.has_value());
+  EXPECT_FALSE(t.truncated) << t.stop_reason;
+  EXPECT_EQ(t.end->devices[0].reserved, std::optional<uint64_t>(10));
 }
 
 TEST(TraceReader, ReadsBackEverythingWritten) {
@@ -260,6 +285,7 @@ TEST(TraceReader, ReadsBackEverythingWritten) {
   EXPECT_EQ(t.end->devices[0].peak_bytes, 3u);
   EXPECT_EQ(t.end->devices[0].ooms, 8u);
   EXPECT_EQ(t.end->devices[0].alloc_retries, std::optional<uint64_t>(9));
+  EXPECT_EQ(t.end->devices[0].reserved, std::optional<uint64_t>(10));
   EXPECT_EQ(t.unmatched_frees, 0u);
   ASSERT_EQ(t.events.size(), events.size());
   for (size_t i = 0; i < events.size(); ++i) expect_same_event(t.events[i], events[i], i);

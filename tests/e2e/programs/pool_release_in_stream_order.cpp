@@ -1,0 +1,52 @@
+// A stream-ordered free from one of CUDA's own pools, issued while its stream is still busy: CUDA
+// gives the memory back (release threshold 0, its default) only once the stream reaches the free,
+// after the shim read what the pool reserves at the free. Nothing afterwards makes the shim read
+// the pool again (no allocation, trim or sample; the program's own query of CUDA's pool passes
+// through), so only a reading when the report is
+// written can find the reservation gone. Argument: "default" allocates with cudaMallocAsync from
+// the device's current pool (CUDA's own under passthrough only); "created" (the default) from a
+// pool of the program's, CUDA's own under every policy. Prints the pool's reservation while the
+// allocation was live and at the end, as JSON.
+#include <sched.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+#include "support/test_support.h"
+
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+
+// Holds the stream until the program has issued the free.
+void CUDART_CB wait_for_free(void* issued) {
+  while (!static_cast<std::atomic<bool>*>(issued)->load(std::memory_order_acquire)) sched_yield();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool use_default = argc > 1 && std::strcmp(argv[1], "default") == 0;
+  CHECK(cudaFree(nullptr));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaMemPool_t pool = nullptr;
+  if (use_default) CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  else pool = testsupport::new_device_pool(0);
+  void* p = nullptr;
+  if (use_default) CHECK(cudaMallocAsync(&p, 100 * kMiB, s));
+  else CHECK(cudaMallocFromPoolAsync(&p, 100 * kMiB, pool, s));
+  uint64_t live = 0, end = 0;
+  CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &live));
+  std::atomic<bool> issued{false};
+  CHECK(cudaLaunchHostFunc(s, wait_for_free, &issued));
+  CHECK(cudaFreeAsync(p, s));
+  issued.store(true, std::memory_order_release);
+  CHECK(cudaStreamSynchronize(s));
+  // The shim forwards this query of CUDA's pool without reading it for itself.
+  CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &end));
+  std::printf("{\"reserved_live\":%llu,\"reserved_end\":%llu}\n", static_cast<unsigned long long>(live),
+              static_cast<unsigned long long>(end));
+  return 0;
+}

@@ -50,15 +50,20 @@ GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   GPUSHIM_SCOPE;
   // Its handle, while it exists: if this release destroys it, its streams go with it.
   const CUcontext primary = gpushim::primary_context_if_active(dev);
-  const CUresult r = call(real_driver().cuDevicePrimaryCtxRelease_v2, dev);
   Shim* s = accounting(scope);
   // The runtime's own release (its teardown at exit, after which the exit report still lists
   // what the program leaked) is not the program destroying its context.
-  if (s == nullptr || r != CUDA_SUCCESS || s->called_by_cuda()) return r;
+  if (s != nullptr && s->called_by_cuda()) s = nullptr;
+  // What it owns must be asked while it exists (only the driver knows whether this release is
+  // its last): the memory of other contexts, and cuMemCreate's, outlives it.
+  std::vector<Shim::OwnedAllocation> owned;
+  if (s != nullptr && primary != nullptr) owned = s->owned_by_context(primary, /*pool_memory=*/true);
+  const CUresult r = call(real_driver().cuDevicePrimaryCtxRelease_v2, dev);
+  if (s == nullptr || r != CUDA_SUCCESS) return r;
   unsigned flags = 0;
   int active = 1;
   if (call(real_driver().cuDevicePrimaryCtxGetState, dev, &flags, &active) == CUDA_SUCCESS && active == 0)
-    s->after_context_destroyed(dev, primary);
+    s->after_context_destroyed(dev, primary, owned);
   return r;
 }
 

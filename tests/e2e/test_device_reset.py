@@ -63,6 +63,32 @@ class DeviceReset(ShimTestCase):
                 self.assertEqual([(s["live_bytes"], s["live_count"]) for s in sites], [(4 * MiB, 1)],
                                  r.report["freed_by_reset"])
 
+    def test_the_primary_contexts_end_frees_its_memory_only(self):
+        # A created context's memory and cuMemCreate's (no context) outlive the primary context's
+        # reset and its last release; its own pinned host and managed memory do not. The books
+        # had dropped the first two as freed and kept the last two live.
+        for how in ("reset", "release"):
+            for policy in POLICIES:
+                with self.subTest(how=how, policy=policy):
+                    r = run([program("e2e_device_reset"), "survivors", how],
+                            env={"GPUSHIM_POLICY": policy, "GPUSHIM_STACK_DEPTH": "16"})
+                    self.assertRanOK(r)
+                    out = result(r)
+                    self.assertTrue(out["verified"], r.stderr)
+                    self.assertTrue(out["shim"])
+                    self.assertEqual((out["live_count"], out["live_bytes"]), (2, 8 * MiB), r.stderr)
+                    dev = r.device(0)
+                    self.assertEqual((dev["live_count"], dev["total_allocs"], dev["total_frees"]), (0, 3, 3))
+                    other = {m["kind"]: m for m in r.report["other_memory"]}
+                    for kind in ("host", "managed"):
+                        self.assertEqual((other[kind]["live_bytes"], other[kind]["total_frees"]), (0, 1), other)
+                    sites = freed_sites(r.report, "primary_memory_of_every_kind")
+                    self.assertEqual(sorted((s["kind"], s["live_bytes"]) for s in sites),
+                                     [("device", MiB), ("host", MiB), ("managed", MiB)], r.report["freed_by_reset"])
+                    self.assertEqual(sum(s["live_bytes"] for s in r.report["freed_by_reset"]), 3 * MiB)
+                    self.assertIn("gpushim: device 0 reset: 3.0 MiB in 3 live allocations freed by the reset",
+                                  r.stderr)
+
     def test_destroying_a_created_context_frees_its_memory(self):
         # cuCtxDestroy frees what was allocated in the context; the books drop it (live, counters,
         # the cap's charge) and name it in freed_by_reset. Under a cap cudaMemGetInfo shows the

@@ -2,7 +2,7 @@
 // memory that works, whatever the policy cached before. Data is written and read back after the
 // reset, and the program prints what it and the shim see as one JSON line.
 //
-// Usage: e2e_device_reset runtime|primary_reset|release
+// Usage: e2e_device_reset runtime|primary_reset|release|survivors|ctx_destroy
 //   runtime:        cudaMalloc, cudaFree (the pool caches the segment), cudaDeviceReset
 //   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset
 //   release:        a driver-API program that retains the primary context, allocates and
@@ -11,6 +11,11 @@
 //                   cuMemAlloc in a context made with cuCtxCreate, then cuCtxDestroy (looked up
 //                   with dlsym, or with cuGetProcAddress), which frees that memory; then memory of
 //                   the primary context, old and new, must hold data
+//   survivors reset|release:
+//                   a driver-API program with memory of three owners when its primary context
+//                   is reset (cuDevicePrimaryCtxReset) or destroyed by its last release: the
+//                   primary context's (device, pinned host and managed memory: freed), a created
+//                   context's and cuMemCreate's (no context: both survive, and hold their data)
 #include <cstring>
 #include <string>
 #include <vector>
@@ -194,6 +199,102 @@ int context_destroy(bool via_proc_address) {
   return ok ? 0 : 1;
 }
 
+__attribute__((noinline)) CUdeviceptr driver_alloc_in_other_context(size_t bytes) {
+  CUdeviceptr p = 0;
+  CHECK_CU(testsupport::driver().MemAlloc(&p, bytes));
+  return p;
+}
+
+// Physical memory of no context (cuMemCreate), mapped at a reserved range of `bytes`.
+struct Mapped {
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle handle = 0;
+};
+__attribute__((noinline)) Mapped map_physical(size_t bytes) {
+  const auto& drv = testsupport::driver();
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  Mapped m;
+  CHECK_CU(drv.MemCreate(&m.handle, bytes, &prop, 0));
+  CHECK_CU(drv.MemAddressReserve(&m.va, bytes, 0, 0, 0));
+  CHECK_CU(drv.MemMap(m.va, bytes, 0, m.handle, 0));
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CHECK_CU(drv.MemSetAccess(m.va, bytes, &access, 1));
+  return m;
+}
+
+// The primary context's memory of every kind its end frees.
+__attribute__((noinline)) void primary_memory_of_every_kind(size_t bytes) {
+  using AllocManaged = CUresult (*)(CUdeviceptr*, size_t, unsigned);
+  CUdeviceptr device = 0, managed = 0;
+  void* host = nullptr;
+  CHECK_CU(testsupport::driver().MemAlloc(&device, bytes));
+  CHECK_CU(testsupport::driver().MemAllocHost(&host, bytes));
+  CHECK_CU(testsupport::driver_function<AllocManaged>("cuMemAllocManaged")(&managed, bytes, CU_MEM_ATTACH_GLOBAL));
+}
+
+int survivors(bool release_last) {
+  using Init = CUresult (*)(unsigned);
+  using Retain = CUresult (*)(CUcontext*, CUdevice);
+  using DeviceCall = CUresult (*)(CUdevice);
+  using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  using MemsetD8 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
+  using CopyDtoH = CUresult (*)(void*, CUdeviceptr, size_t);
+  const auto& drv = testsupport::driver();
+  CHECK_CU(testsupport::driver_function<Init>("cuInit")(0));
+  auto retain = testsupport::driver_function<Retain>("cuDevicePrimaryCtxRetain");
+  auto memset_d8 = testsupport::driver_function<MemsetD8>("cuMemsetD8_v2");
+  auto copy = testsupport::driver_function<CopyDtoH>("cuMemcpyDtoH_v2");
+  auto holds = [&](CUdeviceptr p, size_t bytes, unsigned char value) {
+    std::vector<unsigned char> host(bytes);
+    if (copy(host.data(), p, bytes) != CUDA_SUCCESS) return false;
+    for (unsigned char c : host)
+      if (c != value) return false;
+    return true;
+  };
+  CUcontext primary = nullptr, created = nullptr;
+  CHECK_CU(testsupport::driver_function<Create>("cuCtxCreate_v4")(&created, nullptr, 0, 0));
+  const CUdeviceptr other = driver_alloc_in_other_context(6 * kMiB);
+  CHECK_CU(memset_d8(other, 0x66, 6 * kMiB));
+  CHECK_CU(retain(&primary, 0));
+  testsupport::make_current(primary);
+  const Mapped mapped = map_physical(2 * kMiB);
+  CHECK_CU(memset_d8(mapped.va, 0x44, 2 * kMiB));
+  primary_memory_of_every_kind(1 * kMiB);
+  if (release_last) {
+    CHECK_CU(testsupport::driver_function<DeviceCall>("cuDevicePrimaryCtxRelease_v2")(0));
+    unsigned flags = 0;
+    int active = 1;
+    CHECK_CU(drv.DevicePrimaryCtxGetState(0, &flags, &active));
+    if (active != 0) {
+      std::fprintf(stderr, "the last release left the primary context active\n");
+      return 1;
+    }
+  } else {
+    CHECK_CU(testsupport::driver_function<DeviceCall>("cuDevicePrimaryCtxReset_v2")(0));
+  }
+  CHECK_CU(retain(&primary, 0));
+  bool ok = holds(mapped.va, 2 * kMiB, 0x44);
+  testsupport::make_current(created);
+  ok = ok && holds(other, 6 * kMiB, 0x66);
+  gpushim_device_stats st{};
+  const bool shim = testsupport::shim_stats(0, &st);
+  std::printf("{\"verified\": %s, \"shim\": %s, \"live_bytes\": %llu, \"live_count\": %llu}\n",
+              ok ? "true" : "false", shim ? "true" : "false", st.live_bytes, st.live_count);
+  CHECK_CU(drv.MemFree(other));
+  testsupport::destroy_context(created);
+  testsupport::make_current(primary);
+  CHECK_CU(drv.MemUnmap(mapped.va, 2 * kMiB));
+  CHECK_CU(drv.MemRelease(mapped.handle));
+  CHECK_CU(drv.MemAddressFree(mapped.va, 2 * kMiB));
+  CHECK_CU(testsupport::driver_function<DeviceCall>("cuDevicePrimaryCtxRelease_v2")(0));
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -201,6 +302,7 @@ int main(int argc, char** argv) {
   if (mode == "runtime") return runtime_reset(false);
   if (mode == "primary_reset") return runtime_reset(true);
   if (mode == "release") return release_last_reference();
+  if (mode == "survivors") return survivors(argc > 2 && std::string(argv[2]) == "release");
   if (mode == "ctx_destroy") return context_destroy(argc > 2 && std::string(argv[2]) == "proc_address");
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;

@@ -74,6 +74,15 @@ CUresult destroy_context(CUresult (*real)(CUcontext), CUcontext ctx) {
   GPUSHIM_SCOPE;
   Shim* s = accounting(scope);
   if (s == nullptr) return call(real, ctx);
+  // A primary context is reset, not destroyed: CUDA refuses (CUDA_ERROR_INVALID_CONTEXT) and its
+  // streams live on, so the pools must go on fencing them. Should a driver destroy it after all,
+  // it is the end a last release makes.
+  if (const int device = gpushim::device_of_primary_context(ctx); device >= 0) {
+    const auto owned = s->owned_by_context(ctx, /*pool_memory=*/true);
+    const CUresult r = call(real, ctx);
+    if (r == CUDA_SUCCESS) s->after_context_destroyed(device, ctx, owned);
+    return r;
+  }
   const auto owned = s->owned_by_context(ctx);
   s->before_context_destroy(ctx);
   const CUresult r = call(real, ctx);

@@ -167,7 +167,6 @@ void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx,
 
   UnchargeDevice(device, GetConfig().context_mem);
   ctx->active = false;
-  ctx->retain_count = 0;
 }
 
 }  // namespace fakecuda
@@ -376,6 +375,8 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   std::unique_lock lk(s.mu);
   Device* d = nullptr;
   if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  // Its retains stay: "Resetting the primary context does not release it, an application that has
+  // retained the primary context should explicitly release its usage" (cuDevicePrimaryCtxReset).
   DeactivateContext(s, lk, &d->primary, "cuDevicePrimaryCtxReset_v2");
   return CUDA_SUCCESS;
 }

@@ -59,7 +59,9 @@ GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   std::vector<Shim::OwnedAllocation> owned;
   if (s != nullptr && primary != nullptr) owned = s->owned_by_context(primary, /*pool_memory=*/true);
   const CUresult r = call(real_driver().cuDevicePrimaryCtxRelease_v2, dev);
-  if (s == nullptr || r != CUDA_SUCCESS) return r;
+  // A context inactive before the call (reset, which keeps the retains its users then give back)
+  // ends with nothing.
+  if (s == nullptr || r != CUDA_SUCCESS || primary == nullptr) return r;
   unsigned flags = 0;
   int active = 1;
   if (call(real_driver().cuDevicePrimaryCtxGetState, dev, &flags, &active) == CUDA_SUCCESS && active == 0)

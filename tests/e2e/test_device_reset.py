@@ -79,6 +79,9 @@ class DeviceReset(ShimTestCase):
                     self.assertEqual((out["live_count"], out["live_bytes"]), (2, 8 * MiB), r.stderr)
                     dev = r.device(0)
                     self.assertEqual((dev["live_count"], dev["total_allocs"], dev["total_frees"]), (0, 3, 3))
+                    # The reset or release, then the program's last release; the release after a
+                    # reset (CUDA keeps the retain) ends nothing.
+                    self.assertEqual(dev["resets"], 2)
                     other = {m["kind"]: m for m in r.report["other_memory"]}
                     for kind in ("host", "managed"):
                         self.assertEqual((other[kind]["live_bytes"], other[kind]["total_frees"]), (0, 1), other)

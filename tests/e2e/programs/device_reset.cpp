@@ -276,6 +276,9 @@ int survivors(bool release_last) {
     }
   } else {
     CHECK_CU(testsupport::driver_function<DeviceCall>("cuDevicePrimaryCtxReset_v2")(0));
+    // "Resetting the primary context does not release it": the retain is given back all the
+    // same, and that release ends nothing more.
+    CHECK_CU(testsupport::driver_function<DeviceCall>("cuDevicePrimaryCtxRelease_v2")(0));
   }
   CHECK_CU(retain(&primary, 0));
   bool ok = holds(mapped.va, 2 * kMiB, 0x44);

@@ -2,11 +2,13 @@
 // memory that works, whatever the policy cached before. Data is written and read back after the
 // reset, and the program prints what it and the shim see as one JSON line.
 //
-// Usage: e2e_device_reset runtime|primary_reset|release|survivors|ctx_destroy
+// Usage: e2e_device_reset runtime|primary_reset[_v1]|release[_v1]|survivors|ctx_destroy
 //   runtime:        cudaMalloc, cudaFree (the pool caches the segment), cudaDeviceReset
-//   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset
+//   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset (_v1: its CUDA 7-10 entry
+//                   point, looked up by its plain name)
 //   release:        a driver-API program that retains the primary context, allocates and
-//                   releases it (the last reference: the context is destroyed with its memory)
+//                   releases it (the last reference: the context is destroyed with its memory);
+//                   release_v1 with cuDevicePrimaryCtxRelease's CUDA 7-10 entry point
 //   ctx_destroy [proc_address]:
 //                   cuMemAlloc in a context made with cuCtxCreate, then cuCtxDestroy (looked up
 //                   with dlsym, or with cuGetProcAddress), which frees that memory; then memory of
@@ -51,7 +53,8 @@ size_t driver_used() {
   return total - free;
 }
 
-int runtime_reset(bool through_driver) {
+// `reset_name`: the driver's entry point, the CUDA 11 form or the CUDA 7-10 one libcuda still exports.
+int runtime_reset(bool through_driver, const char* reset_name = "cuDevicePrimaryCtxReset_v2") {
   CHECK(cudaSetDevice(0));
   held_across_reset(3 * kMiB);
   void* cached = nullptr;
@@ -61,7 +64,7 @@ int runtime_reset(bool through_driver) {
   if (through_driver) {
     using Reset = CUresult (*)(CUdevice);
     using Retain = CUresult (*)(CUcontext*, CUdevice);
-    auto reset = testsupport::driver_function<Reset>("cuDevicePrimaryCtxReset_v2");
+    auto reset = testsupport::driver_function<Reset>(reset_name);
     CHECK_CU(reset(0));
     // A driver-API program takes the context up again itself.
     CUcontext ctx = nullptr;
@@ -96,7 +99,7 @@ __attribute__((noinline)) CUdeviceptr driver_alloc_in_context(size_t bytes) {
   return p;
 }
 
-int release_last_reference() {
+int release_last_reference(const char* release_name = "cuDevicePrimaryCtxRelease_v2") {
   using Init = CUresult (*)(unsigned);
   using Retain = CUresult (*)(CUcontext*, CUdevice);
   using Release = CUresult (*)(CUdevice);
@@ -105,7 +108,7 @@ int release_last_reference() {
   using CopyDtoH = CUresult (*)(void*, CUdeviceptr, size_t);
   CHECK_CU(testsupport::driver_function<Init>("cuInit")(0));
   auto retain = testsupport::driver_function<Retain>("cuDevicePrimaryCtxRetain");
-  auto release = testsupport::driver_function<Release>("cuDevicePrimaryCtxRelease_v2");
+  auto release = testsupport::driver_function<Release>(release_name);
   auto set_current = testsupport::driver_function<SetCurrent>("cuCtxSetCurrent");
   auto memset_d8 = testsupport::driver_function<MemsetD8>("cuMemsetD8_v2");
   auto copy = testsupport::driver_function<CopyDtoH>("cuMemcpyDtoH_v2");
@@ -304,7 +307,9 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "runtime";
   if (mode == "runtime") return runtime_reset(false);
   if (mode == "primary_reset") return runtime_reset(true);
+  if (mode == "primary_reset_v1") return runtime_reset(true, "cuDevicePrimaryCtxReset");
   if (mode == "release") return release_last_reference();
+  if (mode == "release_v1") return release_last_reference("cuDevicePrimaryCtxRelease");
   if (mode == "survivors") return survivors(argc > 2 && std::string(argv[2]) == "release");
   if (mode == "ctx_destroy") return context_destroy(argc > 2 && std::string(argv[2]) == "proc_address");
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());

@@ -95,6 +95,26 @@ class DeviceReset(ShimTestCase):
                     self.assertIn("gpushim: device 0 reset: 3.0 MiB in 3 live allocations freed by the reset",
                                   r.stderr)
 
+    def test_a_reset_leaves_pinned_memory_of_another_devices_context(self):
+        # cudaMallocHost while device 1 is current is device 1's primary context's memory; device
+        # 0's reset had dropped it from the books (the runtime's records of pinned memory name
+        # device 0), and the program's later cudaFreeHost then freed an unknown pointer.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_device_reset"), "host_of_other_device"],
+                        env={"GPUSHIM_POLICY": policy, "GPUSHIM_STACK_DEPTH": "16", "FAKECUDA_DEVICES": "2"})
+                self.assertRanOK(r)
+                out = result(r)
+                if out["skipped"]:
+                    self.skipTest("needs two devices")
+                self.assertEqual(out["free_host"], "cudaSuccess")
+                self.assertEqual(freed_sites(r.report, "pinned_while_device_1_is_current"), [],
+                                 r.report["freed_by_reset"])
+                self.assertEqual(sum(s["live_bytes"] for s in r.report["freed_by_reset"]), 2 * MiB)
+                host = [m for m in r.report["other_memory"] if m["kind"] == "host"]
+                self.assertEqual([(m["live_bytes"], m["total_allocs"], m["total_frees"]) for m in host], [(0, 1, 1)])
+                self.assertIn("gpushim: device 0 reset: 2.0 MiB in 1 live allocation freed by the reset", r.stderr)
+
     def test_destroying_a_created_context_frees_its_memory(self):
         # cuCtxDestroy frees what was allocated in the context; the books drop it (live, counters,
         # the cap's charge) and name it in freed_by_reset. Under a cap cudaMemGetInfo shows the

@@ -2,7 +2,7 @@
 // memory that works, whatever the policy cached before. Data is written and read back after the
 // reset, and the program prints what it and the shim see as one JSON line.
 //
-// Usage: e2e_device_reset runtime|primary_reset[_v1]|release[_v1]|survivors|ctx_destroy
+// Usage: e2e_device_reset runtime|primary_reset[_v1]|release[_v1]|host_of_other_device|survivors|ctx_destroy
 //   runtime:        cudaMalloc, cudaFree (the pool caches the segment), cudaDeviceReset
 //   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset (_v1: its CUDA 7-10 entry
 //                   point, looked up by its plain name)
@@ -13,6 +13,9 @@
 //                   cuMemAlloc in a context made with cuCtxCreate, then cuCtxDestroy (looked up
 //                   with dlsym, or with cuGetProcAddress), which frees that memory; then memory of
 //                   the primary context, old and new, must hold data
+//   host_of_other_device:
+//                   pinned host memory allocated while device 1 is current, then device 0 reset:
+//                   the memory is device 1's primary context's and stays (needs two devices)
 //   survivors reset|release:
 //                   a driver-API program with memory of three owners when its primary context
 //                   is reset (cuDevicePrimaryCtxReset) or destroyed by its last release: the
@@ -240,6 +243,32 @@ __attribute__((noinline)) void primary_memory_of_every_kind(size_t bytes) {
   CHECK_CU(testsupport::driver_function<AllocManaged>("cuMemAllocManaged")(&managed, bytes, CU_MEM_ATTACH_GLOBAL));
 }
 
+__attribute__((noinline)) void* pinned_while_device_1_is_current(size_t bytes) {
+  void* h = nullptr;
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaMallocHost(&h, bytes));
+  std::memset(h, 0x5C, bytes);
+  return h;
+}
+
+int host_of_other_device() {
+  int devices = 0;
+  CHECK(cudaGetDeviceCount(&devices));
+  if (devices < 2) {
+    std::printf("{\"skipped\": true}\n");
+    return 0;
+  }
+  void* h = pinned_while_device_1_is_current(1 * kMiB);
+  CHECK(cudaSetDevice(0));
+  void* d = nullptr;
+  CHECK(cudaMalloc(&d, 2 * kMiB));  // device 0's: the reset frees it
+  CHECK(cudaDeviceReset());
+  CHECK(cudaSetDevice(1));
+  const cudaError_t freed = cudaFreeHost(h);
+  std::printf("{\"skipped\": false, \"free_host\": \"%s\"}\n", cudaGetErrorName(freed));
+  return freed == cudaSuccess ? 0 : 1;
+}
+
 int survivors(bool release_last) {
   using Init = CUresult (*)(unsigned);
   using Retain = CUresult (*)(CUcontext*, CUdevice);
@@ -310,6 +339,7 @@ int main(int argc, char** argv) {
   if (mode == "primary_reset_v1") return runtime_reset(true, "cuDevicePrimaryCtxReset");
   if (mode == "release") return release_last_reference();
   if (mode == "release_v1") return release_last_reference("cuDevicePrimaryCtxRelease");
+  if (mode == "host_of_other_device") return host_of_other_device();
   if (mode == "survivors") return survivors(argc > 2 && std::string(argv[2]) == "release");
   if (mode == "ctx_destroy") return context_destroy(argc > 2 && std::string(argv[2]) == "proc_address");
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());

@@ -263,22 +263,26 @@ class Shim {
   // moment to take a sample of the current device, whatever the interval says.
   void sample_usage_now();
   // ---- device resets (core/shim_driver.cpp) ----
-  // Before cudaDeviceReset or cuDevicePrimaryCtxReset of `device`: every live allocation of the
-  // device is recorded as freed by the reset, and the pool gives all its memory back.
-  void before_device_reset(int device);
-  // After the real reset succeeded: the pool's backend retains the context again on next use.
-  void after_device_reset(int device);
-  // After a cuDevicePrimaryCtxRelease that destroyed the device's primary context.
-  // `primary`: the context's handle, learned before the release (null: unknown).
-  void after_context_destroyed(int device, CUcontext primary);
-  // cuCtxDestroy of a context the program created. Before it: the tracked allocations the context
-  // owns, as the driver says (destroy is rare; a walk then keeps the allocation path unchanged).
-  // After it succeeded: those are freed in the books and recorded as freed by the reset.
+  // The tracked allocations a context owns, as the driver says (its end is rare; a walk then
+  // keeps the allocation path unchanged). `pool_memory`: stream-ordered memory allocated in it
+  // counts too, which a primary context's end frees and cuCtxDestroy does not.
   struct OwnedAllocation {
     uintptr_t ptr;
     uint32_t serial;  // the same allocation still, not a new one at a reused address
   };
-  std::vector<OwnedAllocation> owned_by_context(CUcontext ctx);
+  std::vector<OwnedAllocation> owned_by_context(CUcontext ctx, bool pool_memory = false);
+  // Before cudaDeviceReset or cuDevicePrimaryCtxReset of `device`: every live allocation of its
+  // primary context is recorded as freed by the reset, and the pool gives all its memory back.
+  // `owned`: what the context owned, asked before it ended (null: asked now, while it exists).
+  void before_device_reset(int device, const std::vector<OwnedAllocation>* owned = nullptr);
+  // After the real reset succeeded: the pool's backend retains the context again on next use.
+  void after_device_reset(int device);
+  // After a cuDevicePrimaryCtxRelease that destroyed the device's primary context.
+  // `primary`: the context's handle, learned before the release (null: unknown); `owned`: what it
+  // owned then (owned_by_context with its pool memory).
+  void after_context_destroyed(int device, CUcontext primary, const std::vector<OwnedAllocation>& owned);
+  // cuCtxDestroy of a context the program created, with what owned_by_context said before it:
+  // those are freed in the books and recorded as freed by the reset.
   void after_context_destroy(const std::vector<OwnedAllocation>& owned);
   // ---- stream and context lifetimes (core/shim_driver.cpp; the rule: cuda/stream_registry.h) ----
   // Before a cuStreamDestroy is forwarded: no pool block names `stream` afterwards.

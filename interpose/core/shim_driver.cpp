@@ -465,8 +465,8 @@ CUresult Shim::mempool_destroy(CUmemoryPool pool, absl::FunctionRef<CUresult()> 
 // primary context, and so does destroying that context (its last cuDevicePrimaryCtxRelease). A
 // pool that kept those segments would hand out addresses the driver already freed, the worst
 // defect an allocator can have. So before a reset the core frees every live allocation of the
-// device itself (the pool's, through the pool; the forwarded ones only in the books, the reset
-// frees them) and gives every pool segment back to the driver while that memory still exists:
+// context itself (the pool's, through the pool; the forwarded ones the driver says are the
+// context's only in the books, the reset frees them) and gives every pool segment back to the driver while that memory still exists:
 // nothing is freed twice, and the next allocation gets fresh memory. Each allocation the reset
 // freed is recorded per site (RunRecorder::freed_by_reset): the report's freed_by_reset section
 // shows who still held memory.
@@ -493,14 +493,23 @@ void Shim::before_context_destroy(CUcontext ctx) {
   forget_context(ctx, /*context_alive=*/true);
 }
 
-void Shim::before_device_reset(int ordinal) {
+void Shim::before_device_reset(int ordinal, const std::vector<OwnedAllocation>* owned) {
   if (forked_child_) return;
   // The reset destroys the primary context's streams (and events) without a cuStreamDestroy:
   // blocks and fences stop naming them while they still exist.
-  if (const CUcontext primary = primary_context_if_active(ordinal)) before_context_destroy(primary);
+  const CUcontext primary = owned == nullptr ? primary_context_if_active(ordinal) : nullptr;
+  if (primary != nullptr) before_context_destroy(primary);
+  // What the reset frees of the memory CUDA handed out: the primary context's only. A context
+  // the program created keeps its memory, and cuMemCreate's belongs to no context.
+  std::vector<OwnedAllocation> asked;
+  if (owned == nullptr) {
+    if (primary != nullptr) asked = owned_by_context(primary, /*pool_memory=*/true);
+    owned = &asked;
+  }
   DeviceState* d = ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
-  if (d == nullptr) return;  // nothing of this device was ever seen
-  recorder_->device_reset(ordinal);
+  // Nothing of this device was ever seen (pinned host memory may have been, with no device).
+  if (d == nullptr && owned->empty()) return;
+  if (d != nullptr) recorder_->device_reset(ordinal);
   uint64_t freed = 0, count = 0;
   auto freed_one = [&](uintptr_t p, const AllocationRecord& rec) {
     recorder_->freed_by_reset(p, rec);
@@ -508,7 +517,7 @@ void Shim::before_device_reset(int ordinal) {
     ++count;
   };
   // Blocks whose records the pool keeps: freed through it, with their figures.
-  if (d->pool && d->ledger.pool_keeps_records()) {
+  if (d != nullptr && d->pool && d->ledger.pool_keeps_records()) {
     std::vector<uintptr_t> live;
     d->pool->live_payload_blocks(&live);
     for (uintptr_t p : live) {
@@ -518,26 +527,36 @@ void Shim::before_device_reset(int ordinal) {
         freed_one(p, rec);
     }
   }
-  // Everything else of the device the tracker holds: pooled blocks of pools that keep no records,
-  // and forwarded memory of every kind the context owns (device, graph, pinned host, managed,
-  // imported), which the real reset frees.
+  // Pooled blocks of pools that keep no records.
   for (const auto& [p, rec] : books_.records().live()) {
-    if (rec.device != ordinal) continue;
+    if (d == nullptr || rec.device != ordinal || rec.route != Route::kPooled) continue;
     AllocationRecord gone;
     if (!books_.forget(p, &gone)) continue;
-    if (gone.route == Route::kPooled && d->pool->deallocate(reinterpret_cast<void*>(p), nullptr, false) != CUDA_SUCCESS) {
+    if (d->pool->deallocate(reinterpret_cast<void*>(p), nullptr, false) != CUDA_SUCCESS) {
       books_.restore(p, gone);
       continue;
     }
     books_.count_free(gone);
     freed_one(p, gone);
   }
+  // Forwarded memory of every kind the context owns (device, graph, pinned host, managed,
+  // imported, its stream-ordered memory), which the real reset frees.
+  for (const OwnedAllocation& o : *owned) {
+    AllocationRecord gone;
+    if (!books_.forget(o.ptr, &gone)) continue;  // freed meanwhile by another thread
+    if (gone.serial != o.serial) {  // ... and the address handed out again
+      books_.restore(o.ptr, gone);
+      continue;
+    }
+    books_.count_free(gone);
+    freed_one(o.ptr, gone);
+  }
   // Every segment back to the driver now, while it is still the process's memory; the reset then
   // frees nothing of ours, and the pool starts empty.
   // An empty pool is left alone: releasing would synchronize, and so retain a context that may
   // be gone (after_context_destroyed) or never have existed.
   PoolFigures f;
-  if (d->pool) d->pool->figures(&f);
+  if (d != nullptr && d->pool) d->pool->figures(&f);
   if (f.reserved_bytes != 0) {
     d->pool->release_before_reset();
     d->pool->figures(&f);
@@ -575,13 +594,13 @@ bool Shim::called_by_cuda() {
   return m != kUnknownModule && modules_.is_cuda_plumbing(m);
 }
 
-void Shim::after_context_destroyed(int ordinal, CUcontext primary) {
+void Shim::after_context_destroyed(int ordinal, CUcontext primary, const std::vector<OwnedAllocation>& owned) {
   // Its streams and events are gone already: dropped from the registry with no driver call.
   forget_context(primary, /*context_alive=*/false);
   // The same bookkeeping as a reset; the memory is gone already, but the pool cannot have held
   // any: its backend keeps a reference to the context from its first segment on, so the program's
   // last release cannot destroy a context the pool uses.
-  before_device_reset(ordinal);
+  before_device_reset(ordinal, &owned);
   after_device_reset(ordinal);
 }
 
@@ -593,7 +612,7 @@ void Shim::after_context_destroyed(int ordinal, CUcontext primary) {
 // allocates only in the device's primary context (DriverBackend::in_context). So only forwarded
 // allocations can be the context's, and the driver knows which: asked here, at a rare call,
 // rather than recording a context with every allocation.
-std::vector<Shim::OwnedAllocation> Shim::owned_by_context(CUcontext ctx) {
+std::vector<Shim::OwnedAllocation> Shim::owned_by_context(CUcontext ctx, bool pool_memory) {
   std::vector<OwnedAllocation> owned;
   const RealDriver& drv = real_driver();
   if (forked_child_ || ctx == nullptr || drv.cuPointerGetAttribute == nullptr) return owned;
@@ -610,7 +629,8 @@ std::vector<Shim::OwnedAllocation> Shim::owned_by_context(CUcontext ctx) {
     if (drv.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, static_cast<CUdeviceptr>(p)) != CUDA_SUCCESS ||
         owner != ctx)
       continue;
-    if (drv.cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, static_cast<CUdeviceptr>(p)) ==
+    if (!pool_memory &&
+        drv.cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, static_cast<CUdeviceptr>(p)) ==
             CUDA_SUCCESS &&
         pool != nullptr)
       continue;

@@ -82,6 +82,8 @@ using CuCtxCreateV3 = CUresult (*)(CUcontext* pctx, CUexecAffinityParam* params,
   X(cuStreamEndCapture_ptsz, "cuStreamEndCapture_ptsz", decltype(&::cuStreamEndCapture))                            \
   X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2", decltype(&::cuDevicePrimaryCtxReset_v2))              \
   X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2", decltype(&::cuDevicePrimaryCtxRelease_v2))        \
+  X(cuDevicePrimaryCtxReset_v1, "cuDevicePrimaryCtxReset", decltype(&::cuDevicePrimaryCtxReset_v2))                 \
+  X(cuDevicePrimaryCtxRelease_v1, "cuDevicePrimaryCtxRelease", decltype(&::cuDevicePrimaryCtxRelease_v2))           \
   X(cuCtxDestroy_v2, "cuCtxDestroy_v2", decltype(&::cuCtxDestroy_v2))                                               \
   X(cuCtxDestroy_v1, "cuCtxDestroy", decltype(&::cuCtxDestroy_v2))                                                  \
   X(cuCtxCreate_v1, "cuCtxCreate", gpushim::CuCtxCreateV2)                                                          \

@@ -72,6 +72,15 @@ CUcontext primary_context_if_active(int ordinal) {
   return ctx;
 }
 
+int device_of_primary_context(CUcontext ctx) {
+  const RealDriver& d = real_driver();
+  int count = 0;
+  if (ctx == nullptr || !d.cuDeviceGetCount || d.cuDeviceGetCount(&count) != CUDA_SUCCESS) return -1;
+  for (int ordinal = 0; ordinal < count; ++ordinal)
+    if (primary_context_if_active(ordinal) == ctx) return ordinal;
+  return -1;
+}
+
 uint64_t device_total_memory(int ordinal) {
   const RealDriver& d = real_driver();
   if (d.cuInit == nullptr || d.cuDeviceGet == nullptr || d.cuDeviceTotalMem_v2 == nullptr) return 0;

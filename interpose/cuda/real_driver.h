@@ -70,6 +70,8 @@ bool current_context_device(int* device);
 // The handle of `ordinal`'s primary context if it is active (retained and released again, which
 // leaves its reference count as it was); null otherwise. Never creates one.
 CUcontext primary_context_if_active(int ordinal);
+// The device whose active primary context `ctx` is; -1 if it is none (a context the program made).
+int device_of_primary_context(CUcontext ctx);
 
 // Total memory of a device as the driver reports it, without needing a context; 0 if unknown.
 uint64_t device_total_memory(int ordinal);

@@ -37,29 +37,61 @@ GPUSHIM_EXPORT cudaError_t cudaDeviceReset(void) {
   return err;
 }
 
-GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  GPUSHIM_SCOPE;
+namespace {
+
+// `scope`: the exported hook's, which knows its caller.
+CUresult reset_primary(CUresult (*real)(CUdevice), CUdevice dev, const gpushim::CallScope& scope) {
   Shim* s = accounting(scope);  // null inside cudaDeviceReset: that hook does the work
   if (s) s->before_device_reset(dev);
-  const CUresult r = call(real_driver().cuDevicePrimaryCtxReset_v2, dev);
+  const CUresult r = call(real, dev);
   if (s && r == CUDA_SUCCESS) s->after_device_reset(dev);
   return r;
 }
 
-GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  GPUSHIM_SCOPE;
+CUresult release_primary(CUresult (*real)(CUdevice), CUdevice dev, const gpushim::CallScope& scope) {
   // Its handle, while it exists: if this release destroys it, its streams go with it.
   const CUcontext primary = gpushim::primary_context_if_active(dev);
-  const CUresult r = call(real_driver().cuDevicePrimaryCtxRelease_v2, dev);
   Shim* s = accounting(scope);
   // The runtime's own release (its teardown at exit, after which the exit report still lists
   // what the program leaked) is not the program destroying its context.
-  if (s == nullptr || r != CUDA_SUCCESS || s->called_by_cuda()) return r;
+  if (s != nullptr && s->called_by_cuda()) s = nullptr;
+  // What it owns must be asked while it exists (only the driver knows whether this release is
+  // its last): the memory of other contexts, and cuMemCreate's, outlives it.
+  std::vector<Shim::OwnedAllocation> owned;
+  if (s != nullptr && primary != nullptr) owned = s->owned_by_context(primary, /*pool_memory=*/true);
+  const CUresult r = call(real, dev);
+  // A context inactive before the call (reset, which keeps the retains its users then give back)
+  // ends with nothing.
+  if (s == nullptr || r != CUDA_SUCCESS || primary == nullptr) return r;
   unsigned flags = 0;
   int active = 1;
   if (call(real_driver().cuDevicePrimaryCtxGetState, dev, &flags, &active) == CUDA_SUCCESS && active == 0)
-    s->after_context_destroyed(dev, primary);
+    s->after_context_destroyed(dev, primary, owned);
   return r;
+}
+
+}  // namespace
+
+GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  GPUSHIM_SCOPE;
+  return reset_primary(real_driver().cuDevicePrimaryCtxReset_v2, dev, scope);
+}
+
+GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  GPUSHIM_SCOPE;
+  return release_primary(real_driver().cuDevicePrimaryCtxRelease_v2, dev, scope);
+}
+
+// The CUDA 7-10 entry points, still exported by libcuda for programs built against them (and
+// found by their plain names with dlsym): they free the same memory.
+GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  GPUSHIM_SCOPE;
+  return reset_primary(real_driver().cuDevicePrimaryCtxReset_v1, dev, scope);
+}
+
+GPUSHIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  GPUSHIM_SCOPE;
+  return release_primary(real_driver().cuDevicePrimaryCtxRelease_v1, dev, scope);
 }
 
 namespace {
@@ -69,6 +101,15 @@ CUresult destroy_context(CUresult (*real)(CUcontext), CUcontext ctx) {
   GPUSHIM_SCOPE;
   Shim* s = accounting(scope);
   if (s == nullptr) return call(real, ctx);
+  // A primary context is reset, not destroyed: CUDA refuses (CUDA_ERROR_INVALID_CONTEXT) and its
+  // streams live on, so the pools must go on fencing them. Should a driver destroy it after all,
+  // it is the end a last release makes.
+  if (const int device = gpushim::device_of_primary_context(ctx); device >= 0) {
+    const auto owned = s->owned_by_context(ctx, /*pool_memory=*/true);
+    const CUresult r = call(real, ctx);
+    if (r == CUDA_SUCCESS) s->after_context_destroyed(device, ctx, owned);
+    return r;
+  }
   const auto owned = s->owned_by_context(ctx);
   s->before_context_destroy(ctx);
   const CUresult r = call(real, ctx);

@@ -212,6 +212,8 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
     uint64_t bytes = 0, count = 0;
     for (const SiteReport& site : r.freed_by_reset)
       if (site.device == d.device) bytes += site.live_bytes, count += site.live_count;
+    // A program that freed everything before its reset or release did nothing to point at.
+    if (count == 0) continue;
     std::string what;
     if (d.resets != 0) what = "was reset " + plural(d.resets, "time");
     if (d.context_destroys != 0)

@@ -2,6 +2,7 @@
 release that destroys the primary context free every allocation of the device. Under every policy
 the memory handed out afterwards must be fresh memory that holds data, the books must agree with
 the driver, and the report must name the allocations the reset freed."""
+import itertools
 import json
 
 from shimtest import POLICIES, REAL_GPU, ShimTestCase, program, run
@@ -24,7 +25,9 @@ class DeviceReset(ShimTestCase):
         return r, result(r)
 
     def test_memory_after_a_reset_is_fresh_and_holds_data(self):
-        for mode in ("runtime", "primary_reset"):
+        # primary_reset_v1: the CUDA 7-10 entry point, which the shim did not hook: the pools kept
+        # segments the reset had freed and handed them out again.
+        for mode in ("runtime", "primary_reset", "primary_reset_v1"):
             for policy in POLICIES:
                 with self.subTest(mode=mode, policy=policy):
                     r, out = self.run_mode(mode, policy)
@@ -50,9 +53,9 @@ class DeviceReset(ShimTestCase):
                     self.assertFalse(r.sites_with_function("held_across_reset"), "still live after the reset")
 
     def test_releasing_the_last_reference_frees_the_context_memory(self):
-        for policy in POLICIES:
-            with self.subTest(policy=policy):
-                r, out = self.run_mode("release", policy)
+        for mode, policy in itertools.product(("release", "release_v1"), POLICIES):
+            with self.subTest(mode=mode, policy=policy):
+                r, out = self.run_mode(mode, policy)
                 self.assertTrue(out["verified"], r.stderr)
                 self.assertTrue(out["destroyed"])
                 dev = r.device(0)
@@ -62,6 +65,55 @@ class DeviceReset(ShimTestCase):
                 sites = freed_sites(r.report, "driver_alloc_in_context")
                 self.assertEqual([(s["live_bytes"], s["live_count"]) for s in sites], [(4 * MiB, 1)],
                                  r.report["freed_by_reset"])
+
+    def test_the_primary_contexts_end_frees_its_memory_only(self):
+        # A created context's memory and cuMemCreate's (no context) outlive the primary context's
+        # reset and its last release; its own pinned host and managed memory do not. The books
+        # had dropped the first two as freed and kept the last two live.
+        for how in ("reset", "release"):
+            for policy in POLICIES:
+                with self.subTest(how=how, policy=policy):
+                    r = run([program("e2e_device_reset"), "survivors", how],
+                            env={"GPUSHIM_POLICY": policy, "GPUSHIM_STACK_DEPTH": "16"})
+                    self.assertRanOK(r)
+                    out = result(r)
+                    self.assertTrue(out["verified"], r.stderr)
+                    self.assertTrue(out["shim"])
+                    self.assertEqual((out["live_count"], out["live_bytes"]), (2, 8 * MiB), r.stderr)
+                    dev = r.device(0)
+                    self.assertEqual((dev["live_count"], dev["total_allocs"], dev["total_frees"]), (0, 3, 3))
+                    # The reset or release, then the program's last release; the release after a
+                    # reset (CUDA keeps the retain) ends nothing.
+                    self.assertEqual(dev["resets"], 2)
+                    other = {m["kind"]: m for m in r.report["other_memory"]}
+                    for kind in ("host", "managed"):
+                        self.assertEqual((other[kind]["live_bytes"], other[kind]["total_frees"]), (0, 1), other)
+                    sites = freed_sites(r.report, "primary_memory_of_every_kind")
+                    self.assertEqual(sorted((s["kind"], s["live_bytes"]) for s in sites),
+                                     [("device", MiB), ("host", MiB), ("managed", MiB)], r.report["freed_by_reset"])
+                    self.assertEqual(sum(s["live_bytes"] for s in r.report["freed_by_reset"]), 3 * MiB)
+                    self.assertIn("gpushim: device 0 reset: 3.0 MiB in 3 live allocations freed by the reset",
+                                  r.stderr)
+
+    def test_a_reset_leaves_pinned_memory_of_another_devices_context(self):
+        # cudaMallocHost while device 1 is current is device 1's primary context's memory; device
+        # 0's reset had dropped it from the books (the runtime's records of pinned memory name
+        # device 0), and the program's later cudaFreeHost then freed an unknown pointer.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_device_reset"), "host_of_other_device"],
+                        env={"GPUSHIM_POLICY": policy, "GPUSHIM_STACK_DEPTH": "16", "FAKECUDA_DEVICES": "2"})
+                self.assertRanOK(r)
+                out = result(r)
+                if out["skipped"]:
+                    self.skipTest("needs two devices")
+                self.assertEqual(out["free_host"], "cudaSuccess")
+                self.assertEqual(freed_sites(r.report, "pinned_while_device_1_is_current"), [],
+                                 r.report["freed_by_reset"])
+                self.assertEqual(sum(s["live_bytes"] for s in r.report["freed_by_reset"]), 2 * MiB)
+                host = [m for m in r.report["other_memory"] if m["kind"] == "host"]
+                self.assertEqual([(m["live_bytes"], m["total_allocs"], m["total_frees"]) for m in host], [(0, 1, 1)])
+                self.assertIn("gpushim: device 0 reset: 2.0 MiB in 1 live allocation freed by the reset", r.stderr)
 
     def test_destroying_a_created_context_frees_its_memory(self):
         # cuCtxDestroy frees what was allocated in the context; the books drop it (live, counters,

@@ -4,7 +4,7 @@ the process with a misuse report instead, so each case passing means no stale ha
 every policy, and the books are exact at exit."""
 import json
 
-from shimtest import POLICIES, ShimTestCase, program, run, scaled
+from shimtest import POLICIES, REAL_GPU, ShimTestCase, program, run, scaled
 
 MiB = 1 << 20
 
@@ -28,6 +28,18 @@ class StreamLifetimes(ShimTestCase):
                     if case == "freed_then_destroyed":
                         self.assertTrue(out(r)["intact"])
                     self.assertEqual(r.device(0)["live_count"], 0)
+
+    def test_a_refused_context_destroy_leaves_its_streams_fenced(self):
+        # cuCtxDestroy of the primary context is refused (CUDA_ERROR_INVALID_CONTEXT); the pools
+        # had dropped its streams before the call, and a plain free then stopped waiting for the
+        # 300 ms fill on one of them: the next allocation got the block while the fill still ran.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = self.run_case(policy, "refused_destroy")
+                if not REAL_GPU:
+                    self.assertEqual(out(r)["destroy"], 201)  # CUDA_ERROR_INVALID_CONTEXT
+                self.assertTrue(out(r)["intact"], r.stdout + r.stderr)
+                self.assertEqual(r.device(0)["live_count"], 0)
 
     def test_per_thread_default_stream_is_not_shared_between_threads(self):
         # Thread A frees on its per-thread stream while its 300 ms fill still runs; thread B's own

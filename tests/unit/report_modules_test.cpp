@@ -100,6 +100,41 @@ TEST(ReportModules, SummaryNamesTheLargestModulesAndUnaccounted) {
   EXPECT_EQ(s.find("device 1 live by module"), std::string::npos);
 }
 
+std::string summary_of(const ReportData& r) {
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* out = open_memstream(&buf, &len);
+  write_summary(r, "", 5, out);
+  std::fclose(out);
+  std::string s(buf, len);
+  free(buf);
+  return s;
+}
+
+// A program that releases its primary context (numba's cuda.close()) or resets its device after
+// freeing everything did nothing the summary needs to point at: no line, though the device entry
+// still counts the resets. Found by the contexts hunt: every correct driver-API program that
+// retained and released its context ended with 'device 0 was reset 1 time; that freed 0 B in 0
+// allocations still live'.
+TEST(ReportModules, ResetsThatFreedNothingGetNoSummaryLine) {
+  ReportData r = sample();
+  r.devices[0].resets = 2;
+  r.devices[1].context_destroys = 1;
+  std::string s = summary_of(r);
+  EXPECT_EQ(s.find("was reset"), std::string::npos) << s;
+  EXPECT_EQ(s.find("destroyed; that freed"), std::string::npos) << s;
+  SiteReport freed;
+  freed.device = 0;
+  freed.live_bytes = 3 * MiB;
+  freed.live_count = 1;
+  r.freed_by_reset.push_back(freed);
+  s = summary_of(r);
+  EXPECT_NE(s.find("gpushim: device 0 was reset 2 times; that freed 3.0 MiB in 1 allocation still live"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(s.find("device 1 had"), std::string::npos) << s;
+}
+
 // "At the peak" only when the sample was taken then and the process held its peak: in a quick
 // program every moment is 0.00 s, and a sample with a quarter of the peak held was called so.
 TEST(ReportModules, ASampleIsAtThePeakOnlyWhenThePeakWasHeld) {

@@ -2,15 +2,25 @@
 // memory that works, whatever the policy cached before. Data is written and read back after the
 // reset, and the program prints what it and the shim see as one JSON line.
 //
-// Usage: e2e_device_reset runtime|primary_reset|release
+// Usage: e2e_device_reset runtime|primary_reset[_v1]|release[_v1]|host_of_other_device|survivors|ctx_destroy
 //   runtime:        cudaMalloc, cudaFree (the pool caches the segment), cudaDeviceReset
-//   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset
+//   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset (_v1: its CUDA 7-10 entry
+//                   point, looked up by its plain name)
 //   release:        a driver-API program that retains the primary context, allocates and
-//                   releases it (the last reference: the context is destroyed with its memory)
+//                   releases it (the last reference: the context is destroyed with its memory);
+//                   release_v1 with cuDevicePrimaryCtxRelease's CUDA 7-10 entry point
 //   ctx_destroy [proc_address]:
 //                   cuMemAlloc in a context made with cuCtxCreate, then cuCtxDestroy (looked up
 //                   with dlsym, or with cuGetProcAddress), which frees that memory; then memory of
 //                   the primary context, old and new, must hold data
+//   host_of_other_device:
+//                   pinned host memory allocated while device 1 is current, then device 0 reset:
+//                   the memory is device 1's primary context's and stays (needs two devices)
+//   survivors reset|release:
+//                   a driver-API program with memory of three owners when its primary context
+//                   is reset (cuDevicePrimaryCtxReset) or destroyed by its last release: the
+//                   primary context's (device, pinned host and managed memory: freed), a created
+//                   context's and cuMemCreate's (no context: both survive, and hold their data)
 #include <cstring>
 #include <string>
 #include <vector>
@@ -46,7 +56,8 @@ size_t driver_used() {
   return total - free;
 }
 
-int runtime_reset(bool through_driver) {
+// `reset_name`: the driver's entry point, the CUDA 11 form or the CUDA 7-10 one libcuda still exports.
+int runtime_reset(bool through_driver, const char* reset_name = "cuDevicePrimaryCtxReset_v2") {
   CHECK(cudaSetDevice(0));
   held_across_reset(3 * kMiB);
   void* cached = nullptr;
@@ -56,7 +67,7 @@ int runtime_reset(bool through_driver) {
   if (through_driver) {
     using Reset = CUresult (*)(CUdevice);
     using Retain = CUresult (*)(CUcontext*, CUdevice);
-    auto reset = testsupport::driver_function<Reset>("cuDevicePrimaryCtxReset_v2");
+    auto reset = testsupport::driver_function<Reset>(reset_name);
     CHECK_CU(reset(0));
     // A driver-API program takes the context up again itself.
     CUcontext ctx = nullptr;
@@ -91,7 +102,7 @@ __attribute__((noinline)) CUdeviceptr driver_alloc_in_context(size_t bytes) {
   return p;
 }
 
-int release_last_reference() {
+int release_last_reference(const char* release_name = "cuDevicePrimaryCtxRelease_v2") {
   using Init = CUresult (*)(unsigned);
   using Retain = CUresult (*)(CUcontext*, CUdevice);
   using Release = CUresult (*)(CUdevice);
@@ -100,7 +111,7 @@ int release_last_reference() {
   using CopyDtoH = CUresult (*)(void*, CUdeviceptr, size_t);
   CHECK_CU(testsupport::driver_function<Init>("cuInit")(0));
   auto retain = testsupport::driver_function<Retain>("cuDevicePrimaryCtxRetain");
-  auto release = testsupport::driver_function<Release>("cuDevicePrimaryCtxRelease_v2");
+  auto release = testsupport::driver_function<Release>(release_name);
   auto set_current = testsupport::driver_function<SetCurrent>("cuCtxSetCurrent");
   auto memset_d8 = testsupport::driver_function<MemsetD8>("cuMemsetD8_v2");
   auto copy = testsupport::driver_function<CopyDtoH>("cuMemcpyDtoH_v2");
@@ -194,13 +205,142 @@ int context_destroy(bool via_proc_address) {
   return ok ? 0 : 1;
 }
 
+__attribute__((noinline)) CUdeviceptr driver_alloc_in_other_context(size_t bytes) {
+  CUdeviceptr p = 0;
+  CHECK_CU(testsupport::driver().MemAlloc(&p, bytes));
+  return p;
+}
+
+// Physical memory of no context (cuMemCreate), mapped at a reserved range of `bytes`.
+struct Mapped {
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle handle = 0;
+};
+__attribute__((noinline)) Mapped map_physical(size_t bytes) {
+  const auto& drv = testsupport::driver();
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  Mapped m;
+  CHECK_CU(drv.MemCreate(&m.handle, bytes, &prop, 0));
+  CHECK_CU(drv.MemAddressReserve(&m.va, bytes, 0, 0, 0));
+  CHECK_CU(drv.MemMap(m.va, bytes, 0, m.handle, 0));
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CHECK_CU(drv.MemSetAccess(m.va, bytes, &access, 1));
+  return m;
+}
+
+// The primary context's memory of every kind its end frees.
+__attribute__((noinline)) void primary_memory_of_every_kind(size_t bytes) {
+  using AllocManaged = CUresult (*)(CUdeviceptr*, size_t, unsigned);
+  CUdeviceptr device = 0, managed = 0;
+  void* host = nullptr;
+  CHECK_CU(testsupport::driver().MemAlloc(&device, bytes));
+  CHECK_CU(testsupport::driver().MemAllocHost(&host, bytes));
+  CHECK_CU(testsupport::driver_function<AllocManaged>("cuMemAllocManaged")(&managed, bytes, CU_MEM_ATTACH_GLOBAL));
+}
+
+__attribute__((noinline)) void* pinned_while_device_1_is_current(size_t bytes) {
+  void* h = nullptr;
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaMallocHost(&h, bytes));
+  std::memset(h, 0x5C, bytes);
+  return h;
+}
+
+int host_of_other_device() {
+  int devices = 0;
+  CHECK(cudaGetDeviceCount(&devices));
+  if (devices < 2) {
+    std::printf("{\"skipped\": true}\n");
+    return 0;
+  }
+  void* h = pinned_while_device_1_is_current(1 * kMiB);
+  CHECK(cudaSetDevice(0));
+  void* d = nullptr;
+  CHECK(cudaMalloc(&d, 2 * kMiB));  // device 0's: the reset frees it
+  CHECK(cudaDeviceReset());
+  CHECK(cudaSetDevice(1));
+  const cudaError_t freed = cudaFreeHost(h);
+  std::printf("{\"skipped\": false, \"free_host\": \"%s\"}\n", cudaGetErrorName(freed));
+  return freed == cudaSuccess ? 0 : 1;
+}
+
+int survivors(bool release_last) {
+  using Init = CUresult (*)(unsigned);
+  using Retain = CUresult (*)(CUcontext*, CUdevice);
+  using DeviceCall = CUresult (*)(CUdevice);
+  using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  using MemsetD8 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
+  using CopyDtoH = CUresult (*)(void*, CUdeviceptr, size_t);
+  const auto& drv = testsupport::driver();
+  CHECK_CU(testsupport::driver_function<Init>("cuInit")(0));
+  auto retain = testsupport::driver_function<Retain>("cuDevicePrimaryCtxRetain");
+  auto memset_d8 = testsupport::driver_function<MemsetD8>("cuMemsetD8_v2");
+  auto copy = testsupport::driver_function<CopyDtoH>("cuMemcpyDtoH_v2");
+  auto holds = [&](CUdeviceptr p, size_t bytes, unsigned char value) {
+    std::vector<unsigned char> host(bytes);
+    if (copy(host.data(), p, bytes) != CUDA_SUCCESS) return false;
+    for (unsigned char c : host)
+      if (c != value) return false;
+    return true;
+  };
+  CUcontext primary = nullptr, created = nullptr;
+  CHECK_CU(testsupport::driver_function<Create>("cuCtxCreate_v4")(&created, nullptr, 0, 0));
+  const CUdeviceptr other = driver_alloc_in_other_context(6 * kMiB);
+  CHECK_CU(memset_d8(other, 0x66, 6 * kMiB));
+  CHECK_CU(retain(&primary, 0));
+  testsupport::make_current(primary);
+  const Mapped mapped = map_physical(2 * kMiB);
+  CHECK_CU(memset_d8(mapped.va, 0x44, 2 * kMiB));
+  primary_memory_of_every_kind(1 * kMiB);
+  if (release_last) {
+    CHECK_CU(testsupport::driver_function<DeviceCall>("cuDevicePrimaryCtxRelease_v2")(0));
+    unsigned flags = 0;
+    int active = 1;
+    CHECK_CU(drv.DevicePrimaryCtxGetState(0, &flags, &active));
+    if (active != 0) {
+      std::fprintf(stderr, "the last release left the primary context active\n");
+      return 1;
+    }
+  } else {
+    CHECK_CU(testsupport::driver_function<DeviceCall>("cuDevicePrimaryCtxReset_v2")(0));
+    // "Resetting the primary context does not release it": the retain is given back all the
+    // same, and that release ends nothing more.
+    CHECK_CU(testsupport::driver_function<DeviceCall>("cuDevicePrimaryCtxRelease_v2")(0));
+  }
+  CHECK_CU(retain(&primary, 0));
+  bool ok = holds(mapped.va, 2 * kMiB, 0x44);
+  testsupport::make_current(created);
+  ok = ok && holds(other, 6 * kMiB, 0x66);
+  gpushim_device_stats st{};
+  const bool shim = testsupport::shim_stats(0, &st);
+  std::printf("{\"verified\": %s, \"shim\": %s, \"live_bytes\": %llu, \"live_count\": %llu}\n",
+              ok ? "true" : "false", shim ? "true" : "false", st.live_bytes, st.live_count);
+  CHECK_CU(drv.MemFree(other));
+  testsupport::destroy_context(created);
+  testsupport::make_current(primary);
+  CHECK_CU(drv.MemUnmap(mapped.va, 2 * kMiB));
+  CHECK_CU(drv.MemRelease(mapped.handle));
+  CHECK_CU(drv.MemAddressFree(mapped.va, 2 * kMiB));
+  CHECK_CU(testsupport::driver_function<DeviceCall>("cuDevicePrimaryCtxRelease_v2")(0));
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "runtime";
   if (mode == "runtime") return runtime_reset(false);
   if (mode == "primary_reset") return runtime_reset(true);
+  if (mode == "primary_reset_v1") return runtime_reset(true, "cuDevicePrimaryCtxReset");
   if (mode == "release") return release_last_reference();
+  if (mode == "release_v1") return release_last_reference("cuDevicePrimaryCtxRelease");
+  if (mode == "host_of_other_device") return host_of_other_device();
+  if (mode == "survivors") return survivors(argc > 2 && std::string(argv[2]) == "release");
   if (mode == "ctx_destroy") return context_destroy(argc > 2 && std::string(argv[2]) == "proc_address");
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;

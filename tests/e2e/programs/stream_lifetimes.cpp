@@ -13,6 +13,8 @@
 //   driver_capture        a capture begun with cuStreamBeginCapture (driver API): the allocation
 //                         on the capturing stream is the graph's, not the pool's
 //   abandoned_capture     a capture abandoned by destroying its stream: pools fence again after
+//   refused_destroy       cuCtxDestroy of the runtime's primary context, which CUDA refuses: its
+//                         streams live on, and a plain free must still wait for their work
 //   churn THREADS ROUNDS  threads creating, using and destroying streams while others allocate
 #include <atomic>
 #include <cstring>
@@ -159,6 +161,32 @@ int abandoned_capture() {
 
 // Stream churners create a stream, allocate, fill, free on it and destroy it (with work still
 // queued); allocators make plain and stream-ordered allocations on streams of their own.
+int refused_destroy() {
+  CHECK(cudaSetDevice(0));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  using GetCurrent = CUresult (*)(CUcontext*);
+  using Destroy = CUresult (*)(CUcontext);
+  CUcontext primary = nullptr;
+  CHECK_CU(testsupport::driver_function<GetCurrent>("cuCtxGetCurrent")(&primary));
+  // A primary context is reset, never destroyed: the call is refused and changes nothing.
+  const CUresult destroy = testsupport::driver_function<Destroy>("cuCtxDestroy_v2")(primary);
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, 8 * kMiB));
+  CHECK(testsupport::delayed_fill(p, 0x5A, 8 * kMiB, 300000, s));
+  CHECK(cudaFree(p));  // synchronizes in CUDA: the fill on s is over before p is anyone's again
+  void* q = nullptr;
+  CHECK(cudaMalloc(&q, 8 * kMiB));
+  CHECK(cudaMemset(q, 0x11, 8 * kMiB));
+  CHECK(cudaStreamSynchronize(s));
+  const bool intact = testsupport::holds(q, 8 * kMiB, 0x11);
+  CHECK(cudaFree(q));
+  CHECK(cudaStreamDestroy(s));
+  std::printf("{\"case\": \"refused_destroy\", \"destroy\": %d, \"intact\": %s}\n", static_cast<int>(destroy),
+              intact ? "true" : "false");
+  return intact ? 0 : 2;
+}
+
 int churn(int threads, int rounds) {
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
@@ -221,6 +249,7 @@ int main(int argc, char** argv) {
   if (c == "per_thread") return per_thread();
   if (c == "driver_capture") return driver_capture();
   if (c == "abandoned_capture") return abandoned_capture();
+  if (c == "refused_destroy") return refused_destroy();
   if (c == "churn") return churn(argc > 2 ? std::atoi(argv[2]) : 4, argc > 3 ? std::atoi(argv[3]) : 100);
   std::fprintf(stderr, "usage: e2e_stream_lifetimes CASE (see the source)\n");
   return 64;

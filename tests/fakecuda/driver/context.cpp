@@ -175,7 +175,6 @@ void DeactivateContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx,
 
   UnchargeDevice(device, GetConfig().context_mem);
   ctx->active = false;
-  ctx->retain_count = 0;
 }
 
 }  // namespace fakecuda
@@ -384,9 +383,16 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   std::unique_lock lk(s.mu);
   Device* d = nullptr;
   if (CUresult r = GetDevice(s, dev, &d); r != CUDA_SUCCESS) return r;
+  // Its retains stay: "Resetting the primary context does not release it, an application that has
+  // retained the primary context should explicitly release its usage" (cuDevicePrimaryCtxReset).
   DeactivateContext(s, lk, &d->primary, "cuDevicePrimaryCtxReset_v2");
   return CUDA_SUCCESS;
 }
+
+// The CUDA 7-10 entry points, still exported by libcuda for programs built against them (and
+// found by name through dlsym, as ctypes users do): the same behaviour here.
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
 
 CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
   State& s = GetState();

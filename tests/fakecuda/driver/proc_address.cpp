@@ -48,7 +48,9 @@ const ProcEntry kProcTable[] = {
     {"cuDeviceGetAttribute",                   2000, Fn(cuDeviceGetAttribute),                    nullptr},
     // contexts
     {"cuDevicePrimaryCtxRetain",               7000, Fn(cuDevicePrimaryCtxRetain),                nullptr},
+    {"cuDevicePrimaryCtxRelease",              7000, Fn(cuDevicePrimaryCtxRelease),               nullptr},
     {"cuDevicePrimaryCtxRelease",             11000, Fn(cuDevicePrimaryCtxRelease_v2),            nullptr},
+    {"cuDevicePrimaryCtxReset",                7000, Fn(cuDevicePrimaryCtxReset),                 nullptr},
     {"cuDevicePrimaryCtxReset",               11000, Fn(cuDevicePrimaryCtxReset_v2),              nullptr},
     {"cuDevicePrimaryCtxGetState",             7000, Fn(cuDevicePrimaryCtxGetState),              nullptr},
     {"cuDevicePrimaryCtxSetFlags",            11000, Fn(cuDevicePrimaryCtxSetFlags_v2),           nullptr},

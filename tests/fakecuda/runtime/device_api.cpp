@@ -31,8 +31,12 @@ cudaError_t CUDARTAPI cudaDeviceReset(void) {
   if (cudaError_t e = EnsureContext(); e != cudaSuccess) return Record(e);
   const int device = CurrentDevice();
   const CUresult r = Driver().cuDevicePrimaryCtxReset_v2(device);
-  // The runtime's retain is gone with the reset; every thread rebinds on its next call.
-  ForgetPrimaryContext(device);
+  // A reset keeps the runtime's retain: given back here, as every thread retains again on its
+  // next call (the rebinding the generation counter asks for).
+  if (r == CUDA_SUCCESS) {
+    ForgetPrimaryContext(device);
+    Driver().cuDevicePrimaryCtxRelease_v2(device);
+  }
   return Record(Translate(r));
 }
 

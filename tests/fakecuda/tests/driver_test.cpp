@@ -97,12 +97,42 @@ TEST(DriverContext, PrimaryContextLifecycle) {
   EXPECT_EQ(active, 1);
   ASSERT_CU(cuMemAlloc(&p, 4096));
   ASSERT_CU(cuMemFree(p));
+  // The reset released nothing: the retain from before it is still to be given back.
+  ASSERT_CU(cuDevicePrimaryCtxRelease(0));
+  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(active, 1);
   // Releasing the last retain destroys the context like a reset.
   ASSERT_CU(cuDevicePrimaryCtxRelease(0));
   ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
   EXPECT_EQ(active, 0);
   EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
   ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
+}
+
+// "Resetting the primary context does not release it, an application that has retained the
+// primary context should explicitly release its usage", and "it is safe for other modules to call
+// cuDevicePrimaryCtxRelease() even after resetting the device" (cuDevicePrimaryCtxReset). The
+// reset dropped every retain, so that a module's release after it failed with
+// CUDA_ERROR_INVALID_CONTEXT.
+TEST(DriverContext, AResetKeepsTheRetainsItsUsersRelease) {
+  ASSERT_CU(cuInit(0));
+  CUcontext a = nullptr;
+  unsigned flags = 0;
+  int active = -1;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
+  ASSERT_CU(cuDevicePrimaryCtxReset(0));
+  ASSERT_CU(cuDevicePrimaryCtxRelease(0));  // an inactive context: nothing more to destroy
+  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(active, 0);
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));  // active again, with two retains
+  ASSERT_CU(cuDevicePrimaryCtxRelease(0));
+  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(active, 1);
+  ASSERT_CU(cuDevicePrimaryCtxRelease(0));
+  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(active, 0);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
 }
 
 TEST(DriverContext, PushPop) {

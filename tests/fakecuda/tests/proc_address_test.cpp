@@ -34,6 +34,11 @@ TEST(ProcAddress, PicksTheVersionedVariant) {
   EXPECT_EQ(Resolve("cuEventElapsedTime", 12000, 0), "cuEventElapsedTime");
   EXPECT_EQ(Resolve("cuEventElapsedTime", 12080, 0), "cuEventElapsedTime_v2");
   EXPECT_EQ(Resolve("cuMemCreate", 10020, 0), "cuMemCreate");
+  // The CUDA 7-10 primary-context entry points, which NVIDIA's libcuda still exports.
+  EXPECT_EQ(Resolve("cuDevicePrimaryCtxRelease", 10020, 0), "cuDevicePrimaryCtxRelease");
+  EXPECT_EQ(Resolve("cuDevicePrimaryCtxRelease", 11000, 0), "cuDevicePrimaryCtxRelease_v2");
+  EXPECT_EQ(Resolve("cuDevicePrimaryCtxReset", 10020, 0), "cuDevicePrimaryCtxReset");
+  EXPECT_EQ(Resolve("cuDevicePrimaryCtxReset", 11000, 0), "cuDevicePrimaryCtxReset_v2");
 }
 
 TEST(ProcAddress, PerThreadFlagSelectsPtszVariants) {

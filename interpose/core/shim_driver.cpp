@@ -549,6 +549,7 @@ void Shim::before_device_reset(int ordinal, const std::vector<OwnedAllocation>* 
       continue;
     }
     books_.count_free(gone);
+    if (ArrayBooks::is_key(o.ptr)) arrays_.destroyed(o.ptr);
     freed_one(o.ptr, gone);
   }
   // Every segment back to the driver now, while it is still the process's memory; the reset then

@@ -399,6 +399,17 @@ class Arrays(ShimTestCase):
                 self.assertEqual(len(live), 3, live)
                 self.assertEqual(len(callers - {None}), 3, live)
 
+    def test_a_device_reset_frees_the_arrays_of_its_context(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_cuda_arrays"), "reset"], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                out = last_json(r)
+                d = r.device(0)
+                self.assertEqual(d["live_bytes"], 0)
+                freed = [f for f in r.report["freed_by_reset"] if f["device"] == 0]
+                self.assertEqual(sum(f["live_bytes"] for f in freed), out["freed"], freed)
+
     def test_an_array_past_the_cap_is_refused_and_given_back(self):
         for policy in POLICIES:
             with self.subTest(policy=policy):

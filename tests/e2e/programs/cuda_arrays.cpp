@@ -4,7 +4,8 @@
 // driver says the live ones occupy (cuArrayGetMemoryRequirements) and the driver's figure of memory
 // in use, for the test to hold the report to.
 // With the argument "cap": one array through each API past GPUSHIM_LIMIT (64 MiB) instead, both
-// refused, and how the driver's figure moved.
+// refused, and how the driver's figure moved. With "reset": an array left live across
+// cudaDeviceReset, which frees it.
 #include <cstring>
 
 #include "support/driver_api.h"
@@ -49,10 +50,23 @@ int past_the_cap() {
   return 0;
 }
 
+// An array left live when the program resets the device: the reset frees it.
+int reset_with_an_array() {
+  CHECK(cudaFree(nullptr));
+  const cudaChannelFormatDesc float1{32, 0, 0, 0, cudaChannelFormatKindFloat};
+  cudaArray_t a = nullptr;
+  CHECK(cudaMallocArray(&a, &float1, 1024, 256));
+  const unsigned long long bytes = array_bytes(reinterpret_cast<CUarray>(a));
+  CHECK(cudaDeviceReset());
+  std::printf("{\"freed\":%llu}\n", bytes);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "cap") == 0) return past_the_cap();
+  if (argc > 1 && std::strcmp(argv[1], "reset") == 0) return reset_with_an_array();
   CHECK(cudaFree(nullptr));
   const unsigned long long before = used_bytes();
   const testsupport::Driver& drv = testsupport::driver();

@@ -117,7 +117,7 @@ int run_diff(const Cli& cli) {
       j += "]}";
     }
     j += "]}\n";
-    return write_output("-", j, &err) ? 0 : 1;
+    return print_output("diff", j);
   }
 
   std::string o = "gpushim diff\n  A: " + a.path + " (" + a.source + ", pid " + std::to_string(a.meta.pid) + ")\n  B: " +
@@ -148,7 +148,7 @@ int run_diff(const Cli& cli) {
     for (const std::string& f : frames_of(r.any(), 6)) o += "      at " + f + "\n";
   }
   if (rows.size() > top) o += "  ... " + std::to_string(rows.size() - top) + " more\n";
-  return write_output("-", o, &err) ? 0 : 1;
+  return print_output("diff", o);
 }
 
 }  // namespace

@@ -257,7 +257,7 @@ int run_merge(const Cli& cli) {
       append_json_string(&j, skipped[k]);
     }
     j += "]}\n";
-    return write_output("-", j, &err) && damaged == 0 ? 0 : 1;
+    return print_output("merge", j) != 0 || damaged != 0 ? 1 : 0;
   }
 
   std::string o = "gpushim merge: " + std::to_string(rows.size()) + (rows.size() == 1 ? " run" : " runs") + "; median peak allocated " +
@@ -288,7 +288,7 @@ int run_merge(const Cli& cli) {
     for (const std::string& a : r.also)
       o += "same run: " + a + " (its row is from " + r.run.path + ")\n";
   for (const std::string& s : skipped) o += "skipped: " + s + "\n";
-  return write_output("-", o, &err) && damaged == 0 ? 0 : 1;
+  return print_output("merge", o) != 0 || damaged != 0 ? 1 : 0;
 }
 
 }  // namespace

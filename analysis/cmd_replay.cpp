@@ -232,7 +232,7 @@ int run_replay(const Cli& cli) {
       append_json_string(&j, notes[i]);
     }
     j += "]}\n";
-    return write_output("-", j, &err) ? 0 : 1;
+    return print_output("replay", j);
   }
 
   std::string o = "replay of " + path + ": " + std::to_string(trace.events.size()) + " events, recorded with policy " +
@@ -295,7 +295,7 @@ int run_replay(const Cli& cli) {
     }
   }
   o += reproduction;
-  return write_output("-", o, &err) ? 0 : 1;
+  return print_output("replay", o);
 }
 
 }  // namespace

@@ -777,6 +777,23 @@ class DiffAndMerge(ShimTestCase):
         # Different runs of one rank (another pid, another start) stay apart.
         self.assertEqual(len(analyze_json("merge", rep0, os.path.join(job, "run.1.json"))["rows"]), 2)
 
+    def test_a_result_that_cannot_be_written_is_said(self):
+        # To a full disk or a closed stdout, summary, diff, merge and replay exited 1 without a word
+        # (export said it): a script saw a failure with no reason, or in a pipeline none at all.
+        a = self.write(report_doc(1, "0", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]))
+        b = self.write(report_doc(2, "1", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]))
+        _, trace = traced([program("e2e_leak_two_sites")])
+        for args in (["summary", a], ["summary", "--json", a], ["summary", "--format", "torch", a], ["diff", a, b],
+                     ["merge", a, b], ["merge", "--json", a, b], ["replay", trace], ["replay", "--json", trace]):
+            for name, stdout in (("full", "/dev/full"), ("closed", None)):
+                with self.subTest(args=args, stdout=name):
+                    with open(stdout or os.devnull, "w") as out:
+                        p = subprocess.run([ANALYZE, *args], stdout=out, stderr=subprocess.PIPE, text=True,
+                                           timeout=120, preexec_fn=None if stdout else lambda: os.close(1))
+                    self.assertEqual(p.returncode, 1, p.stderr)
+                    why = "No space left on device" if stdout else "Bad file descriptor"
+                    self.assertEqual(p.stderr, f"gpushim-analyze {args[0]}: cannot write to stdout: {why}\n")
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

@@ -79,6 +79,14 @@ int run_diff(const Cli& cli) {
     append_json_string(&j, a.path);
     j += ",\"b\":";
     append_json_string(&j, b.path);
+    for (const auto& [key, run] : {std::pair<const char*, const RunView*>{"notes_a", &a}, {"notes_b", &b}}) {
+      j += std::string(",\"") + key + "\":[";
+      for (size_t i = 0; i < run->notes.size(); ++i) {
+        j += i ? "," : "";
+        append_json_string(&j, run->notes[i]);
+      }
+      j += "]";
+    }
     j += ",\"devices\":[";
     bool first = true;
     for (const auto& [ord, pair] : devices) {
@@ -121,7 +129,11 @@ int run_diff(const Cli& cli) {
   }
 
   std::string o = "gpushim diff\n  A: " + a.path + " (" + a.source + ", pid " + std::to_string(a.meta.pid) + ")\n  B: " +
-                  b.path + " (" + b.source + ", pid " + std::to_string(b.meta.pid) + ")\n\nDevices\n";
+                  b.path + " (" + b.source + ", pid " + std::to_string(b.meta.pid) + ")\n";
+  // What the readers noticed (a trace cut short, events dropped) bounds what the figures below mean.
+  for (const std::string& n : a.notes) o += "  note on A: " + n + "\n";
+  for (const std::string& n : b.notes) o += "  note on B: " + n + "\n";
+  o += "\nDevices\n";
   for (const auto& entry : devices) {
     // Plain variables, not a structured binding: the lambda captures them, which C++20 compilers
     // before clang 16 reject for bindings.

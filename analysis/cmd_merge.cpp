@@ -246,6 +246,11 @@ int run_merge(const Cli& cli) {
         j += k ? "," : "";
         append_json_string(&j, r.outliers[k]);
       }
+      j += "],\"notes\":[";
+      for (size_t k = 0; k < r.run.notes.size(); ++k) {
+        j += k ? "," : "";
+        append_json_string(&j, r.run.notes[k]);
+      }
       j += "]}";
     }
     j += "],\"medians\":{";
@@ -273,7 +278,9 @@ int run_merge(const Cli& cli) {
                   r.run.meta.host.substr(0, 12).c_str(), human_bytes(r.peak_allocated).c_str(),
                   human_bytes(r.peak_reserved).c_str(), human_bytes(r.live).c_str(),
                   r.suspect.empty() ? "-" : r.suspect.c_str(),
-                  r.run.meta.reason == "snapshot" ? " [snapshot]" : "");
+                  r.run.meta.reason == "snapshot"    ? " [snapshot]"
+                  : r.run.meta.reason == "truncated" ? " [cut short]"
+                                                     : "");
     o += line;
     if (!r.outliers.empty()) {
       ++flagged;
@@ -287,6 +294,21 @@ int run_merge(const Cli& cli) {
   for (const RowData& r : rows)
     for (const std::string& a : r.also)
       o += "same run: " + a + " (its row is from " + r.run.path + ")\n";
+  // What the readers noticed about a row's input (a trace cut short, events dropped) bounds what
+  // its figures mean; a note shared by many rows (a module missing here) is said once.
+  std::vector<std::pair<std::string, std::vector<std::string>>> notes;
+  for (const RowData& r : rows)
+    for (const std::string& n : r.run.notes) {
+      auto it = std::find_if(notes.begin(), notes.end(), [&](const auto& x) { return x.first == n; });
+      if (it == notes.end()) notes.push_back({n, {r.label}});
+      else it->second.push_back(r.label);
+    }
+  for (const auto& [n, labels] : notes) {
+    std::string who;
+    for (size_t k = 0; k < labels.size() && k < 8; ++k) who += (k ? ", " : "") + labels[k];
+    if (labels.size() > 8) who += " and " + std::to_string(labels.size() - 8) + " more";
+    o += "note (" + who + "): " + n + "\n";
+  }
   for (const std::string& s : skipped) o += "skipped: " + s + "\n";
   return print_output("merge", o) != 0 || damaged != 0 ? 1 : 0;
 }

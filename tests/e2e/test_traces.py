@@ -794,6 +794,35 @@ class DiffAndMerge(ShimTestCase):
                     why = "No space left on device" if stdout else "Bad file descriptor"
                     self.assertEqual(p.stderr, f"gpushim-analyze {args[0]}: cannot write to stdout: {why}\n")
 
+    def test_diff_and_merge_say_when_an_input_is_cut_short(self):
+        # A trace of a rank killed mid-run compared as if complete: diff printed "peak allocated
+        # 0 B -> 193.9 MiB" and merge a row of 0 B with nothing to say that the trace ends early
+        # (summary and replay said it; diff and merge dropped the readers' notes).
+        r, trace = traced([program("e2e_demo_training_loop")])
+        self.assertRanOK(r)
+        with open(trace, "rb") as f:
+            data = f.read()
+        cut = os.path.join(self.dir, "killed.trace")
+        with open(cut, "wb") as f:
+            f.write(data[:len(data) // 2])
+        why = "the trace is cut short"
+        out = analyze_json("diff", cut, r.report_path)
+        self.assertTrue(any(n.startswith(why) for n in out["notes_a"]), out["notes_a"])
+        self.assertEqual(out["notes_b"], [])
+        lines = analyze("diff", cut, r.report_path).stdout.splitlines()
+        self.assertTrue(lines[3].startswith("  note on A: " + why), lines)
+        self.assertFalse([l for l in lines if l.startswith("  note on B")], lines)
+        whole = self.write(report_doc(5, "1", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]))
+        rows = {row["path"]: row for row in analyze_json("merge", cut, whole)["rows"]}
+        self.assertEqual(rows[cut]["reason"], "truncated")
+        self.assertTrue(any(n.startswith(why) for n in rows[cut]["notes"]), rows[cut])
+        self.assertEqual(rows[whole]["notes"], [])
+        text = analyze("merge", cut, whole).stdout
+        pid = r.report["pid"]
+        row = next(l for l in text.splitlines() if l.startswith("pid %d " % pid))
+        self.assertTrue(row.endswith(" [cut short]"), row)
+        self.assertIn("note (pid %d): %s" % (pid, why), text)
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

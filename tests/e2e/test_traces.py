@@ -823,6 +823,24 @@ class DiffAndMerge(ShimTestCase):
         self.assertTrue(row.endswith(" [cut short]"), row)
         self.assertIn("note (pid %d): %s" % (pid, why), text)
 
+    def test_merge_sums_a_runs_devices_in_every_column(self):
+        # A rank on two devices had the highest device's peak beside both devices' live memory:
+        # 'peak allocated 61.0 MiB, live at end 90.0 MiB' (and peak reserved from whichever device
+        # reserved most), live above peak.
+        two = self.write(report_doc(1, "0", [(0, 30 * MiB, 31 * MiB, 42 * MiB), (1, 60 * MiB, 61 * MiB, 82 * MiB)],
+                                    [("x()", 1, 90 * MiB)]))
+        one = self.write(report_doc(2, "1", [(0, 30 * MiB, 31 * MiB, 42 * MiB)], [("x()", 1, 30 * MiB)]))
+        rows = {row["rank"]: row for row in analyze_json("merge", two, one)["rows"]}
+        self.assertEqual((rows["0"]["peak_allocated"], rows["0"]["peak_reserved"], rows["0"]["live"]),
+                         (92 * MiB, 124 * MiB, 90 * MiB))
+        self.assertEqual((rows["0"]["devices"], rows["0"]["peak_device"]), (2, 1))
+        self.assertEqual((rows["1"]["peak_allocated"], rows["1"]["peak_reserved"], rows["1"]["live"], rows["1"]["devices"]),
+                         (31 * MiB, 42 * MiB, 30 * MiB, 1))
+        text = analyze("merge", two, one).stdout.splitlines()
+        self.assertTrue(text[2].startswith("rank 0 ") and text[2].endswith(" [2 devices]"), text)
+        self.assertIn("92.0 MiB", text[2])
+        self.assertNotIn("devices]", text[3])
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

@@ -95,8 +95,7 @@ double median(std::vector<double> v) {
 }
 
 std::string top_frame(const std::vector<FrameInfo>& frames) {
-  const FrameInfo* f = user_frame(frames);  // the user's own line (stacks/frame_roles.h)
-  return f ? describe_frame(*f) : "(no stack)";
+  return describe_site(frames, "(no stack)");
 }
 
 bool numeric(const std::string& s, long* out) {

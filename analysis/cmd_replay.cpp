@@ -19,11 +19,7 @@ std::string fmt_rate(double v) {
   return buf;
 }
 
-std::string first_site(OfflineSymbolizer& sym, uint32_t stack) {
-  for (const FrameInfo& f : sym.stack(stack))
-    if (!is_plumbing_frame(f)) return describe_frame(f);
-  return "unknown site";
-}
+std::string first_site(OfflineSymbolizer& sym, uint32_t stack) { return describe_site(sym.stack(stack), "unknown site"); }
 
 int run_replay(const Cli& cli) {
   std::string err;

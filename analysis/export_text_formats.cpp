@@ -176,13 +176,7 @@ std::string perfetto_document(const ReportData& m, const std::vector<TimelineSam
          number(o.t_s * 1e6) + ",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"requested\":" + std::to_string(o.requested) +
          ",\"allocated\":" + std::to_string(o.allocated) + ",\"reserved\":" + std::to_string(o.reserved) +
          ",\"device_free\":" + std::to_string(o.device_free) + ",\"site\":";
-    std::string site = "unknown";
-    for (const FrameInfo& f : o.frames)
-      if (!is_plumbing_frame(f)) {
-        site = describe_frame(f);
-        break;
-      }
-    append_json_string(&j, site);
+    append_json_string(&j, describe_site(o.frames, "unknown"));
     j += "}}";
   }
   for (size_t i = 0; i < iterations.size(); ++i) {
@@ -237,16 +231,11 @@ std::string timeline_json(const RunView& run, const std::vector<TimelineSample>&
   }
   j += "],\"iterations\":[";
   for (size_t i = 0; i < run.iterations_s.size(); ++i) j += (i ? "," : "") + number(run.iterations_s[i]);
-  // The strongest growth suspects, named by their first frame outside the shim and CUDA.
+  // The strongest growth suspects, named by the user's own frame (describe_site).
   j += "],\"growth\":[";
   for (size_t i = 0; i < run.growth.size() && i < 3; ++i) {
     const GrowthSuspect& g = run.growth[i];
-    std::string site = "unknown";
-    for (const FrameInfo& f : g.frames)
-      if (!is_plumbing_frame(f)) {
-        site = describe_frame(f);
-        break;
-      }
+    const std::string site = describe_site(g.frames, "unknown");
     j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(g.device) + ",\"grew_bytes\":" +
          std::to_string(g.grew_bytes) + ",\"bytes_per_iteration\":" + number(g.bytes_per_iteration) + ",\"site\":";
     append_json_string(&j, site);

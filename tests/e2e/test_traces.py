@@ -518,6 +518,29 @@ class PythonFrames(ShimTestCase):
         self.assertEqual(len(leaks), self.STEPS, [e["frames"] for e in allocs[:3]])
 
 
+    def test_sites_are_named_by_the_programs_own_line(self):
+        # replay's OOM site, the perfetto-json OOM instant's "site", the timeline's growth sites and
+        # summary --site's function took the innermost frame outside the shim: under ctypes
+        # "libffi.so.8+0x6f7a", where summary, diff and merge named the Python line.
+        r, trace = traced([interpreters()[0][0], LEAK_PY, "2"], env={"GPUSHIM_LIMIT": "200MiB"})
+        self.assertEqual(len(r.report["ooms"]), 1, r.stderr)
+        weights = "load_model planted_leak.py:%d" % self.lines["weights"]
+        dev = analyze_json("replay", trace, "--policy", "caching")["policies"][0]["devices"][0]
+        self.assertEqual(dev["oom_site"], weights)
+        out = os.path.join(self.out, "oom.json")
+        analyze("export", "--format", "perfetto-json", trace, "-o", out)
+        with open(out) as f:
+            ooms = [e for e in json.load(f)["traceEvents"] if e["name"].startswith("OOM")]
+        self.assertEqual([e["args"]["site"] for e in ooms], [weights])
+        self.assertEqual(analyze("summary", "--site", "1", self.trace).stdout.splitlines()[1],
+                         "  load_model planted_leak.py")
+        _, marked = traced([interpreters()[0][0], LEAK_PY, "20", "marks"])
+        analyze("export", "--format", "timeline", marked, "-o", out)
+        with open(out) as f:
+            growth = json.load(f)["growth"]
+        self.assertEqual([g["site"] for g in growth], ["leaky_step planted_leak.py:%d" % self.lines["leak"]])
+
+
 class ReplayUnderALimit(ShimTestCase):
     def test_oom_is_reported_at_the_right_event(self):
         # Ten 64 MiB blocks, then ten frees: under a 200 MiB cap the 4th allocation is refused.

@@ -282,15 +282,15 @@ int run_merge(const Cli& cli) {
   size_t flagged = 0;
   for (const RowData& r : rows) {
     const std::string several = r.devices > 1 ? " [" + std::to_string(r.devices) + " devices]" : "";
-    std::snprintf(line, sizeof(line), "%-14s %-12s %15s %15s %15s  %s%s%s\n", r.label.substr(0, 14).c_str(),
+    // The fixed columns only: a suspect's frame (a C++ template, a long path) has no bound, and
+    // cut by the buffer it took the row's marks and its newline with it.
+    std::snprintf(line, sizeof(line), "%-14s %-12s %15s %15s %15s  ", r.label.substr(0, 14).c_str(),
                   r.run.meta.host.substr(0, 12).c_str(), human_bytes(r.peak_allocated).c_str(),
-                  human_bytes(r.peak_reserved).c_str(), human_bytes(r.live).c_str(),
-                  r.suspect.empty() ? "-" : r.suspect.c_str(),
-                  r.run.meta.reason == "snapshot"    ? " [snapshot]"
-                  : r.run.meta.reason == "truncated" ? " [cut short]"
-                                                     : "",
-                  several.c_str());
+                  human_bytes(r.peak_reserved).c_str(), human_bytes(r.live).c_str());
     o += line;
+    o += r.suspect.empty() ? "-" : r.suspect;
+    o += r.run.meta.reason == "snapshot" ? " [snapshot]" : r.run.meta.reason == "truncated" ? " [cut short]" : "";
+    o += several + "\n";
     if (!r.outliers.empty()) {
       ++flagged;
       std::string l = "    ^ outlier:";

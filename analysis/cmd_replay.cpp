@@ -265,10 +265,12 @@ int run_replay(const Cli& cli) {
                std::to_string(d.recorded_ooms) + " recorded OOMs would not happen" + (d.ooms ? "" : ")");
       char util[32];
       std::snprintf(util, sizeof(util), "%.1f%%", 100 * d.utilization());
-      std::snprintf(line, sizeof(line), "%-18s %-6d %15s %15s %11s %13" PRIu64 " %10s  %s\n", r.policy.c_str(), d.device,
+      // The fixed columns only: the OOM's site has no bound (a C++ template, a long Python name),
+      // and cut by the buffer it took the row's newline with it.
+      std::snprintf(line, sizeof(line), "%-18s %-6d %15s %15s %11s %13" PRIu64 " %10s  ", r.policy.c_str(), d.device,
                     human_bytes(d.peak_allocated).c_str(), human_bytes(d.peak_reserved).c_str(), util, d.driver_calls(),
-                    fmt_rate(eps).c_str(), oom.c_str());
-      o += line;
+                    fmt_rate(eps).c_str());
+      o += line + oom + "\n";
       uint64_t rec = 0;
       if (recorded_known && r.policy == std::string(policy_name(recorded)) && base.gpu_time == GpuTime::kModel &&
           shim_peak_reserved(d.device, &rec) && rec) {

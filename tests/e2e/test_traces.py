@@ -542,6 +542,26 @@ class PythonFrames(ShimTestCase):
 
 
 class ReplayUnderALimit(ShimTestCase):
+    def test_a_long_site_name_keeps_each_row_on_its_line(self):
+        # A row was formatted into 512 bytes: an OOM site past that (a C++ template, a long Python
+        # name) cut the row and its newline, and every policy's row ran into one line.
+        workdir = tempfile.mkdtemp(prefix="gpushim-long-")
+        script = os.path.join(workdir, "long_name.py")
+        name = "allocate_" + "x" * 600
+        with open(script, "w") as f:
+            f.write(f"import sys\nsys.path.insert(0, {os.path.dirname(LEAK_PY)!r})\n"
+                    "import ctypes\nfrom cuda_ctypes import MiB, cuda\n"
+                    f"def {name}():\n    p = ctypes.c_void_p()\n    return cuda.cudaMalloc(ctypes.byref(p), 64 * MiB)\n"
+                    f"print([{name}() for _ in range(4)])\n")
+        r, trace = traced([interpreters()[0][0], script], env={"GPUSHIM_LIMIT": "150MiB"})
+        self.assertEqual(len(r.report["ooms"]), 2, r.stderr)
+        lines = analyze("replay", trace, "--policy", "caching", "--policy", "vmm").stdout.splitlines()
+        rows = [l for l in lines if l.startswith(("caching ", "vmm "))]
+        self.assertEqual(len(rows), 2, lines)
+        for row in rows:
+            self.assertIn("yes: event ", row)
+            self.assertTrue(row.endswith(f"({name} long_name.py:7); 2 refused in all"), row[-100:])
+
     def test_oom_is_reported_at_the_right_event(self):
         # Ten 64 MiB blocks, then ten frees: under a 200 MiB cap the 4th allocation is refused.
         r, path = traced([program("e2e_cap_and_oom"), "64", "10"], env={"GPUSHIM_POLICY": "passthrough"})
@@ -863,6 +883,16 @@ class DiffAndMerge(ShimTestCase):
         self.assertTrue(text[2].startswith("rank 0 ") and text[2].endswith(" [2 devices]"), text)
         self.assertIn("92.0 MiB", text[2])
         self.assertNotIn("devices]", text[3])
+
+    def test_merge_keeps_a_row_with_a_long_suspect_on_its_line(self):
+        # A row was formatted into 512 bytes: a suspect's frame past that cut the row's marks and
+        # its newline, and the next line ("no outliers") ran into it.
+        name = "ns::" + "Layer<" * 80 + "float" + ">" * 80 + "::forward"
+        long = self.write(report_doc(1, "0", [(0, MiB, 2 * MiB, 4 * MiB)], [(name, 1, MiB)], reason="snapshot"))
+        lines = analyze("merge", long).stdout.splitlines()
+        self.assertTrue(lines[2].startswith("rank 0 "), lines)
+        self.assertTrue(lines[2].endswith(name + " train.cpp:1 (train) [snapshot]"), lines[2][-100:])
+        self.assertEqual(lines[3], "no outliers")
 
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))

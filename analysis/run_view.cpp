@@ -235,12 +235,19 @@ bool run_from_report(const ReportFile& file, const std::string& path, RunView* o
       auto it = g.figures.find(k);
       return it == g.figures.end() ? 0.0 : it->second;
     };
-    gs.bytes_per_s = fig("bytes_per_s");
-    gs.bytes_per_iteration = fig("bytes_per_iteration");
-    gs.live_bytes = static_cast<uint64_t>(fig("live_bytes"));
-    gs.live_count = static_cast<uint64_t>(fig("live_count"));
-    gs.grew_bytes = static_cast<uint64_t>(fig("growth_bytes"));  // the report's name for it
-    gs.checkpoints = static_cast<int>(fig("samples"));
+    // The growth section is read leniently (report_reader.cpp): a damaged figure, negative or
+    // past 2^64 (or a rate past any real one), is clamped, as the casts are undefined out of range.
+    auto bounded = [](double d, double most) { return d > 0 ? std::min(d, most) : 0.0; };
+    gs.bytes_per_s = bounded(fig("bytes_per_s"), 1e19);
+    gs.bytes_per_iteration = bounded(fig("bytes_per_iteration"), 1e19);
+    auto whole = [&](const char* k) {
+      const double d = fig(k);
+      return d >= 18446744073709551616.0 ? UINT64_MAX : static_cast<uint64_t>(bounded(d, d));
+    };
+    gs.live_bytes = whole("live_bytes");
+    gs.live_count = whole("live_count");
+    gs.grew_bytes = whole("growth_bytes");  // the report's name for it
+    gs.checkpoints = static_cast<int>(bounded(fig("samples"), INT32_MAX));
     v.growth.push_back(std::move(gs));
   }
   if (file.report.reason == "snapshot")

@@ -13,6 +13,19 @@
 namespace gpushim::analysis {
 namespace {
 
+// b - a, saturated at int64's ends: the plain cast difference of figures past 2^63 (a damaged
+// report's, within what the reader accepts) overflowed and printed the wrong sign.
+int64_t delta(uint64_t a, uint64_t b) {
+  if (b >= a) return b - a > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(b - a);
+  return a - b > static_cast<uint64_t>(INT64_MAX) ? INT64_MIN : -static_cast<int64_t>(a - b);
+}
+
+// The same change for people, exact over the whole range ("+16.0 EiB", "-1.5 GiB", "0 B").
+std::string change(uint64_t a, uint64_t b) {
+  if (a == b) return "0 B";
+  return b > a ? "+" + human_bytes(b - a) : "-" + human_bytes(a - b);
+}
+
 struct Row {
   const SiteView* a = nullptr;
   const SiteView* b = nullptr;
@@ -20,12 +33,12 @@ struct Row {
   // not list had no live memory at its end, not a peak of 0 B.
   bool peaks = false;
   int64_t live_delta() const {
-    return static_cast<int64_t>(b ? b->live_bytes : 0) - static_cast<int64_t>(a ? a->live_bytes : 0);
+    return delta(a ? a->live_bytes : 0, b ? b->live_bytes : 0);
   }
   bool peak_known() const { return peaks && (!a || a->has_history) && (!b || b->has_history); }
   int64_t peak_delta() const {
     if (!peak_known()) return 0;
-    return static_cast<int64_t>(b ? b->peak_bytes : 0) - static_cast<int64_t>(a ? a->peak_bytes : 0);
+    return delta(a ? a->peak_bytes : 0, b ? b->peak_bytes : 0);
   }
   const char* status() const {
     // Without peaks, only live bytes compare: a site a report does not list had none live, so one
@@ -99,7 +112,7 @@ int run_diff(const Cli& cli) {
                              std::pair<const char*, Field>{"live", &DeviceReport::live_bytes}}) {
         const uint64_t va = field(pair.first, f), vb = field(pair.second, f);
         j += std::string(",\"") + name + "_a\":" + std::to_string(va) + ",\"" + name + "_b\":" + std::to_string(vb) +
-             ",\"" + name + "_delta\":" + std::to_string(static_cast<int64_t>(vb) - static_cast<int64_t>(va));
+             ",\"" + name + "_delta\":" + std::to_string(delta(va, vb));
       }
       j += "}";
     }
@@ -142,7 +155,7 @@ int run_diff(const Cli& cli) {
     auto one = [&](const char* name, uint64_t DeviceReport::*f) {
       const uint64_t va = field(pair.first, f), vb = field(pair.second, f);
       return std::string(name) + " " + human_bytes(va) + " -> " + human_bytes(vb) + " (" +
-             human_delta(static_cast<int64_t>(vb) - static_cast<int64_t>(va)) + ")";
+             change(va, vb) + ")";
     };
     o += "  device " + std::to_string(ord) + ": " + one("peak allocated", &DeviceReport::peak_bytes) + "; " +
          one("peak reserved", &DeviceReport::peak_reserved_bytes) + "; " + one("live", &DeviceReport::live_bytes) + "\n";
@@ -152,10 +165,10 @@ int run_diff(const Cli& cli) {
   for (size_t i = 0; i < rows.size() && i < top; ++i) {
     const Row& r = rows[i];
     std::string l = "  " + std::string(r.status()) + ": live " + human_bytes(r.a ? r.a->live_bytes : 0) + " -> " +
-                    human_bytes(r.b ? r.b->live_bytes : 0) + " (" + human_delta(r.live_delta()) + ")";
+                    human_bytes(r.b ? r.b->live_bytes : 0) + " (" + change(r.a ? r.a->live_bytes : 0, r.b ? r.b->live_bytes : 0) + ")";
     if (r.peak_known())
       l += ", site peak " + human_bytes(r.a ? r.a->peak_bytes : 0) + " -> " + human_bytes(r.b ? r.b->peak_bytes : 0) + " (" +
-           human_delta(r.peak_delta()) + ")";
+           change(r.a ? r.a->peak_bytes : 0, r.b ? r.b->peak_bytes : 0) + ")";
     o += l + "\n";
     for (const std::string& f : frames_of(r.any(), 6)) o += "      at " + f + "\n";
   }

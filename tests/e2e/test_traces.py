@@ -894,6 +894,19 @@ class DiffAndMerge(ShimTestCase):
         self.assertTrue(lines[2].endswith(name + " train.cpp:1 (train) [snapshot]"), lines[2][-100:])
         self.assertEqual(lines[3], "no outliers")
 
+    def test_diff_of_figures_past_2_63_keeps_its_sign(self):
+        # Deltas were int64 casts of uint64 figures subtracted: 16 EiB -> 1 MiB was "+1.0 MiB".
+        top = (1 << 64) - 1
+        a = self.write(report_doc(1, "0", [(0, top, top, top)], [("x()", 1, top)]))
+        b = self.write(report_doc(2, "0", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]))
+        out = analyze_json("diff", a, b)
+        dev = out["devices"][0]
+        self.assertEqual((dev["live_delta"], dev["peak_allocated_delta"]), (-(1 << 63), -(1 << 63)))
+        self.assertEqual(out["sites"][0]["live_delta"], -(1 << 63))
+        self.assertEqual(analyze_json("diff", b, a)["devices"][0]["live_delta"], (1 << 63) - 1)
+        text = analyze("diff", a, b).stdout
+        self.assertIn("live 16.0 EiB -> 1.0 MiB (-16.0 EiB)", text)
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

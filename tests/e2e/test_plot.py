@@ -10,7 +10,8 @@ import tempfile
 import unittest
 
 from shimtest import ShimTestCase, program
-from test_traces import ANALYZE, PLOT, require_plot_python, traced
+from pythons import interpreters
+from test_traces import ANALYZE, LEAK_PY, PLOT, require_plot_python, traced
 
 PLOT_PYTHON = "/usr/bin/python3"  # Debian's, with python3-matplotlib (the script's #! line)
 
@@ -168,6 +169,20 @@ class PlotLayout(ShimTestCase):
         self.assertIn("out of memory", labels)
         self.assertTrue(any(l.startswith("cap ") for l in labels))
         self.assert_labels_clear(axes)
+
+    def test_a_reports_growth_suspect_is_named_as_from_its_trace(self):
+        # The report path read 'growth' only as a list, under the trace timeline's key grew_bytes:
+        # the shim writes {"suspects": [...]} with growth_bytes, so a report's plot never said what
+        # grew. A Python program's suspect is named by its line, not by libffi's frame.
+        for args in ([program("e2e_planted_leak")], [interpreters()[0][0], LEAK_PY, "20", "marks"]):
+            with self.subTest(program=args[-1]):
+                r, trace = traced(args)
+                self.assertTrue(r.report["growth"]["suspects"], r.report["growth"])
+                titles = [layout_of(self, source, "growth.png")[0]["title"] for source in (r.report_path, trace)]
+                growing = [t.splitlines()[1] for t in titles]
+                site = "leaky_step planted_leak.cpp:" if "e2e_planted_leak" in args[0] else "leaky_step planted_leak.py:"
+                self.assertTrue(growing[0].startswith("growing steadily: " + site), titles)
+                self.assertEqual(growing[0], growing[1])
 
 
 if __name__ == "__main__":

@@ -170,6 +170,21 @@ class PlotLayout(ShimTestCase):
         self.assertTrue(any(l.startswith("cap ") for l in labels))
         self.assert_labels_clear(axes)
 
+    def test_a_panel_with_nothing_to_label_draws_without_a_warning(self):
+        # A report whose timeline sampled one device of two (a run shorter than GPUSHIM_SAMPLE_MS
+        # sampling) printed matplotlib's "No artists with labels found to put in legend" warning.
+        require_plot_python()
+        out = tempfile.mkdtemp(prefix="gpushim-plot-")
+        report = os.path.join(out, "r.json")
+        with open(report, "w") as f:
+            json.dump({"schema": "gpushim-report/1", "pid": 1, "exe": "/bin/x", "policy": "caching",
+                       "devices": [{"device": d, "peak_allocated_bytes": 1 << 20, "peak_reserved_bytes": 2 << 20}
+                                   for d in (0, 1)],
+                       "timeline": [{"t_s": 0.1, "device": 0, "allocated": 1 << 20, "reserved": 2 << 20}]}, f)
+        proc = plot([report, "-o", os.path.join(out, "two.png")])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("legend", proc.stderr)
+
     def test_a_reports_growth_suspect_is_named_as_from_its_trace(self):
         # The report path read 'growth' only as a list, under the trace timeline's key grew_bytes:
         # the shim writes {"suspects": [...]} with growth_bytes, so a report's plot never said what

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <map>
 #include <cstdlib>
 
 #include "stacks/frame_roles.h"
@@ -239,6 +240,8 @@ int run_merge(const Cli& cli) {
         append_json_string(&j, r.also[k]);
       }
       j += "]";
+      j += ",\"policy\":";
+      append_json_string(&j, r.run.meta.policy);
       j += ",\"reason\":";
       append_json_string(&j, r.run.meta.reason);
       j += ",\"peak_allocated\":" + std::to_string(r.peak_allocated) + ",\"peak_device\":" + std::to_string(r.peak_device) +
@@ -279,8 +282,16 @@ int run_merge(const Cli& cli) {
   std::snprintf(line, sizeof(line), "%-14s %-12s %15s %15s %15s  %s\n", "run", "host", "peak allocated", "peak reserved",
                 "live at end", "top suspect");
   o += line;
+  // Reserved memory depends on the policy: a run under another policy than most is marked, so a
+  // vmm rank flagged among caching ranks is not taken for a leak.
+  std::map<std::string, size_t> policies;
+  for (const RowData& r : rows) ++policies[r.run.meta.policy];
+  const std::string usual =
+      std::max_element(policies.begin(), policies.end(), [](const auto& x, const auto& y) { return x.second < y.second; })
+          ->first;
   size_t flagged = 0;
   for (const RowData& r : rows) {
+    const std::string other_policy = r.run.meta.policy != usual ? " [policy " + r.run.meta.policy + "]" : "";
     const std::string several = r.devices > 1 ? " [" + std::to_string(r.devices) + " devices]" : "";
     // The fixed columns only: a suspect's frame (a C++ template, a long path) has no bound, and
     // cut by the buffer it took the row's marks and its newline with it.
@@ -290,7 +301,7 @@ int run_merge(const Cli& cli) {
     o += line;
     o += r.suspect.empty() ? "-" : r.suspect;
     o += r.run.meta.reason == "snapshot" ? " [snapshot]" : r.run.meta.reason == "truncated" ? " [cut short]" : "";
-    o += several + "\n";
+    o += several + other_policy + "\n";
     if (!r.outliers.empty()) {
       ++flagged;
       std::string l = "    ^ outlier:";
@@ -334,7 +345,8 @@ const CommandSpec kMergeCommand{
 stands for every report and trace in it), one row with the rank (or pid), peak allocated, peak
 reserved, live at the end, and the top suspect (the strongest growth suspect when the input knows
 growth, else the largest live site). A run on several devices has the sum of its devices' figures
-(each device's own peak), marked "[N devices]".
+(each device's own peak), marked "[N devices]"; one under another policy than most rows, whose
+reserved memory is not comparable, is marked "[policy P]".
 
 One run is one row: a report and the trace of the same process (the same pid, host and rank,
 started at the same moment), or a snapshot and its exit report, give one row, from the exit report

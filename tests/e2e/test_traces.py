@@ -907,6 +907,22 @@ class DiffAndMerge(ShimTestCase):
         text = analyze("diff", a, b).stdout
         self.assertIn("live 16.0 EiB -> 1.0 MiB (-16.0 EiB)", text)
 
+    def test_merge_marks_a_run_under_another_policy(self):
+        # A rank run under vmm among caching ranks was flagged on peak reserved with nothing to say
+        # that its policy, not its program, made the difference.
+        for rank in range(4):
+            doc = report_doc(10 + rank, str(rank), [(0, MiB, 100 * MiB, (100 if rank == 3 else 140) * MiB)],
+                             [("x()", 1, MiB)])
+            doc["policy"] = "vmm" if rank == 3 else "caching"
+            self.write(doc)
+        rows = analyze_json("merge", self.dir)["rows"]
+        self.assertEqual([r["policy"] for r in rows], ["caching"] * 3 + ["vmm"])
+        lines = analyze("merge", self.dir).stdout.splitlines()
+        marked = [l for l in lines if l.endswith(" [policy vmm]")]
+        self.assertEqual(len(marked), 1, lines)
+        self.assertTrue(marked[0].startswith("rank 3 "), marked)
+        self.assertFalse([l for l in lines if "[policy caching]" in l], lines)
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

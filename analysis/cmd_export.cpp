@@ -43,7 +43,7 @@ int run_export(const Cli& cli) {
       return 1;
     }
     bytes.clear();
-    if (trace.truncated) notes.push_back("the trace is cut short (" + trace.stop_reason + "): exported what it holds");
+    if (trace.truncated) notes.push_back(trace.stop_note() + ": exported what it holds");
     if (format == "memory-viz") {
       OfflineSymbolizer sym(trace);
       out = memory_viz_from_trace(trace, sym, cli.count("--max-events"),

@@ -82,7 +82,7 @@ int run_replay(const Cli& cli) {
 
   PolicyKind recorded = PolicyKind::kCaching;
   const bool recorded_known = parse_policy_name(trace.header.policy, &recorded);
-  if (trace.truncated) notes.push_back("the trace is cut short (" + trace.stop_reason + "); replaying what it holds");
+  if (trace.truncated) notes.push_back(trace.stop_note() + "; replaying what it holds");
   if (trace.dropped) notes.push_back(std::to_string(trace.dropped) + " events were dropped while recording: the replay is approximate");
   if (trace.unmatched_frees) notes.push_back(std::to_string(trace.unmatched_frees) + " frees without a recorded allocation were skipped");
 

@@ -272,7 +272,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   m.wall_time_s = static_cast<double>(t.header.start_wall_ns) / 1e9;
   const uint64_t last_t = t.end ? t.end->end_mono_ns : (t.events.empty() ? t.header.start_mono_ns : t.events.back().t_ns);
   m.duration_s = t.seconds(last_t);
-  if (t.truncated) v.notes.push_back("the trace is cut short (" + t.stop_reason + "): figures cover what was recorded");
+  if (t.truncated) v.notes.push_back(t.stop_note() + ": figures cover what was recorded");
   else if (!t.end) v.notes.push_back("the trace has no end record (the process did not exit cleanly)");
   if (t.dropped) v.notes.push_back(std::to_string(t.dropped) + " events were dropped while recording (disk too slow): totals are approximate");
   if (t.unmatched_frees) v.notes.push_back(std::to_string(t.unmatched_frees) + " frees of allocations the trace does not contain were ignored");

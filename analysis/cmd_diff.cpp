@@ -60,6 +60,24 @@ std::vector<std::string> frames_of(const SiteView& s, size_t max) {
   return out;
 }
 
+// The one device a run allocated on, or -1 when it used none or several.
+int only_device(const RunView& run) {
+  int found = -1;
+  for (const DeviceReport& d : run.meta.devices) {
+    if (d.peak_bytes == 0) continue;
+    if (found >= 0) return -1;
+    found = d.device;
+  }
+  return found;
+}
+
+// Gives B's device `from` the ordinal `to` and the reverse, in what diff compares.
+void swap_devices(RunView* run, int from, int to) {
+  auto swapped = [&](int d) { return d == from ? to : d == to ? from : d; };
+  for (DeviceReport& d : run->meta.devices) d.device = swapped(d.device);
+  for (SiteView& s : run->sites) s.device = swapped(s.device);
+}
+
 int run_diff(const Cli& cli) {
   std::string err;
   const size_t top = cli.count("--top");
@@ -68,6 +86,14 @@ int run_diff(const Cli& cli) {
     std::fprintf(stderr, "gpushim-analyze diff: %s\n", err.c_str());
     return 1;
   }
+
+  // Two ranks of one job each allocate on their own GPU (LOCAL_RANK picks it): compared by
+  // ordinal, every site was "gone" from A's device and "new" on B's. Runs on one device each are
+  // compared device with device; B's ordinals are given back in the output.
+  const int device_a = only_device(a), device_b = only_device(b);
+  const bool paired = device_a >= 0 && device_b >= 0 && device_a != device_b;
+  if (paired) swap_devices(&b, device_b, device_a);
+  auto b_ordinal = [&](int d) { return paired && d == device_a ? device_b : paired && d == device_b ? device_a : d; };
 
   const bool peaks = a.source == "trace" && b.source == "trace";
   std::map<std::string, Row> by_id;
@@ -105,7 +131,7 @@ int run_diff(const Cli& cli) {
     for (const auto& [ord, pair] : devices) {
       j += first ? "" : ",";
       first = false;
-      j += "{\"device\":" + std::to_string(ord);
+      j += "{\"device\":" + std::to_string(ord) + ",\"device_b\":" + std::to_string(b_ordinal(ord));
       using Field = uint64_t DeviceReport::*;  // members of DeviceReport and of its MemoryFigures alike
       for (auto [name, f] : {std::pair<const char*, Field>{"peak_allocated", &DeviceReport::peak_bytes},
                              std::pair<const char*, Field>{"peak_reserved", &DeviceReport::peak_reserved_bytes},
@@ -146,6 +172,9 @@ int run_diff(const Cli& cli) {
   // What the readers noticed (a trace cut short, events dropped) bounds what the figures below mean.
   for (const std::string& n : a.notes) o += "  note on A: " + n + "\n";
   for (const std::string& n : b.notes) o += "  note on B: " + n + "\n";
+  if (paired)
+    o += "  each run allocated on one device: A's device " + std::to_string(device_a) + " is compared with B's device " +
+         std::to_string(device_b) + "\n";
   o += "\nDevices\n";
   for (const auto& entry : devices) {
     // Plain variables, not a structured binding: the lambda captures them, which C++20 compilers
@@ -157,7 +186,8 @@ int run_diff(const Cli& cli) {
       return std::string(name) + " " + human_bytes(va) + " -> " + human_bytes(vb) + " (" +
              change(va, vb) + ")";
     };
-    o += "  device " + std::to_string(ord) + ": " + one("peak allocated", &DeviceReport::peak_bytes) + "; " +
+    const int ord_b = b_ordinal(ord);
+    o += "  device " + std::to_string(ord) + (ord_b != ord ? " (B: device " + std::to_string(ord_b) + ")" : "") + ": " + one("peak allocated", &DeviceReport::peak_bytes) + "; " +
          one("peak reserved", &DeviceReport::peak_reserved_bytes) + "; " + one("live", &DeviceReport::live_bytes) + "\n";
   }
   o += "\nSites (largest change first" + std::string(peaks ? "" : "; per-site peaks need two traces") + ")\n";
@@ -185,7 +215,9 @@ const CommandSpec kDiffCommand{
     .max_operands = 2,
     .summary = "per-site change in live and peak bytes between two runs",
     .description = R"(Compares two runs (reports, snapshots or traces; A is the baseline):
-  - per device: peak allocated, peak reserved and live memory at the end, and their change;
+  - per device: peak allocated, peak reserved and live memory at the end, and their change (two
+    runs that each allocated on one device, such as two ranks on their own GPUs, are compared
+    device with device whatever their ordinals);
   - per allocation site: live bytes at the end in A and B and the change, and (when both inputs
     are traces, which know each site's history) the site's peak live bytes and its change.
 Sites are matched by their symbolized stacks (function, file, line, module name), so runs of

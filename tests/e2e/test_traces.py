@@ -923,6 +923,25 @@ class DiffAndMerge(ShimTestCase):
         self.assertTrue(marked[0].startswith("rank 3 "), marked)
         self.assertFalse([l for l in lines if "[policy caching]" in l], lines)
 
+    def test_diff_of_two_ranks_on_their_own_gpus_compares_device_with_device(self):
+        # Rank 0 on device 0 and rank 1 on device 1 (LOCAL_RANK's choice): every site was "gone"
+        # from device 0 and "new" on device 1, each device 100% up or down.
+        a = self.write(report_doc(1, "0", [(0, 10 * MiB, 20 * MiB, 32 * MiB)], [("x()", 1, 10 * MiB)]))
+        doc = report_doc(2, "1", [(1, 12 * MiB, 20 * MiB, 32 * MiB)], [("x()", 1, 12 * MiB)])
+        doc["sites"][0]["device"] = 1
+        b = self.write(doc)
+        out = analyze_json("diff", a, b)
+        self.assertEqual([(d["device"], d["device_b"], d["live_delta"], d["peak_allocated_delta"]) for d in out["devices"]],
+                         [(0, 1, 2 * MiB, 0)])
+        self.assertEqual([(s["status"], s["live_delta"]) for s in out["sites"]], [("changed", 2 * MiB)])
+        text = analyze("diff", a, b).stdout
+        self.assertIn("A's device 0 is compared with B's device 1", text)
+        self.assertIn("  device 0 (B: device 1): peak allocated 20.0 MiB -> 20.0 MiB (0 B)", text)
+        # Several devices on a side: by ordinal, as before.
+        doc["devices"].append(dict(doc["devices"][0], device=0))
+        out = analyze_json("diff", a, self.write(doc))
+        self.assertEqual([(d["device"], d["device_b"]) for d in out["devices"]], [(0, 0), (1, 1)])
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

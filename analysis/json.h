@@ -58,7 +58,8 @@ class JsonValue {
 
 // Parses one JSON document (RFC 8259; surrounding whitespace allowed, nothing after it). Bytes in
 // strings that are not UTF-8 read as U+FFFD. On failure returns false with a one-line message
-// naming line and column; never throws or crashes.
-bool parse_json(const std::string& bytes, JsonValue* out, std::string* error);
+// naming line and column; never throws or crashes. `ended_early`: the input stopped inside the
+// document (cut short), rather than holding a wrong byte.
+bool parse_json(const std::string& bytes, JsonValue* out, std::string* error, bool* ended_early = nullptr);
 
 }  // namespace gpushim::analysis

@@ -288,7 +288,15 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
   std::string ignored;
   if (!error) error = &ignored;
   JsonValue doc;
-  if (!parse_json(bytes, &doc, error)) return false;
+  bool ended_early = false;
+  if (!parse_json(bytes, &doc, error, &ended_early)) {
+    // A report that stops mid-document was cut while written or copied: the parser's "unexpected
+    // end of input" (or "missing closing quote") at some line and column does not say so.
+    if (ended_early && bytes.find_first_not_of(" \t\r\n") != std::string::npos)
+      *error = "the report is cut short, after " + std::to_string(bytes.size()) + (bytes.size() == 1 ? " byte (" : " bytes (") +
+               *error + ")";
+    return false;
+  }
   if (!doc.is_object()) {
     *error = "not a gpushim report: the document is not a JSON object";
     return false;

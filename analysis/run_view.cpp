@@ -190,6 +190,8 @@ bool read_file(const std::string& path, std::string* out, std::string* error) {
     if (!take(head.data(), head.size())) return false;
   }
   if (form == Form::kGzip && !gzip.complete()) return fail(path + ": gzip data cut short");
+  // Said as it is: the JSON parser's "unexpected end of input at line 1, column 1" was the message.
+  if (out->empty()) return fail(path + " is empty: no report or trace was written into it");
   ::close(fd);
   return true;
 }

@@ -352,6 +352,30 @@ class Recording(ShimTestCase):
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
         self.assertIn("devices[0].device: expected an integer", analyze("summary", bad_report, check=False).stderr)
 
+    def test_an_empty_file_and_a_report_cut_short_are_said_as_such(self):
+        # Both read "invalid JSON at line 1, column 1: ... unexpected end of input" (the empty
+        # file) or at some line and column (the report cut while written or copied).
+        workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
+        empty = os.path.join(workdir, "run.trace")
+        open(empty, "wb").close()
+        for cmd in (["summary", empty], ["replay", empty], ["diff", empty, empty], ["merge", empty],
+                    ["export", "--format", "perfetto-json", empty, "-o", "-"]):
+            with self.subTest(cmd=cmd):
+                p = analyze(*cmd, check=False)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertEqual(p.stderr, f"gpushim-analyze {cmd[0]}: {empty} is empty: no report or trace was "
+                                           "written into it\n")
+        r = run([program("e2e_leak_two_sites")], env={"GPUSHIM_SUMMARY": "0"}, workdir=workdir)
+        with open(r.report_path, "rb") as f:
+            whole = f.read()
+        cut = os.path.join(workdir, "cut.json")
+        with open(cut, "wb") as f:
+            f.write(whole[:len(whole) // 2])
+        p = analyze("summary", cut, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertTrue(p.stderr.startswith(f"gpushim-analyze summary: {cut}: the report is cut short, after "
+                                            f"{len(whole) // 2} bytes (invalid JSON at line "), p.stderr)
+
     def test_endless_or_huge_inputs_get_one_line_and_bounded_memory(self):
         # /dev/zero used to be read until std::bad_alloc aborted the tool.
         for cmd in (["summary", "/dev/zero"], ["replay", "/dev/zero"], ["merge", "/dev/zero"],

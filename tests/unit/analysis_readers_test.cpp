@@ -264,6 +264,29 @@ TEST(ReportReader, DamagedGrowthFiguresAreClampedNotCastOutOfRange) {
   EXPECT_EQ(g.checkpoints, INT32_MAX);
 }
 
+TEST(ReportReader, AReportCutAnywhereIsSaidToBeCutShort) {
+  // The parser's own words ("unexpected end of input", "missing closing quote", "invalid literal"
+  // at some line and column, depending on where the cut fell) did not say that the file ends early.
+  const std::string whole = report_to_json(sample_report());
+  for (size_t n = 1; n + 1 < whole.size(); ++n) {
+    ReportFile got;
+    std::string err;
+    const std::string cut = whole.substr(0, n);
+    if (cut.find_last_not_of(" \t\r\n") == whole.find_last_not_of(" \t\r\n")) continue;  // whole but blanks
+    ASSERT_FALSE(parse_report(cut, &got, &err)) << n;
+    EXPECT_EQ(err.rfind("the report is cut short, after " + std::to_string(n) + (n == 1 ? " byte (" : " bytes ("), 0), 0u)
+        << n << ": " << err;
+  }
+  // Damage that is not an early end is not called one: a stray byte after the document, a wrong one
+  // inside it.
+  for (const std::string& bad : {whole + " x", std::string("{\"schema\":\"gpushim-report/1\",\"devices\":[x]}")}) {
+    ReportFile got;
+    std::string err;
+    EXPECT_FALSE(parse_report(bad, &got, &err));
+    EXPECT_EQ(err.find("cut short"), std::string::npos) << err;
+  }
+}
+
 TEST(ReportReader, NeverCrashesOnDamagedReports) {
   const std::string good = report_to_json(sample_report());
   std::mt19937_64 rng(3);

@@ -7,11 +7,12 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
-#include <map>
 #include <cstdlib>
+#include <map>
 
 #include "stacks/frame_roles.h"
 #include "cli.h"
+#include "gzip_input.h"
 #include "json.h"
 #include "offline_symbolizer.h"
 #include "run_view.h"
@@ -85,7 +86,16 @@ bool looks_like_ours(const std::string& path) {
   const ssize_t n = ::read(fd, head, sizeof(head));
   ::close(fd);
   if (n <= 0) return false;
-  const std::string s(head, static_cast<size_t>(n));
+  std::string s(head, static_cast<size_t>(n));
+  // Compressed (ranks' files kept as .json.gz, .trace.gz): judged by what the head decompresses
+  // to, or a damaged one was skipped like an unrelated file, and the merge exited 0 without it.
+  if (looks_like_gzip(head, static_cast<size_t>(n))) {
+    GzipInput gz;
+    std::string plain, why;
+    bool over = false;
+    gz.feed(head, static_cast<size_t>(n), sizeof(head) * 16, &plain, &why, &over);
+    s = std::move(plain);
+  }
   return s.rfind("GPUSHIMT", 0) == 0 || s.find("gpushim-report/") != std::string::npos;
 }
 

@@ -781,6 +781,24 @@ class DiffAndMerge(ShimTestCase):
         self.assertIn("3 runs", p.stdout)  # the table of what did read still comes
         self.assertIn("notes.txt (", p.stdout)  # skipped, with its reason
 
+    def test_merge_says_why_it_skips_a_damaged_compressed_report(self):
+        # Ranks' files kept compressed: a damaged .json.gz did not look like ours (its head is
+        # gzip), so it was skipped like an unrelated file, without a word on stderr, and exit 0.
+        for rank in range(3):
+            with gzip.open(os.path.join(self.dir, f"rank{rank}.json.gz"), "wt") as f:
+                json.dump(report_doc(300 + rank, str(rank), [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]), f)
+        with open(os.path.join(self.dir, "rank2.json.gz"), "rb") as f:
+            whole = f.read()
+        with open(os.path.join(self.dir, "rank2.json.gz"), "wb") as f:
+            f.write(whole[:len(whole) // 2])
+        with gzip.open(os.path.join(self.dir, "notes.txt.gz"), "wt") as f:
+            f.write("not a report\n")
+        p = analyze("merge", self.dir, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr.splitlines(), ["gpushim-analyze merge: skipping a damaged report or trace: "
+                                                 f"{self.dir}/rank2.json.gz: gzip data cut short"])
+        self.assertIn("2 runs", p.stdout)
+
     def test_a_runs_report_and_trace_agree_on_peak_reserved(self):
         # Under passthrough, cudaMallocAsync goes to CUDA's own pool, which reserves beyond what is
         # allocated; the shim counts that reservation, the trace's events cannot show it, and the

@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 
 #include "stacks/frame_roles.h"
 #include "cli.h"
@@ -94,6 +95,20 @@ int run_diff(const Cli& cli) {
   const bool paired = device_a >= 0 && device_b >= 0 && device_a != device_b;
   if (paired) swap_devices(&b, device_b, device_a);
   auto b_ordinal = [&](int d) { return paired && d == device_a ? device_b : paired && d == device_b ? device_a : d; };
+
+  // A report of a Python program counts live memory when the interpreter's teardown began; a
+  // trace after all that the teardown freed, which it has no mark of: one run's report and trace
+  // differed by exactly that, every site "changed", with nothing to say why.
+  for (auto [report, other, name] : {std::tuple<RunView*, const RunView*, const char*>{&a, &b, "B"}, {&b, &a, "A"}}) {
+    const TeardownReport& t = report->meta.teardown;
+    if (report->source == "report" && other->source == "trace" && t.observed && t.freed_bytes > 0) {
+      char when[32];
+      std::snprintf(when, sizeof(when), "%.2f", t.began_s);
+      report->notes.push_back(std::string("live memory is counted when the interpreter's teardown began (") + when +
+                              " s; the teardown then freed " + human_bytes(t.freed_bytes) + "); " + name +
+                              ", a trace, counts it after the teardown, so live figures do not compare");
+    }
+  }
 
   const bool peaks = a.source == "trace" && b.source == "trace";
   std::map<std::string, Row> by_id;

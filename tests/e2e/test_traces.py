@@ -814,6 +814,36 @@ class DiffAndMerge(ShimTestCase):
         diff = analyze_json("diff", r.report_path, trace)["devices"][0]
         self.assertEqual((diff["peak_reserved_delta"], diff["peak_allocated_delta"]), (0, 0), diff)
 
+    def test_diff_of_a_python_runs_report_and_trace_says_the_teardown_lies_between(self):
+        # A Python program's report counts live memory when the interpreter's teardown began, its
+        # trace after what the teardown freed: diff of one run's two files said every site whose
+        # memory a global's __del__ freed had "changed", with nothing to say why.
+        script = os.path.join(self.dir, "held_by_a_global.py")
+        with open(script, "w") as f:
+            f.write(f"import sys\nsys.path.insert(0, {os.path.dirname(LEAK_PY)!r})\n"
+                    "import ctypes\nfrom cuda_ctypes import MiB, check, cuda\n"
+                    "class Buffer:\n"
+                    "    def __init__(self):\n"
+                    "        self.p = ctypes.c_void_p()\n"
+                    "        check(cuda.cudaMalloc(ctypes.byref(self.p), 4 * MiB))\n"
+                    "    def __del__(self):\n"
+                    "        cuda.cudaFree(self.p)\n"
+                    "HELD = [Buffer() for _ in range(3)]\n")
+        r, trace = traced([interpreters()[0][0], script])
+        self.assertRanOK(r)
+        self.assertEqual((r.report["teardown"]["observed"], r.report["teardown"]["freed_bytes"]), (True, 12 * MiB))
+        out = analyze_json("diff", r.report_path, trace)
+        self.assertEqual(out["devices"][0]["live_delta"], -12 * MiB)
+        self.assertEqual(len(out["notes_a"]), 1, out["notes_a"])
+        self.assertIn("teardown began", out["notes_a"][0])
+        self.assertIn("the teardown then freed 12.0 MiB); B, a trace, counts it after", out["notes_a"][0])
+        self.assertEqual(out["notes_b"], [])
+        reverse = analyze_json("diff", trace, r.report_path)
+        self.assertEqual((reverse["notes_a"], len(reverse["notes_b"])), ([], 1))
+        # A native program has no teardown: nothing to say.
+        r, trace = traced([program("e2e_leak_two_sites")])
+        self.assertEqual(analyze_json("diff", r.report_path, trace)["notes_a"], [])
+
     def test_diff_of_a_runs_report_and_trace_invents_no_site_peaks(self):
         # A report has no per-site peaks, and lists only sites with live memory: the trace's sites
         # with none live at the end were "new" with "site peak 0 B -> 48.0 MiB".

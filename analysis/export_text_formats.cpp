@@ -108,6 +108,12 @@ std::string speedscope_from_run(const RunView& run, bool at_peak, bool lines) {
     p.weights += (p.weights.empty() ? "" : ",") + std::to_string(weight);
     p.total += weight;
   }
+  // Nothing held (a clean run's report, a trace cut before its first allocation): speedscope
+  // refuses a file without a profile ("imported nothing"), and accepts empty ones.
+  if (profiles.empty()) {
+    for (const DeviceReport& d : run.meta.devices) profiles[{"device", d.device}];
+    if (profiles.empty()) profiles[{"device", 0}];
+  }
   const std::string what = at_peak ? "held at the device's peak" : run.meta.reason == "snapshot" ? "live at the snapshot" : "live at the end";
   std::string j = "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"exporter\":";
   append_json_string(&j, std::string("gpushim-analyze ") + kVersion);

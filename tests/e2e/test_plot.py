@@ -80,6 +80,21 @@ class PlotFailures(unittest.TestCase):
             for path in (noext, hard, sym):
                 os.unlink(path)
 
+    def test_a_report_of_another_schema_version_is_refused(self):
+        # gpushim-plot took any "gpushim-report/N" and drew what its fields happened to hold, where
+        # gpushim-analyze refuses all but /1.
+        require_plot_python()
+        path = os.path.join(self.dir, "v2.json")
+        with open(self.report) as f:
+            doc = json.load(f)
+        doc["schema"] = "gpushim-report/2"
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        out = os.path.join(self.dir, "v2.png")
+        self.assert_one_line_error(plot([path, "-o", out]), 1,
+                                   "unsupported report schema 'gpushim-report/2' (this tool reads gpushim-report/1)")
+        self.assertFalse(os.path.exists(out))
+
     def test_damaged_reports(self):
         require_plot_python()  # matplotlib is imported before the input is read
         for name, doc, missing in (

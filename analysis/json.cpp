@@ -196,6 +196,11 @@ bool JsonValue::to_double(double* out) const {
   return true;
 }
 
+std::string valid_utf8(const std::string& s) {
+  std::string repaired;
+  return replace_invalid_utf8(s, &repaired) ? repaired : s;
+}
+
 bool parse_json(const std::string& raw, JsonValue* out, std::string* error, bool* ended_early) {
   // nlohmann's parser refuses bytes that are not UTF-8. A string holding some (a path or a name
   // edited by hand in another encoding) reads as U+FFFD instead, as our writers write such bytes

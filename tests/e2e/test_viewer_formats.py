@@ -270,6 +270,18 @@ class ViewerFormats(ShimTestCase):
         self.assertEqual(folded_view["imported_as"], "Importing as collapsed stack format")
         self.assertEqual(folded_view["profiles"][0]["total"], peak)
 
+    def test_perfetto_string_fields_are_utf8_whatever_the_programs_path(self):
+        # Protobuf's string fields must hold UTF-8; the process's command line and name were the
+        # executable's path as bytes, which on Linux need not be (a directory named in Latin-1).
+        odd = os.fsencode(tempfile.mkdtemp(prefix="gpushim-viewers-")) + b"/caf\xe9"
+        os.mkdir(odd)
+        exe = odd + b"/prog"
+        shutil.copy(os.fsencode(program("e2e_leak_two_sites")), exe)
+        _, trace = traced([os.fsdecode(exe)])
+        doc = read_perfetto(self.export("perfetto", trace, "odd.pftrace"))  # decodes them as UTF-8
+        self.assertEqual(doc["process"][1], os.fsdecode(exe).encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+        self.assertIn("\ufffd", doc["process"][1])
+
     def test_a_run_with_nothing_held_exports_what_the_viewers_open(self):
         # A clean run's report (nothing live) and a trace cut before its first allocation gave a
         # speedscope file without a profile, which speedscope refuses ("imported nothing"), and an

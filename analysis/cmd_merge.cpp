@@ -99,6 +99,11 @@ bool looks_like_ours(const std::string& path) {
   return s.rfind("GPUSHIMT", 0) == 0 || s.find("gpushim-report/") != std::string::npos;
 }
 
+// Figures of a damaged report reach 2^64 - 1, which the reader accepts: sums saturate there, and
+// a median back from double (2^64 - 1 rounds up to 2^64, undefined to cast) is clamped to it.
+uint64_t saturated_sum(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t bytes_of(double v) { return v >= 18446744073709551616.0 ? UINT64_MAX : v > 0 ? static_cast<uint64_t>(v) : 0; }
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -180,9 +185,9 @@ int run_merge(const Cli& cli) {
     uint64_t highest = 0;
     for (const DeviceReport& d : m.devices) {
       if (d.peak_bytes >= highest) highest = d.peak_bytes, r.peak_device = d.device;
-      r.peak_allocated += d.peak_bytes;
-      r.peak_reserved += d.peak_reserved_bytes;
-      r.live += d.live_bytes;
+      r.peak_allocated = saturated_sum(r.peak_allocated, d.peak_bytes);
+      r.peak_reserved = saturated_sum(r.peak_reserved, d.peak_reserved_bytes);
+      r.live = saturated_sum(r.live, d.live_bytes);
     }
     r.devices = m.devices.size();
     if (!r.run.growth.empty()) {
@@ -224,7 +229,7 @@ int run_merge(const Cli& cli) {
         if (mt.median > 0)
           std::snprintf(buf, sizeof(buf), "%s %s%.0f%% vs median", mt.name, x > mt.median ? "+" : "-", 100 * d / mt.median);
         else
-          std::snprintf(buf, sizeof(buf), "%s %s vs median 0", mt.name, human_bytes(static_cast<uint64_t>(x)).c_str());
+          std::snprintf(buf, sizeof(buf), "%s %s vs median 0", mt.name, human_bytes(bytes_of(x)).c_str());
         r.outliers.push_back(buf);
       }
     }
@@ -275,7 +280,7 @@ int run_merge(const Cli& cli) {
     }
     j += "],\"medians\":{";
     for (size_t k = 0; k < 3; ++k)
-      j += std::string(k ? "," : "") + "\"" + metrics[k].name + "\":" + std::to_string(static_cast<uint64_t>(metrics[k].median));
+      j += std::string(k ? "," : "") + "\"" + metrics[k].name + "\":" + std::to_string(bytes_of(metrics[k].median));
     j += "},\"skipped\":[";
     for (size_t k = 0; k < skipped.size(); ++k) {
       j += k ? "," : "";
@@ -286,8 +291,8 @@ int run_merge(const Cli& cli) {
   }
 
   std::string o = "gpushim merge: " + std::to_string(rows.size()) + (rows.size() == 1 ? " run" : " runs") + "; median peak allocated " +
-                  human_bytes(static_cast<uint64_t>(metrics[0].median)) + ", median live at end " +
-                  human_bytes(static_cast<uint64_t>(metrics[2].median)) + "\n";
+                  human_bytes(bytes_of(metrics[0].median)) + ", median live at end " +
+                  human_bytes(bytes_of(metrics[2].median)) + "\n";
   char line[512];
   std::snprintf(line, sizeof(line), "%-14s %-12s %15s %15s %15s  %s\n", "run", "host", "peak allocated", "peak reserved",
                 "live at end", "top suspect");

@@ -1014,6 +1014,17 @@ class DiffAndMerge(ShimTestCase):
         out = analyze_json("diff", a, self.write(doc))
         self.assertEqual([(d["device"], d["device_b"]) for d in out["devices"]], [(0, 0), (1, 1)])
 
+    def test_merge_of_figures_near_2_64_saturates(self):
+        # A damaged report's figures reach 2^64 - 1 (the reader accepts it): two devices' sum
+        # wrapped to 2^64 - 2, and the median, back from double (2^64), was an undefined cast.
+        top = (1 << 64) - 1
+        path = self.write(report_doc(1, "0", [(0, top, top, top), (1, top, top, top)], [("x()", 1, top)]))
+        out = analyze_json("merge", path)
+        row = out["rows"][0]
+        self.assertEqual((row["peak_allocated"], row["peak_reserved"], row["live"]), (top, top, top))
+        self.assertEqual(out["medians"], {"peak allocated": top, "peak reserved": top, "live at end": top})
+        self.assertIn("median peak allocated 16.0 EiB", analyze("merge", path).stdout)
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

@@ -293,9 +293,17 @@ int run_merge(const Cli& cli) {
   std::string o = "gpushim merge: " + std::to_string(rows.size()) + (rows.size() == 1 ? " run" : " runs") + "; median peak allocated " +
                   human_bytes(bytes_of(metrics[0].median)) + ", median live at end " +
                   human_bytes(bytes_of(metrics[2].median)) + "\n";
+  // Columns as wide as their longest entry, within bounds: hosts cut to 12 characters made the
+  // rows of pods named "trainer-worker-0" and "trainer-worker-1" (each its process pid 1) the same.
+  size_t label_width = 14, host_width = 12;
+  for (const RowData& r : rows) {
+    label_width = std::max(label_width, std::min<size_t>(r.label.size(), 32));
+    host_width = std::max(host_width, std::min<size_t>(r.run.meta.host.size(), 48));
+  }
+  const int lw = static_cast<int>(label_width), hw = static_cast<int>(host_width);
   char line[512];
-  std::snprintf(line, sizeof(line), "%-14s %-12s %15s %15s %15s  %s\n", "run", "host", "peak allocated", "peak reserved",
-                "live at end", "top suspect");
+  std::snprintf(line, sizeof(line), "%-*s %-*s %15s %15s %15s  %s\n", lw, "run", hw, "host", "peak allocated",
+                "peak reserved", "live at end", "top suspect");
   o += line;
   // Reserved memory depends on the policy: a run under another policy than most is marked, so a
   // vmm rank flagged among caching ranks is not taken for a leak.
@@ -310,8 +318,8 @@ int run_merge(const Cli& cli) {
     const std::string several = r.devices > 1 ? " [" + std::to_string(r.devices) + " devices]" : "";
     // The fixed columns only: a suspect's frame (a C++ template, a long path) has no bound, and
     // cut by the buffer it took the row's marks and its newline with it.
-    std::snprintf(line, sizeof(line), "%-14s %-12s %15s %15s %15s  ", r.label.substr(0, 14).c_str(),
-                  r.run.meta.host.substr(0, 12).c_str(), human_bytes(r.peak_allocated).c_str(),
+    std::snprintf(line, sizeof(line), "%-*s %-*s %15s %15s %15s  ", lw, r.label.substr(0, label_width).c_str(), hw,
+                  r.run.meta.host.substr(0, host_width).c_str(), human_bytes(r.peak_allocated).c_str(),
                   human_bytes(r.peak_reserved).c_str(), human_bytes(r.live).c_str());
     o += line;
     o += r.suspect.empty() ? "-" : r.suspect;
@@ -332,12 +340,16 @@ int run_merge(const Cli& cli) {
   // What the readers noticed about a row's input (a trace cut short, events dropped) bounds what
   // its figures mean; a note shared by many rows (a module missing here) is said once.
   std::vector<std::pair<std::string, std::vector<std::string>>> notes;
-  for (const RowData& r : rows)
+  for (const RowData& r : rows) {
+    // A label several rows share (pid 1 in every container) is told apart by its host.
+    const bool shared = std::count_if(rows.begin(), rows.end(), [&](const RowData& x) { return x.label == r.label; }) > 1;
+    const std::string who = shared ? r.label + " on " + r.run.meta.host : r.label;
     for (const std::string& n : r.run.notes) {
       auto it = std::find_if(notes.begin(), notes.end(), [&](const auto& x) { return x.first == n; });
-      if (it == notes.end()) notes.push_back({n, {r.label}});
-      else it->second.push_back(r.label);
+      if (it == notes.end()) notes.push_back({n, {who}});
+      else it->second.push_back(who);
     }
+  }
   for (const auto& [n, labels] : notes) {
     std::string who;
     for (size_t k = 0; k < labels.size() && k < 8; ++k) who += (k ? ", " : "") + labels[k];

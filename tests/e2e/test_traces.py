@@ -1025,6 +1025,24 @@ class DiffAndMerge(ShimTestCase):
         self.assertEqual(out["medians"], {"peak allocated": top, "peak reserved": top, "live at end": top})
         self.assertIn("median peak allocated 16.0 EiB", analyze("merge", path).stdout)
 
+    def test_merge_tells_apart_pods_whose_processes_share_a_pid(self):
+        # Every container's process can be pid 1, and pod names differ at their end: the host
+        # column, cut to 12 characters, gave three rows "pid 1  trainer-7f9c" alike.
+        for i in range(3):
+            doc = report_doc(1, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot")
+            doc["host"] = f"trainer-7f9c8d-worker-{i}"
+            self.write(doc)
+        lines = analyze("merge", self.dir).stdout.splitlines()
+        rows = [l for l in lines if l.startswith("pid 1 ")]
+        self.assertEqual(len(rows), 3, lines)
+        self.assertEqual(sorted(r.split()[2] for r in rows), [f"trainer-7f9c8d-worker-{i}" for i in range(3)])
+        self.assertEqual(lines[1].split()[:2], ["run", "host"])
+        for row in rows:  # the header's columns over the rows' (peak allocated 2.0 MiB, right-aligned)
+            self.assertEqual(lines[1].index("peak allocated") + len("peak allocated"), row.index("2.0 MiB") + len("2.0 MiB"))
+        note = next(l for l in lines if l.startswith("note ("))
+        for i in range(3):
+            self.assertIn(f"pid 1 on trainer-7f9c8d-worker-{i}", note)
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

@@ -771,6 +771,23 @@ class Exports(ShimTestCase):
         with open(out) as f:
             self.assertIn("traceEvents", json.load(f))
 
+    def test_a_few_points_asked_gives_a_few_points_with_the_peak(self):
+        # --max-points 1 to 3 gave every point (thinning began at 4), not about as many as asked.
+        peak = analyze_json("summary", self.trace_caching)["devices"][0]["peak_allocated"]
+        out = os.path.join(self.out, "few.json")
+        everything = None
+        for n in ("0", "1", "2", "3", "4"):
+            with self.subTest(max_points=n):
+                analyze("export", "--format", "timeline", "--max-points", n, self.trace_caching, "-o", out)
+                with open(out) as f:
+                    samples = json.load(f)["devices"][0]["samples"]
+                if n == "0":
+                    everything = len(samples)
+                    self.assertGreater(everything, 20)
+                    continue
+                self.assertLessEqual(len(samples), 5)
+                self.assertEqual(max(s[1] for s in samples), peak)
+
     def test_plot_draws_reports_and_traces(self):
         require_plot_python()
         for source in (self.trace_caching, self.run_caching.report_path):

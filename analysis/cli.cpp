@@ -390,8 +390,9 @@ std::string nearest_name(const std::string& word, const std::vector<std::string>
 
 bool write_output(const std::string& path, const std::string& data, std::string* error) {
   if (path == "-") {
+    errno = 0;
     if (std::fwrite(data.data(), 1, data.size(), stdout) != data.size() || std::fflush(stdout) != 0) {
-      *error = "cannot write to stdout";
+      *error = std::string("cannot write to stdout") + (errno ? std::string(": ") + std::strerror(errno) : "");
       return false;
     }
     return true;
@@ -417,6 +418,13 @@ bool write_output(const std::string& path, const std::string& data, std::string*
     return false;
   }
   return true;
+}
+
+int print_output(const char* cmd, const std::string& data) {
+  std::string error;
+  if (write_output("-", data, &error)) return 0;
+  std::fprintf(stderr, "gpushim-analyze %s: %s\n", cmd, error.c_str());
+  return 1;
 }
 
 bool parse_size(const std::string& text, uint64_t* out) { return parse_bytes(text, out); }

@@ -103,6 +103,9 @@ std::string nearest_name(const std::string& word, const std::vector<std::string>
 
 // Writes `data` to `path`, or to stdout for "-". False with a message on failure.
 bool write_output(const std::string& path, const std::string& data, std::string* error);
+// A command's result on stdout: 0, or 1 after one line "gpushim-analyze <cmd>: cannot write to
+// stdout: <why>" (a full disk, a closed descriptor), so a lost result never looks like success.
+int print_output(const char* cmd, const std::string& data);
 
 // Bytes with units as GPUSHIM_LIMIT takes them ("8GiB", "512MiB", "80GB", plain bytes).
 bool parse_size(const std::string& text, uint64_t* out);

@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 
 #include "stacks/frame_roles.h"
 #include "cli.h"
@@ -13,6 +14,19 @@
 namespace gpushim::analysis {
 namespace {
 
+// b - a, saturated at int64's ends: the plain cast difference of figures past 2^63 (a damaged
+// report's, within what the reader accepts) overflowed and printed the wrong sign.
+int64_t delta(uint64_t a, uint64_t b) {
+  if (b >= a) return b - a > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(b - a);
+  return a - b > static_cast<uint64_t>(INT64_MAX) ? INT64_MIN : -static_cast<int64_t>(a - b);
+}
+
+// The same change for people, exact over the whole range ("+16.0 EiB", "-1.5 GiB", "0 B").
+std::string change(uint64_t a, uint64_t b) {
+  if (a == b) return "0 B";
+  return b > a ? "+" + human_bytes(b - a) : "-" + human_bytes(a - b);
+}
+
 struct Row {
   const SiteView* a = nullptr;
   const SiteView* b = nullptr;
@@ -20,12 +34,12 @@ struct Row {
   // not list had no live memory at its end, not a peak of 0 B.
   bool peaks = false;
   int64_t live_delta() const {
-    return static_cast<int64_t>(b ? b->live_bytes : 0) - static_cast<int64_t>(a ? a->live_bytes : 0);
+    return delta(a ? a->live_bytes : 0, b ? b->live_bytes : 0);
   }
   bool peak_known() const { return peaks && (!a || a->has_history) && (!b || b->has_history); }
   int64_t peak_delta() const {
     if (!peak_known()) return 0;
-    return static_cast<int64_t>(b ? b->peak_bytes : 0) - static_cast<int64_t>(a ? a->peak_bytes : 0);
+    return delta(a ? a->peak_bytes : 0, b ? b->peak_bytes : 0);
   }
   const char* status() const {
     // Without peaks, only live bytes compare: a site a report does not list had none live, so one
@@ -47,6 +61,24 @@ std::vector<std::string> frames_of(const SiteView& s, size_t max) {
   return out;
 }
 
+// The one device a run allocated on, or -1 when it used none or several.
+int only_device(const RunView& run) {
+  int found = -1;
+  for (const DeviceReport& d : run.meta.devices) {
+    if (d.peak_bytes == 0) continue;
+    if (found >= 0) return -1;
+    found = d.device;
+  }
+  return found;
+}
+
+// Gives B's device `from` the ordinal `to` and the reverse, in what diff compares.
+void swap_devices(RunView* run, int from, int to) {
+  auto swapped = [&](int d) { return d == from ? to : d == to ? from : d; };
+  for (DeviceReport& d : run->meta.devices) d.device = swapped(d.device);
+  for (SiteView& s : run->sites) s.device = swapped(s.device);
+}
+
 int run_diff(const Cli& cli) {
   std::string err;
   const size_t top = cli.count("--top");
@@ -54,6 +86,28 @@ int run_diff(const Cli& cli) {
   if (!load_run(cli.operands[0], &a, &err) || !load_run(cli.operands[1], &b, &err)) {
     std::fprintf(stderr, "gpushim-analyze diff: %s\n", err.c_str());
     return 1;
+  }
+
+  // Two ranks of one job each allocate on their own GPU (LOCAL_RANK picks it): compared by
+  // ordinal, every site was "gone" from A's device and "new" on B's. Runs on one device each are
+  // compared device with device; B's ordinals are given back in the output.
+  const int device_a = only_device(a), device_b = only_device(b);
+  const bool paired = device_a >= 0 && device_b >= 0 && device_a != device_b;
+  if (paired) swap_devices(&b, device_b, device_a);
+  auto b_ordinal = [&](int d) { return paired && d == device_a ? device_b : paired && d == device_b ? device_a : d; };
+
+  // A report of a Python program counts live memory when the interpreter's teardown began; a
+  // trace after all that the teardown freed, which it has no mark of: one run's report and trace
+  // differed by exactly that, every site "changed", with nothing to say why.
+  for (auto [report, other, name] : {std::tuple<RunView*, const RunView*, const char*>{&a, &b, "B"}, {&b, &a, "A"}}) {
+    const TeardownReport& t = report->meta.teardown;
+    if (report->source == "report" && other->source == "trace" && t.observed && t.freed_bytes > 0) {
+      char when[32];
+      std::snprintf(when, sizeof(when), "%.2f", t.began_s);
+      report->notes.push_back(std::string("live memory is counted when the interpreter's teardown began (") + when +
+                              " s; the teardown then freed " + human_bytes(t.freed_bytes) + "); " + name +
+                              ", a trace, counts it after the teardown, so live figures do not compare");
+    }
   }
 
   const bool peaks = a.source == "trace" && b.source == "trace";
@@ -79,19 +133,27 @@ int run_diff(const Cli& cli) {
     append_json_string(&j, a.path);
     j += ",\"b\":";
     append_json_string(&j, b.path);
+    for (const auto& [key, run] : {std::pair<const char*, const RunView*>{"notes_a", &a}, {"notes_b", &b}}) {
+      j += std::string(",\"") + key + "\":[";
+      for (size_t i = 0; i < run->notes.size(); ++i) {
+        j += i ? "," : "";
+        append_json_string(&j, run->notes[i]);
+      }
+      j += "]";
+    }
     j += ",\"devices\":[";
     bool first = true;
     for (const auto& [ord, pair] : devices) {
       j += first ? "" : ",";
       first = false;
-      j += "{\"device\":" + std::to_string(ord);
+      j += "{\"device\":" + std::to_string(ord) + ",\"device_b\":" + std::to_string(b_ordinal(ord));
       using Field = uint64_t DeviceReport::*;  // members of DeviceReport and of its MemoryFigures alike
       for (auto [name, f] : {std::pair<const char*, Field>{"peak_allocated", &DeviceReport::peak_bytes},
                              std::pair<const char*, Field>{"peak_reserved", &DeviceReport::peak_reserved_bytes},
                              std::pair<const char*, Field>{"live", &DeviceReport::live_bytes}}) {
         const uint64_t va = field(pair.first, f), vb = field(pair.second, f);
         j += std::string(",\"") + name + "_a\":" + std::to_string(va) + ",\"" + name + "_b\":" + std::to_string(vb) +
-             ",\"" + name + "_delta\":" + std::to_string(static_cast<int64_t>(vb) - static_cast<int64_t>(va));
+             ",\"" + name + "_delta\":" + std::to_string(delta(va, vb));
       }
       j += "}";
     }
@@ -117,11 +179,18 @@ int run_diff(const Cli& cli) {
       j += "]}";
     }
     j += "]}\n";
-    return write_output("-", j, &err) ? 0 : 1;
+    return print_output("diff", j);
   }
 
   std::string o = "gpushim diff\n  A: " + a.path + " (" + a.source + ", pid " + std::to_string(a.meta.pid) + ")\n  B: " +
-                  b.path + " (" + b.source + ", pid " + std::to_string(b.meta.pid) + ")\n\nDevices\n";
+                  b.path + " (" + b.source + ", pid " + std::to_string(b.meta.pid) + ")\n";
+  // What the readers noticed (a trace cut short, events dropped) bounds what the figures below mean.
+  for (const std::string& n : a.notes) o += "  note on A: " + n + "\n";
+  for (const std::string& n : b.notes) o += "  note on B: " + n + "\n";
+  if (paired)
+    o += "  each run allocated on one device: A's device " + std::to_string(device_a) + " is compared with B's device " +
+         std::to_string(device_b) + "\n";
+  o += "\nDevices\n";
   for (const auto& entry : devices) {
     // Plain variables, not a structured binding: the lambda captures them, which C++20 compilers
     // before clang 16 reject for bindings.
@@ -130,9 +199,10 @@ int run_diff(const Cli& cli) {
     auto one = [&](const char* name, uint64_t DeviceReport::*f) {
       const uint64_t va = field(pair.first, f), vb = field(pair.second, f);
       return std::string(name) + " " + human_bytes(va) + " -> " + human_bytes(vb) + " (" +
-             human_delta(static_cast<int64_t>(vb) - static_cast<int64_t>(va)) + ")";
+             change(va, vb) + ")";
     };
-    o += "  device " + std::to_string(ord) + ": " + one("peak allocated", &DeviceReport::peak_bytes) + "; " +
+    const int ord_b = b_ordinal(ord);
+    o += "  device " + std::to_string(ord) + (ord_b != ord ? " (B: device " + std::to_string(ord_b) + ")" : "") + ": " + one("peak allocated", &DeviceReport::peak_bytes) + "; " +
          one("peak reserved", &DeviceReport::peak_reserved_bytes) + "; " + one("live", &DeviceReport::live_bytes) + "\n";
   }
   o += "\nSites (largest change first" + std::string(peaks ? "" : "; per-site peaks need two traces") + ")\n";
@@ -140,15 +210,15 @@ int run_diff(const Cli& cli) {
   for (size_t i = 0; i < rows.size() && i < top; ++i) {
     const Row& r = rows[i];
     std::string l = "  " + std::string(r.status()) + ": live " + human_bytes(r.a ? r.a->live_bytes : 0) + " -> " +
-                    human_bytes(r.b ? r.b->live_bytes : 0) + " (" + human_delta(r.live_delta()) + ")";
+                    human_bytes(r.b ? r.b->live_bytes : 0) + " (" + change(r.a ? r.a->live_bytes : 0, r.b ? r.b->live_bytes : 0) + ")";
     if (r.peak_known())
       l += ", site peak " + human_bytes(r.a ? r.a->peak_bytes : 0) + " -> " + human_bytes(r.b ? r.b->peak_bytes : 0) + " (" +
-           human_delta(r.peak_delta()) + ")";
+           change(r.a ? r.a->peak_bytes : 0, r.b ? r.b->peak_bytes : 0) + ")";
     o += l + "\n";
     for (const std::string& f : frames_of(r.any(), 6)) o += "      at " + f + "\n";
   }
   if (rows.size() > top) o += "  ... " + std::to_string(rows.size() - top) + " more\n";
-  return write_output("-", o, &err) ? 0 : 1;
+  return print_output("diff", o);
 }
 
 }  // namespace
@@ -160,7 +230,9 @@ const CommandSpec kDiffCommand{
     .max_operands = 2,
     .summary = "per-site change in live and peak bytes between two runs",
     .description = R"(Compares two runs (reports, snapshots or traces; A is the baseline):
-  - per device: peak allocated, peak reserved and live memory at the end, and their change;
+  - per device: peak allocated, peak reserved and live memory at the end, and their change (two
+    runs that each allocated on one device, such as two ranks on their own GPUs, are compared
+    device with device whatever their ordinals);
   - per allocation site: live bytes at the end in A and B and the change, and (when both inputs
     are traces, which know each site's history) the site's peak live bytes and its change.
 Sites are matched by their symbolized stacks (function, file, line, module name), so runs of

@@ -36,14 +36,15 @@ int run_export(const Cli& cli) {
   }
   std::vector<std::string> notes;
   std::string out;
-  if (looks_like_trace(bytes)) {
+  const bool is_trace = looks_like_trace(bytes);
+  if (is_trace) {
     TraceData trace;
     if (!parse_trace(bytes, &trace, &err)) {
       std::fprintf(stderr, "gpushim-analyze export: %s: %s\n", path.c_str(), err.c_str());
       return 1;
     }
     bytes.clear();
-    if (trace.truncated) notes.push_back("the trace is cut short (" + trace.stop_reason + "): exported what it holds");
+    if (trace.truncated) notes.push_back(trace.stop_note() + ": exported what it holds");
     if (format == "memory-viz") {
       OfflineSymbolizer sym(trace);
       out = memory_viz_from_trace(trace, sym, cli.count("--max-events"),
@@ -75,6 +76,10 @@ int run_export(const Cli& cli) {
     else if (format == "perfetto-json") out = perfetto_from_run(run);
     else out = timeline_json(run, run.meta.timeline);
   }
+  // flamegraph.pl stops at an empty file ("No stack counts found") and draws nothing: say why.
+  if (format == "folded" && out.empty())
+    notes.push_back(std::string("no site held memory ") + (metric == "live" || !is_trace ? "at the end" : "at a device's peak") +
+                    ": the folded file is empty, and flamegraph.pl draws nothing from it");
   for (const std::string& n : notes) std::fprintf(stderr, "gpushim-analyze export: note: %s\n", n.c_str());
   if (!write_output(cli.text("--output"), out, &err)) {
     std::fprintf(stderr, "gpushim-analyze export: %s\n", err.c_str());

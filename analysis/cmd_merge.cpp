@@ -8,9 +8,11 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 
 #include "stacks/frame_roles.h"
 #include "cli.h"
+#include "gzip_input.h"
 #include "json.h"
 #include "offline_symbolizer.h"
 #include "run_view.h"
@@ -21,8 +23,10 @@ namespace {
 struct RowData {
   RunView run;
   std::string label;
+  // Sums over the run's devices, each device's own peak: what the run needed of its GPUs.
   uint64_t peak_allocated = 0, peak_reserved = 0, live = 0;
-  int peak_device = 0;
+  int peak_device = 0;  // the device with the highest peak allocated
+  size_t devices = 0;
   std::string suspect;  // one line
   std::string suspect_kind;  // "growth" or "live"
   std::vector<std::string> outliers;
@@ -82,9 +86,23 @@ bool looks_like_ours(const std::string& path) {
   const ssize_t n = ::read(fd, head, sizeof(head));
   ::close(fd);
   if (n <= 0) return false;
-  const std::string s(head, static_cast<size_t>(n));
+  std::string s(head, static_cast<size_t>(n));
+  // Compressed (ranks' files kept as .json.gz, .trace.gz): judged by what the head decompresses
+  // to, or a damaged one was skipped like an unrelated file, and the merge exited 0 without it.
+  if (looks_like_gzip(head, static_cast<size_t>(n))) {
+    GzipInput gz;
+    std::string plain, why;
+    bool over = false;
+    gz.feed(head, static_cast<size_t>(n), sizeof(head) * 16, &plain, &why, &over);
+    s = std::move(plain);
+  }
   return s.rfind("GPUSHIMT", 0) == 0 || s.find("gpushim-report/") != std::string::npos;
 }
+
+// Figures of a damaged report reach 2^64 - 1, which the reader accepts: sums saturate there, and
+// a median back from double (2^64 - 1 rounds up to 2^64, undefined to cast) is clamped to it.
+uint64_t saturated_sum(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t bytes_of(double v) { return v >= 18446744073709551616.0 ? UINT64_MAX : v > 0 ? static_cast<uint64_t>(v) : 0; }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -93,8 +111,7 @@ double median(std::vector<double> v) {
 }
 
 std::string top_frame(const std::vector<FrameInfo>& frames) {
-  const FrameInfo* f = user_frame(frames);  // the user's own line (stacks/frame_roles.h)
-  return f ? describe_frame(*f) : "(no stack)";
+  return describe_site(frames, "(no stack)");
 }
 
 bool numeric(const std::string& s, long* out) {
@@ -163,11 +180,16 @@ int run_merge(const Cli& cli) {
   for (RowData& r : rows) {
     const ReportData& m = r.run.meta;
     r.label = !m.rank.empty() ? "rank " + m.rank : "pid " + std::to_string(m.pid);
+    // One scope for all three figures: the highest device's peak beside every device's live
+    // memory gave a two-device rank 'peak allocated 61.0 MiB, live at end 90.0 MiB'.
+    uint64_t highest = 0;
     for (const DeviceReport& d : m.devices) {
-      if (d.peak_bytes >= r.peak_allocated) r.peak_allocated = d.peak_bytes, r.peak_device = d.device;
-      r.peak_reserved = std::max(r.peak_reserved, d.peak_reserved_bytes);
-      r.live += d.live_bytes;
+      if (d.peak_bytes >= highest) highest = d.peak_bytes, r.peak_device = d.device;
+      r.peak_allocated = saturated_sum(r.peak_allocated, d.peak_bytes);
+      r.peak_reserved = saturated_sum(r.peak_reserved, d.peak_reserved_bytes);
+      r.live = saturated_sum(r.live, d.live_bytes);
     }
+    r.devices = m.devices.size();
     if (!r.run.growth.empty()) {
       r.suspect_kind = "growth";
       r.suspect = "grew " + human_bytes(r.run.growth[0].grew_bytes) + " at " + top_frame(r.run.growth[0].frames);
@@ -207,7 +229,7 @@ int run_merge(const Cli& cli) {
         if (mt.median > 0)
           std::snprintf(buf, sizeof(buf), "%s %s%.0f%% vs median", mt.name, x > mt.median ? "+" : "-", 100 * d / mt.median);
         else
-          std::snprintf(buf, sizeof(buf), "%s %s vs median 0", mt.name, human_bytes(static_cast<uint64_t>(x)).c_str());
+          std::snprintf(buf, sizeof(buf), "%s %s vs median 0", mt.name, human_bytes(bytes_of(x)).c_str());
         r.outliers.push_back(buf);
       }
     }
@@ -233,9 +255,12 @@ int run_merge(const Cli& cli) {
         append_json_string(&j, r.also[k]);
       }
       j += "]";
+      j += ",\"policy\":";
+      append_json_string(&j, r.run.meta.policy);
       j += ",\"reason\":";
       append_json_string(&j, r.run.meta.reason);
       j += ",\"peak_allocated\":" + std::to_string(r.peak_allocated) + ",\"peak_device\":" + std::to_string(r.peak_device) +
+           ",\"devices\":" + std::to_string(r.devices) +
            ",\"peak_reserved\":" + std::to_string(r.peak_reserved) + ",\"live\":" + std::to_string(r.live) +
            ",\"suspect_kind\":";
       append_json_string(&j, r.suspect_kind);
@@ -246,35 +271,60 @@ int run_merge(const Cli& cli) {
         j += k ? "," : "";
         append_json_string(&j, r.outliers[k]);
       }
+      j += "],\"notes\":[";
+      for (size_t k = 0; k < r.run.notes.size(); ++k) {
+        j += k ? "," : "";
+        append_json_string(&j, r.run.notes[k]);
+      }
       j += "]}";
     }
     j += "],\"medians\":{";
     for (size_t k = 0; k < 3; ++k)
-      j += std::string(k ? "," : "") + "\"" + metrics[k].name + "\":" + std::to_string(static_cast<uint64_t>(metrics[k].median));
+      j += std::string(k ? "," : "") + "\"" + metrics[k].name + "\":" + std::to_string(bytes_of(metrics[k].median));
     j += "},\"skipped\":[";
     for (size_t k = 0; k < skipped.size(); ++k) {
       j += k ? "," : "";
       append_json_string(&j, skipped[k]);
     }
     j += "]}\n";
-    return write_output("-", j, &err) && damaged == 0 ? 0 : 1;
+    return print_output("merge", j) != 0 || damaged != 0 ? 1 : 0;
   }
 
   std::string o = "gpushim merge: " + std::to_string(rows.size()) + (rows.size() == 1 ? " run" : " runs") + "; median peak allocated " +
-                  human_bytes(static_cast<uint64_t>(metrics[0].median)) + ", median live at end " +
-                  human_bytes(static_cast<uint64_t>(metrics[2].median)) + "\n";
+                  human_bytes(bytes_of(metrics[0].median)) + ", median live at end " +
+                  human_bytes(bytes_of(metrics[2].median)) + "\n";
+  // Columns as wide as their longest entry, within bounds: hosts cut to 12 characters made the
+  // rows of pods named "trainer-worker-0" and "trainer-worker-1" (each its process pid 1) the same.
+  size_t label_width = 14, host_width = 12;
+  for (const RowData& r : rows) {
+    label_width = std::max(label_width, std::min<size_t>(r.label.size(), 32));
+    host_width = std::max(host_width, std::min<size_t>(r.run.meta.host.size(), 48));
+  }
+  const int lw = static_cast<int>(label_width), hw = static_cast<int>(host_width);
   char line[512];
-  std::snprintf(line, sizeof(line), "%-14s %-12s %15s %15s %15s  %s\n", "run", "host", "peak allocated", "peak reserved",
-                "live at end", "top suspect");
+  std::snprintf(line, sizeof(line), "%-*s %-*s %15s %15s %15s  %s\n", lw, "run", hw, "host", "peak allocated",
+                "peak reserved", "live at end", "top suspect");
   o += line;
+  // Reserved memory depends on the policy: a run under another policy than most is marked, so a
+  // vmm rank flagged among caching ranks is not taken for a leak.
+  std::map<std::string, size_t> policies;
+  for (const RowData& r : rows) ++policies[r.run.meta.policy];
+  const std::string usual =
+      std::max_element(policies.begin(), policies.end(), [](const auto& x, const auto& y) { return x.second < y.second; })
+          ->first;
   size_t flagged = 0;
   for (const RowData& r : rows) {
-    std::snprintf(line, sizeof(line), "%-14s %-12s %15s %15s %15s  %s%s\n", r.label.substr(0, 14).c_str(),
-                  r.run.meta.host.substr(0, 12).c_str(), human_bytes(r.peak_allocated).c_str(),
-                  human_bytes(r.peak_reserved).c_str(), human_bytes(r.live).c_str(),
-                  r.suspect.empty() ? "-" : r.suspect.c_str(),
-                  r.run.meta.reason == "snapshot" ? " [snapshot]" : "");
+    const std::string other_policy = r.run.meta.policy != usual ? " [policy " + r.run.meta.policy + "]" : "";
+    const std::string several = r.devices > 1 ? " [" + std::to_string(r.devices) + " devices]" : "";
+    // The fixed columns only: a suspect's frame (a C++ template, a long path) has no bound, and
+    // cut by the buffer it took the row's marks and its newline with it.
+    std::snprintf(line, sizeof(line), "%-*s %-*s %15s %15s %15s  ", lw, r.label.substr(0, label_width).c_str(), hw,
+                  r.run.meta.host.substr(0, host_width).c_str(), human_bytes(r.peak_allocated).c_str(),
+                  human_bytes(r.peak_reserved).c_str(), human_bytes(r.live).c_str());
     o += line;
+    o += r.suspect.empty() ? "-" : r.suspect;
+    o += r.run.meta.reason == "snapshot" ? " [snapshot]" : r.run.meta.reason == "truncated" ? " [cut short]" : "";
+    o += several + other_policy + "\n";
     if (!r.outliers.empty()) {
       ++flagged;
       std::string l = "    ^ outlier:";
@@ -287,8 +337,27 @@ int run_merge(const Cli& cli) {
   for (const RowData& r : rows)
     for (const std::string& a : r.also)
       o += "same run: " + a + " (its row is from " + r.run.path + ")\n";
+  // What the readers noticed about a row's input (a trace cut short, events dropped) bounds what
+  // its figures mean; a note shared by many rows (a module missing here) is said once.
+  std::vector<std::pair<std::string, std::vector<std::string>>> notes;
+  for (const RowData& r : rows) {
+    // A label several rows share (pid 1 in every container) is told apart by its host.
+    const bool shared = std::count_if(rows.begin(), rows.end(), [&](const RowData& x) { return x.label == r.label; }) > 1;
+    const std::string who = shared ? r.label + " on " + r.run.meta.host : r.label;
+    for (const std::string& n : r.run.notes) {
+      auto it = std::find_if(notes.begin(), notes.end(), [&](const auto& x) { return x.first == n; });
+      if (it == notes.end()) notes.push_back({n, {who}});
+      else it->second.push_back(who);
+    }
+  }
+  for (const auto& [n, labels] : notes) {
+    std::string who;
+    for (size_t k = 0; k < labels.size() && k < 8; ++k) who += (k ? ", " : "") + labels[k];
+    if (labels.size() > 8) who += " and " + std::to_string(labels.size() - 8) + " more";
+    o += "note (" + who + "): " + n + "\n";
+  }
   for (const std::string& s : skipped) o += "skipped: " + s + "\n";
-  return write_output("-", o, &err) && damaged == 0 ? 0 : 1;
+  return print_output("merge", o) != 0 || damaged != 0 ? 1 : 0;
 }
 
 }  // namespace
@@ -302,7 +371,9 @@ const CommandSpec kMergeCommand{
     .description = R"(One table across the ranks or processes of a job: for each report, snapshot or trace (a directory
 stands for every report and trace in it), one row with the rank (or pid), peak allocated, peak
 reserved, live at the end, and the top suspect (the strongest growth suspect when the input knows
-growth, else the largest live site).
+growth, else the largest live site). A run on several devices has the sum of its devices' figures
+(each device's own peak), marked "[N devices]"; one under another policy than most rows, whose
+reserved memory is not comparable, is marked "[policy P]".
 
 One run is one row: a report and the trace of the same process (the same pid, host and rank,
 started at the same moment), or a snapshot and its exit report, give one row, from the exit report

@@ -19,11 +19,7 @@ std::string fmt_rate(double v) {
   return buf;
 }
 
-std::string first_site(OfflineSymbolizer& sym, uint32_t stack) {
-  for (const FrameInfo& f : sym.stack(stack))
-    if (!is_plumbing_frame(f)) return describe_frame(f);
-  return "unknown site";
-}
+std::string first_site(OfflineSymbolizer& sym, uint32_t stack) { return describe_site(sym.stack(stack), "unknown site"); }
 
 int run_replay(const Cli& cli) {
   std::string err;
@@ -86,7 +82,7 @@ int run_replay(const Cli& cli) {
 
   PolicyKind recorded = PolicyKind::kCaching;
   const bool recorded_known = parse_policy_name(trace.header.policy, &recorded);
-  if (trace.truncated) notes.push_back("the trace is cut short (" + trace.stop_reason + "); replaying what it holds");
+  if (trace.truncated) notes.push_back(trace.stop_note() + "; replaying what it holds");
   if (trace.dropped) notes.push_back(std::to_string(trace.dropped) + " events were dropped while recording: the replay is approximate");
   if (trace.unmatched_frees) notes.push_back(std::to_string(trace.unmatched_frees) + " frees without a recorded allocation were skipped");
 
@@ -232,7 +228,7 @@ int run_replay(const Cli& cli) {
       append_json_string(&j, notes[i]);
     }
     j += "]}\n";
-    return write_output("-", j, &err) ? 0 : 1;
+    return print_output("replay", j);
   }
 
   std::string o = "replay of " + path + ": " + std::to_string(trace.events.size()) + " events, recorded with policy " +
@@ -269,10 +265,12 @@ int run_replay(const Cli& cli) {
                std::to_string(d.recorded_ooms) + " recorded OOMs would not happen" + (d.ooms ? "" : ")");
       char util[32];
       std::snprintf(util, sizeof(util), "%.1f%%", 100 * d.utilization());
-      std::snprintf(line, sizeof(line), "%-18s %-6d %15s %15s %11s %13" PRIu64 " %10s  %s\n", r.policy.c_str(), d.device,
+      // The fixed columns only: the OOM's site has no bound (a C++ template, a long Python name),
+      // and cut by the buffer it took the row's newline with it.
+      std::snprintf(line, sizeof(line), "%-18s %-6d %15s %15s %11s %13" PRIu64 " %10s  ", r.policy.c_str(), d.device,
                     human_bytes(d.peak_allocated).c_str(), human_bytes(d.peak_reserved).c_str(), util, d.driver_calls(),
-                    fmt_rate(eps).c_str(), oom.c_str());
-      o += line;
+                    fmt_rate(eps).c_str());
+      o += line + oom + "\n";
       uint64_t rec = 0;
       if (recorded_known && r.policy == std::string(policy_name(recorded)) && base.gpu_time == GpuTime::kModel &&
           shim_peak_reserved(d.device, &rec) && rec) {
@@ -295,7 +293,7 @@ int run_replay(const Cli& cli) {
     }
   }
   o += reproduction;
-  return write_output("-", o, &err) ? 0 : 1;
+  return print_output("replay", o);
 }
 
 }  // namespace

@@ -90,7 +90,7 @@ int run_summary(const Cli& cli) {
   if (format == "torch" && site_no == 0) {
     // torch's table has no place for them: what the reader noticed (a trace cut short) goes to stderr.
     for (const std::string& n : run.notes) std::fprintf(stderr, "gpushim-analyze summary: note: %s\n", n.c_str());
-    return write_output("-", torch_summary(run, trace_data ? &*trace_data : nullptr), &err) ? 0 : 1;
+    return print_output("summary", torch_summary(run, trace_data ? &*trace_data : nullptr));
   }
   const ReportData& m = run.meta;
   std::map<std::string, ModuleRow> modules;
@@ -126,7 +126,7 @@ int run_summary(const Cli& cli) {
     std::string o = "gpushim summary of " + run.source + " " + run.path + ": site #" + std::to_string(site_no) +
                     (by_peak ? " at peak allocated" : " live at the end") + "\n";
     o += site_tree(run, *list[site_no - 1], by_peak, std::max<size_t>(max_frames, 2) * 2);
-    return write_output("-", o, &err) ? 0 : 1;
+    return print_output("summary", o);
   }
   AllocationRankings rankings;
   if (trace_data) rankings = rank_allocations(*trace_data, temporary_ms);
@@ -230,7 +230,7 @@ int run_summary(const Cli& cli) {
       append_json_string(&j, run.notes[i]);
     }
     j += "]}\n";
-    return write_output("-", j, &err) ? 0 : 1;
+    return print_output("summary", j);
   }
 
   std::string o;
@@ -367,7 +367,7 @@ int run_summary(const Cli& cli) {
                   trace ? human_bytes(r.at_peak).c_str() : "", r.sites);
     line(row);
   }
-  return write_output("-", o, &err) ? 0 : 1;
+  return print_output("summary", o);
 }
 
 }  // namespace

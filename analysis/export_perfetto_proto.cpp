@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "accounting/allocation_tracker.h"
 #include "exports.h"
+#include "json.h"
 #include "offline_symbolizer.h"
 #include "util/version.h"
 #include "util/paths.h"
@@ -86,7 +87,9 @@ struct Totals {
 // The interning tables of one ProfilePacket, written as entries are first asked for.
 class Interner {
  public:
-  uint64_t string(const std::string& s) {
+  uint64_t string(const std::string& raw) {
+    // bytes fields, but the trace processor and the UI take them for text, as a JSON export does.
+    const std::string s = valid_utf8(raw);
     auto [it, fresh] = strings_.emplace(s, strings_.size() + 1);
     if (fresh) {
       Builder<pf::InternedString> m{packet_, pf::ProfilePacket::kStrings};
@@ -191,7 +194,7 @@ class Writer {
       Builder<pf::TrackDescriptor> d{p, pf::TracePacket::kTrackDescriptor};
       d.add_uint64(pf::TrackDescriptor::kUuid, uuid);
       if (parent) d.add_uint64(pf::TrackDescriptor::kParentUuid, parent);
-      if (!name.empty()) d.add_bytes(pf::TrackDescriptor::kName, name);
+      if (!name.empty()) d.add_bytes(pf::TrackDescriptor::kName, valid_utf8(name));
       extra(d);
     });
   }
@@ -208,7 +211,7 @@ class Writer {
       Builder<pf::TrackEvent> e{p, pf::TracePacket::kTrackEvent};
       e.add_enum(pf::TrackEvent::kType, pf::kTypeInstant);
       e.add_uint64(pf::TrackEvent::kTrackUuid, uuid);
-      e.add_bytes(pf::TrackEvent::kName, name);
+      e.add_bytes(pf::TrackEvent::kName, valid_utf8(name));
     });
   }
   std::string take() { return std::move(out_); }
@@ -230,12 +233,13 @@ void describe_process(Writer& w, const ReportData& m, uint64_t t0_ns, const std:
     Builder<pf::Process> proc{tree, pf::ProcessTree::kProcesses};
     proc.add_int32(pf::Process::kPid, m.pid);
     proc.add_int32(pf::Process::kPpid, 0);
-    proc.add_bytes(pf::Process::kCmdline, m.exe);
+    // A string field, which protobuf requires to be UTF-8; a path need not be.
+    proc.add_bytes(pf::Process::kCmdline, valid_utf8(m.exe));
   });
   w.track(kProcessTrack, 0, "", [&](Builder<pf::TrackDescriptor>& d) {
     Builder<pf::ProcessDescriptor> pd{d, pf::TrackDescriptor::kProcess};
     pd.add_int32(pf::ProcessDescriptor::kPid, m.pid);
-    pd.add_bytes(pf::ProcessDescriptor::kProcessName, file_name_of(m.exe) + " (gpushim)");
+    pd.add_bytes(pf::ProcessDescriptor::kProcessName, valid_utf8(file_name_of(m.exe) + " (gpushim)"));
   });
   auto bytes_unit = [](Builder<pf::TrackDescriptor>& d) {
     Builder<pf::CounterDescriptor> c{d, pf::TrackDescriptor::kCounter};

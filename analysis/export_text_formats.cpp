@@ -108,6 +108,12 @@ std::string speedscope_from_run(const RunView& run, bool at_peak, bool lines) {
     p.weights += (p.weights.empty() ? "" : ",") + std::to_string(weight);
     p.total += weight;
   }
+  // Nothing held (a clean run's report, a trace cut before its first allocation): speedscope
+  // refuses a file without a profile ("imported nothing"), and accepts empty ones.
+  if (profiles.empty()) {
+    for (const DeviceReport& d : run.meta.devices) profiles[{"device", d.device}];
+    if (profiles.empty()) profiles[{"device", 0}];
+  }
   const std::string what = at_peak ? "held at the device's peak" : run.meta.reason == "snapshot" ? "live at the snapshot" : "live at the end";
   std::string j = "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"exporter\":";
   append_json_string(&j, std::string("gpushim-analyze ") + kVersion);
@@ -176,13 +182,7 @@ std::string perfetto_document(const ReportData& m, const std::vector<TimelineSam
          number(o.t_s * 1e6) + ",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"requested\":" + std::to_string(o.requested) +
          ",\"allocated\":" + std::to_string(o.allocated) + ",\"reserved\":" + std::to_string(o.reserved) +
          ",\"device_free\":" + std::to_string(o.device_free) + ",\"site\":";
-    std::string site = "unknown";
-    for (const FrameInfo& f : o.frames)
-      if (!is_plumbing_frame(f)) {
-        site = describe_frame(f);
-        break;
-      }
-    append_json_string(&j, site);
+    append_json_string(&j, describe_site(o.frames, "unknown"));
     j += "}}";
   }
   for (size_t i = 0; i < iterations.size(); ++i) {
@@ -237,16 +237,11 @@ std::string timeline_json(const RunView& run, const std::vector<TimelineSample>&
   }
   j += "],\"iterations\":[";
   for (size_t i = 0; i < run.iterations_s.size(); ++i) j += (i ? "," : "") + number(run.iterations_s[i]);
-  // The strongest growth suspects, named by their first frame outside the shim and CUDA.
+  // The strongest growth suspects, named by the user's own frame (describe_site).
   j += "],\"growth\":[";
   for (size_t i = 0; i < run.growth.size() && i < 3; ++i) {
     const GrowthSuspect& g = run.growth[i];
-    std::string site = "unknown";
-    for (const FrameInfo& f : g.frames)
-      if (!is_plumbing_frame(f)) {
-        site = describe_frame(f);
-        break;
-      }
+    const std::string site = describe_site(g.frames, "unknown");
     j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(g.device) + ",\"grew_bytes\":" +
          std::to_string(g.grew_bytes) + ",\"bytes_per_iteration\":" + number(g.bytes_per_iteration) + ",\"site\":";
     append_json_string(&j, site);

@@ -122,10 +122,14 @@ class JsonBuilder {
     if (const size_t last = w.find("; last read: "); last != std::string::npos) w.erase(last);
     if (w.size() > 200) w.resize(200);
     error_ = located(*source_, position > 0 ? position - 1 : 0, w);
+    // Stopped at the end while a container was open: cut short. Not after a complete document
+    // (`{...} x` also fails at the end, reading the stray literal).
+    ended_early_ = position >= source_->size() && !open_.empty();
     return false;
   }
 
   const std::string* source_ = nullptr;
+  bool ended_early_ = false;  // the error is that the input stopped, not a wrong byte
   bool too_deep_ = false;
   std::string error_;
 
@@ -192,7 +196,12 @@ bool JsonValue::to_double(double* out) const {
   return true;
 }
 
-bool parse_json(const std::string& raw, JsonValue* out, std::string* error) {
+std::string valid_utf8(const std::string& s) {
+  std::string repaired;
+  return replace_invalid_utf8(s, &repaired) ? repaired : s;
+}
+
+bool parse_json(const std::string& raw, JsonValue* out, std::string* error, bool* ended_early) {
   // nlohmann's parser refuses bytes that are not UTF-8. A string holding some (a path or a name
   // edited by hand in another encoding) reads as U+FFFD instead, as our writers write such bytes
   // (util/json_string.h), rather than losing the whole document; outside strings U+FFFD is still
@@ -218,6 +227,7 @@ bool parse_json(const std::string& raw, JsonValue* out, std::string* error) {
   if (!ok) {
     if (b.too_deep_) b.error_ = located(bytes, offset_of_too_deep(bytes), "nesting too deep");
     if (error) *error = b.error_.empty() ? "invalid JSON" : b.error_;
+    if (ended_early) *ended_early = b.ended_early_ && !b.too_deep_;
     return false;
   }
   *out = std::move(v);

@@ -56,9 +56,14 @@ class JsonValue {
   std::vector<std::pair<std::string, JsonValue>> object_;
 };
 
+// `s` with every byte that does not begin well-formed UTF-8 replaced by U+FFFD, as our JSON
+// writers write it: for formats whose strings must be UTF-8 (protobuf's `string` fields).
+std::string valid_utf8(const std::string& s);
+
 // Parses one JSON document (RFC 8259; surrounding whitespace allowed, nothing after it). Bytes in
 // strings that are not UTF-8 read as U+FFFD. On failure returns false with a one-line message
-// naming line and column; never throws or crashes.
-bool parse_json(const std::string& bytes, JsonValue* out, std::string* error);
+// naming line and column; never throws or crashes. `ended_early`: the input stopped inside the
+// document (cut short), rather than holding a wrong byte.
+bool parse_json(const std::string& bytes, JsonValue* out, std::string* error, bool* ended_early = nullptr);
 
 }  // namespace gpushim::analysis

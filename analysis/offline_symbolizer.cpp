@@ -142,6 +142,11 @@ std::string describe_frame(const FrameInfo& f) {
   return s;
 }
 
+std::string describe_site(const std::vector<FrameInfo>& frames, const char* none) {
+  const FrameInfo* f = user_frame(frames);
+  return f ? describe_frame(*f) : none;
+}
+
 // The shim's own definition (stacks/frame_roles.h): a static runtime linked into the program is
 // plumbing here too.
 bool is_plumbing_frame(const FrameInfo& f) { return frame_role(f) == FrameRole::kPlumbing; }

@@ -44,6 +44,10 @@ class OfflineSymbolizer {
 
 // A frame as one short line: "function file:line (module)" with what is known.
 std::string describe_frame(const FrameInfo& f);
+// A stack's site in one line: its innermost frame of the user's own code (stacks/frame_roles.h),
+// as summary, diff and merge lead with it; `none` when no frame is outside the shim and CUDA.
+// The innermost frame outside the shim named libffi or libtorch for Python programs.
+std::string describe_site(const std::vector<FrameInfo>& frames, const char* none);
 // True for frames inside the shim, the CUDA runtime or the driver: they say nothing about who
 // allocated, so summaries and flame graphs skip them.
 bool is_plumbing_frame(const FrameInfo& f);

@@ -33,10 +33,16 @@ class Fields {
     if (!v->to_i64(&i) || i < INT32_MIN || i > INT32_MAX) return fail(key, "expected an integer");
     *out = static_cast<int>(i);
   }
-  void dbl(const char* key, double* out) {
+  // Every number of seconds a report holds is from the shim's start or the epoch: negative, or
+  // past any real run (1e10 s, 317 years), it is damage, and in nanoseconds it would not fit the
+  // exports' 64-bit timestamps.
+  void seconds(const char* key, double* out) {
     const JsonValue* v = find(key, false);
     if (!v || v->is_null()) return;  // NaN and infinities are written as null
-    if (!v->to_double(out)) fail(key, "expected a number");
+    double d = 0;
+    if (!v->to_double(&d)) return fail(key, "expected a number");
+    if (!(d >= 0 && d <= 1e10)) return fail(key, "expected seconds from 0 to 1e10");
+    *out = d;
   }
   void boolean(const char* key, bool* out) {
     const JsonValue* v = find(key, false);
@@ -201,7 +207,7 @@ bool read_device(const JsonValue& v, const std::string& path, DeviceReport* d, s
   r.u64("live_bytes", &d->live_bytes);
   r.u64("live_count", &d->live_count);
   r.u64("peak_allocated_bytes", &d->peak_bytes);
-  r.dbl("peak_allocated_at_s", &d->peak_allocated_at_s);
+  r.seconds("peak_allocated_at_s", &d->peak_allocated_at_s);
   r.u64("peak_reserved_bytes", &d->peak_reserved_bytes);
   r.u64("total_allocs", &d->total_allocs);
   r.u64("total_frees", &d->total_frees);
@@ -210,7 +216,7 @@ bool read_device(const JsonValue& v, const std::string& path, DeviceReport* d, s
   r.u64("limit_bytes", &d->limit_bytes);
   r.u64("injected_failures", &d->injected_failures);
   d->usage_at_s = std::nan("");  // null: the driver's usage was never sampled
-  r.dbl("usage_at_s", &d->usage_at_s);
+  r.seconds("usage_at_s", &d->usage_at_s);
   d->usage_sampled = !std::isnan(d->usage_at_s);
   if (!d->usage_sampled) d->usage_at_s = 0;
   r.u64("driver_used_bytes", &d->driver_used_bytes);
@@ -226,7 +232,7 @@ bool read_device(const JsonValue& v, const std::string& path, DeviceReport* d, s
 bool read_oom(const JsonValue& v, const std::string& path, OomReport* o, std::string* error) {
   if (!need_object(v, path, error)) return false;
   Fields r(v, path, error);
-  r.dbl("t_s", &o->t_s);
+  r.seconds("t_s", &o->t_s);
   r.integer("device", &o->device);
   r.u64("requested", &o->requested);
   r.u64("capacity", &o->capacity);
@@ -282,7 +288,15 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
   std::string ignored;
   if (!error) error = &ignored;
   JsonValue doc;
-  if (!parse_json(bytes, &doc, error)) return false;
+  bool ended_early = false;
+  if (!parse_json(bytes, &doc, error, &ended_early)) {
+    // A report that stops mid-document was cut while written or copied: the parser's "unexpected
+    // end of input" (or "missing closing quote") at some line and column does not say so.
+    if (ended_early && bytes.find_first_not_of(" \t\r\n") != std::string::npos)
+      *error = "the report is cut short, after " + std::to_string(bytes.size()) + (bytes.size() == 1 ? " byte (" : " bytes (") +
+               *error + ")";
+    return false;
+  }
   if (!doc.is_object()) {
     *error = "not a gpushim report: the document is not a JSON object";
     return false;
@@ -313,8 +327,8 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
   top.str("rank", &r.rank);
   top.str("policy", &r.policy);
   top.str("reason", &r.reason);
-  top.dbl("wall_time_s", &r.wall_time_s);
-  top.dbl("duration_s", &r.duration_s);
+  top.seconds("wall_time_s", &r.wall_time_s);
+  top.seconds("duration_s", &r.duration_s);
   top.integer("stack_depth", &r.stack_depth);
   top.u64("invalid_frees", &r.invalid_frees);
   top.u64("distinct_stacks", &r.distinct_stacks);
@@ -323,7 +337,7 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
   if (const JsonValue* t = top.object("teardown")) {
     Fields f(*t, top.path("teardown"), error);
     f.boolean("observed", &r.teardown.observed);
-    f.dbl("began_s", &r.teardown.began_s);
+    f.seconds("began_s", &r.teardown.began_s);
     f.u64("freed_bytes", &r.teardown.freed_bytes);
     f.u64("freed_count", &r.teardown.freed_count);
     if (!f.ok()) return false;
@@ -352,7 +366,7 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
           [](const JsonValue& v, const std::string& path, TimelineSample* t, std::string* err) {
             if (!need_object(v, path, err)) return false;
             Fields f(v, path, err);
-            f.dbl("t_s", &t->t_s);
+            f.seconds("t_s", &t->t_s);
             f.integer("device", &t->device);
             f.u64("allocated", &t->allocated);
             f.u64("reserved", &t->reserved);

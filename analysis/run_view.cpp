@@ -52,7 +52,11 @@ struct DeviceState {
 // Keeps at most ~max points of a step series: per time bucket the first point and the one with the
 // highest allocated, so peaks survive thinning.
 std::vector<TimelineSample> thin(const std::vector<TimelineSample>& pts, size_t max) {
-  if (pts.size() <= max || max < 4) return pts;
+  if (pts.size() <= max) return pts;
+  // Below 4 (two buckets of first and highest) no thinning keeps the peak: 4 it is, not all
+  // points, which --max-points 1 to 3 gave (625 points for 2 asked).
+  max = std::max<size_t>(max, 4);
+  if (pts.size() <= max) return pts;
   std::vector<TimelineSample> out;
   const double t0 = pts.front().t_s, t1 = pts.back().t_s;
   const size_t buckets = max / 2;
@@ -190,6 +194,8 @@ bool read_file(const std::string& path, std::string* out, std::string* error) {
     if (!take(head.data(), head.size())) return false;
   }
   if (form == Form::kGzip && !gzip.complete()) return fail(path + ": gzip data cut short");
+  // Said as it is: the JSON parser's "unexpected end of input at line 1, column 1" was the message.
+  if (out->empty()) return fail(path + " is empty: no report or trace was written into it");
   ::close(fd);
   return true;
 }
@@ -236,12 +242,19 @@ bool run_from_report(const ReportFile& file, const std::string& path, RunView* o
       auto it = g.figures.find(k);
       return it == g.figures.end() ? 0.0 : it->second;
     };
-    gs.bytes_per_s = fig("bytes_per_s");
-    gs.bytes_per_iteration = fig("bytes_per_iteration");
-    gs.live_bytes = static_cast<uint64_t>(fig("live_bytes"));
-    gs.live_count = static_cast<uint64_t>(fig("live_count"));
-    gs.grew_bytes = static_cast<uint64_t>(fig("growth_bytes"));  // the report's name for it
-    gs.checkpoints = static_cast<int>(fig("samples"));
+    // The growth section is read leniently (report_reader.cpp): a damaged figure, negative or
+    // past 2^64 (or a rate past any real one), is clamped, as the casts are undefined out of range.
+    auto bounded = [](double d, double most) { return d > 0 ? std::min(d, most) : 0.0; };
+    gs.bytes_per_s = bounded(fig("bytes_per_s"), 1e19);
+    gs.bytes_per_iteration = bounded(fig("bytes_per_iteration"), 1e19);
+    auto whole = [&](const char* k) {
+      const double d = fig(k);
+      return d >= 18446744073709551616.0 ? UINT64_MAX : static_cast<uint64_t>(bounded(d, d));
+    };
+    gs.live_bytes = whole("live_bytes");
+    gs.live_count = whole("live_count");
+    gs.grew_bytes = whole("growth_bytes");  // the report's name for it
+    gs.checkpoints = static_cast<int>(bounded(fig("samples"), INT32_MAX));
     v.growth.push_back(std::move(gs));
   }
   if (file.report.reason == "snapshot")
@@ -266,7 +279,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   m.wall_time_s = static_cast<double>(t.header.start_wall_ns) / 1e9;
   const uint64_t last_t = t.end ? t.end->end_mono_ns : (t.events.empty() ? t.header.start_mono_ns : t.events.back().t_ns);
   m.duration_s = t.seconds(last_t);
-  if (t.truncated) v.notes.push_back("the trace is cut short (" + t.stop_reason + "): figures cover what was recorded");
+  if (t.truncated) v.notes.push_back(t.stop_note() + ": figures cover what was recorded");
   else if (!t.end) v.notes.push_back("the trace has no end record (the process did not exit cleanly)");
   if (t.dropped) v.notes.push_back(std::to_string(t.dropped) + " events were dropped while recording (disk too slow): totals are approximate");
   if (t.unmatched_frees) v.notes.push_back(std::to_string(t.unmatched_frees) + " frees of allocations the trace does not contain were ignored");

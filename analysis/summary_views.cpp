@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "accounting/allocation_tracker.h"
 #include "offline_symbolizer.h"
+#include "stacks/frame_roles.h"
 
 namespace gpushim::analysis {
 
@@ -95,12 +96,7 @@ void render(const TreeNode& n, const std::string& indent, size_t depth, size_t m
 
 std::string site_tree(const RunView& run, const SiteView& site, bool at_peak, size_t max_depth) {
   // The function the site allocates from: its innermost frame that is the program's own.
-  const FrameInfo* focus = nullptr;
-  for (const FrameInfo& f : site.frames)
-    if (!is_plumbing_frame(f)) {
-      focus = &f;
-      break;
-    }
+  const FrameInfo* focus = user_frame(site.frames);
   if (focus == nullptr) return "  (this site has no frame outside the shim and the CUDA runtime)\n";
   FrameInfo function_only = *focus;  // the tree is about the function, whichever line allocates
   function_only.line = 0;

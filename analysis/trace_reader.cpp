@@ -270,6 +270,14 @@ void join_frees(TraceData* t) {
 
 }  // namespace
 
+std::string TraceData::stop_note() const {
+  if (version_minor > trace::kVersionMinor && stop_reason.rfind("malformed chunk", 0) == 0)
+    return "the trace is format 1." + std::to_string(version_minor) + ", newer than this tool reads (1." +
+           std::to_string(trace::kVersionMinor) + "), and stops at the first chunk it cannot read (" + stop_reason +
+           "; a newer gpushim-analyze reads on)";
+  return "the trace is cut short (" + stop_reason + ")";
+}
+
 const trace::DeviceInfo* TraceData::device(int ordinal) const {
   for (const auto& d : devices)
     if (d.ordinal == ordinal) return &d;

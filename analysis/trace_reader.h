@@ -55,6 +55,10 @@ struct TraceData {
   uint64_t repeated_allocs = 0;  // alloc of an address already live (a free was dropped)
 
   const trace::DeviceInfo* device(int ordinal) const;
+  // Why reading stopped early, for the notes: "the trace is cut short (...)", or, for a trace of a
+  // newer minor version, that it holds what this tool cannot read (a newer shim's event kinds
+  // make a chunk unreadable here: not damage, and the user's remedy is a newer gpushim-analyze).
+  std::string stop_note() const;
   // Seconds since the shim started, for an event time.
   double seconds(uint64_t t_ns) const {
     return t_ns >= header.start_mono_ns ? static_cast<double>(t_ns - header.start_mono_ns) / 1e9 : 0.0;

@@ -10,7 +10,8 @@ import tempfile
 import unittest
 
 from shimtest import ShimTestCase, program
-from test_traces import ANALYZE, PLOT, require_plot_python, traced
+from pythons import interpreters
+from test_traces import ANALYZE, LEAK_PY, PLOT, require_plot_python, traced
 
 PLOT_PYTHON = "/usr/bin/python3"  # Debian's, with python3-matplotlib (the script's #! line)
 
@@ -78,6 +79,21 @@ class PlotFailures(unittest.TestCase):
         finally:
             for path in (noext, hard, sym):
                 os.unlink(path)
+
+    def test_a_report_of_another_schema_version_is_refused(self):
+        # gpushim-plot took any "gpushim-report/N" and drew what its fields happened to hold, where
+        # gpushim-analyze refuses all but /1.
+        require_plot_python()
+        path = os.path.join(self.dir, "v2.json")
+        with open(self.report) as f:
+            doc = json.load(f)
+        doc["schema"] = "gpushim-report/2"
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        out = os.path.join(self.dir, "v2.png")
+        self.assert_one_line_error(plot([path, "-o", out]), 1,
+                                   "unsupported report schema 'gpushim-report/2' (this tool reads gpushim-report/1)")
+        self.assertFalse(os.path.exists(out))
 
     def test_damaged_reports(self):
         require_plot_python()  # matplotlib is imported before the input is read
@@ -168,6 +184,35 @@ class PlotLayout(ShimTestCase):
         self.assertIn("out of memory", labels)
         self.assertTrue(any(l.startswith("cap ") for l in labels))
         self.assert_labels_clear(axes)
+
+    def test_a_panel_with_nothing_to_label_draws_without_a_warning(self):
+        # A report whose timeline sampled one device of two (a run shorter than GPUSHIM_SAMPLE_MS
+        # sampling) printed matplotlib's "No artists with labels found to put in legend" warning.
+        require_plot_python()
+        out = tempfile.mkdtemp(prefix="gpushim-plot-")
+        report = os.path.join(out, "r.json")
+        with open(report, "w") as f:
+            json.dump({"schema": "gpushim-report/1", "pid": 1, "exe": "/bin/x", "policy": "caching",
+                       "devices": [{"device": d, "peak_allocated_bytes": 1 << 20, "peak_reserved_bytes": 2 << 20}
+                                   for d in (0, 1)],
+                       "timeline": [{"t_s": 0.1, "device": 0, "allocated": 1 << 20, "reserved": 2 << 20}]}, f)
+        proc = plot([report, "-o", os.path.join(out, "two.png")])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("legend", proc.stderr)
+
+    def test_a_reports_growth_suspect_is_named_as_from_its_trace(self):
+        # The report path read 'growth' only as a list, under the trace timeline's key grew_bytes:
+        # the shim writes {"suspects": [...]} with growth_bytes, so a report's plot never said what
+        # grew. A Python program's suspect is named by its line, not by libffi's frame.
+        for args in ([program("e2e_planted_leak")], [interpreters()[0][0], LEAK_PY, "20", "marks"]):
+            with self.subTest(program=args[-1]):
+                r, trace = traced(args)
+                self.assertTrue(r.report["growth"]["suspects"], r.report["growth"])
+                titles = [layout_of(self, source, "growth.png")[0]["title"] for source in (r.report_path, trace)]
+                growing = [t.splitlines()[1] for t in titles]
+                site = "leaky_step planted_leak.cpp:" if "e2e_planted_leak" in args[0] else "leaky_step planted_leak.py:"
+                self.assertTrue(growing[0].startswith("growing steadily: " + site), titles)
+                self.assertEqual(growing[0], growing[1])
 
 
 if __name__ == "__main__":

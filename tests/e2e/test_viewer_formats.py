@@ -270,6 +270,51 @@ class ViewerFormats(ShimTestCase):
         self.assertEqual(folded_view["imported_as"], "Importing as collapsed stack format")
         self.assertEqual(folded_view["profiles"][0]["total"], peak)
 
+    def test_perfetto_string_fields_are_utf8_whatever_the_programs_path(self):
+        # Protobuf's string fields must hold UTF-8; the process's command line and name were the
+        # executable's path as bytes, which on Linux need not be (a directory named in Latin-1).
+        odd = os.fsencode(tempfile.mkdtemp(prefix="gpushim-viewers-")) + b"/caf\xe9"
+        os.mkdir(odd)
+        exe = odd + b"/prog"
+        shutil.copy(os.fsencode(program("e2e_leak_two_sites")), exe)
+        _, trace = traced([os.fsdecode(exe)])
+        doc = read_perfetto(self.export("perfetto", trace, "odd.pftrace"))  # decodes them as UTF-8
+        self.assertEqual(doc["process"][1], os.fsdecode(exe).encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+        self.assertIn("\ufffd", doc["process"][1])
+
+    def test_a_run_with_nothing_held_exports_what_the_viewers_open(self):
+        # A clean run's report (nothing live) and a trace cut before its first allocation gave a
+        # speedscope file without a profile, which speedscope refuses ("imported nothing"), and an
+        # empty folded file, which flamegraph.pl refuses, without a word.
+        require_tool(shutil.which("node"), "node", "install Debian's nodejs (scripts/setup)")
+        require_tool(os.path.isdir(os.path.join(SPEEDSCOPE, "dist", "release")), "speedscope's npm package",
+                     f"not at {SPEEDSCOPE} (run scripts/setup)")
+        r, trace = traced([program("e2e_free_everything")])
+        self.assertRanOK(r)
+        self.assertEqual(r.report["sites"], [])
+        with open(trace, "rb") as f:
+            data = f.read()
+        pos = 8
+        while data[pos + 4] != 5:  # up to the first events chunk (type 5)
+            pos += 16 + int.from_bytes(data[pos + 8:pos + 12], "little")
+        cut = os.path.join(self.out, "cut.trace")
+        with open(cut, "wb") as f:
+            f.write(data[:pos])
+        for source in (r.report_path, cut):
+            with self.subTest(source=source):
+                js = self.export("speedscope", source, "empty.speedscope.json")
+                proc = subprocess.run(["node", CHECK_SPEEDSCOPE, "--speedscope", SPEEDSCOPE, js], capture_output=True,
+                                      text=True, timeout=120)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                [p] = json.loads(proc.stdout)["profiles"]
+                self.assertEqual((p["name"], p["total"]), ("device 0: bytes " + (
+                    "live at the end" if source == r.report_path else "held at the device's peak"), 0))
+                folded = os.path.join(self.out, "empty.folded")
+                proc = analyze("export", "--format", "folded", source, "-o", folded)
+                self.assertEqual(os.path.getsize(folded), 0)
+                self.assertIn("note: no site held memory at ", proc.stderr)
+                self.assertIn("flamegraph.pl draws nothing", proc.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()

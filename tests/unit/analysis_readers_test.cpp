@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <tuple>
 #include <string>
 
 #include "json.h"
 #include "report/report_writer.h"
 #include "report_reader.h"
+#include "run_view.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -216,6 +218,72 @@ TEST(ReportReader, ReadsAGrowthSectionOfEitherShape) {
     ASSERT_EQ(got.growth.size(), 1u) << growth;
     EXPECT_EQ(got.growth[0].figures.at("bytes_per_s"), 100.5);
     EXPECT_EQ(got.growth[0].frames.at(0).function, "leaky_step");
+  }
+}
+
+TEST(ReportReader, SecondsOutsideAnyRunAreRefusedByName) {
+  // Negative or huge times went through to the exports, whose nanosecond timestamps are 64-bit
+  // integers: the casts were undefined and the Perfetto trace's clock came out anywhere.
+  const std::string good = report_to_json(sample_report());
+  for (const auto& [key, bad, path] :
+       {std::tuple<std::string, std::string, std::string>{"\"duration_s\":3.5", "\"duration_s\":-1", "duration_s"},
+        {"\"duration_s\":3.5", "\"duration_s\":1e300", "duration_s"},
+        {"\"t_s\":0.5", "\"t_s\":-0.5", "timeline[0].t_s"},
+        {"\"peak_allocated_at_s\":1.25", "\"peak_allocated_at_s\":1e11", "devices[0].peak_allocated_at_s"}}) {
+    std::string json = good;
+    ASSERT_NE(json.find(key), std::string::npos) << key;
+    json.replace(json.find(key), key.size(), bad);
+    ReportFile got;
+    std::string err;
+    EXPECT_FALSE(parse_report(json, &got, &err)) << bad;
+    EXPECT_EQ(err, path + ": expected seconds from 0 to 1e10");
+  }
+  ReportFile got;
+  std::string err;
+  EXPECT_TRUE(parse_report(good, &got, &err)) << err;
+}
+
+TEST(ReportReader, DamagedGrowthFiguresAreClampedNotCastOutOfRange) {
+  // The growth section is read leniently; its figures are doubles turned back into integers,
+  // which for -1e30 gave 8.0 EiB live.
+  const std::string doc = R"({"schema":"gpushim-report/1","devices":[],"sites":[],"growth":{"suspects":[)"
+                          R"({"device":0,"growth_bytes":1e30,"live_bytes":-1e30,"live_count":18446744073709551615,)"
+                          R"("bytes_per_s":1e308,"bytes_per_iteration":-5,"samples":1e12,"frames":[]}]}})";
+  ReportFile file;
+  std::string err;
+  ASSERT_TRUE(parse_report(doc, &file, &err)) << err;
+  RunView run;
+  ASSERT_TRUE(run_from_report(file, "r.json", &run));
+  ASSERT_EQ(run.growth.size(), 1u);
+  const GrowthSuspect& g = run.growth[0];
+  EXPECT_EQ(g.grew_bytes, UINT64_MAX);
+  EXPECT_EQ(g.live_bytes, 0u);
+  EXPECT_EQ(g.live_count, UINT64_MAX);
+  EXPECT_EQ(g.bytes_per_s, 1e19);
+  EXPECT_EQ(g.bytes_per_iteration, 0.0);
+  EXPECT_EQ(g.checkpoints, INT32_MAX);
+}
+
+TEST(ReportReader, AReportCutAnywhereIsSaidToBeCutShort) {
+  // The parser's own words ("unexpected end of input", "missing closing quote", "invalid literal"
+  // at some line and column, depending on where the cut fell) did not say that the file ends early.
+  const std::string whole = report_to_json(sample_report());
+  for (size_t n = 1; n + 1 < whole.size(); ++n) {
+    ReportFile got;
+    std::string err;
+    const std::string cut = whole.substr(0, n);
+    if (cut.find_last_not_of(" \t\r\n") == whole.find_last_not_of(" \t\r\n")) continue;  // whole but blanks
+    ASSERT_FALSE(parse_report(cut, &got, &err)) << n;
+    EXPECT_EQ(err.rfind("the report is cut short, after " + std::to_string(n) + (n == 1 ? " byte (" : " bytes ("), 0), 0u)
+        << n << ": " << err;
+  }
+  // Damage that is not an early end is not called one: a stray byte after the document, a wrong one
+  // inside it.
+  for (const std::string& bad : {whole + " x", std::string("{\"schema\":\"gpushim-report/1\",\"devices\":[x]}")}) {
+    ReportFile got;
+    std::string err;
+    EXPECT_FALSE(parse_report(bad, &got, &err));
+    EXPECT_EQ(err.find("cut short"), std::string::npos) << err;
   }
 }
 

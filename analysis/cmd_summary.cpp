@@ -243,6 +243,11 @@ int run_summary(const Cli& cli) {
        (run.iterations_s.empty() ? "" : ", " + std::to_string(run.iterations_s.size()) + " iteration marks"));
   for (const std::string& n : run.notes) line("  note: " + n);
 
+  // The moment a report's live figures describe: a Python program's are those of the start of its
+  // interpreter's teardown (its frees, and so total_frees, go on to the end), a snapshot's its own.
+  const std::string moment = m.reason == "snapshot"   ? "at the snapshot"
+                             : m.teardown.observed ? "when the teardown began"
+                                                   : "at the end";
   line("");
   line("Devices");
   for (const DeviceReport& d : m.devices) {
@@ -250,20 +255,25 @@ int run_summary(const Cli& cli) {
          fmt("%.2f", d.peak_allocated_at_s) + " s, peak reserved " + human_bytes(d.peak_reserved_bytes) +
          ", utilization " + fmt("%.1f", 100 * utilization(d)) + "% (fragmentation " +
          fmt("%.1f", 100 * (1 - utilization(d))) + "%)");
-    std::string l2 = "            live at the end " + human_bytes(d.live_bytes) + " in " + std::to_string(d.live_count) +
-                     " allocations; " + std::to_string(d.total_allocs) + " allocs, " + std::to_string(d.total_frees) +
+    std::string l2 = "            live " + moment + " " + human_bytes(d.live_bytes) + " in " +
+                     std::to_string(d.live_count) + " allocations; " + std::to_string(d.total_allocs) + " allocs, " + std::to_string(d.total_frees) +
                      " frees, " + std::to_string(d.failed_allocs) + " failed";
     if (d.capacity_bytes) l2 += "; capacity " + human_bytes(d.capacity_bytes);
     if (d.limit_bytes) l2 += ", cap " + human_bytes(d.limit_bytes);
     line(l2);
   }
+  // Without this, allocs - frees (counted to the end) disagrees with the live count.
+  if (m.teardown.observed && m.reason != "snapshot")
+    line("  the teardown began at " + fmt("%.2f", m.teardown.began_s) + " s and then freed " +
+         human_bytes(m.teardown.freed_bytes) + " in " + std::to_string(m.teardown.freed_count) +
+         " allocations, still counted live above; the frees above include them");
 
   line("");
   line("Fragmentation");
   for (const DeviceReport& d : m.devices) {
     std::string l = "  device " + std::to_string(d.device) + ": peak reserved - peak allocated = " +
                     human_bytes(d.peak_reserved_bytes - std::min(d.peak_reserved_bytes, d.peak_bytes)) +
-                    (m.teardown.observed ? "; when the teardown began reserved " : "; at the end reserved ") +
+                    "; " + moment + " reserved " +
                     human_bytes(d.pool.reserved_bytes) + ", of it cached free " +
                     human_bytes(d.pool.cached_free_bytes);
     if (d.pool.largest_free_block)
@@ -317,7 +327,7 @@ int run_summary(const Cli& cli) {
   }
 
   line("");
-  line(std::string("Top sites live at the ") + (m.reason == "snapshot" ? "snapshot" : "end"));
+  line("Top sites live " + moment);
   if (live.empty()) line("  none: everything was freed");
   for (size_t i = 0; i < live.size() && i < top; ++i) {
     const SiteView& s = *live[i];

@@ -289,6 +289,15 @@ ReportData RunRecorder::build_report(const char* reason) {
     in.freed_by_reset.assign(freed_by_reset_.begin(), freed_by_reset_.end());
   }
   in.timeline = timeline_.samples();
+  // Samples are taken by allocations once the interval has passed, so the series would stop at the
+  // last one due, up to an interval (or a whole quiet phase) before this report: a run shorter than
+  // the interval would show its first allocation only. The report's own instant closes it.
+  const uint64_t closing_ns = now_ns() - lent_.start_ns;
+  if (in.timeline.empty() || in.timeline.back().t_ns < closing_ns)
+    lent_.devices([&](const DeviceView& d) {
+      in.timeline.push_back(Sample{closing_ns, static_cast<int16_t>(d.ordinal), d.ledger->counters().live_bytes(),
+                                   d.ledger->figures().reserved_bytes});
+    });
   {
     std::lock_guard<std::mutex> lock(ooms_mu_);
     in.ooms = ooms_;

@@ -275,6 +275,22 @@ class ReportFigures(ShimTestCase):
         for s in r.report["timeline"]:
             self.assertGreaterEqual(s["reserved"], s["allocated"])
 
+    def test_timeline_ends_at_the_report(self):
+        # Samples are taken by allocations once the interval has passed: a run shorter than the
+        # interval had one sample, its first allocation (16 MiB), and gpushim-plot of the report drew
+        # nothing of the 176 MiB it ended with. The report's own instant now closes the series.
+        r = run([program("e2e_demo_training_loop"), "40"], env={"GPUSHIM_SAMPLE_MS": "60000"})
+        self.assertRanOK(r)
+        dev = r.device(0)
+        timeline = r.report["timeline"]
+        self.assertEqual(len(timeline), 2, timeline)
+        first, last = timeline
+        self.assertEqual(first["allocated"], 16 * (1 << 20))
+        self.assertEqual((last["device"], last["allocated"], last["reserved"]),
+                         (0, dev["live_bytes"], dev["pool"]["reserved_bytes"]))
+        self.assertGreater(last["t_s"], first["t_s"])
+        self.assertLessEqual(last["t_s"], r.report["duration_s"])
+
 
 if __name__ == "__main__":
     import unittest

@@ -1,12 +1,14 @@
 """The exit report of a Python program describes the program, not its teardown: memory that object
 finalizers free while the interpreter shuts down (atexit callbacks, module teardown) still counts
 as live and keeps its site a growth suspect (interpose/python/interpreter_shutdown.h)."""
+import json
 import os
 import subprocess
 import unittest
 
 from pythons import interpreters
 from shimtest import BUILD, FAKECUDA, REAL_GPU, SANITIZER, ShimTestCase, last_json, program, run
+from test_traces import analyze
 
 MiB = 1 << 20
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python")
@@ -95,6 +97,34 @@ class Teardown(ShimTestCase):
                     self.assertEqual(r.report["devices"][0]["live_count"], STEPS)
                     self.assertEqual(r.report["devices"][0]["total_frees"], 2 * STEPS)
                     self.assertIn("(40.0 MiB of it freed during interpreter shutdown)", r.stderr)
+
+    def test_summary_says_which_moment_its_live_figures_are_of(self):
+        # `gpushim-analyze summary` of such a report said "live at the end 40.0 MiB in 40
+        # allocations; 80 allocs, 80 frees": allocs - frees (counted to the end) disagreed with
+        # the live count (the teardown's start) on one line, and a snapshot's figures read as the end.
+        python, _ = interpreters()[0]
+        r = run([python, FINALIZER_LEAK, str(STEPS), "del"], env=FAST)
+        self.assertRanOK(r)
+        dev = r.report["devices"][0]
+        self.assertEqual(dev["total_allocs"] - dev["total_frees"], 0, dev)
+        text = analyze("summary", r.report_path).stdout
+        self.assertIn(f"live when the teardown began 40.0 MiB in {STEPS} allocations; {dev['total_allocs']} allocs, "
+                      f"{dev['total_frees']} frees", text)
+        self.assertIn(f"the teardown began at {r.report['teardown']['began_s']:.2f} s and then freed 40.0 MiB in "
+                      f"{STEPS} allocations, still counted live above; the frees above include them", text)
+        self.assertIn("; when the teardown began reserved ", text)
+        self.assertIn("\nTop sites live when the teardown began\n", text)
+        self.assertNotIn("at the end", text)
+        # The same report as a snapshot: its figures are of that moment, and a snapshot has no teardown.
+        snapshot = os.path.join(r.workdir, "report.snapshot.1.json")
+        with open(snapshot, "w") as f:
+            json.dump(dict(r.report, reason="snapshot"), f)
+        text = analyze("summary", snapshot).stdout
+        self.assertIn(f"live at the snapshot 40.0 MiB in {STEPS} allocations;", text)
+        self.assertIn("; at the snapshot reserved ", text)
+        self.assertIn("\nTop sites live at the snapshot\n", text)
+        self.assertNotIn("teardown", text)
+        self.assertNotIn("at the end", text)
 
     def test_native_program_has_no_teardown(self):
         r = run([program("e2e_planted_leak"), "20", "marks"])

@@ -141,11 +141,15 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
   append(&s, "gpushim: report for %s (pid %d, policy %s)\n", printable(r.exe).c_str(), r.pid,
          printable(r.policy).c_str());
 
+  // A Python program's live figures are of the moment its interpreter began its teardown, while
+  // the alloc and free totals run to the end (gpushim-analyze summary words it the same way).
+  const bool at_teardown = r.teardown.observed && r.teardown.freed_count != 0;
+  const char* live_when = at_teardown ? "live when the teardown began" : "live";
   for (const DeviceReport& d : r.devices) {
     append(&s,
-           "gpushim: device %d: live %s in %s, peak allocated %s at %.2f s, peak reserved %s, %s, %s, "
+           "gpushim: device %d: %s %s in %s, peak allocated %s at %.2f s, peak reserved %s, %s, %s, "
            "%" PRIu64 " failed",
-           d.device, format_bytes(d.live_bytes).c_str(), plural(d.live_count, "allocation").c_str(),
+           d.device, live_when, format_bytes(d.live_bytes).c_str(), plural(d.live_count, "allocation").c_str(),
            format_bytes(d.peak_bytes).c_str(), d.peak_allocated_at_s,
            format_bytes(d.peak_reserved_bytes).c_str(), plural(d.total_allocs, "alloc").c_str(),
            plural(d.total_frees, "free").c_str(), d.failed_allocs);
@@ -224,16 +228,17 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
   if (r.invalid_frees != 0)
     append(&s, "gpushim: %s of pointers the shim did not hand out\n", plural(r.invalid_frees, "free").c_str());
 
-  if (r.teardown.observed && r.teardown.freed_count != 0)
+  if (at_teardown)
     append(&s,
-           "gpushim: figures as of %.2f s, when the Python interpreter began its teardown; the teardown then freed "
-           "%s in %s (object finalizers), still counted live below\n",
+           "gpushim: the Python interpreter's teardown began at %.2f s and then freed %s in %s (object "
+           "finalizers), still counted live above and below; the frees above include them\n",
            r.teardown.began_s, format_bytes(r.teardown.freed_bytes).c_str(),
            plural(r.teardown.freed_count, "allocation").c_str());
   if (!r.torch_cache.empty()) append(&s, "gpushim: %s\n", printable(r.torch_cache).c_str());
   append_growth(&s, r.growth, max_sites);
   const size_t shown = r.sites.size() < max_sites ? r.sites.size() : max_sites;
-  if (shown > 0) append(&s, "gpushim: top live allocation sites:\n");
+  if (shown > 0)
+    append(&s, at_teardown ? "gpushim: top allocation sites live when the teardown began:\n" : "gpushim: top live allocation sites:\n");
   for (size_t i = 0; i < shown; ++i) {
     const SiteReport& site = r.sites[i];
     if (site.kind == "device")

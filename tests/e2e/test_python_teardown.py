@@ -113,6 +113,12 @@ class Teardown(ShimTestCase):
         self.assertIn(f"the teardown began at {r.report['teardown']['began_s']:.2f} s and then freed 40.0 MiB in "
                       f"{STEPS} allocations, still counted live above; the frees above include them", text)
         self.assertIn("; when the teardown began reserved ", text)
+        # The shim's own summary on stderr says it the same way (it read "live 40.0 MiB in 40
+        # allocations, ... 80 allocs, 80 frees", then a note saying "below" for figures above).
+        self.assertIn(f"device 0: live when the teardown began 40.0 MiB in {STEPS} allocations,", r.stderr)
+        self.assertRegex(r.stderr, rf"teardown began at [0-9.]+ s and then freed 40.0 MiB in {STEPS} allocations "
+                                   r"\(object finalizers\), still counted live above and below; the frees above include them")
+        self.assertIn("top allocation sites live when the teardown began:", r.stderr)
         self.assertIn("\nTop sites live when the teardown began\n", text)
         self.assertNotIn("at the end", text)
         # The same report as a snapshot: its figures are of that moment, and a snapshot has no teardown.

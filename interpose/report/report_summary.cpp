@@ -154,7 +154,7 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
            format_bytes(d.peak_reserved_bytes).c_str(), plural(d.total_allocs, "alloc").c_str(),
            plural(d.total_frees, "free").c_str(), d.failed_allocs);
     if (d.pool.cached_free_bytes != 0) append(&s, ", cached %s", format_bytes(d.pool.cached_free_bytes).c_str());
-    if (d.limit_bytes != 0) append(&s, ", limit %s", format_bytes(d.limit_bytes).c_str());
+    if (d.limit_bytes != 0) append(&s, ", cap %s", format_bytes(d.limit_bytes).c_str());
     // What torch.cuda.memory_summary() users look for: driver segments and allocations retried
     // after the pool gave its cache back (passthrough has neither).
     if (d.pool.segment_allocs != 0 || d.pool.alloc_retries != 0)
@@ -204,7 +204,7 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
            format_bytes(o.reserved).c_str(), format_bytes(o.cached_free).c_str(),
            format_bytes(o.largest_free_block).c_str(), format_bytes(o.device_free).c_str(),
            format_bytes(o.capacity).c_str());
-    if (o.limit != 0) append(&s, ", limit %s", format_bytes(o.limit).c_str());
+    if (o.limit != 0) append(&s, ", cap %s", format_bytes(o.limit).c_str());
     s += '\n';
     if (!o.advice.empty()) append(&s, "gpushim:   advice: %s\n", printable(o.advice).c_str());
   }

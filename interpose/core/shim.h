@@ -284,6 +284,9 @@ class Shim {
   // cuCtxDestroy of a context the program created, with what owned_by_context said before it:
   // those are freed in the books and recorded as freed by the reset.
   void after_context_destroy(const std::vector<OwnedAllocation>& owned);
+  // One allocation a context's end freed, out of the books (and an array's context entry): false
+  // when it was freed meanwhile, or its address already belongs to a newer allocation.
+  bool forget_owned(const OwnedAllocation& o, AllocationRecord* gone);
   // ---- stream and context lifetimes (core/shim_driver.cpp; the rule: cuda/stream_registry.h) ----
   // Before a cuStreamDestroy is forwarded: no pool block names `stream` afterwards.
   void before_stream_destroy(CUstream stream);

@@ -543,14 +543,7 @@ void Shim::before_device_reset(int ordinal, const std::vector<OwnedAllocation>* 
   // imported, its stream-ordered memory), which the real reset frees.
   for (const OwnedAllocation& o : *owned) {
     AllocationRecord gone;
-    if (!books_.forget(o.ptr, &gone)) continue;  // freed meanwhile by another thread
-    if (gone.serial != o.serial) {  // ... and the address handed out again
-      books_.restore(o.ptr, gone);
-      continue;
-    }
-    books_.count_free(gone);
-    if (ArrayBooks::is_key(o.ptr)) arrays_.destroyed(o.ptr);
-    freed_one(o.ptr, gone);
+    if (forget_owned(o, &gone)) freed_one(o.ptr, gone);
   }
   // Every segment back to the driver now, while it is still the process's memory; the reset then
   // frees nothing of ours, and the pool starts empty.
@@ -640,17 +633,22 @@ std::vector<Shim::OwnedAllocation> Shim::owned_by_context(CUcontext ctx, bool po
   return owned;
 }
 
+bool Shim::forget_owned(const OwnedAllocation& o, AllocationRecord* gone) {
+  if (!books_.forget(o.ptr, gone)) return false;  // freed meanwhile by another thread
+  if (gone->serial != o.serial) {  // ... and the address handed out again, in another context
+    books_.restore(o.ptr, *gone);
+    return false;
+  }
+  books_.count_free(*gone);
+  if (ArrayBooks::is_key(o.ptr)) arrays_.destroyed(o.ptr);
+  return true;
+}
+
 void Shim::after_context_destroy(const std::vector<OwnedAllocation>& owned) {
   uint64_t bytes[kMaxDevices] = {}, counts[kMaxDevices] = {};
   for (const OwnedAllocation& o : owned) {
     AllocationRecord gone;
-    if (!books_.forget(o.ptr, &gone)) continue;  // freed meanwhile by another thread
-    if (gone.serial != o.serial) {  // ... and the address handed out again, in another context
-      books_.restore(o.ptr, gone);
-      continue;
-    }
-    books_.count_free(gone);
-    if (ArrayBooks::is_key(o.ptr)) arrays_.destroyed(o.ptr);
+    if (!forget_owned(o, &gone)) continue;
     recorder_->freed_by_reset(o.ptr, gone);
     if (gone.device >= 0 && gone.device < kMaxDevices) bytes[gone.device] += gone.size, ++counts[gone.device];
   }

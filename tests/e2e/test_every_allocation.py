@@ -380,12 +380,13 @@ class Arrays(ShimTestCase):
                 self.assertRanOK(r)
                 out = last_json(r)
                 d = r.device(0)
-                # The driver's sizes: the report holds what the driver says is in use, no more.
+                # What the arrays' elements take: CUDA tells no array's size (only a deferred-mapping
+                # array's, which takes no memory when made). The driver's padding stays unaccounted.
                 self.assertEqual(d["live_bytes"], out["live"])
                 self.assertEqual(d["live_count"], out["count"])
                 if not REAL_GPU:  # a GPU's figure moves by whole pages, and holds the context
-                    self.assertEqual(out["used"], out["live"])
-                    self.assertEqual(d["unaccounted_bytes"], 0)
+                    self.assertGreater(out["used"], out["live"])  # rows padded to 512 bytes
+                    self.assertEqual(d["unaccounted_bytes"], out["used"] - out["live"])
                 self.assertEqual(d["total_allocs"], 6)
                 self.assertEqual(modules(r.report, "device", 0)["e2e_cuda_arrays"]["live_bytes"], out["live"])
                 # The array of the destroyed context went with it, and is reported so.

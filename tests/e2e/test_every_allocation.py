@@ -411,6 +411,18 @@ class Arrays(ShimTestCase):
                 freed = [f for f in r.report["freed_by_reset"] if f["device"] == 0]
                 self.assertEqual(sum(f["live_bytes"] for f in freed), out["freed"], freed)
 
+    def test_deferred_mapping_arrays_take_no_memory_when_made(self):
+        # Their memory comes later, mapped from cuMemCreate allocations (accounted there): the
+        # shim once charged a 256 MiB deferred-mapping array to a 64 MiB cap and refused it.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_cuda_arrays"), "deferred"], env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "64MiB"})
+                self.assertRanOK(r)
+                self.assertEqual(last_json(r), {"array": 0, "mipmapped": 0, "used": 0})
+                d = r.device(0)
+                self.assertEqual((d["total_allocs"], d["failed_allocs"], d["peak_allocated_bytes"]), (0, 0, 0))
+                self.assertEqual(r.report["ooms"], [])
+
     def test_an_array_past_the_cap_is_refused_and_given_back(self):
         for policy in POLICIES:
             with self.subTest(policy=policy):

@@ -6,7 +6,8 @@
 // report to.
 // With the argument "cap": one array through each API past GPUSHIM_LIMIT (64 MiB) instead, both
 // refused, and how the driver's figure moved. With "reset": an array left live across
-// cudaDeviceReset, which frees it.
+// cudaDeviceReset, which frees it. With "deferred": a 256 MiB array and a mipmapped array made with
+// CUDA_ARRAY3D_DEFERRED_MAPPING under that cap, which take no memory until mapped.
 #include <cstring>
 
 #include "support/driver_api.h"
@@ -71,11 +72,30 @@ int reset_with_an_array() {
   return 0;
 }
 
+int deferred_mapping() {
+  CHECK(cudaFree(nullptr));
+  const unsigned long long before = used_bytes();
+  const testsupport::Driver& drv = testsupport::driver();
+  CUDA_ARRAY3D_DESCRIPTOR d = descriptor(4096, 4096, 0, CU_AD_FORMAT_FLOAT, 4);
+  d.Flags = CUDA_ARRAY3D_DEFERRED_MAPPING;
+  CUarray a = nullptr;
+  const CUresult array = drv.Array3DCreate(&a, &d);
+  CUmipmappedArray m = nullptr;
+  const CUresult mipmapped = drv.MipmappedArrayCreate(&m, &d, 3);
+  const unsigned long long used = used_bytes() - before;
+  if (array == CUDA_SUCCESS) CHECK_CU(drv.ArrayDestroy(a));
+  if (mipmapped == CUDA_SUCCESS) CHECK_CU(drv.MipmappedArrayDestroy(m));
+  std::printf("{\"array\":%d,\"mipmapped\":%d,\"used\":%llu}\n", static_cast<int>(array),
+              static_cast<int>(mipmapped), used);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "cap") == 0) return past_the_cap();
   if (argc > 1 && std::strcmp(argv[1], "reset") == 0) return reset_with_an_array();
+  if (argc > 1 && std::strcmp(argv[1], "deferred") == 0) return deferred_mapping();
   CHECK(cudaFree(nullptr));
   const unsigned long long before = used_bytes();
   const testsupport::Driver& drv = testsupport::driver();

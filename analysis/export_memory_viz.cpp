@@ -10,6 +10,7 @@
 #include "exports.h"
 #include "offline_symbolizer.h"
 #include "pickle_writer.h"
+#include "trace/trace_format.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -253,7 +254,23 @@ std::string memory_viz_from_trace(const TraceData& trace, OfflineSymbolizer& sym
   std::map<int, DeviceModel> devices;
   for (const trace::DeviceInfo& d : trace.devices) devices[d.ordinal];
   uint64_t skipped_frees = 0;
-  for (const TraceEvent& e : trace.events) {
+  // What a handle keys (CUDA arrays, cuMemCreate: trace::keyed_by_handle) has no address: handles
+  // lie bytes apart, their memory megabytes long, so laid out at the keys they would overlap and
+  // the viewer would see each one's memory lost. Each gets addresses of its own, above every user
+  // address (2^47) and below 2^53, which the viewer's JavaScript still holds exactly.
+  std::map<uint64_t, uint64_t> handle_addr;
+  uint64_t next_handle_addr = 1ull << 52;
+  for (const TraceEvent& recorded : trace.events) {
+    TraceEvent e = recorded;
+    if ((e.kind == EventKind::kAlloc || e.kind == EventKind::kFree) && trace::keyed_by_handle(e.addr)) {
+      if (e.kind == EventKind::kAlloc) {
+        e.addr = handle_addr[recorded.addr] = next_handle_addr;
+        next_handle_addr += (e.size + (2ull << 20) - 1) / (2ull << 20) * (2ull << 20);
+      } else if (auto it = handle_addr.find(recorded.addr); it != handle_addr.end()) {
+        e.addr = it->second;
+        handle_addr.erase(it);
+      }
+    }
     if ((e.kind == EventKind::kAlloc || e.kind == EventKind::kFree) &&
         (e.flags & trace::kFlagKindMask) != static_cast<uint8_t>(MemoryKind::kDevice))
       continue;

@@ -170,8 +170,9 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
       return result;
     }
   }
-  // Memory the recording forwarded under a pooling policy was graph-capture memory, which belongs
-  // to CUDA under every policy. Under a recorded passthrough, everything was forwarded by policy.
+  // Memory the recording forwarded under a pooling policy belongs to CUDA under every policy
+  // (graph-capture memory, arrays, the driver API's). Under a recorded passthrough, everything was
+  // forwarded by policy; what a handle keys (trace::keyed_by_handle) is CUDA's all the same.
   PolicyKind recorded_policy = PolicyKind::kCaching;
   const bool recorded_passthrough =
       parse_policy_name(trace.header.policy, &recorded_policy) && recorded_policy == PolicyKind::kPassthrough;
@@ -294,8 +295,8 @@ ReplayResult replay_trace(const TraceData& trace, const ReplaySettings& settings
         if (e.size != 0 && e.size < e.requested) ++d.result.oom_device_short;
       }
       Block b;
-      const bool forward =
-          d.pool == nullptr || (!recorded_passthrough && (e.flags & trace::kFlagForwarded) != 0);
+      const bool forward = d.pool == nullptr || trace::keyed_by_handle(e.addr) ||
+                           (!recorded_passthrough && (e.flags & trace::kFlagForwarded) != 0);
       CUresult r = CUDA_SUCCESS;
       if (forward) {
         // CUDA serves it; the cap and the device size still apply, as in the shim.

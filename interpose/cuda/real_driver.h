@@ -20,9 +20,6 @@ namespace gpushim {
   X(cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle",                  \
     decltype(&::cuMemGetAllocationPropertiesFromHandle))                                               \
   X(cuCtxGetCurrent, "cuCtxGetCurrent", decltype(&::cuCtxGetCurrent))                                  \
-  X(cuArrayGetMemoryRequirements, "cuArrayGetMemoryRequirements", decltype(&::cuArrayGetMemoryRequirements)) \
-  X(cuMipmappedArrayGetMemoryRequirements, "cuMipmappedArrayGetMemoryRequirements",                    \
-    decltype(&::cuMipmappedArrayGetMemoryRequirements))                                               \
   X(cuCtxGetDevice, "cuCtxGetDevice", decltype(&::cuCtxGetDevice))                                     \
   X(cuCtxPushCurrent_v2, "cuCtxPushCurrent_v2", decltype(&::cuCtxPushCurrent_v2))                      \
   X(cuCtxPopCurrent_v2, "cuCtxPopCurrent_v2", decltype(&::cuCtxPopCurrent_v2))                         \

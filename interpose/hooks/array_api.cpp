@@ -3,9 +3,11 @@
 // (reached through cuGetProcAddress), so hooking the driver sees every path. An array is device
 // memory behind an opaque handle: CUDA serves it under every policy, and it is accounted as device
 // memory (capped, attributed, reported live until destroyed) under its handle's key
-// (accounting/array_books.h). Its size is the driver's (cuArrayGetMemoryRequirements: the layout,
-// padding and alignment are the driver's own), known only after the call: the cap is asked then,
-// and an array past it is destroyed again and refused, as pitched memory is.
+// (accounting/array_books.h). Its size is what its elements take: CUDA tells no array's size
+// (cuArrayGetMemoryRequirements answers only for a deferred-mapping array), so the driver's
+// padding stays unaccounted. That is known before the call, where the cap is asked. A sparse or
+// deferred-mapping array takes no memory when made (cuMemMapArrayAsync maps cuMemCreate memory,
+// accounted there): forwarded unaccounted.
 #define __CUDA_API_VERSION_INTERNAL 1  // every variant (_v2) under its real name
 #include <cuda.h>
 
@@ -19,7 +21,6 @@
 
 using gpushim::ArrayBooks;
 using gpushim::ForwardedAlloc;
-using gpushim::MadeAlloc;
 using gpushim::real_driver;
 using gpushim::Shim;
 using gpushim::driver_hook::accounting;
@@ -40,7 +41,6 @@ uint64_t element_bytes(CUarray_format f, unsigned channels) {
 }
 
 // What the caller asked for: the elements of every level, unpadded (the driver's layout adds to it).
-// What GPUSHIM_FAIL is asked with before the call, and the size when the driver cannot say.
 // Saturates at UINT64_MAX.
 uint64_t asked_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
   const bool layered = (d.Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
@@ -67,28 +67,12 @@ CUDA_ARRAY3D_DESCRIPTOR as_3d(const CUDA_ARRAY_DESCRIPTOR& d) {
   return out;
 }
 
-// The driver's size of the array it just made (on the calling thread's current device), or `asked`
-// when this driver cannot say (before CUDA 11.6).
-template <typename Handle>
-uint64_t made_bytes(CUresult (*requirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS*, Handle, CUdevice), Handle h,
-                    uint64_t asked) {
-  CUdevice device = 0;
-  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
-  if (requirements == nullptr || call(real_driver().cuCtxGetDevice, &device) != CUDA_SUCCESS ||
-      requirements(&req, h, device) != CUDA_SUCCESS || req.size == 0)
-    return asked;
-  return req.size;
-}
-
 template <typename Handle, typename Forward>
-CUresult create(Shim* s, Handle* out, const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels, Forward&& forward,
-                CUresult (*requirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS*, Handle, CUdevice),
-                CUresult (*destroy)(Handle)) {
+CUresult create(Shim* s, Handle* out, const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels, Forward&& forward) {
+  if (d.Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)) return forward();
   const uint64_t asked = asked_bytes(d, levels);
-  const ForwardedAlloc a{.size = asked, .requested = asked, .size_known_after = true};
-  const CUresult r = s->forward_alloc(
-      a, forward, [&] { return MadeAlloc{ArrayBooks::key_of(*out), made_bytes(requirements, *out, asked)}; },
-      [&](uintptr_t) { call(destroy, *out); });
+  const ForwardedAlloc a{.size = asked, .requested = asked};
+  const CUresult r = s->forward_alloc(a, forward, [&] { return ArrayBooks::key_of(*out); });
   if (r == CUDA_SUCCESS) s->array_created(ArrayBooks::key_of(*out));
   return r;
 }
@@ -110,8 +94,7 @@ GPUSHIM_EXPORT CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESC
   auto forward = [&] { return call(real_driver().cuArrayCreate_v2, pHandle, pAllocateArray); };
   Shim* s = accounting(scope);
   if (!s || pHandle == nullptr || pAllocateArray == nullptr) return forward();
-  return create(s, pHandle, as_3d(*pAllocateArray), 1, forward, real_driver().cuArrayGetMemoryRequirements,
-                real_driver().cuArrayDestroy);
+  return create(s, pHandle, as_3d(*pAllocateArray), 1, forward);
 }
 
 GPUSHIM_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) {
@@ -119,8 +102,7 @@ GPUSHIM_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_
   auto forward = [&] { return call(real_driver().cuArray3DCreate_v2, pHandle, pAllocateArray); };
   Shim* s = accounting(scope);
   if (!s || pHandle == nullptr || pAllocateArray == nullptr) return forward();
-  return create(s, pHandle, *pAllocateArray, 1, forward, real_driver().cuArrayGetMemoryRequirements,
-                real_driver().cuArrayDestroy);
+  return create(s, pHandle, *pAllocateArray, 1, forward);
 }
 
 GPUSHIM_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
@@ -129,8 +111,7 @@ GPUSHIM_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const 
   auto forward = [&] { return call(real_driver().cuMipmappedArrayCreate, pHandle, pMipmappedArrayDesc, numMipmapLevels); };
   Shim* s = accounting(scope);
   if (!s || pHandle == nullptr || pMipmappedArrayDesc == nullptr) return forward();
-  return create(s, pHandle, *pMipmappedArrayDesc, numMipmapLevels, forward,
-                real_driver().cuMipmappedArrayGetMemoryRequirements, real_driver().cuMipmappedArrayDestroy);
+  return create(s, pHandle, *pMipmappedArrayDesc, numMipmapLevels, forward);
 }
 
 GPUSHIM_EXPORT CUresult cuArrayDestroy(CUarray hArray) {

@@ -93,6 +93,12 @@ inline constexpr uint8_t kFlagPitched = 0x10;       // cudaMallocPitch: requeste
 // sequenced events by it: timestamps of concurrent pool operations can be inverted, these cannot.
 inline constexpr uint8_t kFlagSequenced = 0x20;
 
+// An event's address that is a handle's key, not an address: a CUDA array (bit 62) or mipmapped
+// array (bit 61; accounting/array_books.h), or a cuMemCreate allocation (bit 63;
+// accounting/vmm_tracker.h). Memory only CUDA can serve, under every policy, so a replay forwards it
+// whatever the recording's policy was.
+inline constexpr bool keyed_by_handle(uint64_t addr) { return (addr >> 61) != 0; }
+
 // Tag byte of an event in a kEvents chunk: kind in the low nibble, then which fields changed from
 // the previous event of the chunk (unchanged fields are not written).
 inline constexpr uint8_t kTagKindMask = 0x0F;

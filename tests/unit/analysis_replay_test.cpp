@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "accounting/array_books.h"
+#include "accounting/vmm_tracker.h"
 #include "policy/forwarding_backend.h"
 #include "policy/observed_backend.h"
 #include "policy/policy_factory.h"
@@ -114,6 +116,30 @@ TEST(Replay, GraphCaptureMemoryStaysWithCuda) {
   const ReplayResult r = replay_trace(t, settings(PolicyKind::kCaching));
   EXPECT_EQ(r.devices[0].forwarded_calls, 2u);
   EXPECT_EQ(r.devices[0].driver.segment_allocs, 1u);  // only A's
+}
+
+TEST(Replay, HandleMemoryStaysWithCudaUnderEveryPolicy) {
+  // Recorded under passthrough, where everything is forwarded: B and C are CUDA arrays, mipmapped
+  // arrays or cuMemCreate allocations, keyed by their handles, which no pool can serve.
+  const uint64_t handle = 0x7f1234567000;
+  for (const uint64_t key : {uint64_t{ArrayBooks::key_of(reinterpret_cast<CUarray>(handle))},
+                             uint64_t{ArrayBooks::key_of(reinterpret_cast<CUmipmappedArray>(handle))},
+                             uint64_t{VmmTracker::key_of(handle)}}) {
+    EXPECT_TRUE(trace::keyed_by_handle(key)) << key;
+    TraceData t = three_blocks("passthrough");
+    for (TraceEvent& e : t.events) {
+      e.flags = trace::kFlagForwarded;
+      if (e.addr != 0xA000000) e.addr ^= handle ^ key;
+    }
+    for (const PolicyKind p : {PolicyKind::kCaching, PolicyKind::kVmm}) {
+      const ReplayResult r = replay_trace(t, settings(p));
+      EXPECT_EQ(r.devices[0].forwarded_calls, 4u) << key;  // B's and C's allocs and frees
+      if (p == PolicyKind::kCaching) {
+        EXPECT_EQ(r.devices[0].driver.segment_allocs, 1u) << key;  // only A's
+      }
+    }
+  }
+  EXPECT_FALSE(trace::keyed_by_handle(0x7fffffffffff));  // any address a program is handed
 }
 
 TEST(Replay, RecordedConfigurationIsRebuilt) {

@@ -1,11 +1,13 @@
 // CUDA arrays through the runtime (cudaMallocArray, cudaMalloc3DArray, cudaMallocMipmappedArray)
 // and the driver (cuArrayCreate_v2, cuArray3DCreate_v2): two destroyed, three left live, and one
 // made in a context of the program's own that cuCtxDestroy then frees. Prints as JSON what the
-// driver says the live ones occupy (cuArrayGetMemoryRequirements) and the driver's figure of memory
-// in use, for the test to hold the report to.
+// live ones hold in elements (CUDA tells no array's size: cuArrayGetMemoryRequirements answers only
+// for a deferred-mapping array) and the driver's figure of memory in use, for the test to hold the
+// report to.
 // With the argument "cap": one array through each API past GPUSHIM_LIMIT (64 MiB) instead, both
 // refused, and how the driver's figure moved. With "reset": an array left live across
-// cudaDeviceReset, which frees it.
+// cudaDeviceReset, which frees it. With "deferred": a 256 MiB array and a mipmapped array made with
+// CUDA_ARRAY3D_DEFERRED_MAPPING under that cap, which take no memory until mapped.
 #include <cstring>
 
 #include "support/driver_api.h"
@@ -13,10 +15,18 @@
 
 namespace {
 
-unsigned long long array_bytes(CUarray a) {
-  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
-  CHECK_CU(testsupport::driver().ArrayGetMemoryRequirements(&req, a, 0));
-  return req.size;
+// The bytes of the elements of `levels` mip levels of a `w` x `h` x `d` array (0 for an absent
+// extent) of `element`-byte elements, each level half the one before; `layers` when d counts layers.
+unsigned long long elements_bytes(size_t w, size_t h, size_t d, size_t element, unsigned levels = 1,
+                                  bool layers = false) {
+  unsigned long long total = 0;
+  for (unsigned l = 0; l < levels; ++l) {
+    total += element * w * (h ? h : 1) * (d ? d : 1);
+    w = w > 1 ? w / 2 : 1;
+    if (h) h = h > 1 ? h / 2 : 1;
+    if (d && !layers) d = d > 1 ? d / 2 : 1;
+  }
+  return total;
 }
 
 unsigned long long used_bytes() {
@@ -56,9 +66,27 @@ int reset_with_an_array() {
   const cudaChannelFormatDesc float1{32, 0, 0, 0, cudaChannelFormatKindFloat};
   cudaArray_t a = nullptr;
   CHECK(cudaMallocArray(&a, &float1, 1024, 256));
-  const unsigned long long bytes = array_bytes(reinterpret_cast<CUarray>(a));
+  const unsigned long long bytes = elements_bytes(1024, 256, 0, 4);
   CHECK(cudaDeviceReset());
   std::printf("{\"freed\":%llu}\n", bytes);
+  return 0;
+}
+
+int deferred_mapping() {
+  CHECK(cudaFree(nullptr));
+  const unsigned long long before = used_bytes();
+  const testsupport::Driver& drv = testsupport::driver();
+  CUDA_ARRAY3D_DESCRIPTOR d = descriptor(4096, 4096, 0, CU_AD_FORMAT_FLOAT, 4);
+  d.Flags = CUDA_ARRAY3D_DEFERRED_MAPPING;
+  CUarray a = nullptr;
+  const CUresult array = drv.Array3DCreate(&a, &d);
+  CUmipmappedArray m = nullptr;
+  const CUresult mipmapped = drv.MipmappedArrayCreate(&m, &d, 3);
+  const unsigned long long used = used_bytes() - before;
+  if (array == CUDA_SUCCESS) CHECK_CU(drv.ArrayDestroy(a));
+  if (mipmapped == CUDA_SUCCESS) CHECK_CU(drv.MipmappedArrayDestroy(m));
+  std::printf("{\"array\":%d,\"mipmapped\":%d,\"used\":%llu}\n", static_cast<int>(array),
+              static_cast<int>(mipmapped), used);
   return 0;
 }
 
@@ -67,6 +95,7 @@ int reset_with_an_array() {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "cap") == 0) return past_the_cap();
   if (argc > 1 && std::strcmp(argv[1], "reset") == 0) return reset_with_an_array();
+  if (argc > 1 && std::strcmp(argv[1], "deferred") == 0) return deferred_mapping();
   CHECK(cudaFree(nullptr));
   const unsigned long long before = used_bytes();
   const testsupport::Driver& drv = testsupport::driver();
@@ -86,15 +115,14 @@ int main(int argc, char** argv) {
   CHECK(cudaFreeArray(layers));
   CHECK_CU(drv.ArrayDestroy(line));
 
-  CUDA_ARRAY_MEMORY_REQUIREMENTS mip_req{};
-  CHECK_CU(drv.MipmappedArrayGetMemoryRequirements(&mip_req, reinterpret_cast<CUmipmappedArray>(mip), 0));
-  const unsigned long long live = array_bytes(reinterpret_cast<CUarray>(image)) + mip_req.size + array_bytes(volume);
+  const unsigned long long live =
+      elements_bytes(1000, 300, 0, 16) + elements_bytes(512, 512, 0, 16, 6) + elements_bytes(128, 128, 16, 2);
 
   // An array of a context the program made: freed with it.
   const testsupport::ProgramContext own = testsupport::make_program_context();
   CUarray in_context = nullptr;
   CHECK_CU(drv.Array3DCreate(&in_context, &volume_desc));
-  const unsigned long long in_context_bytes = array_bytes(in_context);
+  const unsigned long long in_context_bytes = elements_bytes(128, 128, 16, 2);
   testsupport::make_current(own.primary);
   testsupport::destroy_context(own.context);
 

@@ -5,7 +5,11 @@
 // kArray region of the current context, charged against the device like any allocation (so
 // cuMemGetInfo sees it), and freed by the destroy or with the context. The layout is the fake's
 // own: rows padded to kAllocAlignment, layers and mip levels one after another; what the program
-// can learn of it is cuArrayGetMemoryRequirements' size. Only the plain element formats (8, 16 and
+// can learn of it is how much device memory it took (cuMemGetInfo). cuArrayGetMemoryRequirements
+// answers only for an array made with CUDA_ARRAY3D_DEFERRED_MAPPING, which takes no memory until
+// the program maps some (not simulated): any other gets CUDA_ERROR_INVALID_VALUE, as CUDA documents
+// ("If the CUDA array is not allocated with flag CUDA_ARRAY3D_DEFERRED_MAPPING
+// CUDA_ERROR_INVALID_VALUE will be returned"). Only the plain element formats (8, 16 and
 // 32-bit integers, half and float, 1, 2 or 4 channels) are simulated: any other format is refused
 // with CUDA_ERROR_INVALID_VALUE, stricter than a GPU, never looser. Handles are minted (handles.h):
 // a destroyed or never-created array stops the process, where a real driver would crash.
@@ -15,7 +19,7 @@ namespace fakecuda {
 namespace {
 
 constexpr unsigned kKnownFlags = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP |
-                                 CUDA_ARRAY3D_TEXTURE_GATHER;
+                                 CUDA_ARRAY3D_TEXTURE_GATHER | CUDA_ARRAY3D_DEFERRED_MAPPING;
 
 std::size_t FormatBytes(CUarray_format f) {
   switch (f) {
@@ -80,10 +84,12 @@ CUresult Create(std::uintptr_t* handle, const CUDA_ARRAY3D_DESCRIPTOR& d, unsign
   if (CUresult r = ArrayBytes(d, std::max(levels, 1u), &bytes); r != CUDA_SUCCESS) return r;
   if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
   if (CountAllocCallAndCheckFailure(s)) return CUDA_ERROR_OUT_OF_MEMORY;
-  std::uintptr_t base = 0;
-  if (CUresult r = AllocateArenaRegion(s, ctx, bytes, RegionKind::kArray, nullptr, &base); r != CUDA_SUCCESS) return r;
+  std::uintptr_t base = 0;  // none for a deferred mapping: the memory comes with cuMemMapArrayAsync
+  if (!(d.Flags & CUDA_ARRAY3D_DEFERRED_MAPPING))
+    if (CUresult r = AllocateArenaRegion(s, ctx, bytes, RegionKind::kArray, nullptr, &base); r != CUDA_SUCCESS)
+      return r;
   const std::uintptr_t h = MintHandle(s, kind);
-  s.arrays[h] = CudaArray{ctx, base, d, kind == HandleKind::kMipmappedArray ? levels : 0};
+  s.arrays[h] = CudaArray{ctx, base, bytes, d, kind == HandleKind::kMipmappedArray ? levels : 0};
   *handle = h;
   return CUDA_SUCCESS;
 }
@@ -111,7 +117,7 @@ CUresult Destroy(std::uintptr_t h, HandleKind kind, const char* call) {
   // Like cuMemFree: copies and kernels issued earlier may still use the array.
   ++s.device_syncs;
   SyncDevice(s, lk, device);
-  ReleaseRegion(s, base);
+  if (base != 0) ReleaseRegion(s, base);
   return CUDA_SUCCESS;
 }
 
@@ -122,9 +128,10 @@ CUresult Requirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* out, std::uintptr_t h, Han
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   const CudaArray& a = Lookup(s, h, kind, call);
-  if (out == nullptr || device != a.ctx->device) return CUDA_ERROR_INVALID_VALUE;
+  if (out == nullptr || device != a.ctx->device || !(a.desc.Flags & CUDA_ARRAY3D_DEFERRED_MAPPING))
+    return CUDA_ERROR_INVALID_VALUE;
   *out = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
-  out->size = s.regions.at(a.region).charged;
+  out->size = RoundUp(a.bytes, kAllocAlignment);
   out->alignment = kAllocAlignment;
   return CUDA_SUCCESS;
 }

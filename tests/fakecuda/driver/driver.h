@@ -362,7 +362,8 @@ struct Reservation {
 // never addresses. Its storage is a kArray region of its context, freed with the context.
 struct CudaArray {
   Context* ctx = nullptr;
-  std::uintptr_t region = 0;  // base of its kArray region in State::regions
+  std::uintptr_t region = 0;  // base of its kArray region in State::regions; 0 for a deferred mapping
+  std::size_t bytes = 0;      // what its levels take, rows padded
   CUDA_ARRAY3D_DESCRIPTOR desc{};
   unsigned levels = 0;  // mipmapped arrays: the number of levels; 0 for a plain array
 };

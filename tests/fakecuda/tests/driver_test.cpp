@@ -385,21 +385,29 @@ TEST_F(DriverMemory, ConcurrentAllocFreeFromManyThreads) {
 }
 
 // CUDA arrays (driver/arrays.cpp): device memory behind a handle, charged to the device like any
-// allocation, of the size cuArrayGetMemoryRequirements reports, and given back by the destroy.
+// allocation, and given back by the destroy. Only a deferred-mapping array, which takes no memory
+// when made, has memory requirements to ask (as CUDA documents).
 TEST_F(DriverMemory, ArraysChargeTheDeviceUntilDestroyed) {
   const size_t before = fakecudaDeviceUsedBytes(0);
   CUDA_ARRAY_DESCRIPTOR d{1000, 300, CU_AD_FORMAT_FLOAT, 4};  // width, height, format, channels
   CUarray a = nullptr;
   ASSERT_CU(cuArrayCreate(&a, &d));
   CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
-  ASSERT_CU(cuArrayGetMemoryRequirements(&req, a, 0));
-  EXPECT_GE(req.size, 1000u * 300 * 16);  // at least the elements; rows are padded
-  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + req.size);
+  EXPECT_EQ(cuArrayGetMemoryRequirements(&req, a, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + 300u * 16384);  // 16,000-byte rows padded to 512
   CUDA_ARRAY_DESCRIPTOR back{};
   ASSERT_CU(cuArrayGetDescriptor(&back, a));
   EXPECT_EQ(back.Width, 1000u);
   EXPECT_EQ(back.Height, 300u);
   EXPECT_EQ(back.NumChannels, 4u);
+  ASSERT_CU(cuArrayDestroy(a));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);
+
+  CUDA_ARRAY3D_DESCRIPTOR deferred{1000, 300, 0, CU_AD_FORMAT_FLOAT, 4, CUDA_ARRAY3D_DEFERRED_MAPPING};
+  ASSERT_CU(cuArray3DCreate(&a, &deferred));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);  // no memory until mapped
+  ASSERT_CU(cuArrayGetMemoryRequirements(&req, a, 0));
+  EXPECT_EQ(req.size, 300u * 16384);
   EXPECT_EQ(cuArrayGetMemoryRequirements(&req, a, 1), CUDA_ERROR_INVALID_VALUE);  // another device's
   ASSERT_CU(cuArrayDestroy(a));
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);
@@ -408,9 +416,8 @@ TEST_F(DriverMemory, ArraysChargeTheDeviceUntilDestroyed) {
   CUDA_ARRAY3D_DESCRIPTOR d3{512, 512, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};  // width, height, depth, format, channels, flags
   CUmipmappedArray m = nullptr;
   ASSERT_CU(cuMipmappedArrayCreate(&m, &d3, 4));
-  ASSERT_CU(cuMipmappedArrayGetMemoryRequirements(&req, m, 0));
-  EXPECT_EQ(req.size, 512u * 512 + 256 * 512 + 512 * 128 + 512 * 64);  // rows padded to 512 bytes
-  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + req.size);
+  EXPECT_EQ(cuMipmappedArrayGetMemoryRequirements(&req, m, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + 512u * 512 + 256 * 512 + 512 * 128 + 512 * 64);  // rows padded
   EXPECT_EQ(cuMipmappedArrayCreate(&m, &d3, 11), CUDA_ERROR_INVALID_VALUE);  // 512 x 512 has 10 levels
   ASSERT_CU(cuMipmappedArrayDestroy(m));
 

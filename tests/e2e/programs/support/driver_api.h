@@ -95,8 +95,8 @@ struct Driver {
   TESTSUPPORT_DRIVER(ArrayCreate, cuArrayCreate_v2)
   TESTSUPPORT_DRIVER(Array3DCreate, cuArray3DCreate_v2)
   TESTSUPPORT_DRIVER(ArrayDestroy, cuArrayDestroy)
-  TESTSUPPORT_DRIVER(ArrayGetMemoryRequirements, cuArrayGetMemoryRequirements)
-  TESTSUPPORT_DRIVER(MipmappedArrayGetMemoryRequirements, cuMipmappedArrayGetMemoryRequirements)
+  TESTSUPPORT_DRIVER(MipmappedArrayCreate, cuMipmappedArrayCreate)
+  TESTSUPPORT_DRIVER(MipmappedArrayDestroy, cuMipmappedArrayDestroy)
 };
 
 #undef TESTSUPPORT_DRIVER

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -388,6 +389,24 @@ std::string nearest_name(const std::string& word, const std::vector<std::string>
   return best_distance <= std::max<size_t>(2, word.size() / 3) ? best : "";
 }
 
+namespace {
+
+bool write_all(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t w = ::write(fd, data.data() + done, data.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (w == 0) errno = EIO;
+      return false;
+    }
+    done += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
 bool write_output(const std::string& path, const std::string& data, std::string* error) {
   if (path == "-") {
     errno = 0;
@@ -397,24 +416,67 @@ bool write_output(const std::string& path, const std::string& data, std::string*
     }
     return true;
   }
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A regular file is written beside its place and renamed over it, so that a failed write (a full
+  // disk, an interrupt) leaves the user's earlier output whole instead of a truncated one. What is
+  // not a regular file (/dev/stdout, a pipe, /dev/full) cannot be replaced: it is written in place.
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && !S_ISREG(st.st_mode)) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+    if (fd < 0) {
+      *error = "cannot create " + path + ": " + std::strerror(errno);
+      return false;
+    }
+    const bool ok = write_all(fd, data);
+    const int saved = errno;
+    if (::close(fd) != 0 || !ok) {
+      *error = "cannot write " + path + ": " + std::strerror(ok ? errno : saved);
+      return false;
+    }
+    return true;
+  }
+  // A symbolic link stays a link: the file it names is the one replaced.
+  std::string target = path;
+  if (exists) {
+    if (char* real = ::realpath(path.c_str(), nullptr)) {
+      target = real;
+      std::free(real);
+    }
+  }
+  const size_t slash = target.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : target.substr(0, slash));
+  const std::string base = slash == std::string::npos ? target : target.substr(slash + 1);
+  std::string temp = dir + "/." + base + ".XXXXXX";
+  const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
   if (fd < 0) {
     *error = "cannot create " + path + ": " + std::strerror(errno);
     return false;
   }
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t w = ::write(fd, data.data() + done, data.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      *error = "cannot write " + path + ": " + std::strerror(errno);
-      ::close(fd);
-      return false;
-    }
-    done += static_cast<size_t>(w);
+  // mkostemp makes the file 0600; the output gets the mode a plain create would give it (or keeps
+  // the one the replaced file had).
+  mode_t mode = st.st_mode & 07777;
+  if (!exists) {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    mode = 0644 & ~mask;
   }
-  if (::close(fd) != 0) {
-    *error = "cannot write " + path + ": " + std::strerror(errno);
+  bool ok = write_all(fd, data);
+  int saved = errno;
+  if (ok && ::fchmod(fd, mode) != 0) {
+    ok = false;
+    saved = errno;
+  }
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    saved = errno;
+  }
+  if (ok && ::rename(temp.c_str(), target.c_str()) != 0) {
+    ok = false;
+    saved = errno;
+  }
+  if (!ok) {
+    ::unlink(temp.c_str());
+    *error = "cannot write " + path + ": " + std::strerror(saved);
     return false;
   }
   return true;

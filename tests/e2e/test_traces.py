@@ -454,6 +454,35 @@ class Recording(ShimTestCase):
         analyze("export", "--format", "folded", "-o", other, trace)
         self.assertTrue(os.path.getsize(other) > 0)
 
+    def test_a_failed_export_leaves_the_earlier_output_whole(self):
+        # `export -o` truncated its target first: a full disk left a cut file where the user's
+        # earlier export had been. The disk fills 100 bytes in (the write() stand-in of test_files).
+        _, trace = traced([program("e2e_leak_two_sites")])
+        out_dir = os.path.realpath(tempfile.mkdtemp(prefix="gpushim-export-"))
+        out = os.path.join(out_dir, "run.folded")
+        with open(out, "w") as f:
+            f.write("the earlier export\n")
+        os.chmod(out, 0o640)
+        full_disk = os.path.join(BIN, "..", "e2e-libs", "libgpushim_test_full_disk.so")
+        env = dict(os.environ, LD_PRELOAD=full_disk, FULLDISK_DIR=out_dir, FULLDISK_BYTES="100")
+        p = subprocess.run([ANALYZE, "export", "--format", "folded", "-o", out, trace], capture_output=True,
+                           text=True, timeout=120, env=env)
+        check_sanitizer_clean(p.stderr, "gpushim-analyze")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr, f"gpushim-analyze export: cannot write {out}: No space left on device\n")
+        with open(out) as f:
+            self.assertEqual(f.read(), "the earlier export\n")
+        self.assertEqual(os.listdir(out_dir), ["run.folded"])  # no temporary file left
+        # A successful export replaces the file and keeps its mode; through a link, the link stays.
+        link = os.path.join(out_dir, "latest.folded")
+        os.symlink("run.folded", link)
+        analyze("export", "--format", "folded", "-o", link, trace)
+        self.assertTrue(os.path.islink(link))
+        with open(out) as f:
+            self.assertIn(";", f.read())
+        self.assertEqual(os.stat(out).st_mode & 0o777, 0o640)
+        self.assertEqual(sorted(os.listdir(out_dir)), ["latest.folded", "run.folded"])
+
     def test_a_current_trace_cut_short_is_not_blamed_on_an_older_shim(self):
         # Cut before its first events chunk (and so before any checkpoint), as a kill -9 early in
         # the run leaves it: the note blamed "an older shim".

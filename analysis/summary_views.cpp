@@ -105,9 +105,15 @@ std::string site_tree(const RunView& run, const SiteView& site, bool at_peak, si
     return f.python == focus->python && f.function == focus->function && f.file == focus->file &&
            (f.function.empty() ? f.module_offset == focus->module_offset : true) && f.module == focus->module;
   };
+  // Each device has its own peak, at its own moment: bytes at two devices' peaks do not add up
+  // to anything that was ever live at once, so at the peak the tree is the chosen site's device.
+  bool other_devices = false;
+  for (const SiteView& s : run.sites) other_devices |= s.device != site.device;
+  const bool one_device = at_peak && other_devices;
   TreeNode callers, callees;
   uint64_t total_bytes = 0, total_allocs = 0, sites = 0;
   for (const SiteView& s : run.sites) {
+    if (one_device && s.device != site.device) continue;
     // The outermost activation of the function on this stack: recursion counts once.
     std::vector<const FrameInfo*> frames;
     for (const FrameInfo& f : s.frames)
@@ -137,7 +143,9 @@ std::string site_tree(const RunView& run, const SiteView& site, bool at_peak, si
       n->bytes += bytes, n->allocs += allocs, ++n->sites;
     }
   }
-  const std::string what = at_peak ? "at the peak" : run.meta.reason == "snapshot" ? "live at the snapshot" : "live at the end";
+  const std::string what = one_device ? "at device " + std::to_string(site.device) + "'s peak"
+                           : at_peak  ? "at the peak"
+                                      : run.meta.reason == "snapshot" ? "live at the snapshot" : "live at the end";
   std::string o = "  " + label + "\n  " + human_bytes(total_bytes) + " " + what + ", " + std::to_string(total_allocs) +
                   (run.source == "trace" ? " allocations over the run" : " allocations live") + ", in " +
                   std::to_string(sites) + (sites == 1 ? " site" : " sites") + "\n\n  Callers (who calls it, outward)\n";

@@ -92,7 +92,10 @@ std::string oom_advice(const OomReport& o, const std::string& policy) {
   if (!o.top_sites.empty() && o.allocated > 0) {
     const SiteReport& top = o.top_sites.front();
     const std::string where = site_name(top.frames);
-    const uint64_t pct = top.live_bytes * 100 / o.allocated;
+    // Rounded, not cut (65.56% is 66%), and never 100% for part of it nor 0% for some of it.
+    uint64_t pct = (top.live_bytes * 100 + o.allocated / 2) / o.allocated;
+    if (pct >= 100 && top.live_bytes < o.allocated) pct = 99;
+    if (pct == 0 && top.live_bytes > 0) pct = 1;
     add("The largest live site (" + where + ") holds " + format_bytes(top.live_bytes) + ", " + std::to_string(pct) +
         "% of allocated memory: that is where to save first.");
   }

@@ -37,6 +37,30 @@ TEST(OomAdvice, LiveMemoryFillingTheDeviceIsStillSaid) {
   EXPECT_NE(oom_advice(o, "caching").find("Live allocations fill the device"), std::string::npos);
 }
 
+TEST(OomAdvice, TheLargestSitesShareIsRoundedNotCut) {
+  OomReport o;
+  o.requested = 1 * GiB;
+  o.capacity = 16 * GiB;
+  o.device_free = 256 * MiB;
+  SiteReport top;
+  FrameInfo f;
+  f.function = "embed";
+  top.frames = {f};
+  auto share = [&](uint64_t live, uint64_t allocated) {
+    o.allocated = allocated;
+    top.live_bytes = live;
+    o.top_sites = {top};
+    const std::string a = oom_advice(o, "caching");
+    const size_t end = a.find("% of allocated memory");
+    const size_t start = a.rfind(' ', end) + 1;
+    return end == std::string::npos ? std::string("(none)") : a.substr(start, end - start);
+  };
+  EXPECT_EQ(share(6556, 10000), "66");  // was cut to 65
+  EXPECT_EQ(share(9996, 10000), "99");  // part of it is not all of it
+  EXPECT_EQ(share(10000, 10000), "100");
+  EXPECT_EQ(share(3, 10000), "1");      // some of it is not none of it
+}
+
 // Memory CUDA's own pools keep beyond their allocations is named, with how to get it back.
 TEST(OomAdvice, MemoryCudasOwnPoolsKeepIsNamed) {
   OomReport o;

@@ -266,8 +266,8 @@ int legacy_of_two_contexts(bool from_program, bool via_proc_address) {
 // slow kernel writes the block, and it is freed on the same stream (`legacy`: that context's
 // legacy stream). CUDA reuses such memory in that stream's order at once, so the program needs one
 // block however far the device lags: under GPUSHIM_LIMIT the pools must neither fail nor grow.
-// (The simulated runtime binds the primary context on a thread's first call and never again: that
-// call comes first.) A review helper's reproducer, 2026-11-27.
+// (The runtime's first call comes first, in the primary context, as the other cases' do.) A review
+// helper's reproducer, 2026-11-27.
 int program_ctx_only(bool legacy, const char* name, bool per_thread = false) {
   CHECK(cudaFree(nullptr));
   CUcontext ctx = nullptr;

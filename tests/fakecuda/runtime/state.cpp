@@ -1,8 +1,10 @@
 // Per-thread runtime state: current device, binding to the device's primary context, last error.
 //
 // As in CUDA: each thread has a current device (default 0). On a thread's first call that needs a
-// device, the runtime retains that device's primary context (once per process) and makes it
-// current (cuCtxSetCurrent). cudaDeviceReset resets the primary context; every thread then
+// device, the runtime uses the driver context current to the thread if there is one ("CUDA
+// Runtime API calls operate on the CUDA Driver API CUcontext which is current to the calling host
+// thread"; a context the program made with cuCtxCreate, say); only when none is does it retain
+// that device's primary context (once per process) and make it current (cuCtxSetCurrent). cudaDeviceReset resets the primary context; every thread then
 // rebinds on its next call, which the per-device generation counter detects.
 #include <pthread.h>
 
@@ -82,6 +84,18 @@ cudaError_t Record(cudaError_t e) {
 cudaError_t EnsureContext() {
   if (cudaError_t e = LoadDriver(); e != cudaSuccess) return e;
   if (t_bound && t_bound_generation == g_generation[t_device].load()) return cudaSuccess;
+  // A context the program made current through the driver is the one runtime calls use: binding
+  // the primary one over it handed the program memory of another context. One that cannot answer
+  // (a primary context reset since) is replaced by the primary context, as before.
+  CUcontext current = nullptr;
+  CUdevice dev = 0;
+  if (Driver().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != nullptr &&
+      Driver().cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev >= 0 && dev < kMaxDevices) {
+    t_device = dev;
+    t_bound = true;
+    t_bound_generation = g_generation[dev].load();
+    return cudaSuccess;
+  }
   return Bind(t_device);
 }
 

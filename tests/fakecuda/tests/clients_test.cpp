@@ -436,6 +436,34 @@ TEST_F(CreatedContexts, DestroyLeavesStreamOrderedMemoryToItsPool) {
   ASSERT_CU(cuCtxSynchronize());
 }
 
+// "CUDA Runtime API calls operate on the CUDA Driver API CUcontext which is current to the calling
+// host thread": the simulated runtime bound the primary context over it at a thread's first call.
+TEST_F(CreatedContexts, TheRuntimeUsesTheContextCurrentToTheThread) {
+  CUcontext ctx = nullptr;
+  ASSERT_CU(cuCtxCreate(&ctx, nullptr, 0, 0));
+  ASSERT_CU(cuCtxPopCurrent(nullptr));
+  CUcontext owner = nullptr, current = nullptr;
+  std::thread([&] {
+    ASSERT_CU(cuCtxSetCurrent(ctx));
+    void* p = nullptr;
+    ASSERT_RT(cudaMalloc(&p, 4096));  // the thread's first runtime call
+    ASSERT_CU(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, reinterpret_cast<CUdeviceptr>(p)));
+    ASSERT_CU(cuCtxGetCurrent(&current));
+    ASSERT_RT(cudaFree(p));
+  }).join();
+  EXPECT_EQ(owner, ctx);
+  EXPECT_EQ(current, ctx);
+  // A thread with no context gets the primary one, as before.
+  std::thread([&] {
+    void* p = nullptr;
+    ASSERT_RT(cudaMalloc(&p, 4096));
+    ASSERT_CU(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, reinterpret_cast<CUdeviceptr>(p)));
+    ASSERT_RT(cudaFree(p));
+  }).join();
+  EXPECT_EQ(owner, ctx_);
+  ASSERT_CU(cuCtxDestroy(ctx));
+}
+
 TEST_F(CreatedContexts, ArgumentsAreCheckedLikeCuda) {
   CUcontext ctx = nullptr;
   EXPECT_EQ(cuCtxCreate(&ctx, nullptr, 0, 7), CUDA_ERROR_INVALID_DEVICE);

@@ -386,6 +386,9 @@ class Shim {
   // primary context current on the calling thread: programs that go on with driver calls (or
   // pointer queries) rely on that. Done once per thread that has no current context.
   void bind_thread_context(int device);
+  // May `d`'s pool serve an allocation under the calling thread's context (DriverBackend::
+  // current_context)? Asked once the program has made a context of its own.
+  bool pool_serves_current_context(DeviceState* d, bool stream_ordered);
   // The module that called into CUDA: the outermost hook's caller, or the first frame outside
   // libcudart, libcuda and the shim when that caller is the runtime acting for someone.
   ModuleId caller_module();

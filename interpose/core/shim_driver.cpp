@@ -581,6 +581,23 @@ void Shim::after_device_reset(int ordinal) {
   static_cast<DriverBackend*>(d->driver.get())->forget_context();
 }
 
+bool Shim::pool_serves_current_context(DeviceState* d, bool stream_ordered) {
+  if (d->driver == nullptr) return true;
+  // make_device builds the pool's driver backend as a DriverBackend, and only that.
+  switch (static_cast<DriverBackend*>(d->driver.get())->current_context()) {
+    case DriverBackend::CurrentContext::kPools:
+      return true;
+    // Stream-ordered memory is its memory pool's, not a context's (cuCtxDestroy leaves it), and
+    // the pools order it on that context's streams (docs/policies.md); cudaMalloc's memory is the
+    // current context's, lives and dies with it, and says so to pointer queries.
+    case DriverBackend::CurrentContext::kProgramsOwn:
+      return stream_ordered;
+    case DriverBackend::CurrentContext::kDestroyed:
+      return false;
+  }
+  return true;
+}
+
 bool Shim::called_by_cuda() {
   const uintptr_t ra = current_hook_caller();
   if (ra == 0) return false;

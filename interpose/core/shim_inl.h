@@ -78,7 +78,12 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   // and attributes are CUDA's to keep.
   const bool foreign_pool =
       stream_ordered && foreign_current_mempool_[d->ordinal].load(std::memory_order_relaxed);
-  if (d->pool == nullptr || graph || foreign_pool || elsewhere) {
+  // And so does cudaMalloc under a context the program made (cuCtxCreate): CUDA's runtime
+  // allocates in the current context, and the pools' memory is the primary context's; and any
+  // request under one another thread destroyed, which CUDA refuses (context is destroyed).
+  const bool foreign_context = d->pool != nullptr && program_contexts_made() && !elsewhere &&
+                               !pool_serves_current_context(d, stream_ordered);
+  if (d->pool == nullptr || graph || foreign_pool || elsewhere || foreign_context) {
     ForwardedAlloc a;
     a.kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
     a.device = d->ordinal;

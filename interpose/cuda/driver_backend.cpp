@@ -33,6 +33,7 @@ struct DriverApi {
   decltype(&cuMemGetInfo_v2) mem_get_info = nullptr;
   decltype(&cuCtxSynchronize) ctx_synchronize = nullptr;
   decltype(&cuCtxGetCurrent) ctx_get_current = nullptr;
+  decltype(&cuCtxGetDevice) ctx_get_device = nullptr;  // optional: a destroyed context is then not told apart
   decltype(&cuCtxPushCurrent_v2) ctx_push = nullptr;
   decltype(&cuCtxPopCurrent_v2) ctx_pop = nullptr;
   decltype(&cuDevicePrimaryCtxRetain) primary_retain = nullptr;
@@ -76,6 +77,7 @@ const DriverApi* driver_api() {
     load(lib, a->mem_get_info, "cuMemGetInfo_v2");
     load(lib, a->ctx_synchronize, "cuCtxSynchronize");
     load(lib, a->ctx_get_current, "cuCtxGetCurrent");
+    load(lib, a->ctx_get_device, "cuCtxGetDevice");
     load(lib, a->ctx_push, "cuCtxPushCurrent_v2");
     load(lib, a->ctx_pop, "cuCtxPopCurrent_v2");
     load(lib, a->primary_retain, "cuDevicePrimaryCtxRetain");
@@ -113,26 +115,47 @@ struct DeviceFence {
 
 DriverBackend::DriverBackend(int device) : device_(device), api_(driver_api()) {}
 
-template <typename F>
-CUresult DriverBackend::in_context(F&& fn) {
+CUcontext DriverBackend::primary_context(CUresult* why) {
   // Retained on first use, not at construction: a device first seen through the driver API may be
   // used with the program's own context, and retaining would create a primary context it never
   // asked for (device memory, and time).
   CUcontext primary = primary_.load(std::memory_order_acquire);
-  if (primary == nullptr) {
-    std::lock_guard<std::mutex> lock(retain_mu_);
-    primary = primary_.load(std::memory_order_relaxed);
-    CUdevice dev;
-    if (primary == nullptr && api_ != nullptr) {
-      retain_result_ = api_->device_get(&dev, device_);
-      if (retain_result_ == CUDA_SUCCESS) retain_result_ = api_->primary_retain(&primary, dev);
-      if (retain_result_ != CUDA_SUCCESS) primary = nullptr;
-      primary_.store(primary, std::memory_order_release);
-    }
-    // The driver's own reason (e.g. CUDA_ERROR_NOT_INITIALIZED in a fork child), so the caller
-    // gets the code the real runtime would have given.
-    if (primary == nullptr) return retain_result_ != CUDA_SUCCESS ? retain_result_ : CUDA_ERROR_INVALID_CONTEXT;
+  if (primary != nullptr) return primary;
+  std::lock_guard<std::mutex> lock(retain_mu_);
+  primary = primary_.load(std::memory_order_relaxed);
+  CUdevice dev;
+  if (primary == nullptr && api_ != nullptr) {
+    retain_result_ = api_->device_get(&dev, device_);
+    if (retain_result_ == CUDA_SUCCESS) retain_result_ = api_->primary_retain(&primary, dev);
+    if (retain_result_ != CUDA_SUCCESS) primary = nullptr;
+    primary_.store(primary, std::memory_order_release);
   }
+  // The driver's own reason (e.g. CUDA_ERROR_NOT_INITIALIZED in a fork child), so the caller
+  // gets the code the real runtime would have given.
+  if (primary == nullptr && why != nullptr)
+    *why = retain_result_ != CUDA_SUCCESS ? retain_result_ : CUDA_ERROR_INVALID_CONTEXT;
+  return primary;
+}
+
+DriverBackend::CurrentContext DriverBackend::current_context() {
+  if (api_ == nullptr) return CurrentContext::kPools;
+  CUcontext current = nullptr;
+  // No context: the runtime's call would bind the primary one, and so does the shim
+  // (Shim::bind_thread_context). An error here is the pool's to meet and report.
+  if (api_->ctx_get_current(&current) != CUDA_SUCCESS || current == nullptr) return CurrentContext::kPools;
+  if (current == primary_context(nullptr)) return CurrentContext::kPools;
+  // Destroyed by another thread, it stays current here, and every call answers so.
+  CUdevice dev = 0;
+  if (api_->ctx_get_device != nullptr && api_->ctx_get_device(&dev) == CUDA_ERROR_CONTEXT_IS_DESTROYED)
+    return CurrentContext::kDestroyed;
+  return CurrentContext::kProgramsOwn;
+}
+
+template <typename F>
+CUresult DriverBackend::in_context(F&& fn) {
+  CUresult why = CUDA_SUCCESS;
+  const CUcontext primary = primary_context(&why);
+  if (primary == nullptr) return why;
   CUcontext cur = nullptr;
   api_->ctx_get_current(&cur);
   if (cur == primary) return fn();

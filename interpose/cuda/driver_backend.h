@@ -49,11 +49,22 @@ class DriverBackend final : public Backend {
   // retains the context again, as the runtime does after cudaDeviceReset.
   void forget_context();
 
+  // The context current on the calling thread, as the pools see it: this device's primary
+  // context (or none, which the runtime replaces by it), whose memory the pools hold; a context
+  // the program made (cuCtxCreate), where CUDA's runtime allocates instead; or one destroyed by
+  // another thread while current here, where CUDA refuses every call. Asked only once the
+  // program has made a context (program_contexts_made).
+  enum class CurrentContext { kPools, kProgramsOwn, kDestroyed };
+  CurrentContext current_context();
+
  private:
   // Runs `fn` with this device's primary context current on the calling thread, restoring the
   // caller's context afterwards (the runtime may not have made it current on this thread yet).
   template <typename F>
   CUresult in_context(F&& fn);
+  // This device's primary context, retained at the first call; null (with the driver's reason in
+  // `why`, if given) when it cannot be.
+  CUcontext primary_context(CUresult* why);
 
   const int device_;
   const DriverApi* api_;

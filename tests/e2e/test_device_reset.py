@@ -115,6 +115,19 @@ class DeviceReset(ShimTestCase):
                 self.assertEqual([(m["live_bytes"], m["total_allocs"], m["total_frees"]) for m in host], [(0, 1, 1)])
                 self.assertIn("gpushim: device 0 reset: 2.0 MiB in 1 live allocation freed by the reset", r.stderr)
 
+    def test_memory_asked_for_under_a_programs_context_is_that_contexts(self):
+        # The pools' memory is the primary context's: under a context the program made current,
+        # cudaMalloc handed it out anyway (CUDA allocates in the current context), and once another
+        # thread destroyed that context the pool still served the thread where CUDA answers
+        # cudaErrorContextIsDestroyed (709). Both are now CUDA's to serve, and accounted.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r, out = self.run_mode("destroyed_elsewhere", policy)
+                self.assertEqual(out, {"owned_by_created": True, "plain": 709, "async": 709, "after": 0}, r.stderr)
+                dev = r.device(0)
+                self.assertEqual((dev["live_count"], dev["total_allocs"], dev["total_frees"]), (0, 3, 3))
+                self.assertEqual(dev["failed_allocs"], 2)
+
     def test_destroying_a_created_context_frees_its_memory(self):
         # cuCtxDestroy frees what was allocated in the context; the books drop it (live, counters,
         # the cap's charge) and name it in freed_by_reset. Under a cap cudaMemGetInfo shows the

@@ -2,7 +2,8 @@
 // memory that works, whatever the policy cached before. Data is written and read back after the
 // reset, and the program prints what it and the shim see as one JSON line.
 //
-// Usage: e2e_device_reset runtime|primary_reset[_v1]|release[_v1]|host_of_other_device|survivors|ctx_destroy
+// Usage: e2e_device_reset runtime|primary_reset[_v1]|release[_v1]|host_of_other_device|survivors|ctx_destroy|
+//                         destroyed_elsewhere
 //   runtime:        cudaMalloc, cudaFree (the pool caches the segment), cudaDeviceReset
 //   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset (_v1: its CUDA 7-10 entry
 //                   point, looked up by its plain name)
@@ -13,6 +14,12 @@
 //                   cuMemAlloc in a context made with cuCtxCreate, then cuCtxDestroy (looked up
 //                   with dlsym, or with cuGetProcAddress), which frees that memory; then memory of
 //                   the primary context, old and new, must hold data
+//   destroyed_elsewhere:
+//                   a thread makes a context of its own current (cuCtxCreate on another thread);
+//                   runtime allocations there must be that context's, not the pool's; then
+//                   another thread destroys it, and the thread's cudaMalloc and cudaMallocAsync
+//                   must be refused as CUDA refuses them (context is destroyed), even with a pool
+//                   that has room, and work again once the thread binds the primary context
 //   host_of_other_device:
 //                   pinned host memory allocated while device 1 is current, then device 0 reset:
 //                   the memory is device 1's primary context's and stays (needs two devices)
@@ -22,6 +29,7 @@
 //                   primary context's (device, pinned host and managed memory: freed), a created
 //                   context's and cuMemCreate's (no context: both survive, and hold their data)
 #include <cstring>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -330,6 +338,46 @@ int survivors(bool release_last) {
   return ok ? 0 : 1;
 }
 
+// CUDA's runtime uses the driver context current to the thread; a context destroyed by another
+// thread stays current on its thread, where every call then answers "context is destroyed". The
+// pool, whose memory is its primary context's, must serve neither.
+int destroyed_elsewhere() {
+  using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  using PointerAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+  void* warm = nullptr;  // the pool holds a segment with room before the context is made
+  CHECK(cudaMalloc(&warm, 1 * kMiB));
+  CHECK(cudaFree(warm));
+  CUcontext created = nullptr;
+  std::thread([&] { CHECK_CU(testsupport::driver_function<Create>("cuCtxCreate_v4")(&created, nullptr, 0, 0)); })
+      .join();
+  bool owned_by_created = false;
+  int plain = -1, async = -1, after = -1;
+  std::thread([&] {
+    testsupport::make_current(created);
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, 4096));
+    CUcontext owner = nullptr;
+    CHECK_CU(testsupport::driver_function<PointerAttribute>("cuPointerGetAttribute")(
+        &owner, CU_POINTER_ATTRIBUTE_CONTEXT, reinterpret_cast<CUdeviceptr>(p)));
+    owned_by_created = owner == created && write_and_verify(p, 4096, 0x2D);
+    CHECK(cudaFree(p));
+    std::thread([&] { testsupport::destroy_context(created); }).join();
+    p = nullptr;
+    plain = static_cast<int>(cudaMalloc(&p, 4096));
+    cudaGetLastError();
+    async = static_cast<int>(cudaMallocAsync(&p, 4096, nullptr));
+    cudaGetLastError();
+    CHECK(cudaSetDevice(0));
+    void* q = nullptr;
+    after = static_cast<int>(cudaMalloc(&q, 4096));
+    if (after == 0) after = write_and_verify(q, 4096, 0x3C) ? 0 : -2;
+    if (q) CHECK(cudaFree(q));
+  }).join();
+  std::printf("{\"owned_by_created\": %s, \"plain\": %d, \"async\": %d, \"after\": %d}\n",
+              owned_by_created ? "true" : "false", plain, async, after);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -339,6 +387,7 @@ int main(int argc, char** argv) {
   if (mode == "primary_reset_v1") return runtime_reset(true, "cuDevicePrimaryCtxReset");
   if (mode == "release") return release_last_reference();
   if (mode == "release_v1") return release_last_reference("cuDevicePrimaryCtxRelease");
+  if (mode == "destroyed_elsewhere") return destroyed_elsewhere();
   if (mode == "host_of_other_device") return host_of_other_device();
   if (mode == "survivors") return survivors(argc > 2 && std::string(argv[2]) == "release");
   if (mode == "ctx_destroy") return context_destroy(argc > 2 && std::string(argv[2]) == "proc_address");

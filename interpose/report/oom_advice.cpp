@@ -1,6 +1,7 @@
 #include "report/oom_advice.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "report/growth_verdict.h"
 #include "stacks/frame_roles.h"
@@ -30,9 +31,16 @@ std::string oom_growth_hint(const OomReport& o, const GrowthReport& growth) {
     if (!std::isnan(g.bytes_per_iteration) && g.bytes_per_iteration > 0)
       rate = ", " + format_bytes(static_cast<uint64_t>(g.bytes_per_iteration)) + " per " +
              growth_unit(growth.steps_per_pattern);
-    return "Live memory kept growing at " + site_name(g.frames) + " (+" + format_bytes(g.growth_bytes) +
-           " over the run" + rate + "): that leak, more than any site merely large, is the likely cause; see the "
-           "growth suspects.";
+    // The run's whole growth overstates what had grown by an early error: up to the error, the
+    // fitted rate says how much (an estimate, and said so).
+    std::string grown = "+" + format_bytes(g.growth_bytes) + " over the run";
+    if (o.t_s < g.last_s && g.bytes_per_s > 0) {
+      char when[96];
+      std::snprintf(when, sizeof when, " from %.2f s to the error at %.2f s", g.first_s, o.t_s);
+      grown = "about +" + format_bytes(static_cast<uint64_t>(g.bytes_per_s * (o.t_s - g.first_s))) + when;
+    }
+    return "Live memory kept growing at " + site_name(g.frames) + " (" + grown + rate +
+           "): that leak, more than any site merely large, is the likely cause; see the growth suspects.";
   }
   return "";
 }

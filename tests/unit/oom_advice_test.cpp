@@ -133,6 +133,14 @@ TEST(OomAdvice, ASiteThatKeptGrowingBeforeTheErrorIsNamed) {
   EXPECT_EQ(oom_growth_hint(o, growth),
             "Live memory kept growing at leaky_step at train.cpp:33 (+24.0 MiB over the run, 1.0 MiB per iteration): "
             "that leak, more than any site merely large, is the likely cause; see the growth suspects.");
+  // An error before the growth was last seen: what had grown by then, not the whole run's.
+  growth.suspects[0].last_s = 10.0;
+  growth.suspects[0].bytes_per_s = 4.0 * MiB;
+  EXPECT_EQ(oom_growth_hint(o, growth),
+            "Live memory kept growing at leaky_step at train.cpp:33 (about +6.0 MiB from 0.50 s to the error at "
+            "2.00 s, 1.0 MiB per iteration): that leak, more than any site merely large, is the likely cause; see "
+            "the growth suspects.");
+  growth.suspects[0].last_s = 0;
   growth.steps_per_pattern = 3;
   EXPECT_NE(oom_growth_hint(o, growth).find("1.0 MiB per step"), std::string::npos);
   // Not when it began after the error, is on another device, or is not device memory.

@@ -144,10 +144,12 @@ DriverBackend::CurrentContext DriverBackend::current_context() {
   // (Shim::bind_thread_context). An error here is the pool's to meet and report.
   if (api_->ctx_get_current(&current) != CUDA_SUCCESS || current == nullptr) return CurrentContext::kPools;
   if (current == primary_context(nullptr)) return CurrentContext::kPools;
-  // Destroyed by another thread, it stays current here, and every call answers so.
+  // Destroyed by another thread, it stays current here, and every call answers so. Any refusal
+  // counts: which code a real driver gives for it here (CUDA_ERROR_CONTEXT_IS_DESTROYED, or
+  // CUDA_ERROR_INVALID_CONTEXT) no document says, and a context that refuses cuCtxGetDevice cannot
+  // use memory either.
   CUdevice dev = 0;
-  if (api_->ctx_get_device != nullptr && api_->ctx_get_device(&dev) == CUDA_ERROR_CONTEXT_IS_DESTROYED)
-    return CurrentContext::kDestroyed;
+  if (api_->ctx_get_device != nullptr && api_->ctx_get_device(&dev) != CUDA_SUCCESS) return CurrentContext::kDestroyed;
   return CurrentContext::kProgramsOwn;
 }
 

@@ -97,11 +97,13 @@ int run_diff(const Cli& cli) {
   auto b_ordinal = [&](int d) { return paired && d == device_a ? device_b : paired && d == device_b ? device_a : d; };
 
   // A report of a Python program counts live memory when the interpreter's teardown began; a
-  // trace after all that the teardown freed, which it has no mark of: one run's report and trace
-  // differed by exactly that, every site "changed", with nothing to say why.
+  // trace before format 1.5 after all that the teardown freed, which it has no mark of: one run's
+  // report and trace differed by exactly that, every site "changed", with nothing to say why.
+  // (A 1.5 trace says when the teardown began, and its live figures are of that moment too.)
   for (auto [report, other, name] : {std::tuple<RunView*, const RunView*, const char*>{&a, &b, "B"}, {&b, &a, "A"}}) {
     const TeardownReport& t = report->meta.teardown;
-    if (report->source == "report" && other->source == "trace" && t.observed && t.freed_bytes > 0) {
+    if (report->source == "report" && other->source == "trace" && !other->meta.teardown.observed && t.observed &&
+        t.freed_bytes > 0) {
       char when[32];
       std::snprintf(when, sizeof(when), "%.2f", t.began_s);
       report->notes.push_back(std::string("live memory is counted when the interpreter's teardown began (") + when +

@@ -306,8 +306,19 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   MemoryLevels levels;
   absl::flat_hash_map<SiteKey, SiteState> sites;
   std::map<uint8_t, OtherMemoryReport> other;
+  // A Python program's report counts live memory when the interpreter's teardown began (format
+  // 1.5 says when in the end record): the trace's live figures are taken at the same moment, so
+  // that report and trace of one run agree, and what the teardown freed is said apart.
+  const uint64_t teardown_at = t.end ? t.end->teardown_mono_ns : 0;
+  std::optional<std::map<int, DeviceState>> devs_at_teardown;
+  absl::flat_hash_map<SiteKey, SiteState> sites_at_teardown;
+  auto take_teardown = [&] {
+    devs_at_teardown = devs;
+    sites_at_teardown = sites;
+  };
   for (uint64_t i = 0; i < t.events.size(); ++i) {
     const TraceEvent& e = t.events[i];
+    if (teardown_at != 0 && !devs_at_teardown && e.t_ns > teardown_at) take_teardown();
     while (next_checkpoint < t.checkpoints.size() && t.checkpoints[next_checkpoint].events_before <= i)
       take_checkpoint(t.checkpoints[next_checkpoint++]);
     if (e.kind == EventKind::kAlloc || e.kind == EventKind::kOom) periods->on_allocation(e.stack);
@@ -377,6 +388,30 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   }
 
   while (next_checkpoint < t.checkpoints.size()) take_checkpoint(t.checkpoints[next_checkpoint++]);
+  if (teardown_at != 0 && !devs_at_teardown) take_teardown();
+  if (devs_at_teardown) {
+    m.teardown.observed = true;
+    m.teardown.began_s = t.seconds(teardown_at);
+    for (auto& [k, s] : sites) {
+      const auto then = sites_at_teardown.find(k);
+      const uint64_t live = then == sites_at_teardown.end() ? 0 : then->second.live;
+      const uint64_t count = then == sites_at_teardown.end() ? 0 : then->second.count;
+      if (live > s.live || count > s.count) {
+        m.teardown.freed_bytes += live > s.live ? live - s.live : 0;
+        m.teardown.freed_count += count > s.count ? count - s.count : 0;
+      }
+      s.live = live;
+      s.count = count;
+    }
+    for (auto& [ord, d] : devs) {
+      const auto then = devs_at_teardown->find(ord);
+      if (then == devs_at_teardown->end()) continue;
+      d.allocated = then->second.allocated;
+      d.count = then->second.count;
+      d.reserved = then->second.reserved;
+      d.requested = then->second.requested;
+    }
+  }
 
   // Second pass: what each site held when its device was at its peak.
   {
@@ -439,8 +474,9 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
       r.peak_reserved_bytes = r.pool.peak_reserved_bytes = shim->peak_reserved;
     }
     // Reserved at the end likewise, where the shim wrote it (trace format 1.4; older traces keep
-    // the events' figure).
-    if (shim && shim->reserved && *shim->reserved != d.reserved) {
+    // the events' figure), unless the figures are of the teardown's start: the end record's is
+    // of the exit.
+    if (shim && shim->reserved && *shim->reserved != d.reserved && !m.teardown.observed) {
       const uint64_t reserved = *shim->reserved;
       v.notes.push_back("device " + std::to_string(ord) + ": reserved at the end " + human_bytes(reserved) +
                         " is the shim's own figure (the trace's end record); its events account for " +

@@ -121,6 +121,9 @@ bool decode_end(ByteReader& r, TraceData* t) {
   for (uint64_t& v : reserved) has_reserved = has_reserved && r.varint(&v);
   if (has_reserved)
     for (size_t i = 0; i < reserved.size(); ++i) e.devices[i].reserved = reserved[i];
+  // Then when the interpreter's teardown began (format 1.5), after the per-device lists, which a
+  // run with no device leaves empty: told by the version, not by what is left.
+  if (t->version_minor >= 5 && !r.varint(&e.teardown_mono_ns)) return false;
   t->end = std::move(e);
   return true;
 }

@@ -251,7 +251,8 @@ void RunRecorder::finish_trace() {
   });
   // The exit report's moment when there is one: report and trace then give one duration.
   const uint64_t report_ns = exit_report_ns_.load(std::memory_order_relaxed);
-  trace_->finish(std::move(devices), report_ns ? report_ns : now_ns());
+  const LiveSnapshot* teardown = teardown_.load(std::memory_order_acquire);
+  trace_->finish(std::move(devices), report_ns ? report_ns : now_ns(), teardown ? teardown->t_ns : 0);
 }
 
 // ---- reports ----

@@ -228,9 +228,10 @@ void TraceTap::checkpoint(uint64_t t_ns, uint64_t iteration, unsigned sources) {
   recorder_->record(e);
 }
 
-void TraceTap::finish(std::vector<trace::DeviceTotals> devices, uint64_t end_ns) {
+void TraceTap::finish(std::vector<trace::DeviceTotals> devices, uint64_t end_ns, uint64_t teardown_ns) {
   trace::EndInfo end;
   end.end_mono_ns = end_ns;
+  end.teardown_mono_ns = teardown_ns ? teardown_ns + start_ns_ : 0;
   end.devices = std::move(devices);
   recorder_->finish(std::move(end));
 }

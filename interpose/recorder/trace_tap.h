@@ -44,7 +44,8 @@ class TraceTap {
   void checkpoint(uint64_t t_ns, uint64_t iteration, unsigned sources);
   // `end_ns` (now_ns clock): the moment the run's exit report describes, so that the report and
   // the trace of one run give the same duration.
-  void finish(std::vector<trace::DeviceTotals> devices, uint64_t end_ns);
+  // `teardown_ns`: when the interpreter's teardown began, since the shim's start (0: not seen).
+  void finish(std::vector<trace::DeviceTotals> devices, uint64_t end_ns, uint64_t teardown_ns);
   // In a fork child: the parent's trace is the parent's to write.
   void disable_in_child() { recorder_->disable_in_child(); }
 

@@ -5,7 +5,7 @@ namespace gpushim::trace {
 std::string encode_header(const HeaderInfo& h) {
   std::string p;
   put_varint(&p, kVersionMajor);
-  put_varint(&p, kVersionMinor);
+  put_varint(&p, h.version_minor);
   put_varint(&p, static_cast<uint64_t>(h.pid));
   put_string(&p, h.exe);
   put_string(&p, h.host);
@@ -87,6 +87,7 @@ std::string encode_end(const EndInfo& e) {
   // Added after the per-device figures, each after the last, which an older reader stops at.
   for (const DeviceTotals& d : e.devices) put_varint(&p, d.alloc_retries.value_or(0));
   for (const DeviceTotals& d : e.devices) put_varint(&p, d.reserved.value_or(0));
+  put_varint(&p, e.teardown_mono_ns);
   return p;
 }
 

@@ -13,6 +13,7 @@
 namespace gpushim::trace {
 
 struct HeaderInfo {
+  uint32_t version_minor = kVersionMinor;  // what the shim writes; tests write older ones
   int pid = 0;
   std::string exe, host, rank, policy;
   uint64_t start_mono_ns = 0;  // the shim's start: event times are relative to it in reports
@@ -74,6 +75,10 @@ struct EndInfo {
   uint64_t events_written = 0;
   uint64_t events_dropped = 0;
   std::vector<DeviceTotals> devices;  // the shim's own counters at the end
+  // When the Python interpreter's teardown began (CLOCK_MONOTONIC, as end_mono_ns; 0: not seen, or
+  // a trace before format 1.5). A report's live figures are of that moment; a reader of the trace
+  // takes its live figures there too (analysis/run_view.cpp).
+  uint64_t teardown_mono_ns = 0;
 };
 
 std::string encode_header(const HeaderInfo& h);

@@ -20,8 +20,9 @@ inline constexpr char kFileMagic[8] = {'G', 'P', 'U', 'S', 'H', 'I', 'M', 'T'};
 // Version of the chunk layouts below. A reader refuses a different major; a minor bump only adds
 // chunk types or trailing fields, which old readers skip.
 inline constexpr uint32_t kVersionMajor = 1;
-inline constexpr uint32_t kVersionMinor = 4;  // 1: kReuse and kCheckpoint events; 2: the end chunk's retries; 3:
-                                              // kStreamRetired, kVaReserve, kVaFree; 4: the end chunk's reserved
+inline constexpr uint32_t kVersionMinor = 5;  // 1: kReuse and kCheckpoint events; 2: the end chunk's retries; 3:
+                                              // kStreamRetired, kVaReserve, kVaFree; 4: the end chunk's reserved;
+                                              // 5: the end chunk's teardown moment
 
 inline constexpr uint32_t kChunkSync = 0x4B484347u;  // "GCHK" little-endian
 inline constexpr size_t kChunkHeaderSize = 16;

@@ -147,10 +147,14 @@ std::vector<TraceEvent> sample_events(size_t n, uint32_t seed) {
 
 // `end_bytes_cut`: bytes left off the end chunk's payload (a shim that wrote fewer figures);
 // `end_bytes_added`: appended to it (a newer shim's trailing figures).
+// `minor`: the format version the header says; `end_bytes_cut` are cut from the end of what the
+// current encoder writes (with teardown_ns 0, its last byte is the teardown's).
 std::string build_trace(const std::vector<TraceEvent>& events, size_t per_chunk, bool with_end, size_t end_bytes_cut = 0,
-                        const std::string& end_bytes_added = "") {
+                        const std::string& end_bytes_added = "", uint32_t minor = kVersionMinor,
+                        uint64_t teardown_ns = 0) {
   std::string f(kFileMagic, sizeof(kFileMagic));
   HeaderInfo h;
+  h.version_minor = minor;
   h.pid = 77;
   h.exe = "/opt/prog";
   h.host = "node";
@@ -188,6 +192,7 @@ std::string build_trace(const std::vector<TraceEvent>& events, size_t per_chunk,
     e.end_mono_ns = events.empty() ? 0 : events.back().t_ns;
     e.events_written = events.size();
     e.devices.push_back(DeviceTotals{{1, 2, 3, 5, 6}, 0, 4, 7, 8, 9, 10});
+    e.teardown_mono_ns = teardown_ns;
     const std::string end = encode_end(e);
     append_chunk(&f, ChunkType::kEnd, end.substr(0, end.size() - end_bytes_cut) + end_bytes_added);
   }
@@ -231,7 +236,7 @@ void expect_same_event(const TraceEvent& got, const TraceEvent& want, size_t i) 
 
 // Shims before the pool's retries were written end the chunk after each device's OOMs.
 TEST(TraceReader, EndChunksWithoutTheRetriesStillRead) {
-  const std::string file = build_trace(sample_events(10, 1), 700, true, /*end_bytes_cut=*/2);
+  const std::string file = build_trace(sample_events(10, 1), 700, true, /*end_bytes_cut=*/3, "", /*minor=*/1);
   TraceData t;
   std::string err;
   ASSERT_TRUE(parse_trace(file, &t, &err)) << err;
@@ -243,13 +248,31 @@ TEST(TraceReader, EndChunksWithoutTheRetriesStillRead) {
 
 // Shims before format 1.4 end the chunk after each device's retries.
 TEST(TraceReader, EndChunksWithoutReservedStillRead) {
-  const std::string file = build_trace(sample_events(10, 1), 700, true, /*end_bytes_cut=*/1);
+  const std::string file = build_trace(sample_events(10, 1), 700, true, /*end_bytes_cut=*/2, "", /*minor=*/3);
   TraceData t;
   std::string err;
   ASSERT_TRUE(parse_trace(file, &t, &err)) << err;
   ASSERT_TRUE(t.end.has_value());
   EXPECT_EQ(t.end->devices[0].alloc_retries, std::optional<uint64_t>(9));
   EXPECT_FALSE(t.end->devices[0].reserved.has_value());
+}
+
+// Shims before format 1.5 end the chunk after each device's reserved; from 1.5 on, the teardown's
+// moment follows (0: none seen).
+TEST(TraceReader, EndChunksSayWhenTheTeardownBeganFromFormat15) {
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(build_trace(sample_events(10, 1), 700, true, /*end_bytes_cut=*/1, "", /*minor=*/4), &t, &err))
+      << err;
+  ASSERT_TRUE(t.end.has_value());
+  EXPECT_EQ(t.end->devices[0].reserved, std::optional<uint64_t>(10));
+  EXPECT_EQ(t.end->teardown_mono_ns, 0u);
+  TraceData t5;
+  ASSERT_TRUE(parse_trace(build_trace(sample_events(10, 1), 700, true, 0, "", 5, 1'250'000'000), &t5, &err)) << err;
+  ASSERT_TRUE(t5.end.has_value());
+  EXPECT_FALSE(t5.truncated) << t5.stop_reason;
+  EXPECT_EQ(t5.end->teardown_mono_ns, 1'250'000'000u);
+  EXPECT_EQ(t5.end->devices[0].reserved, std::optional<uint64_t>(10));
 }
 
 // A newer minor version may add trailing figures: this reader keeps what it knows.

@@ -32,6 +32,22 @@ class ArrayBooks {
     std::lock_guard<std::mutex> lock(mu_);
     contexts_.erase(key);
   }
+  // Before a destroy is forwarded: once CUDA lets go of the handle, a create on another thread may
+  // be handed it, and its entry must not be the one erased. Returns the context (null if none), for
+  // put_back should the destroy fail.
+  CUcontext take(uintptr_t key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = contexts_.find(key);
+    if (it == contexts_.end()) return nullptr;
+    const CUcontext ctx = it->second;
+    contexts_.erase(it);
+    return ctx;
+  }
+  void put_back(uintptr_t key, CUcontext ctx) {
+    if (ctx == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    contexts_.try_emplace(key, ctx);
+  }
   // The keys of the arrays made in `ctx` and not destroyed since (a device reset may have freed some:
   // the caller checks its books).
   std::vector<uintptr_t> of_context(CUcontext ctx) const {

@@ -235,9 +235,12 @@ class Shim {
   void va_reserved(uintptr_t va, uint64_t size);
   void va_freed(uintptr_t va);
   // CUDA arrays: each is a forward_alloc of its handle's key (ArrayBooks::key_of) and freed by a
-  // deallocate of that key; these note its context after the real call succeeded.
+  // deallocate of that key. array_created notes its context after the create succeeded;
+  // array_destroying takes that note before the destroy is forwarded (as deallocate takes the
+  // record), and array_not_destroyed puts it back when the destroy failed.
   void array_created(uintptr_t key);
-  void array_destroyed(uintptr_t key) { arrays_.destroyed(key); }
+  CUcontext array_destroying(uintptr_t key) { return arrays_.take(key); }
+  void array_not_destroyed(uintptr_t key, CUcontext ctx) { arrays_.put_back(key, ctx); }
   // cuMemGetInfo_v2, after the real call succeeded: the cap of the current context's device.
   void cap_driver_mem_info(size_t* free, size_t* total);
   // What an address inside one of our pools is to the program: a live block (base, size and an

@@ -82,8 +82,9 @@ CUresult destroy(Shim* s, Handle h, CUresult (*real)(Handle)) {
   auto forward = [&] { return call(real, h); };
   if (s == nullptr || h == nullptr) return forward();
   const uintptr_t key = ArrayBooks::key_of(h);
+  const CUcontext ctx = s->array_destroying(key);
   const CUresult r = s->deallocate(reinterpret_cast<void*>(key), nullptr, false, forward);
-  if (r == CUDA_SUCCESS) s->array_destroyed(key);
+  if (r != CUDA_SUCCESS) s->array_not_destroyed(key, ctx);
   return r;
 }
 

@@ -411,6 +411,24 @@ class Arrays(ShimTestCase):
                 freed = [f for f in r.report["freed_by_reset"] if f["device"] == 0]
                 self.assertEqual(sum(f["live_bytes"] for f in freed), out["freed"], freed)
 
+    def test_a_handle_made_again_while_its_destroy_runs_keeps_its_context(self):
+        # A driver hands a destroyed array's handle out again, even before the destroy returned: the
+        # shim once dropped the array's context entry only after the destroy, deleting the new
+        # array's, so cuCtxDestroy left it live in the books.
+        if REAL_GPU:
+            self.skipTest("the simulated device's fakecudaReuseArrayHandles makes the race happen")
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_cuda_arrays"), "reuse"], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertTrue(out["reused"], out)
+                d = r.device(0)
+                self.assertEqual((d["total_allocs"], d["live_bytes"]), (2, 0))
+                freed = [f for f in r.report["freed_by_reset"] if f["device"] == 0]
+                self.assertEqual(sum(f["live_bytes"] for f in freed), out["bytes"], freed)
+                self.assertRegex(r.stderr, r"cuCtxDestroy freed [0-9.]+ [KMG]?i?B in 1 live allocation of the destroyed")
+
     def test_deferred_mapping_arrays_take_no_memory_when_made(self):
         # Their memory comes later, mapped from cuMemCreate allocations (accounted there): the
         # shim once charged a 256 MiB deferred-mapping array to a 64 MiB cap and refused it.

@@ -66,9 +66,15 @@ size_t fakecudaDeviceUsedBytes(int device);
  * counted; injected failures are. */
 unsigned long long fakecudaDriverAllocCount(void);
 
-/* Number of successful device-memory release calls: cuMemFree_v2, cuMemFreeAsync(_ptsz), and
- * cuMemRelease of a device-located allocation. */
+/* Number of successful device-memory release calls: cuMemFree_v2, cuMemFreeAsync(_ptsz),
+ * cuMemRelease of a device-located allocation, cuArrayDestroy and cuMipmappedArrayDestroy (counted
+ * before the destroy waits for the device). */
 unsigned long long fakecudaDriverFreeCount(void);
+
+/* on != 0: from now on, the next array (mipmapped array) made gets the handle of the one last
+ * destroyed, if any, as NVIDIA's driver, whose handles are host pointers, may hand one out again,
+ * even before the destroy returned to its caller. Otherwise handles are never reused (the default). */
+void fakecudaReuseArrayHandles(int on);
 
 /* Number of device-wide synchronizations: cuCtxSynchronize plus the implicit ones of cuMemFree_v2,
  * cuMemFreeHost and cuMemUnmap. Lets tests check that a pool batches its synchronizations. */

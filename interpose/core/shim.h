@@ -74,6 +74,10 @@ struct ForwardedAlloc {
   // The call decides the device too (an allocation from a memory pool): nothing is asked before.
   bool device_known_after = false;
   bool injectable = true;  // GPUSHIM_FAIL may fail it (device memory only)
+  // The out-of-memory error the caller gets, named in lines and the report; null: the hook's API's.
+  // A driver hook serving a runtime entry point that has no hook of its own (cudaMallocArray) names
+  // the runtime's, which the runtime turns the driver's into.
+  const char* out_of_memory_name = nullptr;
   CUstream stream = nullptr;
   bool stream_ordered = false;
   // Served by one of CUDA's own stream-ordered pools (`pool`, or null: the device's current one),
@@ -344,8 +348,9 @@ class Shim {
   void on_oom(DeviceState* d, uint64_t requested, StackId stack, const char* returned, bool injected = false);
   // GPUSHIM_FAIL: the success code to go on, or the failure it chose for this allocation of
   // `size` bytes on `d`, accounted and reported like an OOM (the one place injection happens).
+  // `returned` as on_oom's.
   template <typename Api>
-  typename Api::Code inject(DeviceState* d, uint64_t size);
+  typename Api::Code inject(DeviceState* d, uint64_t size, const char* returned = Api::kOutOfMemoryName);
   // The one sequence for memory CUDA makes: the cap asked, the call made, the outcome accounted
   // (the record kept, or the failure counted and an OOM recorded). `d` is null for memory on no
   // device of ours, and while the call has yet to say the device (a.device_known_after).
@@ -356,7 +361,7 @@ class Shim {
   // A call failed for the caller with `code`: counted where its figures are, an OOM recorded.
   template <typename Api>
   void count_failure(DeviceState* d, MemoryKind kind, int device, typename Api::Code code, uint64_t size,
-                     StackId stack);
+                     StackId stack, const char* returned = Api::kOutOfMemoryName);
   // The time of an allocation or free as the hot path records it: precise while a trace is
   // recorded (its events are ordered by it), otherwise coarse. Without a trace the time only
   // decides whether a sample is due (a sample may then come up to one kernel tick late; its own

@@ -28,25 +28,25 @@ inline CUresult ApiOf<CUresult>::from_pool(CUresult r) { return to_driver_error(
 inline bool ApiOf<CUresult>::current_device(int* device) { return current_context_device(device); }
 
 template <typename Api>
-typename Api::Code Shim::inject(DeviceState* d, uint64_t size) {
+typename Api::Code Shim::inject(DeviceState* d, uint64_t size, const char* returned) {
   // Size 0 is CUDA's own argument error: never turned into an out-of-memory error.
   if (!faults_.active() || size == 0) return Api::kSuccess;
   const uint64_t number = faults_.select(size);
   if (number == 0) return Api::kSuccess;
-  note_injected_failure(d, size, number, Api::kOutOfMemoryName);
+  note_injected_failure(d, size, number, returned);
   return Api::refuse(Api::kOutOfMemory);
 }
 
 template <typename Api>
 void Shim::count_failure(DeviceState* d, MemoryKind kind, int device, typename Api::Code code, uint64_t size,
-                         StackId stack) {
+                         StackId stack, const char* returned) {
   if (is_argument_error(code)) return;  // refused for its arguments: no failed allocation (error_codes.h)
   if (d == nullptr) {
     if (!on_device(kind)) books_.failed(kind, device);
     return;
   }
   d->ledger.failed();
-  if (code == Api::kOutOfMemory) on_oom(d, size, stack, Api::kOutOfMemoryName);
+  if (code == Api::kOutOfMemory) on_oom(d, size, stack, returned);
 }
 
 template <typename Forward>
@@ -125,7 +125,9 @@ auto Shim::forward_alloc(ForwardedAlloc a, Forward&& forward, Result&& result, U
   DeviceState* d = device(a.device);
   if (d == nullptr) return forward();
   if (a.kind == MemoryKind::kDevice && a.injectable)
-    if (const auto refused = inject<Api>(d, a.size); refused != Api::kSuccess) return refused;
+    if (const auto refused = inject<Api>(d, a.size, a.out_of_memory_name ? a.out_of_memory_name : Api::kOutOfMemoryName);
+        refused != Api::kSuccess)
+      return refused;
   return account_forwarded<Api>(d, a, forward, result, undo);
 }
 
@@ -133,10 +135,11 @@ template <typename Api, typename Forward, typename Result, typename Undo>
 typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, Forward&& forward, Result&& result,
                                            Undo&& undo) {
   const StackId stack = capture_stack();
+  const char* const returned = a.out_of_memory_name ? a.out_of_memory_name : Api::kOutOfMemoryName;
   // Under a cap, forwarded memory counts against it like a pool's segments would.
   const bool cap_first = d != nullptr && !a.size_known_after;
   if (cap_first && !d->ledger.admit(a.size, a.cuda_pool)) {
-    on_oom(d, a.size, stack, Api::kOutOfMemoryName);
+    on_oom(d, a.size, stack, returned);
     return Api::refuse(Api::kOutOfMemory);
   }
   const typename Api::Code code = forward();
@@ -157,7 +160,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
   }
   if (code != Api::kSuccess || made.ptr == 0) {  // ptr 0 on success: size 0, CUDA hands out nothing
     if (cap_first) d->ledger.settle(a.size, false);
-    if (code != Api::kSuccess) count_failure<Api>(d, a.kind, a.device, code, a.size, stack);
+    if (code != Api::kSuccess) count_failure<Api>(d, a.kind, a.device, code, a.size, stack, returned);
     return code;
   }
   if (cap_first) {
@@ -171,7 +174,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
         // The undo frees into CUDA's pool, which may keep the reservation it grew for it.
         if (a.cuda_pool) cuda_pool_refused(d, a.pool);
       }
-      on_oom(d, made.size, stack, Api::kOutOfMemoryName);
+      on_oom(d, made.size, stack, returned);
       return Api::refuse(Api::kOutOfMemory);
     }
   }

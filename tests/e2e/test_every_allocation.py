@@ -455,6 +455,10 @@ class Arrays(ShimTestCase):
                 self.assertEqual(d["failed_allocs"], 2)
                 self.assertEqual(d["live_bytes"], 0)
                 self.assertEqual(len(r.report["ooms"]), 2)
+                # Each out-of-memory line names the error its caller got: cudaMallocArray's caller
+                # the runtime's, though the driver hook refused it (both said the driver's before).
+                self.assertEqual(r.stderr.count("; returned cudaErrorMemoryAllocation"), 1, r.stderr)
+                self.assertEqual(r.stderr.count("; returned CUDA_ERROR_OUT_OF_MEMORY"), 1, r.stderr)
 
 
 class Cap(ShimTestCase):

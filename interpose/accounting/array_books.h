@@ -22,6 +22,7 @@ class ArrayBooks {
   // key (bit 63).
   static uintptr_t key_of(CUarray a) { return reinterpret_cast<uintptr_t>(a) | kArrayBit; }
   static uintptr_t key_of(CUmipmappedArray m) { return reinterpret_cast<uintptr_t>(m) | kMipmappedBit; }
+  static uintptr_t handle_of(uintptr_t key) { return key & ~(kArrayBit | kMipmappedBit); }
   static bool is_key(uintptr_t k) { return (k >> 61) == (kArrayBit >> 61) || (k >> 61) == (kMipmappedBit >> 61); }
 
   void created(uintptr_t key, CUcontext ctx) {

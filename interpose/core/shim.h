@@ -57,8 +57,10 @@ struct DeviceState {
 };
 
 // Which free a hook implements: cudaFree-like calls free device and managed memory, cudaFreeHost
-// pinned host memory; CUDA refuses the other kind, and so must the core.
-enum class FreeApi : uint8_t { kDevice, kHost };
+// pinned host memory; CUDA refuses the other kind, and so must the core. cuArrayDestroy and
+// cuMipmappedArrayDestroy free device memory under the handle's key (ArrayBooks::key_of): lines
+// name the handle the program passed.
+enum class FreeApi : uint8_t { kDevice, kHost, kArray };
 
 // An allocation a hook forwards to CUDA, as the core accounts it (Shim::forward_alloc).
 struct ForwardedAlloc {
@@ -385,11 +387,11 @@ class Shim {
   auto mismatched_pooled_free(DeviceLedger* d, void* ptr, CUstream stream, bool stream_ordered, Forward&& forward)
       -> std::invoke_result_t<Forward&>;
   template <typename Forward>
-  auto unknown_free(void* ptr, Forward&& forward) -> std::invoke_result_t<Forward&>;
+  auto unknown_free(void* ptr, FreeApi api, Forward&& forward) -> std::invoke_result_t<Forward&>;
   template <typename Forward>
   auto mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward) -> std::invoke_result_t<Forward&>;
   // One line with the caller's stack; counts the invalid free (RunRecorder::invalid_free).
-  void warn_invalid_free(const void* ptr, const char* what);
+  void warn_invalid_free(const void* ptr, FreeApi api, const char* what);
   // A pool serves cudaMalloc without the real one running, which would have made the device's
   // primary context current on the calling thread: programs that go on with driver calls (or
   // pointer queries) rely on that. Done once per thread that has no current context.

@@ -124,10 +124,9 @@ auto Shim::forward_alloc(ForwardedAlloc a, Forward&& forward, Result&& result, U
   if (a.device < 0 && !Api::current_device(&a.device)) return forward();  // no context: CUDA says
   DeviceState* d = device(a.device);
   if (d == nullptr) return forward();
+  const char* const returned = a.out_of_memory_name ? a.out_of_memory_name : Api::kOutOfMemoryName;
   if (a.kind == MemoryKind::kDevice && a.injectable)
-    if (const auto refused = inject<Api>(d, a.size, a.out_of_memory_name ? a.out_of_memory_name : Api::kOutOfMemoryName);
-        refused != Api::kSuccess)
-      return refused;
+    if (const auto refused = inject<Api>(d, a.size, returned); refused != Api::kSuccess) return refused;
   return account_forwarded<Api>(d, a, forward, result, undo);
 }
 
@@ -199,7 +198,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   // capture; a pooled block must get the same answer (and stay live).
   // So does a stream-ordered free on a stream that is not capturing (one on the capturing stream
   // is the graph's).
-  if (api == FreeApi::kDevice && (!stream_ordered || !stream_capturing(stream)) && capture_forbids_unsafe_call(-1))
+  if (api != FreeApi::kHost && (!stream_ordered || !stream_capturing(stream)) && capture_forbids_unsafe_call(-1))
     return Api::refuse(Api::kCaptureUnsupported);
   if (stream_ordered) learn_stream(stream);  // a pool's block will name it
   // Freed on a stream that is capturing: CUDA makes that a free node of the graph, and the memory
@@ -238,7 +237,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   }
   // Forget the pointer before the real free: once CUDA frees it, another thread may be handed the
   // same address and must be able to record it.
-  if (!books_.forget(key, &rec)) return unknown_free(ptr, forward);
+  if (!books_.forget(key, &rec)) return unknown_free(ptr, api, forward);
   if ((api == FreeApi::kHost) != (rec.kind == MemoryKind::kHost)) return mismatched_free(ptr, rec, forward);
   recorded_late_free();  // even if CUDA then refuses it (a runtime already unloading, say)
   // Forwarded frees are timed before CUDA releases the memory: once it does, another thread may
@@ -306,17 +305,17 @@ auto Shim::mismatched_pooled_free(DeviceLedger* d, void* ptr, CUstream stream, b
 }
 
 template <typename Forward>
-auto Shim::unknown_free(void* ptr, Forward&& forward) -> std::invoke_result_t<Forward&> {
+auto Shim::unknown_free(void* ptr, FreeApi api, Forward&& forward) -> std::invoke_result_t<Forward&> {
   using Api = ApiOf<std::invoke_result_t<Forward&>>;
   // Inside memory a pool holds: a double free or an interior pointer. Forwarding could free a
   // whole segment under other live blocks, so refuse it.
   if (pool_contains(ptr)) {
-    warn_invalid_free(ptr, "a double free, or a pointer inside a block");
+    warn_invalid_free(ptr, api, "a double free, or a pointer inside a block");
     return Api::refuse(Api::kInvalidValue);
   }
   // Possibly memory from a path we did not see (the driver API); CUDA decides.
   const auto code = forward();
-  if (code != Api::kSuccess) warn_invalid_free(ptr, "not a live CUDA allocation");
+  if (code != Api::kSuccess) warn_invalid_free(ptr, api, "not a live CUDA allocation");
   return code;
 }
 

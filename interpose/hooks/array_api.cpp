@@ -87,7 +87,7 @@ CUresult destroy(Shim* s, Handle h, CUresult (*real)(Handle)) {
   if (s == nullptr || h == nullptr) return forward();
   const uintptr_t key = ArrayBooks::key_of(h);
   const CUcontext ctx = s->array_destroying(key);
-  const CUresult r = s->deallocate(reinterpret_cast<void*>(key), nullptr, false, forward);
+  const CUresult r = s->deallocate(reinterpret_cast<void*>(key), nullptr, false, forward, gpushim::FreeApi::kArray);
   if (r != CUDA_SUCCESS) s->array_not_destroyed(key, ctx);
   return r;
 }

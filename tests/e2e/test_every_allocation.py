@@ -429,6 +429,24 @@ class Arrays(ShimTestCase):
                 self.assertEqual(sum(f["live_bytes"] for f in freed), out["bytes"], freed)
                 self.assertRegex(r.stderr, r"cuCtxDestroy freed [0-9.]+ [KMG]?i?B in 1 live allocation of the destroyed")
 
+    def test_a_refused_destroy_names_the_programs_handle_and_keeps_the_array(self):
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_cuda_arrays"), "no-context"], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                out = last_json(r)
+                self.assertEqual(out["refused"], [201, 201])  # CUDA_ERROR_INVALID_CONTEXT
+                # The array the shim does not account: the warning names the handle the program
+                # passed (it named the shim's own key, the handle with bit 62 set).
+                self.assertIn("invalid free of %s (not a live CUDA allocation)" % out["deferred"], r.stderr)
+                self.assertEqual(r.stderr.count("invalid free of"), 1, r.stderr)
+                self.assertEqual(r.report["invalid_frees"], 1)
+                # The accounted one stays live, and its context's end frees it.
+                d = r.device(0)
+                self.assertEqual((d["total_allocs"], d["live_bytes"]), (1, 0))
+                freed = [f for f in r.report["freed_by_reset"] if f["device"] == 0]
+                self.assertEqual(sum(f["live_bytes"] for f in freed), out["bytes"], freed)
+
     def test_deferred_mapping_arrays_take_no_memory_when_made(self):
         # Their memory comes later, mapped from cuMemCreate allocations (accounted there): the
         # shim once charged a 256 MiB deferred-mapping array to a 64 MiB cap and refused it.

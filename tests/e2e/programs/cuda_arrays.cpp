@@ -10,7 +10,10 @@
 // CUDA_ARRAY3D_DEFERRED_MAPPING under that cap, which take no memory until mapped. With "reuse" (the
 // simulated device only): a second thread makes an array in a context of the program's while
 // cuArrayDestroy of another array is still waiting for the device, and gets the destroyed array's
-// handle (fakecudaReuseArrayHandles); cuCtxDestroy then frees it.
+// handle (fakecudaReuseArrayHandles); cuCtxDestroy then frees it. With "no-context": a thread with
+// no current context destroys a deferred-mapping array (which the shim does not account) and an
+// array of a context of the program's, both refused; then they are destroyed, the second with its
+// context. Prints the handles.
 #include <sched.h>
 
 #include <atomic>
@@ -134,6 +137,27 @@ int reuse_during_destroy() {
   return 0;
 }
 
+int destroy_without_context() {
+  CHECK(cudaFree(nullptr));
+  const testsupport::Driver& drv = testsupport::driver();
+  CUDA_ARRAY3D_DESCRIPTOR deferred_desc = descriptor(64, 64, 0, CU_AD_FORMAT_FLOAT, 1);
+  deferred_desc.Flags = CUDA_ARRAY3D_DEFERRED_MAPPING;
+  CUarray deferred = nullptr, plain = nullptr;
+  CHECK_CU(drv.Array3DCreate(&deferred, &deferred_desc));
+  const testsupport::ProgramContext own = testsupport::make_program_context();
+  const CUDA_ARRAY3D_DESCRIPTOR desc = descriptor(128, 128, 16, CU_AD_FORMAT_UNSIGNED_INT16, 1);
+  CHECK_CU(drv.Array3DCreate(&plain, &desc));
+  testsupport::make_current(own.primary);
+  CUresult refused[2] = {};
+  std::thread([&] { refused[0] = drv.ArrayDestroy(deferred), refused[1] = drv.ArrayDestroy(plain); }).join();
+  CHECK_CU(drv.ArrayDestroy(deferred));
+  testsupport::destroy_context(own.context);  // frees `plain`
+  std::printf("{\"refused\":[%d,%d],\"deferred\":\"%p\",\"plain\":\"%p\",\"bytes\":%llu}\n",
+              static_cast<int>(refused[0]), static_cast<int>(refused[1]), static_cast<void*>(deferred),
+              static_cast<void*>(plain), elements_bytes(128, 128, 16, 2));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -141,6 +165,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "reset") == 0) return reset_with_an_array();
   if (argc > 1 && std::strcmp(argv[1], "deferred") == 0) return deferred_mapping();
   if (argc > 1 && std::strcmp(argv[1], "reuse") == 0) return reuse_during_destroy();
+  if (argc > 1 && std::strcmp(argv[1], "no-context") == 0) return destroy_without_context();
   CHECK(cudaFree(nullptr));
   const unsigned long long before = used_bytes();
   const testsupport::Driver& drv = testsupport::driver();

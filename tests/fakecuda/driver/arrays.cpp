@@ -113,6 +113,10 @@ CUresult Destroy(std::uintptr_t h, HandleKind kind, const char* call) {
   State& s = GetState();
   std::unique_lock lk(s.mu);
   if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  // As cuMemFree: a thread with no current context is refused (CUDA lists
+  // CUDA_ERROR_INVALID_CONTEXT among cuArrayDestroy's errors), a fork child too.
+  Context* current = nullptr;
+  if (CUresult r = CurrentContext(s, &current); r != CUDA_SUCCESS) return r;
   CudaArray& a = Lookup(s, h, kind, call);
   const std::uintptr_t base = a.region;
   const int device = a.ctx->device;

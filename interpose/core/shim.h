@@ -290,6 +290,14 @@ class Shim {
   // `primary`: the context's handle, learned before the release (null: unknown); `owned`: what it
   // owned then (owned_by_context with its pool memory).
   void after_context_destroyed(int device, CUcontext primary, const std::vector<OwnedAllocation>& owned);
+  // CUDA's own release of `device`'s primary context (the runtime's teardown at exit), made by
+  // `release`: no reset of the program's, whose exit report still lists what it leaked. Should it
+  // end the context, CUDA's memory pools of the device end with it: forgotten, so that the report's
+  // last reading (refresh_cuda_pools_for_report) names none of them.
+  CUresult runtime_release(int device, absl::FunctionRef<CUresult()> release);
+  // What a context's end destroys of `device`'s pool state: CUDA's pools in the books, the default
+  // and current pool, the release threshold.
+  void forget_cuda_pools_of(int device);
   // cuCtxDestroy of a context the program created, with what owned_by_context said before it:
   // those are freed in the books and recorded as freed by the reset.
   void after_context_destroy(const std::vector<OwnedAllocation>& owned);

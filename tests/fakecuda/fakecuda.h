@@ -46,6 +46,11 @@ typedef void (*fakecudaKernelStandIn)(void** args, const fakecudaLaunchDims* dim
  * the stream is capturing, the fill is recorded into the graph instead. */
 int fakecudaLaunchDelayedFill(void* dst, int value, size_t bytes, unsigned delay_us, cudaStream_t stream);
 
+/* on != 0: the runtime's teardown at exit (the handler it registers with atexit when it initializes)
+ * also releases the primary contexts it retained, as NVIDIA's runtime may: the last release destroys
+ * a context, with the memory pools of its device. Off by default. */
+void fakecudaReleaseContextsAtTeardown(int on);
+
 /* Registers `fn` to stand in for every kernel named `name` (the mangled name for C++ kernels, e.g.
  * "_Z9fill_iotaPii"); `arg_sizes[i]` is the size in bytes of argument i. fn == NULL removes it.
  * Runtime form of fakecuSetKernelStandIn. */

@@ -22,6 +22,7 @@ class ArrayBooks {
   // key (bit 63).
   static uintptr_t key_of(CUarray a) { return reinterpret_cast<uintptr_t>(a) | kArrayBit; }
   static uintptr_t key_of(CUmipmappedArray m) { return reinterpret_cast<uintptr_t>(m) | kMipmappedBit; }
+  static uintptr_t handle_of(uintptr_t key) { return key & ~(kArrayBit | kMipmappedBit); }
   static bool is_key(uintptr_t k) { return (k >> 61) == (kArrayBit >> 61) || (k >> 61) == (kMipmappedBit >> 61); }
 
   void created(uintptr_t key, CUcontext ctx) {
@@ -31,6 +32,22 @@ class ArrayBooks {
   void destroyed(uintptr_t key) {
     std::lock_guard<std::mutex> lock(mu_);
     contexts_.erase(key);
+  }
+  // Before a destroy is forwarded: once CUDA lets go of the handle, a create on another thread may
+  // be handed it, and its entry must not be the one erased. Returns the context (null if none), for
+  // put_back should the destroy fail.
+  CUcontext take(uintptr_t key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = contexts_.find(key);
+    if (it == contexts_.end()) return nullptr;
+    const CUcontext ctx = it->second;
+    contexts_.erase(it);
+    return ctx;
+  }
+  void put_back(uintptr_t key, CUcontext ctx) {
+    if (ctx == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    contexts_.try_emplace(key, ctx);
   }
   // The keys of the arrays made in `ctx` and not destroyed since (a device reset may have freed some:
   // the caller checks its books).

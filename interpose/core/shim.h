@@ -57,8 +57,10 @@ struct DeviceState {
 };
 
 // Which free a hook implements: cudaFree-like calls free device and managed memory, cudaFreeHost
-// pinned host memory; CUDA refuses the other kind, and so must the core.
-enum class FreeApi : uint8_t { kDevice, kHost };
+// pinned host memory; CUDA refuses the other kind, and so must the core. cuArrayDestroy and
+// cuMipmappedArrayDestroy free device memory under the handle's key (ArrayBooks::key_of): lines
+// name the handle the program passed.
+enum class FreeApi : uint8_t { kDevice, kHost, kArray };
 
 // An allocation a hook forwards to CUDA, as the core accounts it (Shim::forward_alloc).
 struct ForwardedAlloc {
@@ -74,6 +76,10 @@ struct ForwardedAlloc {
   // The call decides the device too (an allocation from a memory pool): nothing is asked before.
   bool device_known_after = false;
   bool injectable = true;  // GPUSHIM_FAIL may fail it (device memory only)
+  // The out-of-memory error the caller gets, named in lines and the report; null: the hook's API's.
+  // A driver hook serving a runtime entry point that has no hook of its own (cudaMallocArray) names
+  // the runtime's, which the runtime turns the driver's into.
+  const char* out_of_memory_name = nullptr;
   CUstream stream = nullptr;
   bool stream_ordered = false;
   // Served by one of CUDA's own stream-ordered pools (`pool`, or null: the device's current one),
@@ -235,9 +241,12 @@ class Shim {
   void va_reserved(uintptr_t va, uint64_t size);
   void va_freed(uintptr_t va);
   // CUDA arrays: each is a forward_alloc of its handle's key (ArrayBooks::key_of) and freed by a
-  // deallocate of that key; these note its context after the real call succeeded.
+  // deallocate of that key. array_created notes its context after the create succeeded;
+  // array_destroying takes that note before the destroy is forwarded (as deallocate takes the
+  // record), and array_not_destroyed puts it back when the destroy failed.
   void array_created(uintptr_t key);
-  void array_destroyed(uintptr_t key) { arrays_.destroyed(key); }
+  CUcontext array_destroying(uintptr_t key) { return arrays_.take(key); }
+  void array_not_destroyed(uintptr_t key, CUcontext ctx) { arrays_.put_back(key, ctx); }
   // cuMemGetInfo_v2, after the real call succeeded: the cap of the current context's device.
   void cap_driver_mem_info(size_t* free, size_t* total);
   // What an address inside one of our pools is to the program: a live block (base, size and an
@@ -281,6 +290,14 @@ class Shim {
   // `primary`: the context's handle, learned before the release (null: unknown); `owned`: what it
   // owned then (owned_by_context with its pool memory).
   void after_context_destroyed(int device, CUcontext primary, const std::vector<OwnedAllocation>& owned);
+  // CUDA's own release of `device`'s primary context (the runtime's teardown at exit), made by
+  // `release`: no reset of the program's, whose exit report still lists what it leaked. Should it
+  // end the context, CUDA's memory pools of the device end with it: forgotten, so that the report's
+  // last reading (refresh_cuda_pools_for_report) names none of them.
+  CUresult runtime_release(int device, absl::FunctionRef<CUresult()> release);
+  // What a context's end destroys of `device`'s pool state: CUDA's pools in the books, the default
+  // and current pool, the release threshold.
+  void forget_cuda_pools_of(int device);
   // cuCtxDestroy of a context the program created, with what owned_by_context said before it:
   // those are freed in the books and recorded as freed by the reset.
   void after_context_destroy(const std::vector<OwnedAllocation>& owned);
@@ -341,8 +358,9 @@ class Shim {
   void on_oom(DeviceState* d, uint64_t requested, StackId stack, const char* returned, bool injected = false);
   // GPUSHIM_FAIL: the success code to go on, or the failure it chose for this allocation of
   // `size` bytes on `d`, accounted and reported like an OOM (the one place injection happens).
+  // `returned` as on_oom's.
   template <typename Api>
-  typename Api::Code inject(DeviceState* d, uint64_t size);
+  typename Api::Code inject(DeviceState* d, uint64_t size, const char* returned = Api::kOutOfMemoryName);
   // The one sequence for memory CUDA makes: the cap asked, the call made, the outcome accounted
   // (the record kept, or the failure counted and an OOM recorded). `d` is null for memory on no
   // device of ours, and while the call has yet to say the device (a.device_known_after).
@@ -353,7 +371,7 @@ class Shim {
   // A call failed for the caller with `code`: counted where its figures are, an OOM recorded.
   template <typename Api>
   void count_failure(DeviceState* d, MemoryKind kind, int device, typename Api::Code code, uint64_t size,
-                     StackId stack);
+                     StackId stack, const char* returned = Api::kOutOfMemoryName);
   // The time of an allocation or free as the hot path records it: precise while a trace is
   // recorded (its events are ordered by it), otherwise coarse. Without a trace the time only
   // decides whether a sample is due (a sample may then come up to one kernel tick late; its own
@@ -377,11 +395,11 @@ class Shim {
   auto mismatched_pooled_free(DeviceLedger* d, void* ptr, CUstream stream, bool stream_ordered, Forward&& forward)
       -> std::invoke_result_t<Forward&>;
   template <typename Forward>
-  auto unknown_free(void* ptr, Forward&& forward) -> std::invoke_result_t<Forward&>;
+  auto unknown_free(void* ptr, FreeApi api, Forward&& forward) -> std::invoke_result_t<Forward&>;
   template <typename Forward>
   auto mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward) -> std::invoke_result_t<Forward&>;
   // One line with the caller's stack; counts the invalid free (RunRecorder::invalid_free).
-  void warn_invalid_free(const void* ptr, const char* what);
+  void warn_invalid_free(const void* ptr, FreeApi api, const char* what);
   // A pool serves cudaMalloc without the real one running, which would have made the device's
   // primary context current on the calling thread: programs that go on with driver calls (or
   // pointer queries) rely on that. Done once per thread that has no current context.

@@ -421,9 +421,9 @@ void Shim::refresh_cuda_pools(DeviceState* d) {
 }
 
 // Not from on_unload: by the library destructors libcuda may be finalized. Before them the driver
-// still answers (after the runtime's own teardown too: a context it released was forgotten by
-// after_context_destroyed, with its pools); a pool named here is one the books know alive, and a
-// refusal (CUDA_ERROR_DEINITIALIZED) leaves its last reading.
+// still answers (after the runtime's own teardown too: the pools of a context it released were
+// forgotten by runtime_release); a pool named here is one the books know alive, and a refusal
+// (CUDA_ERROR_DEINITIALIZED) leaves its last reading.
 void Shim::refresh_cuda_pools_for_report() {
   if (forked_child_ || recorder_->reported()) return;
   for (auto& slot : devices_) {
@@ -565,17 +565,22 @@ void Shim::before_device_reset(int ordinal, const std::vector<OwnedAllocation>* 
              ordinal, format_bytes(freed).c_str(), static_cast<unsigned long long>(count), count == 1 ? "" : "s");
 }
 
-void Shim::after_device_reset(int ordinal) {
-  if (forked_child_) return;
+void Shim::forget_cuda_pools_of(int ordinal) {
   if (ordinal >= 0 && ordinal < kMaxDevices) {
-    // A reset destroys the device's memory pools with its context: the default pool is made anew
-    // (its handle may differ), it is current again, and its release threshold is the default.
+    // A context's end destroys the device's memory pools: the default pool is made anew (its
+    // handle may differ), it is current again, and its release threshold is the default.
     default_mempools_[ordinal].store(nullptr, std::memory_order_release);
     foreign_current_mempool_[ordinal].store(false, std::memory_order_relaxed);
     release_thresholds_[ordinal].store(UINT64_MAX, std::memory_order_relaxed);
   }
   DeviceState* d = ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
   if (d != nullptr) d->ledger.forget_cuda_pools();  // destroyed with the context, their memory freed
+}
+
+void Shim::after_device_reset(int ordinal) {
+  if (forked_child_) return;
+  forget_cuda_pools_of(ordinal);
+  DeviceState* d = ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
   if (d == nullptr || d->driver == nullptr) return;
   // make_device builds the pool's driver backend as a DriverBackend, and only that.
   static_cast<DriverBackend*>(d->driver.get())->forget_context();
@@ -596,6 +601,20 @@ bool Shim::pool_serves_current_context(DeviceState* d, bool stream_ordered) {
       return false;
   }
   return true;
+}
+
+CUresult Shim::runtime_release(int ordinal, absl::FunctionRef<CUresult()> release) {
+  if (forked_child_) return release();
+  // Alone, as mempool_destroy: no reading names a pool while the release may destroy it.
+  const std::unique_lock<std::shared_mutex> alone(cuda_pool_lifetimes_);
+  const CUresult r = release();
+  unsigned flags = 0;
+  int active = 1;
+  const RealDriver& drv = real_driver();
+  if (r == CUDA_SUCCESS && drv.cuDevicePrimaryCtxGetState != nullptr &&
+      drv.cuDevicePrimaryCtxGetState(ordinal, &flags, &active) == CUDA_SUCCESS && active == 0)
+    forget_cuda_pools_of(ordinal);
+  return r;
 }
 
 bool Shim::called_by_cuda() {

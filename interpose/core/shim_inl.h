@@ -28,25 +28,25 @@ inline CUresult ApiOf<CUresult>::from_pool(CUresult r) { return to_driver_error(
 inline bool ApiOf<CUresult>::current_device(int* device) { return current_context_device(device); }
 
 template <typename Api>
-typename Api::Code Shim::inject(DeviceState* d, uint64_t size) {
+typename Api::Code Shim::inject(DeviceState* d, uint64_t size, const char* returned) {
   // Size 0 is CUDA's own argument error: never turned into an out-of-memory error.
   if (!faults_.active() || size == 0) return Api::kSuccess;
   const uint64_t number = faults_.select(size);
   if (number == 0) return Api::kSuccess;
-  note_injected_failure(d, size, number, Api::kOutOfMemoryName);
+  note_injected_failure(d, size, number, returned);
   return Api::refuse(Api::kOutOfMemory);
 }
 
 template <typename Api>
 void Shim::count_failure(DeviceState* d, MemoryKind kind, int device, typename Api::Code code, uint64_t size,
-                         StackId stack) {
+                         StackId stack, const char* returned) {
   if (is_argument_error(code)) return;  // refused for its arguments: no failed allocation (error_codes.h)
   if (d == nullptr) {
     if (!on_device(kind)) books_.failed(kind, device);
     return;
   }
   d->ledger.failed();
-  if (code == Api::kOutOfMemory) on_oom(d, size, stack, Api::kOutOfMemoryName);
+  if (code == Api::kOutOfMemory) on_oom(d, size, stack, returned);
 }
 
 template <typename Forward>
@@ -129,8 +129,9 @@ auto Shim::forward_alloc(ForwardedAlloc a, Forward&& forward, Result&& result, U
   if (a.device < 0 && !Api::current_device(&a.device)) return forward();  // no context: CUDA says
   DeviceState* d = device(a.device);
   if (d == nullptr) return forward();
+  const char* const returned = a.out_of_memory_name ? a.out_of_memory_name : Api::kOutOfMemoryName;
   if (a.kind == MemoryKind::kDevice && a.injectable)
-    if (const auto refused = inject<Api>(d, a.size); refused != Api::kSuccess) return refused;
+    if (const auto refused = inject<Api>(d, a.size, returned); refused != Api::kSuccess) return refused;
   return account_forwarded<Api>(d, a, forward, result, undo);
 }
 
@@ -138,10 +139,11 @@ template <typename Api, typename Forward, typename Result, typename Undo>
 typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, Forward&& forward, Result&& result,
                                            Undo&& undo) {
   const StackId stack = capture_stack();
+  const char* const returned = a.out_of_memory_name ? a.out_of_memory_name : Api::kOutOfMemoryName;
   // Under a cap, forwarded memory counts against it like a pool's segments would.
   const bool cap_first = d != nullptr && !a.size_known_after;
   if (cap_first && !d->ledger.admit(a.size, a.cuda_pool)) {
-    on_oom(d, a.size, stack, Api::kOutOfMemoryName);
+    on_oom(d, a.size, stack, returned);
     return Api::refuse(Api::kOutOfMemory);
   }
   const typename Api::Code code = forward();
@@ -162,7 +164,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
   }
   if (code != Api::kSuccess || made.ptr == 0) {  // ptr 0 on success: size 0, CUDA hands out nothing
     if (cap_first) d->ledger.settle(a.size, false);
-    if (code != Api::kSuccess) count_failure<Api>(d, a.kind, a.device, code, a.size, stack);
+    if (code != Api::kSuccess) count_failure<Api>(d, a.kind, a.device, code, a.size, stack, returned);
     return code;
   }
   if (cap_first) {
@@ -176,7 +178,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
         // The undo frees into CUDA's pool, which may keep the reservation it grew for it.
         if (a.cuda_pool) cuda_pool_refused(d, a.pool);
       }
-      on_oom(d, made.size, stack, Api::kOutOfMemoryName);
+      on_oom(d, made.size, stack, returned);
       return Api::refuse(Api::kOutOfMemory);
     }
   }
@@ -201,7 +203,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   // capture; a pooled block must get the same answer (and stay live).
   // So does a stream-ordered free on a stream that is not capturing (one on the capturing stream
   // is the graph's).
-  if (api == FreeApi::kDevice && (!stream_ordered || !stream_capturing(stream)) && capture_forbids_unsafe_call(-1))
+  if (api != FreeApi::kHost && (!stream_ordered || !stream_capturing(stream)) && capture_forbids_unsafe_call(-1))
     return Api::refuse(Api::kCaptureUnsupported);
   if (stream_ordered) learn_stream(stream);  // a pool's block will name it
   // Freed on a stream that is capturing: CUDA makes that a free node of the graph, and the memory
@@ -240,7 +242,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   }
   // Forget the pointer before the real free: once CUDA frees it, another thread may be handed the
   // same address and must be able to record it.
-  if (!books_.forget(key, &rec)) return unknown_free(ptr, forward);
+  if (!books_.forget(key, &rec)) return unknown_free(ptr, api, forward);
   if ((api == FreeApi::kHost) != (rec.kind == MemoryKind::kHost)) return mismatched_free(ptr, rec, forward);
   recorded_late_free();  // even if CUDA then refuses it (a runtime already unloading, say)
   // Forwarded frees are timed before CUDA releases the memory: once it does, another thread may
@@ -308,17 +310,17 @@ auto Shim::mismatched_pooled_free(DeviceLedger* d, void* ptr, CUstream stream, b
 }
 
 template <typename Forward>
-auto Shim::unknown_free(void* ptr, Forward&& forward) -> std::invoke_result_t<Forward&> {
+auto Shim::unknown_free(void* ptr, FreeApi api, Forward&& forward) -> std::invoke_result_t<Forward&> {
   using Api = ApiOf<std::invoke_result_t<Forward&>>;
   // Inside memory a pool holds: a double free or an interior pointer. Forwarding could free a
   // whole segment under other live blocks, so refuse it.
   if (pool_contains(ptr)) {
-    warn_invalid_free(ptr, "a double free, or a pointer inside a block");
+    warn_invalid_free(ptr, api, "a double free, or a pointer inside a block");
     return Api::refuse(Api::kInvalidValue);
   }
   // Possibly memory from a path we did not see (the driver API); CUDA decides.
   const auto code = forward();
-  if (code != Api::kSuccess) warn_invalid_free(ptr, "not a live CUDA allocation");
+  if (code != Api::kSuccess) warn_invalid_free(ptr, api, "not a live CUDA allocation");
   return code;
 }
 

@@ -206,47 +206,77 @@ const char* core_path(char* out) {
   return kGpushimCoreLibrary;
 }
 
+// The range at the start of a /proc/self/maps line ("lo-hi ..."), read no further than `end`.
+// Returns where the range ends, or null when the line does not start with one.
+char* parse_range(char* p, const char* end, uintptr_t* lo, uintptr_t* hi) {
+  uintptr_t* const values[] = {lo, hi};
+  for (uintptr_t* v : values) {
+    *v = 0;
+    const char* digits = p;
+    for (; p < end; ++p) {
+      const int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10 : -1;
+      if (d < 0) break;
+      *v = *v << 4 | static_cast<uintptr_t>(d);
+    }
+    if (p == digits || p == end || *p != (v == lo ? '-' : ' ')) return nullptr;
+    ++p;
+  }
+  return p;
+}
+
 // The path the kernel gives the mapping that holds `addr` (/proc/self/maps), into `out` (PATH_MAX
 // bytes): absolute and true whatever the working directory is now, or was when our name was made
 // absolute (a library's constructor may change it before ours runs). False without /proc, for a
-// deleted file, or when no mapping holds `addr`.
+// deleted file, for a path of PATH_MAX bytes or more, or when no mapping holds `addr`.
+// Read through one line-sized buffer on the stack (no malloc: this runs at the first CUDA call,
+// wherever that is): a longer line, whatever mapping it is of (a path of PATH_MAX bytes in a deep
+// directory, or with newlines, which the kernel writes as four characters each), is passed over.
 bool mapped_file_of(const void* addr, char* out) {
   const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[PATH_MAX + 256];  // a line: addresses, permissions, offset, device, inode, path
   size_t have = 0;
   bool eof = false, found = false;
+  bool skipping = false;  // inside a line longer than buf, dropped up to its newline
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  uintptr_t lo = 0, hi = 0;
   while (!found) {
     char* nl = static_cast<char*>(memchr(buf, '\n', have));
     if (nl == nullptr) {
-      if (eof || have == sizeof buf) break;  // the end, or a line longer than any path
+      if (have == sizeof buf) {
+        // Its start still says which mapping it is: ours has a path too long for `out`.
+        if (!skipping && parse_range(buf, buf + have, &lo, &hi) != nullptr && a >= lo && a < hi) break;
+        skipping = true;
+        have = 0;
+      }
+      if (eof) break;
       const ssize_t n = read(fd, buf + have, sizeof buf - have);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) eof = true;
       else have += static_cast<size_t>(n);
       continue;
     }
-    *nl = '\0';
-    char* p = buf;
-    const uintptr_t lo = strtoull(p, &p, 16);
-    const uintptr_t hi = *p == '-' ? strtoull(p + 1, &p, 16) : 0;
-    if (a >= lo && a < hi) {
-      for (int field = 0; field < 4 && p != nullptr; ++field) {  // permissions, offset, device, inode
-        while (*p == ' ') ++p;
-        p = strchr(p, ' ');
-      }
-      while (p != nullptr && *p == ' ') ++p;
-      const size_t len = p != nullptr ? strlen(p) : 0;
-      constexpr char kDeleted[] = " (deleted)";
-      const bool deleted = len >= sizeof kDeleted - 1 && strcmp(p + len - (sizeof kDeleted - 1), kDeleted) == 0;
-      if (len > 0 && len < PATH_MAX && p[0] == '/' && !deleted) {
-        memcpy(out, p, len + 1);
-        found = true;
-      }
-      break;
-    }
     const size_t used = static_cast<size_t>(nl + 1 - buf);
+    if (!skipping) {
+      *nl = '\0';
+      char* p = parse_range(buf, nl, &lo, &hi);
+      if (p != nullptr && a >= lo && a < hi) {
+        for (int field = 0; field < 4 && p != nullptr; ++field) {  // permissions, offset, device, inode
+          while (*p == ' ') ++p;
+          p = strchr(p, ' ');
+        }
+        while (p != nullptr && *p == ' ') ++p;
+        const size_t len = p != nullptr ? strlen(p) : 0;
+        constexpr char kDeleted[] = " (deleted)";
+        const bool deleted = len >= sizeof kDeleted - 1 && strcmp(p + len - (sizeof kDeleted - 1), kDeleted) == 0;
+        if (len > 0 && len < PATH_MAX && p[0] == '/' && !deleted) {
+          memcpy(out, p, len + 1);
+          found = true;
+        }
+        break;
+      }
+    }
+    skipping = false;
     memmove(buf, nl + 1, have - used);
     have -= used;
   }

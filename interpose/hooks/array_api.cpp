@@ -22,6 +22,7 @@
 using gpushim::ArrayBooks;
 using gpushim::ForwardedAlloc;
 using gpushim::real_driver;
+using gpushim::RuntimeCodes;
 using gpushim::Shim;
 using gpushim::driver_hook::accounting;
 using gpushim::driver_hook::call;
@@ -71,7 +72,10 @@ template <typename Handle, typename Forward>
 CUresult create(Shim* s, Handle* out, const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels, Forward&& forward) {
   if (d.Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)) return forward();
   const uint64_t asked = asked_bytes(d, levels);
-  const ForwardedAlloc a{.size = asked, .requested = asked};
+  // From libcudart: cudaMallocArray and its kin, whose caller gets the runtime's error.
+  const ForwardedAlloc a{.size = asked,
+                         .requested = asked,
+                         .out_of_memory_name = s->called_by_cuda() ? RuntimeCodes::kOutOfMemoryName : nullptr};
   const CUresult r = s->forward_alloc(a, forward, [&] { return ArrayBooks::key_of(*out); });
   if (r == CUDA_SUCCESS) s->array_created(ArrayBooks::key_of(*out));
   return r;
@@ -82,8 +86,9 @@ CUresult destroy(Shim* s, Handle h, CUresult (*real)(Handle)) {
   auto forward = [&] { return call(real, h); };
   if (s == nullptr || h == nullptr) return forward();
   const uintptr_t key = ArrayBooks::key_of(h);
-  const CUresult r = s->deallocate(reinterpret_cast<void*>(key), nullptr, false, forward);
-  if (r == CUDA_SUCCESS) s->array_destroyed(key);
+  const CUcontext ctx = s->array_destroying(key);
+  const CUresult r = s->deallocate(reinterpret_cast<void*>(key), nullptr, false, forward, gpushim::FreeApi::kArray);
+  if (r != CUDA_SUCCESS) s->array_not_destroyed(key, ctx);
   return r;
 }
 

@@ -53,8 +53,8 @@ CUresult release_primary(CUresult (*real)(CUdevice), CUdevice dev, const gpushim
   const CUcontext primary = gpushim::primary_context_if_active(dev);
   Shim* s = accounting(scope);
   // The runtime's own release (its teardown at exit, after which the exit report still lists
-  // what the program leaked) is not the program destroying its context.
-  if (s != nullptr && s->called_by_cuda()) s = nullptr;
+  // what the program leaked) is not the program destroying its context; only CUDA's pools end.
+  if (s != nullptr && s->called_by_cuda()) return s->runtime_release(dev, [&] { return call(real, dev); });
   // What it owns must be asked while it exists (only the driver knows whether this release is
   // its last): the memory of other contexts, and cuMemCreate's, outlives it.
   std::vector<Shim::OwnedAllocation> owned;

@@ -123,7 +123,7 @@ void RunRecorder::oom(OomRecord rec, uint64_t limit) {
   ooms_.push_back(std::move(rec));
 }
 
-void RunRecorder::invalid_free(const void* ptr, const char* what) {
+void RunRecorder::invalid_free(uintptr_t key, const void* shown, const char* what) {
   // Each warning symbolizes its stack (milliseconds); a program that frees badly in a loop must
   // not be slowed down by its own diagnostics, so only the first ones are printed.
   constexpr uint64_t kMaxWarnings = 20;
@@ -149,7 +149,7 @@ void RunRecorder::invalid_free(const void* ptr, const char* what) {
   // recent frees (accounting/recent_frees.h).
   std::string before;
   RecentFrees::Entry prior;
-  if (recent_frees_.find(reinterpret_cast<uintptr_t>(ptr), &prior)) {
+  if (recent_frees_.find(key, &prior)) {
     std::vector<uint64_t> alloc_words;
     lent_.stacks->frames(prior.alloc_stack, &alloc_words);
     const std::string alloc = describe(alloc_words);
@@ -158,7 +158,7 @@ void RunRecorder::invalid_free(const void* ptr, const char* what) {
              (alloc.empty() ? std::string("unknown (stack capture off)") : alloc) + "; first freed at " +
              (first_free.empty() ? std::string("unknown") : first_free);
   }
-  log_line("invalid free of %p (%s); returned cudaErrorInvalidValue; caller: %s%s", ptr, what,
+  log_line("invalid free of %p (%s); returned cudaErrorInvalidValue; caller: %s%s", shown, what,
            where.empty() ? "unknown (stack capture off)" : where.c_str(), before.c_str());
   if (n == kMaxWarnings) log_line("further invalid frees are counted in the report but not printed");
 }

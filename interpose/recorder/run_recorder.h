@@ -132,8 +132,8 @@ class RunRecorder {
   // shows (the first kMaxOomRecords, with the largest sites of that moment). `limit`: the cap.
   void oom(OomRecord rec, uint64_t limit);
   // A free of memory that is not a live allocation: one line with the caller's stack (the first
-  // ones only), and the count.
-  void invalid_free(const void* ptr, const char* what);
+  // ones only), and the count. `key`: what the books keep it under; `shown`: what the program passed.
+  void invalid_free(uintptr_t key, const void* shown, const char* what);
   // A reset or a context's destruction freed `rec` (at `ptr`): per site for the report, and into
   // the trace.
   void freed_by_reset(uintptr_t ptr, const AllocationRecord& rec);

@@ -257,8 +257,11 @@ int standard_stream_of(const std::string& path) {
 std::string cannot_create_reason(const std::string& path, int err) {
   struct stat st;
   const std::string dir = dir_name(path);
+  // A relative name (the working directory was unknown) may start with '-': "--" keeps mkdir from
+  // taking it for an option, so that the command is safe to paste.
   if (err == ENOENT && ::stat(dir.c_str(), &st) != 0 && errno == ENOENT)
-    return "its directory " + dir + " does not exist (gpushim creates no directories: mkdir -p " + shell_word(dir) + ")";
+    return "its directory " + dir + " does not exist (gpushim creates no directories: mkdir -p " +
+           (dir[0] == '-' ? "-- " : "") + shell_word(dir) + ")";
   return std::strerror(err);
 }
 

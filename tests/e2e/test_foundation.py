@@ -271,6 +271,27 @@ class Front(ShimTestCase):
         self.assertEqual(r.device(0)["total_allocs"], 1)
         self.assertEqual(r.device(0)["total_frees"], 1)
 
+    def test_a_long_line_in_the_maps_file_does_not_hide_the_fronts_own(self):
+        # The same relative preload, with a file mapped first whose line in /proc/self/maps is
+        # longer than a path (each newline in its name is written as four characters): the front
+        # gave up reading at that line, and found no core.
+        workdir = tempfile.mkdtemp(prefix="gpushim-relative-")
+        self.addCleanup(shutil.rmtree, workdir, True)
+        os.symlink(os.path.dirname(SHIM), os.path.join(workdir, "shim"))
+        deep = os.path.join(workdir, *(["\n" * 255] * 5))
+        os.makedirs(deep)
+        mapped = os.path.join(deep, "mapped")
+        with open(mapped, "wb") as f:
+            f.write(b"x" * 4096)
+        relative = os.path.join("shim", os.path.basename(SHIM))
+        preload = relative if not PRELOAD_FIRST else PRELOAD_FIRST + ":" + relative
+        r = run([program("e2e_chdir_dependency"), mapped], env={"LD_PRELOAD": preload}, workdir=workdir)
+        self.assertRanOK(r)
+        out = last_json(r)
+        self.assertEqual((out["cwd"], out["malloc"], out["free"]), ("/", 0, 0), out)
+        self.assertNotIn("cannot load", r.stderr)
+        self.assertEqual(r.device(0)["total_allocs"], 1)
+
     def test_two_installs_in_ld_preload_count_every_allocation_once(self):
         # A user with a second gpushim install (another checkout, a packaged copy) in LD_PRELOAD, or
         # the launcher adding its own before one the user set. The first front in the global scope

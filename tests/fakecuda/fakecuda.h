@@ -46,6 +46,11 @@ typedef void (*fakecudaKernelStandIn)(void** args, const fakecudaLaunchDims* dim
  * the stream is capturing, the fill is recorded into the graph instead. */
 int fakecudaLaunchDelayedFill(void* dst, int value, size_t bytes, unsigned delay_us, cudaStream_t stream);
 
+/* on != 0: the runtime's teardown at exit (the handler it registers with atexit when it initializes)
+ * also releases the primary contexts it retained, as NVIDIA's runtime may: the last release destroys
+ * a context, with the memory pools of its device. Off by default. */
+void fakecudaReleaseContextsAtTeardown(int on);
+
 /* Registers `fn` to stand in for every kernel named `name` (the mangled name for C++ kernels, e.g.
  * "_Z9fill_iotaPii"); `arg_sizes[i]` is the size in bytes of argument i. fn == NULL removes it.
  * Runtime form of fakecuSetKernelStandIn. */
@@ -66,9 +71,15 @@ size_t fakecudaDeviceUsedBytes(int device);
  * counted; injected failures are. */
 unsigned long long fakecudaDriverAllocCount(void);
 
-/* Number of successful device-memory release calls: cuMemFree_v2, cuMemFreeAsync(_ptsz), and
- * cuMemRelease of a device-located allocation. */
+/* Number of successful device-memory release calls: cuMemFree_v2, cuMemFreeAsync(_ptsz),
+ * cuMemRelease of a device-located allocation, cuArrayDestroy and cuMipmappedArrayDestroy (counted
+ * before the destroy waits for the device). */
 unsigned long long fakecudaDriverFreeCount(void);
+
+/* on != 0: from now on, the next array (mipmapped array) made gets the handle of the one last
+ * destroyed, if any, as NVIDIA's driver, whose handles are host pointers, may hand one out again,
+ * even before the destroy returned to its caller. Otherwise handles are never reused (the default). */
+void fakecudaReuseArrayHandles(int on);
 
 /* Number of device-wide synchronizations: cuCtxSynchronize plus the implicit ones of cuMemFree_v2,
  * cuMemFreeHost and cuMemUnmap. Lets tests check that a pool batches its synchronizations. */

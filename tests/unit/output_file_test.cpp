@@ -223,6 +223,21 @@ TEST_F(OutputFileTest, FallbackFailureReturnsEmpty) {
   set_log_enabled(true);
 }
 
+// The command a missing directory's line suggests is safe to paste: one shell word, and a name
+// that starts with '-' (a relative path: the working directory was unknown) is no option to mkdir.
+TEST_F(OutputFileTest, MissingDirectorySuggestsACommandSafeToPaste) {
+  char old[PATH_MAX];
+  ASSERT_NE(getcwd(old, sizeof old), nullptr);
+  ASSERT_EQ(chdir(dir_.c_str()), 0);
+  const std::string dash = cannot_create_reason("-out/r.json", ENOENT);
+  const std::string both = cannot_create_reason("-my out/r.json", ENOENT);
+  const std::string plain = cannot_create_reason("out's/r.json", ENOENT);
+  ASSERT_EQ(chdir(old), 0);
+  EXPECT_EQ(dash, "its directory -out does not exist (gpushim creates no directories: mkdir -p -- -out)");
+  EXPECT_EQ(both, "its directory -my out does not exist (gpushim creates no directories: mkdir -p -- '-my out')");
+  EXPECT_EQ(plain, "its directory out's does not exist (gpushim creates no directories: mkdir -p 'out'\\''s')");
+}
+
 TEST_F(OutputFileTest, LargeAndEmptyPayloads) {
   std::string big(8 << 20, 'x');
   for (size_t i = 0; i < big.size(); i += 4097) big[i] = static_cast<char>('a' + i % 26);

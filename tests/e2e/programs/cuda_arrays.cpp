@@ -7,8 +7,18 @@
 // With the argument "cap": one array through each API past GPUSHIM_LIMIT (64 MiB) instead, both
 // refused, and how the driver's figure moved. With "reset": an array left live across
 // cudaDeviceReset, which frees it. With "deferred": a 256 MiB array and a mipmapped array made with
-// CUDA_ARRAY3D_DEFERRED_MAPPING under that cap, which take no memory until mapped.
+// CUDA_ARRAY3D_DEFERRED_MAPPING under that cap, which take no memory until mapped. With "reuse" (the
+// simulated device only): a second thread makes an array in a context of the program's while
+// cuArrayDestroy of another array is still waiting for the device, and gets the destroyed array's
+// handle (fakecudaReuseArrayHandles); cuCtxDestroy then frees it. With "no-context": a thread with
+// no current context destroys a deferred-mapping array (which the shim does not account) and an
+// array of a context of the program's, both refused; then they are destroyed, the second with its
+// context. Prints the handles.
+#include <sched.h>
+
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "support/driver_api.h"
 #include "support/test_support.h"
@@ -90,12 +100,72 @@ int deferred_mapping() {
   return 0;
 }
 
+// Keeps the device busy, and so the destroy waiting for it, until the other thread made its array.
+void CUDART_CB hold_until(void* made) {
+  while (!static_cast<std::atomic<bool>*>(made)->load(std::memory_order_acquire)) sched_yield();
+}
+
+int reuse_during_destroy() {
+  const auto reuse = testsupport::driver_test_hook<void (*)(int)>("fakecudaReuseArrayHandles");
+  const auto frees = testsupport::driver_test_hook<unsigned long long (*)()>("fakecudaDriverFreeCount");
+  if (reuse == nullptr || frees == nullptr) {  // NVIDIA's driver: nothing to make it reuse a handle
+    std::printf("{\"reused\":false}\n");
+    return 0;
+  }
+  CHECK(cudaFree(nullptr));
+  const testsupport::Driver& drv = testsupport::driver();
+  const testsupport::ProgramContext own = testsupport::make_program_context();
+  testsupport::make_current(own.primary);
+  reuse(1);
+  const CUDA_ARRAY3D_DESCRIPTOR desc = descriptor(128, 128, 16, CU_AD_FORMAT_UNSIGNED_INT16, 1);
+  CUarray first = nullptr, second = nullptr;
+  CHECK_CU(drv.Array3DCreate(&first, &desc));
+  std::atomic<bool> made{false};
+  CHECK(cudaLaunchHostFunc(nullptr, hold_until, &made));
+  const unsigned long long before = frees();
+  std::thread other([&] {
+    while (frees() == before) sched_yield();  // the destroy let go of the handle and waits for the device
+    testsupport::make_current(own.context);
+    CHECK_CU(drv.Array3DCreate(&second, &desc));
+    made.store(true, std::memory_order_release);
+  });
+  CHECK_CU(drv.ArrayDestroy(first));
+  other.join();
+  testsupport::destroy_context(own.context);  // frees `second`
+  std::printf("{\"reused\":%s,\"bytes\":%llu}\n", second == first ? "true" : "false",
+              elements_bytes(128, 128, 16, 2));
+  return 0;
+}
+
+int destroy_without_context() {
+  CHECK(cudaFree(nullptr));
+  const testsupport::Driver& drv = testsupport::driver();
+  CUDA_ARRAY3D_DESCRIPTOR deferred_desc = descriptor(64, 64, 0, CU_AD_FORMAT_FLOAT, 1);
+  deferred_desc.Flags = CUDA_ARRAY3D_DEFERRED_MAPPING;
+  CUarray deferred = nullptr, plain = nullptr;
+  CHECK_CU(drv.Array3DCreate(&deferred, &deferred_desc));
+  const testsupport::ProgramContext own = testsupport::make_program_context();
+  const CUDA_ARRAY3D_DESCRIPTOR desc = descriptor(128, 128, 16, CU_AD_FORMAT_UNSIGNED_INT16, 1);
+  CHECK_CU(drv.Array3DCreate(&plain, &desc));
+  testsupport::make_current(own.primary);
+  CUresult refused[2] = {};
+  std::thread([&] { refused[0] = drv.ArrayDestroy(deferred), refused[1] = drv.ArrayDestroy(plain); }).join();
+  CHECK_CU(drv.ArrayDestroy(deferred));
+  testsupport::destroy_context(own.context);  // frees `plain`
+  std::printf("{\"refused\":[%d,%d],\"deferred\":\"%p\",\"plain\":\"%p\",\"bytes\":%llu}\n",
+              static_cast<int>(refused[0]), static_cast<int>(refused[1]), static_cast<void*>(deferred),
+              static_cast<void*>(plain), elements_bytes(128, 128, 16, 2));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "cap") == 0) return past_the_cap();
   if (argc > 1 && std::strcmp(argv[1], "reset") == 0) return reset_with_an_array();
   if (argc > 1 && std::strcmp(argv[1], "deferred") == 0) return deferred_mapping();
+  if (argc > 1 && std::strcmp(argv[1], "reuse") == 0) return reuse_during_destroy();
+  if (argc > 1 && std::strcmp(argv[1], "no-context") == 0) return destroy_without_context();
   CHECK(cudaFree(nullptr));
   const unsigned long long before = used_bytes();
   const testsupport::Driver& drv = testsupport::driver();

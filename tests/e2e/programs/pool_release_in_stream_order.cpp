@@ -6,7 +6,10 @@
 // written can find the reservation gone. Argument: "default" allocates with cudaMallocAsync from
 // the device's current pool (CUDA's own under passthrough only); "created" (the default) from a
 // pool of the program's, CUDA's own under every policy. Prints the pool's reservation while the
-// allocation was live and at the end, as JSON.
+// allocation was live and at the end, as JSON. A second argument "teardown" (the simulated runtime
+// only) has the runtime's teardown at exit release its primary context, which destroys the created
+// pool before the exit report is written.
+#include <dlfcn.h>
 #include <sched.h>
 
 #include <atomic>
@@ -28,6 +31,11 @@ void CUDART_CB wait_for_free(void* issued) {
 
 int main(int argc, char** argv) {
   const bool use_default = argc > 1 && std::strcmp(argv[1], "default") == 0;
+  if (argc > 2 && std::strcmp(argv[2], "teardown") == 0) {
+    auto release = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "fakecudaReleaseContextsAtTeardown"));
+    if (release == nullptr) return 3;  // NVIDIA's runtime
+    release(1);
+  }
   CHECK(cudaFree(nullptr));
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

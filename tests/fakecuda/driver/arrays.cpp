@@ -12,7 +12,9 @@
 // CUDA_ERROR_INVALID_VALUE will be returned"). Only the plain element formats (8, 16 and
 // 32-bit integers, half and float, 1, 2 or 4 channels) are simulated: any other format is refused
 // with CUDA_ERROR_INVALID_VALUE, stricter than a GPU, never looser. Handles are minted (handles.h):
-// a destroyed or never-created array stops the process, where a real driver would crash.
+// a destroyed or never-created array stops the process, where a real driver would crash. A test
+// can have a destroyed array's handle handed out again (fakecudaReuseArrayHandles), as NVIDIA's
+// driver, whose handles are host pointers, may.
 #include "driver.h"
 
 namespace fakecuda {
@@ -88,7 +90,10 @@ CUresult Create(std::uintptr_t* handle, const CUDA_ARRAY3D_DESCRIPTOR& d, unsign
   if (!(d.Flags & CUDA_ARRAY3D_DEFERRED_MAPPING))
     if (CUresult r = AllocateArenaRegion(s, ctx, bytes, RegionKind::kArray, nullptr, &base); r != CUDA_SUCCESS)
       return r;
-  const std::uintptr_t h = MintHandle(s, kind);
+  std::uintptr_t& reusable = kind == HandleKind::kMipmappedArray ? s.reusable_mipmapped_array : s.reusable_array;
+  const std::uintptr_t h = reusable != 0 ? reusable : MintHandle(s, kind);
+  if (reusable != 0) ReviveHandle(s, kind, h);
+  reusable = 0;
   s.arrays[h] = CudaArray{ctx, base, bytes, d, kind == HandleKind::kMipmappedArray ? levels : 0};
   *handle = h;
   return CUDA_SUCCESS;
@@ -108,11 +113,16 @@ CUresult Destroy(std::uintptr_t h, HandleKind kind, const char* call) {
   State& s = GetState();
   std::unique_lock lk(s.mu);
   if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
+  // As cuMemFree: a thread with no current context is refused (CUDA lists
+  // CUDA_ERROR_INVALID_CONTEXT among cuArrayDestroy's errors), a fork child too.
+  Context* current = nullptr;
+  if (CUresult r = CurrentContext(s, &current); r != CUDA_SUCCESS) return r;
   CudaArray& a = Lookup(s, h, kind, call);
   const std::uintptr_t base = a.region;
   const int device = a.ctx->device;
   BuryHandle(s, kind, h, call);
   s.arrays.erase(h);
+  if (s.reuse_array_handles) (kind == HandleKind::kMipmappedArray ? s.reusable_mipmapped_array : s.reusable_array) = h;
   ++s.device_free_calls;
   // Like cuMemFree: copies and kernels issued earlier may still use the array.
   ++s.device_syncs;

@@ -388,6 +388,10 @@ struct State {
   std::unordered_map<unsigned long long, std::shared_ptr<PhysicalAllocation>> physical;
   std::map<std::uintptr_t, Reservation> reservations;
   std::unordered_map<std::uintptr_t, CudaArray> arrays;  // arrays.cpp: CUarray and CUmipmappedArray handles
+  // fakecudaReuseArrayHandles: while on, the handle of the array (and of the mipmapped array) last
+  // destroyed, which the next one made gets again (0: none).
+  bool reuse_array_handles = false;
+  std::uintptr_t reusable_array = 0, reusable_mipmapped_array = 0;
 
   std::uint64_t next_id = 1;
 

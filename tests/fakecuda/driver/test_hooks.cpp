@@ -23,6 +23,13 @@ unsigned long long fakecudaDriverFreeCount(void) {
   return s.device_free_calls;
 }
 
+void fakecudaReuseArrayHandles(int on) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  s.reuse_array_handles = on != 0;
+  if (!s.reuse_array_handles) s.reusable_array = s.reusable_mipmapped_array = 0;
+}
+
 unsigned long long fakecudaDeviceSyncCount(void) {
   State& s = GetState();
   std::lock_guard lk(s.mu);

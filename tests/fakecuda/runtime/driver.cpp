@@ -99,7 +99,10 @@ cudaError_t LoadDriver() {
     static std::once_flag once;
     std::call_once(once, [] {
       g_load_error = Load();
-      std::atexit([] { g_unloading.store(true); });
+      std::atexit([] {
+        g_unloading.store(true);
+        TeardownContexts();
+      });
     });
     loaded.store(true, std::memory_order_release);
   }

@@ -195,6 +195,9 @@ int CurrentDevice();
 cudaError_t PrimaryContext(int device, CUcontext* out);
 // After cuDevicePrimaryCtxReset: every thread must rebind before its next call.
 void ForgetPrimaryContext(int device);
+// The runtime's teardown at exit: the primary contexts it retained are released
+// (fakecudaReleaseContextsAtTeardown; off by default).
+void TeardownContexts();
 
 // The usual shape of an entry point: initialize, call the driver, translate, record.
 template <typename F>

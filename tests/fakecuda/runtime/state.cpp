@@ -21,6 +21,7 @@ constexpr int kMaxDevices = 64;
 
 std::mutex g_mu;                     // guards g_primary
 CUcontext g_primary[kMaxDevices];    // retained primary context per device
+std::atomic<bool> g_release_at_teardown{false};  // fakecudaReleaseContextsAtTeardown
 std::atomic<std::uint64_t> g_generation[kMaxDevices];
 
 thread_local cudaError_t t_last_error = cudaSuccess;
@@ -116,9 +117,25 @@ void ForgetPrimaryContext(int device) {
   ++g_generation[device];
 }
 
+void TeardownContexts() {
+  if (!g_release_at_teardown.load()) return;
+  for (int device = 0; device < kMaxDevices; ++device) {
+    bool retained = false;
+    {
+      std::lock_guard lk(g_mu);
+      retained = g_primary[device] != nullptr;
+      g_primary[device] = nullptr;
+    }
+    // Outside g_mu, as PrimaryContext retains: the driver's lock is never taken under the runtime's.
+    if (retained) Driver().cuDevicePrimaryCtxRelease_v2(device);
+  }
+}
+
 }  // namespace fakecudart
 
 using namespace fakecudart;
+
+void fakecudaReleaseContextsAtTeardown(int on) { g_release_at_teardown.store(on != 0); }
 
 cudaError_t CUDARTAPI cudaGetLastError(void) {
   const cudaError_t e = t_last_error;

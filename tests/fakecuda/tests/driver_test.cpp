@@ -400,6 +400,10 @@ TEST_F(DriverMemory, ArraysChargeTheDeviceUntilDestroyed) {
   EXPECT_EQ(back.Width, 1000u);
   EXPECT_EQ(back.Height, 300u);
   EXPECT_EQ(back.NumChannels, 4u);
+  // A thread with no current context is refused, as by cuMemFree; the array stays.
+  CUresult no_context = CUDA_SUCCESS;
+  std::thread([&] { no_context = cuArrayDestroy(a); }).join();
+  EXPECT_EQ(no_context, CUDA_ERROR_INVALID_CONTEXT);
   ASSERT_CU(cuArrayDestroy(a));
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);
 

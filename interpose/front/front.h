@@ -24,6 +24,10 @@ void* real_dlsym_function();
 // unknown.
 const char* own_file_name();
 
+// Chooses PyTorch's allocator in the environment when this library was preloaded
+// (torch_routing.cpp). Run at start-up by gpushim_front_init (front_loader.cpp).
+void route_torch_allocator();
+
 // Adds NAME=value to the environment, which must not hold NAME yet, as setenv would but without
 // its malloc (environment.cpp) while the process has one thread, with setenv otherwise.
 void add_to_environment(const char* name, const char* value);

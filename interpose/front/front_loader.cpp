@@ -22,11 +22,21 @@
 
 namespace {
 
-#define GPUSHIM_FRONT_SYMBOL(index, name) #name,
-const char* const kNames[] = {
+// The exported names, one after another, each ended by its '\0': an array of pointers would be a
+// relocation per name, work for the loader in every preloaded process (issue 30).
+#define GPUSHIM_FRONT_SYMBOL(index, name) #name "\0"
+constexpr char kNames[] =
 #include "front_symbols.inc"
-};
+    ;
 #undef GPUSHIM_FRONT_SYMBOL
+constexpr unsigned kNameCount = GPUSHIM_FRONT_SYMBOLS;
+
+// The name of trampoline `index`: a walk along kNames, only on the paths that load the core.
+const char* name_at(unsigned index) {
+  const char* name = kNames;
+  for (; index > 0; --index) name += strlen(name) + 1;
+  return name;
+}
 
 using DlsymFn = void* (*)(void*, const char*);
 
@@ -100,7 +110,7 @@ void* no_dlsym(void*, const char*) { return nullptr; }
 // glibc 2.34 moved dlsym into libc and gave it a new version; older ones only have the base
 // version of their architecture (2.2.5 on x86-64, 2.17 on aarch64).
 DlsymFn find_real_dlsym() {
-  static const char* const kVersions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+  static constexpr char kVersions[][12] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};  // no relocations
   for (const char* version : kVersions)
     if (void* f = dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFn>(f);
   return &no_dlsym;
@@ -289,7 +299,7 @@ void wait_for_loads() {
   }
 }
 
-__attribute__((constructor)) void at_load() {
+void at_load() {
   setup();
   pthread_atfork(
       [] {
@@ -326,12 +336,25 @@ __attribute__((constructor)) void at_load() {
 }  // namespace
 
 extern "C" {
+// The front's one initializer, named to the linker with -init (DT_INIT) instead of constructors,
+// which would be relocated .init_array entries (interpose/CMakeLists.txt: the front links without
+// the start files). The fork handlers first, then the environment, in the constructors' order.
+__attribute__((visibility("hidden"))) void gpushim_front_init() {
+  at_load();
+  gpushim::front::route_torch_allocator();
+}
+
+// pthread_atfork (libc_nonshared.a) registers handlers under the caller's __dso_handle, which the
+// start files define; only its address is used, to drop them when the library is unloaded, and
+// the front never is (-z nodelete).
+__attribute__((visibility("hidden"))) void* __dso_handle = nullptr;
+
 // The trampolines' targets (front_trampolines.cpp), null until the core is loaded.
 __attribute__((visibility("hidden"))) void* gpushim_front_slots[GPUSHIM_FRONT_SYMBOLS];
 
 // The first call of a trampoline whose slot is empty: the target to jump to, all arguments intact.
 __attribute__((visibility("hidden"))) void* gpushim_front_resolve(unsigned index) {
-  const char* name = kNames[index];
+  const char* name = name_at(index);
   // The public API answers "not active" until the first CUDA call loaded the core: a program
   // marking iterations on a machine without a GPU loads nothing.
   if (is_public_api(name) && __atomic_load_n(&g_loaded, __ATOMIC_ACQUIRE) == kNotYet) return inactive_answer(name);
@@ -377,7 +400,7 @@ bool is_own_address(const void* p) {
 }
 
 bool is_exported_function(const char* name) {
-  for (const char* n : kNames)
+  for (const char* n = kNames; *n != '\0'; n += strlen(n) + 1)
     if (strcmp(n, name) == 0) return true;
   return false;
 }
@@ -395,9 +418,10 @@ GpushimCoreSubstitute load_core() {
       core = nullptr;
     }
   }
-  for (size_t i = 0; i < sizeof kNames / sizeof kNames[0]; ++i) {
-    void* f = core != nullptr ? real_dlsym(core, kNames[i]) : nullptr;
-    if (f == nullptr) f = is_public_api(kNames[i]) ? inactive_answer(kNames[i]) : next_symbol(kNames[i], nullptr);
+  const char* name = kNames;
+  for (unsigned i = 0; i < kNameCount; ++i, name += strlen(name) + 1) {
+    void* f = core != nullptr ? real_dlsym(core, name) : nullptr;
+    if (f == nullptr) f = is_public_api(name) ? inactive_answer(name) : next_symbol(name, nullptr);
     // Left empty when CUDA has no such function yet: gpushim_front_resolve asks again.
     if (f != nullptr) __atomic_store_n(&gpushim_front_slots[i], f, __ATOMIC_RELEASE);
   }

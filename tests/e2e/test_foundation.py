@@ -215,6 +215,14 @@ class Exports(unittest.TestCase):
             needed = [n for n in needed if not re.match(r"lib(asan|ubsan|tsan|stdc\+\+|m|gcc_s)\.so|libclang_rt\.", n)]
         self.assertTrue(set(needed) <= allowed, needed)
 
+    def test_the_loader_relocates_no_pointer_of_the_fronts_own(self):
+        # Every preloaded process pays for each relocation the front asks of the loader (issue 30):
+        # what it must import from libc, and nothing of its own (its names, once an array of
+        # pointers, are one string).
+        out = subprocess.run(["readelf", "-rW", SHIM], capture_output=True, text=True, check=True).stdout
+        relative = [line for line in out.splitlines() if re.search(r"R_(X86_64|AARCH64)_RELATIVE", line)]
+        self.assertEqual(relative, [], out)
+
 
 class Front(ShimTestCase):
     def test_the_core_is_loaded_at_the_first_cuda_call_not_before(self):

@@ -4,15 +4,6 @@
 
 #include "front/front_api.h"
 
-// For the front's large, rarely written buffers: placed after every other variable (x86-64's large
-// data section), so that the small ones a preloaded process's constructors write share one page,
-// and each page written at start-up is a page fault (issue 30).
-#if defined(__x86_64__)
-#define GPUSHIM_FRONT_LARGE_BUFFER __attribute__((section(".lbss"), aligned(4096)))
-#else
-#define GPUSHIM_FRONT_LARGE_BUFFER
-#endif
-
 namespace gpushim::front {
 
 // glibc's own dlsym, taken with dlvsym so that the front's interposed dlsym cannot recurse.

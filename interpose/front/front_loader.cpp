@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,9 +55,9 @@ int g_setup = 0;
 // change directory before its first CUDA call. The core is looked for beside it. Null: found by
 // the loader's search (no slash in the name), as the core then is. An absolute name is the
 // loader's own copy, which lives as long as this library (never unloaded); only a relative one is
-// made absolute, into g_absolute_self, so that /bin/true under the preload writes none of it.
+// made absolute, into pages mapped for it: a buffer among the front's variables, written or not,
+// would be one more mapping the loader makes in every preloaded process (issue 30).
 const char* g_self_path = nullptr;
-GPUSHIM_FRONT_LARGE_BUFFER char g_absolute_self[PATH_MAX];
 GpushimFront g_table;        // what the core is lent (front_api.h)
 
 // fork() while another thread is inside dlopen of the core would give the child a half-loaded
@@ -182,11 +183,16 @@ const char* absolute_self_path() {
   const char* self = gpushim::front::own_file_name();
   if (self == nullptr || strchr(self, '/') == nullptr) return nullptr;
   if (self[0] == '/') return self;
-  if (getcwd(g_absolute_self, sizeof g_absolute_self) == nullptr) return nullptr;
-  size_t at = strlen(g_absolute_self);
-  if ((at > 1 && !append(g_absolute_self, &at, "/", 1)) || !append(g_absolute_self, &at, self, strlen(self)))
-    return nullptr;  // (no "//" when the directory is the root)
-  return g_absolute_self;
+  void* pages = mmap(nullptr, PATH_MAX, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pages == MAP_FAILED) return nullptr;
+  char* absolute = static_cast<char*>(pages);
+  size_t at = getcwd(absolute, PATH_MAX) != nullptr ? strlen(absolute) : 0;
+  // (no "//" when the directory is the root)
+  if (at == 0 || (at > 1 && !append(absolute, &at, "/", 1)) || !append(absolute, &at, self, strlen(self))) {
+    munmap(pages, PATH_MAX);
+    return nullptr;
+  }
+  return absolute;
 }
 
 void setup() {
@@ -347,8 +353,10 @@ __attribute__((visibility("hidden"))) void gpushim_front_init() {
 
 // pthread_atfork (libc_nonshared.a) registers handlers under the caller's __dso_handle, which the
 // start files define; only its address is used, to drop them when the library is unloaded, and
-// the front never is (-z nodelete).
-__attribute__((visibility("hidden"))) void* __dso_handle = nullptr;
+// the front never is (-z nodelete). In .data: the one variable stored in the file puts the page
+// after RELRO in the file, and the front's zero-initialized variables on it; without it the
+// loader maps a page of zeros for them, one more mmap in every preloaded process.
+__attribute__((visibility("hidden"), section(".data"))) void* __dso_handle = nullptr;
 
 // The trampolines' targets (front_trampolines.cpp), null until the core is loaded.
 __attribute__((visibility("hidden"))) void* gpushim_front_slots[GPUSHIM_FRONT_SYMBOLS];

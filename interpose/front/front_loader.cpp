@@ -48,7 +48,7 @@ enum LoadState { kNotYet, kCore, kNoCore };
 int g_loaded = kNotYet;  // kCore, kNoCore: the slots hold what they will hold
 int g_warned = 0;
 
-// What load_core needs, set up by the constructor, or by the first call if a library's constructor
+// What load_core needs, set up by the initializer, or by the first call if a library's constructor
 // calls CUDA before ours has run. 0: not yet; 1: being published; 2: set up.
 int g_setup = 0;
 // This library's path, fixed early: LD_PRELOAD may name it by a relative path, and the program may
@@ -199,7 +199,7 @@ void setup() {
   if (__atomic_load_n(&g_setup, __ATOMIC_ACQUIRE) == 2) return;
   // One thread computes and publishes, the others wait: two first calls racing (a library's
   // constructor starting threads before ours ran) must not see each other's half-written paths.
-  // No PATH_MAX locals: the constructor of every preloaded process runs this, and each page of
+  // No PATH_MAX locals: the initializer of every preloaded process runs this, and each page of
   // stack or data it touches is a page fault (issue 30).
   int expected = 0;
   if (__atomic_compare_exchange_n(&g_setup, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {

@@ -4,15 +4,6 @@
 
 #include "front/front_api.h"
 
-// For the front's large, rarely written buffers: placed after every other variable (x86-64's large
-// data section), so that the small ones a preloaded process's constructors write share one page,
-// and each page written at start-up is a page fault (issue 30).
-#if defined(__x86_64__)
-#define GPUSHIM_FRONT_LARGE_BUFFER __attribute__((section(".lbss"), aligned(4096)))
-#else
-#define GPUSHIM_FRONT_LARGE_BUFFER
-#endif
-
 namespace gpushim::front {
 
 // glibc's own dlsym, taken with dlvsym so that the front's interposed dlsym cannot recurse.
@@ -23,6 +14,10 @@ void* real_dlsym_function();
 // The path the dynamic loader gave this library (absolute or as LD_PRELOAD spelled it); null if
 // unknown.
 const char* own_file_name();
+
+// Chooses PyTorch's allocator in the environment when this library was preloaded
+// (torch_routing.cpp). Run at start-up by gpushim_front_init (front_loader.cpp).
+void route_torch_allocator();
 
 // Adds NAME=value to the environment, which must not hold NAME yet, as setenv would but without
 // its malloc (environment.cpp) while the process has one thread, with setenv otherwise.

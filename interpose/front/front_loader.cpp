@@ -8,11 +8,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,11 +24,21 @@
 
 namespace {
 
-#define GPUSHIM_FRONT_SYMBOL(index, name) #name,
-const char* const kNames[] = {
+// The exported names, one after another, each ended by its '\0': an array of pointers would be a
+// relocation per name, work for the loader in every preloaded process (issue 30).
+#define GPUSHIM_FRONT_SYMBOL(index, name) #name "\0"
+constexpr char kNames[] =
 #include "front_symbols.inc"
-};
+    ;
 #undef GPUSHIM_FRONT_SYMBOL
+constexpr unsigned kNameCount = GPUSHIM_FRONT_SYMBOLS;
+
+// The name of trampoline `index`: a walk along kNames, only on the paths that load the core.
+const char* name_at(unsigned index) {
+  const char* name = kNames;
+  for (; index > 0; --index) name += strlen(name) + 1;
+  return name;
+}
 
 using DlsymFn = void* (*)(void*, const char*);
 
@@ -36,16 +48,16 @@ enum LoadState { kNotYet, kCore, kNoCore };
 int g_loaded = kNotYet;  // kCore, kNoCore: the slots hold what they will hold
 int g_warned = 0;
 
-// What load_core needs, set up by the constructor, or by the first call if a library's constructor
+// What load_core needs, set up by the initializer, or by the first call if a library's constructor
 // calls CUDA before ours has run. 0: not yet; 1: being published; 2: set up.
 int g_setup = 0;
 // This library's path, fixed early: LD_PRELOAD may name it by a relative path, and the program may
 // change directory before its first CUDA call. The core is looked for beside it. Null: found by
 // the loader's search (no slash in the name), as the core then is. An absolute name is the
 // loader's own copy, which lives as long as this library (never unloaded); only a relative one is
-// made absolute, into g_absolute_self, so that /bin/true under the preload writes none of it.
+// made absolute, into pages mapped for it: a buffer among the front's variables, written or not,
+// would be one more mapping the loader makes in every preloaded process (issue 30).
 const char* g_self_path = nullptr;
-GPUSHIM_FRONT_LARGE_BUFFER char g_absolute_self[PATH_MAX];
 GpushimFront g_table;        // what the core is lent (front_api.h)
 
 // fork() while another thread is inside dlopen of the core would give the child a half-loaded
@@ -100,7 +112,7 @@ void* no_dlsym(void*, const char*) { return nullptr; }
 // glibc 2.34 moved dlsym into libc and gave it a new version; older ones only have the base
 // version of their architecture (2.2.5 on x86-64, 2.17 on aarch64).
 DlsymFn find_real_dlsym() {
-  static const char* const kVersions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+  static constexpr char kVersions[][12] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};  // no relocations
   for (const char* version : kVersions)
     if (void* f = dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFn>(f);
   return &no_dlsym;
@@ -171,18 +183,23 @@ const char* absolute_self_path() {
   const char* self = gpushim::front::own_file_name();
   if (self == nullptr || strchr(self, '/') == nullptr) return nullptr;
   if (self[0] == '/') return self;
-  if (getcwd(g_absolute_self, sizeof g_absolute_self) == nullptr) return nullptr;
-  size_t at = strlen(g_absolute_self);
-  if ((at > 1 && !append(g_absolute_self, &at, "/", 1)) || !append(g_absolute_self, &at, self, strlen(self)))
-    return nullptr;  // (no "//" when the directory is the root)
-  return g_absolute_self;
+  void* pages = mmap(nullptr, PATH_MAX, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pages == MAP_FAILED) return nullptr;
+  char* absolute = static_cast<char*>(pages);
+  size_t at = getcwd(absolute, PATH_MAX) != nullptr ? strlen(absolute) : 0;
+  // (no "//" when the directory is the root)
+  if (at == 0 || (at > 1 && !append(absolute, &at, "/", 1)) || !append(absolute, &at, self, strlen(self))) {
+    munmap(pages, PATH_MAX);
+    return nullptr;
+  }
+  return absolute;
 }
 
 void setup() {
   if (__atomic_load_n(&g_setup, __ATOMIC_ACQUIRE) == 2) return;
   // One thread computes and publishes, the others wait: two first calls racing (a library's
   // constructor starting threads before ours ran) must not see each other's half-written paths.
-  // No PATH_MAX locals: the constructor of every preloaded process runs this, and each page of
+  // No PATH_MAX locals: the initializer of every preloaded process runs this, and each page of
   // stack or data it touches is a page fault (issue 30).
   int expected = 0;
   if (__atomic_compare_exchange_n(&g_setup, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
@@ -319,7 +336,7 @@ void wait_for_loads() {
   }
 }
 
-__attribute__((constructor)) void at_load() {
+void at_load() {
   setup();
   pthread_atfork(
       [] {
@@ -356,12 +373,27 @@ __attribute__((constructor)) void at_load() {
 }  // namespace
 
 extern "C" {
+// The front's one initializer, named to the linker with -init (DT_INIT) instead of constructors,
+// which would be relocated .init_array entries (interpose/CMakeLists.txt: the front links without
+// the start files). The fork handlers first, then the environment, in the constructors' order.
+__attribute__((visibility("hidden"))) void gpushim_front_init() {
+  at_load();
+  gpushim::front::route_torch_allocator();
+}
+
+// pthread_atfork (libc_nonshared.a) registers handlers under the caller's __dso_handle, which the
+// start files define; only its address is used, to drop them when the library is unloaded, and
+// the front never is (-z nodelete). In .data: the one variable stored in the file puts the page
+// after RELRO in the file, and the front's zero-initialized variables on it; without it the
+// loader maps a page of zeros for them, one more mmap in every preloaded process.
+__attribute__((visibility("hidden"), section(".data"))) void* __dso_handle = nullptr;
+
 // The trampolines' targets (front_trampolines.cpp), null until the core is loaded.
 __attribute__((visibility("hidden"))) void* gpushim_front_slots[GPUSHIM_FRONT_SYMBOLS];
 
 // The first call of a trampoline whose slot is empty: the target to jump to, all arguments intact.
 __attribute__((visibility("hidden"))) void* gpushim_front_resolve(unsigned index) {
-  const char* name = kNames[index];
+  const char* name = name_at(index);
   // The public API answers "not active" until the first CUDA call loaded the core: a program
   // marking iterations on a machine without a GPU loads nothing.
   if (is_public_api(name) && __atomic_load_n(&g_loaded, __ATOMIC_ACQUIRE) == kNotYet) return inactive_answer(name);
@@ -394,10 +426,25 @@ void* real_dlsym(void* handle, const char* name) {
   return reinterpret_cast<DlsymFn>(real_dlsym_function())(handle, name);
 }
 
+// dl_iterate_phdr rather than dladdr, which also goes through every one of the front's ~90
+// symbols for the nearest: 5,000 instructions in each preloaded process's start-up, where this
+// is called twice.
 const char* own_file_name() {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&own_file_name), &info) == 0) return nullptr;
-  return info.dli_fname;
+  const char* name = nullptr;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const ElfW(Addr) self = reinterpret_cast<ElfW(Addr)>(&own_file_name);
+        for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+          if (segment.p_type == PT_LOAD && self - info->dlpi_addr - segment.p_vaddr < segment.p_memsz) {
+            *static_cast<const char**>(out) = info->dlpi_name;
+            return 1;
+          }
+        }
+        return 0;
+      },
+      &name);
+  return name;
 }
 
 bool is_own_address(const void* p) {
@@ -407,7 +454,7 @@ bool is_own_address(const void* p) {
 }
 
 bool is_exported_function(const char* name) {
-  for (const char* n : kNames)
+  for (const char* n = kNames; *n != '\0'; n += strlen(n) + 1)
     if (strcmp(n, name) == 0) return true;
   return false;
 }
@@ -425,9 +472,10 @@ GpushimCoreSubstitute load_core() {
       core = nullptr;
     }
   }
-  for (size_t i = 0; i < sizeof kNames / sizeof kNames[0]; ++i) {
-    void* f = core != nullptr ? real_dlsym(core, kNames[i]) : nullptr;
-    if (f == nullptr) f = is_public_api(kNames[i]) ? inactive_answer(kNames[i]) : next_symbol(kNames[i], nullptr);
+  const char* name = kNames;
+  for (unsigned i = 0; i < kNameCount; ++i, name += strlen(name) + 1) {
+    void* f = core != nullptr ? real_dlsym(core, name) : nullptr;
+    if (f == nullptr) f = is_public_api(name) ? inactive_answer(name) : next_symbol(name, nullptr);
     // Left empty when CUDA has no such function yet: gpushim_front_resolve asks again.
     if (f != nullptr) __atomic_store_n(&gpushim_front_slots[i], f, __ATOMIC_RELEASE);
   }

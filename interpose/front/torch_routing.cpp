@@ -1,5 +1,5 @@
 // PyTorch's allocator chosen by the preload itself (config/torch_alloc.h, docs/python.md): a
-// preloaded library's constructor runs before the program's main, usually while the process has
+// preloaded library's initializer runs before the program's main, usually while the process has
 // one thread (environment.cpp says what it does otherwise), and before an interpreter copies the
 // environment into os.environ, so `python train.py` under LD_PRELOAD sees PYTORCH_CUDA_ALLOC_CONF
 // as if the user had exported it (and so do its children, which inherit the environment and the
@@ -34,10 +34,10 @@ bool preloaded() {
   return false;
 }
 
-__attribute__((constructor)) void route_torch_allocator_at_start() {
+}  // namespace
+
+void gpushim::front::route_torch_allocator() {
   if (!preloaded()) return;
   const gpushim::TorchRoute route = gpushim::torch_route_for_environment();
   if (route.name != nullptr) gpushim::front::add_to_environment(route.name, route.value);
 }
-
-}  // namespace

@@ -215,6 +215,27 @@ class Exports(unittest.TestCase):
             needed = [n for n in needed if not re.match(r"lib(asan|ubsan|tsan|stdc\+\+|m|gcc_s)\.so|libclang_rt\.", n)]
         self.assertTrue(set(needed) <= allowed, needed)
 
+    def test_the_loader_relocates_no_pointer_of_the_fronts_own(self):
+        # Every preloaded process pays for each relocation the front asks of the loader (issue 30):
+        # what it must import from libc, and nothing of its own (its names, once an array of
+        # pointers, are one string).
+        out = subprocess.run(["readelf", "-rW", SHIM], capture_output=True, text=True, check=True).stdout
+        relative = [line for line in out.splitlines() if re.search(r"R_(X86_64|AARCH64)_RELATIVE", line)]
+        self.assertEqual(relative, [], out)
+
+    def test_the_loader_maps_no_page_of_zeros_for_the_front(self):
+        # The front's zero-initialized variables fit on the page that holds the end of its written
+        # one: past it, the loader would map anonymous pages, one more mmap in every process.
+        out = subprocess.run(["readelf", "-lW", SHIM], capture_output=True, text=True, check=True).stdout
+        page = 4096
+        for line in out.splitlines():
+            fields = line.split()
+            if fields[:1] == ["LOAD"] and any("W" in flags for flags in fields[6:-1]):
+                vaddr, filesz, memsz = int(fields[2], 16), int(fields[4], 16), int(fields[5], 16)
+                file_end, mem_end = vaddr + filesz, vaddr + memsz
+                self.assertLessEqual(mem_end, -(-file_end // page) * page, line)
+                self.assertNotEqual(file_end % page, 0, line)
+
 
 class Front(ShimTestCase):
     def test_the_core_is_loaded_at_the_first_cuda_call_not_before(self):

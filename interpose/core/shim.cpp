@@ -457,10 +457,10 @@ StackId Shim::capture_stack_now() {
   return id;
 }
 
-void Shim::warn_invalid_free(const void* ptr, FreeApi api, const char* what) {
+void Shim::warn_invalid_free(const void* ptr, FreeApi api, const char* what, const char* returned) {
   const uintptr_t key = reinterpret_cast<uintptr_t>(ptr);
   recorder_->invalid_free(key, reinterpret_cast<const void*>(api == FreeApi::kArray ? ArrayBooks::handle_of(key) : key),
-                          what);
+                          what, returned);
 }
 
 // ---- the hot path's hand-off to the recorder ----

@@ -107,6 +107,7 @@ struct ApiOf<cudaError_t> {
   static constexpr cudaError_t kInvalidValue = cudaErrorInvalidValue;
   static constexpr cudaError_t kCaptureUnsupported = cudaErrorStreamCaptureUnsupported;
   static constexpr const char* kOutOfMemoryName = "cudaErrorMemoryAllocation";
+  static const char* name(cudaError_t e);  // CUDA's own name of a code, for the lines the shim prints
   static cudaError_t from_pool(CUresult r);
   // An error the core returns in CUDA's place becomes the runtime's last error, as CUDA's would.
   static cudaError_t refuse(cudaError_t e);
@@ -120,6 +121,7 @@ struct ApiOf<CUresult> {
   static constexpr CUresult kInvalidValue = CUDA_ERROR_INVALID_VALUE;
   static constexpr CUresult kCaptureUnsupported = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   static constexpr const char* kOutOfMemoryName = "CUDA_ERROR_OUT_OF_MEMORY";
+  static const char* name(CUresult e);
   static CUresult from_pool(CUresult r);
   static CUresult refuse(CUresult e) { return e; }  // the driver keeps no last error
   static bool current_device(int* device);
@@ -399,7 +401,8 @@ class Shim {
   template <typename Forward>
   auto mismatched_free(void* ptr, const AllocationRecord& rec, Forward&& forward) -> std::invoke_result_t<Forward&>;
   // One line with the caller's stack; counts the invalid free (RunRecorder::invalid_free).
-  void warn_invalid_free(const void* ptr, FreeApi api, const char* what);
+  // `returned`: the name of the code the caller got (ApiOf<...>::name).
+  void warn_invalid_free(const void* ptr, FreeApi api, const char* what, const char* returned);
   // A pool serves cudaMalloc without the real one running, which would have made the device's
   // primary context current on the calling thread: programs that go on with driver calls (or
   // pointer queries) rely on that. Done once per thread that has no current context.

@@ -14,6 +14,18 @@
 namespace gpushim {
 
 inline cudaError_t ApiOf<cudaError_t>::from_pool(CUresult r) { return to_runtime_error(r); }
+inline const char* ApiOf<cudaError_t>::name(cudaError_t e) {
+  const RealRuntime& rt = real_runtime();
+  const char* n = rt.cudaGetErrorName != nullptr ? rt.cudaGetErrorName(e) : nullptr;
+  return n != nullptr ? n : "an error of the runtime";
+}
+inline const char* ApiOf<CUresult>::name(CUresult e) {
+  const RealDriver& drv = real_driver();
+  const char* n = nullptr;
+  if (drv.cuGetErrorName == nullptr || drv.cuGetErrorName(e, &n) != CUDA_SUCCESS || n == nullptr)
+    return "an error of the driver";
+  return n;
+}
 inline cudaError_t ApiOf<cudaError_t>::refuse(cudaError_t e) {
   set_runtime_last_error(e);
   return e;
@@ -315,12 +327,12 @@ auto Shim::unknown_free(void* ptr, FreeApi api, Forward&& forward) -> std::invok
   // Inside memory a pool holds: a double free or an interior pointer. Forwarding could free a
   // whole segment under other live blocks, so refuse it.
   if (pool_contains(ptr)) {
-    warn_invalid_free(ptr, api, "a double free, or a pointer inside a block");
+    warn_invalid_free(ptr, api, "a double free, or a pointer inside a block", Api::name(Api::kInvalidValue));
     return Api::refuse(Api::kInvalidValue);
   }
   // Possibly memory from a path we did not see (the driver API); CUDA decides.
   const auto code = forward();
-  if (code != Api::kSuccess) warn_invalid_free(ptr, api, "not a live CUDA allocation");
+  if (code != Api::kSuccess) warn_invalid_free(ptr, api, "not a live CUDA allocation", Api::name(code));
   return code;
 }
 

@@ -42,7 +42,8 @@ namespace gpushim {
   X(cuEventQuery, "cuEventQuery", decltype(&::cuEventQuery))                                           \
   X(cuEventDestroy_v2, "cuEventDestroy_v2", decltype(&::cuEventDestroy_v2))                            \
   X(cuEventSynchronize, "cuEventSynchronize", decltype(&::cuEventSynchronize))                         \
-  X(cuStreamSynchronize, "cuStreamSynchronize", decltype(&::cuStreamSynchronize))
+  X(cuStreamSynchronize, "cuStreamSynchronize", decltype(&::cuStreamSynchronize))                      \
+  X(cuGetErrorName, "cuGetErrorName", decltype(&::cuGetErrorName))
 
 #define GPUSHIM_REAL_DRIVER_FUNCTIONS(X) \
   GPUSHIM_HOOKED_DRIVER_FUNCTIONS(X)     \

@@ -86,6 +86,7 @@ RealRuntime* resolve_runtime(void* lib) {
   resolve(lib, r->cudaFreeHost, "cudaFreeHost");
   resolve(lib, r->cudaMemGetInfo, "cudaMemGetInfo");
   resolve(lib, r->cudaGetDevice, "cudaGetDevice");
+  resolve(lib, r->cudaGetErrorName, "cudaGetErrorName");
   resolve(lib, r->cudaSetDevice, "cudaSetDevice");
   resolve(lib, r->cudaStreamIsCapturing, "cudaStreamIsCapturing");
   resolve(lib, r->cudaIpcGetMemHandle, "cudaIpcGetMemHandle");

@@ -63,6 +63,7 @@ struct RealRuntime {
   cudaError_t (*cudaMemPoolTrimTo)(cudaMemPool_t, size_t) = nullptr;
   cudaError_t (*cudaDeviceSetMemPool)(int, cudaMemPool_t) = nullptr;
   cudaError_t (*cudaDeviceReset)() = nullptr;
+  const char* (*cudaGetErrorName)(cudaError_t) = nullptr;  // for the lines the shim prints
 };
 
 // Resolved on first use (thread-safe). Entries are null while libcudart is not loaded; it is then

@@ -123,7 +123,7 @@ void RunRecorder::oom(OomRecord rec, uint64_t limit) {
   ooms_.push_back(std::move(rec));
 }
 
-void RunRecorder::invalid_free(uintptr_t key, const void* shown, const char* what) {
+void RunRecorder::invalid_free(uintptr_t key, const void* shown, const char* what, const char* returned) {
   // Each warning symbolizes its stack (milliseconds); a program that frees badly in a loop must
   // not be slowed down by its own diagnostics, so only the first ones are printed.
   constexpr uint64_t kMaxWarnings = 20;
@@ -158,7 +158,7 @@ void RunRecorder::invalid_free(uintptr_t key, const void* shown, const char* wha
              (alloc.empty() ? std::string("unknown (stack capture off)") : alloc) + "; first freed at " +
              (first_free.empty() ? std::string("unknown") : first_free);
   }
-  log_line("invalid free of %p (%s); returned cudaErrorInvalidValue; caller: %s%s", shown, what,
+  log_line("invalid free of %p (%s); returned %s; caller: %s%s", shown, what, returned,
            where.empty() ? "unknown (stack capture off)" : where.c_str(), before.c_str());
   if (n == kMaxWarnings) log_line("further invalid frees are counted in the report but not printed");
 }

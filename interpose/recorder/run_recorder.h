@@ -133,7 +133,7 @@ class RunRecorder {
   void oom(OomRecord rec, uint64_t limit);
   // A free of memory that is not a live allocation: one line with the caller's stack (the first
   // ones only), and the count. `key`: what the books keep it under; `shown`: what the program passed.
-  void invalid_free(uintptr_t key, const void* shown, const char* what);
+  void invalid_free(uintptr_t key, const void* shown, const char* what, const char* returned);
   // A reset or a context's destruction freed `rec` (at `ptr`): per site for the report, and into
   // the trace.
   void freed_by_reset(uintptr_t ptr, const AllocationRecord& rec);

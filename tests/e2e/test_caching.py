@@ -1,6 +1,7 @@
 """End-to-end tests of the caching policy: safe reuse under stress, the cap, OOM recovery and its
 report, fault injection, invalid frees and graph capture, all on the simulated device."""
 import json
+import re
 import os
 
 from shimtest import POLICIES, ShimTestCase, program, run, last_json
@@ -155,6 +156,9 @@ class InvalidFrees(ShimTestCase):
             self.assertRegex(double, r"first freed at main \(invalid_frees\.cpp:17\)")
             self.assertEqual(len(double.splitlines()), 1)
             self.assertGreaterEqual(r.report["invalid_frees"], 2)
+            # Each line says the code the program got.
+            returned = [re.search(r"; returned (\w+);", w).group(1) for w in warnings]
+            self.assertLessEqual(set(returned), {out[k] for k in ["double_free", "interior", "host", "never"]}, warnings)
         self.assertEqual(codes["caching"]["double_free"], "cudaErrorInvalidValue")
         self.assertEqual(codes["caching"]["interior"], "cudaErrorInvalidValue")
         for key in ["double_free", "interior", "host", "never"]:

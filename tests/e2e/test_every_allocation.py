@@ -438,7 +438,9 @@ class Arrays(ShimTestCase):
                 self.assertEqual(out["refused"], [201, 201])  # CUDA_ERROR_INVALID_CONTEXT
                 # The array the shim does not account: the warning names the handle the program
                 # passed (it named the shim's own key, the handle with bit 62 set).
-                self.assertIn("invalid free of %s (not a live CUDA allocation)" % out["deferred"], r.stderr)
+                # And the code the driver gave (it said cudaErrorInvalidValue whatever the code).
+                self.assertIn("invalid free of %s (not a live CUDA allocation); returned CUDA_ERROR_INVALID_CONTEXT;"
+                              % out["deferred"], r.stderr)
                 self.assertEqual(r.stderr.count("invalid free of"), 1, r.stderr)
                 self.assertEqual(r.report["invalid_frees"], 1)
                 # The accounted one stays live, and its context's end frees it.

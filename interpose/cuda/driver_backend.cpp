@@ -143,7 +143,11 @@ DriverBackend::CurrentContext DriverBackend::current_context() {
   // No context: the runtime's call would bind the primary one, and so does the shim
   // (Shim::bind_thread_context). An error here is the pool's to meet and report.
   if (api_->ctx_get_current(&current) != CUDA_SUCCESS || current == nullptr) return CurrentContext::kPools;
-  if (current == primary_context(nullptr)) return CurrentContext::kPools;
+  // Compared without retaining: a program that works only in its own context never asked for the
+  // primary one (device memory, and time), and CUDA's runtime does not make it there.
+  CUcontext primary = primary_.load(std::memory_order_acquire);
+  if (primary == nullptr) primary = primary_context_if_active(device_);
+  if (current == primary) return CurrentContext::kPools;
   // Destroyed by another thread, it stays current here, and every call answers so. Any refusal
   // counts: which code a real driver gives for it here (CUDA_ERROR_CONTEXT_IS_DESTROYED, or
   // CUDA_ERROR_INVALID_CONTEXT) no document says, and a context that refuses cuCtxGetDevice cannot

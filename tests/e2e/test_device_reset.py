@@ -128,6 +128,17 @@ class DeviceReset(ShimTestCase):
                 self.assertEqual((dev["live_count"], dev["total_allocs"], dev["total_frees"]), (0, 3, 3))
                 self.assertEqual(dev["failed_allocs"], 2)
 
+    def test_a_program_in_its_own_context_gets_no_primary_context(self):
+        # Asking whether the current context was the primary one retained the primary context, so
+        # a program that only ever worked in its own found one made for it after its first
+        # cudaMalloc, which CUDA's runtime does not do (a review helper's reproducer, 2026-11-28).
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r, out = self.run_mode("own_context_only", policy)
+                self.assertEqual(out, {"owned_by_created": True, "primary_active": 0}, r.stderr)
+                dev = r.device(0)
+                self.assertEqual((dev["live_count"], dev["total_allocs"], dev["total_frees"]), (0, 1, 1))
+
     def test_destroying_a_created_context_frees_its_memory(self):
         # cuCtxDestroy frees what was allocated in the context; the books drop it (live, counters,
         # the cap's charge) and name it in freed_by_reset. Under a cap cudaMemGetInfo shows the

@@ -3,7 +3,7 @@
 // reset, and the program prints what it and the shim see as one JSON line.
 //
 // Usage: e2e_device_reset runtime|primary_reset[_v1]|release[_v1]|host_of_other_device|survivors|ctx_destroy|
-//                         destroyed_elsewhere
+//                         destroyed_elsewhere|own_context_only
 //   runtime:        cudaMalloc, cudaFree (the pool caches the segment), cudaDeviceReset
 //   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset (_v1: its CUDA 7-10 entry
 //                   point, looked up by its plain name)
@@ -20,6 +20,10 @@
 //                   another thread destroys it, and the thread's cudaMalloc and cudaMallocAsync
 //                   must be refused as CUDA refuses them (context is destroyed), even with a pool
 //                   that has room, and work again once the thread binds the primary context
+//   own_context_only:
+//                   a program whose only context is one it made (cuCtxCreate before any runtime
+//                   call) allocates with the runtime: the memory is that context's, and the
+//                   device's primary context stays inactive, as CUDA's runtime leaves it
 //   host_of_other_device:
 //                   pinned host memory allocated while device 1 is current, then device 0 reset:
 //                   the memory is device 1's primary context's and stays (needs two devices)
@@ -378,6 +382,31 @@ int destroyed_elsewhere() {
   return 0;
 }
 
+// CUDA's runtime allocates in the current context and never makes the primary one for it; the
+// shim, asking whether the current context is the primary one, must not make it either (a real
+// device gives every primary context memory of its own).
+int own_context_only() {
+  using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  using PointerAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+  using State = CUresult (*)(CUdevice, unsigned*, int*);
+  CHECK_CU(testsupport::driver_function<CUresult (*)(unsigned)>("cuInit")(0));
+  CUcontext created = nullptr;
+  CHECK_CU(testsupport::driver_function<Create>("cuCtxCreate_v4")(&created, nullptr, 0, 0));
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, 4096));
+  CUcontext owner = nullptr;
+  CHECK_CU(testsupport::driver_function<PointerAttribute>("cuPointerGetAttribute")(
+      &owner, CU_POINTER_ATTRIBUTE_CONTEXT, reinterpret_cast<CUdeviceptr>(p)));
+  const bool owned_by_created = owner == created && write_and_verify(p, 4096, 0x4B);
+  unsigned flags = 0;
+  int active = -1;
+  CHECK_CU(testsupport::driver_function<State>("cuDevicePrimaryCtxGetState")(0, &flags, &active));
+  CHECK(cudaFree(p));
+  testsupport::destroy_context(created);
+  std::printf("{\"owned_by_created\": %s, \"primary_active\": %d}\n", owned_by_created ? "true" : "false", active);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -388,6 +417,7 @@ int main(int argc, char** argv) {
   if (mode == "release") return release_last_reference();
   if (mode == "release_v1") return release_last_reference("cuDevicePrimaryCtxRelease");
   if (mode == "destroyed_elsewhere") return destroyed_elsewhere();
+  if (mode == "own_context_only") return own_context_only();
   if (mode == "host_of_other_device") return host_of_other_device();
   if (mode == "survivors") return survivors(argc > 2 && std::string(argv[2]) == "release");
   if (mode == "ctx_destroy") return context_destroy(argc > 2 && std::string(argv[2]) == "proc_address");

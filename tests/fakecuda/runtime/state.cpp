@@ -108,7 +108,18 @@ cudaError_t SelectDevice(int device) {
   return Bind(device);
 }
 
-int CurrentDevice() { return t_device; }
+int CurrentDevice() {
+  // The device of the context current to the thread, whichever made it current (cuCtxSetCurrent,
+  // cuCtxPushCurrent after the thread's first runtime call): the runtime works in that context,
+  // so cudaGetDevice names its device. A thread with none, or one that cannot answer (reset or
+  // destroyed), has the device it selected. Callers loaded the driver.
+  CUcontext current = nullptr;
+  CUdevice dev = 0;
+  if (Driver().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != nullptr &&
+      Driver().cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev >= 0 && dev < kMaxDevices)
+    return dev;
+  return t_device;
+}
 
 void ForgetPrimaryContext(int device) {
   if (device < 0 || device >= kMaxDevices) return;

@@ -78,5 +78,32 @@ TEST_F(SmallDevices, FailAllocCapacityContextMemoryAndDeviceSelection) {
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), 8 * kMiB);
 }
 
+// "CUDA Runtime API calls operate on the CUDA Driver API CUcontext which is current to the calling
+// host thread": cudaGetDevice named the device the thread last selected (0 by default) while a
+// context of device 1 was current, so a library choosing its pool by cudaGetDevice (gpushim)
+// handed out device 0's memory where CUDA allocates on device 1.
+TEST_F(SmallDevices, TheCurrentDeviceIsTheCurrentContexts) {
+  CUcontext on1 = nullptr;
+  ASSERT_CU(cuInit(0));
+  ASSERT_CU(cuCtxCreate(&on1, nullptr, 0, 1));
+  ASSERT_CU(cuCtxPopCurrent(nullptr));
+  int first = -1, after_switch = -1, after_pop = -1;
+  std::thread([&] {
+    ASSERT_CU(cuCtxSetCurrent(on1));
+    ASSERT_RT(cudaGetDevice(&first));  // the thread's first runtime call
+  }).join();
+  std::thread([&] {
+    ASSERT_RT(cudaFree(nullptr));  // bound to device 0's primary context
+    ASSERT_CU(cuCtxPushCurrent(on1));
+    ASSERT_RT(cudaGetDevice(&after_switch));
+    ASSERT_CU(cuCtxPopCurrent(nullptr));
+    ASSERT_RT(cudaGetDevice(&after_pop));
+  }).join();
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(after_switch, 1);
+  EXPECT_EQ(after_pop, 0);
+  ASSERT_CU(cuCtxDestroy(on1));
+}
+
 }  // namespace
 }  // namespace fakecuda_test

@@ -113,12 +113,20 @@ int CurrentDevice() {
   // cuCtxPushCurrent after the thread's first runtime call): the runtime works in that context,
   // so cudaGetDevice names its device. A thread with none, or one that cannot answer (reset or
   // destroyed), has the device it selected. Callers loaded the driver.
+  // The device of the context last asked about is kept per thread: a context's device never
+  // changes, and the simulated driver never reuses a context's handle (user_contexts.cpp; a
+  // primary context is its device's for good), while cuCtxGetDevice takes the driver's lock and
+  // the shim asks cudaGetDevice at every cudaMalloc it serves.
+  thread_local CUcontext t_seen_context = nullptr;
+  thread_local int t_seen_device = 0;
   CUcontext current = nullptr;
+  if (Driver().cuCtxGetCurrent(&current) != CUDA_SUCCESS || current == nullptr) return t_device;
+  if (current == t_seen_context) return t_seen_device;
   CUdevice dev = 0;
-  if (Driver().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != nullptr &&
-      Driver().cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev >= 0 && dev < kMaxDevices)
-    return dev;
-  return t_device;
+  if (Driver().cuCtxGetDevice(&dev) != CUDA_SUCCESS || dev < 0 || dev >= kMaxDevices) return t_device;
+  t_seen_context = current;
+  t_seen_device = dev;
+  return dev;
 }
 
 void ForgetPrimaryContext(int device) {

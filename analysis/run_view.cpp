@@ -404,12 +404,14 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
       s.count = count;
     }
     for (auto& [ord, d] : devs) {
+      // A device first used after the teardown began held nothing when it began.
       const auto then = devs_at_teardown->find(ord);
-      if (then == devs_at_teardown->end()) continue;
-      d.allocated = then->second.allocated;
-      d.count = then->second.count;
-      d.reserved = then->second.reserved;
-      d.requested = then->second.requested;
+      const DeviceState none;
+      const DeviceState& at = then == devs_at_teardown->end() ? none : then->second;
+      d.allocated = at.allocated;
+      d.count = at.count;
+      d.reserved = at.reserved;
+      d.requested = at.requested;
     }
   }
 

@@ -13,12 +13,12 @@
 #include "policy/caching_pool.h"
 #include "policy/observed_backend.h"
 #include "policy/sim_backend.h"
+#include "test_sizes.h"
 
 namespace gpushim {
 namespace {
 
 using namespace torch_stats;
-constexpr uint64_t KiB = 1ull << 10, MiB = 1ull << 20;
 
 TEST(TorchStats, PoolsAreSplitAtPyTorchsSizes) {
   EXPECT_EQ(block_pool(MiB), kSmall);

@@ -15,7 +15,7 @@ import time
 import unittest
 
 from pythons import interpreters
-from shimtest import BIN, NO_CUDA_PROGRAM, POLICIES, REAL_GPU, ShimTestCase, base_env, check_sanitizer_clean, program, \
+from shimtest import BIN, NO_CUDA_PROGRAM, POLICIES, PRELOAD_FIRST, REAL_GPU, ShimTestCase, base_env, check_sanitizer_clean, program, \
     require_tool, run
 from test_python_stacks import markers
 
@@ -464,7 +464,9 @@ class Recording(ShimTestCase):
             f.write("the earlier export\n")
         os.chmod(out, 0o640)
         full_disk = os.path.join(BIN, "..", "e2e-libs", "libgpushim_test_full_disk.so")
-        env = dict(os.environ, LD_PRELOAD=full_disk, FULLDISK_DIR=out_dir, FULLDISK_BYTES="100")
+        # A sanitizer build's runtime comes first in the preload list, as for the shim.
+        env = dict(os.environ, LD_PRELOAD=(PRELOAD_FIRST + ":" if PRELOAD_FIRST else "") + full_disk,
+                   FULLDISK_DIR=out_dir, FULLDISK_BYTES="100")
         p = subprocess.run([ANALYZE, "export", "--format", "folded", "-o", out, trace], capture_output=True,
                            text=True, timeout=120, env=env)
         check_sanitizer_clean(p.stderr, "gpushim-analyze")

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "util/units.h"
+#include "util/write_fully.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -389,24 +390,6 @@ std::string nearest_name(const std::string& word, const std::vector<std::string>
   return best_distance <= std::max<size_t>(2, word.size() / 3) ? best : "";
 }
 
-namespace {
-
-bool write_all(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t w = ::write(fd, data.data() + done, data.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      if (w == 0) errno = EIO;
-      return false;
-    }
-    done += static_cast<size_t>(w);
-  }
-  return true;
-}
-
-}  // namespace
-
 bool write_output(const std::string& path, const std::string& data, std::string* error) {
   if (path == "-") {
     errno = 0;
@@ -427,10 +410,10 @@ bool write_output(const std::string& path, const std::string& data, std::string*
       *error = "cannot create " + path + ": " + std::strerror(errno);
       return false;
     }
-    const bool ok = write_all(fd, data);
-    const int saved = errno;
-    if (::close(fd) != 0 || !ok) {
-      *error = "cannot write " + path + ": " + std::strerror(ok ? errno : saved);
+    int err = write_fully(fd, data.data(), data.size());
+    if (::close(fd) != 0 && err == 0) err = errno;
+    if (err != 0) {
+      *error = "cannot write " + path + ": " + std::strerror(err);
       return false;
     }
     return true;
@@ -460,23 +443,13 @@ bool write_output(const std::string& path, const std::string& data, std::string*
     ::umask(mask);
     mode = 0644 & ~mask;
   }
-  bool ok = write_all(fd, data);
-  int saved = errno;
-  if (ok && ::fchmod(fd, mode) != 0) {
-    ok = false;
-    saved = errno;
-  }
-  if (::close(fd) != 0 && ok) {
-    ok = false;
-    saved = errno;
-  }
-  if (ok && ::rename(temp.c_str(), target.c_str()) != 0) {
-    ok = false;
-    saved = errno;
-  }
-  if (!ok) {
+  int err = write_fully(fd, data.data(), data.size());
+  if (err == 0 && ::fchmod(fd, mode) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(temp.c_str(), target.c_str()) != 0) err = errno;
+  if (err != 0) {
     ::unlink(temp.c_str());
-    *error = "cannot write " + path + ": " + std::strerror(saved);
+    *error = "cannot write " + path + ": " + std::strerror(err);
     return false;
   }
   return true;

@@ -115,28 +115,6 @@ struct DeviceFence {
 
 DriverBackend::DriverBackend(int device) : device_(device), api_(driver_api()) {}
 
-CUcontext DriverBackend::primary_context(CUresult* why) {
-  // Retained on first use, not at construction: a device first seen through the driver API may be
-  // used with the program's own context, and retaining would create a primary context it never
-  // asked for (device memory, and time).
-  CUcontext primary = primary_.load(std::memory_order_acquire);
-  if (primary != nullptr) return primary;
-  std::lock_guard<std::mutex> lock(retain_mu_);
-  primary = primary_.load(std::memory_order_relaxed);
-  CUdevice dev;
-  if (primary == nullptr && api_ != nullptr) {
-    retain_result_ = api_->device_get(&dev, device_);
-    if (retain_result_ == CUDA_SUCCESS) retain_result_ = api_->primary_retain(&primary, dev);
-    if (retain_result_ != CUDA_SUCCESS) primary = nullptr;
-    primary_.store(primary, std::memory_order_release);
-  }
-  // The driver's own reason (e.g. CUDA_ERROR_NOT_INITIALIZED in a fork child), so the caller
-  // gets the code the real runtime would have given.
-  if (primary == nullptr && why != nullptr)
-    *why = retain_result_ != CUDA_SUCCESS ? retain_result_ : CUDA_ERROR_INVALID_CONTEXT;
-  return primary;
-}
-
 DriverBackend::CurrentContext DriverBackend::current_context() {
   if (api_ == nullptr) return CurrentContext::kPools;
   CUcontext current = nullptr;
@@ -159,9 +137,24 @@ DriverBackend::CurrentContext DriverBackend::current_context() {
 
 template <typename F>
 CUresult DriverBackend::in_context(F&& fn) {
-  CUresult why = CUDA_SUCCESS;
-  const CUcontext primary = primary_context(&why);
-  if (primary == nullptr) return why;
+  // Retained on first use, not at construction: a device first seen through the driver API may be
+  // used with the program's own context, and retaining would create a primary context it never
+  // asked for (device memory, and time).
+  CUcontext primary = primary_.load(std::memory_order_acquire);
+  if (primary == nullptr) {
+    std::lock_guard<std::mutex> lock(retain_mu_);
+    primary = primary_.load(std::memory_order_relaxed);
+    CUdevice dev;
+    if (primary == nullptr && api_ != nullptr) {
+      retain_result_ = api_->device_get(&dev, device_);
+      if (retain_result_ == CUDA_SUCCESS) retain_result_ = api_->primary_retain(&primary, dev);
+      if (retain_result_ != CUDA_SUCCESS) primary = nullptr;
+      primary_.store(primary, std::memory_order_release);
+    }
+    // The driver's own reason (e.g. CUDA_ERROR_NOT_INITIALIZED in a fork child), so the caller
+    // gets the code the real runtime would have given.
+    if (primary == nullptr) return retain_result_ != CUDA_SUCCESS ? retain_result_ : CUDA_ERROR_INVALID_CONTEXT;
+  }
   CUcontext cur = nullptr;
   api_->ctx_get_current(&cur);
   if (cur == primary) return fn();

@@ -62,9 +62,6 @@ class DriverBackend final : public Backend {
   // caller's context afterwards (the runtime may not have made it current on this thread yet).
   template <typename F>
   CUresult in_context(F&& fn);
-  // This device's primary context, retained at the first call; null (with the driver's reason in
-  // `why`, if given) when it cannot be.
-  CUcontext primary_context(CUresult* why);
 
   const int device_;
   const DriverApi* api_;

@@ -20,6 +20,7 @@
 #include <shared_mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -326,8 +327,12 @@ class Shim {
     if (DeviceState* d = devices_[ordinal].load(std::memory_order_acquire)) return d;
     return create_device(ordinal);
   }
+  // Null for an invalid ordinal or one not used yet; never creates it.
   const DeviceState* existing_device(int ordinal) const {
     return ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
+  }
+  DeviceState* existing_device(int ordinal) {
+    return const_cast<DeviceState*>(std::as_const(*this).existing_device(ordinal));
   }
 
  private:

@@ -506,7 +506,7 @@ void Shim::before_device_reset(int ordinal, const std::vector<OwnedAllocation>* 
     if (primary != nullptr) asked = owned_by_context(primary, /*pool_memory=*/true);
     owned = &asked;
   }
-  DeviceState* d = ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
+  DeviceState* d = existing_device(ordinal);
   // Nothing of this device was ever seen (pinned host memory may have been, with no device).
   if (d == nullptr && owned->empty()) return;
   if (d != nullptr) recorder_->device_reset(ordinal);
@@ -573,14 +573,14 @@ void Shim::forget_cuda_pools_of(int ordinal) {
     foreign_current_mempool_[ordinal].store(false, std::memory_order_relaxed);
     release_thresholds_[ordinal].store(UINT64_MAX, std::memory_order_relaxed);
   }
-  DeviceState* d = ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
+  DeviceState* d = existing_device(ordinal);
   if (d != nullptr) d->ledger.forget_cuda_pools();  // destroyed with the context, their memory freed
 }
 
 void Shim::after_device_reset(int ordinal) {
   if (forked_child_) return;
   forget_cuda_pools_of(ordinal);
-  DeviceState* d = ordinal >= 0 && ordinal < kMaxDevices ? devices_[ordinal].load(std::memory_order_acquire) : nullptr;
+  DeviceState* d = existing_device(ordinal);
   if (d == nullptr || d->driver == nullptr) return;
   // make_device builds the pool's driver backend as a DriverBackend, and only that.
   static_cast<DriverBackend*>(d->driver.get())->forget_context();

@@ -39,6 +39,12 @@ inline bool ApiOf<cudaError_t>::current_device(int* device) {
 inline CUresult ApiOf<CUresult>::from_pool(CUresult r) { return to_driver_error(to_runtime_error(r)); }
 inline bool ApiOf<CUresult>::current_device(int* device) { return current_context_device(device); }
 
+// The out-of-memory error a forwarded allocation's caller gets, by name (ForwardedAlloc).
+template <typename Api>
+const char* out_of_memory_name(const ForwardedAlloc& a) {
+  return a.out_of_memory_name != nullptr ? a.out_of_memory_name : Api::kOutOfMemoryName;
+}
+
 template <typename Api>
 typename Api::Code Shim::inject(DeviceState* d, uint64_t size, const char* returned) {
   // Size 0 is CUDA's own argument error: never turned into an out-of-memory error.
@@ -141,7 +147,7 @@ auto Shim::forward_alloc(ForwardedAlloc a, Forward&& forward, Result&& result, U
   if (a.device < 0 && !Api::current_device(&a.device)) return forward();  // no context: CUDA says
   DeviceState* d = device(a.device);
   if (d == nullptr) return forward();
-  const char* const returned = a.out_of_memory_name ? a.out_of_memory_name : Api::kOutOfMemoryName;
+  const char* const returned = out_of_memory_name<Api>(a);
   if (a.kind == MemoryKind::kDevice && a.injectable)
     if (const auto refused = inject<Api>(d, a.size, returned); refused != Api::kSuccess) return refused;
   return account_forwarded<Api>(d, a, forward, result, undo);
@@ -151,7 +157,7 @@ template <typename Api, typename Forward, typename Result, typename Undo>
 typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, Forward&& forward, Result&& result,
                                            Undo&& undo) {
   const StackId stack = capture_stack();
-  const char* const returned = a.out_of_memory_name ? a.out_of_memory_name : Api::kOutOfMemoryName;
+  const char* const returned = out_of_memory_name<Api>(a);
   // Under a cap, forwarded memory counts against it like a pool's segments would.
   const bool cap_first = d != nullptr && !a.size_known_after;
   if (cap_first && !d->ledger.admit(a.size, a.cuda_pool)) {

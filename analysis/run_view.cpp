@@ -202,12 +202,6 @@ bool read_file(const std::string& path, std::string* out, std::string* error) {
 
 std::string human_bytes(uint64_t b) { return format_bytes(b); }
 
-std::string human_delta(int64_t d) {
-  if (d == 0) return "0 B";
-  const uint64_t mag = d < 0 ? static_cast<uint64_t>(-(d + 1)) + 1 : static_cast<uint64_t>(d);
-  return (d < 0 ? "-" : "+") + human_bytes(mag);
-}
-
 std::string site_identity(const SiteView& s) { return gpushim::site_identity(s.device, s.kind, s.frames); }
 
 bool run_from_report(const ReportFile& file, const std::string& path, RunView* out) {

@@ -86,8 +86,7 @@ bool looks_like_report_or_trace(const char* head, size_t n);
 // file, line, module name), never raw addresses, which change with ASLR.
 std::string site_identity(const SiteView& s);
 
-// "12.0 MiB"-style bytes, and signed deltas ("+1.5 GiB").
+// "12.0 MiB"-style bytes (diff's signed changes: cmd_diff.cpp's change()).
 std::string human_bytes(uint64_t b);
-std::string human_delta(int64_t d);
 
 }  // namespace gpushim::analysis

@@ -1,6 +1,7 @@
 // Allocated and reserved device memory, per device, as a trace's events are applied in order.
-// "Reserved" is what the process holds from the driver: the pool's segments (or vmm mappings)
-// plus memory CUDA served directly (passthrough, graph capture), which has no segment of its own.
+// "Reserved" is what the process holds from the driver: the pool's segments (or vmm mappings, a
+// physical allocation mapped at two addresses counted once) plus memory CUDA served directly
+// (passthrough, graph capture), which has no segment of its own.
 #pragma once
 
 #include <algorithm>
@@ -42,13 +43,13 @@ class MemoryLevels {
       case EventKind::kSegmentAlloc:
       case EventKind::kSegmentMap: {
         Device& d = devices_[e.device];
-        d.segments += e.size;
+        if (!(e.flags & trace::kFlagSharedMapping)) d.segments += e.size;  // reserved at its other address
         return &d;
       }
       case EventKind::kSegmentFree:
       case EventKind::kSegmentUnmap: {
         Device& d = devices_[e.device];
-        d.segments -= std::min(d.segments, e.size);
+        if (!(e.flags & trace::kFlagSharedMapping)) d.segments -= std::min(d.segments, e.size);
         return &d;
       }
       default: return nullptr;

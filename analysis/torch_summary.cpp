@@ -160,9 +160,10 @@ class DeviceTally {
     segs_.erase(it);
   }
 
-  // vmm: a mapping next to a mapped run extends it, as an expandable segment grows.
-  void map(uint64_t addr, uint64_t size) {
-    stats_.mapping<Sync::kLocked>(static_cast<int64_t>(size), runs_.map(addr, size));
+  // vmm: a mapping next to a mapped run extends it, as an expandable segment grows. `shared`: the
+  // memory is mapped elsewhere too, and reserved there (trace_format.h, kFlagSharedMapping).
+  void map(uint64_t addr, uint64_t size, bool shared) {
+    stats_.mapping<Sync::kLocked>(shared ? 0 : static_cast<int64_t>(size), runs_.map(addr, size));
     auto after = segs_.find(addr + size);
     auto before = segs_.lower_bound(addr);
     Segment* grown = nullptr;
@@ -189,8 +190,8 @@ class DeviceTally {
     count_inactive(base, *grown);
   }
 
-  void unmap(uint64_t addr, uint64_t size) {
-    stats_.mapping<Sync::kLocked>(-static_cast<int64_t>(size), runs_.unmap(addr, size));
+  void unmap(uint64_t addr, uint64_t size, bool shared) {
+    stats_.mapping<Sync::kLocked>(shared ? 0 : -static_cast<int64_t>(size), runs_.unmap(addr, size));
     auto [base, seg] = containing(addr, size);
     if (!seg) return;
     Segment whole = std::move(*seg);
@@ -293,8 +294,10 @@ std::vector<TorchDeviceStats> from_trace(const RunView& run, const TraceData& t)
         break;
       case EventKind::kSegmentAlloc: tallies[e.device].segment_alloc(e.addr, e.size); break;
       case EventKind::kSegmentFree: tallies[e.device].segment_free(e.addr, e.size); break;
-      case EventKind::kSegmentMap: tallies[e.device].map(e.addr, e.size); break;
-      case EventKind::kSegmentUnmap: tallies[e.device].unmap(e.addr, e.size); break;
+      case EventKind::kSegmentMap: tallies[e.device].map(e.addr, e.size, e.flags & trace::kFlagSharedMapping); break;
+      case EventKind::kSegmentUnmap:
+        tallies[e.device].unmap(e.addr, e.size, e.flags & trace::kFlagSharedMapping);
+        break;
       case EventKind::kOom: ++ooms[e.device]; break;
       default: break;
     }

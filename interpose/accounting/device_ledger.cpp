@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "policy/forwarding_backend.h"
 #include "policy/limited_backend.h"
+#include "policy/shared_mappings.h"
 
 namespace gpushim {
 
@@ -30,7 +31,10 @@ class DeviceLedger::SegmentStats final : public ForwardingBackend {
     const CUresult r = upstream().map(va, size, h, off);
     if (r == CUDA_SUCCESS) {
       const int64_t runs = ledger_.mapped_runs_.map(va, size);
-      each([&](auto sync) { ledger_.torch_.mapping<sync.value>(static_cast<int64_t>(size), runs); });
+      // Memory mapped a second time is reserved once (shared_mappings.h); its address still
+      // joins or splits runs.
+      const int64_t bytes = shared_.map(va, h) ? static_cast<int64_t>(size) : 0;
+      each([&](auto sync) { ledger_.torch_.mapping<sync.value>(bytes, runs); });
     }
     return r;
   }
@@ -38,7 +42,8 @@ class DeviceLedger::SegmentStats final : public ForwardingBackend {
     const CUresult r = upstream().unmap(va, size);
     if (r == CUDA_SUCCESS) {
       const int64_t runs = ledger_.mapped_runs_.unmap(va, size);
-      each([&](auto sync) { ledger_.torch_.mapping<sync.value>(-static_cast<int64_t>(size), runs); });
+      const int64_t bytes = shared_.unmap(va) ? -static_cast<int64_t>(size) : 0;
+      each([&](auto sync) { ledger_.torch_.mapping<sync.value>(bytes, runs); });
     }
     return r;
   }
@@ -51,6 +56,7 @@ class DeviceLedger::SegmentStats final : public ForwardingBackend {
     else f(std::integral_constant<Sync, Sync::kShared>{});
   }
   DeviceLedger& ledger_;
+  SharedMappings shared_;
 };
 
 DeviceLedger::DeviceLedger(int ordinal, AllocationTracker& records) : ordinal_(ordinal), records_(records) {}

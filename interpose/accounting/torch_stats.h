@@ -13,7 +13,9 @@
 //                                 wait for before handing it out again.
 //   segment, reserved_bytes       memory held from the driver: a pool's segments (caching), its
 //                                 runs of adjacent mappings, as PyTorch's expandable segments grow
-//                                 (vmm), and every forwarded allocation as a segment of its own.
+//                                 (vmm; memory mapped at two addresses is reserved once,
+//                                 policy/shared_mappings.h), and every forwarded allocation as a
+//                                 segment of its own.
 //   inactive_split(_bytes)        "non-releasable": the free pieces of segments still partly in
 //                                 use (PyTorch: free blocks that are split). Kept by the core only
 //                                 where the pool tells each block's place in its segment

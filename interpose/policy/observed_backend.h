@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "policy/forwarding_backend.h"
+#include "policy/shared_mappings.h"
 
 namespace gpushim {
 
@@ -21,7 +22,9 @@ class SegmentObserver {
   virtual ~SegmentObserver() = default;
   // Called after the upstream call succeeded, on the thread that made it (possibly under the
   // pool's lock: implementations must be quick and must not call back into the pool).
-  virtual void on_segment(Change change, uintptr_t addr, uint64_t bytes) = 0;
+  // `shared` (kMap, kUnmap): the physical memory is mapped at another address too, so this call
+  // neither takes nor gives back memory (shared_mappings.h).
+  virtual void on_segment(Change change, uintptr_t addr, uint64_t bytes, bool shared) = 0;
   // Same rules. `ordinal`: the fence's (event's, synchronization's) number in the order the pool
   // recorded them, from 1; `queries_before`: how many queries of it had answered "not yet".
   enum class Reuse : uint8_t { kFenceDone, kFenceWaited, kEventDone, kSync };  // = trace::ReuseMoment
@@ -36,32 +39,32 @@ class ObservedBackend final : public ForwardingBackend {
 
   CUresult segment_alloc(size_t bytes, void** out) override {
     const CUresult r = upstream().segment_alloc(bytes, out);
-    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kAlloc, reinterpret_cast<uintptr_t>(*out), bytes);
+    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kAlloc, reinterpret_cast<uintptr_t>(*out), bytes, false);
     return r;
   }
   CUresult segment_free(void* p, size_t bytes) override {
     const CUresult r = upstream().segment_free(p, bytes);
-    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kFree, reinterpret_cast<uintptr_t>(p), bytes);
+    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kFree, reinterpret_cast<uintptr_t>(p), bytes, false);
     return r;
   }
   CUresult map(uintptr_t va, size_t size, uint64_t h, size_t off) override {
     const CUresult r = upstream().map(va, size, h, off);
-    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kMap, va, size);
+    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kMap, va, size, !shared_.map(va, h));
     return r;
   }
   CUresult unmap(uintptr_t va, size_t size) override {
     const CUresult r = upstream().unmap(va, size);
-    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kUnmap, va, size);
+    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kUnmap, va, size, !shared_.unmap(va));
     return r;
   }
   CUresult va_reserve(size_t size, uintptr_t hint, uintptr_t* out) override {
     const CUresult r = upstream().va_reserve(size, hint, out);
-    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kReserve, *out, size);
+    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kReserve, *out, size, false);
     return r;
   }
   CUresult va_free(uintptr_t va, size_t size) override {
     const CUresult r = upstream().va_free(va, size);
-    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kRelease, va, size);
+    if (r == CUDA_SUCCESS) obs_.on_segment(SegmentObserver::Change::kRelease, va, size, false);
     return r;
   }
 
@@ -142,6 +145,7 @@ class ObservedBackend final : public ForwardingBackend {
   // Under the pool's lock, like every call into a backend.
   std::unordered_map<uint64_t, Pending> fences_, events_;
   uint64_t fence_calls_ = 0, event_calls_ = 0, syncs_ = 0;
+  SharedMappings shared_;
 };
 
 }  // namespace gpushim

@@ -39,12 +39,13 @@ class SegmentTracer final : public SegmentObserver {
  public:
   SegmentTracer(trace::TraceRecorder& recorder, int device) : recorder_(recorder), device_(device) {}
   void set_order(trace::TraceOrderedResource* order) { order_ = order; }
-  void on_segment(Change change, uintptr_t addr, uint64_t bytes) override {
+  void on_segment(Change change, uintptr_t addr, uint64_t bytes, bool shared) override {
     TraceEvent e;
     e.t_ns = now_ns();
     e.addr = addr;
     e.size = bytes;
     stamp(&e);
+    if (shared) e.flags |= trace::kFlagSharedMapping;
     switch (change) {
       case Change::kAlloc: e.kind = EventKind::kSegmentAlloc; break;
       case Change::kFree: e.kind = EventKind::kSegmentFree; break;

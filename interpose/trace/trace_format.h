@@ -20,9 +20,9 @@ inline constexpr char kFileMagic[8] = {'G', 'P', 'U', 'S', 'H', 'I', 'M', 'T'};
 // Version of the chunk layouts below. A reader refuses a different major; a minor bump only adds
 // chunk types or trailing fields, which old readers skip.
 inline constexpr uint32_t kVersionMajor = 1;
-inline constexpr uint32_t kVersionMinor = 5;  // 1: kReuse and kCheckpoint events; 2: the end chunk's retries; 3:
+inline constexpr uint32_t kVersionMinor = 6;  // 1: kReuse and kCheckpoint events; 2: the end chunk's retries; 3:
                                               // kStreamRetired, kVaReserve, kVaFree; 4: the end chunk's reserved;
-                                              // 5: the end chunk's teardown moment
+                                              // 5: the end chunk's teardown moment; 6: kFlagSharedMapping
 
 inline constexpr uint32_t kChunkSync = 0x4B484347u;  // "GCHK" little-endian
 inline constexpr size_t kChunkHeaderSize = 16;
@@ -93,6 +93,11 @@ inline constexpr uint8_t kFlagPitched = 0x10;       // cudaMallocPitch: requeste
 // such number of the same device in the chunk, after the kind's fields). Readers order a device's
 // sequenced events by it: timestamps of concurrent pool operations can be inverted, these cannot.
 inline constexpr uint8_t kFlagSequenced = 0x20;
+// (minor 6) segment_map, segment_unmap: the physical memory is mapped at another address too
+// (policy/shared_mappings.h), so the event neither takes nor gives back memory; its address range
+// still counts for the layout. Readers of older traces cannot tell: there, reserved memory
+// computed from the mappings counts such memory once per address.
+inline constexpr uint8_t kFlagSharedMapping = 0x40;
 
 // An event's address that is a handle's key, not an address: a CUDA array (bit 62) or mipmapped
 // array (bit 61; accounting/array_books.h), or a cuMemCreate allocation (bit 63;

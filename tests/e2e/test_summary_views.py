@@ -238,6 +238,22 @@ class TorchTableOfReportAndTrace(ShimTestCase):
     def test_vmm(self):
         self.check("vmm", [program("e2e_train_loop"), "8"], split_from_report=False)
 
+    def test_vmm_reserves_memory_mapped_twice_once(self):
+        # Shapes that change make the arena lend chunk ends, mapping memory at a second address:
+        # the device holds it once, and so do torch's reserved figures and the trace's events.
+        recorded, trace = traced([program("e2e_cycling_shapes")], env={"GPUSHIM_POLICY": "vmm"})
+        self.check("vmm", [program("e2e_cycling_shapes")], split_from_report=False)
+        dev = recorded.device(0)
+        self.assertGreater(dev["pool"]["mapped_bytes"], dev["pool"]["reserved_bytes"])  # the case at hand
+        reserved = dev["torch"]["reserved_bytes"]["all"]
+        self.assertEqual(reserved["current"], dev["pool"]["reserved_bytes"])
+        self.assertEqual(reserved["peak"], dev["peak_reserved_bytes"])
+        summary = json.loads(analyze("summary", "--json", trace).stdout)
+        self.assertEqual(summary["devices"][0]["peak_reserved"], dev["peak_reserved_bytes"])
+        self.assertEqual(summary["devices"][0]["reserved"], dev["pool"]["reserved_bytes"])
+        # From the events themselves, not from the end record's figures that correct them.
+        self.assertFalse([n for n in summary["notes"] if "events account for" in n], summary["notes"])
+
     def test_a_trace_cut_short_says_so(self):
         # What was recorded, and the reader's note on stderr: the table alone looks like a whole run.
         recorded, trace = traced([program("e2e_train_loop"), "8"], env={"GPUSHIM_POLICY": "caching"})

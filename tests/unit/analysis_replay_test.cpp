@@ -193,7 +193,7 @@ TEST(Replay, OffersThePoliciesTheFactoryBuilds) {
 // and events complete late, at points only the device knows), then replays the trace.
 struct ReuseRecorder final : SegmentObserver {
   std::vector<TraceEvent>* out = nullptr;
-  void on_segment(Change change, uintptr_t addr, uint64_t bytes) override {
+  void on_segment(Change change, uintptr_t addr, uint64_t bytes, bool) override {
     EventKind kind;
     switch (change) {
       case Change::kAlloc: kind = EventKind::kSegmentAlloc; break;

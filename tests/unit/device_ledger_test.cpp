@@ -11,6 +11,7 @@
 
 #include "policy/caching_pool.h"
 #include "policy/sim_backend.h"
+#include "policy/vmm_pool.h"
 #include "test_sizes.h"
 
 namespace gpushim {
@@ -208,6 +209,48 @@ TEST(DeviceLedger, PooledAndForwardedWritersOfOneDeviceStayExact) {
   PoolFigures f;
   b.pool->figures(&f);
   EXPECT_EQ(b.ledger.budget().held(), f.reserved_bytes);
+}
+
+// The vmm arena maps a chunk's free tail a second time under a new block (lending, vmm_arena.h):
+// the device holds that memory once, so PyTorch's reserved_bytes counts it once and equals the
+// pool's reserved (it counted every address: 8 MiB reserved where the device held 6).
+TEST(DeviceLedger, VmmMemoryMappedTwiceIsReservedOnce) {
+  Ledgers ledgers;
+  DeviceLedger ledger(0, ledgers.records());
+  SimBackend sim(1024 * MiB);
+  VmmPool pool(ledger.capped(sim), VmmPoolOptions{});
+  ledger.serve_with(&pool);
+  ledgers.add(&ledger);
+  auto alloc = [&](size_t n) {
+    AllocationRecord rec{0, n, 1, 1, 0, MemoryKind::kDevice, Route::kPooled, 3};
+    void* p = nullptr;
+    return ledger.pool_allocate(AllocRequest{n, nullptr, false}, &p, rec, false) == CUDA_SUCCESS ? p : nullptr;
+  };
+  auto free = [&](void* p) {
+    AllocationRecord rec;
+    DeviceLedger* owner = nullptr;
+    return ledgers.release_pooled(p, nullptr, false, false, &rec, &owner);
+  };
+  auto reserved = [&] { return ledger.torch_figures().stat[torch_stats::kReservedBytes][torch_stats::kAll]; };
+  void* a = alloc(512 << 10);
+  void* f = alloc(1536 << 10);  // the rest of a's chunk
+  ASSERT_NE(alloc(2 * MiB), nullptr);
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(free(f), CUDA_SUCCESS);
+  sim.complete_events();
+  void* big = alloc(3 * MiB);  // starts on f's memory, mapped again; one new chunk
+  ASSERT_NE(big, nullptr);
+  ASSERT_EQ(pool.stats().aliases, 1u) << "the case at hand";
+  EXPECT_EQ(sim.used(), 6 * MiB);
+  EXPECT_EQ(reserved().current, 6 * MiB);
+  EXPECT_EQ(reserved().peak, 6 * MiB);
+  EXPECT_EQ(reserved().current, ledger.figures().reserved_bytes);
+  // The second mapping goes with the block: the memory stays reserved at its first address.
+  ASSERT_EQ(free(big), CUDA_SUCCESS);
+  pool.release_cached();
+  EXPECT_EQ(sim.used(), 4 * MiB);
+  EXPECT_EQ(reserved().current, 4 * MiB);
+  EXPECT_EQ(reserved().peak, 6 * MiB);
 }
 
 }  // namespace

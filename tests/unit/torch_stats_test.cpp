@@ -100,7 +100,7 @@ TEST(TorchStats, MappedRunsCountAdjacentMappingsAsOneSegment) {
 class Segments final : public SegmentObserver {
  public:
   explicit Segments(DeviceStats& s) : stats_(s) {}
-  void on_segment(Change change, uintptr_t addr, uint64_t bytes) override {
+  void on_segment(Change change, uintptr_t addr, uint64_t bytes, bool) override {
     if (change == Change::kAlloc) {
       map_[addr] = bytes;
       stats_.segment<Sync::kLocked>(bytes, +1);

@@ -310,7 +310,7 @@ class DiskFull(ShimTestCase):
                 mnt = os.path.realpath(tempfile.mkdtemp(prefix="gpushim-full-"))
                 env = base_env({"GPUSHIM_TRACE": os.path.join(mnt, "t.trace"), "GPUSHIM_REPORT": "off",
                                 "GPUSHIM_SUMMARY": "0"}, preload=False)
-                proc, _ = on_full_disk(how, mnt, 0, [program("e2e_soak"), "4", "2", "20000", "1", "1000", "8"], env)
+                proc, _ = on_full_disk(how, mnt, 0, [program("e2e_soak"), "4", "2", "4000", "1", "1000", "8"], env)
                 check_sanitizer_clean(proc.stderr, "e2e_soak")
                 self.assertEqual(proc.returncode, 0, proc.stderr)
                 # One notice, however many events follow; the soak itself finished and checked its data.

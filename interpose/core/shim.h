@@ -415,6 +415,11 @@ class Shim {
   // May `d`'s pool serve an allocation under the calling thread's context (DriverBackend::
   // current_context)? Asked once the program has made a context of its own.
   bool pool_serves_current_context(DeviceState* d, bool stream_ordered);
+  // What CUDA answers a free of `ptr`, if it is a pooled block, under the calling thread's
+  // context: the driver's refusal when that context was destroyed while current here (CUDA
+  // refuses before it looks at the pointer), else CUDA_SUCCESS. Asked once the program has made a
+  // context of its own.
+  CUresult pooled_free_refused(void* ptr);
   // The module that called into CUDA: the outermost hook's caller, or the first frame outside
   // libcudart, libcuda and the shim when that caller is the runtime acting for someone.
   ModuleId caller_module();

@@ -603,6 +603,19 @@ bool Shim::pool_serves_current_context(DeviceState* d, bool stream_ordered) {
   return true;
 }
 
+CUresult Shim::pooled_free_refused(void* ptr) {
+  const int dev = pooled_device_of(ptr, pooled_devices_.load(std::memory_order_acquire));
+  DeviceState* d = dev >= 0 ? existing_device(dev) : nullptr;
+  // A live context of the program's frees any pointer (unified addressing), as the primary does.
+  if (d == nullptr || pool_serves_current_context(d, /*stream_ordered=*/true)) return CUDA_SUCCESS;
+  // The driver's own code for it: which one a real driver gives (CUDA_ERROR_CONTEXT_IS_DESTROYED,
+  // or CUDA_ERROR_INVALID_CONTEXT) no document says.
+  const RealDriver& drv = real_driver();
+  CUdevice any = 0;
+  const CUresult r = drv.cuCtxGetDevice != nullptr ? drv.cuCtxGetDevice(&any) : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  return r != CUDA_SUCCESS ? r : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+}
+
 CUresult Shim::runtime_release(int ordinal, absl::FunctionRef<CUresult()> release) {
   if (forked_child_) return release();
   // Alone, as mempool_destroy: no reading names a pool while the release may destroy it.

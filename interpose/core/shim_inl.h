@@ -223,6 +223,12 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   // is the graph's).
   if (api != FreeApi::kHost && (!stream_ordered || !stream_capturing(stream)) && capture_forbids_unsafe_call(-1))
     return Api::refuse(Api::kCaptureUnsupported);
+  // Under a context destroyed while current here CUDA refuses every free before it looks at the
+  // pointer; a pooled block must get that answer too, and stay live and accounted (the program
+  // may free it from another thread). No program context made, nothing to ask: one load.
+  if (program_contexts_made() && api != FreeApi::kArray)
+    if (const CUresult refused = pooled_free_refused(ptr); refused != CUDA_SUCCESS)
+      return Api::refuse(Api::from_pool(refused));
   if (stream_ordered) learn_stream(stream);  // a pool's block will name it
   // Freed on a stream that is capturing: CUDA makes that a free node of the graph, and the memory
   // is freed when the graph is launched, not now; until then the captured work may still write

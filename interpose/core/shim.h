@@ -415,11 +415,12 @@ class Shim {
   // May `d`'s pool serve an allocation under the calling thread's context (DriverBackend::
   // current_context)? Asked once the program has made a context of its own.
   bool pool_serves_current_context(DeviceState* d, bool stream_ordered);
-  // What CUDA answers a free of `ptr`, if it is a pooled block, under the calling thread's
-  // context: the driver's refusal when that context was destroyed while current here (CUDA
-  // refuses before it looks at the pointer), else CUDA_SUCCESS. Asked once the program has made a
-  // context of its own.
-  CUresult pooled_free_refused(void* ptr);
+  // What CUDA answers a free of `ptr`, if it is a pooled block, for want of a context to free it
+  // in (it refuses before it looks at the pointer): the driver's refusal under a context destroyed
+  // while current here; for the driver API (`driver_api`), also CUDA_ERROR_INVALID_CONTEXT on a
+  // thread with none, unless a created stream names the context. Else CUDA_SUCCESS. The runtime
+  // API's hooks ask once the program has made a context of its own.
+  CUresult pooled_free_refused(void* ptr, CUstream stream, bool stream_ordered, bool driver_api);
   // The module that called into CUDA: the outermost hook's caller, or the first frame outside
   // libcudart, libcuda and the shim when that caller is the runtime acting for someone.
   ModuleId caller_module();

@@ -603,14 +603,24 @@ bool Shim::pool_serves_current_context(DeviceState* d, bool stream_ordered) {
   return true;
 }
 
-CUresult Shim::pooled_free_refused(void* ptr) {
+CUresult Shim::pooled_free_refused(void* ptr, CUstream stream, bool stream_ordered, bool driver_api) {
+  const RealDriver& drv = real_driver();
+  if (driver_api) {
+    // The driver frees in the context a created stream belongs to, and otherwise in the caller's
+    // (cuMemFree; stream 0, the legacy and per-thread streams are the current context's), which
+    // it does not make as the runtime does.
+    if (stream_ordered && names_created_stream(stream)) return CUDA_SUCCESS;
+    CUcontext current = nullptr;
+    if (drv.cuCtxGetCurrent != nullptr && drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == nullptr)
+      return is_pooled_block(ptr) ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+    if (!program_contexts_made()) return CUDA_SUCCESS;
+  }
   const int dev = pooled_device_of(ptr, pooled_devices_.load(std::memory_order_acquire));
   DeviceState* d = dev >= 0 ? existing_device(dev) : nullptr;
   // A live context of the program's frees any pointer (unified addressing), as the primary does.
   if (d == nullptr || pool_serves_current_context(d, /*stream_ordered=*/true)) return CUDA_SUCCESS;
   // The driver's own code for it: which one a real driver gives (CUDA_ERROR_CONTEXT_IS_DESTROYED,
   // or CUDA_ERROR_INVALID_CONTEXT) no document says.
-  const RealDriver& drv = real_driver();
   CUdevice any = 0;
   const CUresult r = drv.cuCtxGetDevice != nullptr ? drv.cuCtxGetDevice(&any) : CUDA_ERROR_CONTEXT_IS_DESTROYED;
   return r != CUDA_SUCCESS ? r : CUDA_ERROR_CONTEXT_IS_DESTROYED;

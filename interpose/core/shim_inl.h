@@ -223,11 +223,13 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   // is the graph's).
   if (api != FreeApi::kHost && (!stream_ordered || !stream_capturing(stream)) && capture_forbids_unsafe_call(-1))
     return Api::refuse(Api::kCaptureUnsupported);
-  // Under a context destroyed while current here CUDA refuses every free before it looks at the
-  // pointer; a pooled block must get that answer too, and stay live and accounted (the program
-  // may free it from another thread). No program context made, nothing to ask: one load.
-  if (program_contexts_made() && api != FreeApi::kArray)
-    if (const CUresult refused = pooled_free_refused(ptr); refused != CUDA_SUCCESS)
+  // Where CUDA has no context to free in it refuses before it looks at the pointer; a pooled block
+  // must get that answer too, and stay live and accounted (the program may free it from another
+  // thread). The runtime binds a thread with none, so its hooks ask only once the program has
+  // made a context (one load otherwise); the driver's ask whether the thread has one.
+  constexpr bool driver_api = std::is_same_v<typename Api::Code, CUresult>;
+  if (api == FreeApi::kDevice && (driver_api || program_contexts_made()))
+    if (const CUresult refused = pooled_free_refused(ptr, stream, stream_ordered, driver_api); refused != CUDA_SUCCESS)
       return Api::refuse(Api::from_pool(refused));
   if (stream_ordered) learn_stream(stream);  // a pool's block will name it
   // Freed on a stream that is capturing: CUDA makes that a free node of the graph, and the memory

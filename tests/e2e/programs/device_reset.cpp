@@ -21,7 +21,9 @@
 //                   must be refused as CUDA refuses them (context is destroyed), even with a pool
 //                   that has room, and so must its cudaFree, cudaFreeAsync and cuMemFree of memory
 //                   the primary context's thread allocated (which stays the program's, and holds
-//                   its data); all work again once the thread binds the primary context
+//                   its data); all work again once the thread binds the primary context. A
+//                   thread whose first runtime calls come under that context and ask the default
+//                   memory pool is refused too
 //   own_context_only:
 //                   a program whose only context is one it made (cuCtxCreate before any runtime
 //                   call) allocates with the runtime: the memory is that context's, and the
@@ -34,6 +36,7 @@
 //                   is reset (cuDevicePrimaryCtxReset) or destroyed by its last release: the
 //                   primary context's (device, pinned host and managed memory: freed), a created
 //                   context's and cuMemCreate's (no context: both survive, and hold their data)
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <string>
@@ -365,6 +368,25 @@ int destroyed_elsewhere() {
       .join();
   bool owned_by_created = false;
   int plain = -1, async = -1, after = -1, free_plain = -1, free_async = -1, free_driver = -1;
+  // A thread whose first runtime calls, under the destroyed context, ask the device's default
+  // pool, which the shim's pool answers for.
+  cudaMemPool_t pool = nullptr;
+  CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  std::atomic<int> stage{0};
+  int pool_get = -1, pool_set = -1, pool_trim = -1;
+  std::thread first_calls([&] {
+    testsupport::make_current(created);
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    cuuint64_t value = 0;
+    pool_get = static_cast<int>(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &value));
+    cudaGetLastError();
+    pool_set = static_cast<int>(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &value));
+    cudaGetLastError();
+    pool_trim = static_cast<int>(cudaMemPoolTrimTo(pool, 0));
+    cudaGetLastError();
+  });
+  while (stage.load() != 1) std::this_thread::yield();
   std::thread([&] {
     testsupport::make_current(created);
     void* p = nullptr;
@@ -391,14 +413,18 @@ int destroyed_elsewhere() {
     if (after == 0) after = write_and_verify(q, 4096, 0x3C) ? 0 : -2;
     if (q) CHECK(cudaFree(q));
   }).join();
+  stage = 2;
+  first_calls.join();
   gpushim_device_stats st{};
   const bool shim = testsupport::shim_stats(0, &st);
   const bool kept_holds = reads_back(kept, 4096, 0x5A);
   const int free_later = static_cast<int>(cudaFree(kept));
   std::printf("{\"owned_by_created\": %s, \"plain\": %d, \"async\": %d, \"after\": %d, \"free_plain\": %d, "
-              "\"free_async\": %d, \"free_driver\": %d, \"kept_live\": %s, \"kept_holds\": %s, \"free_later\": %d}\n",
+              "\"free_async\": %d, \"free_driver\": %d, \"kept_live\": %s, \"kept_holds\": %s, \"free_later\": %d, "
+              "\"pool_get\": %d, \"pool_set\": %d, \"pool_trim\": %d}\n",
               owned_by_created ? "true" : "false", plain, async, after, free_plain, free_async, free_driver,
-              !shim || st.live_count == 1 ? "true" : "false", kept_holds ? "true" : "false", free_later);
+              !shim || st.live_count == 1 ? "true" : "false", kept_holds ? "true" : "false", free_later, pool_get,
+              pool_set, pool_trim);
   return 0;
 }
 

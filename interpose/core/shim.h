@@ -412,9 +412,10 @@ class Shim {
   // One line with the caller's stack; counts the invalid free (RunRecorder::invalid_free).
   // `returned`: the name of the code the caller got (ApiOf<...>::name).
   void warn_invalid_free(const void* ptr, FreeApi api, const char* what, const char* returned);
-  // A pool serves cudaMalloc without the real one running, which would have made the device's
-  // primary context current on the calling thread: programs that go on with driver calls (or
-  // pointer queries) rely on that. Done once per thread that has no current context.
+  // A pool serves cudaMalloc (and cudaFree) without the real one running, which would have made
+  // the device's primary context current on the calling thread: programs that go on with driver
+  // calls (or pointer queries) rely on that. Done once per thread that has no current context.
+  // `device` -1: the thread's current device (cudaFree binds that one, whatever the pointer's).
   void bind_thread_context(int device);
   // May `d`'s pool serve an allocation under the calling thread's context (DriverBackend::
   // current_context)? Asked once the program has made a context of its own.

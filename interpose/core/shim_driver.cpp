@@ -27,7 +27,9 @@ void Shim::bind_thread_context(int dev) {
   CUcontext current = nullptr;
   if (drv.cuCtxGetCurrent == nullptr || drv.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != nullptr) return;
   // No context at all: exactly when the real cudaMalloc would have bound the primary one.
-  if (const RealRuntime& rt = real_runtime(); rt.cudaSetDevice) rt.cudaSetDevice(dev);
+  const RealRuntime& rt = real_runtime();
+  if (dev < 0 && (rt.cudaGetDevice == nullptr || rt.cudaGetDevice(&dev) != cudaSuccess)) return;
+  if (rt.cudaSetDevice) rt.cudaSetDevice(dev);
 }
 
 // ---- attribution ----

@@ -261,6 +261,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   if (pooled == CUDA_ERROR_NOT_PERMITTED) return mismatched_pooled_free(owner, ptr, stream, stream_ordered, forward);
   if (pooled != CUDA_ERROR_NOT_FOUND) {
     if (pooled != CUDA_SUCCESS) return Api::from_pool(pooled);
+    if constexpr (!driver_api) bind_thread_context(-1);  // as the real cudaFree would have
     const uint64_t t = record_time_ns();
     if (tracing_) recorded_trace_free(t, key, rec, stream, stream_ordered);
     recorded_free(t, key, rec, /*late_check=*/true);
@@ -284,6 +285,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
       books_.restore(key, rec);
       return Api::from_pool(r);
     }
+    if constexpr (!driver_api) bind_thread_context(-1);
   } else {
     // Out of its CUDA pool's books too, before CUDA may hand the address out again.
     const CUmemoryPool from = pools_owner != nullptr && pools_owner->ledger.uses_cuda_pools()

@@ -69,6 +69,19 @@ void driver_calls(void* keep) {
   }).join();
   CHECK(cudaStreamSynchronize(created));
   CHECK(cudaStreamDestroy(created));
+  // A thread's cudaFree makes the primary context current there, as a cudaMalloc does, and its
+  // driver calls then have one.
+  void* first = nullptr;
+  void* second = nullptr;
+  CHECK(cudaMalloc(&first, 4096));
+  CHECK(cudaMalloc(&second, 4096));
+  std::thread([&] {
+    note("free_on_fresh_thread", cudaFree(first));
+    CUcontext current = nullptr;
+    CHECK_CU(testsupport::driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")(&current));
+    g_results.emplace_back("context_after_free", null_or_not(current));
+    note_driver("cu_free_after_free", cu.MemFree(reinterpret_cast<CUdeviceptr>(second)));
+  }).join();
 }
 
 }  // namespace

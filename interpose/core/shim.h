@@ -196,11 +196,14 @@ class Shim {
   // ---- the memory-pool API (core/shim_driver.cpp) ----
   // A device's default pool is served by the device's own pool: its attributes are our figures
   // (the report's), and trimming releases our cached memory. Each returns nullopt when the call
-  // is not ours to answer (another pool, passthrough, an attribute only CUDA acts on): the hook
-  // then forwards it.
-  std::optional<CUresult> mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
-  std::optional<CUresult> mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
-  std::optional<CUresult> mempool_trim_to(CUmemoryPool pool, size_t keep);
+  // is not ours to answer (another pool, passthrough, an attribute only CUDA acts on, a runtime
+  // call under a context destroyed while current here, which CUDA's runtime refuses): the hook
+  // then forwards it. `runtime_api`: asked for the runtime's call (cudaMemPool*).
+  std::optional<CUresult> mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value,
+                                                bool runtime_api);
+  std::optional<CUresult> mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value,
+                                                bool runtime_api);
+  std::optional<CUresult> mempool_trim_to(CUmemoryPool pool, size_t keep, bool runtime_api);
   // cuDeviceSetMemPool succeeded: `device`'s stream-ordered allocations come from `pool` now.
   void mempool_current_set(int device, CUmemoryPool pool);
   // A trim CUDA served (cuMemPoolTrimTo or the runtime's) succeeded: what `pool` reserves is read
@@ -352,7 +355,8 @@ class Shim {
   DeviceState* current_device_state();
   static bool stream_capturing(CUstream stream);
   // The device whose default memory pool `pool` is, if its pool serves it; null otherwise.
-  DeviceState* served_default_mempool(CUmemoryPool pool);
+  // `runtime_api`: not for a runtime call the current context cannot take (mempool_get_attribute).
+  DeviceState* served_default_mempool(CUmemoryPool pool, bool runtime_api);
   CUmemoryPool default_mempool(int ordinal);  // learned from the driver once; null if unknown
   // True when CUDA forbids a potentially unsafe call (cudaMalloc, cudaFree, cudaMallocAsync on a
   // stream that is not capturing, pool queries) on this thread now: a capture in global or
@@ -408,13 +412,20 @@ class Shim {
   // One line with the caller's stack; counts the invalid free (RunRecorder::invalid_free).
   // `returned`: the name of the code the caller got (ApiOf<...>::name).
   void warn_invalid_free(const void* ptr, FreeApi api, const char* what, const char* returned);
-  // A pool serves cudaMalloc without the real one running, which would have made the device's
-  // primary context current on the calling thread: programs that go on with driver calls (or
-  // pointer queries) rely on that. Done once per thread that has no current context.
+  // A pool serves cudaMalloc (and cudaFree) without the real one running, which would have made
+  // the device's primary context current on the calling thread: programs that go on with driver
+  // calls (or pointer queries) rely on that. Done once per thread that has no current context.
+  // `device` -1: the thread's current device (cudaFree binds that one, whatever the pointer's).
   void bind_thread_context(int device);
   // May `d`'s pool serve an allocation under the calling thread's context (DriverBackend::
   // current_context)? Asked once the program has made a context of its own.
   bool pool_serves_current_context(DeviceState* d, bool stream_ordered);
+  // What CUDA answers a free of `ptr`, if it is a pooled block, for want of a context to free it
+  // in (it refuses before it looks at the pointer): the driver's refusal under a context destroyed
+  // while current here; for the driver API (`driver_api`), also CUDA_ERROR_INVALID_CONTEXT on a
+  // thread with none, unless a created stream names the context. Else CUDA_SUCCESS. The runtime
+  // API's hooks ask once the program has made a context of its own.
+  CUresult pooled_free_refused(void* ptr, CUstream stream, bool stream_ordered, bool driver_api);
   // The module that called into CUDA: the outermost hook's caller, or the first frame outside
   // libcudart, libcuda and the shim when that caller is the runtime acting for someone.
   ModuleId caller_module();

@@ -27,7 +27,9 @@ void Shim::bind_thread_context(int dev) {
   CUcontext current = nullptr;
   if (drv.cuCtxGetCurrent == nullptr || drv.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != nullptr) return;
   // No context at all: exactly when the real cudaMalloc would have bound the primary one.
-  if (const RealRuntime& rt = real_runtime(); rt.cudaSetDevice) rt.cudaSetDevice(dev);
+  const RealRuntime& rt = real_runtime();
+  if (dev < 0 && (rt.cudaGetDevice == nullptr || rt.cudaGetDevice(&dev) != cudaSuccess)) return;
+  if (rt.cudaSetDevice) rt.cudaSetDevice(dev);
 }
 
 // ---- attribution ----
@@ -273,7 +275,7 @@ CUmemoryPool Shim::default_mempool(int ordinal) {
   return h;
 }
 
-DeviceState* Shim::served_default_mempool(CUmemoryPool pool) {
+DeviceState* Shim::served_default_mempool(CUmemoryPool pool, bool runtime_api) {
   // A fork child cannot use its parent's pools (see device_alloc); passthrough has none.
   if (pool == nullptr || forked_child_ || config_.policy == PolicyKind::kPassthrough) return nullptr;
   const RealDriver& drv = real_driver();
@@ -284,7 +286,12 @@ DeviceState* Shim::served_default_mempool(CUmemoryPool pool) {
     // A program may ask before its first allocation (PyTorch sets the release threshold first):
     // the device's state is created now, as that allocation would have.
     DeviceState* d = device(i);
-    return d != nullptr && d->pool != nullptr ? d : nullptr;
+    if (d == nullptr || d->pool == nullptr) return nullptr;
+    // CUDA's runtime works in the current context and refuses every call under one destroyed
+    // while current here: CUDA answers then (the driver's calls name the pool, not a context).
+    if (runtime_api && program_contexts_made() && !pool_serves_current_context(d, /*stream_ordered=*/true))
+      return nullptr;
+    return d;
   }
   return nullptr;
 }
@@ -306,9 +313,10 @@ bool served_mempool_attribute(CUmemPool_attribute attr) {
 }
 }  // namespace
 
-std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value,
+                                                    bool runtime_api) {
   uint64_t v = 0;
-  DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool) : nullptr;
+  DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool, runtime_api) : nullptr;
   if (d == nullptr) return std::nullopt;
   // CUDA refuses the query during a capture that forbids unsafe calls, and the capture is then
   // invalidated (an H200: tests/gpu/capture_queries_h200.jsonl): answering it ourselves must not let
@@ -328,8 +336,9 @@ std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool
   return CUDA_SUCCESS;
 }
 
-std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
-  DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool) : nullptr;
+std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value,
+                                                    bool runtime_api) {
+  DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool, runtime_api) : nullptr;
   if (d == nullptr) return std::nullopt;
   // Setting is checked as getting is (an H200 refused both during a conflicting capture).
   if (capture_forbids_unsafe_call(d->ordinal)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -357,8 +366,8 @@ std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool
   }
 }
 
-std::optional<CUresult> Shim::mempool_trim_to(CUmemoryPool pool, size_t keep) {
-  DeviceState* d = served_default_mempool(pool);
+std::optional<CUresult> Shim::mempool_trim_to(CUmemoryPool pool, size_t keep, bool runtime_api) {
+  DeviceState* d = served_default_mempool(pool, runtime_api);
   if (d == nullptr) return std::nullopt;
   if (capture_forbids_unsafe_call(d->ordinal)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // as the query above
   d->pool->trim_to(keep);
@@ -601,6 +610,29 @@ bool Shim::pool_serves_current_context(DeviceState* d, bool stream_ordered) {
       return false;
   }
   return true;
+}
+
+CUresult Shim::pooled_free_refused(void* ptr, CUstream stream, bool stream_ordered, bool driver_api) {
+  const RealDriver& drv = real_driver();
+  if (driver_api) {
+    // The driver frees in the context a created stream belongs to, and otherwise in the caller's
+    // (cuMemFree; stream 0, the legacy and per-thread streams are the current context's), which
+    // it does not make as the runtime does.
+    if (stream_ordered && names_created_stream(stream)) return CUDA_SUCCESS;
+    CUcontext current = nullptr;
+    if (drv.cuCtxGetCurrent != nullptr && drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == nullptr)
+      return is_pooled_block(ptr) ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+    if (!program_contexts_made()) return CUDA_SUCCESS;
+  }
+  const int dev = pooled_device_of(ptr, pooled_devices_.load(std::memory_order_acquire));
+  DeviceState* d = dev >= 0 ? existing_device(dev) : nullptr;
+  // A live context of the program's frees any pointer (unified addressing), as the primary does.
+  if (d == nullptr || pool_serves_current_context(d, /*stream_ordered=*/true)) return CUDA_SUCCESS;
+  // The driver's own code for it: which one a real driver gives (CUDA_ERROR_CONTEXT_IS_DESTROYED,
+  // or CUDA_ERROR_INVALID_CONTEXT) no document says.
+  CUdevice any = 0;
+  const CUresult r = drv.cuCtxGetDevice != nullptr ? drv.cuCtxGetDevice(&any) : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  return r != CUDA_SUCCESS ? r : CUDA_ERROR_CONTEXT_IS_DESTROYED;
 }
 
 CUresult Shim::runtime_release(int ordinal, absl::FunctionRef<CUresult()> release) {

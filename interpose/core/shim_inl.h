@@ -223,6 +223,14 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   // is the graph's).
   if (api != FreeApi::kHost && (!stream_ordered || !stream_capturing(stream)) && capture_forbids_unsafe_call(-1))
     return Api::refuse(Api::kCaptureUnsupported);
+  // Where CUDA has no context to free in it refuses before it looks at the pointer; a pooled block
+  // must get that answer too, and stay live and accounted (the program may free it from another
+  // thread). The runtime binds a thread with none, so its hooks ask only once the program has
+  // made a context (one load otherwise); the driver's ask whether the thread has one.
+  constexpr bool driver_api = std::is_same_v<typename Api::Code, CUresult>;
+  if (api == FreeApi::kDevice && (driver_api || program_contexts_made()))
+    if (const CUresult refused = pooled_free_refused(ptr, stream, stream_ordered, driver_api); refused != CUDA_SUCCESS)
+      return Api::refuse(Api::from_pool(refused));
   if (stream_ordered) learn_stream(stream);  // a pool's block will name it
   // Freed on a stream that is capturing: CUDA makes that a free node of the graph, and the memory
   // is freed when the graph is launched, not now; until then the captured work may still write
@@ -253,6 +261,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   if (pooled == CUDA_ERROR_NOT_PERMITTED) return mismatched_pooled_free(owner, ptr, stream, stream_ordered, forward);
   if (pooled != CUDA_ERROR_NOT_FOUND) {
     if (pooled != CUDA_SUCCESS) return Api::from_pool(pooled);
+    if constexpr (!driver_api) bind_thread_context(-1);  // as the real cudaFree would have
     const uint64_t t = record_time_ns();
     if (tracing_) recorded_trace_free(t, key, rec, stream, stream_ordered);
     recorded_free(t, key, rec, /*late_check=*/true);
@@ -276,6 +285,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
       books_.restore(key, rec);
       return Api::from_pool(r);
     }
+    if constexpr (!driver_api) bind_thread_context(-1);
   } else {
     // Out of its CUDA pool's books too, before CUDA may hand the address out again.
     const CUmemoryPool from = pools_owner != nullptr && pools_owner->ledger.uses_cuda_pools()

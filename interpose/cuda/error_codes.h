@@ -28,6 +28,7 @@ inline cudaError_t to_runtime_error(CUresult r) {
     case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: return cudaErrorStreamCaptureUnsupported;
     case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: return cudaErrorStreamCaptureInvalidated;
     case CUDA_ERROR_INVALID_HANDLE: return cudaErrorInvalidResourceHandle;
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED: return cudaErrorContextIsDestroyed;
     default: return cudaErrorUnknown;
   }
 }
@@ -47,6 +48,7 @@ inline CUresult to_driver_error(cudaError_t e) {
     case cudaErrorStreamCaptureUnsupported: return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     case cudaErrorStreamCaptureInvalidated: return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     case cudaErrorInvalidResourceHandle: return CUDA_ERROR_INVALID_HANDLE;
+    case cudaErrorContextIsDestroyed: return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     default: return CUDA_ERROR_UNKNOWN;
   }
 }

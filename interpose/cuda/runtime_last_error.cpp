@@ -24,6 +24,11 @@ void set_runtime_last_error(cudaError_t code) {
   } else if (code == cudaErrorInvalidValue) {
     // A null out-pointer is refused before anything else happens.
     rt.cudaMalloc(nullptr, 0);
+  } else if ((code == cudaErrorContextIsDestroyed || code == cudaErrorDeviceUninitialized) && rt.cudaMemGetInfo) {
+    // Said for a context that refuses every call (destroyed while current here): a query that
+    // changes nothing gets the same refusal, and the runtime records it.
+    size_t free = 0, total = 0;
+    rt.cudaMemGetInfo(&free, &total);
   }
 }
 

@@ -10,8 +10,10 @@ namespace gpushim {
 
 // Makes the real runtime record `code` as the calling thread's last error, with a call that has
 // no other effect. Handles cudaErrorMemoryAllocation and cudaErrorInvalidValue (the codes the shim
-// produces itself); does nothing for other codes, and nothing while a stream capture is active
-// (a runtime allocation call there could invalidate the capture).
+// produces itself), and the refusals of a destroyed context (cudaErrorContextIsDestroyed,
+// cudaErrorDeviceUninitialized: the runtime says them itself there); does nothing for other
+// codes, and nothing while a stream capture is active (a runtime allocation call there could
+// invalidate the capture).
 void set_runtime_last_error(cudaError_t code);
 
 }  // namespace gpushim

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/driver_api.h"
@@ -54,6 +55,33 @@ void driver_calls(void* keep) {
   note_driver("cu_free_of_pinned_host", cu.MemFree(reinterpret_cast<CUdeviceptr>(pinned)));
   note_driver("cu_free_host_of_pinned", cu.MemFreeHost(pinned));
   std::free(heap);
+  // On a thread with no current context the driver has none to free in (the runtime would bind
+  // one), whatever the pointer; a created stream names its own.
+  void* spare = nullptr;
+  CHECK(cudaMalloc(&spare, 4096));
+  cudaStream_t created = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+  std::thread([&] {
+    note_driver("cu_free_no_context", cu.MemFree(k));
+    note_driver("cu_free_async_no_context", cu.MemFreeAsync(k, nullptr));
+    note_driver("cu_free_async_created_stream_no_context",
+                cu.MemFreeAsync(reinterpret_cast<CUdeviceptr>(spare), reinterpret_cast<CUstream>(created)));
+  }).join();
+  CHECK(cudaStreamSynchronize(created));
+  CHECK(cudaStreamDestroy(created));
+  // A thread's cudaFree makes the primary context current there, as a cudaMalloc does, and its
+  // driver calls then have one.
+  void* first = nullptr;
+  void* second = nullptr;
+  CHECK(cudaMalloc(&first, 4096));
+  CHECK(cudaMalloc(&second, 4096));
+  std::thread([&] {
+    note("free_on_fresh_thread", cudaFree(first));
+    CUcontext current = nullptr;
+    CHECK_CU(testsupport::driver_function<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")(&current));
+    g_results.emplace_back("context_after_free", null_or_not(current));
+    note_driver("cu_free_after_free", cu.MemFree(reinterpret_cast<CUdeviceptr>(second)));
+  }).join();
 }
 
 }  // namespace

@@ -19,7 +19,11 @@
 //                   runtime allocations there must be that context's, not the pool's; then
 //                   another thread destroys it, and the thread's cudaMalloc and cudaMallocAsync
 //                   must be refused as CUDA refuses them (context is destroyed), even with a pool
-//                   that has room, and work again once the thread binds the primary context
+//                   that has room, and so must its cudaFree, cudaFreeAsync and cuMemFree of memory
+//                   the primary context's thread allocated (which stays the program's, and holds
+//                   its data); all work again once the thread binds the primary context. A
+//                   thread whose first runtime calls come under that context and ask the default
+//                   memory pool is refused too
 //   own_context_only:
 //                   a program whose only context is one it made (cuCtxCreate before any runtime
 //                   call) allocates with the runtime: the memory is that context's, and the
@@ -32,6 +36,7 @@
 //                   is reset (cuDevicePrimaryCtxReset) or destroyed by its last release: the
 //                   primary context's (device, pinned host and managed memory: freed), a created
 //                   context's and cuMemCreate's (no context: both survive, and hold their data)
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <string>
@@ -52,14 +57,18 @@ __attribute__((noinline)) void* held_across_reset(size_t bytes) {
   return p;
 }
 
-// Writes `value` through the whole block and reads it back.
-bool write_and_verify(void* p, size_t bytes, int value) {
-  if (cudaMemset(p, value, bytes) != cudaSuccess) return false;
+// Whether the whole block holds `value`.
+bool reads_back(const void* p, size_t bytes, int value) {
   std::vector<unsigned char> host(bytes);
   if (cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) return false;
   for (unsigned char c : host)
     if (c != static_cast<unsigned char>(value)) return false;
   return true;
+}
+
+// Writes `value` through the whole block and reads it back.
+bool write_and_verify(void* p, size_t bytes, int value) {
+  return cudaMemset(p, value, bytes) == cudaSuccess && reads_back(p, bytes, value);
 }
 
 size_t driver_used() {
@@ -351,11 +360,33 @@ int destroyed_elsewhere() {
   void* warm = nullptr;  // the pool holds a segment with room before the context is made
   CHECK(cudaMalloc(&warm, 1 * kMiB));
   CHECK(cudaFree(warm));
+  void* kept = nullptr;  // the primary context's, freed under the destroyed context, then here
+  CHECK(cudaMalloc(&kept, 4096));
+  CHECK(cudaMemset(kept, 0x5A, 4096));
   CUcontext created = nullptr;
   std::thread([&] { CHECK_CU(testsupport::driver_function<Create>("cuCtxCreate_v4")(&created, nullptr, 0, 0)); })
       .join();
   bool owned_by_created = false;
-  int plain = -1, async = -1, after = -1;
+  int plain = -1, async = -1, after = -1, free_plain = -1, free_async = -1, free_driver = -1;
+  // A thread whose first runtime calls, under the destroyed context, ask the device's default
+  // pool, which the shim's pool answers for.
+  cudaMemPool_t pool = nullptr;
+  CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  std::atomic<int> stage{0};
+  int pool_get = -1, pool_set = -1, pool_trim = -1;
+  std::thread first_calls([&] {
+    testsupport::make_current(created);
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    cuuint64_t value = 0;
+    pool_get = static_cast<int>(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &value));
+    cudaGetLastError();
+    pool_set = static_cast<int>(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &value));
+    cudaGetLastError();
+    pool_trim = static_cast<int>(cudaMemPoolTrimTo(pool, 0));
+    cudaGetLastError();
+  });
+  while (stage.load() != 1) std::this_thread::yield();
   std::thread([&] {
     testsupport::make_current(created);
     void* p = nullptr;
@@ -371,14 +402,29 @@ int destroyed_elsewhere() {
     cudaGetLastError();
     async = static_cast<int>(cudaMallocAsync(&p, 4096, nullptr));
     cudaGetLastError();
+    free_plain = static_cast<int>(cudaFree(kept));
+    if (cudaGetLastError() != static_cast<cudaError_t>(free_plain)) free_plain = -2;
+    free_async = static_cast<int>(cudaFreeAsync(kept, nullptr));
+    cudaGetLastError();
+    free_driver = static_cast<int>(testsupport::driver().MemFree(reinterpret_cast<CUdeviceptr>(kept)));
     CHECK(cudaSetDevice(0));
     void* q = nullptr;
     after = static_cast<int>(cudaMalloc(&q, 4096));
     if (after == 0) after = write_and_verify(q, 4096, 0x3C) ? 0 : -2;
     if (q) CHECK(cudaFree(q));
   }).join();
-  std::printf("{\"owned_by_created\": %s, \"plain\": %d, \"async\": %d, \"after\": %d}\n",
-              owned_by_created ? "true" : "false", plain, async, after);
+  stage = 2;
+  first_calls.join();
+  gpushim_device_stats st{};
+  const bool shim = testsupport::shim_stats(0, &st);
+  const bool kept_holds = reads_back(kept, 4096, 0x5A);
+  const int free_later = static_cast<int>(cudaFree(kept));
+  std::printf("{\"owned_by_created\": %s, \"plain\": %d, \"async\": %d, \"after\": %d, \"free_plain\": %d, "
+              "\"free_async\": %d, \"free_driver\": %d, \"kept_live\": %s, \"kept_holds\": %s, \"free_later\": %d, "
+              "\"pool_get\": %d, \"pool_set\": %d, \"pool_trim\": %d}\n",
+              owned_by_created ? "true" : "false", plain, async, after, free_plain, free_async, free_driver,
+              !shim || st.live_count == 1 ? "true" : "false", kept_holds ? "true" : "false", free_later, pool_get,
+              pool_set, pool_trim);
   return 0;
 }
 

@@ -23,6 +23,10 @@ std::mutex g_mu;                     // guards g_primary
 CUcontext g_primary[kMaxDevices];    // retained primary context per device
 std::atomic<bool> g_release_at_teardown{false};  // fakecudaReleaseContextsAtTeardown
 std::atomic<std::uint64_t> g_generation[kMaxDevices];
+// Every primary context the runtime ever retained, kept across resets (a reset primary context
+// keeps its handle; the simulated driver never reuses one): a thread finding one of these current
+// and unusable rebinds it, where any other unusable context is one the program destroyed.
+std::atomic<CUcontext> g_known_primary[kMaxDevices];
 
 thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local int t_device = 0;
@@ -57,11 +61,18 @@ cudaError_t PrimaryContext(int device, CUcontext* out) {
     else extra = true;  // another thread retained it meanwhile
     *out = g_primary[device];
   }
+  g_known_primary[device].store(ctx);
   if (extra) Driver().cuDevicePrimaryCtxRelease_v2(device);
   return cudaSuccess;
 }
 
 namespace {
+
+bool KnownPrimary(CUcontext ctx) {
+  for (const auto& primary : g_known_primary)
+    if (primary.load() == ctx) return true;
+  return false;
+}
 
 cudaError_t Bind(int device) {
   if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
@@ -86,16 +97,23 @@ cudaError_t EnsureContext() {
   if (cudaError_t e = LoadDriver(); e != cudaSuccess) return e;
   if (t_bound && t_bound_generation == g_generation[t_device].load()) return cudaSuccess;
   // A context the program made current through the driver is the one runtime calls use: binding
-  // the primary one over it handed the program memory of another context. One that cannot answer
-  // (a primary context reset since) is replaced by the primary context, as before.
+  // the primary one over it handed the program memory of another context. A primary context the
+  // runtime retained and that was reset since is replaced by the primary context, as before.
   CUcontext current = nullptr;
   CUdevice dev = 0;
-  if (Driver().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != nullptr &&
-      Driver().cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev >= 0 && dev < kMaxDevices) {
-    t_device = dev;
-    t_bound = true;
-    t_bound_generation = g_generation[dev].load();
-    return cudaSuccess;
+  if (Driver().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != nullptr) {
+    const CUresult r = Driver().cuCtxGetDevice(&dev);
+    if (r == CUDA_SUCCESS && dev >= 0 && dev < kMaxDevices) {
+      t_device = dev;
+      t_bound = true;
+      t_bound_generation = g_generation[dev].load();
+      return cudaSuccess;
+    }
+    // Destroyed (cuCtxDestroy on another thread, or below the top of this thread's stack): it
+    // stays current, and CUDA's runtime answers under it as every later call does, "the context
+    // current to the calling thread has been destroyed"; binding the primary context over it
+    // handed the thread memory CUDA refuses it.
+    if (r == CUDA_ERROR_CONTEXT_IS_DESTROYED && !KnownPrimary(current)) return cudaErrorContextIsDestroyed;
   }
   return Bind(t_device);
 }

@@ -464,6 +464,60 @@ TEST_F(CreatedContexts, TheRuntimeUsesTheContextCurrentToTheThread) {
   ASSERT_CU(cuCtxDestroy(ctx));
 }
 
+// A thread whose first runtime call comes under a context destroyed since (it stays current there)
+// got the primary context bound over it, and memory, where CUDA's runtime answers "context is
+// destroyed" as it does to every later call.
+TEST_F(CreatedContexts, AThreadsFirstRuntimeCallUnderADestroyedContextIsRefused) {
+  CUcontext ctx = nullptr;
+  ASSERT_CU(cuCtxCreate(&ctx, nullptr, 0, 0));
+  ASSERT_CU(cuCtxPopCurrent(nullptr));
+  std::atomic<int> stage{0};
+  cudaError_t first = cudaSuccess, last = cudaSuccess, again = cudaSuccess;
+  void* p = nullptr;
+  CUcontext current = nullptr;
+  std::thread elsewhere([&] {
+    ASSERT_CU(cuCtxSetCurrent(ctx));
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    first = cudaMalloc(&p, 4096);  // the thread's first runtime call
+    last = cudaGetLastError();
+    again = cudaMalloc(&p, 4096);
+    cuCtxGetCurrent(&current);
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  ASSERT_CU(cuCtxDestroy(ctx));
+  stage = 2;
+  elsewhere.join();
+  EXPECT_EQ(first, cudaErrorContextIsDestroyed);
+  EXPECT_EQ(last, cudaErrorContextIsDestroyed);
+  EXPECT_EQ(again, cudaErrorContextIsDestroyed);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(current, ctx);  // still current there: nothing was bound over it
+
+  // Destroyed by the thread itself while below the top of its stack: current again once popped.
+  CUcontext below = nullptr;
+  std::thread([&] {
+    ASSERT_CU(cuCtxCreate(&below, nullptr, 0, 0));
+    ASSERT_CU(cuCtxPushCurrent(ctx_));
+    ASSERT_CU(cuCtxDestroy(below));
+    ASSERT_CU(cuCtxPopCurrent(nullptr));
+    first = cudaMalloc(&p, 4096);
+    cuCtxGetCurrent(&current);
+  }).join();
+  EXPECT_EQ(first, cudaErrorContextIsDestroyed);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(current, below);
+
+  // A primary context the runtime bound, reset since by another thread, is bound again.
+  std::thread([&] {
+    ASSERT_CU(cuCtxSetCurrent(ctx_));
+    std::thread([] { ASSERT_RT(cudaDeviceReset()); }).join();
+    first = cudaMalloc(&p, 4096);
+  }).join();
+  EXPECT_EQ(first, cudaSuccess);
+  ASSERT_RT(cudaFree(p));
+}
+
 TEST_F(CreatedContexts, ArgumentsAreCheckedLikeCuda) {
   CUcontext ctx = nullptr;
   EXPECT_EQ(cuCtxCreate(&ctx, nullptr, 0, 7), CUDA_ERROR_INVALID_DEVICE);

@@ -73,19 +73,12 @@ int run_summary(const Cli& cli) {
   const double temporary_ms = cli.number("--temporary-ms");
   const size_t site_no = cli.count("--site");
   RunView run;
-  if (!load_run(cli.operands[0], &run, &err)) {
+  // What only the events can tell (per-allocation lifetimes, totals in bytes) comes from the same
+  // reading of the trace.
+  std::optional<TraceData> trace_data;
+  if (!load_run(cli.operands[0], &run, &err, &trace_data)) {
     std::fprintf(stderr, "gpushim-analyze summary: %s\n", err.c_str());
     return 1;
-  }
-  // What only the events can tell (per-allocation lifetimes, totals in bytes): the trace again.
-  std::optional<TraceData> trace_data;
-  if (run.source == "trace" && (format == "torch" || site_no == 0)) {
-    std::string bytes;
-    trace_data.emplace();
-    if (!read_file(run.path, &bytes, &err) || !parse_trace(bytes, &*trace_data, &err)) {
-      std::fprintf(stderr, "gpushim-analyze summary: %s: %s\n", run.path.c_str(), err.c_str());
-      return 1;
-    }
   }
   if (format == "torch" && site_no == 0) {
     // torch's table has no place for them: what the reader noticed (a trace cut short) goes to stderr.

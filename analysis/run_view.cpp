@@ -573,7 +573,7 @@ std::vector<TimelineSample> trace_timeline(const TraceData& t, size_t max_points
   return out;
 }
 
-bool load_run(const std::string& path, RunView* out, std::string* error) {
+bool load_run(const std::string& path, RunView* out, std::string* error, std::optional<TraceData>* trace) {
   std::string bytes;
   if (!read_file(path, &bytes, error)) return false;
   if (looks_like_trace(bytes)) {
@@ -583,6 +583,7 @@ bool load_run(const std::string& path, RunView* out, std::string* error) {
       return false;
     }
     run_from_trace(t, path, out);
+    if (trace) trace->emplace(std::move(t));
     return true;
   }
   ReportFile r;

@@ -55,7 +55,9 @@ struct RunView {
 };
 
 // Loads a report or a trace (told apart by content, not by name). Traces are symbolized offline.
-bool load_run(const std::string& path, RunView* out, std::string* error);
+// A caller that needs the trace's events too gets them in `trace` (left empty for a report): the
+// input is read once, as a pipe or process substitution can be read only once.
+bool load_run(const std::string& path, RunView* out, std::string* error, std::optional<TraceData>* trace = nullptr);
 bool run_from_report(const ReportFile& report, const std::string& path, RunView* out);
 void run_from_trace(const TraceData& trace, const std::string& path, RunView* out);
 

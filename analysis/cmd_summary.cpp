@@ -136,6 +136,7 @@ int run_summary(const Cli& cli) {
   });
 
   if (format == "json") {
+    const bool trace = run.source == "trace";
     std::string j;
     append_run_header_json(&j, run);
     j += ",\"devices\":[";
@@ -146,8 +147,11 @@ int run_summary(const Cli& cli) {
            ",\"peak_reserved\":" + num(d.peak_reserved_bytes) + ",\"utilization\":" + num(utilization(d)) +
            ",\"live_bytes\":" + num(d.live_bytes) + ",\"live_count\":" + num(d.live_count) +
            ",\"reserved\":" + num(d.pool.reserved_bytes) + ",\"cached_free\":" + num(d.pool.cached_free_bytes) +
-           ",\"largest_free_block\":" + num(d.pool.largest_free_block) +
-           ",\"external_fragmentation\":" + num(derive(d).external_fragmentation) +
+           // A trace records no pool's free list: its largest free block is unknown, not 0 (which
+           // would make the external fragmentation 100%).
+           ",\"largest_free_block\":" + (trace ? std::string("null") : num(d.pool.largest_free_block)) +
+           ",\"external_fragmentation\":" +
+           (trace ? std::string("null") : num(derive(d).external_fragmentation)) +
            ",\"internal_waste_bytes\":" + num(derive(d).internal_waste_bytes) + ",\"total_allocs\":" + num(d.total_allocs) +
            ",\"total_frees\":" + num(d.total_frees) + ",\"failed_allocs\":" + num(d.failed_allocs) +
            ",\"capacity\":" + num(d.capacity_bytes) + ",\"limit\":" + num(d.limit_bytes) + "}";

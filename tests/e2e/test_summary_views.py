@@ -106,6 +106,18 @@ class SummaryViews(ShimTestCase):
         self.assertIn("KiB", text)  # PyTorch 2's units, not "KB"
         self.assertNotRegex(text, r"\d (KB|MB|GB) ")
 
+    def test_json_leaves_what_a_trace_cannot_know_unknown(self):
+        # A trace has no pool's free list: its JSON said largest_free_block 0 and so external
+        # fragmentation 1 (100%) while most of the reserve was cached free.
+        dev = self.summary["devices"][0]
+        self.assertGreater(dev["cached_free"], 0)
+        self.assertIsNone(dev["largest_free_block"])
+        self.assertIsNone(dev["external_fragmentation"])
+        from_report = analyze_json("summary", self.recorded.report_path)["devices"][0]
+        reported = self.recorded.device(0)
+        self.assertEqual(from_report["largest_free_block"], reported["pool"]["largest_free_block"])
+        self.assertAlmostEqual(from_report["external_fragmentation"], reported["external_fragmentation"], places=9)
+
     def test_report_and_trace_of_one_run_give_the_same_times(self):
         def rows(source):
             text = analyze("summary", "--format", "torch", source).stdout

@@ -1,6 +1,7 @@
 """scripts/gpushim-plot: every failure is one "gpushim-plot:" line and a non-zero exit with bounded
 memory (bad output names, full disks, damaged reports, device files as input, no matplotlib), and
 the drawing keeps labels off the curves and iteration marks from hiding them."""
+import gzip
 import json
 import os
 import resource
@@ -161,6 +162,31 @@ class PlotFailures(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(proc.stdout[:8], b"\x89PNG\r\n\x1a\n")
         self.assertEqual(os.listdir(where), [])
+
+    def test_a_trace_from_a_pipe_draws_as_from_its_file(self):
+        # `gpushim-plot <(zcat run.trace.gz)`: the head read here emptied the pipe's start, and
+        # gpushim-analyze, given the path again, could not open it ("/dev/fd/63: No such file").
+        require_plot_python()
+        _, trace = traced([program("e2e_leak_two_sites")])
+        with open(trace, "rb") as f:
+            data = f.read()
+        from_file = os.path.join(self.dir, "from_file.png")
+        self.assertEqual(plot([trace, "-o", from_file]).returncode, 0)
+        for name, payload in (("plain", data), ("gzip", gzip.compress(data))):
+            with self.subTest(input=name):
+                out = os.path.join(self.dir, f"from_pipe_{name}.png")
+                proc = subprocess.run([PLOT_PYTHON, PLOT, "/dev/stdin", "-o", out], input=payload,
+                                      capture_output=True, timeout=120, env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                with open(out, "rb") as a, open(from_file, "rb") as b:
+                    self.assertEqual(a.read(), b.read())
+        # A trace cut inside its header, from a pipe: gpushim-analyze's one line, naming the input.
+        proc = subprocess.run([PLOT_PYTHON, PLOT, "/dev/stdin", "-o", os.path.join(self.dir, "cut.png")],
+                              input=data[:12], capture_output=True, text=False, timeout=120,
+                              env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(proc.stderr.decode().splitlines(),
+                         ["gpushim-plot: gpushim-analyze export: /dev/stdin: not a gpushim trace: no complete header chunk"])
 
     def test_a_python_without_matplotlib_hands_over_to_one_with_it(self):
         require_plot_python()

@@ -346,7 +346,8 @@ recorded peak allocated exactly.
             {.name = "--set",
              .kind = ValueKind::kText,
              .value_name = "N=V",
-             .help = "override one recorded GPUSHIM_* setting (e.g. --set GPUSHIM_ROUND=1MiB)",
+             .help = "override one recorded GPUSHIM_* setting (e.g. --set GPUSHIM_ROUND=1MiB); the cap and the "
+                     "policies are --limit's and --policy's",
              .repeatable = true},
             {.name = "--stream-ordered",
              .help = "replay every allocation and free as stream-ordered (cudaMallocAsync and cudaFreeAsync on "

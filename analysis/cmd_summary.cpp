@@ -221,7 +221,9 @@ int run_summary(const Cli& cli) {
     ranked("most_allocations", most);
     ranked("temporary_allocations", temporary);
     j += "],\"temporary_ms\":" + num(temporary_ms);
-    j += ",\"iterations\":" + std::to_string(run.iterations_s.size()) + ",\"notes\":[";
+    // A report counts its marks in its growth section (null when a site's iterations count too).
+    j += ",\"iterations\":" + (run.iteration_marks ? num(*run.iteration_marks) : std::string("null")) +
+         ",\"notes\":[";
     for (size_t i = 0; i < run.notes.size(); ++i) {
       j += i ? "," : "";
       append_json_string(&j, run.notes[i]);
@@ -237,7 +239,7 @@ int run_summary(const Cli& cli) {
        (m.host.empty() ? "" : ", host " + m.host) + "), policy " + m.policy + ", " +
        (m.reason == "snapshot" ? "snapshot" : m.reason == "exit" ? "exited" : m.reason) + " after " +
        fmt("%.2f", m.duration_s) + " s" +
-       (run.iterations_s.empty() ? "" : ", " + std::to_string(run.iterations_s.size()) + " iteration marks"));
+       (run.iteration_marks.value_or(0) == 0 ? "" : ", " + std::to_string(*run.iteration_marks) + " iteration marks"));
   for (const std::string& n : run.notes) line("  note: " + n);
 
   // The moment a report's live figures describe: a Python program's are those of the start of its

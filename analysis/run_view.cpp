@@ -228,6 +228,7 @@ bool run_from_report(const ReportFile& file, const std::string& path, RunView* o
   v.growth_verdict = file.growth_verdict;
   v.growth_evidence = file.growth_evidence;
   v.growth_unit = growth_unit(file.growth_steps_per_pattern);
+  v.iteration_marks = file.iteration_marks;
   for (const GrowthEntry& g : file.growth) {
     GrowthSuspect gs;
     gs.device = g.device;
@@ -280,6 +281,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
 
   for (const TraceEvent& e : t.events)
     if (e.kind == EventKind::kIteration) v.iterations_s.push_back(t.seconds(e.t_ns));
+  v.iteration_marks = v.iterations_s.size();
   // Growth replays the shim's own checkpoints (kCheckpoint events) over the same SiteHistory and
   // the same verdict (report/growth_verdict.h), so the trace says what the exit report said.
   SiteHistory history;

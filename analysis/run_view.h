@@ -50,6 +50,7 @@ struct RunView {
   std::string growth_evidence;        // how much evidence the verdict rests on ("20 iterations seen, 8 needed")
   std::string growth_unit = "iteration";  // what GrowthSuspect::bytes_per_iteration is per (growth_unit())
   std::vector<double> iterations_s;   // iteration marks (traces)
+  std::optional<uint64_t> iteration_marks;  // how many (a report knows the count, when it knows it)
   std::vector<std::string> notes;     // incompleteness worth telling the user about
   const DeviceReport* device(int ordinal) const;
 };

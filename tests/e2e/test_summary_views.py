@@ -118,6 +118,20 @@ class SummaryViews(ShimTestCase):
         self.assertEqual(from_report["largest_free_block"], reported["pool"]["largest_free_block"])
         self.assertAlmostEqual(from_report["external_fragmentation"], reported["external_fragmentation"], places=9)
 
+    def test_report_and_trace_of_one_run_count_the_same_iteration_marks(self):
+        # A report's summary said "iterations": 0 (and no marks in its text) while its growth
+        # section counted the run's 8 marks, as the trace does.
+        self.assertEqual(self.recorded.report["growth"]["iteration_source"], "marks")
+        self.assertEqual(self.summary["iterations"], 8)
+        self.assertEqual(analyze_json("summary", self.recorded.report_path)["iterations"], 8)
+        self.assertIn(", 8 iteration marks", analyze("summary", self.recorded.report_path).stdout.splitlines()[1])
+        # Iterations of a GPUSHIM_ITERATION_SITE count too: how many were marks is not known.
+        doc = dict(self.recorded.report, growth=dict(self.recorded.report["growth"], iteration_source="marks+site"))
+        path = os.path.join(tempfile.mkdtemp(prefix="gpushim-views-"), "site.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        self.assertIsNone(analyze_json("summary", path)["iterations"])
+
     def test_report_and_trace_of_one_run_give_the_same_times(self):
         def rows(source):
             text = analyze("summary", "--format", "torch", source).stdout

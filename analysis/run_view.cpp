@@ -462,13 +462,24 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
         if (e.ordinal == ord) shim = &e;
     const char* const held_past =
         " (the rest: memory held past the allocations, e.g. CUDA's own pool under cudaMallocAsync)";
+    // The two figures as the note shows them: in bytes when rounding would show the same number
+    // ("2.6 GiB is the shim's own figure; its events account for 2.6 GiB").
+    auto apart = [](uint64_t shim_figure, uint64_t events_figure) {
+      std::pair<std::string, std::string> f{human_bytes(shim_figure), human_bytes(events_figure)};
+      if (f.first == f.second) {
+        f.first += " (" + std::to_string(shim_figure) + " B)";
+        f.second += " (" + std::to_string(events_figure) + " B)";
+      }
+      return f;
+    };
     // The shim's own peak reserved, from the end record, is the run's figure: it also counts what
     // the events cannot show, such as the reservation CUDA's own stream-ordered pools hold beyond
     // their allocations (cudaMallocAsync under passthrough), so the exit report says the same.
     if (shim && shim->peak_reserved != d.peak_reserved) {
-      v.notes.push_back("device " + std::to_string(ord) + ": peak reserved " + human_bytes(shim->peak_reserved) +
+      const auto [shim_figure, events_figure] = apart(shim->peak_reserved, d.peak_reserved);
+      v.notes.push_back("device " + std::to_string(ord) + ": peak reserved " + shim_figure +
                         " is the shim's own figure (the trace's end record); its events account for " +
-                        human_bytes(d.peak_reserved) + (shim->peak_reserved > d.peak_reserved ? held_past : ""));
+                        events_figure + (shim->peak_reserved > d.peak_reserved ? held_past : ""));
       r.peak_reserved_bytes = r.pool.peak_reserved_bytes = shim->peak_reserved;
     }
     // Reserved at the end likewise, where the shim wrote it (trace format 1.4; older traces keep
@@ -476,9 +487,10 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     // of the exit.
     if (shim && shim->reserved && *shim->reserved != d.reserved && !m.teardown.observed) {
       const uint64_t reserved = *shim->reserved;
-      v.notes.push_back("device " + std::to_string(ord) + ": reserved at the end " + human_bytes(reserved) +
+      const auto [shim_figure, events_figure] = apart(reserved, d.reserved);
+      v.notes.push_back("device " + std::to_string(ord) + ": reserved at the end " + shim_figure +
                         " is the shim's own figure (the trace's end record); its events account for " +
-                        human_bytes(d.reserved) + (reserved > d.reserved ? held_past : ""));
+                        events_figure + (reserved > d.reserved ? held_past : ""));
       r.pool.reserved_bytes = reserved;
       r.pool.cached_free_bytes = reserved - std::min(reserved, d.allocated);
     }

@@ -72,6 +72,14 @@ int run_summary(const Cli& cli) {
   const std::string format = cli.has("--json") ? "json" : cli.text("--format");
   const double temporary_ms = cli.number("--temporary-ms");
   const size_t site_no = cli.count("--site");
+  // Options that ask for two different outputs are refused before the input is read: the text
+  // tree of --site was printed whatever --json or --format asked for, and --json outranked
+  // --format torch.
+  if (cli.has("--json") && cli.has("--format") && cli.text("--format") != "json")
+    return usage_error("summary", "--json and --format " + cli.text("--format") + " ask for two outputs");
+  if (site_no != 0 && format != "text")
+    return usage_error("summary", "--site prints a text tree: it does not go with " +
+                                      (cli.has("--json") ? std::string("--json") : "--format " + format));
   RunView run;
   // What only the events can tell (per-allocation lifetimes, totals in bytes) comes from the same
   // reading of the trace.
@@ -444,7 +452,7 @@ const CommandSpec kSummaryCommand{
              .value_name = "N",
              .help = "the callers and callees of site #N of the first site list (traces: \"Top sites at peak "
                      "allocated\"; reports: \"Top sites live at the end\"): every path through the function it "
-                     "allocates from, with bytes and allocation counts",
+                     "allocates from, with bytes and allocation counts (text only)",
              .min = 1,
              .max = 1e6},
         },

@@ -57,6 +57,23 @@ class AnalyzeCommandLine(unittest.TestCase):
         self.assertIn("cannot open", subprocess.run([ANALYZE, "replay", "--policy", "caching", "--policy=pytorch",
                                                      self.MISSING], capture_output=True, text=True).stderr)
 
+    def test_options_asking_for_two_outputs_are_refused(self):
+        # summary --site printed its text tree whatever --json or --format torch asked for, and
+        # --json silently outranked --format torch.
+        self.assertEqual(refused("summary", "--site", "1", "--json", self.MISSING),
+                         "gpushim-analyze summary: --site prints a text tree: it does not go with --json "
+                         "(gpushim-analyze summary --help)")
+        self.assertIn("--site prints a text tree: it does not go with --format torch",
+                      refused("summary", "--site", "1", "--format", "torch", self.MISSING))
+        self.assertIn("--json and --format torch ask for two outputs",
+                      refused("summary", "--json", "--format=torch", self.MISSING))
+        # What agrees is not refused: the missing input is then what is said.
+        for args in (("--json", "--format", "json"), ("--site", "1", "--format", "text")):
+            with self.subTest(args=args):
+                p = subprocess.run([ANALYZE, "summary", *args, self.MISSING], capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn("cannot open", p.stderr)
+
     def test_values_and_operands_are_checked_before_reading(self):
         for args, message in ((("summary", "--top", "0"), "--top takes a whole number from 1 to 1000000000, not '0'"),
                               (("summary", "--temporary-ms", "x"), "--temporary-ms takes a number from 0 to 1000000000"),

@@ -74,6 +74,27 @@ class AnalyzeCommandLine(unittest.TestCase):
                 self.assertEqual(p.returncode, 1, p.stderr)
                 self.assertIn("cannot open", p.stderr)
 
+    def test_an_export_option_of_another_format_is_refused(self):
+        # --lines was refused for a format that has no use for it; --metric, --max-events and
+        # --max-points were accepted and changed nothing.
+        for fmt, opt, value, message in (("perfetto", "--metric", "live", "--metric is for folded and speedscope"),
+                                         ("timeline", "--metric", "peak", "--metric is for folded and speedscope"),
+                                         ("folded", "--max-events", "5", "--max-events is for memory-viz"),
+                                         ("memory-viz", "--max-points", "5",
+                                          "--max-points is for perfetto, perfetto-json and timeline"),
+                                         ("memory-viz", "--lines", None, "--lines is for folded and speedscope")):
+            with self.subTest(format=fmt, option=opt):
+                self.assertEqual(refused("export", "--format", fmt, opt, *([value] if value else []), "-o", "-",
+                                         self.MISSING),
+                                 f"gpushim-analyze export: {message} (gpushim-analyze export --help)")
+        for fmt, opt, value in (("speedscope", "--metric", "live"), ("memory-viz", "--max-events", "5"),
+                                ("perfetto-json", "--max-points", "5")):
+            with self.subTest(format=fmt, option=opt):
+                p = subprocess.run([ANALYZE, "export", "--format", fmt, opt, value, "-o", "-", self.MISSING],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn("cannot open", p.stderr)
+
     def test_values_and_operands_are_checked_before_reading(self):
         for args, message in ((("summary", "--top", "0"), "--top takes a whole number from 1 to 1000000000, not '0'"),
                               (("summary", "--temporary-ms", "x"), "--temporary-ms takes a number from 0 to 1000000000"),

@@ -243,8 +243,8 @@ int run_summary(const Cli& cli) {
   std::string o;
   auto line = [&](const std::string& s) { o += s + "\n"; };
   line("gpushim summary of " + run.source + " " + run.path);
-  line("  " + m.exe + " (pid " + std::to_string(m.pid) + (m.rank.empty() ? "" : ", rank " + m.rank) +
-       (m.host.empty() ? "" : ", host " + m.host) + "), policy " + m.policy + ", " +
+  line("  " + printable(m.exe) + " (pid " + std::to_string(m.pid) + (m.rank.empty() ? "" : ", rank " + printable(m.rank)) +
+       (m.host.empty() ? "" : ", host " + printable(m.host)) + "), policy " + printable(m.policy) + ", " +
        (m.reason == "snapshot" ? "snapshot" : m.reason == "exit" ? "exited" : m.reason) + " after " +
        fmt("%.2f", m.duration_s) + " s" +
        (run.iteration_marks.value_or(0) == 0 ? "" : ", " + std::to_string(*run.iteration_marks) + " iteration marks"));

@@ -352,6 +352,14 @@ class Recording(ShimTestCase):
                 self.assertEqual(piped.returncode, 0, piped.stderr)
                 self.assertEqual(piped.stdout.decode().replace("/dev/stdin", trace), whole)
 
+    def test_replay_of_a_report_says_it_needs_a_trace(self):
+        # It said "not a gpushim trace (no GPUSHIMT magic)".
+        r, _ = traced([program("e2e_leak_two_sites")])
+        p = analyze("replay", r.report_path, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr, f"gpushim-analyze replay: {r.report_path} is a report: replay needs a trace of the "
+                                   "run's every allocation (GPUSHIM_TRACE)\n")
+
     def test_corrupt_inputs_get_one_clear_line(self):
         workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
         junk = os.path.join(workdir, "junk")

@@ -16,8 +16,13 @@ int run_export(const Cli& cli) {
   const std::string format = cli.text("--format");
   const std::string metric = cli.text("--metric");
   const bool lines = cli.has("--lines");
-  if (lines && format != "folded" && format != "speedscope")
-    return usage_error("export", "--lines is for folded and speedscope");
+  // An option another format takes would change nothing: said, as for --lines, rather than ignored.
+  const bool weighted = format == "folded" || format == "speedscope";
+  if (lines && !weighted) return usage_error("export", "--lines is for folded and speedscope");
+  if (cli.has("--metric") && !weighted) return usage_error("export", "--metric is for folded and speedscope");
+  if (cli.has("--max-events") && format != "memory-viz") return usage_error("export", "--max-events is for memory-viz");
+  if (cli.has("--max-points") && format != "perfetto" && format != "perfetto-json" && format != "timeline")
+    return usage_error("export", "--max-points is for perfetto, perfetto-json and timeline");
   const std::string path = cli.operands[0];
   // Writing the export over its own input would destroy the trace or report: the same file is
   // told by device and inode (another name, a hard link, a symlink), not by its name.

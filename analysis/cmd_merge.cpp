@@ -318,8 +318,8 @@ int run_merge(const Cli& cli) {
     const std::string several = r.devices > 1 ? " [" + std::to_string(r.devices) + " devices]" : "";
     // The fixed columns only: a suspect's frame (a C++ template, a long path) has no bound, and
     // cut by the buffer it took the row's marks and its newline with it.
-    std::snprintf(line, sizeof(line), "%-*s %-*s %15s %15s %15s  ", lw, r.label.substr(0, label_width).c_str(), hw,
-                  r.run.meta.host.substr(0, host_width).c_str(), human_bytes(r.peak_allocated).c_str(),
+    std::snprintf(line, sizeof(line), "%-*s %-*s %15s %15s %15s  ", lw, printable(r.label.substr(0, label_width)).c_str(),
+                  hw, printable(r.run.meta.host.substr(0, host_width)).c_str(), human_bytes(r.peak_allocated).c_str(),
                   human_bytes(r.peak_reserved).c_str(), human_bytes(r.live).c_str());
     o += line;
     o += r.suspect.empty() ? "-" : r.suspect;

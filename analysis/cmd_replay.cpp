@@ -30,6 +30,16 @@ int run_replay(const Cli& cli) {
     std::fprintf(stderr, "gpushim-analyze replay: %s\n", err.c_str());  // names the file already
     return 1;
   }
+  // A report given to replay was "not a gpushim trace (no GPUSHIMT magic)", which said nothing of
+  // what replay needs.
+  const size_t opening = bytes.find_first_not_of(" \t\r\n\xEF\xBB\xBF");
+  if (!looks_like_trace(bytes) && opening != std::string::npos && bytes[opening] == '{') {
+    std::fprintf(stderr,
+                 "gpushim-analyze replay: %s is a report: replay needs a trace of the run's every allocation "
+                 "(GPUSHIM_TRACE)\n",
+                 path.c_str());
+    return 1;
+  }
   if (!parse_trace(bytes, &trace, &err)) {
     std::fprintf(stderr, "gpushim-analyze replay: %s: %s\n", path.c_str(), err.c_str());
     return 1;
@@ -346,7 +356,8 @@ recorded peak allocated exactly.
             {.name = "--set",
              .kind = ValueKind::kText,
              .value_name = "N=V",
-             .help = "override one recorded GPUSHIM_* setting (e.g. --set GPUSHIM_ROUND=1MiB)",
+             .help = "override one recorded GPUSHIM_* setting (e.g. --set GPUSHIM_ROUND=1MiB); the cap and the "
+                     "policies are --limit's and --policy's",
              .repeatable = true},
             {.name = "--stream-ordered",
              .help = "replay every allocation and free as stream-ordered (cudaMallocAsync and cudaFreeAsync on "

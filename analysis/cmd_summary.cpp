@@ -72,20 +72,21 @@ int run_summary(const Cli& cli) {
   const std::string format = cli.has("--json") ? "json" : cli.text("--format");
   const double temporary_ms = cli.number("--temporary-ms");
   const size_t site_no = cli.count("--site");
+  // Options that ask for two different outputs are refused before the input is read: the text
+  // tree of --site was printed whatever --json or --format asked for, and --json outranked
+  // --format torch.
+  if (cli.has("--json") && cli.has("--format") && cli.text("--format") != "json")
+    return usage_error("summary", "--json and --format " + cli.text("--format") + " ask for two outputs");
+  if (site_no != 0 && format != "text")
+    return usage_error("summary", "--site prints a text tree: it does not go with " +
+                                      (cli.has("--json") ? std::string("--json") : "--format " + format));
   RunView run;
-  if (!load_run(cli.operands[0], &run, &err)) {
+  // What only the events can tell (per-allocation lifetimes, totals in bytes) comes from the same
+  // reading of the trace.
+  std::optional<TraceData> trace_data;
+  if (!load_run(cli.operands[0], &run, &err, &trace_data)) {
     std::fprintf(stderr, "gpushim-analyze summary: %s\n", err.c_str());
     return 1;
-  }
-  // What only the events can tell (per-allocation lifetimes, totals in bytes): the trace again.
-  std::optional<TraceData> trace_data;
-  if (run.source == "trace" && (format == "torch" || site_no == 0)) {
-    std::string bytes;
-    trace_data.emplace();
-    if (!read_file(run.path, &bytes, &err) || !parse_trace(bytes, &*trace_data, &err)) {
-      std::fprintf(stderr, "gpushim-analyze summary: %s: %s\n", run.path.c_str(), err.c_str());
-      return 1;
-    }
   }
   if (format == "torch" && site_no == 0) {
     // torch's table has no place for them: what the reader noticed (a trace cut short) goes to stderr.
@@ -143,6 +144,7 @@ int run_summary(const Cli& cli) {
   });
 
   if (format == "json") {
+    const bool trace = run.source == "trace";
     std::string j;
     append_run_header_json(&j, run);
     j += ",\"devices\":[";
@@ -153,8 +155,11 @@ int run_summary(const Cli& cli) {
            ",\"peak_reserved\":" + num(d.peak_reserved_bytes) + ",\"utilization\":" + num(utilization(d)) +
            ",\"live_bytes\":" + num(d.live_bytes) + ",\"live_count\":" + num(d.live_count) +
            ",\"reserved\":" + num(d.pool.reserved_bytes) + ",\"cached_free\":" + num(d.pool.cached_free_bytes) +
-           ",\"largest_free_block\":" + num(d.pool.largest_free_block) +
-           ",\"external_fragmentation\":" + num(derive(d).external_fragmentation) +
+           // A trace records no pool's free list: its largest free block is unknown, not 0 (which
+           // would make the external fragmentation 100%).
+           ",\"largest_free_block\":" + (trace ? std::string("null") : num(d.pool.largest_free_block)) +
+           ",\"external_fragmentation\":" +
+           (trace ? std::string("null") : num(derive(d).external_fragmentation)) +
            ",\"internal_waste_bytes\":" + num(derive(d).internal_waste_bytes) + ",\"total_allocs\":" + num(d.total_allocs) +
            ",\"total_frees\":" + num(d.total_frees) + ",\"failed_allocs\":" + num(d.failed_allocs) +
            ",\"capacity\":" + num(d.capacity_bytes) + ",\"limit\":" + num(d.limit_bytes) + "}";
@@ -224,7 +229,9 @@ int run_summary(const Cli& cli) {
     ranked("most_allocations", most);
     ranked("temporary_allocations", temporary);
     j += "],\"temporary_ms\":" + num(temporary_ms);
-    j += ",\"iterations\":" + std::to_string(run.iterations_s.size()) + ",\"notes\":[";
+    // A report counts its marks in its growth section (null when a site's iterations count too).
+    j += ",\"iterations\":" + (run.iteration_marks ? num(*run.iteration_marks) : std::string("null")) +
+         ",\"notes\":[";
     for (size_t i = 0; i < run.notes.size(); ++i) {
       j += i ? "," : "";
       append_json_string(&j, run.notes[i]);
@@ -236,11 +243,11 @@ int run_summary(const Cli& cli) {
   std::string o;
   auto line = [&](const std::string& s) { o += s + "\n"; };
   line("gpushim summary of " + run.source + " " + run.path);
-  line("  " + m.exe + " (pid " + std::to_string(m.pid) + (m.rank.empty() ? "" : ", rank " + m.rank) +
-       (m.host.empty() ? "" : ", host " + m.host) + "), policy " + m.policy + ", " +
+  line("  " + printable(m.exe) + " (pid " + std::to_string(m.pid) + (m.rank.empty() ? "" : ", rank " + printable(m.rank)) +
+       (m.host.empty() ? "" : ", host " + printable(m.host)) + "), policy " + printable(m.policy) + ", " +
        (m.reason == "snapshot" ? "snapshot" : m.reason == "exit" ? "exited" : m.reason) + " after " +
        fmt("%.2f", m.duration_s) + " s" +
-       (run.iterations_s.empty() ? "" : ", " + std::to_string(run.iterations_s.size()) + " iteration marks"));
+       (run.iteration_marks.value_or(0) == 0 ? "" : ", " + std::to_string(*run.iteration_marks) + " iteration marks"));
   for (const std::string& n : run.notes) line("  note: " + n);
 
   // The moment a report's live figures describe: a Python program's are those of the start of its
@@ -256,8 +263,8 @@ int run_summary(const Cli& cli) {
          ", utilization " + fmt("%.1f", 100 * utilization(d)) + "% (fragmentation " +
          fmt("%.1f", 100 * (1 - utilization(d))) + "%)");
     std::string l2 = "            live " + moment + " " + human_bytes(d.live_bytes) + " in " +
-                     std::to_string(d.live_count) + " allocations; " + std::to_string(d.total_allocs) + " allocs, " + std::to_string(d.total_frees) +
-                     " frees, " + std::to_string(d.failed_allocs) + " failed";
+                     counted(d.live_count, "allocation") + "; " + counted(d.total_allocs, "alloc") + ", " +
+                     counted(d.total_frees, "free") + ", " + std::to_string(d.failed_allocs) + " failed";
     if (d.capacity_bytes) l2 += "; capacity " + human_bytes(d.capacity_bytes);
     if (d.limit_bytes) l2 += ", cap " + human_bytes(d.limit_bytes);
     line(l2);
@@ -265,8 +272,8 @@ int run_summary(const Cli& cli) {
   // Without this, allocs - frees (counted to the end) disagrees with the live count.
   if (m.teardown.observed && m.reason != "snapshot")
     line("  the teardown began at " + fmt("%.2f", m.teardown.began_s) + " s and then freed " +
-         human_bytes(m.teardown.freed_bytes) + " in " + std::to_string(m.teardown.freed_count) +
-         " allocations, still counted live above; the frees above include them");
+         human_bytes(m.teardown.freed_bytes) + " in " + counted(m.teardown.freed_count, "allocation") +
+         ", still counted live above; the frees above include them");
 
   line("");
   line("Fragmentation");
@@ -308,7 +315,7 @@ int run_summary(const Cli& cli) {
     if (g.bytes_per_iteration > 0)
       l += " (" + human_bytes(static_cast<uint64_t>(g.bytes_per_iteration)) + " per " + run.growth_unit + ")";
     if (g.bytes_per_s > 0) l += ", " + human_bytes(static_cast<uint64_t>(g.bytes_per_s)) + "/s";
-    l += "; live " + human_bytes(g.live_bytes) + " in " + std::to_string(g.live_count) + " allocations, device " +
+    l += "; live " + human_bytes(g.live_bytes) + " in " + counted(g.live_count, "allocation") + ", device " +
          std::to_string(g.device);
     line(l);
     for (const std::string& f : shown_frames(g.frames, max_frames)) line("      at " + f);
@@ -321,7 +328,7 @@ int run_summary(const Cli& cli) {
       const SiteView& s = *at_peak[i];
       line("  #" + std::to_string(i + 1) + " " + human_bytes(s.at_device_peak_bytes) + " at the peak of device " +
            std::to_string(s.device) + " (site peak " + human_bytes(s.peak_bytes) + ", " +
-           std::to_string(s.total_allocs) + " allocations over the run)");
+           counted(s.total_allocs, "allocation") + " over the run)");
       for (const std::string& f : shown_frames(s.frames, max_frames)) line("      at " + f);
     }
   }
@@ -331,8 +338,7 @@ int run_summary(const Cli& cli) {
   if (live.empty()) line("  none: everything was freed");
   for (size_t i = 0; i < live.size() && i < top; ++i) {
     const SiteView& s = *live[i];
-    line("  #" + std::to_string(i + 1) + " " + human_bytes(s.live_bytes) + " in " + std::to_string(s.live_count) +
-         " allocations (" + (s.kind == "device" ? "device " + std::to_string(s.device) : s.kind + " memory") + ")");
+    line("  #" + std::to_string(i + 1) + " " + human_bytes(s.live_bytes) + " in " + counted(s.live_count, "allocation") + " (" + (s.kind == "device" ? "device " + std::to_string(s.device) : s.kind + " memory") + ")");
     for (const std::string& f : shown_frames(s.frames, max_frames)) line("      at " + f);
   }
   if (live.size() > top) {
@@ -346,7 +352,7 @@ int run_summary(const Cli& cli) {
   if (!trace_data) line("  (traces only: a report counts what is live, not every allocation; record one with GPUSHIM_TRACE)");
   for (size_t i = 0; i < most.size() && i < top; ++i) {
     const AllocationRank& r = *most[i];
-    line("  #" + std::to_string(i + 1) + " " + std::to_string(r.allocs) + " allocations, " + human_bytes(r.bytes) +
+    line("  #" + std::to_string(i + 1) + " " + counted(r.allocs, "allocation") + ", " + human_bytes(r.bytes) +
          " in all (" + (r.kind == "device" ? "device " + std::to_string(r.device) : r.kind + " memory") + ")");
     for (const std::string& f : shown_frames(r.frames, max_frames)) line("      at " + f);
   }
@@ -358,7 +364,7 @@ int run_summary(const Cli& cli) {
     for (size_t i = 0; i < temporary.size() && i < top; ++i) {
       const AllocationRank& r = *temporary[i];
       line("  #" + std::to_string(i + 1) + " " + std::to_string(r.temporary) + " temporary of " +
-           std::to_string(r.allocs) + " allocations (" + fmt("%.0f", 100.0 * static_cast<double>(r.temporary) /
+           counted(r.allocs, "allocation") + " (" + fmt("%.0f", 100.0 * static_cast<double>(r.temporary) /
                                                                      static_cast<double>(std::max<uint64_t>(1, r.allocs))) +
            "%), " + human_bytes(r.temporary_bytes) + " (" +
            (r.kind == "device" ? "device " + std::to_string(r.device) : r.kind + " memory") + ")");
@@ -445,7 +451,7 @@ const CommandSpec kSummaryCommand{
              .value_name = "N",
              .help = "the callers and callees of site #N of the first site list (traces: \"Top sites at peak "
                      "allocated\"; reports: \"Top sites live at the end\"): every path through the function it "
-                     "allocates from, with bytes and allocation counts",
+                     "allocates from, with bytes and allocation counts (text only)",
              .min = 1,
              .max = 1e6},
         },

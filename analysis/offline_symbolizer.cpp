@@ -139,6 +139,12 @@ std::string describe_frame(const FrameInfo& f) {
     if (f.line > 0) s += ":" + std::to_string(f.line);
   }
   if (!f.python && !f.module.empty() && !f.function.empty()) s += " (" + base_name(f.module) + ")";
+  return printable(std::move(s));
+}
+
+std::string printable(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) c = '?';
   return s;
 }
 

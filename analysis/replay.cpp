@@ -145,6 +145,14 @@ bool recorded_config(const TraceData& trace, const std::vector<std::string>& ove
       *error = r.errors.front().message();
       return false;
     }
+    // The cap and the policies are the replay's own options, which decide them: given here they
+    // were accepted and changed nothing (--set GPUSHIM_LIMIT=1MiB replayed without a cap).
+    if (one[0].first == "GPUSHIM_LIMIT" || one[0].first == "GPUSHIM_POLICY") {
+      const bool cap = one[0].first == "GPUSHIM_LIMIT";
+      *error = "--set " + o + ": a replay's " + (cap ? "cap is --limit's" : "policies are --policy's") + " (" +
+               (cap ? "--limit " : "--policy ") + one[0].second + ")";
+      return false;
+    }
     vars.push_back(one[0]);
   }
   const ConfigResult r = parse_config(vars);

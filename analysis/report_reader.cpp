@@ -381,6 +381,12 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
     if (const JsonValue* v = growth->get("verdict"); v && v->is_string()) file.growth_verdict = v->str();
     if (const JsonValue* v = growth->get("evidence"); v && v->is_string()) file.growth_evidence = v->str();
     if (const JsonValue* v = growth->get("steps_per_pattern")) v->to_u64(&file.growth_steps_per_pattern);
+    const JsonValue* source = growth->get("iteration_source");
+    uint64_t iterations = 0;
+    if (source && source->is_string() && source->str() == "none") file.iteration_marks = 0;
+    if (const JsonValue* v = growth->get("iterations");
+        v && source && source->is_string() && source->str() == "marks" && v->to_u64(&iterations))
+      file.iteration_marks = iterations;
     const JsonValue* list = growth->is_array() ? growth : nullptr;
     for (const auto& [key, value] : growth->members())
       if (!list && value.is_array()) list = &value;

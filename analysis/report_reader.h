@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct ReportFile {
   bool has_growth = false;  // the report has a growth section (even an empty one)
   std::string growth_verdict, growth_evidence;  // "" from shims that wrote no verdict
   uint64_t growth_steps_per_pattern = 0;  // GrowthReport::steps_per_pattern (0 from shims that wrote none)
+  // gpushim_mark_iteration() calls: the growth section's iterations when marks alone were counted
+  // (iteration_source "marks"; "none": 0); unknown when a site's or detected steps count too.
+  std::optional<uint64_t> iteration_marks;
   std::vector<GrowthEntry> growth;
 };
 

@@ -202,6 +202,8 @@ bool read_file(const std::string& path, std::string* out, std::string* error) {
 
 std::string human_bytes(uint64_t b) { return format_bytes(b); }
 
+std::string counted(uint64_t n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
+
 std::string site_identity(const SiteView& s) { return gpushim::site_identity(s.device, s.kind, s.frames); }
 
 bool run_from_report(const ReportFile& file, const std::string& path, RunView* out) {
@@ -228,6 +230,7 @@ bool run_from_report(const ReportFile& file, const std::string& path, RunView* o
   v.growth_verdict = file.growth_verdict;
   v.growth_evidence = file.growth_evidence;
   v.growth_unit = growth_unit(file.growth_steps_per_pattern);
+  v.iteration_marks = file.iteration_marks;
   for (const GrowthEntry& g : file.growth) {
     GrowthSuspect gs;
     gs.device = g.device;
@@ -280,6 +283,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
 
   for (const TraceEvent& e : t.events)
     if (e.kind == EventKind::kIteration) v.iterations_s.push_back(t.seconds(e.t_ns));
+  v.iteration_marks = v.iterations_s.size();
   // Growth replays the shim's own checkpoints (kCheckpoint events) over the same SiteHistory and
   // the same verdict (report/growth_verdict.h), so the trace says what the exit report said.
   SiteHistory history;
@@ -460,13 +464,24 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
         if (e.ordinal == ord) shim = &e;
     const char* const held_past =
         " (the rest: memory held past the allocations, e.g. CUDA's own pool under cudaMallocAsync)";
+    // The two figures as the note shows them: in bytes when rounding would show the same number
+    // ("2.6 GiB is the shim's own figure; its events account for 2.6 GiB").
+    auto apart = [](uint64_t shim_figure, uint64_t events_figure) {
+      std::pair<std::string, std::string> f{human_bytes(shim_figure), human_bytes(events_figure)};
+      if (f.first == f.second) {
+        f.first += " (" + std::to_string(shim_figure) + " B)";
+        f.second += " (" + std::to_string(events_figure) + " B)";
+      }
+      return f;
+    };
     // The shim's own peak reserved, from the end record, is the run's figure: it also counts what
     // the events cannot show, such as the reservation CUDA's own stream-ordered pools hold beyond
     // their allocations (cudaMallocAsync under passthrough), so the exit report says the same.
     if (shim && shim->peak_reserved != d.peak_reserved) {
-      v.notes.push_back("device " + std::to_string(ord) + ": peak reserved " + human_bytes(shim->peak_reserved) +
+      const auto [shim_figure, events_figure] = apart(shim->peak_reserved, d.peak_reserved);
+      v.notes.push_back("device " + std::to_string(ord) + ": peak reserved " + shim_figure +
                         " is the shim's own figure (the trace's end record); its events account for " +
-                        human_bytes(d.peak_reserved) + (shim->peak_reserved > d.peak_reserved ? held_past : ""));
+                        events_figure + (shim->peak_reserved > d.peak_reserved ? held_past : ""));
       r.peak_reserved_bytes = r.pool.peak_reserved_bytes = shim->peak_reserved;
     }
     // Reserved at the end likewise, where the shim wrote it (trace format 1.4; older traces keep
@@ -474,9 +489,10 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
     // of the exit.
     if (shim && shim->reserved && *shim->reserved != d.reserved && !m.teardown.observed) {
       const uint64_t reserved = *shim->reserved;
-      v.notes.push_back("device " + std::to_string(ord) + ": reserved at the end " + human_bytes(reserved) +
+      const auto [shim_figure, events_figure] = apart(reserved, d.reserved);
+      v.notes.push_back("device " + std::to_string(ord) + ": reserved at the end " + shim_figure +
                         " is the shim's own figure (the trace's end record); its events account for " +
-                        human_bytes(d.reserved) + (reserved > d.reserved ? held_past : ""));
+                        events_figure + (reserved > d.reserved ? held_past : ""));
       r.pool.reserved_bytes = reserved;
       r.pool.cached_free_bytes = reserved - std::min(reserved, d.allocated);
     }
@@ -573,7 +589,7 @@ std::vector<TimelineSample> trace_timeline(const TraceData& t, size_t max_points
   return out;
 }
 
-bool load_run(const std::string& path, RunView* out, std::string* error) {
+bool load_run(const std::string& path, RunView* out, std::string* error, std::optional<TraceData>* trace) {
   std::string bytes;
   if (!read_file(path, &bytes, error)) return false;
   if (looks_like_trace(bytes)) {
@@ -583,6 +599,7 @@ bool load_run(const std::string& path, RunView* out, std::string* error) {
       return false;
     }
     run_from_trace(t, path, out);
+    if (trace) trace->emplace(std::move(t));
     return true;
   }
   ReportFile r;

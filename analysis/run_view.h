@@ -50,12 +50,15 @@ struct RunView {
   std::string growth_evidence;        // how much evidence the verdict rests on ("20 iterations seen, 8 needed")
   std::string growth_unit = "iteration";  // what GrowthSuspect::bytes_per_iteration is per (growth_unit())
   std::vector<double> iterations_s;   // iteration marks (traces)
+  std::optional<uint64_t> iteration_marks;  // how many (a report knows the count, when it knows it)
   std::vector<std::string> notes;     // incompleteness worth telling the user about
   const DeviceReport* device(int ordinal) const;
 };
 
 // Loads a report or a trace (told apart by content, not by name). Traces are symbolized offline.
-bool load_run(const std::string& path, RunView* out, std::string* error);
+// A caller that needs the trace's events too gets them in `trace` (left empty for a report): the
+// input is read once, as a pipe or process substitution can be read only once.
+bool load_run(const std::string& path, RunView* out, std::string* error, std::optional<TraceData>* trace = nullptr);
 bool run_from_report(const ReportFile& report, const std::string& path, RunView* out);
 void run_from_trace(const TraceData& trace, const std::string& path, RunView* out);
 
@@ -67,6 +70,9 @@ void append_run_header_json(std::string* j, const RunView& run);
 // Allocated/reserved per device after every event of a trace, oldest first; with max_points
 // non-zero, thinned per device to about that many points, keeping each stretch's highest value.
 std::vector<TimelineSample> trace_timeline(const TraceData& trace, size_t max_points_per_device);
+
+// "1 allocation", "2 allocations": a count and its word, as the shim's own summary writes them.
+std::string counted(uint64_t n, const std::string& word);
 
 // Reads a whole report or trace; false with a one-line message on error. Untrusted input gets
 // bounded resources: what does not begin like a report (JSON) or a trace (its magic) is refused

@@ -86,7 +86,7 @@ void render(const TreeNode& n, const std::string& indent, size_t depth, size_t m
   for (size_t i = 0; i < kids.size(); ++i) {
     const bool last = i + 1 == kids.size();
     const TreeNode& c = *kids[i].second;
-    *o += indent + (last ? "└─ " : "├─ ") + human_bytes(c.bytes) + ", " + std::to_string(c.allocs) + " allocations  " +
+    *o += indent + (last ? "└─ " : "├─ ") + human_bytes(c.bytes) + ", " + counted(c.allocs, "allocation") + "  " +
           kids[i].first + "\n";
     if (depth + 1 < max_depth) render(c, indent + (last ? "   " : "│  "), depth + 1, max_depth, o);
   }
@@ -146,9 +146,8 @@ std::string site_tree(const RunView& run, const SiteView& site, bool at_peak, si
   const std::string what = one_device ? "at device " + std::to_string(site.device) + "'s peak"
                            : at_peak  ? "at the peak"
                                       : run.meta.reason == "snapshot" ? "live at the snapshot" : "live at the end";
-  std::string o = "  " + label + "\n  " + human_bytes(total_bytes) + " " + what + ", " + std::to_string(total_allocs) +
-                  (run.source == "trace" ? " allocations over the run" : " allocations live") + ", in " +
-                  std::to_string(sites) + (sites == 1 ? " site" : " sites") + "\n\n  Callers (who calls it, outward)\n";
+  std::string o = "  " + label + "\n  " + human_bytes(total_bytes) + " " + what + ", " + counted(total_allocs, "allocation") +
+                  (run.source == "trace" ? " over the run" : " live") + ", in " + counted(sites, "site") + "\n\n  Callers (who calls it, outward)\n";
   if (callers.children.empty()) o += "  └─ (the outermost frame recorded)\n";
   render(callers, "  ", 0, max_depth, &o);
   o += "\n  Callees (what it calls, down to the allocation)\n";

@@ -57,6 +57,44 @@ class AnalyzeCommandLine(unittest.TestCase):
         self.assertIn("cannot open", subprocess.run([ANALYZE, "replay", "--policy", "caching", "--policy=pytorch",
                                                      self.MISSING], capture_output=True, text=True).stderr)
 
+    def test_options_asking_for_two_outputs_are_refused(self):
+        # summary --site printed its text tree whatever --json or --format torch asked for, and
+        # --json silently outranked --format torch.
+        self.assertEqual(refused("summary", "--site", "1", "--json", self.MISSING),
+                         "gpushim-analyze summary: --site prints a text tree: it does not go with --json "
+                         "(gpushim-analyze summary --help)")
+        self.assertIn("--site prints a text tree: it does not go with --format torch",
+                      refused("summary", "--site", "1", "--format", "torch", self.MISSING))
+        self.assertIn("--json and --format torch ask for two outputs",
+                      refused("summary", "--json", "--format=torch", self.MISSING))
+        # What agrees is not refused: the missing input is then what is said.
+        for args in (("--json", "--format", "json"), ("--site", "1", "--format", "text")):
+            with self.subTest(args=args):
+                p = subprocess.run([ANALYZE, "summary", *args, self.MISSING], capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn("cannot open", p.stderr)
+
+    def test_an_export_option_of_another_format_is_refused(self):
+        # --lines was refused for a format that has no use for it; --metric, --max-events and
+        # --max-points were accepted and changed nothing.
+        for fmt, opt, value, message in (("perfetto", "--metric", "live", "--metric is for folded and speedscope"),
+                                         ("timeline", "--metric", "peak", "--metric is for folded and speedscope"),
+                                         ("folded", "--max-events", "5", "--max-events is for memory-viz"),
+                                         ("memory-viz", "--max-points", "5",
+                                          "--max-points is for perfetto, perfetto-json and timeline"),
+                                         ("memory-viz", "--lines", None, "--lines is for folded and speedscope")):
+            with self.subTest(format=fmt, option=opt):
+                self.assertEqual(refused("export", "--format", fmt, opt, *([value] if value else []), "-o", "-",
+                                         self.MISSING),
+                                 f"gpushim-analyze export: {message} (gpushim-analyze export --help)")
+        for fmt, opt, value in (("speedscope", "--metric", "live"), ("memory-viz", "--max-events", "5"),
+                                ("perfetto-json", "--max-points", "5")):
+            with self.subTest(format=fmt, option=opt):
+                p = subprocess.run([ANALYZE, "export", "--format", fmt, opt, value, "-o", "-", self.MISSING],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn("cannot open", p.stderr)
+
     def test_values_and_operands_are_checked_before_reading(self):
         for args, message in ((("summary", "--top", "0"), "--top takes a whole number from 1 to 1000000000, not '0'"),
                               (("summary", "--temporary-ms", "x"), "--temporary-ms takes a number from 0 to 1000000000"),

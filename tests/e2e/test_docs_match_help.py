@@ -148,3 +148,18 @@ class ToolVariables(unittest.TestCase):
         self.assertGreater(len(listed), 5)
         self.assertEqual(sorted(listed - self.read_in_tree()), [], "listed but read nowhere any more")
 
+
+
+class TraceFormatPage(unittest.TestCase):
+    """docs/trace-format.md describes the version interpose/trace/trace_format.h writes: its title
+    said 1.4 after the end record's teardown field made it 1.5."""
+
+    def test_the_page_names_the_version_the_shim_writes(self):
+        with open(os.path.join(ROOT, "interpose", "trace", "trace_format.h"), encoding="utf-8") as f:
+            code = f.read()
+        major = re.search(r"kVersionMajor = (\d+);", code).group(1)
+        minor = re.search(r"kVersionMinor = (\d+);", code).group(1)
+        with open(os.path.join(ROOT, "docs", "trace-format.md"), encoding="utf-8") as f:
+            page = f.read()
+        self.assertEqual(re.match(r"# gpushim trace format \(version (\d+)\.(\d+)\)", page).groups(), (major, minor))
+        self.assertIn(f"| 1 | header | varint major ({major}), varint minor ({minor};", page)

@@ -1,6 +1,7 @@
 """scripts/gpushim-plot: every failure is one "gpushim-plot:" line and a non-zero exit with bounded
 memory (bad output names, full disks, damaged reports, device files as input, no matplotlib), and
 the drawing keeps labels off the curves and iteration marks from hiding them."""
+import gzip
 import json
 import os
 import resource
@@ -122,6 +123,70 @@ class PlotFailures(unittest.TestCase):
                 self.assert_one_line_error(proc, 1, f"{source}: not a gpushim report or trace")
                 # Refused from its head, not after reading and parsing it (that names the JSON error).
                 self.assertTrue(proc.stderr.rstrip().endswith("not a gpushim report or trace"), proc.stderr)
+
+    def test_a_failed_write_leaves_the_earlier_image_whole(self):
+        # The image was written over its target in place: a write cut short (a full disk, here the
+        # file size limit) left a truncated image where the earlier one had been.
+        require_plot_python()
+        out_dir = tempfile.mkdtemp(prefix="gpushim-plot-out-")
+        out = os.path.join(out_dir, "run.png")
+        self.assertEqual(plot([self.report, "-o", out]).returncode, 0)  # matplotlib's caches exist from here on
+        with open(out, "wb") as f:
+            f.write(b"the earlier image")
+        os.chmod(out, 0o640)
+
+        def small_files():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))  # Python ignores SIGXFSZ: write() fails
+        proc = subprocess.run([PLOT_PYTHON, PLOT, self.report, "-o", out], capture_output=True, text=True,
+                              timeout=120, env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE), preexec_fn=small_files)
+        self.assert_one_line_error(proc, 1, f"cannot write {out}: File too large")
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), b"the earlier image")
+        self.assertEqual(os.listdir(out_dir), ["run.png"])  # no temporary file left
+        # A successful plot replaces the image and keeps its mode; through a link, the link stays.
+        link = os.path.join(out_dir, "latest.png")
+        os.symlink("run.png", link)
+        self.assertEqual(plot([self.report, "-o", link]).returncode, 0)
+        self.assertTrue(os.path.islink(link))
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(os.stat(out).st_mode & 0o777, 0o640)
+        self.assertEqual(sorted(os.listdir(out_dir)), ["latest.png", "run.png"])
+
+    def test_dash_writes_the_image_to_stdout(self):
+        # As `gpushim-analyze export -o -` does; it wrote a file named "-" instead.
+        require_plot_python()
+        where = tempfile.mkdtemp(prefix="gpushim-plot-dash-")
+        proc = subprocess.run([PLOT_PYTHON, PLOT, self.report, "-o", "-"], capture_output=True, timeout=120, cwd=where,
+                              env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(proc.stdout[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(os.listdir(where), [])
+
+    def test_a_trace_from_a_pipe_draws_as_from_its_file(self):
+        # `gpushim-plot <(zcat run.trace.gz)`: the head read here emptied the pipe's start, and
+        # gpushim-analyze, given the path again, could not open it ("/dev/fd/63: No such file").
+        require_plot_python()
+        _, trace = traced([program("e2e_leak_two_sites")])
+        with open(trace, "rb") as f:
+            data = f.read()
+        from_file = os.path.join(self.dir, "from_file.png")
+        self.assertEqual(plot([trace, "-o", from_file]).returncode, 0)
+        for name, payload in (("plain", data), ("gzip", gzip.compress(data))):
+            with self.subTest(input=name):
+                out = os.path.join(self.dir, f"from_pipe_{name}.png")
+                proc = subprocess.run([PLOT_PYTHON, PLOT, "/dev/stdin", "-o", out], input=payload,
+                                      capture_output=True, timeout=120, env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                with open(out, "rb") as a, open(from_file, "rb") as b:
+                    self.assertEqual(a.read(), b.read())
+        # A trace cut inside its header, from a pipe: gpushim-analyze's one line, naming the input.
+        proc = subprocess.run([PLOT_PYTHON, PLOT, "/dev/stdin", "-o", os.path.join(self.dir, "cut.png")],
+                              input=data[:12], capture_output=True, text=False, timeout=120,
+                              env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(proc.stderr.decode().splitlines(),
+                         ["gpushim-plot: gpushim-analyze export: /dev/stdin: not a gpushim trace: no complete header chunk"])
 
     def test_a_python_without_matplotlib_hands_over_to_one_with_it(self):
         require_plot_python()

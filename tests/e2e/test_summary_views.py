@@ -106,6 +106,32 @@ class SummaryViews(ShimTestCase):
         self.assertIn("KiB", text)  # PyTorch 2's units, not "KB"
         self.assertNotRegex(text, r"\d (KB|MB|GB) ")
 
+    def test_json_leaves_what_a_trace_cannot_know_unknown(self):
+        # A trace has no pool's free list: its JSON said largest_free_block 0 and so external
+        # fragmentation 1 (100%) while most of the reserve was cached free.
+        dev = self.summary["devices"][0]
+        self.assertGreater(dev["cached_free"], 0)
+        self.assertIsNone(dev["largest_free_block"])
+        self.assertIsNone(dev["external_fragmentation"])
+        from_report = analyze_json("summary", self.recorded.report_path)["devices"][0]
+        reported = self.recorded.device(0)
+        self.assertEqual(from_report["largest_free_block"], reported["pool"]["largest_free_block"])
+        self.assertAlmostEqual(from_report["external_fragmentation"], reported["external_fragmentation"], places=9)
+
+    def test_report_and_trace_of_one_run_count_the_same_iteration_marks(self):
+        # A report's summary said "iterations": 0 (and no marks in its text) while its growth
+        # section counted the run's 8 marks, as the trace does.
+        self.assertEqual(self.recorded.report["growth"]["iteration_source"], "marks")
+        self.assertEqual(self.summary["iterations"], 8)
+        self.assertEqual(analyze_json("summary", self.recorded.report_path)["iterations"], 8)
+        self.assertIn(", 8 iteration marks", analyze("summary", self.recorded.report_path).stdout.splitlines()[1])
+        # Iterations of a GPUSHIM_ITERATION_SITE count too: how many were marks is not known.
+        doc = dict(self.recorded.report, growth=dict(self.recorded.report["growth"], iteration_source="marks+site"))
+        path = os.path.join(tempfile.mkdtemp(prefix="gpushim-views-"), "site.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        self.assertIsNone(analyze_json("summary", path)["iterations"])
+
     def test_report_and_trace_of_one_run_give_the_same_times(self):
         def rows(source):
             text = analyze("summary", "--format", "torch", source).stdout

@@ -337,6 +337,29 @@ class Recording(ShimTestCase):
                 self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
                 self.assertIn(message, p.stderr)
 
+    def test_a_trace_from_a_pipe_is_read_once(self):
+        # `summary <(zcat run.trace.gz)`: a pipe gives its bytes once. summary read a trace twice
+        # (once more for the allocation rankings) and said the pipe was empty.
+        r, trace = traced([program("e2e_leak_two_sites")])
+        self.assertRanOK(r)
+        with open(trace, "rb") as f:
+            data = f.read()
+        for args in (["summary", "--json"], ["summary"], ["summary", "--format", "torch"]):
+            with self.subTest(args=args):
+                whole = analyze(*args, trace).stdout
+                piped = subprocess.run([ANALYZE, *args, "/dev/stdin"], input=data, capture_output=True, timeout=120)
+                check_sanitizer_clean(piped.stderr.decode(), "gpushim-analyze")
+                self.assertEqual(piped.returncode, 0, piped.stderr)
+                self.assertEqual(piped.stdout.decode().replace("/dev/stdin", trace), whole)
+
+    def test_replay_of_a_report_says_it_needs_a_trace(self):
+        # It said "not a gpushim trace (no GPUSHIMT magic)".
+        r, _ = traced([program("e2e_leak_two_sites")])
+        p = analyze("replay", r.report_path, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr, f"gpushim-analyze replay: {r.report_path} is a report: replay needs a trace of the "
+                                   "run's every allocation (GPUSHIM_TRACE)\n")
+
     def test_corrupt_inputs_get_one_clear_line(self):
         workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
         junk = os.path.join(workdir, "junk")

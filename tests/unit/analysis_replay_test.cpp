@@ -158,6 +158,22 @@ TEST(Replay, RecordedConfigurationIsRebuilt) {
   EXPECT_NE(err.find("GPUSHIM_ROUND"), std::string::npos);
 }
 
+TEST(Replay, TheCapAndThePolicyAreNotSettingsToOverride) {
+  // They are --limit's and --policy's: as --set they were accepted and ignored, so a replay asked
+  // for a 1 MiB cap ran without one.
+  TraceData t = three_blocks("caching");
+  Config c;
+  std::vector<std::string> notes;
+  std::string err;
+  EXPECT_FALSE(recorded_config(t, {"GPUSHIM_LIMIT=1MiB"}, &c, &notes, &err));
+  EXPECT_EQ(err, "--set GPUSHIM_LIMIT=1MiB: a replay's cap is --limit's (--limit 1MiB)");
+  EXPECT_FALSE(recorded_config(t, {"GPUSHIM_POLICY=vmm"}, &c, &notes, &err));
+  EXPECT_EQ(err, "--set GPUSHIM_POLICY=vmm: a replay's policies are --policy's (--policy vmm)");
+  // Recorded, they are the run's and stay accepted.
+  t.header.config = {"GPUSHIM_POLICY=caching", "GPUSHIM_LIMIT=1GiB"};
+  EXPECT_TRUE(recorded_config(t, {}, &c, &notes, &err)) << err;
+}
+
 TEST(Replay, AVmmTraceOfBeforeGpushimVmmReuseReplaysThePoolThatRanIt) {
   // The recorder names GPUSHIM_VMM_REUSE in every vmm trace; one without it is older, recorded by
   // the pool that built from idle memory only. A caching trace's vmm replays are today's pool.

@@ -54,5 +54,20 @@ TEST(SiteTree, OneDeviceSaysThePeakAsBefore) {
   EXPECT_NE(t.find("16.0 MiB at the peak, 8 allocations over the run, in 2 sites"), std::string::npos) << t;
 }
 
+TEST(SiteTree, OneAllocationIsSaidInTheSingular) {
+  // "64.0 MiB in 1 allocations", "1 allocations over the run": summary's lines for a site that
+  // allocated once, which most runs have (a model's weights, a workspace).
+  RunView run;
+  run.source = "trace";
+  run.sites = {step_site(0, 10u << 20)};
+  run.sites[0].total_allocs = 1;
+  const std::string t = site_tree(run, run.sites[0], /*at_peak=*/true, 8);
+  EXPECT_NE(t.find("10.0 MiB at the peak, 1 allocation over the run, in 1 site"), std::string::npos) << t;
+  EXPECT_EQ(t.find("1 allocations"), std::string::npos) << t;
+  EXPECT_EQ(counted(1, "allocation"), "1 allocation");
+  EXPECT_EQ(counted(0, "allocation"), "0 allocations");
+  EXPECT_EQ(counted(2, "free"), "2 frees");
+}
+
 }  // namespace
 }  // namespace gpushim::analysis

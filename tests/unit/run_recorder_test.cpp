@@ -8,10 +8,10 @@
 #include <memory>
 #include <utility>
 
+#include "test_sizes.h"
+
 namespace gpushim {
 namespace {
-
-constexpr uint64_t MiB = 1ull << 20;
 
 // What the Shim lends the recorder, with one device and no pool: forwarded records only.
 struct RecordedRun {

@@ -1,0 +1,63 @@
+// The notes that say a trace's figure is the shim's own (its end record), not its events'.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "run_view.h"
+#include "test_sizes.h"
+
+namespace gpushim::analysis {
+namespace {
+
+trace::TraceEvent event(trace::EventKind kind, uint64_t t_ns, uint64_t addr, uint64_t size) {
+  trace::TraceEvent e;
+  e.kind = kind;
+  e.t_ns = t_ns;
+  e.addr = addr;
+  e.size = e.requested = size;
+  return e;
+}
+
+const std::string* note_on(const RunView& v, const std::string& what) {
+  auto it = std::find_if(v.notes.begin(), v.notes.end(), [&](const std::string& n) { return n.find(what) != n.npos; });
+  return it == v.notes.end() ? nullptr : &*it;
+}
+
+TEST(EndRecordNotes, FiguresThatRoundAlikeAreGivenInBytes) {
+  // A vmm trace of the corpus said "peak reserved 2.6 GiB is the shim's own figure (the trace's end
+  // record); its events account for 2.6 GiB": two figures 18 MiB apart that read the same.
+  using trace::EventKind;
+  TraceData t;
+  t.header.start_mono_ns = 1000;
+  t.devices = {trace::DeviceInfo{0, 16 * GiB, 0}};
+  const uint64_t events_peak = 2650 * MiB + 18 * MiB, shim_peak = 2650 * MiB;
+  t.events = {event(EventKind::kSegmentMap, 2000, 0x100000000, events_peak),
+              event(EventKind::kAlloc, 2100, 0x100000000, 1 * MiB)};
+  trace::EndInfo end;
+  end.end_mono_ns = 4000;
+  trace::DeviceTotals totals;
+  totals.ordinal = 0;
+  totals.peak_reserved = shim_peak;
+  totals.reserved = shim_peak;
+  end.devices = {totals};
+  t.end = end;
+  RunView v;
+  run_from_trace(t, "t.trace", &v);
+  const std::string* peak = note_on(v, "peak reserved");
+  ASSERT_NE(peak, nullptr);
+  EXPECT_EQ(*peak, "device 0: peak reserved 2.6 GiB (" + std::to_string(shim_peak) +
+                       " B) is the shim's own figure (the trace's end record); its events account for 2.6 GiB (" +
+                       std::to_string(events_peak) + " B)");
+  const std::string* at_end = note_on(v, "reserved at the end");
+  ASSERT_NE(at_end, nullptr);
+  EXPECT_NE(at_end->find("(" + std::to_string(events_peak) + " B)"), std::string::npos) << *at_end;
+  // Figures that read apart stay as they read.
+  t.end->devices[0].peak_reserved = 1 * GiB;
+  RunView far;
+  run_from_trace(t, "t.trace", &far);
+  ASSERT_NE(note_on(far, "peak reserved"), nullptr);
+  EXPECT_EQ(note_on(far, "peak reserved")->find(" B)"), std::string::npos) << *note_on(far, "peak reserved");
+}
+
+}  // namespace
+}  // namespace gpushim::analysis

@@ -28,6 +28,7 @@ VmmPoolOptions vmm_options(const Config& c) {
   // GPUSHIM_VMM_REUSE=idle is the pool that recorded the traces of before 2026-11-27, whole.
   o.stream_order_builds = c.vmm_stream_order_builds;
   o.wait_before_carve = c.vmm_stream_order_builds;
+  o.alias_walled_ends_only = c.vmm_stream_order_builds;
   return o;
 }
 

@@ -88,8 +88,10 @@ CUresult VmmArena::try_allocate(uint64_t size, const AllocRequest& req, Owner ow
   const uint8_t cls = class_of(want, owner);
   const Fit fit = fit_for(want, owner);
   // Rather than carve around blocks whose fence is still to complete (reuse_rules.h says why).
+  // In the first step, not even for an exact fit (VmmPoolOptions::first_step_waits).
+  const bool first_step = opt_.first_step_waits && !lifetimes_.seen_trough();
   if (opt_.wait_before_carve)
-    rules_.wait_before_carving([&] { return exact_fit_free(want, cls); },
+    rules_.wait_before_carving([&] { return !first_step && exact_fit_free(want, cls); },
                                [&](std::vector<Block*>& blocks) { release_waiting(blocks); });
   Block* b = find_free(want, cls, req, fit);
   // Freed memory whose fence has completed is reusable where it is: asked without waiting,

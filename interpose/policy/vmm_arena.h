@@ -177,6 +177,20 @@ struct VmmPoolOptions {
   // whose block covers the most memory already mapped (re-recorded corpus, before -> after):
   // finetune_adam 1134 -> 1128, lstm_train 334 -> 332, the other five unchanged.
   bool alias_tails = true;
+  // Lend only a chunk end whose free block stops at the chunk's edge (a free tail that ends where
+  // the chunk does, a free head that begins where it does), not the end of a free run that goes
+  // on into the next chunk. Such a run is contiguous free memory that can serve a block in place;
+  // lending its end cuts it in two, and the lent part stays a wall for as long as anything lives in
+  // the second mapping (long-lived blocks built in a first step: for the run). Measured under
+  // replay --gpu-time model with first_step_waits (this off -> on, peak reserved MiB, plain frees /
+  // stream-ordered): transformer_train 48 / 48 -> 48 / 48, but 48 for plain frees in 16 of 25
+  // settings of GPUSHIM_QUARANTINE 256 KiB-1 MiB x best-fit candidates 8-16 against 6 of 25;
+  // segmentation_train 166 / 162 -> 162 / 164, cnn_train 156 / 156 -> 158 / 158, lstm_train
+  // 332 / 338 -> 336 / 336, finetune_adam 1128 / 1138 -> 1132 / 1140; the GPU-recorded traces
+  // within 10 MiB either way (h200_transformer_caching 2,248 -> 2,238, h100_transformer_caching
+  // 2,306 -> 2,296, h200_steptime_vmm 2,298 -> 2,302). Every row keeps utilization >= 0.96. Off
+  // with GPUSHIM_VMM_REUSE=idle, the pool that recorded the GPU traces.
+  bool alias_walled_ends_only = true;
   // What a build may take in where it lies (a window's free blocks, and the free chunk ends it
   // borrows): free blocks the request may reuse in place, i.e. also those freed on its own stream
   // whose work is still queued (the stream runs that work before the new block's), or (false) only
@@ -195,6 +209,20 @@ struct VmmPoolOptions {
   // epoch, waits for that epoch's fence and looks again instead of carving around them
   // (VmmArena::try_allocate says why). Off with GPUSHIM_VMM_REUSE=idle, the pool before 2026-11-27.
   bool wait_before_carve = true;
+  // With wait_before_carve, until some block has outlived a trough of live memory (in a training
+  // loop, the first step; VmmLifetimes::seen_trough), a request waits for the closed epochs'
+  // fences even when a free block fits it exactly. The first step places what lives for the whole
+  // run (parameters, optimizer states): an exact fit taken from an old free block while its
+  // neighbours still wait behind their fence splits memory that would have become one free block,
+  // and the long-lived blocks built next land on lent chunk ends around it (transformer_train, plain
+  // frees, under replay --gpu-time model: 8 second mappings alive for the run, 50 MiB reserved for
+  // 47.0 requested; docs/benchmarks.md). Later steps do not wait for an exact fit: by then the
+  // layout of what lives long is set. A program that shows no trough (inference) keeps waiting so;
+  // on the corpus that cost 0-5% more fence waits and no synchronization. Measured with
+  // alias_walled_ends_only (this off -> on, peak reserved MiB, plain frees): transformer_train
+  // 50 -> 48 (and in 16 of 25 settings, as there, against 10 of 25), finetune_adam 1128 -> 1132,
+  // the others unchanged; stream-ordered frees are unchanged (no epochs).
+  bool first_step_waits = true;
 };
 
 // Counters beyond PoolFigures, for tests and benchmarks.
@@ -478,6 +506,9 @@ class VmmArena {
   // Maps the lent piece `p` at `va` in `res`, with its shadow; false (the lend undone) when the
   // driver refused.
   bool map_lent(Piece* p, uintptr_t va, Reservation* res, Block** run, std::vector<uintptr_t>* runs);
+  // Is the free block `f` a chunk's free tail (tail) or head that lend may take, as far as `f`
+  // itself goes? (VmmPoolOptions::alias_walled_ends_only.)
+  bool lendable_end(const Block* f, bool tail) const;
   // May the chunk at `c` lend [lo, hi)? (lend's conditions on the chunk.)
   bool lendable_chunk(uintptr_t c, uintptr_t lo, uintptr_t hi) const;
   // The least offset at which a lendable free tail starts and the greatest one a lendable free

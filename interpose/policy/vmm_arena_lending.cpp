@@ -38,18 +38,19 @@ VmmArena::Piece* VmmArena::lend(uint64_t offset, bool tail, uintptr_t skip_lo, u
   // its head up to at least `offset` (head), while something else lies in the rest of the chunk:
   // such a chunk can neither move nor be released. The tightest fit is taken, so that larger
   // free parts stay for larger needs. The chunk must be one whole piece, not itself a second
-  // mapping, and lend only once per side.
+  // mapping, and lend only once per side; with alias_walled_ends_only, the free block must not
+  // go on into the neighbouring chunk (lendable_end).
   Block* best = nullptr;
   uint64_t best_len = 0;
   for (Block* f : free_) {
     const uintptr_t fe = f->addr + f->size;
     uintptr_t lo, hi;
     if (tail) {
-      if (f->addr % gran_ == 0 || f->addr % gran_ > offset || fe < round_up(f->addr, gran_)) continue;
+      if (f->addr % gran_ > offset || !lendable_end(f, true)) continue;
       lo = f->addr;
       hi = round_up(f->addr, gran_);
     } else {
-      if (fe % gran_ == 0 || fe % gran_ < offset || f->addr > round_down(fe, gran_)) continue;
+      if (fe % gran_ < offset || !lendable_end(f, false)) continue;
       lo = round_down(fe, gran_);
       hi = fe;
     }
@@ -165,14 +166,27 @@ bool VmmArena::lendable_chunk(uintptr_t c, uintptr_t lo, uintptr_t hi) const {
   return false;
 }
 
+bool VmmArena::lendable_end(const Block* f, bool tail) const {
+  const uintptr_t fe = f->addr + f->size;
+  if (tail) {
+    if (f->addr % gran_ == 0) return false;
+    const uintptr_t edge = round_up(f->addr, gran_);
+    return opt_.alias_walled_ends_only ? fe == edge : fe >= edge;
+  }
+  if (fe % gran_ == 0) return false;
+  const uintptr_t edge = round_down(fe, gran_);
+  return opt_.alias_walled_ends_only ? f->addr == edge : f->addr <= edge;
+}
+
 void VmmArena::lendable(uint64_t* min_tail, uint64_t* max_head) {
   // lend()'s candidates, summarized: what the most permissive tail and head would allow.
   for (Block* f : free_) {
     const uintptr_t fe = f->addr + f->size;
     const uint64_t x = f->addr % gran_, y = fe % gran_;
-    // A free block may be both: a tail of the chunk it starts in and a head of the one it ends in.
-    bool tail = x != 0 && fe >= round_up(f->addr, gran_) && (*min_tail == 0 || x < *min_tail);
-    bool head = y != 0 && f->addr <= round_down(fe, gran_) && y > *max_head;
+    // A free block may be both: a tail of the chunk it starts in and a head of the one it ends in
+    // (not with alias_walled_ends_only: it would go on past the edge on either side).
+    bool tail = lendable_end(f, true) && (*min_tail == 0 || x < *min_tail);
+    bool head = lendable_end(f, false) && y > *max_head;
     if ((!tail && !head) || !reusable_in_place(f)) continue;
     tail = tail && lendable_chunk(round_down(f->addr, gran_), f->addr, round_up(f->addr, gran_));
     head = head && lendable_chunk(round_down(fe, gran_), round_down(fe, gran_), fe);

@@ -19,6 +19,7 @@ void VmmLifetimes::freed(uint64_t born, uint64_t born_live, uint64_t size, uint6
   // live bytes fall to their own size, and stay where the others were.
   const bool outlived = static_cast<double>(born_live - least) > fall_ * static_cast<double>(born_live) &&
                         static_cast<double>(live - least) > rise_ * static_cast<double>(live);
+  seen_trough_ |= outlived;
   auto it = votes_.find(size);
   if (it == votes_.end()) {
     if (outlived && votes_.size() < kMaxLongSizes) votes_.emplace(size, 1);

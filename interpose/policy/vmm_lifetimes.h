@@ -29,6 +29,8 @@ class VmmLifetimes {
 
   // Until some size has voted, nothing is known: every size is placed alike.
   bool any_votes() const { return !votes_.empty(); }
+  // Some freed block has outlived a trough: in a training loop, the first step is over.
+  bool seen_trough() const { return seen_trough_; }
   // Blocks of `size` are expected to outlive troughs (their votes are positive).
   bool outlives_troughs(uint64_t size) const {
     auto it = votes_.find(size);
@@ -47,6 +49,7 @@ class VmmLifetimes {
   // a block's birth holds the least live bytes since then (a min-stack: a free pops every entry
   // not below the live bytes left).
   uint64_t allocs_ = 0;
+  bool seen_trough_ = false;
   std::vector<std::pair<uint64_t, uint64_t>> lows_;
   absl::flat_hash_map<uint64_t, int8_t> votes_;  // size -> votes, > 0: outlives troughs
   static constexpr size_t kMaxLows = 1 << 16;

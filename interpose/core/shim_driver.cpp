@@ -19,10 +19,8 @@ namespace gpushim {
 
 // ---- the calling thread's context ----
 
-void Shim::bind_thread_context(int dev) {
-  bool& checked = thread_slot<bool, ThreadSlot::kContextChecked>();  // every allocation reads it
-  if (checked) return;
-  checked = true;
+void Shim::bind_unchecked_thread_context(int dev) {
+  thread_slot<bool, ThreadSlot::kContextChecked>() = true;
   const RealDriver& drv = real_driver();
   CUcontext current = nullptr;
   if (drv.cuCtxGetCurrent == nullptr || drv.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current != nullptr) return;

@@ -10,8 +10,13 @@
 #include "cuda/runtime_last_error.h"
 #include "cuda/stream_registry.h"
 #include "util/clock.h"
+#include "util/thread_block.h"
 
 namespace gpushim {
+
+inline void Shim::bind_thread_context(int device) {
+  if (!thread_slot<bool, ThreadSlot::kContextChecked>()) bind_unchecked_thread_context(device);
+}
 
 inline cudaError_t ApiOf<cudaError_t>::from_pool(CUresult r) { return to_runtime_error(r); }
 inline const char* ApiOf<cudaError_t>::name(cudaError_t e) {

@@ -198,6 +198,20 @@ int run_merge(const Cli& cli) {
       r.suspect = human_bytes(r.run.sites[0].live_bytes) + " live at " + top_frame(r.run.sites[0].frames);
     }
   }
+  // Runs that no rank, pid and host tell apart (traces converted from CPU recordings are all
+  // pid 0 on cpu-recording; pids recur across a cluster's machines and restarts) are named by
+  // their file too. Decided for every row before any label changes.
+  std::vector<bool> ambiguous(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    ambiguous[i] = std::count_if(rows.begin(), rows.end(), [&](const RowData& x) {
+                     return x.label == rows[i].label && x.run.meta.host == rows[i].run.meta.host;
+                   }) > 1;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!ambiguous[i]) continue;
+    const std::string& path = rows[i].run.path;
+    const size_t slash = path.rfind('/');
+    rows[i].label += " (" + (slash == std::string::npos ? path : path.substr(slash + 1)) + ")";
+  }
   std::stable_sort(rows.begin(), rows.end(), [](const RowData& a, const RowData& b) {
     long ra, rb;
     const bool na = numeric(a.run.meta.rank, &ra), nb = numeric(b.run.meta.rank, &rb);

@@ -395,6 +395,18 @@ class DiffAndMerge(ShimTestCase):
         for i in range(3):
             self.assertIn(f"pid 1 on trainer-7f9c8d-worker-{i}", note)
 
+    def test_merge_names_runs_alike_in_rank_pid_and_host_by_their_file(self):
+        # Traces converted from CPU recordings are all pid 0 on cpu-recording: two rows read the
+        # same but for their figures.
+        corpus = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "traces")
+        paths = [os.path.join(corpus, n) for n in ("serving.trace.gz", "lstm_train.trace.gz")]
+        lines = analyze("merge", *paths).stdout.splitlines()
+        rows = [l for l in lines if l.startswith("pid 0 ")]
+        self.assertEqual(sorted(r.split()[2] for r in rows), ["(lstm_train.trace.gz)", "(serving.trace.gz)"], lines)
+        # A run alone under its pid keeps the short name.
+        path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]))
+        self.assertIn("\npid 9 ", analyze("merge", path, paths[0]).stdout)
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

@@ -149,6 +149,7 @@ int run_diff(const Cli& cli) {
       j += first ? "" : ",";
       first = false;
       j += "{\"device\":" + std::to_string(ord) + ",\"device_b\":" + std::to_string(b_ordinal(ord));
+      j += std::string(",\"in_a\":") + (pair.first ? "true" : "false") + ",\"in_b\":" + (pair.second ? "true" : "false");
       using Field = uint64_t DeviceReport::*;  // members of DeviceReport and of its MemoryFigures alike
       for (auto [name, f] : {std::pair<const char*, Field>{"peak_allocated", &DeviceReport::peak_bytes},
                              std::pair<const char*, Field>{"peak_reserved", &DeviceReport::peak_reserved_bytes},
@@ -204,7 +205,10 @@ int run_diff(const Cli& cli) {
              change(va, vb) + ")";
     };
     const int ord_b = b_ordinal(ord);
-    o += "  device " + std::to_string(ord) + (ord_b != ord ? " (B: device " + std::to_string(ord_b) + ")" : "") + ": " + one("peak allocated", &DeviceReport::peak_bytes) + "; " +
+    // A device one run never used reads 0 B there: say so, rather than seem to have measured it.
+    const char* only = pair.first == nullptr ? " (not used in A)" : pair.second == nullptr ? " (not used in B)" : "";
+    o += "  device " + std::to_string(ord) + (ord_b != ord ? " (B: device " + std::to_string(ord_b) + ")" : "") + only +
+         ": " + one("peak allocated", &DeviceReport::peak_bytes) + "; " +
          one("peak reserved", &DeviceReport::peak_reserved_bytes) + "; " + one("live", &DeviceReport::live_bytes) + "\n";
   }
   o += "\nSites (largest change first" + std::string(peaks ? "" : "; per-site peaks need two traces") + ")\n";

@@ -407,6 +407,18 @@ class DiffAndMerge(ShimTestCase):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]))
         self.assertIn("\npid 9 ", analyze("merge", path, paths[0]).stdout)
 
+    def test_diff_says_which_device_a_run_never_used(self):
+        a = self.write(report_doc(1, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]))
+        b = self.write(report_doc(2, "", [(0, MiB, 2 * MiB, 4 * MiB), (1, 3 * MiB, 3 * MiB, 4 * MiB)],
+                                  [("x()", 1, MiB)]))
+        lines = analyze("diff", a, b).stdout.splitlines()
+        self.assertTrue(any(l.startswith("  device 1 (not used in A): peak allocated 0 B -> 3.0 MiB") for l in lines),
+                        lines)
+        self.assertTrue(any(l.startswith("  device 0: ") for l in lines), lines)
+        devs = {d["device"]: d for d in analyze_json("diff", b, a)["devices"]}
+        self.assertEqual((devs[0]["in_a"], devs[0]["in_b"]), (True, True))
+        self.assertEqual((devs[1]["in_a"], devs[1]["in_b"]), (True, False))
+
     def test_summary_reads_a_snapshot(self):
         path = self.write(report_doc(9, "", [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)], reason="snapshot"))
         out = analyze_json("summary", path)

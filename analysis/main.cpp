@@ -25,7 +25,8 @@ std::string usage() {
          R"(
 --version prints the gpushim release.
 REPORT is a JSON report written by libgpushim.so (GPUSHIM_REPORT, at exit or on a snapshot);
-TRACE a binary trace (GPUSHIM_TRACE). Inputs are recognized by content.
+TRACE a binary trace (GPUSHIM_TRACE). Inputs are recognized by content, gzip-compressed or not;
+- reads one from standard input.
 )";
 }
 

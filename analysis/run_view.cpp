@@ -128,7 +128,8 @@ bool looks_like_report_or_trace(const char* head, size_t n) {
 }
 
 bool read_file(const std::string& path, std::string* out, std::string* error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // "-": standard input, as other command-line tools read it (a duplicate, closed below as a file's).
+  const int fd = path == "-" ? ::fcntl(0, F_DUPFD_CLOEXEC, 0) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     *error = "cannot open " + path + ": " + std::strerror(errno);
     return false;

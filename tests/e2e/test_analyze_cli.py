@@ -1,6 +1,7 @@
 """gpushim-analyze's command line as a user meets it: a mistake costs one line on stderr, starting
 `gpushim-analyze <cmd>: `, and exit status 2, before any input is read; the line says what would
 have been right (the nearest option name, the accepted values)."""
+import json
 import os
 import subprocess
 import unittest
@@ -106,6 +107,29 @@ class AnalyzeCommandLine(unittest.TestCase):
         self.assertEqual(refused("export", "--format", "folded", self.MISSING),
                          "gpushim-analyze export: -o FILE is required (gpushim-analyze export --help)")
 
+
+
+class StandardInput(unittest.TestCase):
+    def test_a_dash_reads_the_input_from_standard_input(self):
+        # As other tools do: `zcat run.trace.gz | gpushim-analyze summary -`; `-` was "cannot open -".
+        trace = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "traces",
+                             "serving.trace.gz")
+        for cmd in (["summary", "--json"], ["replay", "--json", "--policy", "caching"]):
+            with self.subTest(cmd=cmd[0]):
+                from_file = subprocess.run([ANALYZE, *cmd, trace], capture_output=True, text=True, timeout=120)
+                with open(trace, "rb") as f:
+                    from_stdin = subprocess.run([ANALYZE, *cmd, "-"], stdin=f, capture_output=True, timeout=120)
+                check_sanitizer_clean(from_stdin.stderr.decode(), "gpushim-analyze")
+                self.assertEqual(from_stdin.returncode, 0, from_stdin.stderr)
+                a, b = json.loads(from_stdin.stdout), json.loads(from_file.stdout)
+                if cmd[0] == "replay":  # its timings differ from run to run
+                    a, b = a["policies"][0]["devices"], b["policies"][0]["devices"]
+                    for d in a + b:
+                        d.pop("seconds", None)
+                else:
+                    self.assertEqual(a.pop("path"), "-")
+                    b.pop("path")
+                self.assertEqual(a, b)
 
 if __name__ == "__main__":
     unittest.main()

@@ -84,9 +84,10 @@ bool check_value(const OptionSpec& o, std::string* value, std::string* error) {
       return false;
     }
     case ValueKind::kBytes: {
-      uint64_t ignored = 0;
-      if (parse_bytes(*value, &ignored)) return true;
-      *error = std::string(o.name) + " takes bytes with units (8GiB, 512MiB, 80GB, plain bytes), " + given;
+      // Sizes above 0: a 0 would read as "not given" and leave the default in place unsaid.
+      uint64_t bytes = 0;
+      if (parse_bytes(*value, &bytes) && bytes > 0) return true;
+      *error = std::string(o.name) + " takes bytes above 0 with units (8GiB, 512MiB, 80GB, plain bytes), " + given;
       return false;
     }
   }

@@ -24,7 +24,7 @@ enum class ValueKind : uint8_t {
   kChoice,  // one of `choices` (matched ignoring case, read back as spelt in the table)
   kCount,   // a whole number in [min, max]
   kNumber,  // a decimal number in [min, max]
-  kBytes,   // bytes with units, as GPUSHIM_LIMIT takes them (8GiB, 512MiB, plain bytes)
+  kBytes,   // bytes above 0 with units, as GPUSHIM_LIMIT takes them (8GiB, 512MiB, plain bytes)
 };
 
 struct Choice {

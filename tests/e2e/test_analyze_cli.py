@@ -99,7 +99,8 @@ class AnalyzeCommandLine(unittest.TestCase):
     def test_values_and_operands_are_checked_before_reading(self):
         for args, message in ((("summary", "--top", "0"), "--top takes a whole number from 1 to 1000000000, not '0'"),
                               (("summary", "--temporary-ms", "x"), "--temporary-ms takes a number from 0 to 1000000000"),
-                              (("replay", "--capacity", "8Q"), "--capacity takes bytes with units"),
+                              (("replay", "--capacity", "8Q"), "--capacity takes bytes above 0 with units"),
+                              (("replay", "--capacity", "0"), "--capacity takes bytes above 0 with units"),
                               (("diff",), "expects A B (1 input given)"),
                               (("summary", "--json=yes"), "--json takes no value")):
             with self.subTest(args=args):

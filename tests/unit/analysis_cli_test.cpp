@@ -96,7 +96,10 @@ TEST(AnalysisCli, ValuesAreCheckedAgainstTheirKind) {
   EXPECT_EQ(CliParseOf({"--ratio", "nan", "in"}).error, "--ratio takes a number from 0 to 1, not 'nan'");
   EXPECT_EQ(CliParseOf({"--ratio", "1.5", "in"}).error, "--ratio takes a number from 0 to 1, not '1.5'");
   EXPECT_EQ(CliParseOf({"--capacity", "8Q", "in"}).error,
-            "--capacity takes bytes with units (8GiB, 512MiB, 80GB, plain bytes), not '8Q'");
+            "--capacity takes bytes above 0 with units (8GiB, 512MiB, 80GB, plain bytes), not '8Q'");
+  // 0 read as "not given": the recorded capacity was replayed without a word.
+  EXPECT_EQ(CliParseOf({"--capacity", "0", "in"}).error,
+            "--capacity takes bytes above 0 with units (8GiB, 512MiB, 80GB, plain bytes), not '0'");
   EXPECT_EQ(CliParseOf({"--dry-run=yes", "in"}).error, "--dry-run takes no value");
   EXPECT_EQ(CliParseOf({"in", "--top"}).error, "--top needs a value (--top N)");
   EXPECT_EQ(CliParseOf({"-o", "--dry-run", "in"}).error, "-o needs a value (-o FILE)");

@@ -16,6 +16,7 @@
 #include "json.h"
 #include "offline_symbolizer.h"
 #include "run_view.h"
+#include "util/text.h"
 
 namespace gpushim::analysis {
 namespace {

@@ -12,6 +12,7 @@
 #include "summary_views.h"
 #include "torch_summary.h"
 #include "util/paths.h"
+#include "util/text.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -263,8 +264,8 @@ int run_summary(const Cli& cli) {
          ", utilization " + fmt("%.1f", 100 * utilization(d)) + "% (fragmentation " +
          fmt("%.1f", 100 * (1 - utilization(d))) + "%)");
     std::string l2 = "            live " + moment + " " + human_bytes(d.live_bytes) + " in " +
-                     counted(d.live_count, "allocation") + "; " + counted(d.total_allocs, "alloc") + ", " +
-                     counted(d.total_frees, "free") + ", " + std::to_string(d.failed_allocs) + " failed";
+                     plural(d.live_count, "allocation") + "; " + plural(d.total_allocs, "alloc") + ", " +
+                     plural(d.total_frees, "free") + ", " + std::to_string(d.failed_allocs) + " failed";
     if (d.capacity_bytes) l2 += "; capacity " + human_bytes(d.capacity_bytes);
     if (d.limit_bytes) l2 += ", cap " + human_bytes(d.limit_bytes);
     line(l2);
@@ -272,7 +273,7 @@ int run_summary(const Cli& cli) {
   // Without this, allocs - frees (counted to the end) disagrees with the live count.
   if (m.teardown.observed && m.reason != "snapshot")
     line("  the teardown began at " + fmt("%.2f", m.teardown.began_s) + " s and then freed " +
-         human_bytes(m.teardown.freed_bytes) + " in " + counted(m.teardown.freed_count, "allocation") +
+         human_bytes(m.teardown.freed_bytes) + " in " + plural(m.teardown.freed_count, "allocation") +
          ", still counted live above; the frees above include them");
 
   line("");
@@ -315,7 +316,7 @@ int run_summary(const Cli& cli) {
     if (g.bytes_per_iteration > 0)
       l += " (" + human_bytes(static_cast<uint64_t>(g.bytes_per_iteration)) + " per " + run.growth_unit + ")";
     if (g.bytes_per_s > 0) l += ", " + human_bytes(static_cast<uint64_t>(g.bytes_per_s)) + "/s";
-    l += "; live " + human_bytes(g.live_bytes) + " in " + counted(g.live_count, "allocation") + ", device " +
+    l += "; live " + human_bytes(g.live_bytes) + " in " + plural(g.live_count, "allocation") + ", device " +
          std::to_string(g.device);
     line(l);
     for (const std::string& f : shown_frames(g.frames, max_frames)) line("      at " + f);
@@ -328,7 +329,7 @@ int run_summary(const Cli& cli) {
       const SiteView& s = *at_peak[i];
       line("  #" + std::to_string(i + 1) + " " + human_bytes(s.at_device_peak_bytes) + " at the peak of device " +
            std::to_string(s.device) + " (site peak " + human_bytes(s.peak_bytes) + ", " +
-           counted(s.total_allocs, "allocation") + " over the run)");
+           plural(s.total_allocs, "allocation") + " over the run)");
       for (const std::string& f : shown_frames(s.frames, max_frames)) line("      at " + f);
     }
   }
@@ -338,7 +339,7 @@ int run_summary(const Cli& cli) {
   if (live.empty()) line("  none: everything was freed");
   for (size_t i = 0; i < live.size() && i < top; ++i) {
     const SiteView& s = *live[i];
-    line("  #" + std::to_string(i + 1) + " " + human_bytes(s.live_bytes) + " in " + counted(s.live_count, "allocation") + " (" + (s.kind == "device" ? "device " + std::to_string(s.device) : s.kind + " memory") + ")");
+    line("  #" + std::to_string(i + 1) + " " + human_bytes(s.live_bytes) + " in " + plural(s.live_count, "allocation") + " (" + (s.kind == "device" ? "device " + std::to_string(s.device) : s.kind + " memory") + ")");
     for (const std::string& f : shown_frames(s.frames, max_frames)) line("      at " + f);
   }
   if (live.size() > top) {
@@ -352,7 +353,7 @@ int run_summary(const Cli& cli) {
   if (!trace_data) line("  (traces only: a report counts what is live, not every allocation; record one with GPUSHIM_TRACE)");
   for (size_t i = 0; i < most.size() && i < top; ++i) {
     const AllocationRank& r = *most[i];
-    line("  #" + std::to_string(i + 1) + " " + counted(r.allocs, "allocation") + ", " + human_bytes(r.bytes) +
+    line("  #" + std::to_string(i + 1) + " " + plural(r.allocs, "allocation") + ", " + human_bytes(r.bytes) +
          " in all (" + (r.kind == "device" ? "device " + std::to_string(r.device) : r.kind + " memory") + ")");
     for (const std::string& f : shown_frames(r.frames, max_frames)) line("      at " + f);
   }
@@ -364,7 +365,7 @@ int run_summary(const Cli& cli) {
     for (size_t i = 0; i < temporary.size() && i < top; ++i) {
       const AllocationRank& r = *temporary[i];
       line("  #" + std::to_string(i + 1) + " " + std::to_string(r.temporary) + " temporary of " +
-           counted(r.allocs, "allocation") + " (" + fmt("%.0f", 100.0 * static_cast<double>(r.temporary) /
+           plural(r.allocs, "allocation") + " (" + fmt("%.0f", 100.0 * static_cast<double>(r.temporary) /
                                                                      static_cast<double>(std::max<uint64_t>(1, r.allocs))) +
            "%), " + human_bytes(r.temporary_bytes) + " (" +
            (r.kind == "device" ? "device " + std::to_string(r.device) : r.kind + " memory") + ")");

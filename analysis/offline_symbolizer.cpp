@@ -5,6 +5,7 @@
 
 #include "stacks/frame_roles.h"
 #include "stacks/libdw_session.h"
+#include "util/text.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -139,13 +140,7 @@ std::string describe_frame(const FrameInfo& f) {
     if (f.line > 0) s += ":" + std::to_string(f.line);
   }
   if (!f.python && !f.module.empty() && !f.function.empty()) s += " (" + base_name(f.module) + ")";
-  return printable(std::move(s));
-}
-
-std::string printable(std::string s) {
-  for (char& c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) c = '?';
-  return s;
+  return printable(s);
 }
 
 std::string describe_site(const std::vector<FrameInfo>& frames, const char* none) {

@@ -43,12 +43,8 @@ class OfflineSymbolizer {
 };
 
 // A frame as one short line: "function file:line (module)" with what is known, control bytes as
-// '?' (printable()).
+// '?' (util/text.h's printable(), which the rest of gpushim-analyze's lines use too).
 std::string describe_frame(const FrameInfo& f);
-// `s` with every control byte as '?', as the shim's own summary prints names: a name from a
-// program's symbols, paths or a damaged input may hold anything, and a line of ours stays one
-// line that leaves the terminal as it was (no escape sequences, no bell).
-std::string printable(std::string s);
 // A stack's site in one line: its innermost frame of the user's own code (stacks/frame_roles.h),
 // as summary, diff and merge lead with it; `none` when no frame is outside the shim and CUDA.
 // The innermost frame outside the shim named libffi or libtorch for Python programs.

@@ -203,7 +203,6 @@ bool read_file(const std::string& path, std::string* out, std::string* error) {
 
 std::string human_bytes(uint64_t b) { return format_bytes(b); }
 
-std::string counted(uint64_t n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
 std::string site_identity(const SiteView& s) { return gpushim::site_identity(s.device, s.kind, s.frames); }
 

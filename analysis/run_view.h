@@ -71,9 +71,6 @@ void append_run_header_json(std::string* j, const RunView& run);
 // non-zero, thinned per device to about that many points, keeping each stretch's highest value.
 std::vector<TimelineSample> trace_timeline(const TraceData& trace, size_t max_points_per_device);
 
-// "1 allocation", "2 allocations": a count and its word, as the shim's own summary writes them.
-std::string counted(uint64_t n, const std::string& word);
-
 // Reads a whole report or trace; false with a one-line message on error. Untrusted input gets
 // bounded resources: what does not begin like a report (JSON) or a trace (its magic) is refused
 // after its first block (`summary /dev/zero` ends at once), and no input larger than

@@ -10,6 +10,7 @@
 #include "accounting/allocation_tracker.h"
 #include "offline_symbolizer.h"
 #include "stacks/frame_roles.h"
+#include "util/text.h"
 
 namespace gpushim::analysis {
 
@@ -86,7 +87,7 @@ void render(const TreeNode& n, const std::string& indent, size_t depth, size_t m
   for (size_t i = 0; i < kids.size(); ++i) {
     const bool last = i + 1 == kids.size();
     const TreeNode& c = *kids[i].second;
-    *o += indent + (last ? "└─ " : "├─ ") + human_bytes(c.bytes) + ", " + counted(c.allocs, "allocation") + "  " +
+    *o += indent + (last ? "└─ " : "├─ ") + human_bytes(c.bytes) + ", " + plural(c.allocs, "allocation") + "  " +
           kids[i].first + "\n";
     if (depth + 1 < max_depth) render(c, indent + (last ? "   " : "│  "), depth + 1, max_depth, o);
   }
@@ -146,8 +147,8 @@ std::string site_tree(const RunView& run, const SiteView& site, bool at_peak, si
   const std::string what = one_device ? "at device " + std::to_string(site.device) + "'s peak"
                            : at_peak  ? "at the peak"
                                       : run.meta.reason == "snapshot" ? "live at the snapshot" : "live at the end";
-  std::string o = "  " + label + "\n  " + human_bytes(total_bytes) + " " + what + ", " + counted(total_allocs, "allocation") +
-                  (run.source == "trace" ? " over the run" : " live") + ", in " + counted(sites, "site") + "\n\n  Callers (who calls it, outward)\n";
+  std::string o = "  " + label + "\n  " + human_bytes(total_bytes) + " " + what + ", " + plural(total_allocs, "allocation") +
+                  (run.source == "trace" ? " over the run" : " live") + ", in " + plural(sites, "site") + "\n\n  Callers (who calls it, outward)\n";
   if (callers.children.empty()) o += "  └─ (the outermost frame recorded)\n";
   render(callers, "  ", 0, max_depth, &o);
   o += "\n  Callees (what it calls, down to the allocation)\n";

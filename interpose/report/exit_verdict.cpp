@@ -1,21 +1,15 @@
 #include "report/exit_verdict.h"
 
+#include "util/text.h"
 #include "util/units.h"
 
 namespace gpushim {
-namespace {
-
-std::string count_of(uint64_t n, const char* what) {
-  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
-}
-
-}  // namespace
 
 std::string exit_verdict(const ReportData& r, uint64_t leak_bytes) {
   std::string why;
   auto add = [&](const std::string& reason) { why += (why.empty() ? "" : "; ") + reason; };
-  if (!r.growth.suspects.empty()) add(count_of(r.growth.suspects.size(), "growth suspect"));
-  if (r.invalid_frees != 0) add(count_of(r.invalid_frees, "invalid free"));
+  if (!r.growth.suspects.empty()) add(plural(r.growth.suspects.size(), "growth suspect"));
+  if (r.invalid_frees != 0) add(plural(r.invalid_frees, "invalid free"));
   if (leak_bytes != UINT64_MAX) {
     uint64_t live = 0;
     for (const DeviceReport& d : r.devices) live += d.live_bytes;

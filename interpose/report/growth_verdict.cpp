@@ -11,6 +11,7 @@
 #include "accounting/memory_kind.h"
 #include "report/step_finder.h"
 #include "stacks/site_identity.h"
+#include "util/text.h"
 
 namespace gpushim {
 
@@ -166,8 +167,7 @@ GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvi
   const uint64_t needed = GrowthParams{}.min_samples;
   const uint64_t seen = g.iterations ? g.iterations : g.samples;
   const std::string unit = g.iterations ? growth_unit(g.steps_per_pattern) : "checkpoint";
-  auto count = [&](uint64_t n) { return std::to_string(n) + " " + unit + (n == 1 ? "" : "s"); };
-  g.evidence = count(seen) + (detected.period ? " detected" : " seen");
+  g.evidence = plural(seen, unit) + (detected.period ? " detected" : " seen");
   if (g.steps_per_pattern > 1)
     g.evidence += " (the allocation pattern repeats every " + std::to_string(g.steps_per_pattern) + " steps)";
   g.evidence += ", " + std::to_string(needed) + " needed";

@@ -12,6 +12,7 @@
 #include "report/report_writer.h"
 #include "stacks/frame_roles.h"
 #include "util/paths.h"
+#include "util/text.h"
 #include "util/units.h"
 
 namespace gpushim {
@@ -42,19 +43,6 @@ void append(std::string* s, const char* fmt, ...) {
   va_end(ap);
   s->append(big.data(), static_cast<size_t>(n));
 }
-
-// Names from symbols and Python files may hold anything; each summary line must stay one line.
-std::string printable(std::string_view v) {
-  std::string r(v);
-  for (char& c : r)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) c = '?';
-  return r;
-}
-
-std::string plural(uint64_t n, const char* word) {
-  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
-}
-std::string plural(uint64_t n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); }
 
 void append_frame(std::string* s, const FrameInfo& f) {
   if (f.python) {

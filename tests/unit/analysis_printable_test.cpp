@@ -5,6 +5,7 @@
 #include <string>
 
 #include "offline_symbolizer.h"
+#include "util/text.h"
 
 namespace gpushim::analysis {
 namespace {

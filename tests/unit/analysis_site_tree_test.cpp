@@ -5,6 +5,7 @@
 
 #include "run_view.h"
 #include "summary_views.h"
+#include "util/text.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -64,9 +65,9 @@ TEST(SiteTree, OneAllocationIsSaidInTheSingular) {
   const std::string t = site_tree(run, run.sites[0], /*at_peak=*/true, 8);
   EXPECT_NE(t.find("10.0 MiB at the peak, 1 allocation over the run, in 1 site"), std::string::npos) << t;
   EXPECT_EQ(t.find("1 allocations"), std::string::npos) << t;
-  EXPECT_EQ(counted(1, "allocation"), "1 allocation");
-  EXPECT_EQ(counted(0, "allocation"), "0 allocations");
-  EXPECT_EQ(counted(2, "free"), "2 frees");
+  EXPECT_EQ(plural(1, "allocation"), "1 allocation");
+  EXPECT_EQ(plural(0, "allocation"), "0 allocations");
+  EXPECT_EQ(plural(2, "free"), "2 frees");
 }
 
 }  // namespace

@@ -28,13 +28,11 @@ class SharedMappings {
   bool unmap(uintptr_t va) {
     const auto at = handle_at_.find(va);
     if (at == handle_at_.end()) return true;
-    const auto n = mappings_.find(at->second);
+    const auto n = mappings_.find(at->second);  // there: map() counted the handle it stored
     handle_at_.erase(at);
-    if (n == mappings_.end() || --n->second == 0) {
-      if (n != mappings_.end()) mappings_.erase(n);
-      return true;
-    }
-    return false;
+    if (--n->second > 0) return false;
+    mappings_.erase(n);
+    return true;
   }
 
  private:

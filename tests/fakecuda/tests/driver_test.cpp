@@ -67,46 +67,48 @@ TEST(DriverContext, CallsNeedInitAndContext) {
 }
 
 TEST(DriverContext, PrimaryContextLifecycle) {
-  ASSERT_CU(cuInit(0));
-  unsigned flags = 0;
-  int active = -1;
-  CUcontext a = nullptr, b = nullptr;
-  ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
-  ASSERT_CU(cuDevicePrimaryCtxRetain(&b, 0));
-  EXPECT_EQ(a, b);
-  ASSERT_CU(cuDevicePrimaryCtxRelease(0));
-  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
-  EXPECT_EQ(active, 1);
-  ASSERT_CU(cuCtxSetCurrent(a));
-  CUdevice dev = -1;
-  ASSERT_CU(cuCtxGetDevice(&dev));
-  EXPECT_EQ(dev, 0);
-  CUdeviceptr p = 0;
-  ASSERT_CU(cuMemAlloc(&p, 4096));
-  const size_t used_before_reset = fakecudaDeviceUsedBytes(0);
-  EXPECT_GE(used_before_reset, 4096u);
-  // Reset frees everything the context owned and leaves it inactive but current.
-  ASSERT_CU(cuDevicePrimaryCtxReset(0));
-  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
-  EXPECT_EQ(active, 0);
-  EXPECT_LE(fakecudaDeviceUsedBytes(0), used_before_reset - 4096);
-  EXPECT_EQ(cuMemAlloc(&p, 4096), CUDA_ERROR_CONTEXT_IS_DESTROYED);
-  // Retaining again revives it (this retain is kept: see DriverTest).
-  ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
-  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
-  EXPECT_EQ(active, 1);
-  ASSERT_CU(cuMemAlloc(&p, 4096));
-  ASSERT_CU(cuMemFree(p));
-  // The reset released nothing: the retain from before it is still to be given back.
-  ASSERT_CU(cuDevicePrimaryCtxRelease(0));
-  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
-  EXPECT_EQ(active, 1);
-  // Releasing the last retain destroys the context like a reset.
-  ASSERT_CU(cuDevicePrimaryCtxRelease(0));
-  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
-  EXPECT_EQ(active, 0);
-  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
-  ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
+  InFreshProcess([] {
+    ASSERT_CU(cuInit(0));
+    unsigned flags = 0;
+    int active = -1;
+    CUcontext a = nullptr, b = nullptr;
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&b, 0));
+    EXPECT_EQ(a, b);
+    ASSERT_CU(cuDevicePrimaryCtxRelease(0));
+    ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    EXPECT_EQ(active, 1);
+    ASSERT_CU(cuCtxSetCurrent(a));
+    CUdevice dev = -1;
+    ASSERT_CU(cuCtxGetDevice(&dev));
+    EXPECT_EQ(dev, 0);
+    CUdeviceptr p = 0;
+    ASSERT_CU(cuMemAlloc(&p, 4096));
+    const size_t used_before_reset = fakecudaDeviceUsedBytes(0);
+    EXPECT_GE(used_before_reset, 4096u);
+    // Reset frees everything the context owned and leaves it inactive but current.
+    ASSERT_CU(cuDevicePrimaryCtxReset(0));
+    ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    EXPECT_EQ(active, 0);
+    EXPECT_LE(fakecudaDeviceUsedBytes(0), used_before_reset - 4096);
+    EXPECT_EQ(cuMemAlloc(&p, 4096), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    // Retaining again revives it (this retain is kept: see DriverTest).
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
+    ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    EXPECT_EQ(active, 1);
+    ASSERT_CU(cuMemAlloc(&p, 4096));
+    ASSERT_CU(cuMemFree(p));
+    // The reset released nothing: the retain from before it is still to be given back.
+    ASSERT_CU(cuDevicePrimaryCtxRelease(0));
+    ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    EXPECT_EQ(active, 1);
+    // Releasing the last retain destroys the context like a reset.
+    ASSERT_CU(cuDevicePrimaryCtxRelease(0));
+    ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    EXPECT_EQ(active, 0);
+    EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
+  });
 }
 
 // "Resetting the primary context does not release it, an application that has retained the
@@ -115,24 +117,26 @@ TEST(DriverContext, PrimaryContextLifecycle) {
 // reset dropped every retain, so that a module's release after it failed with
 // CUDA_ERROR_INVALID_CONTEXT.
 TEST(DriverContext, AResetKeepsTheRetainsItsUsersRelease) {
-  ASSERT_CU(cuInit(0));
-  CUcontext a = nullptr;
-  unsigned flags = 0;
-  int active = -1;
-  ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
-  ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
-  ASSERT_CU(cuDevicePrimaryCtxReset(0));
-  ASSERT_CU(cuDevicePrimaryCtxRelease(0));  // an inactive context: nothing more to destroy
-  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
-  EXPECT_EQ(active, 0);
-  ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));  // active again, with two retains
-  ASSERT_CU(cuDevicePrimaryCtxRelease(0));
-  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
-  EXPECT_EQ(active, 1);
-  ASSERT_CU(cuDevicePrimaryCtxRelease(0));
-  ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
-  EXPECT_EQ(active, 0);
-  EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
+  InFreshProcess([] {
+    ASSERT_CU(cuInit(0));
+    CUcontext a = nullptr;
+    unsigned flags = 0;
+    int active = -1;
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));
+    ASSERT_CU(cuDevicePrimaryCtxReset(0));
+    ASSERT_CU(cuDevicePrimaryCtxRelease(0));  // an inactive context: nothing more to destroy
+    ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    EXPECT_EQ(active, 0);
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&a, 0));  // active again, with two retains
+    ASSERT_CU(cuDevicePrimaryCtxRelease(0));
+    ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    EXPECT_EQ(active, 1);
+    ASSERT_CU(cuDevicePrimaryCtxRelease(0));
+    ASSERT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    EXPECT_EQ(active, 0);
+    EXPECT_EQ(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT);
+  });
 }
 
 TEST(DriverContext, PushPop) {

@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,6 +45,26 @@ class DriverTest : public ::testing::Test {
   void TearDown() override { cuCtxSynchronize(); }
   CUcontext ctx_ = nullptr;
 };
+
+// Runs `body` in a process of its own: a death-test child, which the threadsafe style
+// (main.cpp) starts by executing this binary anew. For a test that counts from a fresh process's
+// state, such as how many retains the primary context has: earlier tests of the same binary keep
+// theirs (DriverTest), so without this such a test passed under ctest, one test per process, and
+// failed when the binary ran whole.
+template <typename Body>
+void InFreshProcess(Body body) {
+  EXPECT_EXIT(
+      {
+        body();
+        // The child's failures, where the parent shows them (a death test shows only stderr).
+        const ::testing::TestResult* r = ::testing::UnitTest::GetInstance()->current_test_info()->result();
+        for (int i = 0; i < r->total_part_count(); ++i)
+          std::fprintf(stderr, "%s:%d: %s\n", r->GetTestPartResult(i).file_name(),
+                       r->GetTestPartResult(i).line_number(), r->GetTestPartResult(i).message());
+        std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
 
 // Runtime-API tests. cudaFree(nullptr) initializes the context like in real programs.
 class RuntimeTest : public ::testing::Test {

@@ -11,6 +11,7 @@
 #include "offline_symbolizer.h"
 #include "pickle_writer.h"
 #include "trace/trace_format.h"
+#include "util/units.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -54,6 +55,9 @@ struct DeviceModel {
   std::map<uint64_t, Block> blocks;
   std::vector<Entry> entries;
   uint64_t repairs = 0;
+  // Bytes mapped at a second address (kFlagSharedMapping), now and at most: drawn in two segments,
+  // so the viewer's total of segment sizes is above what the device reserved by that much.
+  uint64_t shared_mapped = 0, shared_mapped_peak = 0;
   // segment_alloc/segment_map entries still without frames, by address: the trace records no stack
   // for a pool's segment, so each takes the stack of the first allocation placed in it (the one
   // that made the pool grow, as PyTorch's own segment_alloc events carry). Without frames, memory_viz
@@ -297,8 +301,15 @@ std::string memory_viz_from_trace(const TraceData& trace, OfflineSymbolizer& sym
         d.segments.erase(it);
         break;
       }
-      case EventKind::kSegmentMap: d.map_range(e.addr, e.size, t_us); break;
-      case EventKind::kSegmentUnmap: d.unmap_range(e.addr, e.size, t_us); break;
+      case EventKind::kSegmentMap:
+        d.map_range(e.addr, e.size, t_us);
+        if (e.flags & trace::kFlagSharedMapping)
+          d.shared_mapped_peak = std::max(d.shared_mapped_peak, d.shared_mapped += e.size);
+        break;
+      case EventKind::kSegmentUnmap:
+        d.unmap_range(e.addr, e.size, t_us);
+        if (e.flags & trace::kFlagSharedMapping) d.shared_mapped -= std::min(d.shared_mapped, e.size);
+        break;
       case EventKind::kAlloc: {
         if (e.size == 0) break;
         // A block already there means its free was lost: let it go first.
@@ -401,6 +412,11 @@ std::string memory_viz_from_trace(const TraceData& trace, OfflineSymbolizer& sym
         }
         p.end_dict();
       }
+      if (it->second.shared_mapped_peak)
+        notes->push_back("device " + std::to_string(ord) + ": up to " + format_bytes(it->second.shared_mapped_peak) +
+                         " of the segments (" + format_bytes(it->second.shared_mapped) +
+                         " at the end) was memory mapped at two addresses and is drawn at each: the viewer's "
+                         "total is that much above what the device reserved (docs/trace-format.md, flag 0x40)");
       if (it->second.repairs)
         notes->push_back("device " + std::to_string(ord) + ": " + std::to_string(it->second.repairs) +
                          " inconsistencies of an incomplete trace were smoothed over");

@@ -8,7 +8,7 @@ import tempfile
 import unittest
 
 from shimtest import ShimTestCase, program
-from test_traces import analyze, analyze_json, traced
+from test_traces import analyze, analyze_json, load_memory_viz, traced
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -279,6 +279,16 @@ class TorchTableOfReportAndTrace(ShimTestCase):
         self.assertEqual(summary["devices"][0]["reserved"], dev["pool"]["reserved_bytes"])
         # From the events themselves, not from the end record's figures that correct them.
         self.assertFalse([n for n in summary["notes"] if "events account for" in n], summary["notes"])
+        # memory-viz draws each mapping as a segment, so its total is above the reserved figure by
+        # the memory mapped twice; the export says by how much.
+        snap_path = os.path.join(os.path.dirname(trace), "snap.pickle")
+        r = analyze("export", "--format", "memory-viz", trace, "-o", snap_path)
+        drawn = sum(s["total_size"] for s in load_memory_viz(self, snap_path)["segments"] if s["device"] == 0)
+        self.assertGreater(drawn, dev["pool"]["reserved_bytes"])
+        m = re.search(r"note: device 0: up to (\S+ \S+) of the segments \((\S+ \S+) at the end\) was memory mapped "
+                      r"at two addresses", r.stderr)
+        self.assertTrue(m, r.stderr)
+        self.assertEqual(m.group(2), human(drawn - dev["pool"]["reserved_bytes"]))
 
     def test_a_trace_cut_short_says_so(self):
         # What was recorded, and the reader's note on stderr: the table alone looks like a whole run.

@@ -188,6 +188,36 @@ class PlotFailures(unittest.TestCase):
         self.assertEqual(proc.stderr.decode().splitlines(),
                          ["gpushim-plot: gpushim-analyze export: /dev/stdin: not a gpushim trace: no complete header chunk"])
 
+    def test_a_refused_pipe_is_not_waited_for(self):
+        # gpushim-analyze refuses what it was fed while the pipe's writer has more to come, and
+        # never sends it (`producer | gpushim-plot /dev/stdin`): gpushim-plot answers, rather than
+        # waiting on its thread that feeds the pipe on to gpushim-analyze.
+        require_plot_python()
+        refuser = os.path.join(self.dir, "refusing-analyze")
+        with open(refuser, "w") as f:
+            f.write("#!/bin/sh\necho 'gpushim-analyze export: refused' >&2\nexit 1\n")
+        os.chmod(refuser, 0o755)
+        proc = subprocess.Popen([PLOT_PYTHON, PLOT, "/dev/stdin", "-o", os.path.join(self.dir, "refused.png")],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=dict(os.environ, GPUSHIM_ANALYZE=refuser))
+        try:
+            proc.stdin.write(b"GPUSHIMT" + bytes(1 << 16))  # a head, and the feeder's first read
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+        try:
+            returncode = proc.wait(timeout=60)  # the pipe stays open: only an answer ends this
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            self.fail("gpushim-plot waited for the end of a pipe gpushim-analyze had refused")
+        finally:
+            proc.stdin.close()
+        self.assertEqual(returncode, 1)
+        self.assertEqual(proc.stderr.read().decode().splitlines(), ["gpushim-plot: gpushim-analyze export: refused"])
+        proc.stdout.close()
+        proc.stderr.close()
+
     def test_a_python_without_matplotlib_hands_over_to_one_with_it(self):
         require_plot_python()
         # `python3 -S` has no site packages, as a virtual environment's python3 first on PATH may

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "stacks/frame_roles.h"
 #include "cli.h"
@@ -63,18 +64,32 @@ bool is_dir(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-std::vector<std::string> list_dir(const std::string& dir) {
-  std::vector<std::string> out;
+// Every regular file in `dir` and in the directories below it, in order: a job's reports are often
+// kept a directory per node or per rank. A directory reached twice (a link back up the tree) is
+// read once, and the walk stops 16 levels down.
+void list_tree(const std::string& dir, int depth, std::set<std::pair<dev_t, ino_t>>* seen,
+               std::vector<std::string>* out) {
+  struct stat st;
+  if (depth > 16 || ::stat(dir.c_str(), &st) != 0 || !seen->insert({st.st_dev, st.st_ino}).second) return;
+  std::vector<std::string> subdirs;
   if (DIR* d = ::opendir(dir.c_str())) {
     while (dirent* e = ::readdir(d)) {
       const std::string name = e->d_name;
       if (name == "." || name == "..") continue;
       const std::string p = dir + (dir.back() == '/' ? "" : "/") + name;
-      struct stat st;
-      if (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) out.push_back(p);
+      if (::stat(p.c_str(), &st) != 0) continue;
+      if (S_ISREG(st.st_mode)) out->push_back(p);
+      else if (S_ISDIR(st.st_mode)) subdirs.push_back(p);
     }
     ::closedir(d);
   }
+  for (const std::string& sub : subdirs) list_tree(sub, depth + 1, seen, out);
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> out;
+  std::set<std::pair<dev_t, ino_t>> seen;
+  list_tree(dir, 0, &seen, &out);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -384,11 +399,11 @@ const CommandSpec kMergeCommand{
     .max_operands = SIZE_MAX,
     .summary = "one table across ranks or processes, outliers flagged",
     .description = R"(One table across the ranks or processes of a job: for each report, snapshot or trace (a directory
-stands for every report and trace in it), one row with the rank (or pid), peak allocated, peak
-reserved, live at the end, and the top suspect (the strongest growth suspect when the input knows
-growth, else the largest live site). A run on several devices has the sum of its devices' figures
-(each device's own peak), marked "[N devices]"; one under another policy than most rows, whose
-reserved memory is not comparable, is marked "[policy P]".
+stands for every report and trace in it and in the directories below it), one row with the rank
+(or pid), peak allocated, peak reserved, live at the end, and the top suspect (the strongest growth
+suspect when the input knows growth, else the largest live site). A run on several devices has
+the sum of its devices' figures (each device's own peak), marked "[N devices]"; one under another
+policy than most rows, whose reserved memory is not comparable, is marked "[policy P]".
 
 One run is one row: a report and the trace of the same process (the same pid, host and rank,
 started at the same moment), or a snapshot and its exit report, give one row, from the exit report

@@ -94,6 +94,21 @@ class DiffAndMerge(ShimTestCase):
         self.assertIn("2 outlier run(s)", text)
         self.assertIn("[snapshot]", text)
 
+    def test_merge_of_a_directory_reads_the_directories_below_it(self):
+        # A job's reports kept a directory per node: all of them are rows, not only the top level's.
+        # A link back up the tree is followed once.
+        for node in range(2):
+            os.makedirs(os.path.join(self.dir, f"node{node}"))
+            for local in range(2):
+                rank = 2 * node + local
+                path = self.write(report_doc(200 + rank, str(rank), [(0, 1 << 30, 2 << 30, 3 << 30)],
+                                             [("model()", 10, 1 << 30)]))
+                os.rename(path, os.path.join(self.dir, f"node{node}", f"rank{rank}.json"))
+        os.symlink("..", os.path.join(self.dir, "node1", "up"))
+        out = analyze_json("merge", self.dir)
+        self.assertEqual(sorted(r["rank"] for r in out["rows"]), ["0", "1", "2", "3"])
+        self.assertEqual(out["skipped"], [])
+
     def test_merge_says_why_it_skips_a_damaged_report_and_exits_1(self):
         for rank in range(3):
             self.write(report_doc(200 + rank, str(rank), [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]))

@@ -91,6 +91,7 @@ namespace {
 }  // namespace
 
 CUresult CheckInitialized(const State& s) {
+  RefuseCallFromHostFunction();  // every driver call that needs the device passes here
   if (!s.initialized || s.unusable_after_fork) return CUDA_ERROR_NOT_INITIALIZED;
   return CUDA_SUCCESS;
 }

@@ -122,7 +122,13 @@ CUresult LaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData, bool ptsz
   if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuLaunchHostFunc"); r != CUDA_SUCCESS) return r;
   SubmitOptions opts;
   opts.replayable = true;
-  return Submit(s, st, [fn, userData] { fn(userData); }, std::move(opts));
+  return Submit(
+      s, st,
+      [fn, userData] {
+        HostFunctionScope scope("cuLaunchHostFunc");
+        fn(userData);
+      },
+      std::move(opts));
 }
 
 CUresult DelayedFill(CUdeviceptr dst, int value, size_t bytes, unsigned int delay_us, CUstream h, bool ptsz) {

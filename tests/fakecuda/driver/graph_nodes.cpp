@@ -70,7 +70,10 @@ CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* phGraphNode, CUgraph hGraph, co
   const CUhostFn fn = nodeParams->fn;
   void* user = nodeParams->userData;
   return AddNode("cuGraphAddHostNode", phGraphNode, hGraph, dependencies, numDependencies, [&](State&, std::function<void()>* op) {
-    *op = [fn, user] { fn(user); };
+    *op = [fn, user] {
+      HostFunctionScope scope("cuGraphAddHostNode");
+      fn(user);
+    };
     return CUDA_SUCCESS;
   });
 }

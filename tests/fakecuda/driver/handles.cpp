@@ -21,7 +21,20 @@ constexpr std::uintptr_t kSeqMask = (std::uintptr_t{1} << (kKindShift - kSeqShif
 bool Minted(std::uintptr_t h) { return (h >> kTagShift) == kTag && (h & 0xf) == 0; }
 HandleKind KindOf(std::uintptr_t h) { return static_cast<HandleKind>((h >> kKindShift) & 0xf); }
 
+// The API that enqueued the host function this thread is running, or nullptr.
+thread_local const char* t_host_function = nullptr;
+
 }  // namespace
+
+HostFunctionScope::HostFunctionScope(const char* api) : outer_(t_host_function) { t_host_function = api; }
+HostFunctionScope::~HostFunctionScope() { t_host_function = outer_; }
+
+void RefuseCallFromHostFunction() {
+  if (t_host_function == nullptr) return;
+  Misuse("a CUDA driver call from inside a host function enqueued with %s: CUDA says it \"must not make any CUDA "
+         "API calls\" (undefined: it may deadlock on its own stream)",
+         t_host_function);
+}
 
 const char* HandleKindName(HandleKind kind) {
   switch (kind) {

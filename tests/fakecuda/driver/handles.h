@@ -55,6 +55,24 @@ void ReviveHandle(State& s, HandleKind kind, std::uintptr_t handle);
 // which call, another kind's handle, or never created) and stops the process.
 [[noreturn]] void BadHandle(const State& s, const char* call, HandleKind kind, std::uintptr_t handle);
 
+// A program's host function (cuLaunchHostFunc, a graph host node) or stream callback
+// (cuStreamAddCallback) runs on a stream worker inside this scope. CUDA says such a function "must
+// not make any CUDA API calls" (it may get CUDA_ERROR_NOT_PERMITTED, "but this is not required":
+// a call that waits for its own stream deadlocks on a GPU), so a driver call made inside the scope
+// is misuse (CheckInitialized). `api` names the call that enqueued the function.
+class HostFunctionScope {
+ public:
+  explicit HostFunctionScope(const char* api);
+  ~HostFunctionScope();
+  HostFunctionScope(const HostFunctionScope&) = delete;
+  HostFunctionScope& operator=(const HostFunctionScope&) = delete;
+
+ private:
+  const char* outer_;
+};
+// Stops the process if the calling thread is running a host function (HostFunctionScope).
+void RefuseCallFromHostFunction();
+
 // Reports "fakecuda: misuse: <message>" on one line and stops the process.
 [[noreturn]] void Misuse(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -14,7 +14,10 @@ CUresult AddCallback(CUstream hStream, CUstreamCallback callback, void* userData
   Stream* st = nullptr;
   if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuStreamAddCallback"); r != CUDA_SUCCESS) return r;
   if (CUresult r = RefuseIfCapturing(s, st); r != CUDA_SUCCESS) return r;
-  return Submit(s, st, [hStream, callback, userData] { callback(hStream, CUDA_SUCCESS, userData); });
+  return Submit(s, st, [hStream, callback, userData] {
+    HostFunctionScope scope("cuStreamAddCallback");
+    callback(hStream, CUDA_SUCCESS, userData);
+  });
 }
 
 }  // namespace

@@ -249,6 +249,62 @@ TEST_F(Misuse, PhysicalMemoryAndMappings) {
   EXPECT_MISUSE(cuMemAddressFree(va, 2 * gran), "cuMemAddressFree: no reservation starts at 0x[0-9a-f]+");
 }
 
+// A host function or stream callback "must not make any CUDA API calls" (cuLaunchHostFunc,
+// cuStreamAddCallback): one that does may deadlock on its own stream on a GPU.
+TEST_F(Misuse, DriverCallsFromHostFunctionsAndCallbacks) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  static CUcontext ctx = ctx_;
+  static std::atomic<int> plain_runs{0};
+  // A host function that makes no CUDA call is fine, from every way of enqueueing one.
+  ASSERT_CU(cuLaunchHostFunc(s, [](void*) { ++plain_runs; }, nullptr));
+  ASSERT_CU(cuStreamAddCallback(s, [](CUstream, CUresult, void*) { ++plain_runs; }, nullptr, 0));
+  CUgraph g = nullptr;
+  ASSERT_CU(cuGraphCreate(&g, 0));
+  CUDA_HOST_NODE_PARAMS plain{[](void*) { ++plain_runs; }, nullptr};
+  CUgraphNode node = nullptr;
+  ASSERT_CU(cuGraphAddHostNode(&node, g, nullptr, 0, &plain));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, g, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_EQ(plain_runs.load(), 3);
+
+  auto synchronizes = [](void*) {
+    cuCtxSetCurrent(ctx);
+    cuCtxSynchronize();
+  };
+  EXPECT_MISUSE(
+      {
+        cuLaunchHostFunc(s, synchronizes, nullptr);
+        cuStreamSynchronize(s);
+      },
+      "a CUDA driver call from inside a host function enqueued with cuLaunchHostFunc");
+  EXPECT_MISUSE(
+      {
+        cuStreamAddCallback(s, [](CUstream, CUresult, void*) { cuCtxSynchronize(); }, nullptr, 0);
+        cuStreamSynchronize(s);
+      },
+      "a CUDA driver call from inside a host function enqueued with cuStreamAddCallback");
+  CUgraph g2 = nullptr;
+  ASSERT_CU(cuGraphCreate(&g2, 0));
+  CUDA_HOST_NODE_PARAMS calls{synchronizes, nullptr};
+  ASSERT_CU(cuGraphAddHostNode(&node, g2, nullptr, 0, &calls));
+  CUgraphExec exec2 = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec2, g2, 0));
+  EXPECT_MISUSE(
+      {
+        cuGraphLaunch(exec2, s);
+        cuStreamSynchronize(s);
+      },
+      "a CUDA driver call from inside a host function enqueued with cuGraphAddHostNode");
+  ASSERT_CU(cuGraphExecDestroy(exec2));
+  ASSERT_CU(cuGraphDestroy(g2));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(g));
+  ASSERT_CU(cuStreamDestroy(s));
+}
+
 // Argument checks that are errors, not misuse: what CUDA documents or a real GPU answered.
 TEST_F(Misuse, EventAndStreamOfDifferentContextsIsAnInvalidHandle) {
   CUcontext c = nullptr;

@@ -626,6 +626,17 @@ CUresult Shim::pooled_free_refused(void* ptr, CUstream stream, bool stream_order
   DeviceState* d = dev >= 0 ? existing_device(dev) : nullptr;
   // A live context of the program's frees any pointer (unified addressing), as the primary does.
   if (d == nullptr || pool_serves_current_context(d, /*stream_ordered=*/true)) return CUDA_SUCCESS;
+  // A primary context reset (cudaDeviceReset) stays current but unusable, and the runtime's own
+  // free first makes it anew, as every runtime call does; a context the program made and another
+  // thread destroyed it cannot. So the runtime is asked to do that step (cudaFree(0)), and the
+  // question asked again: without it, freeing device 0's block with a reset device 1 current was
+  // refused (709) where CUDA frees it.
+  if (!driver_api) {
+    const RealRuntime& rt = real_runtime();
+    if (rt.cudaFree != nullptr && rt.cudaFree(nullptr) == cudaSuccess &&
+        pool_serves_current_context(d, /*stream_ordered=*/true))
+      return CUDA_SUCCESS;
+  }
   // The driver's own code for it: which one a real driver gives (CUDA_ERROR_CONTEXT_IS_DESTROYED,
   // or CUDA_ERROR_INVALID_CONTEXT) no document says.
   CUdevice any = 0;

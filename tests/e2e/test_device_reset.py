@@ -115,6 +115,24 @@ class DeviceReset(ShimTestCase):
                 self.assertEqual([(m["live_bytes"], m["total_allocs"], m["total_frees"]) for m in host], [(0, 1, 1)])
                 self.assertIn("gpushim: device 0 reset: 2.0 MiB in 1 live allocation freed by the reset", r.stderr)
 
+    def test_a_block_is_freed_under_a_device_reset_just_before(self):
+        # cudaFree of device 0's pooled block with device 1 current and just reset: CUDA's runtime
+        # makes device 1's primary context anew and frees it. The shim, asking which context was
+        # current (the program had made one), found a context that no longer answered and refused
+        # the free with cudaErrorContextIsDestroyed, keeping the block live.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_device_reset"), "free_after_other_device_reset"],
+                        env={"GPUSHIM_POLICY": policy, "FAKECUDA_DEVICES": "2"})
+                self.assertRanOK(r)
+                out = result(r)
+                if out["skipped"]:
+                    self.skipTest("needs two devices")
+                self.assertTrue(out["written"])
+                self.assertEqual(out["free"], "cudaSuccess")
+                dev0 = [d for d in r.report["devices"] if d["device"] == 0][0]
+                self.assertEqual(dev0["live_bytes"], 0)
+
     def test_memory_asked_for_under_a_programs_context_is_that_contexts(self):
         # The pools' memory is the primary context's: under a context the program made current,
         # cudaMalloc handed it out anyway (CUDA allocates in the current context), and once another

@@ -3,7 +3,7 @@
 // reset, and the program prints what it and the shim see as one JSON line.
 //
 // Usage: e2e_device_reset runtime|primary_reset[_v1]|release[_v1]|host_of_other_device|survivors|ctx_destroy|
-//                         destroyed_elsewhere|own_context_only
+//                         destroyed_elsewhere|own_context_only|free_after_other_device_reset
 //   runtime:        cudaMalloc, cudaFree (the pool caches the segment), cudaDeviceReset
 //   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset (_v1: its CUDA 7-10 entry
 //                   point, looked up by its plain name)
@@ -24,6 +24,9 @@
 //                   its data); all work again once the thread binds the primary context. A
 //                   thread whose first runtime calls come under that context and ask the default
 //                   memory pool is refused too
+//   free_after_other_device_reset:
+//                   device 0's block freed with device 1 current just after its reset, in a
+//                   program that once made a context: freed, as CUDA's runtime frees it (two devices)
 //   own_context_only:
 //                   a program whose only context is one it made (cuCtxCreate before any runtime
 //                   call) allocates with the runtime: the memory is that context's, and the
@@ -453,6 +456,36 @@ int own_context_only() {
   return 0;
 }
 
+// Device 0's block freed while device 1 is current and was just reset, in a program that once made
+// a context of its own (so that the shim asks which context is current at each free). The runtime
+// makes device 1's primary context anew at the free, as at any call after a reset, and frees the
+// block: a block of another device is freed by any live context (unified addressing).
+int free_after_other_device_reset() {
+  using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  int devices = 0;
+  CHECK(cudaGetDeviceCount(&devices));
+  if (devices < 2) {
+    std::printf("{\"skipped\": true}\n");
+    return 0;
+  }
+  CHECK(cudaSetDevice(0));
+  void* on0 = nullptr;
+  CHECK(cudaMalloc(&on0, 4096));
+  const bool written = write_and_verify(on0, 4096, 0x5A);
+  CUcontext created = nullptr;
+  CHECK_CU(testsupport::driver_function<Create>("cuCtxCreate_v4")(&created, nullptr, 0, 0));
+  testsupport::destroy_context(created);
+  CHECK(cudaSetDevice(1));
+  void* on1 = nullptr;
+  CHECK(cudaMalloc(&on1, 4096));
+  CHECK(cudaFree(on1));
+  CHECK(cudaDeviceReset());
+  const cudaError_t freed = cudaFree(on0);
+  std::printf("{\"skipped\": false, \"written\": %s, \"free\": \"%s\"}\n", written ? "true" : "false",
+              cudaGetErrorName(freed));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -464,6 +497,7 @@ int main(int argc, char** argv) {
   if (mode == "release_v1") return release_last_reference("cuDevicePrimaryCtxRelease");
   if (mode == "destroyed_elsewhere") return destroyed_elsewhere();
   if (mode == "own_context_only") return own_context_only();
+  if (mode == "free_after_other_device_reset") return free_after_other_device_reset();
   if (mode == "host_of_other_device") return host_of_other_device();
   if (mode == "survivors") return survivors(argc > 2 && std::string(argv[2]) == "release");
   if (mode == "ctx_destroy") return context_destroy(argc > 2 && std::string(argv[2]) == "proc_address");

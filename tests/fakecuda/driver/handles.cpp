@@ -26,10 +26,19 @@ thread_local const char* t_host_function = nullptr;
 
 }  // namespace
 
-HostFunctionScope::HostFunctionScope(const char* api) : outer_(t_host_function) { t_host_function = api; }
-HostFunctionScope::~HostFunctionScope() { t_host_function = outer_; }
+std::atomic<int> g_host_functions_running{0};
 
-void RefuseCallFromHostFunction() {
+HostFunctionScope::HostFunctionScope(const char* api) : outer_(t_host_function) {
+  t_host_function = api;
+  g_host_functions_running.fetch_add(1, std::memory_order_relaxed);
+}
+HostFunctionScope::~HostFunctionScope() {
+  g_host_functions_running.fetch_sub(1, std::memory_order_relaxed);
+  t_host_function = outer_;
+}
+
+void RefuseCallFromHostFunctionSlow() {
+  // A thread inside a scope sees its own increment, so the inline check let it through.
   if (t_host_function == nullptr) return;
   Misuse("a CUDA driver call from inside a host function enqueued with %s: CUDA says it \"must not make any CUDA "
          "API calls\" (undefined: it may deadlock on its own stream)",

@@ -19,6 +19,7 @@
 // Every function here expects State::mu to be held, except Misuse.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "../misuse.h"
@@ -70,8 +71,15 @@ class HostFunctionScope {
  private:
   const char* outer_;
 };
+// Host functions running on any thread (HostFunctionScope): every driver call checks this first,
+// inline, so that a call made outside one (nearly all) reads no thread-local variable, whose lookup
+// in this library (__tls_get_addr) cost a pooled 4 KiB pair of the shim 27 instructions.
+extern std::atomic<int> g_host_functions_running;
+void RefuseCallFromHostFunctionSlow();
 // Stops the process if the calling thread is running a host function (HostFunctionScope).
-void RefuseCallFromHostFunction();
+inline void RefuseCallFromHostFunction() {
+  if (g_host_functions_running.load(std::memory_order_relaxed) != 0) RefuseCallFromHostFunctionSlow();
+}
 
 // Reports "fakecuda: misuse: <message>" on one line and stops the process.
 [[noreturn]] void Misuse(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -14,6 +14,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/paths.h"
+#include "util/text.h"
 #include "util/units.h"
 
 namespace gpushim {
@@ -352,6 +353,15 @@ void RunRecorder::write_exit_report() {
                     start_dir_),
         report_to_json(report), where_allowed(config_.report_template));
   if (config_.summary_sites > 0) write_summary(report, path, config_.summary_sites, stderr);
+  // A GPUSHIM_ITERATION_SITE that never counted a call (a misspelt name, a native function that is
+  // not an exported symbol, such as main of an executable) would otherwise leave growth on detected
+  // iterations, or on none, without a word: the user believes the function counted.
+  if (!config_.iteration_site.empty() && (iterations_.sources() & IterationCounter::kSite) == 0)
+    log_line("GPUSHIM_ITERATION_SITE=%s counted no call: no allocation ran inside a Python function of that "
+             "name, nor inside a native one found by it (a native one must be an exported symbol of a library "
+             "loaded at the first CUDA call: an executable's main is not, unless linked with -rdynamic); "
+             "growth.iteration_source is %s",
+             printable(config_.iteration_site).c_str(), report.growth.iteration_source.c_str());
   if (config_.exit_code != 0) {
     const std::string why = exit_verdict(report, config_.exit_leak_bytes);
     if (!why.empty()) {

@@ -75,7 +75,9 @@ const std::vector<Variable>& variables() {
          if (iequals(v, "vmm")) return c->policy = PolicyKind::kVmm, true;
          return false;
        }},
-      {"GPUSHIM_LIMIT", "bytes with units (8GiB, 512MiB, 80GB), at least 1MiB, or a whole percentage of capacity (60%)",
+      {"GPUSHIM_LIMIT",
+       "bytes with units (8GiB, 512MiB, 80GB), at least 1MiB, or a whole percentage of capacity from 1% to 100% "
+       "(60%)",
        "none",
        "Per-device cap on the memory the process holds from the driver. Past it, allocations fail like a "
        "real OOM, and cudaMemGetInfo reports the capped total.",

@@ -105,7 +105,9 @@ void RunRecorder::oom(OomRecord rec, uint64_t limit) {
   // program that handles OOMs in a loop); the total comes at exit.
   const uint64_t nth = rec.injected ? 0 : oom_lines_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (!rec.injected && nth <= kLoggedOoms)
-    log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
+    // Worded as the summary's line of the same event at exit (report_summary.cpp), less its time and
+    // the device's size, so that the two read as one event.
+    log_line("out of memory on device %d: requested %s; allocated %s, reserved %s (cached %s, largest free "
              "block %s), device free %s%s%s; returned %s%s",
              rec.device, format_bytes(rec.requested).c_str(), format_bytes(rec.allocated).c_str(),
              format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),

@@ -137,6 +137,16 @@ bool numeric(const std::string& s, long* out) {
   return *end == '\0';
 }
 
+// A reader's error names the file first ("F is neither ...", "F: not a gpushim report ..."); the
+// skipped line names it already, so its reason goes without it.
+std::string without_path(const std::string& err, const std::string& path) {
+  if (err.compare(0, path.size(), path) != 0) return err;
+  std::string rest = err.substr(path.size());
+  if (rest.compare(0, 2, ": ") == 0) return rest.substr(2);
+  if (rest.compare(0, 4, " is ") == 0) return rest.substr(4);
+  return err;
+}
+
 int run_merge(const Cli& cli) {
   std::string err;
   const double threshold = cli.number("--threshold") / 100.0;
@@ -161,7 +171,7 @@ int run_merge(const Cli& cli) {
           std::fprintf(stderr, "gpushim-analyze merge: skipping a damaged report or trace: %s\n", err.c_str());
           ++damaged;
         }
-        skipped.push_back(f + " (" + err + ")");
+        skipped.push_back(f + " (" + without_path(err, f) + ")");
         continue;
       }
       // The same file given twice (by another name, or in a directory also given) counts once.

@@ -287,7 +287,10 @@ int run_summary(const Cli& cli) {
     if (d.pool.largest_free_block)
       l += " (largest free block " + human_bytes(d.pool.largest_free_block) + ", external fragmentation " +
            fmt("%.0f", 100 * derive(d).external_fragmentation) + "%)";
-    if (d.pool.quarantined_bytes) l += ", waiting for a sync " + human_bytes(d.pool.quarantined_bytes);
+    // Quarantined memory waits for the work queued before its free (events the pool queries without
+    // waiting), not for a synchronization: the pools synchronize only when memory is short.
+    if (d.pool.quarantined_bytes)
+      l += ", quarantined until the work queued before its free is done " + human_bytes(d.pool.quarantined_bytes);
     if (derive(d).internal_waste_bytes)
       l += "; rounding waste in live blocks " + human_bytes(derive(d).internal_waste_bytes);
     line(l);

@@ -75,7 +75,9 @@ const std::vector<Variable>& variables() {
          if (iequals(v, "vmm")) return c->policy = PolicyKind::kVmm, true;
          return false;
        }},
-      {"GPUSHIM_LIMIT", "bytes with units (8GiB, 512MiB, 80GB), at least 1MiB, or a whole percentage of capacity (60%)",
+      {"GPUSHIM_LIMIT",
+       "bytes with units (8GiB, 512MiB, 80GB), at least 1MiB, or a whole percentage of capacity from 1% to 100% "
+       "(60%)",
        "none",
        "Per-device cap on the memory the process holds from the driver. Past it, allocations fail like a "
        "real OOM, and cudaMemGetInfo reports the capped total.",
@@ -363,10 +365,15 @@ void add_contradictions(const std::vector<std::pair<std::string, std::string>>& 
   // for another request below max_split, so each such request would hold a segment of its own.
   if (result->config.max_split <= result->config.large_segment && !has_error("GPUSHIM_MAX_SPLIT") &&
       !has_error("GPUSHIM_LARGE_SEGMENT")) {
-    result->errors.push_back({"GPUSHIM_MAX_SPLIT", split_value,
-                              "more than GPUSHIM_LARGE_SEGMENT (" +
-                                  (large_value.empty() ? std::string("20MiB") : large_value) +
-                                  "), as PyTorch's max_split_size_mb must exceed its 20 MB segments"});
+    // The reason names the segment size in force: PyTorch's 20 MB only when that is the default.
+    result->errors.push_back(
+        {"GPUSHIM_MAX_SPLIT", split_value,
+         large_value.empty()
+             ? std::string("more than GPUSHIM_LARGE_SEGMENT (20MiB), or none, as PyTorch's max_split_size_mb must "
+                           "exceed its 20 MB segments")
+             : "more than GPUSHIM_LARGE_SEGMENT (" + large_value +
+                   "), or none: a free block that large is never split, so each large segment would serve one "
+                   "request"});
   }
   if (result->config.policy == PolicyKind::kPassthrough && !has_error("GPUSHIM_POLICY")) {
     for (const auto& [name, value] : vars) {

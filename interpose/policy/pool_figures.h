@@ -15,7 +15,7 @@ struct PoolFigures {
   uint64_t reserved_bytes = 0;         // held from the driver
   uint64_t peak_reserved_bytes = 0;
   uint64_t cached_free_bytes = 0;      // reserved but not handed out (includes quarantine)
-  uint64_t quarantined_bytes = 0;      // freed, waiting for a synchronization before reuse
+  uint64_t quarantined_bytes = 0;      // freed, waiting for the work queued before the free to finish
   uint64_t largest_free_block = 0;
   uint64_t segment_allocs = 0;
   uint64_t segment_frees = 0;

@@ -14,6 +14,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/paths.h"
+#include "util/text.h"
 #include "util/units.h"
 
 namespace gpushim {
@@ -104,7 +105,9 @@ void RunRecorder::oom(OomRecord rec, uint64_t limit) {
   // program that handles OOMs in a loop); the total comes at exit.
   const uint64_t nth = rec.injected ? 0 : oom_lines_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (!rec.injected && nth <= kLoggedOoms)
-    log_line("out of memory on device %d: %s requested; allocated %s, reserved %s (%s cached free, largest free "
+    // Worded as the summary's line of the same event at exit (report_summary.cpp), less its time and
+    // the device's size, so that the two read as one event.
+    log_line("out of memory on device %d: requested %s; allocated %s, reserved %s (cached %s, largest free "
              "block %s), device free %s%s%s; returned %s%s",
              rec.device, format_bytes(rec.requested).c_str(), format_bytes(rec.allocated).c_str(),
              format_bytes(rec.pool.reserved_bytes).c_str(), format_bytes(rec.pool.cached_free_bytes).c_str(),
@@ -352,6 +355,15 @@ void RunRecorder::write_exit_report() {
                     start_dir_),
         report_to_json(report), where_allowed(config_.report_template));
   if (config_.summary_sites > 0) write_summary(report, path, config_.summary_sites, stderr);
+  // A GPUSHIM_ITERATION_SITE that never counted a call (a misspelt name, a native function that is
+  // not an exported symbol, such as main of an executable) would otherwise leave growth on detected
+  // iterations, or on none, without a word: the user believes the function counted.
+  if (!config_.iteration_site.empty() && (iterations_.sources() & IterationCounter::kSite) == 0)
+    log_line("GPUSHIM_ITERATION_SITE=%s counted no call: no allocation ran inside a Python function of that "
+             "name, nor inside a native one found by it (a native one must be an exported symbol of a library "
+             "loaded at the first CUDA call: an executable's main is not, unless linked with -rdynamic); "
+             "growth.iteration_source is %s",
+             printable(config_.iteration_site).c_str(), report.growth.iteration_source.c_str());
   if (config_.exit_code != 0) {
     const std::string why = exit_verdict(report, config_.exit_leak_bytes);
     if (!why.empty()) {

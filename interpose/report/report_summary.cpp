@@ -144,11 +144,17 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
     if (d.pool.cached_free_bytes != 0) append(&s, ", cached %s", format_bytes(d.pool.cached_free_bytes).c_str());
     if (d.limit_bytes != 0) append(&s, ", cap %s", format_bytes(d.limit_bytes).c_str());
     // What torch.cuda.memory_summary() users look for: driver segments and allocations retried
-    // after the pool gave its cache back (passthrough has neither).
+    // after the pool gave its cache back (passthrough has neither). Under vmm the pool's driver
+    // allocations are physical ones (cuMemCreate), mapped side by side: the torch table's segments
+    // are their runs of adjacent mappings, so these are not called segments here.
+    const bool physical = r.policy == "vmm";
     if (d.pool.segment_allocs != 0 || d.pool.alloc_retries != 0)
-      append(&s, ", %s held (%" PRIu64 " taken, %" PRIu64 " given back), %s",
-             plural(d.pool.segment_allocs - std::min(d.pool.segment_allocs, d.pool.segment_frees), "segment").c_str(),
-             d.pool.segment_allocs, d.pool.segment_frees, plural(d.pool.alloc_retries, "retry", "retries").c_str());
+      append(&s, ", %s held (%" PRIu64 " %s, %" PRIu64 " %s), %s",
+             plural(d.pool.segment_allocs - std::min(d.pool.segment_allocs, d.pool.segment_frees),
+                    physical ? "physical allocation" : "segment")
+                 .c_str(),
+             d.pool.segment_allocs, physical ? "created" : "taken", d.pool.segment_frees,
+             physical ? "released" : "given back", plural(d.pool.alloc_retries, "retry", "retries").c_str());
     s += '\n';
   }
   for (const OtherMemoryReport& o : r.other_memory) {

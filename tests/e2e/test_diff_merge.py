@@ -117,6 +117,9 @@ class DiffAndMerge(ShimTestCase):
             f.write('{"schema":"gpushim-report/1","pid":7,"devices":[{"device":"zero"')  # cut short
         with open(os.path.join(self.dir, "notes.txt"), "w") as f:
             f.write("not a report\n")
+        blob = os.path.join(self.dir, "core.bin")
+        with open(blob, "wb") as f:
+            f.write(b"\x00\x01\x02 neither JSON nor a trace")
         p = analyze("merge", self.dir, check=False)
         self.assertEqual(p.returncode, 1, p.stderr)
         lines = p.stderr.strip().splitlines()
@@ -126,6 +129,9 @@ class DiffAndMerge(ShimTestCase):
         self.assertIn("unexpected end of input", lines[0])
         self.assertIn("3 runs", p.stdout)  # the table of what did read still comes
         self.assertIn("notes.txt (", p.stdout)  # skipped, with its reason
+        # The reason does not name the file a second time.
+        skipped = [l for l in p.stdout.splitlines() if l.startswith("skipped: " + blob)]
+        self.assertEqual(skipped, [f"skipped: {blob} (neither a gpushim report (JSON) nor a gpushim trace)"], p.stdout)
 
     def test_merge_says_why_it_skips_a_damaged_compressed_report(self):
         # Ranks' files kept compressed: a damaged .json.gz did not look like ours (its head is

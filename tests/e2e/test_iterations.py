@@ -132,6 +132,24 @@ class LogicalTime(ShimTestCase):
         self.assertIn("not judged: 3 iterations seen, 8 needed: 5 more iterations", out.stdout)
         self.assertNotIn("none:", out.stdout)
 
+    def test_a_site_that_counts_no_call_says_so(self):
+        # A misspelt name, or a native function that is not an exported symbol (main of an
+        # executable), counted nothing: one line says so rather than leaving growth on detected
+        # iterations without a word. A site that counts says nothing.
+        for name in ("no_such_step", "main"):
+            with self.subTest(site=name):
+                r = run([program("e2e_demo_training_loop")], env={"GPUSHIM_ITERATION_SITE": name})
+                self.assertRanOK(r)
+                self.assertEqual(r.report["growth"]["iteration_source"], "detected")
+                lines = [l for l in r.shim_lines() if "counted no call" in l]
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertTrue(lines[0].startswith(f"gpushim: GPUSHIM_ITERATION_SITE={name} counted no call:"), lines)
+                self.assertIn("growth.iteration_source is detected", lines[0])
+        r = run([program("e2e_planted_leak"), "30"], env={"GPUSHIM_ITERATION_SITE": "leaky_step"})
+        self.assertRanOK(r)
+        self.assertEqual(r.report["growth"]["iteration_source"], "site")
+        self.assertNotIn("counted no call", r.stderr)
+
     def test_demo_finds_its_leak_with_default_settings(self):
         r = run([program("e2e_demo_training_loop")])
         self.assertRanOK(r)

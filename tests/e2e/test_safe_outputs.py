@@ -128,6 +128,9 @@ class OutOfMemoryLines(ShimTestCase):
         self.assertEqual(json.loads(r.stdout.strip().splitlines()[-1])["refused_again"], 99)
         lines = [l for l in r.shim_lines() if "out of memory on device" in l]
         self.assertEqual(len(lines), 16, r.stderr)
+        # Worded as the exit summary's line of the same event (requested first, "cached N").
+        self.assertRegex(lines[0], r"^gpushim: out of memory on device 0: requested [0-9.]+ MiB; allocated [0-9.]+ MiB, "
+                                   r"reserved [0-9.]+ MiB \(cached [0-9.]+ [KMG]?i?B, largest free block ")
         self.assertIn("further out-of-memory errors are counted", lines[-1])
         self.assertIn("gpushim: 100 out-of-memory errors in all (84 not printed above", r.stderr)
         self.assertEqual(r.device(0)["pool"]["ooms"], 100)

@@ -151,6 +151,23 @@ class SummaryViews(ShimTestCase):
         self.assertRegex(text, r"\| Syncs for reuse +\| %d " % dev["pool"]["reuse_syncs"])
         self.assertRegex(text, r"\| Unaccounted +\| .* at \d+\.\d\d s, (\d+\.\d\d s (before|after) the peak|at the peak|next to the peak in time, not in memory held)")
 
+    def test_quarantined_memory_is_not_said_to_wait_for_a_sync(self):
+        # The pools query events for it and never synchronize for it (docs/report-format.md,
+        # quarantined_bytes); the summary said "waiting for a sync" while reuse_syncs was 0.
+        doc = json.loads(json.dumps(self.recorded.report))
+        pool = doc["devices"][0]["pool"]
+        pool["quarantined_bytes"] = 3 << 20
+        pool["cached_free_bytes"] = max(pool["cached_free_bytes"], 3 << 20)
+        fd, path = tempfile.mkstemp(suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        try:
+            text = analyze("summary", path).stdout
+        finally:
+            os.unlink(path)
+        self.assertIn(", quarantined until the work queued before its free is done 3.0 MiB", text)
+        self.assertNotIn("sync", text.split("Fragmentation", 1)[1].split("\n\n", 1)[0])
+
     def test_a_report_without_torch_figures_shows_what_its_counters_hold(self):
         # Reports of shims before the "torch" figures: the cells their counters hold, n/a for the rest.
         doc = dict(self.recorded.report)

@@ -57,10 +57,15 @@ TEST(Config, MaxSplitAtOrBelowTheLargeSegmentIsRefused) {
   const ConfigResult r = parse({{"GPUSHIM_MAX_SPLIT", "20MiB"}});
   ASSERT_EQ(r.errors.size(), 1u);
   EXPECT_EQ(r.errors[0].message(),
-            "GPUSHIM_MAX_SPLIT='20MiB' is invalid: expected more than GPUSHIM_LARGE_SEGMENT (20MiB), as PyTorch's "
-            "max_split_size_mb must exceed its 20 MB segments");
+            "GPUSHIM_MAX_SPLIT='20MiB' is invalid: expected more than GPUSHIM_LARGE_SEGMENT (20MiB), or none, as "
+            "PyTorch's max_split_size_mb must exceed its 20 MB segments");
   EXPECT_FALSE(parse({{"GPUSHIM_MAX_SPLIT", "4MiB"}}).ok());
-  EXPECT_FALSE(parse({{"GPUSHIM_MAX_SPLIT", "30MiB"}, {"GPUSHIM_LARGE_SEGMENT", "32MiB"}}).ok());
+  // With a segment size of the user's own, the reason is that size, not PyTorch's 20 MB.
+  const ConfigResult own = parse({{"GPUSHIM_MAX_SPLIT", "30MiB"}, {"GPUSHIM_LARGE_SEGMENT", "32MiB"}});
+  ASSERT_EQ(own.errors.size(), 1u);
+  EXPECT_EQ(own.errors[0].message(),
+            "GPUSHIM_MAX_SPLIT='30MiB' is invalid: expected more than GPUSHIM_LARGE_SEGMENT (32MiB), or none: a free "
+            "block that large is never split, so each large segment would serve one request");
   const ConfigResult ok = parse({{"GPUSHIM_MAX_SPLIT", "22MiB"}});
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok.config.max_split, 22ull << 20);

@@ -82,6 +82,9 @@ TEST(ConfigTricky, NegativeOverflowAndJunkNumbersAreRejected) {
   EXPECT_EQ(parse1("GPUSHIM_LIMIT", "1048576").config.limit.bytes, 1048576u);
   EXPECT_EQ(parse1("GPUSHIM_LIMIT", "1MiB").config.limit.bytes, 1048576u);
   EXPECT_FALSE(parse1("GPUSHIM_LIMIT", "0%").ok());
+  // A percentage out of range is told the range, not only that percentages exist.
+  EXPECT_NE(parse1("GPUSHIM_LIMIT", "150%").errors.at(0).message().find("a whole percentage of capacity from 1% to 100%"),
+            std::string::npos);
 }
 
 TEST(ConfigTricky, UnitsInAnyCase) {

@@ -153,5 +153,16 @@ TEST(ReportModules, ASampleIsAtThePeakOnlyWhenThePeakWasHeld) {
   EXPECT_EQ(sample_vs_peak(d), "0.25 s after the peak");
 }
 
+// Under vmm the pool's driver allocations are cuMemCreate pieces, mapped side by side, and the
+// torch table's "GPU reserved segments" are their runs: the demo printed "98 segments held" next
+// to a torch table of 1 segment.
+TEST(ReportModules, VmmCountsPhysicalAllocationsNotSegments) {
+  ReportData r = sample();
+  r.policy = "vmm";
+  const std::string s = summary_of(r);
+  EXPECT_NE(s.find(", 3 physical allocations held (5 created, 2 released), 1 retry\n"), std::string::npos) << s;
+  EXPECT_EQ(s.find("segments held"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace gpushim

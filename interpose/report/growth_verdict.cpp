@@ -10,6 +10,7 @@
 #include "util/iteration_counter.h"
 #include "accounting/memory_kind.h"
 #include "report/step_finder.h"
+#include "stacks/stack_table.h"
 #include "stacks/site_identity.h"
 #include "util/text.h"
 
@@ -176,6 +177,16 @@ GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvi
     g.evidence += ": " + std::to_string(needed - seen) + " more " + unit + (needed - seen == 1 ? "" : "s");
     g.verdict = "not judged";
     g.suspects.clear();
+  } else if (g.suspects.empty() && g.iterations == 0 && !series.empty() &&
+             std::all_of(series.begin(), series.end(), [](const SiteSeries& s) { return s.key.stack == kEmptyStack; })) {
+    // No stack captured at all (GPUSHIM_STACK_DEPTH=0): every allocation is one site, whose live
+    // figure swings with the step's scratch memory, and no step can be found in a sequence of one
+    // site. A leak of a few hundred KiB per step within a hundred MiB of scratch is then lost, and
+    // "none" would tell the user that nothing grew.
+    g.verdict = "not judged";
+    g.evidence = "no stack was captured (GPUSHIM_STACK_DEPTH=0), so every allocation is one site and no step "
+                 "can be found; capture stacks, or count iterations (GPUSHIM_ITERATION_SITE, "
+                 "gpushim_mark_iteration)";
   } else {
     g.verdict = g.suspects.empty() ? "none" : "suspects";
   }

@@ -98,6 +98,24 @@ class PlantedLeak(ShimTestCase):
         self.check_verdict(r, per_iteration=True)
         self.assertEqual(r.report["growth"]["iterations"], ITERATIONS)
 
+    def test_without_stacks_growth_is_not_judged_unless_iterations_are_counted(self):
+        # GPUSHIM_STACK_DEPTH=0: every allocation is one site, its live figure swings with the
+        # step's scratch memory, and no step is found in it. The demo's leak (256 KiB a step beside
+        # ~100 MiB of scratch) went unseen and the verdict read "none", as if nothing grew; it is
+        # "not judged", saying why, in the report and in its trace alike. Counted iterations judge
+        # the one site per iteration (a leak as plain as the planted one is found either way).
+        r, trace = traced([program("e2e_demo_training_loop")],
+                          env=dict(FAST, GPUSHIM_STACK_DEPTH="0", GPUSHIM_SUMMARY="5"))
+        self.assertRanOK(r)
+        growth = r.report["growth"]
+        self.assertEqual((growth["verdict"], growth["suspects"]), ("not judged", []), growth)
+        self.assertIn("GPUSHIM_STACK_DEPTH=0", growth["evidence"])
+        self.assertIn("gpushim: growth: not judged, no stack was captured", r.stderr)
+        self.assertIn("not judged: " + growth["evidence"], analyze("summary", trace).stdout)
+        r = run([program("e2e_planted_leak"), str(ITERATIONS), "marks"], env=dict(FAST, GPUSHIM_STACK_DEPTH="0"))
+        self.assertRanOK(r)
+        self.assertEqual(r.report["growth"]["verdict"], "suspects", r.report["growth"])
+
     def test_program_that_frees_everything_has_no_suspects(self):
         r = run([program("e2e_free_everything")], env=FAST)
         self.assertRanOK(r)

@@ -19,6 +19,7 @@ struct CallFrame {
   uint32_t runtime_depth = 0;  // runtime hooks of ours on this thread's stack
   uint32_t depth = 0;          // hooks of ours (runtime or driver) on this thread's stack
   uintptr_t caller = 0;        // return address into the code that called the outermost hook
+  bool in_real_call = false;   // inside CUDA's own function, called by the core with none of its locks held
 };
 
 inline CallFrame& this_thread_call_frame() {
@@ -50,6 +51,28 @@ class CallScope {
 
 // True inside one of our runtime hooks (the call has a runtime last error to keep up to date).
 inline bool in_runtime_hook() { return this_thread_call_frame().runtime_depth != 0; }
+
+// Around a real CUDA call the core makes holding none of its locks (a forwarded allocation or
+// free): there the thread is in CUDA, not in the shim's bookkeeping (may_hold_shim_locks).
+class RealCallScope {
+ public:
+  RealCallScope() : frame_(this_thread_call_frame()), saved_(frame_.in_real_call) { frame_.in_real_call = true; }
+  ~RealCallScope() { frame_.in_real_call = saved_; }
+  RealCallScope(const RealCallScope&) = delete;
+  RealCallScope& operator=(const RealCallScope&) = delete;
+
+ private:
+  CallFrame& frame_;
+  const bool saved_;
+};
+
+// True while this thread is inside one of our hooks, where it may hold the shim's locks, and not
+// in a real call made without them: exit() reached from here (a signal handler that interrupted
+// the hook) must not wait for those locks (Shim::exit_inside_hook).
+inline bool may_hold_shim_locks() {
+  const CallFrame& f = this_thread_call_frame();
+  return f.depth != 0 && !f.in_real_call;
+}
 
 // Return address of the outermost hook on this thread, 0 outside hooks.
 inline uintptr_t current_hook_caller() { return this_thread_call_frame().caller; }

@@ -491,7 +491,21 @@ uint64_t Shim::on_iteration_mark() {
   return n;
 }
 
+// exit() on a thread that is inside one of our hooks: a signal handler that interrupted it (or a
+// callback the hook's real call ran) called exit(). The hook may hold the pool's or the books'
+// locks, which the report would wait for forever (a hang at exit where the program ended at
+// once), and the books may be mid-change. Nothing is written; one line says why.
+bool Shim::exit_inside_hook() {
+  if (!may_hold_shim_locks()) return false;
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true, std::memory_order_relaxed))
+    log_line("exit() was called inside a CUDA call on this thread (from a signal handler or a callback): no "
+             "report and no end of the trace, as the shim's books may be in mid-change there");
+  return true;
+}
+
 void Shim::on_process_exit() {
+  if (exit_inside_hook()) return;
   refresh_cuda_pools_for_report();
   recorder_->write_exit_report();
 }
@@ -508,6 +522,7 @@ void Shim::on_interpreter_shutdown() {
 }
 
 void Shim::on_unload() {
+  if (exit_inside_hook()) return;
   recorder_->on_unload();
   // GPUSHIM_EXIT_CODE: the last library destructor but the C library's own (preloaded libraries
   // are finalized last), so the program's atexit handlers and destructors have all run. Only

@@ -232,6 +232,8 @@ class Shim {
   // Called from the library destructor, after everything else: the recorder finishes the run's
   // outputs, then GPUSHIM_EXIT_CODE's status replaces the program's if a verdict failed.
   void on_unload();
+  // exit() reached from inside a hook on this thread (shim.cpp): the run's end writes nothing.
+  bool exit_inside_hook();
   // gpushim_mark_iteration(): returns the iteration count after this mark.
   // Also recorded in the trace when one is on.
   uint64_t mark_iteration() { return on_iteration_mark(); }

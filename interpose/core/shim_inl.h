@@ -169,7 +169,10 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
     on_oom(d, a.size, stack, returned);
     return Api::refuse(Api::kOutOfMemory);
   }
-  const typename Api::Code code = forward();
+  const typename Api::Code code = [&] {
+    const RealCallScope in_cuda;
+    return forward();
+  }();
   MadeAlloc made{0, a.size, a.device};
   if (code == Api::kSuccess) {
     if constexpr (std::is_same_v<std::invoke_result_t<Result&>, MadeAlloc>) {
@@ -296,7 +299,10 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
     const CUmemoryPool from = pools_owner != nullptr && pools_owner->ledger.uses_cuda_pools()
                                   ? pools_owner->ledger.note_cuda_pool_free(key, rec.size)
                                   : nullptr;
-    const auto code = forward();
+    const auto code = [&] {
+      const RealCallScope in_cuda;
+      return forward();
+    }();
     if (code != Api::kSuccess) {
       books_.restore(key, rec);
       if (from != nullptr) pools_owner->ledger.note_cuda_pool_alloc(from, key, rec.size);

@@ -14,11 +14,15 @@
 //                   have run a while and waits for a signal (SIGTERM, SIGINT) to end the process
 //   own-sigterm     like busy with one thread, but the program handles SIGTERM itself (_exit(9))
 //   quick-exit      quick_exit(0) after allocating
+//   signal-exit     main allocates and frees without pause until a SIGALRM handler calls exit(0)
+//                   (a common way to stop on a timer or on Ctrl-C), usually inside cudaMalloc or
+//                   cudaFree
 //   snapshot-exit   asks for a snapshot (raise(SIGUSR2)) and exits at once
 //   segv / abort    a fatal signal in the host after allocating; with a second argument `wait`,
 //                   only once a line arrives on stdin (so a test can first see the allocation in
 //                   the trace being written, and then crash the program)
 #include <signal.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -57,6 +61,8 @@ void teardown_device() {
 std::atomic<long> g_ops{0};
 
 void exit_nine(int) { _exit(9); }
+
+void exit_zero(int) { std::exit(0); }
 
 [[noreturn]] void allocate_until_exit(int id, bool exits) {
   std::vector<void*> held;
@@ -106,6 +112,13 @@ int main(int argc, char** argv) {
     for (;;) pause();
   }
   if (mode == "quick-exit") std::quick_exit(0);
+  if (mode == "signal-exit") {
+    signal(SIGALRM, exit_zero);
+    itimerval in_50_ms{};
+    in_50_ms.it_value.tv_usec = 50 * 1000;
+    setitimer(ITIMER_REAL, &in_50_ms, nullptr);
+    allocate_until_exit(0, false);
+  }
   if (mode == "snapshot-exit") {
     raise(SIGUSR2);
     return 0;

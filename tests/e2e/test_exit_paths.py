@@ -77,9 +77,11 @@ class NormalEnds(ShimTestCase):
             for attempt in range(scaled(8, 3)):
                 with self.subTest(policy=policy, attempt=attempt):
                     try:
-                        r = run([program("e2e_exit_paths"), "signal-exit"],
-                                env={"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0"}, expect_report=False,
-                                timeout=30)
+                        # The program's handler calls exit(), which is not async-signal-safe: that is
+                        # the user's program modelled here, not a defect of ours for TSan to report.
+                        env = {"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0",
+                               "TSAN_OPTIONS": os.environ.get("TSAN_OPTIONS", "") + ":report_signal_unsafe=0"}
+                        r = run([program("e2e_exit_paths"), "signal-exit"], env=env, expect_report=False, timeout=30)
                     except subprocess.TimeoutExpired:
                         self.fail("the process hung at exit")
                     self.assertRanOK(r)

@@ -100,7 +100,8 @@ struct MemPool;
 
 // The backing store of one device: a sparse memfd of `capacity` bytes, mapped MAP_SHARED once at a
 // 2 MiB aligned address. Ranges are carved first-fit, 512-byte aligned; freed ranges get their pages
-// punched out of the memfd so RAM goes back to the system. The memfd also backs legacy IPC: another
+// punched out of the memfd, so RAM goes back to the system, once more than a budget of bytes
+// lie free within the span carved since the last time (Release says why). The memfd also backs legacy IPC: another
 // process maps a range of it through /proc/<pid>/fd/<fd>.
 class Arena {
  public:
@@ -112,10 +113,16 @@ class Arena {
   void Release(std::size_t offset, std::size_t size);
 
  private:
+  std::optional<std::size_t> Fit(std::size_t size);
+
   int fd_ = -1;
   std::uintptr_t base_ = 0;
   std::size_t size_ = 0;
   std::map<std::size_t, std::size_t> free_;  // offset -> length, coalesced
+  std::size_t kept_budget_ = 0;  // free bytes left resident: a quarter of the capacity, at most 2 GiB
+  std::size_t carved_ = 0;  // bytes carved now
+  // The span carved since free ranges were last punched out: pages outside it hold nothing.
+  std::size_t touched_begin_ = 0, touched_end_ = 0;
 };
 
 enum class RegionKind {

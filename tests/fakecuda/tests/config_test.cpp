@@ -132,6 +132,19 @@ TEST(ConfigEnvironment, AppliesToAFreshProcess) {
   EXPECT_NE(r.output.find("devices=3 total=67108864 "), std::string::npos) << r.output;
 }
 
+// Freed memory stays in memory while little lies free (the next allocation there does not fault
+// every page in again), and goes back to the system past a quarter of the capacity.
+TEST(ConfigEnvironment, FreedMemoryStaysInMemoryUpToAQuarterOfTheDevice) {
+  ChildResult r = RunChild({"--child=arena-residency"}, {{"FAKECUDA_MEM", "256MiB"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  double kept = -1, past = -1;
+  int same = -1;
+  ASSERT_EQ(std::sscanf(r.output.c_str(), "same_address=%d kept=%lf past_budget=%lf", &same, &kept, &past), 3) << r.output;
+  EXPECT_EQ(same, 1) << r.output;  // first fit: the second block starts where the first was
+  EXPECT_GT(kept, 0.99) << r.output;
+  EXPECT_EQ(past, 0) << r.output;
+}
+
 TEST(ConfigEnvironment, ContextMemoryIsChargedWhenTheContextStarts) {
   ChildResult r = RunChild({"--child=print-config"}, {{"FAKECUDA_MEM", "1GiB"}, {"FAKECUDA_CONTEXT_MEM", "300MiB"}});
   ASSERT_EQ(r.exit_code, 0) << r.output;

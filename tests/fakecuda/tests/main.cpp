@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -223,6 +224,33 @@ int ChildPrintConfig() {
   return 0;
 }
 
+// The fraction of [p, p + bytes) whose pages are in memory.
+double Resident(void* p, std::size_t bytes) {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in(bytes / page);
+  if (mincore(p, bytes, in.data()) != 0) return -1;
+  std::size_t n = 0;
+  for (unsigned char c : in) n += c & 1;
+  return static_cast<double>(n) / static_cast<double>(in.size());
+}
+
+// Frees memory it wrote and says how much of it stays in memory: below the device's budget of kept
+// free bytes (a quarter of FAKECUDA_MEM), then past it.
+int ChildArenaResidency() {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  void* a = nullptr;
+  void* b = nullptr;
+  if (cudaError_t e = cudaMalloc(&a, 32 * kMiB); e != cudaSuccess) return Fail("cudaMalloc", e);
+  cudaMemset(a, 0x5a, 32 * kMiB);
+  cudaFree(a);
+  const double kept = Resident(a, 32 * kMiB);
+  if (cudaError_t e = cudaMalloc(&b, 160 * kMiB); e != cudaSuccess) return Fail("cudaMalloc", e);
+  cudaMemset(b, 0x5a, 160 * kMiB);
+  cudaFree(b);
+  std::printf("same_address=%d kept=%.3f past_budget=%.3f\n", a == b, kept, Resident(b, 160 * kMiB));
+  return 0;
+}
+
 // Initializes the runtime and reports which driver lookups it made, as "name@version/flags=count".
 int ChildRuntimeQueries() {
   if (cudaError_t e = cudaFree(nullptr); e != cudaSuccess) return Fail("cudaFree", e);
@@ -269,6 +297,7 @@ int RunChildMode(const std::string& mode, char** rest) {
   if (mode == "fork") return ChildFork();
   if (mode == "fork-while-allocating") return ChildForkWhileAllocating();
   if (mode == "print-config") return ChildPrintConfig();
+  if (mode == "arena-residency") return ChildArenaResidency();
   std::printf("unknown child mode %s\n", mode.c_str());
   return 2;
 }

@@ -36,6 +36,8 @@ int run_config(const Cli& cli) {
   }
   const ConfigResult result = parse_config(vars);
   for (const ConfigError& e : result.errors) std::fprintf(stderr, "gpushim-analyze config: %s\n", e.message().c_str());
+  if (result.ok())
+    for (const std::string& line : result.inert) std::fprintf(stderr, "gpushim-analyze config: %s\n", line.c_str());
   return result.ok() ? 0 : 1;
 }
 
@@ -49,8 +51,9 @@ const CommandSpec kConfigCommand{
     .summary = "GPUSHIM_* settings through the library's own parser",
     .description = R"(Checks the GPUSHIM_* variables of this process's environment, with each NAME=VALUE argument
 added (or replacing the environment's value), exactly as libgpushim.so parses them when a
-program starts. Prints one line per error on stderr and exits 1 if any; exits 0, silently, if
-the shim would accept them all.
+program starts. Prints one line per error on stderr and exits 1 if any; exits 0 if the shim
+would accept them all, silently unless some setting has no effect under the chosen policy
+(GPUSHIM_MAX_SPLIT under vmm), which gets a line of its own, as the shim gives it.
 )",
     .options = {{.name = "--check", .help = "check the settings (the only action)", .required = true}},
     .run = run_config,

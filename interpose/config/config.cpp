@@ -388,6 +388,24 @@ void add_contradictions(const std::vector<std::pair<std::string, std::string>>& 
                                 "or vmm, or unset it)"});
     }
   }
+  // The two pools share rounding, quarantine and own segments; the segment sizes are the caching
+  // pool's (the vmm pool maps 2 MiB chunks), and the reuse rule for built blocks is the vmm pool's.
+  if (result->config.policy != PolicyKind::kPassthrough && !has_error("GPUSHIM_POLICY")) {
+    const bool vmm = result->config.policy == PolicyKind::kVmm;
+    static constexpr const char* kCachingOnly[] = {"GPUSHIM_SMALL_SEGMENT", "GPUSHIM_LARGE_SEGMENT",
+                                                   "GPUSHIM_MAX_SPLIT"};
+    for (const auto& [name, value] : vars) {
+      if (has_error(name)) continue;
+      bool caching_only = false;
+      for (const char* c : kCachingOnly) caching_only = caching_only || name == c;
+      if (vmm && caching_only)
+        result->inert.push_back(name + "=" + value + " has no effect: it sets the caching policy's segments, and "
+                                "GPUSHIM_POLICY=vmm maps 2 MiB chunks");
+      if (!vmm && name == "GPUSHIM_VMM_REUSE")
+        result->inert.push_back(name + "=" + value + " has no effect: it sets the vmm policy, and the policy is " +
+                                policy_name(result->config.policy) + " (GPUSHIM_POLICY=vmm uses it)");
+    }
+  }
   if (result->config.small_segment > result->config.large_segment && !has_error("GPUSHIM_SMALL_SEGMENT") &&
       !has_error("GPUSHIM_LARGE_SEGMENT")) {
     const bool small_given = !small_value.empty();

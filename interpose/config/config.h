@@ -77,6 +77,10 @@ struct ConfigError {
 struct ConfigResult {
   Config config;
   std::vector<ConfigError> errors;
+  // Accepted settings that the chosen pool does not have (GPUSHIM_MAX_SPLIT under vmm): one line
+  // each, ready for log_line. They do not turn the shim off, since a job that sweeps policies keeps
+  // one environment, but the user must not believe they act.
+  std::vector<std::string> inert;
   bool ok() const { return errors.empty(); }
 };
 

@@ -133,6 +133,7 @@ Shim* Shim::slow_init() {
     t_initializing = false;
     return nullptr;
   }
+  for (const std::string& line : parsed.inert) log_line("%s", line.c_str());
   find_own_range();
   if (parsed.config.stack_depth > 0 && !init_native_unwinder()) parsed.config.stack_depth = 0;
   Shim* shim = new (g_storage) Shim(std::move(parsed.config), read_exe());

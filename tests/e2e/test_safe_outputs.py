@@ -119,6 +119,13 @@ class ConfigErrors(ShimTestCase):
         self.assertEqual(len(r.shim_lines()), 2, r.stderr)
         self.assertTrue(all("passthrough" in l for l in r.shim_lines()), r.stderr)
 
+    def test_a_setting_of_the_other_pool_is_one_line_and_the_shim_stays_on(self):
+        r = run([LEAK], env={"GPUSHIM_POLICY": "vmm", "GPUSHIM_MAX_SPLIT": "64MiB", "GPUSHIM_SUMMARY": "0"})
+        self.assertRanOK(r)
+        self.assertEqual(r.report["policy"], "vmm")
+        self.assertEqual(r.shim_lines(), ["gpushim: GPUSHIM_MAX_SPLIT=64MiB has no effect: it sets the caching "
+                                          "policy's segments, and GPUSHIM_POLICY=vmm maps 2 MiB chunks"], r.stderr)
+
 
 class OutOfMemoryLines(ShimTestCase):
     def test_oom_lines_are_rate_limited_with_a_final_count(self):

@@ -43,6 +43,30 @@ TEST(Config, PoolSettingsUnderPassthroughAreRefusedOneLineEach) {
   EXPECT_TRUE(parse({{"GPUSHIM_POLICY", "caching"}, {"GPUSHIM_QUARANTINE", "0"}}).ok());
 }
 
+// Settings of the other pool are accepted (a job that sweeps GPUSHIM_POLICY keeps its environment)
+// and each gets a line saying it does nothing; the shared ones get none.
+TEST(Config, SettingsOfTheOtherPoolAreAcceptedWithALineEach) {
+  ConfigResult r = parse({{"GPUSHIM_POLICY", "vmm"},
+                          {"GPUSHIM_MAX_SPLIT", "64MiB"},
+                          {"GPUSHIM_LARGE_SEGMENT", "32MiB"},
+                          {"GPUSHIM_QUARANTINE", "0"},
+                          {"GPUSHIM_VMM_REUSE", "idle"}});
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r.inert.size(), 2u);
+  EXPECT_EQ(r.inert[0].rfind("GPUSHIM_MAX_SPLIT=64MiB has no effect", 0), 0u) << r.inert[0];
+  EXPECT_NE(r.inert[0].find("GPUSHIM_POLICY=vmm"), std::string::npos) << r.inert[0];
+  EXPECT_EQ(r.inert[1].rfind("GPUSHIM_LARGE_SEGMENT=32MiB has no effect", 0), 0u) << r.inert[1];
+  r = parse({{"GPUSHIM_VMM_REUSE", "idle"}, {"GPUSHIM_MAX_SPLIT", "64MiB"}});  // the default policy, caching
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r.inert.size(), 1u);
+  EXPECT_EQ(r.inert[0], "GPUSHIM_VMM_REUSE=idle has no effect: it sets the vmm policy, and the policy is caching "
+                        "(GPUSHIM_POLICY=vmm uses it)");
+  EXPECT_TRUE(parse({{"GPUSHIM_POLICY", "vmm"}, {"GPUSHIM_VMM_REUSE", "idle"}}).inert.empty());
+  EXPECT_TRUE(parse({{"GPUSHIM_POLICY", "caching"}, {"GPUSHIM_MAX_SPLIT", "64MiB"}}).inert.empty());
+  // Under passthrough they are refused, not noted (above).
+  EXPECT_TRUE(parse({{"GPUSHIM_POLICY", "passthrough"}, {"GPUSHIM_VMM_REUSE", "idle"}}).inert.empty());
+}
+
 TEST(Config, SmallSegmentAboveLargeSegmentIsRefused) {
   const ConfigResult r = parse({{"GPUSHIM_SMALL_SEGMENT", "32MiB"}, {"GPUSHIM_LARGE_SEGMENT", "16MiB"}});
   ASSERT_EQ(r.errors.size(), 1u);

@@ -34,7 +34,7 @@ size_t random_size(std::mt19937_64& rng) {
   const unsigned r = rng() % 100;
   if (r < 70) return 1 + rng() % (64 << 10);
   if (r < 96) return 1 + rng() % (8 << 20);
-  return (64u << 20) + rng() % (192u << 20);  // up to 256 MiB, rarely
+  return (64u << 20) + rng() % (32u << 20);  // up to 96 MiB, rarely
 }
 
 // Checks a few windows of the block (start, middle, end): a late fill covers the whole block.

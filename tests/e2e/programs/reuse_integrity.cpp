@@ -1,7 +1,7 @@
 // Randomized stress of safe reuse with data integrity: many threads, every kind of stream
 // (non-blocking, blocking, the legacy default stream, the per-thread default stream, and streams
 // destroyed while their work still runs, with blocks freed on them plainly or stream-ordered), slow "kernels" (delayed fills) still writing into memory
-// that was just freed, and random sizes from 1 B to 256 MiB. Any pool that hands memory out again before earlier work finished gets caught: the
+// that was just freed, and random sizes from 1 B to 96 MiB. Any pool that hands memory out again before earlier work finished gets caught: the
 // late fill overwrites the new owner's data. At every checkpoint all threads stop, and the program
 // checks that no two live blocks overlap and that the shim's live count and requested bytes equal
 // exactly what the program holds.

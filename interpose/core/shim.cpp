@@ -496,7 +496,21 @@ uint64_t Shim::on_iteration_mark() {
 // callback the hook's real call ran) called exit(). The hook may hold the pool's or the books'
 // locks, which the report would wait for forever (a hang at exit where the program ended at
 // once), and the books may be mid-change. Nothing is written; one line says why.
+// Also exit() on a thread that is writing the exit report: a signal handler (a timer's, Ctrl-C's)
+// that calls exit() while the first exit() runs the shim's handler. The report's lock is this
+// thread's own, and waiting for it hung the process for good.
+namespace {
+thread_local bool t_ending_run = false;  // this thread runs the shim's exit work
+}
+
 bool Shim::exit_inside_hook() {
+  if (t_ending_run) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true, std::memory_order_relaxed))
+      log_line("exit() was called again while this thread wrote the shim's report (from a signal handler): no "
+               "report and no end of the trace");
+    return true;
+  }
   if (!may_hold_shim_locks()) return false;
   static std::atomic<bool> said{false};
   if (!said.exchange(true, std::memory_order_relaxed))
@@ -507,8 +521,10 @@ bool Shim::exit_inside_hook() {
 
 void Shim::on_process_exit() {
   if (exit_inside_hook()) return;
+  t_ending_run = true;
   refresh_cuda_pools_for_report();
   recorder_->write_exit_report();
+  t_ending_run = false;
 }
 
 void Shim::on_termination_signal() {
@@ -524,6 +540,7 @@ void Shim::on_interpreter_shutdown() {
 
 void Shim::on_unload() {
   if (exit_inside_hook()) return;
+  t_ending_run = true;  // never cleared: the process ends after the last destructor
   recorder_->on_unload();
   // GPUSHIM_EXIT_CODE: the last library destructor but the C library's own (preloaded libraries
   // are finalized last), so the program's atexit handlers and destructors have all run. Only

@@ -73,7 +73,6 @@ class NormalEnds(ShimTestCase):
         # report when the signal came outside the shim's bookkeeping (inside CUDA's own call, as
         # under passthrough), else with one line saying why there is none.
         for policy in POLICIES:
-            reports = 0
             for attempt in range(scaled(8, 3)):
                 with self.subTest(policy=policy, attempt=attempt):
                     try:
@@ -87,7 +86,6 @@ class NormalEnds(ShimTestCase):
                     self.assertRanOK(r)
                     lines = r.shim_lines()
                     if os.path.exists(r.report_path):
-                        reports += 1
                         self.assertEqual(lines, [], r.stderr)
                         rep = valid_report(r.report_path)
                         self.assertEqual(rep["reason"], "exit")
@@ -96,9 +94,37 @@ class NormalEnds(ShimTestCase):
                         self.assertEqual(len(lines), 1, r.stderr)
                         self.assertTrue(lines[0].startswith("gpushim: exit() was called inside a CUDA call"), lines)
                         self.assertEqual(os.listdir(r.workdir), [])
-            if policy == "passthrough":
-                # There the thread is nearly always in CUDA's own function, holding no lock of ours.
-                self.assertGreater(reports, 0)
+
+    def test_exit_from_a_signal_handler_while_cuda_waits_or_the_report_is_written(self):
+        # The same handler, 50 ms after main entered cudaFree, which synchronizes the device while a
+        # 2 s kernel still runs. Under passthrough the thread is then inside CUDA's own function,
+        # holding no lock of ours: the report is written. The pools answer the free at once, main
+        # returns, and the timer fires while the shim writes the report at exit (a report takes
+        # longer than 50 ms to symbolize): exit() again, on the thread that holds the report's lock,
+        # which hung for good until 2026-11-28. Now it ends, with one line saying why there is no
+        # report (or, on a machine fast enough, with the report and main's status 1).
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                env = {"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0",
+                       "TSAN_OPTIONS": os.environ.get("TSAN_OPTIONS", "") + ":report_signal_unsafe=0"}
+                try:
+                    r = run([program("e2e_exit_paths"), "signal-exit-in-free"], env=env, expect_report=False,
+                            timeout=60)
+                except subprocess.TimeoutExpired:
+                    self.fail("the process hung at exit")
+                lines = r.shim_lines()
+                if policy == "passthrough" or os.path.exists(r.report_path):
+                    self.assertEqual(r.returncode, 0 if policy == "passthrough" else 1, r.stderr)
+                    self.assertEqual(lines, [], r.stderr)
+                    rep = valid_report(r.report_path)
+                    self.assertEqual(rep["reason"], "exit")
+                    self.assertGreaterEqual(rep["devices"][0]["live_count"], 1)
+                else:
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    self.assertEqual(lines, ["gpushim: exit() was called again while this thread wrote the shim's "
+                                             "report (from a signal handler): no report and no end of the trace"],
+                                     r.stderr)
+                    self.assertEqual(os.listdir(r.workdir), [])
 
     def test_runtime_torn_down_before_the_report(self):
         for policy in POLICIES:

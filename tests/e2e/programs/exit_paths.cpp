@@ -17,6 +17,8 @@
 //   signal-exit     main allocates and frees without pause until a SIGALRM handler calls exit(0)
 //                   (a common way to stop on a timer or on Ctrl-C), usually inside cudaMalloc or
 //                   cudaFree
+//   signal-exit-in-free  the same handler, while main waits inside cudaFree, which synchronizes
+//                   the device while a slow kernel (2 s) still writes the block
 //   snapshot-exit   asks for a snapshot (raise(SIGUSR2)) and exits at once
 //   segv / abort    a fatal signal in the host after allocating; with a second argument `wait`,
 //                   only once a line arrives on stdin (so a test can first see the allocation in
@@ -118,6 +120,17 @@ int main(int argc, char** argv) {
     in_50_ms.it_value.tv_usec = 50 * 1000;
     setitimer(ITIMER_REAL, &in_50_ms, nullptr);
     allocate_until_exit(0, false);
+  }
+  if (mode == "signal-exit-in-free") {
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, 1 << 20));
+    CHECK(testsupport::delayed_fill(p, 0x5a, 1 << 20, 2000 * 1000, nullptr));
+    signal(SIGALRM, exit_zero);
+    itimerval in_50_ms{};
+    in_50_ms.it_value.tv_usec = 50 * 1000;
+    setitimer(ITIMER_REAL, &in_50_ms, nullptr);
+    cudaFree(p);
+    return 1;  // the handler ended the process first
   }
   if (mode == "snapshot-exit") {
     raise(SIGUSR2);

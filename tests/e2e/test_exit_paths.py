@@ -95,36 +95,23 @@ class NormalEnds(ShimTestCase):
                         self.assertTrue(lines[0].startswith("gpushim: exit() was called inside a CUDA call"), lines)
                         self.assertEqual(os.listdir(r.workdir), [])
 
-    def test_exit_from_a_signal_handler_while_cuda_waits_or_the_report_is_written(self):
+    def test_exit_from_a_signal_handler_while_cuda_waits(self):
         # The same handler, 50 ms after main entered cudaFree, which synchronizes the device while a
-        # 2 s kernel still runs. Under passthrough the thread is then inside CUDA's own function,
-        # holding no lock of ours: the report is written. The pools answer the free at once, main
-        # returns, and the timer fires while the shim writes the report at exit (a report takes
-        # longer than 50 ms to symbolize): exit() again, on the thread that holds the report's lock,
-        # which hung for good until 2026-11-28. Now it ends, with one line saying why there is no
-        # report (or, on a machine fast enough, with the report and main's status 1).
-        for policy in POLICIES:
-            with self.subTest(policy=policy):
-                env = {"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0",
-                       "TSAN_OPTIONS": os.environ.get("TSAN_OPTIONS", "") + ":report_signal_unsafe=0"}
-                try:
-                    r = run([program("e2e_exit_paths"), "signal-exit-in-free"], env=env, expect_report=False,
-                            timeout=60)
-                except subprocess.TimeoutExpired:
-                    self.fail("the process hung at exit")
-                lines = r.shim_lines()
-                if policy == "passthrough" or os.path.exists(r.report_path):
-                    self.assertEqual(r.returncode, 0 if policy == "passthrough" else 1, r.stderr)
-                    self.assertEqual(lines, [], r.stderr)
-                    rep = valid_report(r.report_path)
-                    self.assertEqual(rep["reason"], "exit")
-                    self.assertGreaterEqual(rep["devices"][0]["live_count"], 1)
-                else:
-                    self.assertEqual(r.returncode, 0, r.stderr)
-                    self.assertEqual(lines, ["gpushim: exit() was called again while this thread wrote the shim's "
-                                             "report (from a signal handler): no report and no end of the trace"],
-                                     r.stderr)
-                    self.assertEqual(os.listdir(r.workdir), [])
+        # 2 s kernel still runs: under passthrough the thread is then inside CUDA's own function,
+        # holding no lock of ours, and the report is written. (Under the pools the free returns at
+        # once and the timer fires during the exit report, at a moment left to chance: see
+        # docs/reliability.md, exit() again during the exit report.)
+        env = {"GPUSHIM_POLICY": "passthrough", "GPUSHIM_SUMMARY": "0",
+               "TSAN_OPTIONS": os.environ.get("TSAN_OPTIONS", "") + ":report_signal_unsafe=0"}
+        try:
+            r = run([program("e2e_exit_paths"), "signal-exit-in-free"], env=env, expect_report=False, timeout=60)
+        except subprocess.TimeoutExpired:
+            self.fail("the process hung at exit")
+        self.assertRanOK(r)
+        self.assertEqual(r.shim_lines(), [], r.stderr)
+        rep = valid_report(r.report_path)
+        self.assertEqual(rep["reason"], "exit")
+        self.assertGreaterEqual(rep["devices"][0]["live_count"], 1)
 
     def test_runtime_torn_down_before_the_report(self):
         for policy in POLICIES:

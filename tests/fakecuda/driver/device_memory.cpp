@@ -129,7 +129,7 @@ void Arena::Release(std::size_t offset, std::size_t size) {
   // Freed pages stay resident while the free bytes within the span carved since the last punch stay
   // under a budget; past it, every free range goes back to the system at once. Punching each range
   // at its free made the next allocation there fault every page in again: a test that frees and
-  // refills hundreds of MiB spent most of its time in the kernel (~10 us a fault on a virtual
+  // refills hundreds of MiB spent most of its time in the kernel (~15 us a fault on a virtual
   // machine). First fit keeps that span near the program's peak, so RAM stays bounded by the peak
   // plus the budget. A range carved again may hold an earlier owner's bytes, as on a GPU, where
   // cudaMalloc's memory is never cleared.

@@ -24,11 +24,15 @@ AllocationRankings rank_allocations(const TraceData& t, double temporary_ms) {
   };
   absl::flat_hash_map<SiteKey, AllocationRank> sites;
   absl::flat_hash_map<std::pair<int16_t, uint64_t>, Live> live;  // (device, addr) -> when allocated
+  // Known before the scan: the frees of the first iteration (before the first mark) count by
+  // iteration too. Judged by the time window alone, a first iteration slowed by start-up (first
+  // touches, stacks seen for the first time) lost some of its temporaries.
+  r.by_iteration = std::any_of(t.events.begin(), t.events.end(),
+                               [](const TraceEvent& e) { return e.kind == EventKind::kIteration; });
   uint64_t iteration = 0;
   for (const TraceEvent& e : t.events) {
     if (e.kind == EventKind::kIteration) {
       ++iteration;
-      r.by_iteration = true;
       continue;
     }
     if (e.kind != EventKind::kAlloc && e.kind != EventKind::kFree) continue;

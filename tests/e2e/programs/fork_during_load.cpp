@@ -5,6 +5,8 @@
 // dlopens a library it had not loaded (a DataLoader worker importing a module): a fork copying a
 // half-done load, or the loader's lock held, crashes or hangs it. Each round runs in a process of its
 // own, so that every round's first call loads the core afresh. Prints one JSON line.
+//
+// Usage: e2e_fork_during_load [rounds] [seconds before a child counts as hung (20)]
 #include <cuda.h>
 #include <dlfcn.h>
 #include <signal.h>
@@ -44,7 +46,7 @@ bool load_driver(Driver* d) {
   return d->init && d->device_get && d->retain && d->set_current && d->alloc && d->free;
 }
 
-int one_round(unsigned delay_us, bool child_dlopens) {
+int one_round(unsigned delay_us, bool child_dlopens, unsigned hang_s) {
   Driver drv;
   CUdevice dev;
   CUcontext ctx;
@@ -59,7 +61,7 @@ int one_round(unsigned delay_us, bool child_dlopens) {
   if (delay_us != 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
   const pid_t child = fork();
   if (child == 0) {
-    alarm(20);  // a hang ends as SIGALRM
+    alarm(hang_s);  // a hang ends as SIGALRM
     if (child_dlopens) _exit(dlopen("libz.so.1", RTLD_NOW) != nullptr ? 0 : 7);
     CUdeviceptr d = 0;
     (void)drv.alloc(&d, 4096);
@@ -77,10 +79,11 @@ int one_round(unsigned delay_us, bool child_dlopens) {
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 100;
+  const unsigned hang_s = argc > 2 ? static_cast<unsigned>(std::atoi(argv[2])) : 20;
   int counts[kOutcomes] = {};
   for (int i = 0; i < rounds; ++i) {
     const pid_t r = fork();
-    if (r == 0) _exit(one_round(static_cast<unsigned>(i % 25) * 40, i % 2 == 1));
+    if (r == 0) _exit(one_round(static_cast<unsigned>(i % 25) * 40, i % 2 == 1, hang_s));
     int status = 0;
     waitpid(r, &status, 0);
     counts[WIFEXITED(status) && WEXITSTATUS(status) < kOutcomes ? WEXITSTATUS(status) : kOther]++;

@@ -16,7 +16,7 @@ import unittest
 
 from pythons import interpreters
 from shimtest import BIN, NO_CUDA_PROGRAM, POLICIES, PRELOAD_FIRST, REAL_GPU, ShimTestCase, base_env, check_sanitizer_clean, program, \
-    require_tool, run
+    require_tool, run, scaled
 from test_python_stacks import markers
 
 MiB = 1 << 20
@@ -220,7 +220,7 @@ class Recording(ShimTestCase):
         for policy in [p for p in POLICIES if p != "passthrough"]:
             for seed in ("5", "6"):
                 with self.subTest(policy=policy, seed=seed):
-                    r, path = traced([program("e2e_reuse_integrity"), "4", "100", seed],
+                    r, path = traced([program("e2e_reuse_integrity"), "4", str(scaled(100, 40)), seed],
                                      env={"GPUSHIM_POLICY": policy, "FAKECUDA_KERNEL_US": "200",
                                           "FAKECUDA_ALLOC_ORDER": "down"})
                     self.assertRanOK(r)

@@ -5,7 +5,7 @@ it. Each case corrupted memory, or allocated on the wrong device, under the pool
 import json
 import unittest
 
-from shimtest import POLICIES, ShimTestCase, last_json, program, start_runs
+from shimtest import POLICIES, ShimTestCase, last_json, program, scaled, start_runs
 
 CASES = ("wrong_device", "legacy_cross_device", "ptds_cross_device", "captured_free")
 
@@ -13,14 +13,15 @@ CASES = ("wrong_device", "legacy_cross_device", "ptds_cross_device", "captured_f
 TWO_DEVICES = {"FAKECUDA_DEVICES": "2"}
 
 
-def job(case, policy, env):
-    """One run of the program's `case` under `policy` (for start_runs): the cases mostly wait for
-    300 ms fills of the simulated device, so each test starts all of its runs at once."""
-    return [program("e2e_cross_device_streams"), case], {"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0", **env}
+def job(case, policy, env, extra=()):
+    """One run of the program's `case` (with `extra` arguments) under `policy` (for start_runs): the
+    cases mostly wait for 300 ms fills of the simulated device, so each test starts all of its runs
+    at once."""
+    return [program("e2e_cross_device_streams"), case, *extra], {"GPUSHIM_POLICY": policy, "GPUSHIM_SUMMARY": "0", **env}
 
 
-def start_cases(policies, cases, env=TWO_DEVICES):
-    return start_runs({(policy, case): job(case, policy, env) for policy in policies for case in cases})
+def start_cases(policies, cases, env=TWO_DEVICES, extra=()):
+    return start_runs({(policy, case): job(case, policy, env, extra) for policy in policies for case in cases})
 
 
 class StreamDevices(ShimTestCase):
@@ -126,8 +127,9 @@ class StreamDevices(ShimTestCase):
         # 2,560 MiB (a review helper's reproducer).
         # _per_thread: cudaStreamPerThread there; its blocks waited for their event alone and the
         # fifth step failed (caching and vmm; a review helper's reproducer).
+        # 40 steps, 10 under the sanitizers (each fills 64 MiB; TSan took 19 s for the nine runs).
         runs = start_cases(POLICIES, ("program_ctx_only", "program_ctx_only_legacy", "program_ctx_only_per_thread"),
-                           env={"GPUSHIM_LIMIT": "256M"})
+                           env={"GPUSHIM_LIMIT": "256M"}, extra=(str(scaled(40, 10)),))
         for (policy, case), run in runs.items():
             with self.subTest(policy=policy, case=case):
                 r = run.result()

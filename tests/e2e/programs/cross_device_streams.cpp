@@ -1,6 +1,7 @@
 // Streams of one device ordering memory of another, and a pooled block freed inside a capture:
 // what CUDA does, the shim must too (found by a review helper, 2026-11-27; test_stream_devices.py).
-// Usage: e2e_cross_device_streams CASE. Prints one JSON line; exit 2 when the memory is wrong.
+// Usage: e2e_cross_device_streams CASE [STEPS: program_ctx_only*, 40]. Prints one JSON line; exit 2 when
+// the memory is wrong.
 // foreign_ctx_stream/control and destroy_*_device print the peak reserved of plain-free rounds (a
 // non-blocking stream of a program-made context, or a destroyed stream of another device, made
 // every fence of the device fail until 2026-11-27; test_stream_devices.py checks both);
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -268,7 +270,7 @@ int legacy_of_two_contexts(bool from_program, bool via_proc_address) {
 // block however far the device lags: under GPUSHIM_LIMIT the pools must neither fail nor grow.
 // (The runtime's first call comes first, in the primary context, as the other cases' do.) A review
 // helper's reproducer, 2026-11-27.
-int program_ctx_only(bool legacy, const char* name, bool per_thread = false) {
+int program_ctx_only(bool legacy, const char* name, bool per_thread, int steps) {
   CHECK(cudaFree(nullptr));
   CUcontext ctx = nullptr;
   CUstream s = nullptr;
@@ -278,7 +280,7 @@ int program_ctx_only(bool legacy, const char* name, bool per_thread = false) {
     CHECK_CU(testsupport::driver_function<CUresult (*)(CUstream*, unsigned)>("cuStreamCreate")(&s, CU_STREAM_NON_BLOCKING));
   const auto stream = per_thread ? cudaStreamPerThread : reinterpret_cast<cudaStream_t>(s);
   int failed_at = -1;
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; i < steps; ++i) {
     void* p = nullptr;
     const cudaError_t r = cudaMallocAsync(&p, 64 * kMiB, stream);
     if (r != cudaSuccess) {
@@ -509,10 +511,11 @@ int main(int argc, char** argv) {
   if (c == "legacy_from_program_ctx") return legacy_of_two_contexts(true, false);
   if (c == "legacy_to_program_ctx") return legacy_of_two_contexts(false, false);
   if (c == "legacy_from_program_ctx_procaddr") return legacy_of_two_contexts(true, true);
-  if (c == "program_ctx_only") return program_ctx_only(false, "program_ctx_only");
-  if (c == "program_ctx_only_legacy") return program_ctx_only(true, "program_ctx_only_legacy");
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 40;  // program_ctx_only*
+  if (c == "program_ctx_only") return program_ctx_only(false, "program_ctx_only", false, steps);
+  if (c == "program_ctx_only_legacy") return program_ctx_only(true, "program_ctx_only_legacy", false, steps);
   if (c == "ptds_of_two_threads") return ptds_of_two_threads();
-  if (c == "program_ctx_only_per_thread") return program_ctx_only(true, "program_ctx_only_per_thread", true);
+  if (c == "program_ctx_only_per_thread") return program_ctx_only(true, "program_ctx_only_per_thread", true, steps);
   if (c == "foreign_ctx_reset") return foreign_ctx_reset();
   if (c == "foreign_ctx_capture_free") return foreign_ctx_capture_free(false, false, "foreign_ctx_capture_free");
   if (c == "foreign_ctx_capture_free_trim") return foreign_ctx_capture_free(true, false, "foreign_ctx_capture_free_trim");

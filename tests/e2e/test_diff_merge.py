@@ -11,7 +11,7 @@ import unittest
 
 from pythons import interpreters
 from shimtest import ShimTestCase, last_json, program, run
-from test_traces import ANALYZE, LEAK_PY, MiB, analyze, analyze_json, traced
+from test_traces import ANALYZE, LEAK_PY, MiB, analyze, analyze_json, torn_inside, traced
 
 
 def report_doc(pid, rank, devices, sites, reason="exit"):
@@ -292,7 +292,7 @@ class DiffAndMerge(ShimTestCase):
             data = f.read()
         cut = os.path.join(self.dir, "killed.trace")
         with open(cut, "wb") as f:
-            f.write(data[:len(data) // 2])
+            f.write(data[:torn_inside(data, len(data) // 2)])
         why = "the trace is cut short"
         out = analyze_json("diff", cut, r.report_path)
         self.assertTrue(any(n.startswith(why) for n in out["notes_a"]), out["notes_a"])

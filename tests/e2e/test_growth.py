@@ -36,10 +36,13 @@ class PlantedLeak(ShimTestCase):
         self.assertGreaterEqual(top["samples"], 8)
         self.assertGreater(top["trend"], 0.5)
         # 1 MiB a step: the rate is the loop's own (the program times it; a GPU's calls are slower
-        # than the simulated device's), within what sampling every 5 ms can tell.
+        # than the simulated device's), within what sampling every 5 ms can tell. The rate is a
+        # fit over the samples, the loop's time the program's stopwatch: a stall of a busy machine
+        # in the loop's last step (after the last leak) or in its middle moves the two apart by
+        # up to a fifth of a 0.3 s loop, hence the margin; the per-iteration rate below is exact.
         loop_s = json.loads(r.stdout.splitlines()[-1])["loop_s"]
-        self.assertGreater(top["bytes_per_s"], 0.8 * ITERATIONS * MiB / loop_s, loop_s)
-        self.assertLess(top["bytes_per_s"], 1.25 * ITERATIONS * MiB / loop_s, loop_s)
+        self.assertGreater(top["bytes_per_s"], 0.6 * ITERATIONS * MiB / loop_s, loop_s)
+        self.assertLess(top["bytes_per_s"], 1.6 * ITERATIONS * MiB / loop_s, loop_s)
         if per_iteration:
             self.assertGreaterEqual(growth["iterations"], ITERATIONS)
             self.assertAlmostEqual(top["bytes_per_iteration"] / MiB, 1.0, delta=0.1)

@@ -8,7 +8,7 @@ import tempfile
 import unittest
 
 from shimtest import ShimTestCase, program
-from test_traces import analyze, analyze_json, load_memory_viz, traced
+from test_traces import analyze, analyze_json, load_memory_viz, torn_inside, traced
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -135,8 +135,12 @@ class SummaryViews(ShimTestCase):
     def test_report_and_trace_of_one_run_give_the_same_times(self):
         def rows(source):
             text = analyze("summary", "--format", "torch", source).stdout
-            return {name: re.search(r"\| %s +\| (\S+ s) " % name, text).group(1) for name in ("Peak allocated at", "Duration")}
-        self.assertEqual(rows(self.trace), rows(self.recorded.report_path))
+            return {name: float(re.search(r"\| %s +\| (\S+) s " % name, text).group(1)) for name in ("Peak allocated at", "Duration")}
+        # The report's peak time and the trace's event time are two clock reads, which a preempted
+        # thread can put on either side of a hundredth of a second: one step of the printed figure.
+        from_trace, from_report = rows(self.trace), rows(self.recorded.report_path)
+        for name in from_trace:
+            self.assertAlmostEqual(from_trace[name], from_report[name], delta=0.0101, msg=name)
 
     def test_torch_table_from_a_report_has_the_shims_rows(self):
         text = analyze("summary", "--format", "torch", self.recorded.report_path).stdout
@@ -314,7 +318,7 @@ class TorchTableOfReportAndTrace(ShimTestCase):
             data = f.read()
         cut = trace + ".cut"
         with open(cut, "wb") as f:
-            f.write(data[:len(data) * 2 // 3])
+            f.write(data[:torn_inside(data, len(data) * 2 // 3)])
         whole = analyze("summary", "--format", "torch", trace)
         self.assertNotIn("cut short", whole.stderr)
         r = analyze("summary", "--format", "torch", cut)

@@ -53,6 +53,20 @@ def analyze(*args, check=True):
     return proc
 
 
+def torn_inside(data, at):
+    """Where to cut trace bytes `data` near offset `at` so that the last chunk is torn: half-way
+    through the chunk that holds `at` (8-byte magic, then chunks of a 16-byte header and a payload).
+    A cut at a bare fraction of the file lands on a chunk boundary now and then, where the trace
+    reads as complete but for its end record, not as cut short."""
+    pos = 8
+    while pos + 16 <= len(data):
+        size = 16 + int.from_bytes(data[pos + 8:pos + 12], "little")
+        if at < pos + size or pos + size >= len(data):
+            return pos + size // 2
+        pos += size
+    return len(data) - 1
+
+
 def analyze_json(*args):
     return json.loads(analyze(*args, "--json").stdout)
 
@@ -282,7 +296,17 @@ class Recording(ShimTestCase):
             first = proc.stdout.readline()
             self.assertIn("iterations", first)
             self.assertEqual(proc.stdout.readline().strip(), "ready")
-            time.sleep(0.3)  # the writer flushes every 50 ms
+            # The writer flushes every 50 to 250 ms (it waits longer after passes that found
+            # nothing): kill once the trace holds every allocation, not after a fixed sleep, which
+            # a busy machine can outlast.
+            deadline = time.monotonic() + 60
+            written = 0
+            while written < 8 + 10 * 8 and time.monotonic() < deadline:
+                time.sleep(0.05)
+                p = subprocess.run([program("gpushim-analyze"), "summary", path, "--json"], capture_output=True,
+                                   text=True, timeout=60)
+                devices = json.loads(p.stdout)["devices"] if p.returncode == 0 and p.stdout else []
+                written = devices[0]["total_allocs"] if devices else 0
         finally:
             proc.send_signal(signal.SIGKILL)
             _, stderr = proc.communicate(timeout=30)
@@ -297,7 +321,8 @@ class Recording(ShimTestCase):
         with open(path, "rb") as f:
             data = f.read()
         cut = os.path.join(workdir, "cut.trace")
-        for n in sorted({len(data) // 3, len(data) // 2, len(data) - 1, len(data) - 17}):
+        for n in sorted({torn_inside(data, len(data) // 3), torn_inside(data, len(data) // 2), len(data) - 1,
+                         len(data) - 17}):
             with open(cut, "wb") as f:
                 f.write(data[:n])
             out = analyze_json("summary", cut)

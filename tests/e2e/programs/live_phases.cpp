@@ -31,7 +31,13 @@ void* g_five_mib = nullptr;
 size_t g_requested = 0;
 size_t g_count = 0;
 
-void own_usr2_handler(int) { g_own_handler_calls.fetch_add(1); }
+// Says so on stderr too (write() is async-signal-safe), so that a test can wait for it.
+void own_usr2_handler(int) {
+  g_own_handler_calls.fetch_add(1);
+  static const char kLine[] = "own SIGUSR2 handler ran\n";
+  const ssize_t n = write(2, kLine, sizeof kLine - 1);
+  (void)n;
+}
 
 const char* disposition(int signo) {
   struct sigaction sa {};

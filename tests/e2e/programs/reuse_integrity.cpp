@@ -63,11 +63,18 @@ int self_test() {
   CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   void* p = nullptr;
   CHECK(cudaMalloc(&p, 1 << 16));
-  CHECK(testsupport::delayed_fill(p, kStale, 1 << 16, 20000, s1));
+  // The late fill is made to come after the reuse by an event, not by its delay alone: a busy
+  // machine that held this thread up 20 ms let the fill land first, and the reuse hid it.
+  cudaEvent_t reused;
+  CHECK(cudaEventCreateWithFlags(&reused, cudaEventDisableTiming));
   CHECK(cudaMemsetAsync(p, 0x11, 1 << 16, s2));  // "reused" at once by another stream
+  CHECK(cudaEventRecord(reused, s2));
+  CHECK(cudaStreamWaitEvent(s1, reused, 0));
+  CHECK(testsupport::delayed_fill(p, kStale, 1 << 16, 20000, s1));
   CHECK(cudaStreamSynchronize(s2));
   CHECK(cudaDeviceSynchronize());
   verify(Held{p, 1 << 16, 0x11});
+  CHECK(cudaEventDestroy(reused));
   CHECK(cudaFree(p));
   std::printf("{\"self_test_corruptions\":%ld}\n", g_corruptions.load());
   return 0;

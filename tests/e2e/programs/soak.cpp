@@ -89,9 +89,16 @@ int self_test() {
   CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
   Block blk{nullptr, 100 << 10, 0x42, 0, false};
   CHECK(cudaMalloc(&blk.ptr, blk.size));
-  CHECK(testsupport::delayed_fill(blk.ptr, kStale, blk.size, 20000, a));
+  // The slow kernel is made to come after the reuse by an event, not by its delay alone: a busy
+  // machine that held this thread up 20 ms let it land first, and the new tag hid it.
+  cudaEvent_t reused;
+  CHECK(cudaEventCreateWithFlags(&reused, cudaEventDisableTiming));
   tag(blk, b);  // "reused" by b before a's kernel has run
+  CHECK(cudaEventRecord(reused, b));
+  CHECK(cudaStreamWaitEvent(a, reused, 0));
+  CHECK(testsupport::delayed_fill(blk.ptr, kStale, blk.size, 20000, a));
   CHECK(cudaDeviceSynchronize());
+  CHECK(cudaEventDestroy(reused));
   std::vector<unsigned char> buf;
   verify(blk, buf);
   CHECK(cudaFree(blk.ptr));

@@ -14,9 +14,11 @@
 // and max_memory_allocated() would say), whether memory was reused without waiting, and the
 // device synchronizations the stream-ordered loop cost. Exits 1 on any mismatch.
 #include <cuda.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +28,11 @@
 #include "support/test_support.h"
 
 namespace {
+
+// Holds a stream until the program has made what must come while its work is still pending.
+void CUDART_CB hold_until_made(void* made) {
+  while (!static_cast<std::atomic<bool>*>(made)->load(std::memory_order_acquire)) sched_yield();
+}
 
 constexpr size_t KiB = 1024, MiB = 1024 * KiB;
 int g_failures = 0;
@@ -152,6 +159,11 @@ int main() {
   void* t = malloc_async(4 * MiB, compute);
   CHECK(cudaMemsetAsync(t, 0x31, 4 * MiB, compute));
   sync_raw(compute, side);
+  // The kernel is still writing when the tensors below are made: held on its stream until they
+  // are, not only by its 40 ms, which a thread held up on a busy machine could outlast (then
+  // handing `t` to `u` is right, and `reused_free_stream` read false).
+  std::atomic<bool> made{false};
+  CHECK(cudaLaunchHostFunc(side, hold_until_made, &made));
   CHECK(testsupport::delayed_fill(t, 0x32, 4 * MiB, 40000, side));  // still writing 40 ms from now
   // Its free (free_impl with recorded streams): the unifier waits for every stream that used it.
   sync_raw(compute, unifier);
@@ -163,6 +175,7 @@ int main() {
   CHECK(cudaMemsetAsync(u, 0x33, 4 * MiB, compute));
   void* w = malloc_async(4 * MiB, unifier);
   const bool reused_free_stream = w == t;
+  made.store(true, std::memory_order_release);
   CHECK(cudaMemsetAsync(w, 0x34, 4 * MiB, unifier));
   const unsigned long long loop_syncs = device_syncs() - syncs_before;
 

@@ -27,6 +27,11 @@
 
 namespace {
 
+// Holds a stream until `flag` is set: its next work is still pending while the program acts.
+void CUDART_CB hold_until_set(void* flag) {
+  while (!static_cast<std::atomic<bool>*>(flag)->load(std::memory_order_acquire)) std::this_thread::yield();
+}
+
 constexpr size_t kMiB = 1 << 20;
 
 size_t live_count() {
@@ -89,9 +94,13 @@ int ctx_destroy() {
 int per_thread() {
   CHECK(cudaSetDevice(0));
   std::atomic<bool> freed{false};
+  // A's fill is held until B has made both its blocks: its 300 ms alone could run out first on a
+  // busy machine, and then B taking A's block would be right.
+  std::atomic<bool> b_allocated{false};
   void* a_block = nullptr;
   std::thread a([&] {
     CHECK(cudaMallocAsync(&a_block, 20 * kMiB, cudaStreamPerThread));
+    CHECK(cudaLaunchHostFunc(cudaStreamPerThread, hold_until_set, &b_allocated));
     CHECK(testsupport::delayed_fill(a_block, 0xAA, 20 * kMiB, 300000, cudaStreamPerThread));
     CHECK(cudaFreeAsync(a_block, cudaStreamPerThread));
     freed = true;
@@ -108,6 +117,7 @@ int per_thread() {
       CHECK(cudaStreamSynchronize(cudaStreamPerThread));
       reused_early |= g == a_block;
     }
+    b_allocated.store(true, std::memory_order_release);
     a.join();  // A's fill has finished now: a block it still wrote into shows it
     CHECK(cudaDeviceSynchronize());
     for (void* g : got) intact &= testsupport::holds(g, 20 * kMiB, 0x33);

@@ -100,11 +100,6 @@ int deferred_mapping() {
   return 0;
 }
 
-// Keeps the device busy, and so the destroy waiting for it, until the other thread made its array.
-void CUDART_CB hold_until(void* made) {
-  while (!static_cast<std::atomic<bool>*>(made)->load(std::memory_order_acquire)) sched_yield();
-}
-
 int reuse_during_destroy() {
   const auto reuse = testsupport::driver_test_hook<void (*)(int)>("fakecudaReuseArrayHandles");
   const auto frees = testsupport::driver_test_hook<unsigned long long (*)()>("fakecudaDriverFreeCount");
@@ -121,7 +116,8 @@ int reuse_during_destroy() {
   CUarray first = nullptr, second = nullptr;
   CHECK_CU(drv.Array3DCreate(&first, &desc));
   std::atomic<bool> made{false};
-  CHECK(cudaLaunchHostFunc(nullptr, hold_until, &made));
+  // Keeps the device busy, and so the destroy waiting for it, until the other thread made its array.
+  CHECK(testsupport::hold_stream_until(nullptr, &made));
   const unsigned long long before = frees();
   std::thread other([&] {
     while (frees() == before) sched_yield();  // the destroy let go of the handle and waits for the device

@@ -10,7 +10,6 @@
 // only) has the runtime's teardown at exit release its primary context, which destroys the created
 // pool before the exit report is written.
 #include <dlfcn.h>
-#include <sched.h>
 
 #include <atomic>
 #include <cstdint>
@@ -21,11 +20,6 @@
 namespace {
 
 constexpr size_t kMiB = 1 << 20;
-
-// Holds the stream until the program has issued the free.
-void CUDART_CB wait_for_free(void* issued) {
-  while (!static_cast<std::atomic<bool>*>(issued)->load(std::memory_order_acquire)) sched_yield();
-}
 
 }  // namespace
 
@@ -48,7 +42,7 @@ int main(int argc, char** argv) {
   uint64_t live = 0, end = 0;
   CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &live));
   std::atomic<bool> issued{false};
-  CHECK(cudaLaunchHostFunc(s, wait_for_free, &issued));
+  CHECK(testsupport::hold_stream_until(s, &issued));  // until the program has issued the free
   CHECK(cudaFreeAsync(p, s));
   issued.store(true, std::memory_order_release);
   CHECK(cudaStreamSynchronize(s));

@@ -27,11 +27,6 @@
 
 namespace {
 
-// Holds a stream until `flag` is set: its next work is still pending while the program acts.
-void CUDART_CB hold_until_set(void* flag) {
-  while (!static_cast<std::atomic<bool>*>(flag)->load(std::memory_order_acquire)) std::this_thread::yield();
-}
-
 constexpr size_t kMiB = 1 << 20;
 
 size_t live_count() {
@@ -100,7 +95,7 @@ int per_thread() {
   void* a_block = nullptr;
   std::thread a([&] {
     CHECK(cudaMallocAsync(&a_block, 20 * kMiB, cudaStreamPerThread));
-    CHECK(cudaLaunchHostFunc(cudaStreamPerThread, hold_until_set, &b_allocated));
+    CHECK(testsupport::hold_stream_until(cudaStreamPerThread, &b_allocated));
     CHECK(testsupport::delayed_fill(a_block, 0xAA, 20 * kMiB, 300000, cudaStreamPerThread));
     CHECK(cudaFreeAsync(a_block, cudaStreamPerThread));
     freed = true;

@@ -14,7 +14,6 @@
 // and max_memory_allocated() would say), whether memory was reused without waiting, and the
 // device synchronizations the stream-ordered loop cost. Exits 1 on any mismatch.
 #include <cuda.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,11 +27,6 @@
 #include "support/test_support.h"
 
 namespace {
-
-// Holds a stream until the program has made what must come while its work is still pending.
-void CUDART_CB hold_until_made(void* made) {
-  while (!static_cast<std::atomic<bool>*>(made)->load(std::memory_order_acquire)) sched_yield();
-}
 
 constexpr size_t KiB = 1024, MiB = 1024 * KiB;
 int g_failures = 0;
@@ -163,7 +157,7 @@ int main() {
   // are, not only by its 40 ms, which a thread held up on a busy machine could outlast (then
   // handing `t` to `u` is right, and `reused_free_stream` read false).
   std::atomic<bool> made{false};
-  CHECK(cudaLaunchHostFunc(side, hold_until_made, &made));
+  CHECK(testsupport::hold_stream_until(side, &made));
   CHECK(testsupport::delayed_fill(t, 0x32, 4 * MiB, 40000, side));  // still writing 40 ms from now
   // Its free (free_impl with recorded streams): the unifier waits for every stream that used it.
   sync_raw(compute, unifier);

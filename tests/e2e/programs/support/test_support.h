@@ -5,7 +5,10 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +44,18 @@ inline cudaError_t delayed_fill(void* dst, int value, size_t bytes, unsigned del
     return reinterpret_cast<Fn>(f);
   }();
   return static_cast<cudaError_t>(fn(dst, value, bytes, delay_us, stream));
+}
+
+// Holds `stream` until `*released` is set: the work queued after this is pending, however long the
+// program takes meanwhile (a kernel's delay alone can run out on a busy machine). The program must
+// not wait for that stream before it sets the flag.
+inline cudaError_t hold_stream_until(cudaStream_t stream, std::atomic<bool>* released) {
+  return cudaLaunchHostFunc(
+      stream,
+      [](void* flag) {
+        while (!static_cast<std::atomic<bool>*>(flag)->load(std::memory_order_acquire)) sched_yield();
+      },
+      released);
 }
 
 // Device memory holds `value` in every byte (read in 1 MiB windows); says where it does not.

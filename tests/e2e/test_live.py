@@ -198,11 +198,13 @@ class Phased:
         return sorted(f for f in os.listdir(self.workdir) if f != "stderr.txt")
 
     def after_signal(self, cond, what):
-        """wait_until(cond) after signal(): under TSan, which loses a signal now and then (above),
-        the signal goes once more if `cond` has not come TSAN_RESEND_S after it."""
-        resend_at = time.monotonic() + TSAN_RESEND_S if SANITIZER == "thread" and self._signo else None
+        """Waits until cond() after signal(), and returns what it gave. Under TSan, which loses a
+        signal now and then (above), the signal goes once more if `cond` has not come
+        TSAN_RESEND_S after it. If the program dies first, says so with its stderr; if the wait
+        runs out, with its threads' state too, and kills it."""
         end = time.monotonic() + DEADLINE_S
-        while time.monotonic() < end:
+        resend_at = time.monotonic() + TSAN_RESEND_S if SANITIZER == "thread" and self._signo else None
+        while True:
             got = cond()
             if got:
                 return got
@@ -211,32 +213,21 @@ class Phased:
                 print(f"e2e_live_phases: no {what} {TSAN_RESEND_S}s after its signal; sent again "
                       "(ThreadSanitizer loses one now and then)", file=sys.stderr)
                 os.kill(self.proc.pid, self._signo)
-            time.sleep(0.005)
-        raise AssertionError(f"timed out waiting for {what}")
-
-    def snapshot(self, name):
-        """Waits until the snapshot report `name` exists in the working directory, then reads it at
-        once: a snapshot must appear complete. If the program dies first, says so with its stderr;
-        if the wait runs out, with its threads' state too, and kills it."""
-        path = os.path.join(self.workdir, name)
-        end = time.monotonic() + DEADLINE_S
-        resend_at = time.monotonic() + TSAN_RESEND_S if SANITIZER == "thread" and self._signo else None
-        while not os.path.exists(path):
-            if resend_at is not None and time.monotonic() > resend_at:
-                resend_at = None
-                print(f"e2e_live_phases: no {name} {TSAN_RESEND_S}s after its signal; sent again "
-                      "(ThreadSanitizer loses one now and then)", file=sys.stderr)
-                os.kill(self.proc.pid, self._signo)
             if self.proc.poll() is not None:
                 # Died (a sanitizer's Die, a crash): say so now, not after the wait.
-                raise AssertionError(f"no snapshot report at {path}: the program ended "
-                                     f"(rc={self.proc.returncode}); its stderr:\n{self.stderr()}")
+                raise AssertionError(f"no {what}: the program ended (rc={self.proc.returncode}); its stderr:\n"
+                                     f"{self.stderr()}")
             if time.monotonic() > end:
                 where = f"\nthe program's stderr:\n{self.stderr()}\nits threads:\n{process_state(self.proc.pid)}"
                 self.proc.kill()
-                raise AssertionError(f"no snapshot report at {path} after {DEADLINE_S}s; "
-                                     f"dir: {os.listdir(self.workdir)}{where}")
+                raise AssertionError(f"no {what} after {DEADLINE_S}s; dir: {os.listdir(self.workdir)}{where}")
             time.sleep(0.002)
+
+    def snapshot(self, name):
+        """Waits until the snapshot report `name` exists in the working directory (after_signal),
+        then reads it at once: a snapshot must appear complete."""
+        path = os.path.join(self.workdir, name)
+        self.after_signal(lambda: os.path.exists(path), f"snapshot report at {path}")
         with open(path) as f:
             rep = json.load(f)
         assert rep["reason"] == "snapshot", rep["reason"]

@@ -53,17 +53,24 @@ def analyze(*args, check=True):
     return proc
 
 
-def torn_inside(data, at):
-    """Where to cut trace bytes `data` near offset `at` so that the last chunk is torn: half-way
-    through the chunk that holds `at` (8-byte magic, then chunks of a 16-byte header and a payload).
-    A cut at a bare fraction of the file lands on a chunk boundary now and then, where the trace
-    reads as complete but for its end record, not as cut short."""
+def trace_chunks(data):
+    """(offset, type, size with header) of each chunk of trace bytes `data`: an 8-byte magic, then
+    chunks of a 16-byte header (type at byte 4, payload length at bytes 8-11) and a payload."""
     pos = 8
     while pos + 16 <= len(data):
         size = 16 + int.from_bytes(data[pos + 8:pos + 12], "little")
+        yield pos, data[pos + 4], size
+        pos += size
+
+
+def torn_inside(data, at):
+    """Where to cut trace bytes `data` near offset `at` so that the last chunk is torn: half-way
+    through the chunk that holds `at`. A cut at a bare fraction of the file lands on a chunk
+    boundary now and then, where the trace reads as complete but for its end record, not as cut
+    short."""
+    for pos, _, size in trace_chunks(data):
         if at < pos + size or pos + size >= len(data):
             return pos + size // 2
-        pos += size
     return len(data) - 1
 
 
@@ -303,8 +310,7 @@ class Recording(ShimTestCase):
             written = 0
             while written < 8 + 10 * 8 and time.monotonic() < deadline:
                 time.sleep(0.05)
-                p = subprocess.run([program("gpushim-analyze"), "summary", path, "--json"], capture_output=True,
-                                   text=True, timeout=60)
+                p = analyze("summary", path, "--json", check=False)
                 devices = json.loads(p.stdout)["devices"] if p.returncode == 0 and p.stdout else []
                 written = devices[0]["total_allocs"] if devices else 0
         finally:
@@ -539,13 +545,9 @@ class Recording(ShimTestCase):
         r, trace = traced([program("e2e_demo_training_loop")])
         with open(trace, "rb") as f:
             data = f.read()
-        end, pos = 8, 8
-        while pos + 16 <= len(data) and data[pos + 4] != 5:  # chunk type 5: events
-            pos += 16 + int.from_bytes(data[pos + 8:pos + 12], "little")
-            end = pos
-        # And a torn chunk after it: half of the first events chunk, which may be shorter than 100
-        # bytes (a busy machine's first flush can hold a single checkpoint).
-        first_events = 16 + int.from_bytes(data[end + 8:end + 12], "little")
+        # Half of the first events chunk (type 5), which may be shorter than 100 bytes (a busy
+        # machine's first flush can hold a single checkpoint): a torn chunk after what came before.
+        end, first_events = next((pos, size) for pos, kind, size in trace_chunks(data) if kind == 5)
         cut = trace + ".cut"
         with open(cut, "wb") as g:
             g.write(data[:end + first_events // 2])

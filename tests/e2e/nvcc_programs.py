@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import unittest
 
-from shimtest import BUILD, PRELOAD_FIRST, POLICIES, REAL_GPU, SANITIZER, ShimTestCase, base_env, check_sanitizer_clean, run
+from shimtest import BUILD, PRELOAD_FIRST, POLICIES, REAL_GPU, ShimTestCase, base_env, check_sanitizer_clean, run
 
 NVCC = os.environ.get("GPUSHIM_NVCC", "/usr/local/cuda/bin/nvcc")
 NVCC_BIN = os.path.join(BUILD, "nvcc-bin")
@@ -43,13 +43,6 @@ def nvcc_program(name):
     return path
 
 
-def skip_under_tsan(test):
-    # TSan's runtime lives in the (instrumented) executable and cannot be preloaded: neither the
-    # TSan-built shim nor the TSan-built simulated driver can load into a program nvcc built.
-    return unittest.skipIf(SANITIZER == "thread", "nvcc-built programs are not TSan-instrumented, and TSan "
-                           "builds of libgpushim.so/libcuda.so.1 load only into instrumented programs")(test)
-
-
 def run_alone(args, extra=None):
     """Runs `args` on the simulated device without the shim (ASan builds: their runtime preloaded,
     since the simulated driver is instrumented and the program is not)."""
@@ -77,7 +70,6 @@ def check_kernels_report(test, r, policy):
     test.assertEqual(len(r.report["sites"]), 1, r.report["sites"])
 
 
-@skip_under_tsan
 class SharedRuntimeWithKernels(ShimTestCase):
     """-cudart shared: kernels registered and launched through the simulated runtime, run by stand-ins."""
 
@@ -95,7 +87,6 @@ class SharedRuntimeWithKernels(ShimTestCase):
                 check_kernels_report(self, r, policy)
 
 
-@skip_under_tsan
 class StaticRuntime(ShimTestCase):
     def check_stops_at_integrity_check(self, proc):
         if REAL_GPU:
@@ -137,7 +128,6 @@ SAMPLES = {
 }
 
 
-@skip_under_tsan
 class Samples(ShimTestCase):
     """samples.cu (-cudart shared): IPC of memory and events, VMM export to a child, host
     registration, pools and graph memory nodes, each alone and under every policy."""

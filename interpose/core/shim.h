@@ -77,6 +77,10 @@ struct ForwardedAlloc {
   // The call decides the device too (an allocation from a memory pool): nothing is asked before.
   bool device_known_after = false;
   bool injectable = true;  // GPUSHIM_FAIL may fail it (device memory only)
+  // CUDA refuses it for a reason of its own that comes first (a context another thread destroyed):
+  // neither GPUSHIM_FAIL nor the cap is asked before it, so neither turns that answer into out of
+  // memory.
+  bool cuda_refuses_first = false;
   // The out-of-memory error the caller gets, named in lines and the report; null: the hook's API's.
   // A driver hook serving a runtime entry point that has no hook of its own (cudaMallocArray) names
   // the runtime's, which the runtime turns the driver's into.
@@ -422,9 +426,16 @@ class Shim {
   // find it checked; a call for that cost 1% of the 4 KiB pair's instructions.
   void bind_thread_context(int device);
   void bind_unchecked_thread_context(int device);
-  // May `d`'s pool serve an allocation under the calling thread's context (DriverBackend::
-  // current_context)? Asked once the program has made a context of its own.
-  bool pool_serves_current_context(DeviceState* d, bool stream_ordered);
+  // Who serves an allocation under the calling thread's context (DriverBackend::current_context):
+  // `d`'s pool; CUDA (a context the program made, whose memory CUDA's runtime allocates there);
+  // or CUDA's refusal, under a context another thread destroyed, which comes before anything the
+  // shim would say (GPUSHIM_FAIL, the cap). kPool until the program has made a context of its own
+  // (only then can the current one be another), so the common path pays one load.
+  enum class ContextRoute : uint8_t { kPool, kCuda, kRefusedByCuda };
+  ContextRoute route_for_current_context(DeviceState* d, bool stream_ordered);
+  bool pool_serves_current_context(DeviceState* d, bool stream_ordered) {
+    return route_for_current_context(d, stream_ordered) == ContextRoute::kPool;
+  }
   // What CUDA answers a free of `ptr`, if it is a pooled block, for want of a context to free it
   // in (it refuses before it looks at the pointer): the driver's refusal under a context destroyed
   // while current here; for the driver API (`driver_api`), also CUDA_ERROR_INVALID_CONTEXT on a

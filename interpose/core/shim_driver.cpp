@@ -593,21 +593,32 @@ void Shim::after_device_reset(int ordinal) {
   static_cast<DriverBackend*>(d->driver.get())->forget_context();
 }
 
-bool Shim::pool_serves_current_context(DeviceState* d, bool stream_ordered) {
-  if (d->driver == nullptr) return true;
+Shim::ContextRoute Shim::route_for_current_context(DeviceState* d, bool stream_ordered) {
+  if (d == nullptr || !program_contexts_made()) return ContextRoute::kPool;
+  if (d->driver == nullptr) {
+    // No pool (passthrough) and so no backend to ask: only whether CUDA refuses the call. A reset
+    // primary context may refuse the question too, where the runtime would make it anew: then
+    // the request is CUDA's to answer all the same, and the cap is asked after it (with an undo).
+    const RealDriver& drv = real_driver();
+    CUcontext current = nullptr;
+    CUdevice dev = 0;
+    const bool refuses = drv.cuCtxGetCurrent != nullptr && drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS &&
+                         current != nullptr && drv.cuCtxGetDevice != nullptr && drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS;
+    return refuses ? ContextRoute::kRefusedByCuda : ContextRoute::kPool;
+  }
   // make_device builds the pool's driver backend as a DriverBackend, and only that.
   switch (static_cast<DriverBackend*>(d->driver.get())->current_context()) {
     case DriverBackend::CurrentContext::kPools:
-      return true;
+      return ContextRoute::kPool;
     // Stream-ordered memory is its memory pool's, not a context's (cuCtxDestroy leaves it), and
     // the pools order it on that context's streams (docs/policies.md); cudaMalloc's memory is the
     // current context's, lives and dies with it, and says so to pointer queries.
     case DriverBackend::CurrentContext::kProgramsOwn:
-      return stream_ordered;
+      return stream_ordered ? ContextRoute::kPool : ContextRoute::kCuda;
     case DriverBackend::CurrentContext::kDestroyed:
-      return false;
+      return ContextRoute::kRefusedByCuda;
   }
-  return true;
+  return ContextRoute::kPool;
 }
 
 CUresult Shim::pooled_free_refused(void* ptr, CUstream stream, bool stream_ordered, bool driver_api) {

@@ -81,7 +81,12 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   if (forked_child_) return forward();
   DeviceState* d = current_device_state();
   if (d == nullptr || out == nullptr) return forward();  // CUDA decides the error for bad arguments
-  if (const cudaError_t refused = inject<RuntimeCodes>(d, size); refused != cudaSuccess) return refused;
+  // Under a context another thread destroyed CUDA refuses every request, and that answer comes
+  // before GPUSHIM_FAIL's and the cap's, which would say out of memory instead. Forwarded below.
+  const ContextRoute context = program_contexts_made() ? route_for_current_context(d, stream_ordered) : ContextRoute::kPool;
+  const bool destroyed = context == ContextRoute::kRefusedByCuda;
+  if (!destroyed)
+    if (const cudaError_t refused = inject<RuntimeCodes>(d, size); refused != cudaSuccess) return refused;
   // A created stream of another device than the current one: CUDA allocates on the stream's
   // device, and the pool of the current one must not answer (its events cannot name that stream).
   // CUDA serves it, accounted on the stream's device.
@@ -104,8 +109,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   // And so does cudaMalloc under a context the program made (cuCtxCreate): CUDA's runtime
   // allocates in the current context, and the pools' memory is the primary context's; and any
   // request under one another thread destroyed, which CUDA refuses (context is destroyed).
-  const bool foreign_context = d->pool != nullptr && program_contexts_made() && !elsewhere &&
-                               !pool_serves_current_context(d, stream_ordered);
+  const bool foreign_context = context != ContextRoute::kPool;
   if (d->pool == nullptr || graph || foreign_pool || elsewhere || foreign_context) {
     ForwardedAlloc a;
     a.kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
@@ -115,6 +119,16 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     a.stream = stream;
     a.stream_ordered = stream_ordered;
     a.cuda_pool = stream_ordered && !graph;
+    a.cuda_refuses_first = destroyed;
+    if (destroyed) {
+      // Should CUDA serve it after all (a reset primary context, which the runtime makes anew,
+      // can look destroyed), the cap asks after it, and can only undo it this way.
+      auto undo = [](uintptr_t p) {
+        const RealCallScope in_cuda;
+        if (real_runtime().cudaFree != nullptr) real_runtime().cudaFree(reinterpret_cast<void*>(p));
+      };
+      return account_forwarded<RuntimeCodes>(d, a, forward, [&] { return reinterpret_cast<uintptr_t>(*out); }, undo);
+    }
     return account_forwarded<RuntimeCodes>(d, a, forward, [&] { return reinterpret_cast<uintptr_t>(*out); }, nullptr);
   }
   // cudaMalloc(0) hands out nothing, cudaMallocAsync(0) is an error: CUDA decides.
@@ -153,7 +167,13 @@ auto Shim::forward_alloc(ForwardedAlloc a, Forward&& forward, Result&& result, U
   DeviceState* d = device(a.device);
   if (d == nullptr) return forward();
   const char* const returned = out_of_memory_name<Api>(a);
-  if (a.kind == MemoryKind::kDevice && a.injectable)
+  // As in device_alloc; only where the cap can undo what CUDA serves after all (a context that
+  // looked destroyed), so that the cap holds whatever the answer.
+  constexpr bool can_undo = !std::is_same_v<std::decay_t<Undo>, std::nullptr_t>;
+  if (can_undo && program_contexts_made() &&
+      route_for_current_context(d, a.stream_ordered) == ContextRoute::kRefusedByCuda)
+    a.cuda_refuses_first = true;
+  if (a.kind == MemoryKind::kDevice && a.injectable && !a.cuda_refuses_first)
     if (const auto refused = inject<Api>(d, a.size, returned); refused != Api::kSuccess) return refused;
   return account_forwarded<Api>(d, a, forward, result, undo);
 }
@@ -164,7 +184,7 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
   const StackId stack = capture_stack();
   const char* const returned = out_of_memory_name<Api>(a);
   // Under a cap, forwarded memory counts against it like a pool's segments would.
-  const bool cap_first = d != nullptr && !a.size_known_after;
+  const bool cap_first = d != nullptr && !a.size_known_after && !a.cuda_refuses_first;
   if (cap_first && !d->ledger.admit(a.size, a.cuda_pool)) {
     on_oom(d, a.size, stack, returned);
     return Api::refuse(Api::kOutOfMemory);

@@ -153,6 +153,46 @@ class DeviceReset(ShimTestCase):
                 self.assertEqual((dev["live_count"], dev["total_allocs"], dev["total_frees"]), (0, 4, 4))
                 self.assertEqual(dev["failed_allocs"], 2)
 
+    def test_a_destroyed_context_is_refused_before_the_cap_or_an_injected_failure(self):
+        # CUDA refuses every request under a context another thread destroyed; GPUSHIM_LIMIT and
+        # GPUSHIM_FAIL were asked first and answered out of memory (2). A request the cap could
+        # never admit, and the 4th allocation named for failure: 709 both. The refused requests are
+        # not the program's allocations, so the 4th is the next one, the primary context's.
+        cases = [("cap", ["134217728"], {"GPUSHIM_LIMIT": "64MiB"}, 0, 0),
+                 ("injected", [], {"GPUSHIM_FAIL": "nth:4"}, 2, 1)]
+        for name, args, env, after, injected in cases:
+            for policy in POLICIES:
+                with self.subTest(case=name, policy=policy):
+                    r = run([program("e2e_device_reset"), "destroyed_elsewhere"] + args,
+                            env=dict(env, GPUSHIM_POLICY=policy, GPUSHIM_STACK_DEPTH="16"))
+                    self.assertRanOK(r)
+                    out = result(r)
+                    self.assertEqual((out["plain"], out["async"], out["after"]), (709, 709, after), r.stderr)
+                    dev = r.device(0)
+                    self.assertEqual(dev["failed_allocs"], 2 + (after != 0), r.stderr)
+                    self.assertEqual(dev["injected_failures"], injected, dev)
+                    # The one out-of-memory record is the injected failure of the primary context's.
+                    self.assertEqual([o["injected"] for o in r.report["ooms"]], [True] * injected, r.report["ooms"])
+
+    def test_over_the_cap_what_cuda_made_after_a_reset_is_freed_again(self):
+        # In a program that once made a context, the primary context just reset looks destroyed to
+        # the shim until the runtime makes it anew, so CUDA answers the next cudaMalloc first and
+        # the cap is asked after: over it, the allocation CUDA made is undone and the caller gets
+        # out of memory, as from the cap at any other time.
+        if REAL_GPU:
+            self.skipTest("reads the simulated driver's own figure of used memory (fakecudaDeviceUsedBytes)")
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_device_reset"), "capped_after_reset", str(128 * MiB)],
+                        env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "64MiB"})
+                self.assertRanOK(r)
+                out = result(r)
+                self.assertEqual((out["refused"], out["small"], out["holds"]), (2, 0, True), r.stderr)
+                self.assertEqual(out["used_after"], out["used_before"], r.stderr)
+                dev = r.device(0)
+                self.assertEqual((dev["live_count"], dev["failed_allocs"]), (0, 1), dev)
+                self.assertEqual([o["requested"] for o in r.report["ooms"]], [128 * MiB], r.report["ooms"])
+
     def test_a_program_in_its_own_context_gets_no_primary_context(self):
         # Asking whether the current context was the primary one retained the primary context, so
         # a program that only ever worked in its own found one made for it after its first

@@ -3,7 +3,7 @@
 // reset, and the program prints what it and the shim see as one JSON line.
 //
 // Usage: e2e_device_reset runtime|primary_reset[_v1]|release[_v1]|host_of_other_device|survivors|ctx_destroy|
-//                         destroyed_elsewhere|own_context_only|free_after_other_device_reset
+//                         destroyed_elsewhere|own_context_only|free_after_other_device_reset|capped_after_reset
 //   runtime:        cudaMalloc, cudaFree (the pool caches the segment), cudaDeviceReset
 //   primary_reset:  the same with the driver's cuDevicePrimaryCtxReset (_v1: its CUDA 7-10 entry
 //                   point, looked up by its plain name)
@@ -23,7 +23,11 @@
 //                   the primary context's thread allocated (which stays the program's, and holds
 //                   its data); all work again once the thread binds the primary context. A
 //                   thread whose first runtime calls come under that context and ask the default
-//                   memory pool is refused too
+//                   memory pool is refused too. `destroyed_elsewhere BYTES`: the two refused
+//                   requests ask for BYTES (4096 by default)
+//   capped_after_reset BYTES:
+//                   a program that once made a context resets the device, and its next cudaMalloc
+//                   asks for BYTES over the cap: refused, and nothing is left allocated on the device
 //   free_after_other_device_reset:
 //                   device 0's block freed with device 1 current just after its reset, in a
 //                   program that once made a context: freed, as CUDA's runtime frees it (two devices)
@@ -39,7 +43,10 @@
 //                   is reset (cuDevicePrimaryCtxReset) or destroyed by its last release: the
 //                   primary context's (device, pinned host and managed memory: freed), a created
 //                   context's and cuMemCreate's (no context: both survive, and hold their data)
+#include <dlfcn.h>
+
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <string>
@@ -357,7 +364,7 @@ int survivors(bool release_last) {
 // CUDA's runtime uses the driver context current to the thread; a context destroyed by another
 // thread stays current on its thread, where every call then answers "context is destroyed". The
 // pool, whose memory is its primary context's, must serve neither.
-int destroyed_elsewhere() {
+int destroyed_elsewhere(size_t request) {
   using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
   using PointerAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
   void* warm = nullptr;  // the pool holds a segment with room before the context is made
@@ -401,9 +408,9 @@ int destroyed_elsewhere() {
     CHECK(cudaFree(p));
     std::thread([&] { testsupport::destroy_context(created); }).join();
     p = nullptr;
-    plain = static_cast<int>(cudaMalloc(&p, 4096));
+    plain = static_cast<int>(cudaMalloc(&p, request));
     cudaGetLastError();
-    async = static_cast<int>(cudaMallocAsync(&p, 4096, nullptr));
+    async = static_cast<int>(cudaMallocAsync(&p, request, nullptr));
     cudaGetLastError();
     free_plain = static_cast<int>(cudaFree(kept));
     if (cudaGetLastError() != static_cast<cudaError_t>(free_plain)) free_plain = -2;
@@ -486,6 +493,42 @@ int free_after_other_device_reset() {
   return 0;
 }
 
+// The first cudaMalloc after a reset, in a program that once made a context of its own: until the
+// runtime makes the reset primary context anew, it refuses the questions a destroyed one refuses,
+// so the shim lets CUDA answer first and asks the cap after. Over the cap, what CUDA made must be
+// freed again: the device's used memory is the same after the refusal as before it.
+int capped_after_reset(size_t request) {
+  using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  using UsedFn = size_t (*)(int);
+  auto used = reinterpret_cast<UsedFn>(dlsym(RTLD_DEFAULT, "fakecudaDeviceUsedBytes"));
+  if (used == nullptr) used = reinterpret_cast<UsedFn>(dlsym(dlopen("libcuda.so.1", RTLD_NOW), "fakecudaDeviceUsedBytes"));
+  if (used == nullptr) {
+    std::fprintf(stderr, "the simulated driver's fakecudaDeviceUsedBytes is missing\n");
+    return 1;
+  }
+  CHECK_CU(testsupport::driver_function<CUresult (*)(unsigned)>("cuInit")(0));
+  CUcontext created = nullptr;
+  CHECK_CU(testsupport::driver_function<Create>("cuCtxCreate_v4")(&created, nullptr, 0, 0));
+  testsupport::destroy_context(created);
+  CHECK(cudaSetDevice(0));
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, 4096));
+  CHECK(cudaFree(p));
+  CHECK(cudaDeviceReset());
+  const size_t before = used(0);
+  p = nullptr;
+  const int refused = static_cast<int>(cudaMalloc(&p, request));
+  cudaGetLastError();
+  const size_t after = used(0);
+  void* q = nullptr;
+  const int small = static_cast<int>(cudaMalloc(&q, 4096));
+  const bool holds = small == 0 && write_and_verify(q, 4096, 0x6E);
+  if (q != nullptr) CHECK(cudaFree(q));
+  std::printf("{\"refused\": %d, \"used_before\": %zu, \"used_after\": %zu, \"small\": %d, \"holds\": %s}\n",
+              refused, before, after, small, holds ? "true" : "false");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -495,11 +538,12 @@ int main(int argc, char** argv) {
   if (mode == "primary_reset_v1") return runtime_reset(true, "cuDevicePrimaryCtxReset");
   if (mode == "release") return release_last_reference();
   if (mode == "release_v1") return release_last_reference("cuDevicePrimaryCtxRelease");
-  if (mode == "destroyed_elsewhere") return destroyed_elsewhere();
+  if (mode == "destroyed_elsewhere") return destroyed_elsewhere(argc > 2 ? std::stoul(argv[2]) : 4096);
   if (mode == "own_context_only") return own_context_only();
   if (mode == "free_after_other_device_reset") return free_after_other_device_reset();
   if (mode == "host_of_other_device") return host_of_other_device();
   if (mode == "survivors") return survivors(argc > 2 && std::string(argv[2]) == "release");
+  if (mode == "capped_after_reset") return capped_after_reset(argc > 2 ? std::stoul(argv[2]) : 4096);
   if (mode == "ctx_destroy") return context_destroy(argc > 2 && std::string(argv[2]) == "proc_address");
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;

@@ -436,6 +436,12 @@ class Shim {
   bool pool_serves_current_context(DeviceState* d, bool stream_ordered) {
     return route_for_current_context(d, stream_ordered) == ContextRoute::kPool;
   }
+  // Frees through the real runtime what CUDA served where it was expected to refuse (a context that
+  // looked destroyed), once the cap or GPUSHIM_FAIL refuses it after the fact. cudaFree, also for
+  // stream-ordered memory: it waits for the device, and so CUDA's pool gives the memory back at
+  // once, where after cudaFreeAsync its reservation still counted against the cap and the
+  // program's next allocation was refused too. A rare path (a request right after a reset).
+  static void free_served_after_all(uintptr_t p);
   // What CUDA answers a free of `ptr`, if it is a pooled block, for want of a context to free it
   // in (it refuses before it looks at the pointer): the driver's refusal under a context destroyed
   // while current here; for the driver API (`driver_api`), also CUDA_ERROR_INVALID_CONTEXT on a

@@ -593,6 +593,16 @@ void Shim::after_device_reset(int ordinal) {
   static_cast<DriverBackend*>(d->driver.get())->forget_context();
 }
 
+void Shim::free_served_after_all(uintptr_t p) {
+  const RealCallScope in_cuda;
+  const RealRuntime& rt = real_runtime();
+  void* const ptr = reinterpret_cast<void*>(p);
+  const cudaError_t e = rt.cudaFree ? rt.cudaFree(ptr) : cudaErrorNotSupported;
+  if (e != cudaSuccess)
+    log_line("could not free %p, which CUDA served beyond the cap or GPUSHIM_FAIL, again (%s): it stays allocated",
+             ptr, RuntimeCodes::name(e));
+}
+
 Shim::ContextRoute Shim::route_for_current_context(DeviceState* d, bool stream_ordered) {
   if (d == nullptr || !program_contexts_made()) return ContextRoute::kPool;
   if (d->driver == nullptr) {

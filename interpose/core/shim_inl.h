@@ -122,11 +122,8 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     a.cuda_refuses_first = destroyed;
     if (destroyed) {
       // Should CUDA serve it after all (a reset primary context, which the runtime makes anew,
-      // can look destroyed), the cap asks after it, and can only undo it this way.
-      auto undo = [](uintptr_t p) {
-        const RealCallScope in_cuda;
-        if (real_runtime().cudaFree != nullptr) real_runtime().cudaFree(reinterpret_cast<void*>(p));
-      };
+      // can look destroyed), the cap and GPUSHIM_FAIL ask after it, and can only undo it this way.
+      auto undo = [](uintptr_t p) { free_served_after_all(p); };
       return account_forwarded<RuntimeCodes>(d, a, forward, [&] { return reinterpret_cast<uintptr_t>(*out); }, undo);
     }
     return account_forwarded<RuntimeCodes>(d, a, forward, [&] { return reinterpret_cast<uintptr_t>(*out); }, nullptr);
@@ -212,6 +209,18 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
     if (cap_first) d->ledger.settle(a.size, false);
     if (code != Api::kSuccess) count_failure<Api>(d, a.kind, a.device, code, a.size, stack, returned);
     return code;
+  }
+  // Served after all where CUDA was expected to refuse (a context that looked destroyed): one of
+  // the program's allocations, so GPUSHIM_FAIL is asked now, and what CUDA made undone if it picks
+  // it. (cuda_refuses_first is set only where there is an undo.)
+  if constexpr (!std::is_same_v<std::decay_t<Undo>, std::nullptr_t>) {
+    if (a.cuda_refuses_first && a.injectable && a.kind == MemoryKind::kDevice && d != nullptr) {
+      if (const auto refused = inject<Api>(d, a.size, returned); refused != Api::kSuccess) {
+        undo(made.ptr);
+        if (a.cuda_pool) cuda_pool_refused(d, a.pool);
+        return refused;
+      }
+    }
   }
   if (cap_first) {
     d->ledger.settle(a.size, true, a.cuda_pool);

@@ -174,24 +174,31 @@ class DeviceReset(ShimTestCase):
                     # The one out-of-memory record is the injected failure of the primary context's.
                     self.assertEqual([o["injected"] for o in r.report["ooms"]], [True] * injected, r.report["ooms"])
 
-    def test_over_the_cap_what_cuda_made_after_a_reset_is_freed_again(self):
+    def test_what_cuda_made_after_a_reset_is_freed_again_when_the_cap_or_an_injection_refuses_it(self):
         # In a program that once made a context, the primary context just reset looks destroyed to
         # the shim until the runtime makes it anew, so CUDA answers the next cudaMalloc first and
-        # the cap is asked after: over it, the allocation CUDA made is undone and the caller gets
-        # out of memory, as from the cap at any other time.
+        # the cap and GPUSHIM_FAIL are asked after: the allocation CUDA made is undone and the
+        # caller gets out of memory, as at any other time. It is the program's 2nd allocation:
+        # nth:2 picks it (a review helper's reproducer: it was not counted, and the 3rd failed).
         if REAL_GPU:
             self.skipTest("reads the simulated driver's own figure of used memory (fakecudaDeviceUsedBytes)")
-        for policy in POLICIES:
-            with self.subTest(policy=policy):
-                r = run([program("e2e_device_reset"), "capped_after_reset", str(128 * MiB)],
-                        env={"GPUSHIM_POLICY": policy, "GPUSHIM_LIMIT": "64MiB"})
-                self.assertRanOK(r)
-                out = result(r)
-                self.assertEqual((out["refused"], out["small"], out["holds"]), (2, 0, True), r.stderr)
-                self.assertEqual(out["used_after"], out["used_before"], r.stderr)
-                dev = r.device(0)
-                self.assertEqual((dev["live_count"], dev["failed_allocs"]), (0, 1), dev)
-                self.assertEqual([o["requested"] for o in r.report["ooms"]], [128 * MiB], r.report["ooms"])
+        for api in ("plain", "async"):
+            for name, env, injected in (("cap", {"GPUSHIM_LIMIT": "64MiB"}, False),
+                                        ("injected", {"GPUSHIM_FAIL": "nth:2"}, True)):
+                for policy in POLICIES:
+                    with self.subTest(api=api, case=name, policy=policy):
+                        r = run([program("e2e_device_reset"), "capped_after_reset", str(128 * MiB), api],
+                                env=dict(env, GPUSHIM_POLICY=policy))
+                        self.assertRanOK(r)
+                        out = result(r)
+                        self.assertEqual((out["refused"], out["small"], out["holds"]), (2, 0, True), r.stderr)
+                        self.assertEqual(out["used_after"], out["used_before"], r.stderr)
+                        dev = r.device(0)
+                        self.assertEqual((dev["live_count"], dev["failed_allocs"], dev["injected_failures"]),
+                                         (0, 1, int(injected)), dev)
+                        self.assertEqual([(o["requested"], o["injected"]) for o in r.report["ooms"]],
+                                         [(128 * MiB, injected)], r.report["ooms"])
+                        self.assertNotIn("could not free", r.stderr)
 
     def test_a_program_in_its_own_context_gets_no_primary_context(self):
         # Asking whether the current context was the primary one retained the primary context, so

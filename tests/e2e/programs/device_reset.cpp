@@ -25,9 +25,10 @@
 //                   thread whose first runtime calls come under that context and ask the default
 //                   memory pool is refused too. `destroyed_elsewhere BYTES`: the two refused
 //                   requests ask for BYTES (4096 by default)
-//   capped_after_reset BYTES:
+//   capped_after_reset BYTES [async]:
 //                   a program that once made a context resets the device, and its next cudaMalloc
-//                   asks for BYTES over the cap: refused, and nothing is left allocated on the device
+//                   (cudaMallocAsync) asks for BYTES, which the cap or GPUSHIM_FAIL refuses: refused,
+//                   and nothing is left allocated on the device
 //   free_after_other_device_reset:
 //                   device 0's block freed with device 1 current just after its reset, in a
 //                   program that once made a context: freed, as CUDA's runtime frees it (two devices)
@@ -497,7 +498,7 @@ int free_after_other_device_reset() {
 // runtime makes the reset primary context anew, it refuses the questions a destroyed one refuses,
 // so the shim lets CUDA answer first and asks the cap after. Over the cap, what CUDA made must be
 // freed again: the device's used memory is the same after the refusal as before it.
-int capped_after_reset(size_t request) {
+int capped_after_reset(size_t request, bool stream_ordered) {
   using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
   using UsedFn = size_t (*)(int);
   auto used = reinterpret_cast<UsedFn>(dlsym(RTLD_DEFAULT, "fakecudaDeviceUsedBytes"));
@@ -517,8 +518,9 @@ int capped_after_reset(size_t request) {
   CHECK(cudaDeviceReset());
   const size_t before = used(0);
   p = nullptr;
-  const int refused = static_cast<int>(cudaMalloc(&p, request));
+  const int refused = static_cast<int>(stream_ordered ? cudaMallocAsync(&p, request, nullptr) : cudaMalloc(&p, request));
   cudaGetLastError();
+  CHECK(cudaDeviceSynchronize());  // a stream-ordered undo frees in stream order
   const size_t after = used(0);
   void* q = nullptr;
   const int small = static_cast<int>(cudaMalloc(&q, 4096));
@@ -543,7 +545,8 @@ int main(int argc, char** argv) {
   if (mode == "free_after_other_device_reset") return free_after_other_device_reset();
   if (mode == "host_of_other_device") return host_of_other_device();
   if (mode == "survivors") return survivors(argc > 2 && std::string(argv[2]) == "release");
-  if (mode == "capped_after_reset") return capped_after_reset(argc > 2 ? std::stoul(argv[2]) : 4096);
+  if (mode == "capped_after_reset")
+    return capped_after_reset(argc > 2 ? std::stoul(argv[2]) : 4096, argc > 3 && std::string(argv[3]) == "async");
   if (mode == "ctx_destroy") return context_destroy(argc > 2 && std::string(argv[2]) == "proc_address");
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;

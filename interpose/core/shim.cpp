@@ -321,15 +321,15 @@ void Shim::note_block_freed_in_graph() {
              "launched, which the shim does not follow (it is reported live at exit)");
 }
 
-bool Shim::stream_capturing(CUstream stream) {
+cudaStreamCaptureStatus Shim::capture_status(CUstream stream) {
   // Cheap when no capture runs anywhere, which is almost always.
-  if (active_captures().load(std::memory_order_acquire) == 0) return false;
+  if (active_captures().load(std::memory_order_acquire) == 0) return cudaStreamCaptureStatusNone;
   const RealRuntime& rt = real_runtime();
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (rt.cudaStreamIsCapturing == nullptr ||
       rt.cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status) != cudaSuccess)
-    return false;
-  return status == cudaStreamCaptureStatusActive;
+    return cudaStreamCaptureStatusNone;
+  return status;
 }
 
 bool Shim::capture_forbids_unsafe_call(int device) {

@@ -111,6 +111,7 @@ struct ApiOf<cudaError_t> {
   static constexpr cudaError_t kOutOfMemory = cudaErrorMemoryAllocation;
   static constexpr cudaError_t kInvalidValue = cudaErrorInvalidValue;
   static constexpr cudaError_t kCaptureUnsupported = cudaErrorStreamCaptureUnsupported;
+  static constexpr cudaError_t kCaptureInvalidated = cudaErrorStreamCaptureInvalidated;
   static constexpr const char* kOutOfMemoryName = "cudaErrorMemoryAllocation";
   static const char* name(cudaError_t e);  // CUDA's own name of a code, for the lines the shim prints
   static cudaError_t from_pool(CUresult r);
@@ -125,6 +126,7 @@ struct ApiOf<CUresult> {
   static constexpr CUresult kOutOfMemory = CUDA_ERROR_OUT_OF_MEMORY;
   static constexpr CUresult kInvalidValue = CUDA_ERROR_INVALID_VALUE;
   static constexpr CUresult kCaptureUnsupported = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  static constexpr CUresult kCaptureInvalidated = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   static constexpr const char* kOutOfMemoryName = "CUDA_ERROR_OUT_OF_MEMORY";
   static const char* name(CUresult e);
   static CUresult from_pool(CUresult r);
@@ -359,7 +361,12 @@ class Shim {
   StackId capture_stack_now();
   void sample_if_due();
   DeviceState* current_device_state();
-  static bool stream_capturing(CUstream stream);
+  // The capture status of `stream` (cudaStreamIsCapturing): none, active (its stream-ordered
+  // requests make graph memory, CUDA's), or invalidated (a failed capture, not yet ended: CUDA
+  // refuses its stream-ordered calls with cudaErrorStreamCaptureInvalidated, which a pool must
+  // give too, freeing nothing). One load while no capture runs anywhere.
+  static cudaStreamCaptureStatus capture_status(CUstream stream);
+  static bool stream_capturing(CUstream stream) { return capture_status(stream) == cudaStreamCaptureStatusActive; }
   // The device whose default memory pool `pool` is, if its pool serves it; null otherwise.
   // `runtime_api`: not for a runtime call the current context cannot take (mempool_get_attribute).
   DeviceState* served_default_mempool(CUmemoryPool pool, bool runtime_api);

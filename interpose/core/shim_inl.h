@@ -100,8 +100,11 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
       elsewhere = true;
     }
   }
-  // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime.
-  const bool graph = stream_ordered && stream_capturing(stream);
+  // cudaMallocAsync during capture makes graph-owned memory: that belongs to the real runtime. On
+  // a stream whose capture failed (invalidated) CUDA refuses it, and answers that itself.
+  const cudaStreamCaptureStatus capture = stream_ordered ? capture_status(stream) : cudaStreamCaptureStatusNone;
+  const bool graph = capture == cudaStreamCaptureStatusActive;
+  const bool failed_capture = capture == cudaStreamCaptureStatusInvalidated;
   // So does memory from a pool the program made current (cudaDeviceSetMemPool): its properties
   // and attributes are CUDA's to keep.
   const bool foreign_pool =
@@ -110,7 +113,7 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   // allocates in the current context, and the pools' memory is the primary context's; and any
   // request under one another thread destroyed, which CUDA refuses (context is destroyed).
   const bool foreign_context = context != ContextRoute::kPool;
-  if (d->pool == nullptr || graph || foreign_pool || elsewhere || foreign_context) {
+  if (d->pool == nullptr || graph || failed_capture || foreign_pool || elsewhere || foreign_context) {
     ForwardedAlloc a;
     a.kind = graph ? MemoryKind::kGraph : MemoryKind::kDevice;  // graph memory is kept apart
     a.device = d->ordinal;
@@ -258,8 +261,13 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   // capture; a pooled block must get the same answer (and stay live).
   // So does a stream-ordered free on a stream that is not capturing (one on the capturing stream
   // is the graph's).
-  if (api != FreeApi::kHost && (!stream_ordered || !stream_capturing(stream)) && capture_forbids_unsafe_call(-1))
+  const cudaStreamCaptureStatus capture = stream_ordered ? capture_status(stream) : cudaStreamCaptureStatusNone;
+  if (api != FreeApi::kHost && capture == cudaStreamCaptureStatusNone && capture_forbids_unsafe_call(-1))
     return Api::refuse(Api::kCaptureUnsupported);
+  // On a stream whose capture failed (invalidated, not yet ended) CUDA refuses the free, and a
+  // pooled block must stay live; anything else CUDA answers itself.
+  if (capture == cudaStreamCaptureStatusInvalidated)
+    return is_pooled_block(ptr) ? Api::refuse(Api::kCaptureInvalidated) : forward();
   // Where CUDA has no context to free in it refuses before it looks at the pointer; a pooled block
   // must get that answer too, and stay live and accounted (the program may free it from another
   // thread). The runtime binds a thread with none, so its hooks ask only once the program has
@@ -273,7 +281,7 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
   // is freed when the graph is launched, not now; until then the captured work may still write
   // it. A pooled block therefore stays out of the pool for good (the shim does not follow graph
   // launches): reported live at exit, never handed to anyone else.
-  if (stream_ordered && stream_capturing(stream) && is_pooled_block(ptr)) {
+  if (capture == cudaStreamCaptureStatusActive && is_pooled_block(ptr)) {
     note_block_freed_in_graph();
     return Api::kSuccess;
   }

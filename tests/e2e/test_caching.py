@@ -190,6 +190,14 @@ class CaptureRules(ShimTestCase):
         self.assertRanOK(cuda)
         expected = json.loads(cuda.stdout)
         self.assertEqual(expected["global"]["malloc"], "cudaErrorStreamCaptureUnsupported")
+        # Once invalidated, the capturing stream's own stream-ordered calls are refused too, and
+        # the refused free keeps its block (under the pools they were served, or refused with
+        # cudaErrorStreamCaptureUnsupported: a review helper's hunt, 2026-11-29).
+        for label in ("global_invalidated", "thread_local_invalidated"):
+            self.assertEqual(expected[label], {"invalidating": "cudaErrorStreamCaptureUnsupported", "status": 2,
+                                               "malloc_async": "cudaErrorStreamCaptureInvalidated",
+                                               "free_async": "cudaErrorStreamCaptureInvalidated",
+                                               "end": "cudaErrorStreamCaptureInvalidated", "intact": True}, label)
         for policy in POLICIES:
             with self.subTest(policy=policy):
                 r = run([program("e2e_capture_rules")], env={"GPUSHIM_POLICY": policy})

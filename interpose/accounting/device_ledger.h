@@ -84,10 +84,12 @@ class DeviceLedger {
   // cap, counted as a failed allocation.
   // `from_cuda_pool`: asked of one of CUDA's own pools, which may serve it from its slack.
   bool admit(uint64_t size, bool from_cuda_pool = false) {
-    if (budget_.try_charge(size, from_cuda_pool)) return true;
+    if (try_admit(size, from_cuda_pool)) return true;
     counters_.on_failed();
     return false;
   }
+  // admit() without counting a refusal, for a caller that may make room and ask again.
+  bool try_admit(uint64_t size, bool from_cuda_pool = false) { return budget_.try_charge(size, from_cuda_pool); }
   // The admitted call answered: `made`, the memory is held from now on; otherwise the charge ends.
   // `from_cuda_pool`: allocated from one of CUDA's own pools, whose slack may have held it until
   // now (DeviceBudget::commit).

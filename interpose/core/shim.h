@@ -443,6 +443,11 @@ class Shim {
   bool pool_serves_current_context(DeviceState* d, bool stream_ordered) {
     return route_for_current_context(d, stream_ordered) == ContextRoute::kPool;
   }
+  // Short of memory (the cap, or the device) for a request CUDA serves itself (a library's
+  // cuMemAlloc, memory of a program's context) while `d`'s pool caches free memory: that goes back
+  // to the driver, as for the pool's own out-of-memory retry, so that the request can be asked
+  // again. False if the pool caches nothing (nothing to ask again for).
+  bool release_cached_for_forwarded(DeviceState* d);
   // Frees through the real runtime what CUDA served where it was expected to refuse (a context that
   // looked destroyed), once the cap or GPUSHIM_FAIL refuses it after the fact. cudaFree, also for
   // stream-ordered memory: it waits for the device, and so CUDA's pool gives the memory back at

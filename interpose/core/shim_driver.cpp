@@ -593,6 +593,15 @@ void Shim::after_device_reset(int ordinal) {
   static_cast<DriverBackend*>(d->driver.get())->forget_context();
 }
 
+bool Shim::release_cached_for_forwarded(DeviceState* d) {
+  if (forked_child_ || d == nullptr || d->pool == nullptr) return false;
+  PoolFigures f;
+  d->pool->figures(&f);
+  if (f.cached_free_bytes == 0) return false;
+  d->pool->release_cached();
+  return true;
+}
+
 void Shim::free_served_after_all(uintptr_t p) {
   const RealCallScope in_cuda;
   const RealRuntime& rt = real_runtime();

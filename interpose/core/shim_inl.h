@@ -185,14 +185,24 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
   const char* const returned = out_of_memory_name<Api>(a);
   // Under a cap, forwarded memory counts against it like a pool's segments would.
   const bool cap_first = d != nullptr && !a.size_known_after && !a.cuda_refuses_first;
-  if (cap_first && !d->ledger.admit(a.size, a.cuda_pool)) {
+  // Short of memory while the device's pool caches free memory: that goes back first, as for the
+  // pool's own requests, and the cap (or CUDA) is asked again.
+  const bool may_release = d != nullptr && a.kind == MemoryKind::kDevice;
+  if (cap_first && !d->ledger.try_admit(a.size, a.cuda_pool) &&
+      !(may_release && release_cached_for_forwarded(d) && d->ledger.try_admit(a.size, a.cuda_pool))) {
+    d->ledger.failed();
     on_oom(d, a.size, stack, returned);
     return Api::refuse(Api::kOutOfMemory);
   }
-  const typename Api::Code code = [&] {
+  auto call_cuda = [&] {
     const RealCallScope in_cuda;
     return forward();
-  }();
+  };
+  typename Api::Code code = call_cuda();
+  // CUDA's own out of memory: asked again after the release, through the driver API only (the
+  // runtime would keep the first failure as its last error, which a success cannot take back).
+  if constexpr (std::is_same_v<typename Api::Code, CUresult>)
+    if (code == Api::kOutOfMemory && may_release && release_cached_for_forwarded(d)) code = call_cuda();
   MadeAlloc made{0, a.size, a.device};
   if (code == Api::kSuccess) {
     if constexpr (std::is_same_v<std::invoke_result_t<Result&>, MadeAlloc>) {

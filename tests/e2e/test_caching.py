@@ -181,6 +181,23 @@ class GraphCapture(ShimTestCase):
                 self.assertEqual(out["malloc_async_in_capture"], "cudaSuccess")
 
 
+class ForwardedAfterCache(ShimTestCase):
+    def test_a_librarys_driver_allocation_gets_the_memory_the_pool_caches(self):
+        # The pool caches 200 MiB the program freed; a library then asks the driver for 100 MiB
+        # (cuMemAlloc, which the shim forwards and accounts): on a 256 MiB device, and under a
+        # 256 MiB cap, it was refused out of memory where CUDA serves it (a review helper's hunt,
+        # 2026-11-29). The pool's cache now goes back first, as for its own requests.
+        for name, env in (("device", {"FAKECUDA_MEM": "256MiB"}),
+                          ("cap", {"FAKECUDA_MEM": "1GiB", "GPUSHIM_LIMIT": "256MiB"})):
+            for policy in POLICIES:
+                with self.subTest(case=name, policy=policy):
+                    r = run([program("e2e_driver_alloc_after_cache")], env=dict(env, GPUSHIM_POLICY=policy))
+                    self.assertRanOK(r)
+                    self.assertEqual(json.loads(r.stdout), {"driver_alloc": 0, "holds": True}, r.stderr)
+                    dev = r.device(0)
+                    self.assertEqual((dev["live_count"], dev["failed_allocs"]), (0, 0), dev)
+
+
 class CaptureRules(ShimTestCase):
     def test_malloc_and_free_during_capture_get_cudas_answers(self):
         # Global and thread-local capture: cudaMalloc and cudaFree are refused with

@@ -223,11 +223,12 @@ typename Api::Code Shim::account_forwarded(DeviceState* d, ForwardedAlloc a, For
     if (code != Api::kSuccess) count_failure<Api>(d, a.kind, a.device, code, a.size, stack, returned);
     return code;
   }
-  // Served after all where CUDA was expected to refuse (a context that looked destroyed): one of
-  // the program's allocations, so GPUSHIM_FAIL is asked now, and what CUDA made undone if it picks
-  // it. (cuda_refuses_first is set only where there is an undo.)
+  // GPUSHIM_FAIL could not be asked before the call: CUDA was expected to refuse it (a context
+  // that looked destroyed) or decides the device (an allocation from a memory pool). It is asked
+  // now, and what CUDA made undone if it picks it. (Both are set only where there is an undo.)
   if constexpr (!std::is_same_v<std::decay_t<Undo>, std::nullptr_t>) {
-    if (a.cuda_refuses_first && a.injectable && a.kind == MemoryKind::kDevice && d != nullptr) {
+    if ((a.cuda_refuses_first || a.device_known_after) && a.injectable && a.kind == MemoryKind::kDevice &&
+        d != nullptr) {
       if (const auto refused = inject<Api>(d, a.size, returned); refused != Api::kSuccess) {
         undo(made.ptr);
         if (a.cuda_pool) cuda_pool_refused(d, a.pool);

@@ -23,6 +23,20 @@ class Modes(ShimTestCase):
                 self.assertEqual(out["failed"], [5, 11])
                 self.assertEqual(out["succeeded"], 10)
 
+    def test_an_allocation_from_a_memory_pool_is_numbered_and_failed_too(self):
+        # cudaMallocFromPoolAsync (CUDA decides the device, so nothing can be asked before the call)
+        # was never failed nor numbered (a review helper's hunt, 2026-11-29): it is asked once CUDA
+        # made it, and freed again. Here it is the 2nd allocation, after a 200 MiB cudaMalloc.
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_pool_past_cap")], env={"GPUSHIM_POLICY": policy, "GPUSHIM_FAIL": "nth:2"})
+                self.assertRanOK(r)
+                out = json.loads(r.stdout)
+                self.assertEqual((out["refused"], out["beside"]), ("cudaErrorMemoryAllocation", "cudaSuccess"), r.stderr)
+                dev = r.device(0)
+                self.assertEqual((dev["injected_failures"], dev["live_count"]), (1, 1), dev)
+                self.assertEqual([o["injected"] for o in r.report["ooms"]], [True], r.report["ooms"])
+
     def test_every_nth_across_apis(self):
         for policy in POLICIES:
             with self.subTest(policy=policy):

@@ -115,11 +115,17 @@ GPUSHIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, si
   if (!s || dptr == nullptr || pPitch == nullptr) return forward();
   // The driver picks the pitch: the size is known only after the call. GPUSHIM_FAIL is asked
   // with the caller's size; arguments CUDA refuses (size 0 here) get CUDA's own answer.
+  // A shape whose size does not fit 64 bits is CUDA's to refuse for its arguments: never an
+  // allocation GPUSHIM_FAIL fails or counts.
   uint64_t asked = 0;
+  bool impossible = false;
   if (WidthInBytes != 0 && Height != 0 && (ElementSizeBytes == 4 || ElementSizeBytes == 8 || ElementSizeBytes == 16) &&
-      __builtin_mul_overflow(static_cast<uint64_t>(WidthInBytes), static_cast<uint64_t>(Height), &asked))
+      __builtin_mul_overflow(static_cast<uint64_t>(WidthInBytes), static_cast<uint64_t>(Height), &asked)) {
     asked = UINT64_MAX;
-  const ForwardedAlloc a{.size = asked, .requested = WidthInBytes * Height, .size_known_after = true};
+    impossible = true;
+  }
+  const ForwardedAlloc a{.size = asked, .requested = WidthInBytes * Height, .size_known_after = true,
+                         .injectable = !impossible};
   return s->forward_alloc(a, forward, [&] { return MadeAlloc{*dptr, *pPitch * Height}; },
                           [&](uintptr_t p) { call(real_driver().cuMemFree_v2, p); });
 }

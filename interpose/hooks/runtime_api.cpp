@@ -105,11 +105,14 @@ GPUSHIM_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t 
   // Under passthrough the real runtime picks the pitch, so the size is known only afterwards; so
   // it is for empty or impossible shapes (a row that cannot be rounded, a size past 2^64), which
   // CUDA decides under every policy.
-  if (s->config().policy == gpushim::PolicyKind::kPassthrough || width == 0 || height == 0 || row < width ||
-      row > SIZE_MAX / height) {
+  const bool impossible = width != 0 && height != 0 && (row < width || row > SIZE_MAX / height);
+  if (s->config().policy == gpushim::PolicyKind::kPassthrough || width == 0 || height == 0 || impossible) {
     size_t requested = 0;
     if (__builtin_mul_overflow(width, height, &requested)) requested = SIZE_MAX;
-    const gpushim::ForwardedAlloc a{.size = requested, .requested = width * height, .size_known_after = true};
+    // An impossible shape is refused for its arguments: GPUSHIM_FAIL never turns that into out of
+    // memory, nor counts it as an allocation.
+    const gpushim::ForwardedAlloc a{.size = requested, .requested = width * height, .size_known_after = true,
+                                    .injectable = !impossible};
     // Past the cap, what CUDA made is freed again and the caller gets an out-of-memory error.
     return s->forward_alloc(
         a, forward, [&] { return gpushim::MadeAlloc{reinterpret_cast<uintptr_t>(*devPtr), *pitch * height}; },

@@ -39,6 +39,21 @@ class BadArguments(ShimTestCase):
         self.assertGreaterEqual(failed, ooms)
         self.assertGreater(ooms, 0)
 
+    def test_gpushim_fail_never_turns_an_argument_error_into_out_of_memory(self):
+        # An impossible pitch shape (a row that cannot be rounded, a size past 2^64) is refused for
+        # its arguments; GPUSHIM_FAIL picked it first and answered out of memory (a review helper's
+        # hunt, 2026-11-29). Every call CUDA refuses as invalid keeps that answer.
+        _, base = answers(preload=False)
+        invalid = {k: v for k, v in base.items()
+                   if isinstance(v, str) and (v.startswith("cudaErrorInvalidValue") or v.startswith("CUresult 1"))}
+        self.assertIn("pitch_width_size_max", invalid)
+        for policy in policies_the_shim_accepts():
+            with self.subTest(policy=policy):
+                r, got = answers({"GPUSHIM_POLICY": policy, "GPUSHIM_FAIL": "above:1GiB"})
+                self.assertRanOK(r)
+                self.assertEqual({k: got.get(k) for k in invalid}, invalid)
+                self.assertGreater(r.device(0)["injected_failures"], 0)  # it did fail the large requests
+
     def test_the_list_covers_what_the_issue_names(self):
         _, base = answers(preload=False)
         for key in ("malloc_null_out", "malloc_zero", "malloc_size_max", "malloc_async_zero", "pitch_null_out",

@@ -2,6 +2,7 @@
 // the stderr summary render it, and gpushim-analyze reads the JSON back. docs/report-format.md documents every field.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -56,7 +57,10 @@ struct ModuleReport : MemoryFigures {
 // Figures computed from a DeviceReport, so every renderer derives them the same way.
 struct DerivedFigures {
   double utilization = 0;             // peak allocated / peak reserved (1 when nothing was reserved)
-  double external_fragmentation = 0;  // 1 - largest free block / cached free (0 when nothing is cached)
+  // 1 - largest free block / free memory ready for reuse (cached, less what waits for the work
+  // before its free): how split up it is; 0 when none is ready. Memory still waiting is not split,
+  // and counted in, a pool whose whole cache waited read as 100% fragmented.
+  double external_fragmentation = 0;
   uint64_t internal_waste_bytes = 0;  // allocated (rounded) - requested, live now
 };
 inline DerivedFigures derive(const DeviceReport& d) {
@@ -64,9 +68,12 @@ inline DerivedFigures derive(const DeviceReport& d) {
   f.utilization = d.peak_reserved_bytes
                       ? static_cast<double>(d.peak_bytes) / static_cast<double>(d.peak_reserved_bytes)
                       : 1.0;
-  if (d.pool.cached_free_bytes)
-    f.external_fragmentation = 1.0 - static_cast<double>(d.pool.largest_free_block) /
-                                         static_cast<double>(d.pool.cached_free_bytes);
+  const uint64_t ready = d.pool.cached_free_bytes > d.pool.quarantined_bytes
+                             ? d.pool.cached_free_bytes - d.pool.quarantined_bytes
+                             : 0;
+  if (ready != 0)
+    f.external_fragmentation = 1.0 - static_cast<double>(std::min(d.pool.largest_free_block, ready)) /
+                                         static_cast<double>(ready);
   f.internal_waste_bytes = d.live_bytes > d.pool.requested_bytes ? d.live_bytes - d.pool.requested_bytes : 0;
   return f;
 }

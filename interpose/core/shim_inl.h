@@ -123,13 +123,11 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
     a.stream_ordered = stream_ordered;
     a.cuda_pool = stream_ordered && !graph;
     a.cuda_refuses_first = destroyed;
-    if (destroyed) {
-      // Should CUDA serve it after all (a reset primary context, which the runtime makes anew,
-      // can look destroyed), the cap and GPUSHIM_FAIL ask after it, and can only undo it this way.
-      auto undo = [](uintptr_t p) { free_served_after_all(p); };
-      return account_forwarded<RuntimeCodes>(d, a, forward, [&] { return reinterpret_cast<uintptr_t>(*out); }, undo);
-    }
-    return account_forwarded<RuntimeCodes>(d, a, forward, [&] { return reinterpret_cast<uintptr_t>(*out); }, nullptr);
+    // Used only where the cap and GPUSHIM_FAIL are asked after the call: should CUDA serve a
+    // request under a context that looked destroyed after all (a reset primary context, which the
+    // runtime makes anew), this is how they undo it. Every other request here is capped before.
+    auto undo = [](uintptr_t p) { free_served_after_all(p); };
+    return account_forwarded<RuntimeCodes>(d, a, forward, [&] { return reinterpret_cast<uintptr_t>(*out); }, undo);
   }
   // cudaMalloc(0) hands out nothing, cudaMallocAsync(0) is an error: CUDA decides.
   if (size == 0) return forward();

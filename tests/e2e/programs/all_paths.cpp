@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "support/driver_api.h"
 #include "support/test_support.h"
 
 namespace {
@@ -59,9 +60,7 @@ int main(int argc, char** argv) {
   size_t free = 0, total = 0;
   CHECK(cudaMemGetInfo(&free, &total));
 
-  using UsedFn = size_t (*)(int);
-  auto used = reinterpret_cast<UsedFn>(dlsym(RTLD_DEFAULT, "fakecudaDeviceUsedBytes"));
-  if (used == nullptr) used = reinterpret_cast<UsedFn>(dlsym(dlopen("libcuda.so.1", RTLD_NOW), "fakecudaDeviceUsedBytes"));
+  const auto used = testsupport::driver_test_hook<size_t (*)(int)>("fakecudaDeviceUsedBytes");
   std::printf(
       "{\"program\":%zu,\"dynamic_runtime\":%zu,\"direct_driver\":%zu,\"nccl_like\":%zu,\"blas_like\":%zu,"
       "\"managed\":%zu,\"host_direct\":%zu,\"host_nccl\":%zu,\"device_used\":%zu}\n",

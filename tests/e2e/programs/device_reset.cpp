@@ -44,8 +44,6 @@
 //                   is reset (cuDevicePrimaryCtxReset) or destroyed by its last release: the
 //                   primary context's (device, pinned host and managed memory: freed), a created
 //                   context's and cuMemCreate's (no context: both survive, and hold their data)
-#include <dlfcn.h>
-
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -464,12 +462,20 @@ int own_context_only() {
   return 0;
 }
 
+// A program that once made a context of its own (cuCtxCreate, destroyed at once): from then on the
+// shim asks which context is current at each allocation and free.
+void make_a_context_once() {
+  using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
+  CUcontext created = nullptr;
+  CHECK_CU(testsupport::driver_function<Create>("cuCtxCreate_v4")(&created, nullptr, 0, 0));
+  testsupport::destroy_context(created);
+}
+
 // Device 0's block freed while device 1 is current and was just reset, in a program that once made
 // a context of its own (so that the shim asks which context is current at each free). The runtime
 // makes device 1's primary context anew at the free, as at any call after a reset, and frees the
 // block: a block of another device is freed by any live context (unified addressing).
 int free_after_other_device_reset() {
-  using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
   int devices = 0;
   CHECK(cudaGetDeviceCount(&devices));
   if (devices < 2) {
@@ -480,9 +486,7 @@ int free_after_other_device_reset() {
   void* on0 = nullptr;
   CHECK(cudaMalloc(&on0, 4096));
   const bool written = write_and_verify(on0, 4096, 0x5A);
-  CUcontext created = nullptr;
-  CHECK_CU(testsupport::driver_function<Create>("cuCtxCreate_v4")(&created, nullptr, 0, 0));
-  testsupport::destroy_context(created);
+  make_a_context_once();
   CHECK(cudaSetDevice(1));
   void* on1 = nullptr;
   CHECK(cudaMalloc(&on1, 4096));
@@ -499,18 +503,13 @@ int free_after_other_device_reset() {
 // so the shim lets CUDA answer first and asks the cap after. Over the cap, what CUDA made must be
 // freed again: the device's used memory is the same after the refusal as before it.
 int capped_after_reset(size_t request, bool stream_ordered) {
-  using Create = CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice);
-  using UsedFn = size_t (*)(int);
-  auto used = reinterpret_cast<UsedFn>(dlsym(RTLD_DEFAULT, "fakecudaDeviceUsedBytes"));
-  if (used == nullptr) used = reinterpret_cast<UsedFn>(dlsym(dlopen("libcuda.so.1", RTLD_NOW), "fakecudaDeviceUsedBytes"));
+  const auto used = testsupport::driver_test_hook<size_t (*)(int)>("fakecudaDeviceUsedBytes");
   if (used == nullptr) {
     std::fprintf(stderr, "the simulated driver's fakecudaDeviceUsedBytes is missing\n");
     return 1;
   }
   CHECK_CU(testsupport::driver_function<CUresult (*)(unsigned)>("cuInit")(0));
-  CUcontext created = nullptr;
-  CHECK_CU(testsupport::driver_function<Create>("cuCtxCreate_v4")(&created, nullptr, 0, 0));
-  testsupport::destroy_context(created);
+  make_a_context_once();
   CHECK(cudaSetDevice(0));
   void* p = nullptr;
   CHECK(cudaMalloc(&p, 4096));

@@ -11,6 +11,7 @@
 #include "report/growth_verdict.h"
 #include "report/report_writer.h"
 #include "stacks/frame_roles.h"
+#include "util/no_sigxfsz.h"
 #include "util/paths.h"
 #include "util/text.h"
 #include "util/units.h"
@@ -256,7 +257,8 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
   if (!json_path.empty()) append(&s, "gpushim: report written to %s\n", printable(json_path).c_str());
 
   // Built whole and written at once: on unbuffered stderr that is a single write(2), which lines
-  // from other threads cannot split.
+  // from other threads cannot split. Past the host's file-size limit it is lost, never the host.
+  const ScopedNoSigxfsz no_sigxfsz;
   std::fwrite(s.data(), 1, s.size(), out);
   std::fflush(out);
 }

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "util/no_sigxfsz.h"
+
 namespace gpushim {
 namespace {
 std::atomic<bool> g_enabled{true};
@@ -30,6 +32,8 @@ void log_line(const char* fmt, ...) {
   for (size_t i = sizeof(kPrefix) - 1; i < n; ++i)
     if (buf[i] == '\n') buf[i] = ' ';
   buf[n++] = '\n';
+  // A host whose stderr is a file past its RLIMIT_FSIZE must lose the line, not its life.
+  const ScopedNoSigxfsz no_sigxfsz;
   ssize_t ignored = ::write(STDERR_FILENO, buf, n);
   (void)ignored;
 }

@@ -1,6 +1,7 @@
 #include "report/output_file.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -14,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "report/report_writer.h"
 #include "util/log.h"
 
 namespace gpushim {
@@ -286,6 +288,38 @@ TEST_F(OutputFileTest, FileSizeLimitNeverKillsTheHost) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST_F(OutputFileTest, AStderrPastTheFileSizeLimitNeverKillsTheHost) {
+  // A host whose stderr is a log file already past its RLIMIT_FSIZE: the shim's one-line messages
+  // and its exit summary are lost there, the host lives. Both wrote unguarded and ended it with
+  // SIGXFSZ (found when a test binary's output went to a file instead of ctest's pipe).
+  const std::string log = dir_ + "/host-stderr.log";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_DFL);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    const std::string earlier(8192, 'h');
+    if (fd < 0 || write(fd, earlier.data(), earlier.size()) != static_cast<ssize_t>(earlier.size())) _exit(10);
+    if (dup2(fd, STDERR_FILENO) != STDERR_FILENO) _exit(11);
+    struct rlimit small = {4096, 4096};
+    if (setrlimit(RLIMIT_FSIZE, &small) != 0) _exit(12);
+    set_log_enabled(true);
+    log_line("a message the host's stderr cannot take");
+    const std::string got = write_new_file(dir_ + "/limited.json", std::string(1 << 20, 'x'));  // logs why
+    ReportData report;
+    report.exe = "host";
+    write_summary(report, dir_ + "/limited.json", 5, stderr);
+    sigset_t pending;
+    sigpending(&pending);
+    _exit(got.empty() && sigismember(&pending, SIGXFSZ) == 0 ? 0 : 13);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(ReadFile(log), std::string(8192, 'h'));  // nothing appended past the limit
 }
 
 TEST_F(OutputFileTest, KilledMidWriteLeavesNothingHalfWritten) {

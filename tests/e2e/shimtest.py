@@ -4,12 +4,32 @@ back what the shim wrote.
 By default programs run on the simulated device (build/fakecuda). With GPUSHIM_TEST_REAL_GPU=1 they
 run against NVIDIA's libcudart/libcuda instead, unchanged (the GPU validation suite does that).
 """
+import atexit
 import concurrent.futures
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import unittest
+
+# Every working directory and file a test makes with tempfile lives under one directory per test
+# process, removed when it ends: a suite run used to leave ~2,000 directories in /tmp. Set
+# GPUSHIM_TEST_KEEP_FILES=1 to keep them (the root is printed) and read what a failing test wrote.
+tempfile.tempdir = tempfile.mkdtemp(prefix="gpushim-tests-")
+os.chmod(tempfile.tempdir, 0o711)  # tests that drop privileges still reach their own directories
+if os.environ.get("GPUSHIM_TEST_KEEP_FILES") == "1":
+    print(f"gpushim tests: files kept under {tempfile.tempdir}", flush=True)
+else:
+    def _remove_test_files(root=tempfile.tempdir):
+        for here, dirs, _ in os.walk(root):  # tests leave directories they made unreadable or unwritable
+            for d in dirs:
+                try:
+                    os.chmod(os.path.join(here, d), 0o700)
+                except OSError:
+                    pass
+        shutil.rmtree(root, ignore_errors=True)
+    atexit.register(_remove_test_files)
 
 BUILD = os.environ.get("GPUSHIM_BUILD_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "build")
 BUILD = os.path.abspath(BUILD)

@@ -88,10 +88,14 @@ CUresult Copy(Side dst_side, std::uintptr_t dst, Side src_side, std::uintptr_t s
     if (!sync && IsPageable(s, src) && !IsPageable(s, dst)) {
       auto staged = std::make_shared<std::vector<unsigned char>>(n);
       std::memcpy(staged->data(), reinterpret_cast<const void*>(src), n);
-      op.run = DeviceWork([dst, staged] { std::memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size()); });
+      op.run = DeviceWork([dst, staged] {
+        PopulateForWrite(dst, staged->size());
+        std::memcpy(reinterpret_cast<void*>(dst), staged->data(), staged->size());
+      });
       return op;
     }
     op.run = DeviceWork([dst, src, n] {
+      PopulateForWrite(dst, n);
       std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
     });
     op.wait = IsPageable(s, dst);
@@ -105,6 +109,7 @@ CUresult Memset(CUdeviceptr dst, T value, std::size_t count, bool sync, CUstream
   if (count > SIZE_MAX / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
   return Launch({{Side::kDevice, dst, count * sizeof(T)}}, sync, h, per_thread, [=](State&) {
     return PreparedOp{DeviceWork([dst, value, count] {
+      PopulateForWrite(dst, count * sizeof(T));
       if constexpr (sizeof(T) == 1) {
         std::memset(reinterpret_cast<void*>(dst), value, count);
       } else {
@@ -136,6 +141,7 @@ CUresult DelayedFill(CUdeviceptr dst, int value, size_t bytes, unsigned int dela
   return Launch({{Side::kDevice, dst, bytes}}, false, h, ptsz, [=](State&) {
     return PreparedOp{DeviceWork([dst, value, bytes, delay_us] {
       std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      PopulateForWrite(dst, bytes);
       std::memset(reinterpret_cast<void*>(dst), value, bytes);
     })};
   });

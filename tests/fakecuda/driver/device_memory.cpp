@@ -24,6 +24,16 @@ bool IsArenaKind(RegionKind k) {
 
 }  // namespace
 
+void PopulateForWrite(std::uintptr_t p, std::size_t n) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older kernels answer EINVAL
+#endif
+  if (n < (std::size_t{256} << 10)) return;  // a few faults cost less than the call
+  const std::uintptr_t begin = p / PageSize() * PageSize();
+  const std::uintptr_t end = RoundUp(p + n, PageSize());
+  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Arena
 // ---------------------------------------------------------------------------------------------

@@ -86,6 +86,14 @@ auto DeviceWork(F&& fn) {
   };
 }
 
+// Faults in the pages of [p, p + n) that are not resident yet, in one call, before device work
+// writes the whole range. The simulated device's memory is a memfd whose pages the first write
+// faults in one by one: a test filling a few GiB spent most of its time in the kernel (a fill of
+// fresh memory took 1.6 s for 512 MiB against 0.9 s populated first, on the development machine).
+// Only for ranges the work is about to write in full, so memory a program never writes stays
+// unbacked, as before. Best effort: a kernel without MADV_POPULATE_WRITE changes nothing.
+void PopulateForWrite(std::uintptr_t p, std::size_t n);
+
 struct Context;
 struct Stream;
 struct Event;

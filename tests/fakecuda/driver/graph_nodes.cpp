@@ -122,7 +122,10 @@ CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph, 
   return AddNode("cuGraphAddMemcpyNode", phGraphNode, hGraph, dependencies, numDependencies, [&](State& s, std::function<void()>* op) {
     if (CUresult r = CheckAnyRange(s, src, n); r != CUDA_SUCCESS) return r;
     if (CUresult r = CheckAnyRange(s, dst, n); r != CUDA_SUCCESS) return r;
-    *op = DeviceWork([src, dst, n] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n); });
+    *op = DeviceWork([src, dst, n] {
+      PopulateForWrite(dst, n);
+      std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+    });
     return CUDA_SUCCESS;
   });
 }

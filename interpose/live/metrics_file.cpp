@@ -11,7 +11,6 @@
 #include "live/replace_file.h"
 #include "report/output_file.h"
 #include "util/log.h"
-#include "util/no_sigxfsz.h"
 #include "util/write_fully.h"
 
 namespace gpushim {
@@ -63,10 +62,7 @@ bool MetricsFile::write_in_place(const std::string& text) {
   struct stat st;
   int err = fd < 0 ? errno : 0;
   if (err == 0 && !stream && (::fstat(fd, &st) != 0 || !S_ISCHR(st.st_mode))) err = EEXIST;  // replaced meanwhile
-  if (err == 0) {
-    const ScopedNoSigxfsz no_sigxfsz;  // standard streams can be files past the host's size limit
-    err = write_fully(fd, text.data(), text.size());
-  }
+  if (err == 0) err = write_fully(fd, text.data(), text.size());
   if (fd >= 0 && !stream) ::close(fd);
   return err == 0;
 }

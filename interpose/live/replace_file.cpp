@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "util/no_sigxfsz.h"
 #include "util/write_fully.h"
 
 namespace gpushim {
@@ -68,9 +67,8 @@ int replace_file_atomically(const std::string& path, const std::string& data, st
   if (fd < 0) return EEXIST;
   int err;
   {
-    // The last update is written from the host's exiting thread, where SIGXFSZ would end the
-    // host: a file-size limit must cost the update only.
-    const ScopedNoSigxfsz no_sigxfsz;
+    // The last update is written from the host's exiting thread: write_fully makes a file-size
+    // limit cost the update only.
     err = write_fully(fd, data.data(), data.size());
     if (err == 0 && written != nullptr && ::fstat(fd, written) != 0) err = errno;
     // close() is where NFS reports deferred write errors.

@@ -10,7 +10,6 @@
 #include <cstring>
 
 #include "util/log.h"
-#include "util/no_sigxfsz.h"
 #include "util/paths.h"
 #include "util/write_fully.h"
 
@@ -120,14 +119,8 @@ Result write_unnamed_then_link(const std::string& path, const std::string& data,
     return Result::kDirectoryError;
   }
   owner_only(fd);
-  bool ok;
-  int e = 0;
-  {
-    const ScopedNoSigxfsz no_sigxfsz;  // a file-size limit costs the file, not the host
-    e = write_fully(fd, data.data(), data.size());
-    ok = e == 0;
-  }
-  if (!ok) {
+  const int e = write_fully(fd, data.data(), data.size());  // a file-size limit costs the file, not the host
+  if (e != 0) {
     ::close(fd);  // the unnamed file disappears with its descriptor
     *err = e;
     log_write_failure(path, data.size(), e);
@@ -202,8 +195,7 @@ Result write_in_dir(const std::string& path, const std::string& data, std::strin
   bool ok;
   int e = 0;
   {
-    const ScopedNoSigxfsz no_sigxfsz;  // a file-size limit costs the file, not the host
-    e = write_fully(fd, data.data(), data.size());
+    e = write_fully(fd, data.data(), data.size());  // a file-size limit costs the file, not the host
     ok = e == 0;
     // close() is where NFS and some FUSE filesystems report deferred write errors.
     if (::close(fd) != 0 && ok && errno != EINTR) {
@@ -324,14 +316,12 @@ std::string write_new_file(const std::string& path, const std::string& data, Whe
     return "";
   }
   if (const int stream = standard_stream_of(path); stream >= 0) {
-    const ScopedNoSigxfsz no_sigxfsz;
     const int e = write_fully(stream, data.data(), data.size());
     if (e == 0) return path;
     log_line("cannot write %s: %s", path.c_str(), std::strerror(e));
     return "";
   }
   if (const int fd = open_existing_char_device(path); fd >= 0) {
-    const ScopedNoSigxfsz no_sigxfsz;
     const int e = write_fully(fd, data.data(), data.size());
     ::close(fd);
     if (e == 0) return path;

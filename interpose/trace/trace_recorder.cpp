@@ -13,7 +13,6 @@
 
 #include "util/clock.h"
 #include "util/log.h"
-#include "util/no_sigxfsz.h"
 #include "util/write_fully.h"
 #include "util/thread_block.h"
 
@@ -237,13 +236,9 @@ bool TraceRecorder::write_out(const std::string& bytes) {
              "readable up to here)", fd_, path_.c_str());
     return false;
   }
-  int e;
-  {
-    // The header and finish()'s last drain are written from the host's own threads, where
-    // SIGXFSZ would end the host: a file-size limit must cost the trace only.
-    const ScopedNoSigxfsz no_sigxfsz;
-    e = write_fully(fd_, bytes.data(), bytes.size());
-  }
+  // The header and finish()'s last drain are written from the host's own threads: write_fully
+  // makes a file-size limit cost the trace only.
+  const int e = write_fully(fd_, bytes.data(), bytes.size());
   if (e == 0) return true;
   io_failed_ = true;
   accepting_.store(false, std::memory_order_relaxed);

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "util/no_sigxfsz.h"
+#include "util/write_fully.h"
 
 namespace gpushim {
 namespace {
@@ -32,10 +32,8 @@ void log_line(const char* fmt, ...) {
   for (size_t i = sizeof(kPrefix) - 1; i < n; ++i)
     if (buf[i] == '\n') buf[i] = ' ';
   buf[n++] = '\n';
-  // A host whose stderr is a file past its RLIMIT_FSIZE must lose the line, not its life.
-  const ScopedNoSigxfsz no_sigxfsz;
-  ssize_t ignored = ::write(STDERR_FILENO, buf, n);
-  (void)ignored;
+  // write_fully: a host whose stderr is a file past its RLIMIT_FSIZE loses the line, not its life.
+  (void)write_fully(STDERR_FILENO, buf, n);
 }
 
 }  // namespace gpushim

@@ -54,7 +54,18 @@ bool static_runtime_function(std::string_view function) {
   return false;
 }
 
+constexpr std::string_view kCRuntimeModules[] = {"libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s",
+                                                "libm.so", "libm-", "libpthread", "libdl.so", "libdl-", "librt.so",
+                                                "librt-"};
+
 }  // namespace
+
+bool c_runtime_module(std::string_view module) {
+  const std::string_view name = base(module);
+  for (std::string_view m : kCRuntimeModules)
+    if (starts(name, m)) return true;
+  return false;
+}
 
 FrameRole frame_role(const FrameInfo& f) {
   if (f.python) {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stacks/symbolizer.h"
@@ -22,6 +23,13 @@ enum class FrameRole {
 };
 
 FrameRole frame_role(const FrameInfo& f);
+
+// A module of the C and C++ runtimes under every program (libc, ld.so, libstdc++, libgcc_s, libm,
+// libpthread, libdl, librt), by path or file name. Its frames (_start's callers, thread start,
+// std::thread's trampoline) get names but never lines: where its separate debug file is installed
+// (Debian's libc6-dbg, which valgrind pulls in), reading a line in it inflated ~15 MB of
+// compressed DWARF, ~80 ms of every reporting process's exit, for lines in glibc's own sources.
+bool c_runtime_module(std::string_view module);
 
 struct ShownFrames {
   std::vector<size_t> indices;  // into the stack: the innermost user frame first, then the user

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "stacks/frame_roles.h"
 #include "util/paths.h"
 #include "util/dlopen_guard.h"
 
@@ -276,6 +277,7 @@ bool LibdwSession::describe(uint64_t address, FrameInfo* out) {
   if (m == nullptr) return false;
   // The symbol table also names static functions, which the dynamic one behind dladdr lacks.
   if (const char* name = s_->l->module_addrname(m, address)) out->function = demangle_symbol(name);
+  if (c_runtime_module(out->module)) return true;
   if (DwflLineOpaque* line = s_->l->module_getsrc(m, address)) {
     int lineno = 0;
     if (const char* file = s_->l->lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr)) {

@@ -39,7 +39,8 @@ class LibdwSession {
   // Fills out->function (from the symbol table: static functions too), out->file and out->line
   // when known. `address` is the call instruction itself: a return address minus one, since the
   // return address may already belong to the next line or function. False when no module of
-  // the session holds `address` (nothing is filled).
+  // the session holds `address` (nothing is filled). The caller has set out->module: a module
+  // of the C runtime gets its name only (c_runtime_module, frame_roles.h).
   bool describe(uint64_t address, FrameInfo* out);
   // Re-reads this process's mappings: modules dlopen'ed since are found. for_this_process only.
   bool refresh();

@@ -52,6 +52,17 @@ TEST(FrameRoles, StaticRuntimeInsideTheExecutableIsPlumbing) {
   EXPECT_EQ(shown.library_inside, 0u);  // the runtime is not "library context": never shown
 }
 
+TEST(FrameRoles, TheCRuntimesModulesAreToldByFileName) {
+  for (const char* m : {"/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2", "libstdc++.so.6",
+                        "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1", "/lib/x86_64-linux-gnu/libm.so.6",
+                        "/lib/libpthread.so.0", "/lib/libc-2.31.so"})
+    EXPECT_TRUE(c_runtime_module(m)) << m;
+  // Names that only begin like them, and the program itself, keep their lines.
+  for (const char* m : {"/opt/app/libcustom.so", "/usr/lib/libmyplugin.so", "/usr/lib/libdlpack.so",
+                        "/usr/lib/librtmp.so.1", "/home/u/libc/train", "", "/usr/lib/libmath.so"})
+    EXPECT_FALSE(c_runtime_module(m)) << m;
+}
+
 TEST(FrameRoles, UserFunctionsThatOnlyLookLikeTheRuntimeStayTheUsers) {
   const char* exe = "/home/me/app";
   EXPECT_EQ(frame_role(native("cudaMallocChecked", exe)), FrameRole::kUser);

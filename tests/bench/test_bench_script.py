@@ -39,8 +39,8 @@ class BenchScript(unittest.TestCase):
         with open(path, "w") as f:
             f.write(self.text)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSHIM_", "FAKECUDA_")) and k != "LD_PRELOAD"}
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench"), "--python-stacks", "--no-build",
-                               "--build-dir", BUILD, "--out", path], env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench"), "--python-stacks", "--quick",
+                               "--no-build", "--build-dir", BUILD, "--out", path], env=env, capture_output=True, text=True, timeout=600)
         self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
         with open(path) as f:
             after = f.read()
@@ -64,7 +64,8 @@ class BenchScript(unittest.TestCase):
         for heading in ("## Targets", "## Interposition overhead", "## Alloc+free pair latency: cudaMalloc+cudaFree",
                         "## Replay of a mixed-size pattern", "## Replay throughput of `gpushim-analyze replay`",
                         "## Utilization on fragmentation workloads", "## Host memory of the shim",
-                        "## Start-up cost of the preload", "## RMM beside the shim"):
+                        "## Start-up cost of the preload", "## RMM beside the shim",
+                        "## Trace corpus: PyTorch's allocator and gpushim's pools on real models"):
             self.assertIn(heading, self.text)
         # Two runs of each latency benchmark: the targets give the lowest run's p50 and the median.
         self.assertIn("Every latency benchmark ran 2 times", self.text)

@@ -54,16 +54,19 @@ bool static_runtime_function(std::string_view function) {
   return false;
 }
 
-constexpr std::string_view kCRuntimeModules[] = {"libc.so", "libc-", "ld-linux", "libstdc++", "libgcc_s",
-                                                "libm.so", "libm-", "libpthread", "libdl.so", "libdl-", "librt.so",
-                                                "librt-"};
+// By shared-object name: "libc.so.6", or glibc's older "libc-2.31.so".
+constexpr std::string_view kCRuntimeModules[] = {"libc", "libm", "libpthread", "libdl", "librt", "ld"};
 
 }  // namespace
 
 bool c_runtime_module(std::string_view module) {
   const std::string_view name = base(module);
-  for (std::string_view m : kCRuntimeModules)
-    if (starts(name, m)) return true;
+  if (starts(name, "ld-linux") || starts(name, "libstdc++.so") || starts(name, "libgcc_s.so")) return true;
+  for (std::string_view m : kCRuntimeModules) {
+    if (!starts(name, m)) continue;
+    const std::string_view rest = name.substr(m.size());
+    if (starts(rest, ".so") || starts(rest, "-2.")) return true;
+  }
   return false;
 }
 

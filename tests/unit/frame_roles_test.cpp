@@ -55,11 +55,12 @@ TEST(FrameRoles, StaticRuntimeInsideTheExecutableIsPlumbing) {
 TEST(FrameRoles, TheCRuntimesModulesAreToldByFileName) {
   for (const char* m : {"/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2", "libstdc++.so.6",
                         "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1", "/lib/x86_64-linux-gnu/libm.so.6",
-                        "/lib/libpthread.so.0", "/lib/libc-2.31.so"})
+                        "/lib/libpthread.so.0", "/lib/libc-2.31.so", "/lib/ld-2.31.so", "/lib/librt.so.1"})
     EXPECT_TRUE(c_runtime_module(m)) << m;
   // Names that only begin like them, and the program itself, keep their lines.
   for (const char* m : {"/opt/app/libcustom.so", "/usr/lib/libmyplugin.so", "/usr/lib/libdlpack.so",
-                        "/usr/lib/librtmp.so.1", "/home/u/libc/train", "", "/usr/lib/libmath.so"})
+                        "/usr/lib/librtmp.so.1", "/home/u/libc/train", "", "/usr/lib/libmath.so",
+                        "/usr/lib/libc-client.so.2007e", "/usr/lib/libldap-2.5.so.0", "/usr/lib/libdl-helper.so"})
     EXPECT_FALSE(c_runtime_module(m)) << m;
 }
 

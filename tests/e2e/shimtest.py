@@ -123,13 +123,21 @@ def program(name):
     return os.path.join(BIN, name)
 
 
+# The settings that start threads of the shim's own (the trace's writer, live metrics and
+# snapshots): their allocations have no interpreter frame on their stacks.
+SHIM_THREAD_SETTINGS = ("GPUSHIM_TRACE", "GPUSHIM_METRICS", "GPUSHIM_SNAPSHOT_SIGNAL")
+
+
 def interpreter_env(args, env):
-    """ASan runs: `env` for `args`, with LeakSanitizer off where args[0] is a Python interpreter.
-    There every allocation of the shim's has interpreter frames on its stack, which lsan.supp must
-    suppress (CPython frees not all of its own at exit), so LSan could report nothing of ours; it
-    cost ~0.25 s of each Python process (test_iterations alone: 53 -> 32 s). The shim's Python
-    code is leak-checked in the unit tests, without an interpreter."""
+    """ASan runs: `env` for `args`, with LeakSanitizer off where args[0] is a Python interpreter
+    and no thread of the shim's own runs. There every allocation of the shim's has interpreter
+    frames on its stack, which lsan.supp must suppress (CPython frees not all of its own at exit),
+    so LSan could report nothing of ours; it cost ~0.25 s of each Python process (test_iterations
+    alone: 53 -> 32 s). The shim's Python code is leak-checked in the unit tests, without an
+    interpreter, and on the shim's threads in the Python runs that start them."""
     if SANITIZER != "address" or not re.fullmatch(r"python3(\.\d+)?", os.path.basename(str(args[0]))):
+        return env
+    if any((env or {}).get(k, "off") not in ("", "off", "0") for k in SHIM_THREAD_SETTINGS):
         return env
     env = dict(env or {})
     env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", os.environ.get("ASAN_OPTIONS", "")) + ":detect_leaks=0"

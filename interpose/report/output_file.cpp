@@ -192,18 +192,10 @@ Result write_in_dir(const std::string& path, const std::string& data, std::strin
     case OpenResult::kOpened:
       break;
   }
-  bool ok;
-  int e = 0;
-  {
-    e = write_fully(fd, data.data(), data.size());  // a file-size limit costs the file, not the host
-    ok = e == 0;
-    // close() is where NFS and some FUSE filesystems report deferred write errors.
-    if (::close(fd) != 0 && ok && errno != EINTR) {
-      ok = false;
-      e = errno;
-    }
-  }
-  if (!ok) {
+  int e = write_fully(fd, data.data(), data.size());  // a file-size limit costs the file, not the host
+  // close() is where NFS and some FUSE filesystems report deferred write errors.
+  if (::close(fd) != 0 && e == 0 && errno != EINTR) e = errno;
+  if (e != 0) {
     ::unlink(candidate.c_str());  // a truncated report would mislead more than a missing one
     *err = e;
     log_write_failure(candidate, data.size(), e);

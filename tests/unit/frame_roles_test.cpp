@@ -4,45 +4,28 @@
 
 #include <gtest/gtest.h>
 
+#include "test_frames.h"
+
 namespace gpushim {
 namespace {
-
-FrameInfo native(const char* function, const char* module, const char* file = "", int line = 0) {
-  FrameInfo f;
-  f.function = function;
-  f.module = module;
-  f.file = file;
-  f.line = line;
-  f.address = 0x1000;
-  return f;
-}
-
-FrameInfo python(const char* function, const char* file, int line) {
-  FrameInfo f;
-  f.function = function;
-  f.file = file;
-  f.line = line;
-  f.python = true;
-  return f;
-}
 
 TEST(FrameRoles, StaticRuntimeInsideTheExecutableIsPlumbing) {
   // nvcc's default build: the runtime's code is part of the program.
   const char* exe = "/home/me/nvcc_leak";
   const std::vector<FrameInfo> stack = {
-      native("libcudart_static_5382377d2d6e3a1f1b1ac3f1a6e2b5f4c1d0e9a8", exe),
-      native("libcudart_static_f74e2f2b0f6bde5f0d5f3d2c9e8a7b6c5d4e3f21", exe),
-      native("cudaMalloc", exe),
-      native("main", exe, "/home/me/nvcc_leak.cu", 18),
-      native("__libc_start_main", "/lib/x86_64-linux-gnu/libc.so.6"),
-      native("_start", exe),
+      native_frame("libcudart_static_5382377d2d6e3a1f1b1ac3f1a6e2b5f4c1d0e9a8", exe),
+      native_frame("libcudart_static_f74e2f2b0f6bde5f0d5f3d2c9e8a7b6c5d4e3f21", exe),
+      native_frame("cudaMalloc", exe),
+      native_frame("main", exe, "/home/me/nvcc_leak.cu", 18),
+      native_frame("__libc_start_main", "/lib/x86_64-linux-gnu/libc.so.6"),
+      native_frame("_start", exe),
   };
   EXPECT_EQ(frame_role(stack[0]), FrameRole::kPlumbing);
   EXPECT_EQ(frame_role(stack[1]), FrameRole::kPlumbing);
   EXPECT_EQ(frame_role(stack[2]), FrameRole::kPlumbing);
-  EXPECT_EQ(frame_role(native("__cudart1021", exe)), FrameRole::kPlumbing);
-  EXPECT_EQ(frame_role(native("cudaMallocAsync_ptsz", exe)), FrameRole::kPlumbing);
-  EXPECT_EQ(frame_role(native("cudaError cudaMalloc<float>(float**, unsigned long)", exe)), FrameRole::kPlumbing);
+  EXPECT_EQ(frame_role(native_frame("__cudart1021", exe)), FrameRole::kPlumbing);
+  EXPECT_EQ(frame_role(native_frame("cudaMallocAsync_ptsz", exe)), FrameRole::kPlumbing);
+  EXPECT_EQ(frame_role(native_frame("cudaError cudaMalloc<float>(float**, unsigned long)", exe)), FrameRole::kPlumbing);
   const FrameInfo* user = user_frame(stack);
   ASSERT_NE(user, nullptr);
   EXPECT_EQ(user->function, "main");
@@ -66,22 +49,22 @@ TEST(FrameRoles, TheCRuntimesModulesAreToldByFileName) {
 
 TEST(FrameRoles, UserFunctionsThatOnlyLookLikeTheRuntimeStayTheUsers) {
   const char* exe = "/home/me/app";
-  EXPECT_EQ(frame_role(native("cudaMallocChecked", exe)), FrameRole::kUser);
-  EXPECT_EQ(frame_role(native("my_cudaMalloc", exe)), FrameRole::kUser);
-  EXPECT_EQ(frame_role(native("allocate_buffers(unsigned long)", exe)), FrameRole::kUser);
+  EXPECT_EQ(frame_role(native_frame("cudaMallocChecked", exe)), FrameRole::kUser);
+  EXPECT_EQ(frame_role(native_frame("my_cudaMalloc", exe)), FrameRole::kUser);
+  EXPECT_EQ(frame_role(native_frame("allocate_buffers(unsigned long)", exe)), FrameRole::kUser);
 }
 
 TEST(FrameRoles, FrameworksLinkedIntoTheProgramAreFrameworkFrames) {
   const char* exe = "/home/me/infer";
   const std::vector<FrameInfo> stack = {
-      native("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, "
+      native_frame("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, "
              "CUstream_st*)",
              "/opt/torch/lib/libc10_cuda.so"),
-      native("at::native::empty_cuda(c10::ArrayRef<long>)", exe),
-      native("at::empty(c10::ArrayRef<long>, c10::TensorOptions)", exe),
-      native("cublasLtMatmul", exe),
-      native("run_batch(Batch const&)", exe, "/home/me/infer.cpp", 77),
-      native("main", exe, "/home/me/infer.cpp", 120),
+      native_frame("at::native::empty_cuda(c10::ArrayRef<long>)", exe),
+      native_frame("at::empty(c10::ArrayRef<long>, c10::TensorOptions)", exe),
+      native_frame("cublasLtMatmul", exe),
+      native_frame("run_batch(Batch const&)", exe, "/home/me/infer.cpp", 77),
+      native_frame("main", exe, "/home/me/infer.cpp", 120),
   };
   EXPECT_EQ(frame_role(stack[0]), FrameRole::kLibrary);
   EXPECT_EQ(frame_role(stack[1]), FrameRole::kLibrary);
@@ -94,14 +77,14 @@ TEST(FrameRoles, FrameworksLinkedIntoTheProgramAreFrameworkFrames) {
 
 TEST(FrameRoles, PythonLineFirstUnderTorch) {
   const std::vector<FrameInfo> stack = {
-      native("cudaMallocAsync", "/usr/local/cuda/lib64/libcudart.so.13"),
-      native("c10::cuda::CUDACachingAllocator::CudaMallocAsync::mallocAsync(void**, signed char, unsigned long, "
+      native_frame("cudaMallocAsync", "/usr/local/cuda/lib64/libcudart.so.13"),
+      native_frame("c10::cuda::CUDACachingAllocator::CudaMallocAsync::mallocAsync(void**, signed char, unsigned long, "
              "CUstream_st*)",
              "/venv/lib/python3.12/site-packages/torch/lib/libc10_cuda.so"),
-      native("at::native::empty_cuda(c10::ArrayRef<long>)", "/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so"),
-      python("linear", "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 125),
-      python("train_step", "/home/me/train.py", 42),
-      python("main", "/home/me/train.py", 90),
+      native_frame("at::native::empty_cuda(c10::ArrayRef<long>)", "/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so"),
+      python_frame("linear", "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 125),
+      python_frame("train_step", "/home/me/train.py", 42),
+      python_frame("main", "/home/me/train.py", 90),
   };
   const FrameInfo* user = user_frame(stack);
   ASSERT_NE(user, nullptr);

@@ -7,18 +7,10 @@
 #include <string>
 
 #include "report/report_writer.h"
+#include "test_frames.h"
 
 namespace gpushim {
 namespace {
-
-FrameInfo python_frame(const char* fn, const char* file, int line) {
-  FrameInfo f;
-  f.function = fn;
-  f.file = file;
-  f.line = line;
-  f.python = true;
-  return f;
-}
 
 ReportData WithGrowth(bool per_iteration) {
   ReportData r;

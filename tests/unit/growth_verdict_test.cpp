@@ -7,19 +7,11 @@
 
 #include "report/growth_verdict.h"
 #include "test_sizes.h"
+#include "test_frames.h"
 
 namespace gpushim {
 namespace {
 
-
-FrameInfo frame(const char* fn, const char* file, int line, bool python) {
-  FrameInfo f;
-  f.function = fn;
-  f.file = file;
-  f.line = line;
-  f.python = python;
-  return f;
-}
 
 // A leaking step: one more MiB at each of `n` checkpoints (one per iteration).
 SiteSeries growing(StackId stack, int n, uint64_t first_t = 1) {
@@ -54,11 +46,11 @@ TEST(GrowthVerdict, StacksThatSymbolizeAlikeAreOneSuspectWithTheSitesLiveFigures
   auto frames_of = [](const SiteKey& key) {
     std::vector<FrameInfo> f;
     if (key.stack == 9) {
-      f.push_back(frame("load_model", "train.py", 12, true));
+      f.push_back(python_frame("load_model", "train.py", 12));
     } else {
       // Native frames differ in address but symbolize alike.
-      f.push_back(frame("_PyEval_EvalFrameDefault", "ceval.c", 4000, false));
-      f.push_back(frame("leaky_step", "train.py", 23, true));
+      f.push_back(native_frame("_PyEval_EvalFrameDefault", "", "ceval.c", 4000));
+      f.push_back(python_frame("leaky_step", "train.py", 23));
     }
     return f;
   };
@@ -76,7 +68,7 @@ TEST(GrowthVerdict, StacksThatSymbolizeAlikeAreOneSuspectWithTheSitesLiveFigures
 }
 
 TEST(GrowthVerdict, MergedOrderDoesNotDependOnTheHistorysOrder) {
-  auto frames_of = [](const SiteKey&) { return std::vector<FrameInfo>{frame("leaky_step", "train.py", 23, true)}; };
+  auto frames_of = [](const SiteKey&) { return std::vector<FrameInfo>{python_frame("leaky_step", "train.py", 23)}; };
   const GrowthReport a = judge_growth({growing(7, 40), flat(3, 1, 1, 40)}, counted(40), frames_of);
   const GrowthReport b = judge_growth({flat(3, 1, 1, 40), growing(7, 40)}, counted(40), frames_of);
   ASSERT_EQ(a.suspects.size(), 1u);
@@ -89,7 +81,7 @@ TEST(GrowthVerdict, MergedOrderDoesNotDependOnTheHistorysOrder) {
 
 TEST(GrowthVerdict, StacksOnDifferentLinesStayApart) {
   auto frames_of = [](const SiteKey& key) {
-    return std::vector<FrameInfo>{frame("leaky_step", "train.py", key.stack == 7 ? 23 : 24, true)};
+    return std::vector<FrameInfo>{python_frame("leaky_step", "train.py", key.stack == 7 ? 23 : 24)};
   };
   const GrowthReport g = judge_growth({growing(7, 30), growing(8, 30)}, counted(30), frames_of);
   ASSERT_EQ(g.suspects.size(), 2u);
@@ -125,7 +117,7 @@ TEST(GrowthVerdict, StacksOfOneSiteThinnedByTheHistoryStillSumExactly) {
     ASSERT_LT(s.points.size(), 8u + 1);  // thinned (the last checkpoint may come on top)
     EXPECT_EQ(s.points.back().instant, 100u);
   }
-  auto frames_of = [](const SiteKey&) { return std::vector<FrameInfo>{frame("leaky_step", "train.py", 23, true)}; };
+  auto frames_of = [](const SiteKey&) { return std::vector<FrameInfo>{python_frame("leaky_step", "train.py", 23)}; };
   const GrowthReport g = judge_growth(series, counted(100), frames_of);
   ASSERT_EQ(g.suspects.size(), 1u);
   const GrowthSuspectReport& s = g.suspects[0];
@@ -141,7 +133,7 @@ TEST(GrowthVerdict, ACheckpointOneStackThinnedOutIsLeftOutOfTheSum) {
   SiteSeries coarse{SiteKey{5, 0, MemoryKind::kDevice}, {SitePoint{1000, 2 * MiB, 2, 1}}};
   SiteSeries fine = growing(6, 40);
   for (uint64_t t = 2; t <= 40; t += 2) coarse.points.push_back(SitePoint{t * 1000, 2 * MiB, 2, t});
-  auto frames_of = [](const SiteKey&) { return std::vector<FrameInfo>{frame("leaky_step", "train.py", 23, true)}; };
+  auto frames_of = [](const SiteKey&) { return std::vector<FrameInfo>{python_frame("leaky_step", "train.py", 23)}; };
   const GrowthReport g = judge_growth({coarse, fine}, counted(40), frames_of);
   ASSERT_EQ(g.suspects.size(), 1u);
   EXPECT_EQ(g.suspects[0].live_count, 42u);

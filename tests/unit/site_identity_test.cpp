@@ -3,25 +3,18 @@
 
 #include <gtest/gtest.h>
 
+#include "test_frames.h"
+
 namespace gpushim {
 namespace {
-
-FrameInfo identity_frame(const char* module, const char* function, const char* file, int line) {
-  FrameInfo f;
-  f.module = module;
-  f.function = function;
-  f.file = file;
-  f.line = line;
-  return f;
-}
 
 TEST(SiteIdentity, TheCRuntimesLinesAreNotPartOfASite) {
   // The same stack from a machine with libc6-dbg (or an older shim, which gave libc frames lines)
   // and from one without: one site, so that `gpushim-analyze diff` pairs them.
   const std::vector<FrameInfo> with_lines = {
-      identity_frame("/opt/app/train", "step()", "/src/train.cpp", 12),
-      identity_frame("/lib/x86_64-linux-gnu/libc.so.6", "__libc_start_call_main",
-                     "../sysdeps/nptl/libc_start_call_main.h", 58)};
+      native_frame("step()", "/opt/app/train", "/src/train.cpp", 12),
+      native_frame("__libc_start_call_main", "/lib/x86_64-linux-gnu/libc.so.6",
+                   "../sysdeps/nptl/libc_start_call_main.h", 58)};
   std::vector<FrameInfo> without = with_lines;
   without[1].file = "";
   without[1].line = 0;

@@ -506,9 +506,16 @@ thread_local bool t_ending_run = false;  // this thread runs the shim's exit wor
 bool Shim::exit_inside_hook() {
   if (t_ending_run) {
     static std::atomic<bool> said{false};
-    if (!said.exchange(true, std::memory_order_relaxed))
-      log_line("exit() was called again while this thread wrote the shim's report (from a signal handler): no "
-               "report and no end of the trace");
+    if (!said.exchange(true, std::memory_order_relaxed)) {
+      // The report's file may already be whole (the signal came during the summary or the
+      // trace's end): say so rather than that there is none.
+      if (const char* path = recorder_->report_published())
+        log_line("exit() was called again while this thread ended the shim's run (from a signal handler): the "
+                 "report is written to %s; no end of the trace", path);
+      else
+        log_line("exit() was called again while this thread wrote the shim's report (from a signal handler): no "
+                 "report and no end of the trace");
+    }
     return true;
   }
   if (!may_hold_shim_locks()) return false;

@@ -354,6 +354,10 @@ void RunRecorder::write_exit_report() {
         anchored_at(expand_path_template(config_.report_template, std::string(base_name(lent_.exe)), lent_.pid),
                     start_dir_),
         report_to_json(report), where_allowed(config_.report_template));
+  if (!path.empty()) {
+    report_path_ = path;
+    report_published_.store(report_path_.c_str(), std::memory_order_release);
+  }
   if (config_.summary_sites > 0) write_summary(report, path, config_.summary_sites, stderr);
   // A GPUSHIM_ITERATION_SITE that never counted a call (a misspelt name, a native function that is
   // not an exported symbol, such as main of an executable) would otherwise leave growth on detected

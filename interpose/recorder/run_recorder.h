@@ -141,6 +141,9 @@ class RunRecorder {
   void context_destroyed(int ordinal);
   // True once the exit report was written (teardown news is no longer news).
   bool reported() const { return reported_.load(std::memory_order_relaxed); }
+  // The exit report's file exists, whole: what an exit() that interrupts the rest of the exit
+  // work (the summary, the trace's end) can still say the run left.
+  const char* report_published() const { return report_published_.load(std::memory_order_acquire); }
 
   // ---- outputs ----
   // The report of the current state (exit or on-demand snapshot).
@@ -204,6 +207,8 @@ class RunRecorder {
   const std::string start_dir_;     // the working directory at start-up (anchored_at)
   bool abandoned_ = false;          // a fork child's copy
   std::atomic<bool> reported_{false};
+  std::string report_path_;                              // written once, before report_published_
+  std::atomic<const char*> report_published_{nullptr};  // report_path_, once its file is whole
   std::mutex report_mu_;  // a second exit path waits for the report the first is writing
   std::atomic<uint64_t> exit_report_ns_{0};  // when the exit report's figures were taken (now_ns clock)
   std::atomic<bool> verdict_failed_{false};  // GPUSHIM_EXIT_CODE's conditions held at exit

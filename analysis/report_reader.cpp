@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "json.h"
+#include "util/text.h"
 
 namespace gpushim::analysis {
 namespace {
@@ -311,12 +312,12 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
   }
   constexpr std::string_view kPrefix = "gpushim-report/";
   if (r.schema.rfind(kPrefix, 0) != 0) {
-    *error = "not a gpushim report: schema is '" + r.schema + "'";
+    *error = "not a gpushim report: schema is '" + excerpt(r.schema) + "'";
     return false;
   }
   const std::string major = r.schema.substr(kPrefix.size(), r.schema.find('.', kPrefix.size()) - kPrefix.size());
   if (major != "1") {
-    *error = "unsupported report schema '" + r.schema + "' (this tool reads gpushim-report/1)";
+    *error = "unsupported report schema '" + excerpt(r.schema) + "' (this tool reads gpushim-report/1)";
     return false;
   }
   r.version.clear();  // reports from before 0.9.0 have none

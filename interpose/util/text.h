@@ -18,6 +18,15 @@ inline std::string printable(std::string_view s) {
   return r;
 }
 
+// A value quoted inside one line of ours (an input's own field, in an error): printable() and at
+// most `max_bytes` long, "..." after the cut, which falls between two UTF-8 characters.
+inline std::string excerpt(std::string_view s, size_t max_bytes = 80) {
+  if (s.size() <= max_bytes) return printable(s);
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // a continuation byte
+  return printable(s.substr(0, cut)) + "...";
+}
+
 // "1 allocation", "2 allocations"; "1 entry", "2 entries" with the plural given.
 inline std::string plural(uint64_t n, std::string_view word) {
   return std::to_string(n) + " " + std::string(word) + (n == 1 ? "" : "s");

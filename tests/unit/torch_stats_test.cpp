@@ -13,6 +13,7 @@
 #include "policy/caching_pool.h"
 #include "policy/observed_backend.h"
 #include "policy/sim_backend.h"
+#include "test_scale.h"
 #include "test_sizes.h"
 
 namespace gpushim {
@@ -127,8 +128,7 @@ TEST(TorchStats, CachingPoolPlacesGiveTheFreePiecesOfItsLayout) {
   AllocationTracker tracker;
   std::map<uintptr_t, uint64_t> live;
   std::mt19937_64 rng(31);
-  const char* scale = std::getenv("GPUSHIM_TEST_SCALE");
-  const int ops = 3000 * (scale ? std::max(1, std::atoi(scale)) : 1);
+  const int ops = scaled(3000, 900);
   Values expect_bytes, expect_pieces;  // brute force, every step
   auto follow = [](Values& v, uint64_t now) {
     if (now > v.current) v.allocated += now - v.current;

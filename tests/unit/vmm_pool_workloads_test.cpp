@@ -24,6 +24,7 @@
 #include "policy/policy_factory.h"
 #include "policy/sim_backend.h"
 #include "util/log.h"
+#include "test_scale.h"
 #include "test_sizes.h"
 #include "vmm_test_pool.h"
 
@@ -408,9 +409,9 @@ void randomized(uint64_t seed, uint64_t capacity, const VmmPoolOptions& o, int o
   EXPECT_EQ(v.pool.check_invariants(), "");
 }
 
-TEST(VmmPool, RandomizedNoOverlapStableBackingAndExactReserved) { randomized(7, 64 * GiB, {}, 20000); }
+TEST(VmmPool, RandomizedNoOverlapStableBackingAndExactReserved) { randomized(7, 64 * GiB, {}, scaled(20000, 3000)); }
 
-TEST(VmmPool, RandomizedLargeBlocksOnly) { randomized(9, 64 * GiB, {}, 20000, /*large_only=*/true); }
+TEST(VmmPool, RandomizedLargeBlocksOnly) { randomized(9, 64 * GiB, {}, scaled(20000, 3000), /*large_only=*/true); }
 
 // The oracle under what the run above leaves out (a review helper's widening, which found a lend
 // undone after a refused build handing its queued memory to another stream): the per-thread
@@ -464,7 +465,7 @@ std::string adversarial(uint64_t seed, const VmmPoolOptions& o, bool faults, boo
 TEST(VmmPool, RandomizedWithCapturesRefusalsAndPerThreadStreams) {
   for (int cfg = 0; cfg < 8; ++cfg) {
     VmmPoolOptions o = cfg & 4 ? classic() : VmmPoolOptions{};
-    for (uint64_t seed = 1; seed <= 12; ++seed) {
+    for (uint64_t seed = 1; seed <= static_cast<uint64_t>(scaled(12, 3)); ++seed) {
       const std::string r = adversarial(seed, o, cfg & 1, cfg & 2);
       ASSERT_EQ(r, "") << "layout " << (cfg & 4 ? "classic" : "packed") << (cfg & 1 ? ", refusals" : "")
                        << (cfg & 2 ? ", captures" : "") << ", seed " << seed;
@@ -476,7 +477,7 @@ TEST(VmmPool, RandomizedUnderMemoryPressure) {
   VmmPoolOptions o;
   o.reserve = 0;
   o.piece = 16 * MiB;  // runs: pieces that pin, the harder case for stitching
-  randomized(8, 768 * MiB, o, 20000);
+  randomized(8, 768 * MiB, o, scaled(20000, 3000));
 }
 
 // ---- fragmentation ----

@@ -89,6 +89,18 @@ def interpreters():
     return found
 
 
+def interpreter_cases(cases):
+    """[(python, version, case)]: every case on every interpreter, or under a sanitizer each case
+    and each interpreter at least once, the interpreters taken in turn. The normal run covers the
+    whole product; what a sanitizer can find (memory and threading errors in how the shim reads
+    each interpreter) shows on any case, and every case again on each interpreter cost the ASan
+    run ~20 CPU-s in test_iterations alone (2026-11-29)."""
+    found = interpreters()
+    if not SANITIZER:
+        return [(python, version, case) for python, version in found for case in cases]
+    return [found[i % len(found)] + (cases[i % len(cases)],) for i in range(max(len(found), len(cases)))]
+
+
 def _probe_python3():
     global _python3
     if _python3 is None:

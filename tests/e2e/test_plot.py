@@ -97,7 +97,7 @@ class PlotFailures(unittest.TestCase):
         self.assertFalse(os.path.exists(out))
 
     def test_damaged_reports(self):
-        require_plot_python()  # matplotlib is imported before the input is read
+        require_plot_python()
         for name, doc, missing in (
                 ("timeline.json", {"schema": "gpushim-report/1", "devices": [{"device": 0}],
                                    "timeline": [{"device": 0, "t_s": 1.0, "reserved": 5}]}, "allocated"),
@@ -110,8 +110,25 @@ class PlotFailures(unittest.TestCase):
                 self.assert_one_line_error(plot([path, "-o", os.path.join(self.dir, "d.png")]), 1, "damaged report")
                 self.assertFalse(os.path.exists(os.path.join(self.dir, "d.png")))
 
+    def test_a_damaged_input_is_refused_before_matplotlib_is_imported(self):
+        # matplotlib's import is most of a refusal's time (~0.5 s): the input is read and checked
+        # first. A matplotlib that stops the process when imported shows the order.
+        fake = os.path.join(self.dir, "fake-matplotlib")
+        os.makedirs(os.path.join(fake, "matplotlib"), exist_ok=True)
+        with open(os.path.join(fake, "matplotlib", "__init__.py"), "w") as f:
+            f.write("raise SystemExit('gpushim-plot: matplotlib imported')\n")
+        damaged = os.path.join(self.dir, "cut.json")
+        with open(damaged, "w") as f:
+            f.write('{"schema": "gpushim-report/1", "devices": [{"device": 0}')
+        proc = plot([damaged, "-o", os.path.join(self.dir, "cut.png")], env={"PYTHONPATH": fake})
+        self.assert_one_line_error(proc, 1, damaged)
+        self.assertNotIn("matplotlib imported", proc.stderr)
+        # The fake is what a good input then imports: the order, not a missing import, is tested.
+        proc = plot([self.report, "-o", os.path.join(self.dir, "good.png")], env={"PYTHONPATH": fake})
+        self.assertIn("matplotlib imported", proc.stderr)
+
     def test_device_files_and_junk_are_refused_with_bounded_memory(self):
-        require_plot_python()  # matplotlib is imported before the input is read
+        require_plot_python()
         # Binary data opening with '{', as /dev/urandom does one time in 256 (CI once met it: the
         # plot read 256 MiB of it and named the size), is refused at its first block like the rest.
         brace = os.path.join(self.dir, "brace.bin")

@@ -24,6 +24,21 @@ bool DepsSatisfied(const std::vector<Dep>& deps) {
   return std::all_of(deps.begin(), deps.end(), [](const Dep& d) { return d.stream->completed >= d.seq; });
 }
 
+// A wait on several streams (State::progress says why they share one condition).
+template <class Pred>
+void WaitForStreams(State& s, std::unique_lock<std::mutex>& lk, Pred done) {
+  if (done()) return;
+  ++s.progress_waiters;
+  s.progress.wait(lk, done);
+  --s.progress_waiters;
+}
+
+// `stream` completed an op (called with `mu` held).
+void NotifyCompleted(State& s, Stream* stream) {
+  stream->done.notify_all();
+  if (s.progress_waiters > 0) s.progress.notify_all();
+}
+
 void ForgetStream(Context* ctx, const Stream* stream) {
   auto& v = ctx->streams;
   v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& p) { return p.get() == stream; }), v.end());
@@ -38,7 +53,7 @@ void WorkerMain(std::shared_ptr<Stream> stream) {
     if (stream->queue.empty()) break;  // retired and drained
     // References to deque elements survive push_back by submitters; only this thread pops.
     Op& op = stream->queue.front();
-    s.progress.wait(lk, [&] { return DepsSatisfied(op.deps); });
+    WaitForStreams(s, lk, [&] { return DepsSatisfied(op.deps); });
     std::function<void()> run = std::move(op.run);
     op.deps.clear();
     lk.unlock();
@@ -47,7 +62,7 @@ void WorkerMain(std::shared_ptr<Stream> stream) {
     lk.lock();
     stream->queue.pop_front();
     ++stream->completed;
-    s.progress.notify_all();
+    NotifyCompleted(s, stream.get());
   }
   ForgetStream(stream->ctx, stream.get());
   s.progress.notify_all();
@@ -165,12 +180,12 @@ CUresult MarkerDoneAtOnce(State& s, Stream* stream, bool* at_once) {
 void MarkDone(State& s, Stream* stream) {
   ++stream->submitted;
   ++stream->completed;
-  s.progress.notify_all();
+  NotifyCompleted(s, stream);
 }
 
-void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, const std::shared_ptr<Stream>& stream,
-                   std::uint64_t seq) {
-  s.progress.wait(lk, [&] { return stream->completed >= seq; });
+void WaitForStream(State& /*s: `lk` holds its mu*/, std::unique_lock<std::mutex>& lk,
+                   const std::shared_ptr<Stream>& stream, std::uint64_t seq) {
+  stream->done.wait(lk, [&] { return stream->completed >= seq; });
 }
 
 CUresult SubmitAndWait(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run,
@@ -189,7 +204,7 @@ void SyncContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx) {
   for (const auto& st : ctx->streams) {
     if (!st->idle()) targets.push_back({st, st->submitted});
   }
-  s.progress.wait(lk, [&] { return DepsSatisfied(targets); });
+  WaitForStreams(s, lk, [&] { return DepsSatisfied(targets); });
 }
 
 void SyncDevice(State& s, std::unique_lock<std::mutex>& lk, int device) {
@@ -204,7 +219,7 @@ void SyncAllDevices(State& s, std::unique_lock<std::mutex>& lk) {
       if (!st->idle()) targets.push_back({st, st->submitted});
     }
   }
-  s.progress.wait(lk, [&] { return DepsSatisfied(targets); });
+  WaitForStreams(s, lk, [&] { return DepsSatisfied(targets); });
 }
 
 void RequireNoQueuedAccess(State& s, std::uintptr_t base, std::size_t size, const char* call) {

@@ -14,6 +14,7 @@
 // Usage: e2e_vmm_stitch stitch|grow
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,22 +38,35 @@ struct Block {
 
 long g_wrong = 0;
 
-void fill(const Block& b) {
-  std::vector<uint64_t> host(b.size / sizeof(uint64_t));
-  for (size_t i = 0; i < host.size(); ++i) host[i] = word(b.tag, i);
-  CHECK(cudaMemcpy(b.ptr, host.data(), b.size, cudaMemcpyHostToDevice));
+// The one host buffer every copy goes through, valid until the next fill() or read(): a fresh
+// 20-100 MiB vector per copy was most of the program's time under ASan (its zero fill, element by
+// element at -O1 without inlining, and the fresh pages' faults).
+uint64_t* host_words(size_t words) {
+  static std::unique_ptr<uint64_t[]> buffer;
+  static size_t capacity = 0;
+  if (words > capacity) {
+    buffer = std::make_unique_for_overwrite<uint64_t[]>(words);
+    capacity = words;
+  }
+  return buffer.get();
 }
 
-std::vector<uint64_t> read(const void* p, size_t size) {
-  std::vector<uint64_t> host(size / sizeof(uint64_t));
-  CHECK(cudaMemcpy(host.data(), p, size, cudaMemcpyDeviceToHost));
+void fill(const Block& b) {
+  uint64_t* host = host_words(b.size / sizeof(uint64_t));
+  for (size_t i = 0; i < b.size / sizeof(uint64_t); ++i) host[i] = word(b.tag, i);
+  CHECK(cudaMemcpy(b.ptr, host, b.size, cudaMemcpyHostToDevice));
+}
+
+const uint64_t* read(const void* p, size_t size) {
+  uint64_t* host = host_words(size / sizeof(uint64_t));
+  CHECK(cudaMemcpy(host, p, size, cudaMemcpyDeviceToHost));
   return host;
 }
 
 // Whether the first `size` bytes of `b` still hold its pattern; reports the first wrong word.
 bool intact(const Block& b, size_t size) {
-  const std::vector<uint64_t> host = read(b.ptr, size);
-  for (size_t i = 0; i < host.size(); ++i)
+  const uint64_t* host = read(b.ptr, size);
+  for (size_t i = 0; i < size / sizeof(uint64_t); ++i)
     if (host[i] != word(b.tag, i)) {
       std::fprintf(stderr, "block %p (tag %llu): word %zu holds 0x%llx, expected 0x%llx\n", b.ptr,
                    static_cast<unsigned long long>(b.tag), i, static_cast<unsigned long long>(host[i]),
@@ -73,10 +87,10 @@ int count_intact(const std::vector<Block>& blocks) {
 // patterns: memory that was remapped rather than created (created memory starts out as zeros on
 // the simulated device, and on a GPU holds nothing of these patterns).
 int chunks_from(const void* p, size_t size, const std::vector<Block>& freed) {
-  const std::vector<uint64_t> host = read(p, size);
+  const uint64_t* host = read(p, size);
   int n = 0;
   for (size_t c = 0; c < size / kChunk; ++c) {
-    const uint64_t* w = host.data() + c * kWordsPerChunk;
+    const uint64_t* w = host + c * kWordsPerChunk;
     const uint64_t tag = w[0] >> 40, first = w[0] & ((uint64_t{1} << 40) - 1);
     bool known = first % kWordsPerChunk == 0;
     bool from_freed = false;
@@ -137,9 +151,9 @@ int grow() {
   const bool keep_ok = intact(keep, keep.size);
   // Freed memory holds no promise, but memory extended in place is the same memory: its first
   // 30 MiB still hold what the freed block held.
-  const std::vector<uint64_t> prefix = read(grown.ptr, first.size);
+  const uint64_t* prefix = read(grown.ptr, first.size);
   bool prefix_kept = true;
-  for (size_t i = 0; i < prefix.size() && prefix_kept; ++i) prefix_kept = prefix[i] == word(first.tag, i);
+  for (size_t i = 0; i < first.size / sizeof(uint64_t) && prefix_kept; ++i) prefix_kept = prefix[i] == word(first.tag, i);
   fill(grown);
   const bool grown_ok = intact(grown, grown.size);
   const bool keep_ok_after = intact(keep, keep.size);

@@ -505,8 +505,7 @@ void MarkDone(State& s, Stream* stream);
 // Enqueues and waits for completion (synchronous copies and memsets).
 CUresult SubmitAndWait(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run,
                        std::vector<Touch> touches = {});
-void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, const std::shared_ptr<Stream>& stream,
-                   std::uint64_t seq);
+void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, std::shared_ptr<Stream> stream, std::uint64_t seq);
 // Waits until every stream of the context (or of the device) has drained.
 void SyncContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx);
 void SyncDevice(State& s, std::unique_lock<std::mutex>& lk, int device);

@@ -183,8 +183,10 @@ void MarkDone(State& s, Stream* stream) {
   NotifyCompleted(s, stream);
 }
 
-void WaitForStream(State& /*s: `lk` holds its mu*/, std::unique_lock<std::mutex>& lk,
-                   const std::shared_ptr<Stream>& stream, std::uint64_t seq) {
+void WaitForStream(State& /*s: `lk` holds its mu*/, std::unique_lock<std::mutex>& lk, std::shared_ptr<Stream> stream,
+                   std::uint64_t seq) {
+  // `stream` is the wait's own reference: a caller's may change while it sleeps (an event
+  // recorded again elsewhere), and the condition slept on must outlive the wait.
   stream->done.wait(lk, [&] { return stream->completed >= seq; });
 }
 

@@ -327,6 +327,50 @@ TEST_F(Streams, HostFunctionsRunInStreamOrder) {
   ASSERT_CU(cuStreamDestroy(s));
 }
 
+// cuEventSynchronize waits for the record current at the call, even when another thread records
+// the event again on another stream, and destroys the first, while it waits (a review helper's
+// reproducer, 2026-11-29: the wait slept on the first stream's condition while checking the
+// second, and never woke; with the first stream destroyed it slept on a destroyed condition).
+TEST_F(Streams, AnEventRecordedAgainElsewhereWhileAThreadWaitsOnIt) {
+  CUstream a = nullptr, b = nullptr;
+  ASSERT_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  CUevent ev = nullptr, later = nullptr;
+  ASSERT_CU(cuEventCreate(&ev, 0));
+  ASSERT_CU(cuEventCreate(&later, 0));
+  static std::atomic<bool> release{false};
+  release = false;
+  ASSERT_CU(cuLaunchHostFunc(a, [](void*) {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }, nullptr));
+  ASSERT_CU(cuEventRecord(ev, a));
+  CUcontext ctx = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&ctx));
+  std::atomic<int> waited{-1};
+  std::thread waiter([&] {
+    cuCtxSetCurrent(ctx);
+    waited = cuEventSynchronize(ev);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_CU(cuStreamDestroy(a));
+  ASSERT_CU(cuEventRecord(ev, b));  // b is idle: complete at once
+  release = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_CU(cuEventRecord(later, b));
+  ASSERT_CU(cuEventSynchronize(later));
+  const auto start = std::chrono::steady_clock::now();
+  while (waited.load() == -1 && Seconds(start) < 5) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(waited.load(), CUDA_SUCCESS) << "cuEventSynchronize still waits";
+  if (waited.load() == -1) {
+    waiter.detach();  // a hang here would otherwise hang the whole binary
+    return;
+  }
+  waiter.join();
+  ASSERT_CU(cuEventDestroy(ev));
+  ASSERT_CU(cuEventDestroy(later));
+  ASSERT_CU(cuStreamDestroy(b));
+}
+
 TEST_F(Streams, DestroyingAStreamLetsItsWorkFinish) {
   CUstream s = nullptr;
   ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));

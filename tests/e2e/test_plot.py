@@ -248,6 +248,30 @@ class PlotFailures(unittest.TestCase):
         with open(out, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
+    def test_a_broken_matplotlib_hands_a_pipe_over_unread(self):
+        # A matplotlib that is found but fails to import (a numpy built for another ABI): the input
+        # read first from a pipe would be gone for the Python handed over to (a review helper's
+        # find, 2026-11-29): with a pipe, matplotlib is imported before the input is read.
+        require_plot_python()
+        broken = os.path.join(self.dir, "broken-matplotlib")
+        os.makedirs(os.path.join(broken, "matplotlib"), exist_ok=True)
+        with open(os.path.join(broken, "matplotlib", "__init__.py"), "w") as f:
+            f.write("raise ImportError('built for another numpy')\n")
+        clean = os.path.join(self.dir, "clean-python")
+        with open(clean, "w") as f:
+            f.write(f"#!/bin/sh\nunset PYTHONPATH\nexec {PLOT_PYTHON} \"$@\"\n")
+        os.chmod(clean, 0o755)
+        out = os.path.join(self.dir, "piped.png")
+        with open(self.report, "rb") as f:
+            payload = f.read()
+        e = dict(os.environ, GPUSHIM_ANALYZE=ANALYZE, PYTHONPATH=broken, GPUSHIM_PYTHON=clean)
+        e.pop("GPUSHIM_PLOT_REEXEC", None)
+        proc = subprocess.run([PLOT_PYTHON, PLOT, "/dev/stdin", "-o", out], input=payload, capture_output=True,
+                              timeout=120, env=e)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
     def test_without_matplotlib_the_message_names_the_package(self):
         shadow = tempfile.mkdtemp(prefix="gpushim-nompl-")
         os.mkdir(os.path.join(shadow, "matplotlib"))

@@ -37,6 +37,14 @@ class PlotFailures(unittest.TestCase):
                        "devices": [{"device": 0, "peak_allocated_bytes": 1 << 20, "peak_reserved_bytes": 2 << 20}],
                        "timeline": [{"t_s": 0.1, "device": 0, "allocated": 1 << 20, "reserved": 2 << 20}]}, f)
 
+    def stand_in_matplotlib(self, name, body):
+        """A folder for PYTHONPATH whose `matplotlib` package runs `body` when imported."""
+        folder = os.path.join(self.dir, name)
+        os.makedirs(os.path.join(folder, "matplotlib"), exist_ok=True)
+        with open(os.path.join(folder, "matplotlib", "__init__.py"), "w") as f:
+            f.write(body + "\n")
+        return folder
+
     def assert_one_line_error(self, proc, status, text):
         self.assertEqual(proc.returncode, status, proc.stderr)
         self.assertEqual(len(proc.stderr.splitlines()), 1, proc.stderr)
@@ -113,10 +121,7 @@ class PlotFailures(unittest.TestCase):
     def test_a_damaged_input_is_refused_before_matplotlib_is_imported(self):
         # matplotlib's import is most of a refusal's time (~0.5 s): the input is read and checked
         # first. A matplotlib that stops the process when imported shows the order.
-        fake = os.path.join(self.dir, "fake-matplotlib")
-        os.makedirs(os.path.join(fake, "matplotlib"), exist_ok=True)
-        with open(os.path.join(fake, "matplotlib", "__init__.py"), "w") as f:
-            f.write("raise SystemExit('gpushim-plot: matplotlib imported')\n")
+        fake = self.stand_in_matplotlib("fake-matplotlib", "raise SystemExit('gpushim-plot: matplotlib imported')")
         damaged = os.path.join(self.dir, "cut.json")
         with open(damaged, "w") as f:
             f.write('{"schema": "gpushim-report/1", "devices": [{"device": 0}')
@@ -253,10 +258,7 @@ class PlotFailures(unittest.TestCase):
         # read first from a pipe would be gone for the Python handed over to (a review helper's
         # find, 2026-11-29): with a pipe, matplotlib is imported before the input is read.
         require_plot_python()
-        broken = os.path.join(self.dir, "broken-matplotlib")
-        os.makedirs(os.path.join(broken, "matplotlib"), exist_ok=True)
-        with open(os.path.join(broken, "matplotlib", "__init__.py"), "w") as f:
-            f.write("raise ImportError('built for another numpy')\n")
+        broken = self.stand_in_matplotlib("broken-matplotlib", "raise ImportError('built for another numpy')")
         clean = os.path.join(self.dir, "clean-python")
         with open(clean, "w") as f:
             f.write(f"#!/bin/sh\nunset PYTHONPATH\nexec {PLOT_PYTHON} \"$@\"\n")

@@ -198,6 +198,9 @@ struct Op {
   std::function<void()> run;
   std::vector<Dep> deps;
   std::vector<Touch> touches;
+  // A synchronous op the calling thread runs itself (SubmitAndWait on an idle stream): listed, so
+  // that its touches are seen and later ops queue behind it, but never taken by the worker.
+  bool on_caller = false;
 };
 
 enum class StreamKind { kLegacy, kPerThread, kUser };

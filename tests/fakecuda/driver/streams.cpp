@@ -49,7 +49,9 @@ void WorkerMain(std::shared_ptr<Stream> stream) {
   State& s = GetState();
   std::unique_lock lk(s.mu);
   while (true) {
-    stream->wake.wait(lk, [&] { return !stream->queue.empty() || stream->retired; });
+    stream->wake.wait(lk, [&] {
+      return stream->queue.empty() ? stream->retired : !stream->queue.front().on_caller;
+    });
     if (stream->queue.empty()) break;  // retired and drained
     // References to deque elements survive push_back by submitters; only this thread pops.
     Op& op = stream->queue.front();
@@ -129,19 +131,12 @@ CUresult ResolveStream(State& s, CUstream h, bool per_thread_default, Stream** o
   return CUDA_SUCCESS;
 }
 
-CUresult Submit(State& s, Stream* stream, std::function<void()> run, SubmitOptions opts) {
-  if (stream->capture) {
-    // Captured work is recorded into the graph, never executed now.
-    if (stream->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    if (opts.replayable && run) {
-      Graph& g = *stream->capture->graph;
-      g.nodes.push_back(std::move(run));
-      g.touches.insert(g.touches.end(), opts.touches.begin(), opts.touches.end());
-    }
-    return CUDA_SUCCESS;
-  }
+namespace {
+
+// The op for `run` on `stream` (not capturing), with the legacy-default-stream rules' dependencies.
+CUresult MakeOp(State& s, Stream* stream, std::function<void()> run, SubmitOptions opts, Op* out) {
   Context* ctx = stream->ctx;
-  Op op;
+  Op& op = *out;
   op.run = std::move(run);
   op.deps = std::move(opts.extra_deps);
   op.touches = std::move(opts.touches);
@@ -154,12 +149,57 @@ CUresult Submit(State& s, Stream* stream, std::function<void()> run, SubmitOptio
     Stream* legacy = LegacyStream(s, ctx);
     if (!legacy->idle()) op.deps.push_back({ctx->legacy, legacy->submitted});
   }
-  std::shared_ptr<Stream> shared = SharedStream(s, stream);
-  if (CUresult r = StartWorker(shared); r != CUDA_SUCCESS) return r;
+  return CUDA_SUCCESS;
+}
+
+// Hands `op` to the stream's worker, after everything queued on the stream.
+CUresult Enqueue(State& s, Stream* stream, Op op) {
+  if (CUresult r = StartWorker(SharedStream(s, stream)); r != CUDA_SUCCESS) return r;
   stream->queue.push_back(std::move(op));
   ++stream->submitted;
   stream->wake.notify_one();
   return CUDA_SUCCESS;
+}
+
+// Runs a synchronous op on the calling thread, as the stream's worker would have: nothing is queued
+// before it and its dependencies are met, so handing it to the worker would only cost two thread
+// switches (tens of microseconds on a loaded machine, where a GPU answers a small synchronous copy
+// in a few). It stays at the queue's front while it runs: ops submitted meanwhile wait behind it,
+// and RequireNoQueuedAccess sees what it touches.
+void RunOnCaller(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, Op op) {
+  const std::shared_ptr<Stream> keep = SharedStream(s, stream);  // a destroy meanwhile must not free it
+  std::function<void()> run = std::move(op.run);
+  op.deps.clear();
+  op.on_caller = true;
+  stream->queue.push_back(std::move(op));
+  ++stream->submitted;
+  lk.unlock();
+  if (run) run();
+  run = nullptr;
+  lk.lock();
+  stream->queue.pop_front();
+  ++stream->completed;
+  NotifyCompleted(s, stream);
+  if (stream->worker_started) stream->wake.notify_one();  // ops queued behind it, or its retirement
+  else if (stream->retired && stream->queue.empty()) ForgetStream(stream->ctx, stream);
+}
+
+}  // namespace
+
+CUresult Submit(State& s, Stream* stream, std::function<void()> run, SubmitOptions opts) {
+  if (stream->capture) {
+    // Captured work is recorded into the graph, never executed now.
+    if (stream->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (opts.replayable && run) {
+      Graph& g = *stream->capture->graph;
+      g.nodes.push_back(std::move(run));
+      g.touches.insert(g.touches.end(), opts.touches.begin(), opts.touches.end());
+    }
+    return CUDA_SUCCESS;
+  }
+  Op op;
+  if (CUresult r = MakeOp(s, stream, std::move(run), std::move(opts), &op); r != CUDA_SUCCESS) return r;
+  return Enqueue(s, stream, std::move(op));
 }
 
 CUresult MarkerDoneAtOnce(State& s, Stream* stream, bool* at_once) {
@@ -196,7 +236,13 @@ CUresult SubmitAndWait(State& s, std::unique_lock<std::mutex>& lk, Stream* strea
   if (CUresult r = RefuseIfCapturing(s, stream); r != CUDA_SUCCESS) return r;
   SubmitOptions opts;
   opts.touches = std::move(touches);  // queued meanwhile: another thread may unmap under it
-  if (CUresult r = Submit(s, stream, std::move(run), std::move(opts)); r != CUDA_SUCCESS) return r;
+  Op op;
+  if (CUresult r = MakeOp(s, stream, std::move(run), std::move(opts), &op); r != CUDA_SUCCESS) return r;
+  if (stream->queue.empty() && DepsSatisfied(op.deps)) {
+    RunOnCaller(s, lk, stream, std::move(op));
+    return CUDA_SUCCESS;
+  }
+  if (CUresult r = Enqueue(s, stream, std::move(op)); r != CUDA_SUCCESS) return r;
   WaitForStream(s, lk, SharedStream(s, stream), stream->submitted);
   return CUDA_SUCCESS;
 }

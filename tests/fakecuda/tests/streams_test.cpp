@@ -3,6 +3,8 @@
 //
 // The delayed fill is the probe: it holds its stream for a while and then writes a value, so the
 // final contents of a buffer tell which operation ran last.
+#include <dirent.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -112,6 +114,71 @@ TEST_F(Streams, SynchronousCopiesWaitForBlockingStreams) {
   EXPECT_EQ(out[0], 5);
   EXPECT_EQ(out[kBytes - 1], 5);
   ASSERT_CU(cuStreamDestroy(s));
+}
+
+size_t ThreadCount() {
+  size_t n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (const dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// A synchronous copy or memset with nothing queued before it runs on the calling thread, as a GPU
+// answers it in microseconds: no worker thread is started for it (a context of its own, whose
+// legacy stream no earlier test used).
+TEST_F(Streams, SynchronousWorkOnAnIdleStreamRunsOnTheCaller) {
+  InFreshProcess([] {
+    CUcontext ctx = nullptr;
+    ASSERT_CU(cuCtxCreate(&ctx, nullptr, 0, 0));
+    CUdeviceptr d = 0;
+    ASSERT_CU(cuMemAlloc(&d, kBytes));
+    const size_t threads = ThreadCount();
+    std::vector<unsigned char> in(kBytes, 7), out(kBytes, 0);
+    ASSERT_CU(cuMemcpyHtoD(d, in.data(), kBytes));
+    ASSERT_CU(cuMemcpyDtoH(out.data(), d, kBytes));
+    EXPECT_EQ(out, in);
+    ASSERT_CU(cuMemsetD8(d, 9, kBytes));
+    ASSERT_CU(cuMemcpyDtoH(out.data(), d, kBytes));
+    EXPECT_EQ(out, std::vector<unsigned char>(kBytes, 9));
+    EXPECT_EQ(ThreadCount(), threads);
+    ASSERT_CU(cuMemFree(d));
+    ASSERT_CU(cuCtxDestroy(ctx));
+  });
+}
+
+// Work submitted to the stream while such a copy runs queues behind it: the worker must not take
+// the caller's op, nor run what follows before it is done.
+TEST_F(Streams, WorkSubmittedWhileTheCallerRunsACopyWaitsBehindIt) {
+  constexpr size_t kLarge = 64 << 20;
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, kLarge));
+  const std::vector<unsigned char> in(kLarge, 0xab);
+  bool overlapped = false;
+  for (int attempt = 0; attempt < 5 && !overlapped; ++attempt) {
+    std::atomic<bool> copy_returned{false}, seen_busy{false};
+    std::thread other([&] {
+      ASSERT_CU(cuCtxSetCurrent(ctx_));
+      while (!copy_returned.load() && cuStreamQuery(nullptr) == CUDA_SUCCESS) {
+      }
+      if (copy_returned.load()) return;
+      seen_busy = true;
+      ASSERT_CU(cuMemsetD8Async(d, 0x11, kLarge, nullptr));
+    });
+    ASSERT_CU(cuMemcpyHtoD(d, in.data(), kLarge));
+    copy_returned = true;
+    other.join();
+    ASSERT_CU(cuCtxSynchronize());
+    if (!seen_busy) continue;
+    overlapped = true;
+    std::vector<unsigned char> out(kLarge);
+    ASSERT_CU(cuMemcpyDtoH(out.data(), d, kLarge));
+    EXPECT_EQ(std::count(out.begin(), out.end(), 0x11), static_cast<long>(kLarge));  // the memset ran last
+  }
+  EXPECT_TRUE(overlapped) << "the other thread never saw the copy in flight";
+  ASSERT_CU(cuMemFree(d));
 }
 
 TEST_F(Streams, EventsRecordQuerySynchronizeElapsed) {

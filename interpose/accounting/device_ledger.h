@@ -78,6 +78,10 @@ class DeviceLedger {
     if (keeps_records_) pool_->with_lock(f);
     else f();
   }
+  // The per-site totals of the blocks whose records the pool keeps; under locked().
+  void append_pooled_sites(std::vector<std::pair<SiteKey, SiteTotals>>* out) const {
+    pooled_sites_.append_to(static_cast<int16_t>(ordinal_), MemoryKind::kDevice, out);
+  }
 
   // ---- admit ----
   // Memory CUDA is about to make on the device: charged against the cap. False: refused by the

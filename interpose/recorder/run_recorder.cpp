@@ -402,21 +402,9 @@ void RunRecorder::on_interpreter_shutdown() {
   if (abandoned_ || teardown_.load(std::memory_order_acquire) != nullptr) return;
   const uint64_t t = now_ns() - lent_.start_ns;
   sample_sites(t);  // the last point of every growth series: the program's end
-  auto* td = new LiveSnapshot;
-  td->t_ns = t;
-  td->sites = lent_.books->sites();
-  lent_.devices([&](const DeviceView& d) {
-    if (td->devices.size() <= static_cast<size_t>(d.ordinal)) {
-      td->devices.resize(d.ordinal + 1);
-      td->pools.resize(d.ordinal + 1);
-    }
-    td->devices[d.ordinal] = d.ledger->counters().snapshot();
-    td->pools[d.ordinal] = d.ledger->figures();
-  });
-  lent_.books->records().modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
-    const ModuleSnapshot m = c.snapshot();
-    if (m.live_count != 0) td->modules.push_back({id, dev, kind, m.live_bytes, m.live_count});
-  });
+  std::vector<const DeviceLedger*> ledgers;
+  lent_.devices([&](const DeviceView& d) { ledgers.push_back(d.ledger); });
+  auto* td = new LiveSnapshot(read_live_moment(*lent_.books, ledgers, t));
   teardown_.store(td, std::memory_order_release);
 }
 

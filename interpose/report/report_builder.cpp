@@ -51,18 +51,21 @@ void add_driver_usage(const ReportSources& in, int dev, DeviceReport* out) {
   out->unaccounted_bytes = u.used > u.held ? u.used - u.held : 0;
 }
 
-void add_modules(const ReportSources& in, ReportData* out) {
-  in.books->records().modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
-    ModuleSnapshot snap = c.snapshot();
-    if (snap.total_allocs == 0) return;
+void add_modules(const ReportSources& in, const LiveSnapshot& now, ReportData* out) {
+  for (const LiveSnapshot::ModuleLive& row : now.modules) {
+    const ModuleId id = row.id;
+    const int dev = row.device;
+    const MemoryKind kind = row.kind;
+    ModuleSnapshot snap = row.figures;
+    if (snap.total_allocs == 0) continue;
     // After the interpreter began its teardown, live memory is that of the moment, as for the
     // devices and the sites (a row first used later had none then).
     if (in.teardown) {
       snap.live_bytes = snap.live_count = 0;
       for (const LiveSnapshot::ModuleLive& m : in.teardown->modules)
         if (m.id == id && m.device == dev && m.kind == kind) {
-          snap.live_bytes = m.bytes;
-          snap.live_count = m.count;
+          snap.live_bytes = m.figures.live_bytes;
+          snap.live_count = m.figures.live_count;
         }
     }
     ModuleReport m;
@@ -73,7 +76,7 @@ void add_modules(const ReportSources& in, ReportData* out) {
     m.kind = memory_kind_name(kind);
     m.set_figures(snap);
     out->modules.push_back(std::move(m));
-  });
+  }
   std::sort(out->modules.begin(), out->modules.end(), [](const ModuleReport& a, const ModuleReport& b) {
     if ((a.kind == "device") != (b.kind == "device")) return a.kind == "device";
     if (a.kind != b.kind) return a.kind < b.kind;
@@ -85,6 +88,51 @@ void add_modules(const ReportSources& in, ReportData* out) {
 }
 
 }  // namespace
+
+LiveSnapshot read_live_moment(const Ledgers& books, const std::vector<const DeviceLedger*>& devices, uint64_t t_ns) {
+  LiveSnapshot m;
+  m.t_ns = t_ns;
+  const AllocationTracker& records = books.records();
+  std::vector<bool> whole;  // by ordinal: read under its pool's lock
+  for (const DeviceLedger* d : devices) {
+    const auto o = static_cast<size_t>(d->ordinal());
+    if (m.devices.size() <= o) {
+      m.devices.resize(o + 1);
+      m.pools.resize(o + 1);
+      whole.resize(o + 1);
+    }
+    whole[o] = d->pool_keeps_records();
+    const auto mine = [&](int device, MemoryKind kind) { return on_device(kind) && device == d->ordinal(); };
+    d->locked([&] {
+      m.devices[o] = d->counters().snapshot();
+      if (!whole[o]) return;
+      d->append_pooled_sites(&m.sites);
+      for (const auto& site : records.sites())
+        if (mine(site.first.device, site.first.kind)) m.sites.push_back(site);
+      records.modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
+        if (mine(dev, kind)) m.modules.push_back({id, dev, kind, c.snapshot()});
+      });
+    });
+    m.pools[o] = d->figures();  // takes the pool's lock itself
+  }
+  const auto read_whole = [&](int device, MemoryKind kind) {
+    return on_device(kind) && device >= 0 && static_cast<size_t>(device) < whole.size() && whole[device];
+  };
+  for (const auto& site : records.sites())
+    if (!read_whole(site.first.device, site.first.kind)) m.sites.push_back(site);
+  records.modules().for_each([&](ModuleId id, int dev, MemoryKind kind, const ModuleTotals& c) {
+    if (!read_whole(dev, kind)) m.modules.push_back({id, dev, kind, c.snapshot()});
+  });
+  // A site may have both forwarded and pooled allocations live (the driver API next to cudaMalloc).
+  absl::flat_hash_map<SiteKey, SiteTotals> merged;
+  for (const auto& [key, totals] : m.sites) {
+    SiteTotals& t = merged[key];
+    t.bytes += totals.bytes;
+    t.count += totals.count;
+  }
+  if (merged.size() != m.sites.size()) m.sites.assign(merged.begin(), merged.end());
+  return m;
+}
 
 ReportData build_report(const ReportSources& in) {
   ReportData r;
@@ -100,7 +148,11 @@ ReportData build_report(const ReportSources& in) {
   r.stack_depth = in.stack_depth;
   // After the interpreter began its teardown, the program's figures are those of that moment.
   const LiveSnapshot* teardown = in.teardown;
-  std::vector<std::pair<SiteKey, SiteTotals>> live = in.books->sites();
+  // Every figure of the program's memory from one moment, read before anything slow.
+  std::vector<const DeviceLedger*> ledgers;
+  for (const DeviceSource& d : in.devices) ledgers.push_back(d.ledger);
+  const LiveSnapshot now = read_live_moment(*in.books, ledgers, now_ns() - in.start_ns);
+  std::vector<std::pair<SiteKey, SiteTotals>> live = now.sites;
   absl::flat_hash_map<SiteKey, SiteTotals> shutdown_freed;
   if (teardown) {
     r.teardown.observed = true;
@@ -120,11 +172,11 @@ ReportData build_report(const ReportSources& in) {
   }
   for (const DeviceSource& d : in.devices) {
     const int ordinal = d.ledger->ordinal();
-    const CounterSnapshot c = d.ledger->counters().snapshot();
+    const CounterSnapshot& c = now.devices[static_cast<size_t>(ordinal)];
     DeviceReport dr;
     dr.device = ordinal;
     dr.set_figures(c.figures());
-    dr.pool = d.ledger->figures();
+    dr.pool = now.pools[static_cast<size_t>(ordinal)];
     if (teardown && static_cast<size_t>(ordinal) < teardown->devices.size()) {
       dr.live_bytes = teardown->devices[ordinal].live_bytes;
       dr.live_count = teardown->devices[ordinal].live_count;
@@ -261,7 +313,7 @@ ReportData build_report(const ReportSources& in) {
   r.invalid_frees = in.invalid_frees;
   r.distinct_stacks = stacks.size();
   r.shim_host_bytes = in.host_bytes;
-  add_modules(in, &r);
+  add_modules(in, now, &r);
   return r;
 }
 

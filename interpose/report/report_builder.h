@@ -37,25 +37,31 @@ struct OomRecord {
   const char* returned = "cudaErrorMemoryAllocation";
 };
 
-// What was live at one moment (the Python interpreter beginning its teardown).
+// The books at one moment: what a report's tables are read from (build_report takes one as it
+// starts, before the slow part, symbolizing), and what was live as the Python interpreter began
+// its teardown. A device whose pool keeps the records is read whole under that pool's lock (the
+// lock rule, accounting/device_ledger.h), so its counters, sites and module rows agree even while
+// other threads allocate; the other figures are atomics and the tracker's shards, read one after
+// the other within the microseconds this takes.
 struct LiveSnapshot {
   uint64_t t_ns = 0;  // since start
   std::vector<std::pair<SiteKey, SiteTotals>> sites;
   std::vector<CounterSnapshot> devices;  // indexed by ordinal; live_count 0 for absent devices
   // The pools' state then (requested, reserved, cached, mapped), so that what the report derives
-  // from live and pool figures together (rounding waste) is of one moment; their counts and
-  // peaks are the whole run's, as the devices' are. Indexed by ordinal.
+  // from live and pool figures together (rounding waste) is of one moment. Indexed by ordinal.
   std::vector<PoolFigures> pools;
-  // The module rows' live memory then, so that "live by module" adds up to the devices' live.
+  // The module rows then, so that "live by module" adds up to the devices' live.
   struct ModuleLive {
     ModuleId id;
     int device;
     MemoryKind kind;
-    uint64_t bytes;
-    uint64_t count;
+    ModuleSnapshot figures;
   };
   std::vector<ModuleLive> modules;
 };
+
+// Reads `books` and `devices` (the devices in use, each at most once) as one moment.
+LiveSnapshot read_live_moment(const Ledgers& books, const std::vector<const DeviceLedger*>& devices, uint64_t t_ns);
 
 // One device as the report sees it.
 struct DeviceSource {

@@ -249,6 +249,61 @@ def sites(report, function):
     return [s for s in report["sites"] if any(function in (f.get("function") or "") for f in s["frames"])]
 
 
+def catches(pid, signo):
+    """Whether process `pid` has a handler for `signo` (SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next(int(l.split()[1], 16) for l in f if l.startswith("SigCgt:"))
+    except (FileNotFoundError, StopIteration):
+        return False
+    return bool(mask >> (signo - 1) & 1)
+
+
+class SnapshotsWhileThreadsAllocate(ShimTestCase):
+    def test_every_table_of_a_snapshot_is_of_one_moment(self):
+        # Threads allocate and free all the while; each snapshot's sites and module rows must add
+        # up to its device figures, exactly, under a pool that keeps the records (its lock is
+        # held while they are read). They were read seconds apart: symbolizing came in between.
+        workdir = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        env = base_env({"GPUSHIM_REPORT": os.path.join(workdir, "r.json"), "GPUSHIM_POLICY": "caching"})
+        proc = subprocess.Popen([program("e2e_soak"), "3", "2", "400000", "5", "100000000", "24"], env=env,
+                                cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            taken = 0
+            # Until the shim's handler is in place (at the first CUDA call) SIGUSR2 would end it.
+            deadline = time.monotonic() + 60
+            while not catches(proc.pid, signal.SIGUSR2) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            for n in range(1, 4):
+                path = os.path.join(workdir, f"r.snapshot.{n}.json")
+                deadline = time.monotonic() + 60
+                os.kill(proc.pid, signal.SIGUSR2)
+                resend = time.monotonic() + 5
+                while not os.path.exists(path) and proc.poll() is None and time.monotonic() < deadline:
+                    if time.monotonic() > resend:  # ThreadSanitizer loses a signal now and then
+                        os.kill(proc.pid, signal.SIGUSR2)
+                        resend = time.monotonic() + 5
+                    time.sleep(0.01)
+                if not os.path.exists(path):
+                    break
+                time.sleep(0.2)  # the file is renamed into place whole
+                with open(path) as f:
+                    rep = json.load(f)
+                dev = next(d for d in rep["devices"] if d["device"] == 0)
+                rows = [m for m in rep["modules"] if m["kind"] == "device" and m["device"] == 0]
+                for field in ("live_bytes", "live_count", "total_allocs", "total_frees"):
+                    self.assertEqual(sum(m[field] for m in rows), dev[field], f"snapshot {n}: {field}")
+                on_device = [s for s in rep["sites"] if s["device"] == 0 and s["kind"] == "device"]
+                self.assertEqual(sum(s["live_bytes"] for s in on_device), dev["live_bytes"], f"snapshot {n}")
+                self.assertGreater(dev["total_allocs"], 0)
+                taken += 1
+        finally:
+            proc.kill()
+            _, err = proc.communicate(timeout=60)
+        self.assertEqual(taken, 3, f"only {taken} snapshots before the program ended:\n{err.decode(errors='replace')}")
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 class Snapshots(ShimTestCase):
     def assert_state(self, report, phase_line, policy):
         """The report shows exactly what the program held when it printed `phase_line`."""

@@ -118,6 +118,81 @@ class PlotFailures(unittest.TestCase):
                 self.assert_one_line_error(plot([path, "-o", os.path.join(self.dir, "d.png")]), 1, "damaged report")
                 self.assertFalse(os.path.exists(os.path.join(self.dir, "d.png")))
 
+    def test_a_field_of_the_wrong_type_is_named_in_one_line(self):
+        # What gpushim-analyze refuses, naming the field, gpushim-plot refused with a TypeError's
+        # traceback (a byte count that is a string) or drew (a duration that is a string, a
+        # timeline that is an object).
+        require_plot_python()
+        base = {"schema": "gpushim-report/1", "pid": 1, "exe": "/bin/x", "policy": "caching", "duration_s": 0.2,
+                "devices": [{"device": 0, "live_bytes": 1 << 20, "limit_bytes": 0, "peak_allocated_bytes": 1 << 20,
+                             "peak_reserved_bytes": 2 << 20, "pool": {"reserved_bytes": 2 << 20}}],
+                "ooms": [{"t_s": 0.1, "device": 0, "requested": 1 << 30}],
+                "timeline": [{"t_s": 0.1, "device": 0, "allocated": 1 << 20, "reserved": 2 << 20}]}
+        for where, value, message in (
+                (("devices", 0, "live_bytes"), "lots", "devices[0].live_bytes: expected an unsigned integer"),
+                (("devices", 0, "limit_bytes"), "x", "devices[0].limit_bytes: expected an unsigned integer"),
+                (("devices", 0, "peak_reserved_bytes"), -5,
+                 "devices[0].peak_reserved_bytes: expected an unsigned integer"),
+                (("devices", 0, "pool"), [], "devices[0].pool: expected an object"),
+                (("duration_s",), "long", "duration_s: expected a number"),
+                (("timeline",), {}, "timeline: expected an array"),
+                (("timeline", 0, "t_s"), True, "timeline[0].t_s: expected a number"),
+                (("ooms", 0, "requested"), "1 GiB", "ooms[0].requested: expected an unsigned integer")):
+            with self.subTest(field=message.split(":")[0]):
+                doc = json.loads(json.dumps(base))
+                parent = doc
+                for key in where[:-1]:
+                    parent = parent[key]
+                parent[where[-1]] = value
+                path, out = os.path.join(self.dir, "typed.json"), os.path.join(self.dir, "typed.png")
+                with open(path, "w") as f:
+                    json.dump(doc, f)
+                proc = plot([path, "-o", out])
+                self.assert_one_line_error(proc, 1, message)
+                self.assertEqual(proc.stderr, f"gpushim-plot: {path}: a damaged report: {message}\n")
+                self.assertFalse(os.path.exists(out))
+
+    def test_an_empty_input_is_said_to_be_empty(self):
+        # As gpushim-analyze says it; the JSON parser's "Expecting value: line 1 column 1 (char 0)"
+        # was the message.
+        require_plot_python()
+        empty = os.path.join(self.dir, "empty.json")
+        open(empty, "w").close()
+        out = os.path.join(self.dir, "empty.png")
+        self.assert_one_line_error(plot([empty, "-o", out]), 1,
+                                   f"{empty} is empty: no report or trace was written into it")
+        proc = subprocess.run([PLOT_PYTHON, PLOT, "-", "-o", out], input="", capture_output=True, text=True,
+                              timeout=120, env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
+        self.assertEqual(proc.stderr, "gpushim-plot: - is empty: no report or trace was written into it\n")
+        self.assertEqual(proc.returncode, 1)
+        self.assertFalse(os.path.exists(out))
+
+    def test_dash_reads_standard_input(self):
+        # As gpushim-analyze reads it (`cat run.json | gpushim-plot - -o x.png`); it was taken as a
+        # file's name ("cannot read -: No such file or directory"), here one that exists and holds
+        # no report: standard input is read all the same.
+        require_plot_python()
+        where = tempfile.mkdtemp(prefix="gpushim-plot-stdin-")
+        with open(os.path.join(where, "-"), "w") as f:
+            f.write("not a report\n")
+        from_file = os.path.join(self.dir, "stdin_from_file.png")
+        self.assertEqual(plot([self.report, "-o", from_file]).returncode, 0)
+        with open(self.report, "rb") as f:
+            report = f.read()
+        for name, payload in (("plain", report), ("gzip", gzip.compress(report))):
+            with self.subTest(input=name):
+                out = os.path.join(self.dir, f"stdin_{name}.png")
+                proc = subprocess.run([PLOT_PYTHON, PLOT, "-", "-o", out], input=payload, capture_output=True,
+                                      timeout=120, cwd=where, env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                with open(out, "rb") as a, open(from_file, "rb") as b:
+                    self.assertEqual(a.read(), b.read())
+        # Refusals name it "-", as gpushim-analyze's do.
+        proc = subprocess.run([PLOT_PYTHON, PLOT, "-", "-o", os.path.join(self.dir, "stdin_bad.png")],
+                              input=report.replace(b'"pid": 1', b'"pid": "one"'), capture_output=True, timeout=120,
+                              env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
+        self.assertEqual(proc.stderr.decode(), "gpushim-plot: -: a damaged report: pid: expected an integer\n")
+
     def test_a_damaged_input_is_refused_before_matplotlib_is_imported(self):
         # matplotlib's import is most of a refusal's time (~0.5 s): the input is read and checked
         # first. A matplotlib that stops the process when imported shows the order.
@@ -196,12 +271,13 @@ class PlotFailures(unittest.TestCase):
         self.assertEqual(plot([trace, "-o", from_file]).returncode, 0)
         for name, payload in (("plain", data), ("gzip", gzip.compress(data))):
             with self.subTest(input=name):
-                out = os.path.join(self.dir, f"from_pipe_{name}.png")
-                proc = subprocess.run([PLOT_PYTHON, PLOT, "/dev/stdin", "-o", out], input=payload,
-                                      capture_output=True, timeout=120, env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
-                self.assertEqual(proc.returncode, 0, proc.stderr)
-                with open(out, "rb") as a, open(from_file, "rb") as b:
-                    self.assertEqual(a.read(), b.read())
+                for source in ("/dev/stdin", "-"):
+                    out = os.path.join(self.dir, f"from_pipe_{name}.png")
+                    proc = subprocess.run([PLOT_PYTHON, PLOT, source, "-o", out], input=payload, capture_output=True,
+                                          timeout=120, env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
+                    self.assertEqual(proc.returncode, 0, (source, proc.stderr))
+                    with open(out, "rb") as a, open(from_file, "rb") as b:
+                        self.assertEqual(a.read(), b.read(), source)
         # A trace cut inside its header, from a pipe: gpushim-analyze's one line, naming the input.
         proc = subprocess.run([PLOT_PYTHON, PLOT, "/dev/stdin", "-o", os.path.join(self.dir, "cut.png")],
                               input=data[:12], capture_output=True, text=False, timeout=120,
@@ -268,11 +344,15 @@ class PlotFailures(unittest.TestCase):
             payload = f.read()
         e = dict(os.environ, GPUSHIM_ANALYZE=ANALYZE, PYTHONPATH=broken, GPUSHIM_PYTHON=clean)
         e.pop("GPUSHIM_PLOT_REEXEC", None)
-        proc = subprocess.run([PLOT_PYTHON, PLOT, "/dev/stdin", "-o", out], input=payload, capture_output=True,
-                              timeout=120, env=e)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        with open(out, "rb") as f:
-            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        for source in ("/dev/stdin", "-"):  # "-" is standard input, read as a pipe is
+            with self.subTest(source=source):
+                if os.path.exists(out):
+                    os.unlink(out)
+                proc = subprocess.run([PLOT_PYTHON, PLOT, source, "-o", out], input=payload, capture_output=True,
+                                      timeout=120, env=e)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                with open(out, "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
     def test_without_matplotlib_the_message_names_the_package(self):
         shadow = tempfile.mkdtemp(prefix="gpushim-nompl-")

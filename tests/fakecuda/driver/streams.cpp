@@ -39,6 +39,18 @@ void NotifyCompleted(State& s, Stream* stream) {
   if (s.progress_waiters > 0) s.progress.notify_all();
 }
 
+// Runs the op at the front of `stream`'s queue (its `run`, taken out under `lk`) without the lock,
+// then completes it: pops it, counts it and wakes whoever waits for it.
+void RunFront(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run) {
+  lk.unlock();
+  if (run) run();
+  run = nullptr;  // the op's captures are destroyed outside the lock too
+  lk.lock();
+  stream->queue.pop_front();
+  ++stream->completed;
+  NotifyCompleted(s, stream);
+}
+
 void ForgetStream(Context* ctx, const Stream* stream) {
   auto& v = ctx->streams;
   v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& p) { return p.get() == stream; }), v.end());
@@ -56,15 +68,8 @@ void WorkerMain(std::shared_ptr<Stream> stream) {
     // References to deque elements survive push_back by submitters; only this thread pops.
     Op& op = stream->queue.front();
     WaitForStreams(s, lk, [&] { return DepsSatisfied(op.deps); });
-    std::function<void()> run = std::move(op.run);
     op.deps.clear();
-    lk.unlock();
-    if (run) run();
-    run = nullptr;
-    lk.lock();
-    stream->queue.pop_front();
-    ++stream->completed;
-    NotifyCompleted(s, stream.get());
+    RunFront(s, lk, stream.get(), std::move(op.run));
   }
   ForgetStream(stream->ctx, stream.get());
   s.progress.notify_all();
@@ -173,13 +178,7 @@ void RunOnCaller(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, Op 
   op.on_caller = true;
   stream->queue.push_back(std::move(op));
   ++stream->submitted;
-  lk.unlock();
-  if (run) run();
-  run = nullptr;
-  lk.lock();
-  stream->queue.pop_front();
-  ++stream->completed;
-  NotifyCompleted(s, stream);
+  RunFront(s, lk, stream, std::move(run));
   if (stream->worker_started) stream->wake.notify_one();  // ops queued behind it, or its retirement
   else if (stream->retired && stream->queue.empty()) ForgetStream(stream->ctx, stream);
 }

@@ -84,6 +84,24 @@ std::vector<Merged> merge_by_identity(const std::vector<SiteSeries>& series, con
   return merged;
 }
 
+// Without iterations (none counted, no loop found in the allocations), the checkpoints are the
+// only clock, and a site filled in a loop that did nothing else (weights loaded one by one; a run
+// that ended during its load, out of memory) rises at every checkpoint as a leak would. A leak
+// grows while the program's other work comes and goes: the site must have risen at least
+// `needed` times between checkpoints where the process also allocated elsewhere (or the site
+// freed some of its own). Points that do not know the allocations made (allocs 0) cannot tell.
+bool grew_beside_other_work(const std::vector<SitePoint>& p, size_t needed) {
+  if (std::all_of(p.begin(), p.end(), [](const SitePoint& q) { return q.allocs == 0; })) return true;
+  size_t rises = 0;
+  for (size_t i = 1; i < p.size(); ++i) {
+    if (p[i].bytes <= p[i - 1].bytes || p[i].allocs < p[i - 1].allocs) continue;
+    const int64_t made = static_cast<int64_t>(p[i].allocs - p[i - 1].allocs);
+    const int64_t kept = static_cast<int64_t>(p[i].count) - static_cast<int64_t>(p[i - 1].count);
+    if (made > kept) ++rises;
+  }
+  return rises >= needed;
+}
+
 }  // namespace
 
 const char* growth_unit(uint64_t steps_per_pattern) { return steps_per_pattern ? "step" : "iteration"; }
@@ -124,7 +142,12 @@ GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvi
       for (SitePoint& p : points.back())
         if (p.allocs != 0) p.iteration = steps.step_at(p.allocs);
   }
+  size_t set_aside = 0;  // sites that grew only while nothing else allocated (above)
   for (const GrowthFinding& f : detect_growth(points)) {
+    if (g.iterations == 0 && !grew_beside_other_work(points[f.series], GrowthParams{}.min_increases)) {
+      ++set_aside;
+      continue;
+    }
     Merged& m = merged[f.series];
     double per_iteration = f.has_iterations ? f.bytes_per_iteration : std::numeric_limits<double>::quiet_NaN();
     // Detected steps: the growth between the first and the last point over the steps between
@@ -189,6 +212,9 @@ GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvi
                  "gpushim_mark_iteration)";
   } else {
     g.verdict = g.suspects.empty() ? "none" : "suspects";
+    if (set_aside != 0)
+      g.evidence += "; " + plural(set_aside, "site") + " that grew only while the program allocated nothing else (" +
+                    "a load, not a leak, until a loop shows it growing) not counted";
   }
   return g;
 }

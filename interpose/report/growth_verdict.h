@@ -11,7 +11,8 @@
 // is then per step, and a pattern spanning several steps is said so. The verdict is "not judged"
 // when the run shows fewer iterations (counted, or detected steps) than the detector needs points,
 // or, without iterations, fewer checkpoints, and then says how many more it needs: thin evidence
-// never reads as "none".
+// never reads as "none". Without iterations, a site that rose only while the process allocated
+// nothing else (a load loop) is no suspect: the evidence says it was set aside.
 #pragma once
 
 #include <cstdint>

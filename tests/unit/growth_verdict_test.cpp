@@ -38,6 +38,46 @@ GrowthEvidence counted(uint64_t iterations) {
   return e;
 }
 
+// Checkpoints only (no iteration counted, no loop found): `n` checkpoints at each of which the
+// site holds one more MiB, and the process has made `per_point` allocations more (`allocs_known`
+// false: points that do not say).
+GrowthReport judged_without_iterations(int n, uint64_t per_point, bool allocs_known = true) {
+  SiteSeries s{SiteKey{5, 0, MemoryKind::kDevice}, {}};
+  for (int i = 0; i < n; ++i) {
+    const uint64_t k = static_cast<uint64_t>(i) + 1;
+    s.points.push_back(SitePoint{k * 1000, k * MiB, k, 0, k, allocs_known ? k * per_point : 0});
+  }
+  GrowthEvidence e;
+  e.samples = static_cast<uint64_t>(n);
+  return judge_growth({s}, e, [](const SiteKey&) { return std::vector<FrameInfo>{python_frame("f", "x.py", 1)}; });
+}
+
+TEST(GrowthVerdict, WithoutIterationsASiteFilledWhileNothingElseAllocatedIsNoSuspect) {
+  // Weights loaded one by one, and the run ended there (out of memory during the load): every
+  // allocation of the process went to the site. A load, not a leak.
+  const GrowthReport load = judged_without_iterations(10, 1);
+  EXPECT_EQ(load.verdict, "none");
+  EXPECT_TRUE(load.suspects.empty());
+  EXPECT_NE(load.evidence.find("1 site that grew only while the program allocated nothing else"), std::string::npos)
+      << load.evidence;
+  // The same rise beside other allocations (a step's scratch memory) is a suspect.
+  const GrowthReport leak = judged_without_iterations(10, 3);
+  EXPECT_EQ(leak.verdict, "suspects");
+  ASSERT_EQ(leak.suspects.size(), 1u);
+  EXPECT_EQ(leak.evidence.find("grew only while"), std::string::npos) << leak.evidence;
+  // Points that do not know the allocations made cannot tell the two apart: judged as before.
+  EXPECT_EQ(judged_without_iterations(10, 1, false).verdict, "suspects");
+}
+
+TEST(GrowthVerdict, CountedIterationsMakeASiteThatAloneAllocatesASuspect) {
+  // A loop whose only allocation is the one it leaks: the program's own iteration count says it
+  // is a loop, so the rise is growth per iteration, not a load.
+  SiteSeries s = growing(5, 20);
+  for (SitePoint& p : s.points) p.allocs = p.count;
+  const GrowthReport g = judge_growth({s}, counted(20), [](const SiteKey&) { return std::vector<FrameInfo>{}; });
+  EXPECT_EQ(g.verdict, "suspects");
+}
+
 TEST(GrowthVerdict, StacksThatSymbolizeAlikeAreOneSuspectWithTheSitesLiveFigures) {
   // Stack 7 is the leaking line reached through the interpreter's usual frames; stack 3 is the
   // same line reached, in the first calls, through other interpreter frames: it holds 2 of the

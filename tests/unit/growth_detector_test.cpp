@@ -39,6 +39,19 @@ TEST(GrowthDetector, SteadyLeakIsASuspectWithExactRates) {
   EXPECT_EQ(f[0].samples, 40u);
 }
 
+TEST(GrowthDetector, TheRatePerIterationIsExactWhereCheckpointsFallInsideIterations) {
+  // A step allocates scratch, then the leak (128 KiB), then frees the scratch: a checkpoint at each
+  // call, the iteration counted as the step begins. Per step the leaking site is seen at k-1, k, k.
+  std::vector<SitePoint> p;
+  uint64_t t = 0;
+  for (uint64_t k = 1; k <= 12; ++k)
+    for (uint64_t held : {k - 1, k, k})
+      if (held != 0) p.push_back(SitePoint{++t * 1000000, held * 128 * KiB, held, k});
+  const auto f = detect({p});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_DOUBLE_EQ(f[0].bytes_per_iteration, 128.0 * KiB);  // least squares over every point: 126.6 KiB
+}
+
 TEST(GrowthDetector, WithoutIterationMarksOnlyTheTimeRate) {
   const auto f = detect({series(20, [](size_t i) { return (i + 1) * MiB; })});
   ASSERT_EQ(f.size(), 1u);

@@ -34,14 +34,19 @@ int run_export(const Cli& cli) {
                  output.c_str(), path.c_str());
     return 1;
   }
-  std::string bytes;
-  if (!read_file(path, &bytes, &err)) {
+  std::string bytes, torn;
+  if (!read_file(path, &bytes, &err, &torn)) {
     std::fprintf(stderr, "gpushim-analyze export: %s\n", err.c_str());
     return 1;
   }
   std::vector<std::string> notes;
   std::string out;
   const bool is_trace = looks_like_trace(bytes);
+  if (!torn.empty() && !is_trace) {  // a report cannot be read up to a tear: its JSON is one document
+    std::fprintf(stderr, "gpushim-analyze export: %s: gzip data cut short\n", path.c_str());
+    return 1;
+  }
+  if (!torn.empty()) notes.push_back(torn);
   if (is_trace) {
     TraceData trace;
     if (!parse_trace(bytes, &trace, &err)) {

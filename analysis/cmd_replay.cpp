@@ -24,9 +24,9 @@ std::string first_site(OfflineSymbolizer& sym, uint32_t stack) { return describe
 int run_replay(const Cli& cli) {
   std::string err;
   const std::string path = cli.operands[0];
-  std::string bytes;
+  std::string bytes, torn;
   TraceData trace;
-  if (!read_file(path, &bytes, &err)) {
+  if (!read_file(path, &bytes, &err, &torn)) {
     std::fprintf(stderr, "gpushim-analyze replay: %s\n", err.c_str());  // names the file already
     return 1;
   }
@@ -47,6 +47,7 @@ int run_replay(const Cli& cli) {
   bytes.clear();
 
   std::vector<std::string> notes;
+  if (!torn.empty()) notes.push_back(torn);
   ReplaySettings base;
   if (!recorded_config(trace, cli.all("--set"), &base.config, &notes, &err)) return usage_error("replay", err);
   if (cli.has("--limit")) {

@@ -127,7 +127,7 @@ bool looks_like_report_or_trace(const char* head, size_t n) {
   return i == n || head[i] == '"' || head[i] == '}';
 }
 
-bool read_file(const std::string& path, std::string* out, std::string* error) {
+bool read_file(const std::string& path, std::string* out, std::string* error, std::string* torn) {
   // "-": standard input, as other command-line tools read it (a duplicate, closed below as a file's).
   const int fd = path == "-" ? ::fcntl(0, F_DUPFD_CLOEXEC, 0) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
@@ -194,7 +194,10 @@ bool read_file(const std::string& path, std::string* out, std::string* error) {
     form = Form::kPlain;
     if (!take(head.data(), head.size())) return false;
   }
-  if (form == Form::kGzip && !gzip.complete()) return fail(path + ": gzip data cut short");
+  if (form == Form::kGzip && !gzip.complete()) {
+    if (torn == nullptr || out->empty()) return fail(path + ": gzip data cut short");
+    *torn = path + ": the gzip data is cut short: read up to the tear (" + human_bytes(out->size()) + " decompressed)";
+  }
   // Said as it is: the JSON parser's "unexpected end of input at line 1, column 1" was the message.
   if (out->empty()) return fail(path + " is empty: no report or trace was written into it");
   ::close(fd);
@@ -590,8 +593,8 @@ std::vector<TimelineSample> trace_timeline(const TraceData& t, size_t max_points
 }
 
 bool load_run(const std::string& path, RunView* out, std::string* error, std::optional<TraceData>* trace) {
-  std::string bytes;
-  if (!read_file(path, &bytes, error)) return false;
+  std::string bytes, torn;
+  if (!read_file(path, &bytes, error, &torn)) return false;
   if (looks_like_trace(bytes)) {
     TraceData t;
     if (!parse_trace(bytes, &t, error)) {
@@ -599,8 +602,14 @@ bool load_run(const std::string& path, RunView* out, std::string* error, std::op
       return false;
     }
     run_from_trace(t, path, out);
+    if (!torn.empty()) out->notes.insert(out->notes.begin(), torn);
     if (trace) trace->emplace(std::move(t));
     return true;
+  }
+  // A report cannot be read up to a tear: its JSON is one document.
+  if (!torn.empty()) {
+    *error = path + ": gzip data cut short";
+    return false;
   }
   ReportFile r;
   if (!parse_report(bytes, &r, error)) {

@@ -75,7 +75,9 @@ std::vector<TimelineSample> trace_timeline(const TraceData& trace, size_t max_po
 // bounded resources: what does not begin like a report (JSON) or a trace (its magic) is refused
 // after its first block (`summary /dev/zero` ends at once), and no input larger than
 // input_limit_bytes() is read (a pipe or device is cut off there).
-bool read_file(const std::string& path, std::string* out, std::string* error);
+// `torn`: where given, gzip data cut short is read up to the tear (a trace's torn tail is then read
+// as any other, docs/trace-format.md) and *torn says so; otherwise it is an error.
+bool read_file(const std::string& path, std::string* out, std::string* error, std::string* torn = nullptr);
 
 // GPUSHIM_ANALYZE_MAX_INPUT when set (bytes with units), else an eighth of the machine's memory
 // (the parsed form takes about four times the file's size), at least 64 MiB.

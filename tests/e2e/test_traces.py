@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import zlib
 
 from shimtest import BIN, NO_CUDA_PROGRAM, POLICIES, PRELOAD_FIRST, REAL_GPU, ShimTestCase, base_env, check_sanitizer_clean, program, \
     require_tool, run, scaled
@@ -351,11 +352,22 @@ class Recording(ShimTestCase):
                 with open(packed, "ab") as f:
                     f.write(b"\0" * 16)
                 self.assertEqual(analyze_json("summary", packed)["devices"], analyze_json("summary", src)["devices"])
-        # Cut short, damaged, or gzip around something else: one line each, read no further.
         with open(os.path.join(workdir, "t.trace.gz"), "rb") as f:
             whole = f.read()
-        cases = {"cut.gz": (whole[:len(whole) // 2], "gzip data cut short"),
-                 "damaged.gz": (whole[:10] + bytes(range(256)) * 64, "damaged gzip data"),
+        # Cut short (a copy that stopped): read up to the tear, as the same bytes uncompressed are
+        # (a torn tail, docs/trace-format.md), and said so.
+        cut = whole[:len(whole) // 2]
+        torn = os.path.join(workdir, "cut.trace.gz")
+        with open(torn, "wb") as f:
+            f.write(cut)
+        raw = os.path.join(workdir, "cut.trace")
+        with open(raw, "wb") as f:
+            f.write(zlib.decompressobj(wbits=31).decompress(cut))
+        p = analyze("summary", torn)
+        self.assertIn(f"{torn}: the gzip data is cut short: read up to the tear", p.stdout + p.stderr)
+        self.assertEqual(analyze_json("summary", torn)["devices"], analyze_json("summary", raw)["devices"])
+        # Damaged, or gzip around something else: one line each, read no further.
+        cases = {"damaged.gz": (whole[:10] + bytes(range(256)) * 64, "damaged gzip data"),
                  "other.gz": (gzip.compress(bytes(range(256)) * 1024), "neither a gpushim report (JSON) nor a gpushim trace")}
         for name, (data, message) in cases.items():
             with self.subTest(input=name):

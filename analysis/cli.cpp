@@ -277,6 +277,11 @@ bool parse_cli(const CommandSpec& spec, const std::vector<std::string>& args, Cl
     *error = "expects " + std::string(spec.operands) + " (" + ordinal_count(n) + " given)";
     return false;
   }
+  // Standard input gives its bytes once: a second "-" was read as empty ("- is empty").
+  if (std::count(cli.operands.begin(), cli.operands.end(), "-") > 1) {
+    *error = "'-' (standard input) is given more than once: it can be read only once";
+    return false;
+  }
   *out = std::move(cli);
   return true;
 }

@@ -200,6 +200,10 @@ bool read_file(const std::string& path, std::string* out, std::string* error, st
   }
   // Said as it is: the JSON parser's "unexpected end of input at line 1, column 1" was the message.
   if (out->empty()) return fail(path + " is empty: no report or trace was written into it");
+  // Shorter than the check above waits for ("training log": "invalid JSON ... invalid literal").
+  if (out->size() < 16 && !looks_like_report_or_trace(out->data(), out->size()))
+    return fail(path + " is neither a gpushim report (JSON) nor a gpushim trace" +
+                (form == Form::kGzip ? " (decompressed)" : ""));
   ::close(fd);
   return true;
 }

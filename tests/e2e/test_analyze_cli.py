@@ -132,5 +132,22 @@ class StandardInput(unittest.TestCase):
                     b.pop("path")
                 self.assertEqual(a, b)
 
+    def test_standard_input_given_twice_is_refused(self):
+        # It gives its bytes once: the second `-` was read as "- is empty: no report or trace".
+        for cmd in (["diff", "-", "-"], ["merge", "-", "x.json", "-"]):
+            with self.subTest(cmd=cmd[0]):
+                self.assertEqual(refused(*cmd), f"gpushim-analyze {cmd[0]}: '-' (standard input) is given more than "
+                                                f"once: it can be read only once (gpushim-analyze {cmd[0]} --help)")
+
+    def test_a_short_text_is_neither_a_report_nor_a_trace(self):
+        # Shorter than the first block's check: "training log" was "invalid JSON ... invalid literal".
+        for text in ("training log\n", "nothing\n", "false", "42"):
+            with self.subTest(text=text):
+                proc = subprocess.run([ANALYZE, "summary", "-"], input=text, capture_output=True, text=True, timeout=60)
+                self.assertEqual(proc.returncode, 1, proc.stderr)
+                self.assertEqual(proc.stderr, "gpushim-analyze summary: - is neither a gpushim report (JSON) nor a "
+                                              "gpushim trace\n")
+
+
 if __name__ == "__main__":
     unittest.main()

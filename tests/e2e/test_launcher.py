@@ -209,6 +209,13 @@ class Launcher(unittest.TestCase):
         proc, _ = launch(["run", "--lib", "/nonexistent/libgpushim.so", "--", "true"], launcher=SOURCE_LAUNCHER)
         self.assertEqual(proc.returncode, 2)
         self.assertIn("no such file", proc.stderr)
+        # A file that is not the library: the loader would skip it and the command run without the
+        # shim, exit status 0.
+        for other in ("/etc/passwd", "/bin/true"):
+            proc, _ = launch(["run", "--lib", other, "--", "true"], launcher=SOURCE_LAUNCHER)
+            self.assertEqual(proc.returncode, 2, other)
+            self.assertEqual(proc.stderr, f"gpushim: --lib {os.path.realpath(other)}: not a gpushim library (not a "
+                                          "shared object carrying a gpushim version)\n")
 
     def test_help(self):
         proc, _ = launch(["--help"])

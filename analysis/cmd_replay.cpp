@@ -218,8 +218,14 @@ int run_replay(const Cli& cli) {
                                                ",\"steady_state_maps\":" + std::to_string(d.steady_maps) +
                                                ",\"steady_state_unmaps\":" + std::to_string(d.steady_unmaps)
                                          : "") +
-             ",\"events_recorded\":" +
-             std::to_string(d.driver.events_recorded) + ",\"forwarded_calls\":" + std::to_string(d.forwarded_calls);
+             ",\"events_recorded\":" + std::to_string(d.driver.events_recorded) +
+             // The rest of driver_calls, so that the listed calls add up to it.
+             ",\"fences_recorded\":" + std::to_string(d.driver.fences_recorded) +
+             ",\"physical_creates\":" + std::to_string(d.driver.physical_creates) +
+             ",\"physical_releases\":" + std::to_string(d.driver.physical_releases) +
+             ",\"va_reserves\":" + std::to_string(d.driver.va_reserves) +
+             ",\"va_frees\":" + std::to_string(d.driver.va_frees) +
+             ",\"forwarded_calls\":" + std::to_string(d.forwarded_calls);
         uint64_t rec = 0;
         if (recorded_known && r.policy == std::string(policy_name(recorded)) && recorded_peak(d.device, &rec))
           j += ",\"recorded_peak_allocated\":" + std::to_string(rec) + ",\"reproduces_recorded_peak\":" +

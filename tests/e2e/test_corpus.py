@@ -29,6 +29,9 @@ GPU_TRACES = {"h200_transformer_caching": ("caching", 2478 * MiB), "h200_transfo
 SAME_POOLS = {"h200_steptime_vmm"}
 # The backlog a trace without reuse moments gets (analysis/gpu_time.h, kTypicalBacklogStepFraction).
 TYPICAL_STEP_PERCENT = 5
+# What replay --json lists of a device's driver_calls, each kind of call once.
+DRIVER_CALL_KINDS = ("segment_allocs", "segment_frees", "physical_creates", "physical_releases", "maps", "unmaps",
+                     "va_reserves", "va_frees", "synchronizes", "events_recorded", "fences_recorded", "forwarded_calls")
 
 
 def analyze_json(*args):
@@ -121,6 +124,8 @@ class Corpus(unittest.TestCase):
                         self.assertEqual(d["peak_requested"], recorded["recorded_peak_allocated"])
                         self.assertGreaterEqual(d["peak_allocated"], d["peak_requested"])
                         self.assertGreaterEqual(d["peak_reserved"], d["peak_allocated"])
+                        # The listed calls are all of driver_calls.
+                        self.assertEqual(sum(d[k] for k in DRIVER_CALL_KINDS), d["driver_calls"], d)
                 # PyTorch's allocator synchronizes only to release memory: never on an unbounded device.
                 for baseline in ("pytorch", "pytorch-expandable"):
                     d = by_policy[baseline]["devices"][0]

@@ -406,6 +406,13 @@ void add_contradictions(const std::vector<std::pair<std::string, std::string>>& 
                                 policy_name(result->config.policy) + " (GPUSHIM_POLICY=vmm uses it)");
     }
   }
+  // A threshold for an exit status nobody asked for.
+  if (result->config.exit_code == 0 && result->config.exit_leak_bytes != UINT64_MAX && !has_error("GPUSHIM_EXIT_CODE") &&
+      !has_error("GPUSHIM_EXIT_LEAK_BYTES"))
+    for (const auto& [name, value] : vars)
+      if (name == "GPUSHIM_EXIT_LEAK_BYTES")
+        result->inert.push_back(name + "=" + value + " has no effect: it is the live-memory threshold of "
+                                "GPUSHIM_EXIT_CODE, which is off (set GPUSHIM_EXIT_CODE to an exit status)");
   if (result->config.small_segment > result->config.large_segment && !has_error("GPUSHIM_SMALL_SEGMENT") &&
       !has_error("GPUSHIM_LARGE_SEGMENT")) {
     const bool small_given = !small_value.empty();

@@ -192,8 +192,11 @@ class ExitCode(ShimTestCase):
                         r = run([program("e2e_exit_paths"), "return"], env=env, workdir=wd,
                                 expect_report=report == "file")
                         self.assertEqual(r.returncode, 4 if code == "4" else 0, r.stderr)
-                        verdict = [l for l in r.shim_lines() if "GPUSHIM_EXIT_CODE" in l]
+                        verdict = [l for l in r.shim_lines() if "GPUSHIM_EXIT_CODE" in l and "has no effect" not in l]
                         self.assertEqual(len(verdict), 1 if code == "4" else 0, r.stderr)
+                        # Without an exit code the threshold does nothing, and says so.
+                        inert = [l for l in r.shim_lines() if l.startswith("gpushim: GPUSHIM_EXIT_LEAK_BYTES=0 has no effect")]
+                        self.assertEqual(len(inert), 0 if code == "4" else 1, r.stderr)
                         if verdict:
                             self.assertIn("2.0 MiB of device memory live at exit", verdict[0])
                         self.assertEqual(os.path.exists(os.path.join(wd, "report.json")), report == "file")

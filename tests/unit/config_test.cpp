@@ -67,6 +67,17 @@ TEST(Config, SettingsOfTheOtherPoolAreAcceptedWithALineEach) {
   EXPECT_TRUE(parse({{"GPUSHIM_POLICY", "passthrough"}, {"GPUSHIM_VMM_REUSE", "idle"}}).inert.empty());
 }
 
+// GPUSHIM_EXIT_LEAK_BYTES only sets GPUSHIM_EXIT_CODE's threshold: alone it does nothing, and says so.
+TEST(Config, ALeakThresholdWithoutAnExitCodeGetsALine) {
+  ConfigResult r = parse({{"GPUSHIM_EXIT_LEAK_BYTES", "1MiB"}});
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r.inert.size(), 1u);
+  EXPECT_EQ(r.inert[0], "GPUSHIM_EXIT_LEAK_BYTES=1MiB has no effect: it is the live-memory threshold of "
+                        "GPUSHIM_EXIT_CODE, which is off (set GPUSHIM_EXIT_CODE to an exit status)");
+  EXPECT_TRUE(parse({{"GPUSHIM_EXIT_LEAK_BYTES", "1MiB"}, {"GPUSHIM_EXIT_CODE", "3"}}).inert.empty());
+  EXPECT_TRUE(parse({{"GPUSHIM_EXIT_LEAK_BYTES", "off"}}).inert.empty());
+}
+
 TEST(Config, SmallSegmentAboveLargeSegmentIsRefused) {
   const ConfigResult r = parse({{"GPUSHIM_SMALL_SEGMENT", "32MiB"}, {"GPUSHIM_LARGE_SEGMENT", "16MiB"}});
   ASSERT_EQ(r.errors.size(), 1u);

@@ -349,11 +349,18 @@ void RunRecorder::write_exit_report() {
   exit_report_ns_.store(lent_.start_ns + static_cast<uint64_t>(report.duration_s * 1e9), std::memory_order_relaxed);
   finish_live_outputs(&report);
   std::string path;
-  if (config_.report_enabled)
-    path = write_new_file(
+  if (config_.report_enabled) {
+    const std::string asked =
         anchored_at(expand_path_template(config_.report_template, std::string(base_name(lent_.exe)), lent_.pid),
-                    start_dir_),
-        report_to_json(report), where_allowed(config_.report_template));
+                    start_dir_);
+    path = write_new_file(asked, report_to_json(report), where_allowed(config_.report_template));
+    // The summary names the file it wrote; without it, a report that found its name taken (and
+    // took the next free one beside it) would not be where the user looks. (One written elsewhere,
+    // the asked folder being unwritable, has a line of its own already.)
+    const auto folder = [](const std::string& p) { return p.substr(0, p.rfind('/') + 1); };
+    if (!path.empty() && path != asked && folder(path) == folder(asked) && config_.summary_sites == 0)
+      log_line("report written to %s (%s was taken)", printable(path).c_str(), printable(asked).c_str());
+  }
   if (!path.empty()) {
     report_path_ = path;
     report_published_.store(report_path_.c_str(), std::memory_order_release);

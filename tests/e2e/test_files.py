@@ -117,6 +117,8 @@ class Creation(ShimTestCase):
             proc = run_leak(self.dir, path)
             self.assertEqual(proc.returncode, 0, proc.stderr)
             self.assertTrue(is_report(os.path.join(self.dir, expected)))
+            # GPUSHIM_SUMMARY=0 (run_leak): no summary names the file, so one line says where it went.
+            self.assertIn(f"gpushim: report written to {self.dir}/{expected} ({path} was taken)\n", proc.stderr)
         with open(path) as f:
             self.assertEqual(f.read(), "precious\n")
         self.assertEqual(sorted(os.listdir(self.dir)), ["r.1.json", "r.2.json", "r.json"])

@@ -211,7 +211,8 @@ class Launcher(unittest.TestCase):
         self.assertIn("no such file", proc.stderr)
         # A file that is not the library: the loader would skip it and the command run without the
         # shim, exit status 0.
-        for other in ("/etc/passwd", "/bin/true"):
+        # gpushim's own programs carry its version string too, but are programs, not libraries.
+        for other in ("/etc/passwd", "/bin/true", os.path.join(BIN, "gpushim-analyze")):
             proc, _ = launch(["run", "--lib", other, "--", "true"], launcher=SOURCE_LAUNCHER)
             self.assertEqual(proc.returncode, 2, other)
             self.assertEqual(proc.stderr, f"gpushim: --lib {os.path.realpath(other)}: not a gpushim library (not a "

@@ -305,8 +305,10 @@ void RetireStream(State& s, const std::shared_ptr<Stream>& stream, const char* c
       stream->capture.reset();
     }
   }
+  // A stream with an op still running on a caller (RunOnCaller) stays listed until it is done: a
+  // context synchronization, the legacy stream's dependencies and cuMemUnmap's check must see it.
   if (!stream->worker_started) {
-    ForgetStream(stream->ctx, stream.get());
+    if (stream->queue.empty()) ForgetStream(stream->ctx, stream.get());
   } else {
     stream->wake.notify_one();
   }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "test_util.h"
@@ -176,6 +177,45 @@ TEST_F(Streams, WorkSubmittedWhileTheCallerRunsACopyWaitsBehindIt) {
     std::vector<unsigned char> out(kLarge);
     ASSERT_CU(cuMemcpyDtoH(out.data(), d, kLarge));
     EXPECT_EQ(std::count(out.begin(), out.end(), 0x11), static_cast<long>(kLarge));  // the memset ran last
+  }
+  EXPECT_TRUE(overlapped) << "the other thread never saw the copy in flight";
+  ASSERT_CU(cuMemFree(d));
+}
+
+// A stream destroyed while the caller runs its copy stays listed until the copy is done: a
+// context synchronization from another thread waits for it (it returned at once: the stream had
+// been forgotten, as one without a worker was).
+TEST_F(Streams, AStreamDestroyedWhileTheCallerRunsItsCopyIsStillWaitedFor) {
+  constexpr size_t kLarge = 256 << 20;
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, kLarge));
+  ASSERT_CU(cuMemsetD8(d, 0xab, kLarge));
+  bool overlapped = false;
+  for (int attempt = 0; attempt < 5 && !overlapped; ++attempt) {
+    // Pageable and untouched: the copy (on the caller, the stream being idle) faults its pages in.
+    std::unique_ptr<unsigned char[]> host(new unsigned char[kLarge]);
+    CUstream s = nullptr;
+    ASSERT_CU(cuStreamCreate(&s, CU_STREAM_DEFAULT));
+    std::atomic<bool> copy_returned{false};
+    std::atomic<int> last_byte{-1};
+    std::thread other([&] {
+      ASSERT_CU(cuCtxSetCurrent(ctx_));
+      while (!copy_returned.load() && cuStreamQuery(s) == CUDA_SUCCESS) {
+      }
+      if (copy_returned.load()) return;
+      ASSERT_CU(cuStreamDestroy(s));
+      ASSERT_CU(cuCtxSynchronize());  // every op issued so far, the destroyed stream's included
+      last_byte = host[kLarge - 1];
+    });
+    ASSERT_CU(cuMemcpyDtoHAsync(host.get(), d, kLarge, s));
+    copy_returned = true;
+    other.join();
+    if (last_byte.load() < 0) {
+      ASSERT_CU(cuStreamDestroy(s));
+      continue;
+    }
+    overlapped = true;
+    EXPECT_EQ(last_byte.load(), 0xab);
   }
   EXPECT_TRUE(overlapped) << "the other thread never saw the copy in flight";
   ASSERT_CU(cuMemFree(d));

@@ -31,6 +31,15 @@ std::vector<std::string> shown_frames(const std::vector<FrameInfo>& frames, size
   return out;
 }
 
+// For the first `top` of `rows` listed together, the frames that tell apart those whose shown
+// frames are alike (stacks/frame_roles.h).
+template <typename Rows, typename FramesOf>
+std::vector<std::vector<size_t>> telling(const Rows& rows, size_t top, size_t max, FramesOf frames_of) {
+  std::vector<const std::vector<FrameInfo>*> stacks;
+  for (size_t i = 0; i < rows.size() && i < top; ++i) stacks.push_back(&frames_of(rows[i]));
+  return telling_frames(stacks, max);
+}
+
 // The module a site is charged to: its innermost frame outside the shim and the CUDA runtime.
 std::string charged_module(const std::vector<FrameInfo>& frames) {
   for (const FrameInfo& f : frames) {
@@ -165,7 +174,18 @@ int run_summary(const Cli& cli) {
            ",\"total_frees\":" + num(d.total_frees) + ",\"failed_allocs\":" + num(d.failed_allocs) +
            ",\"capacity\":" + num(d.capacity_bytes) + ",\"limit\":" + num(d.limit_bytes) + "}";
     }
+    // A row whose frames show alike another's also says the frame that tells them apart.
+    auto json_via = [&](const std::vector<FrameInfo>& frames, const std::vector<size_t>& via) {
+      if (via.empty()) return;
+      j += ",\"via\":[";
+      for (size_t k = 0; k < via.size(); ++k) {
+        if (k) j += ",";
+        append_json_string(&j, describe_frame(frames[via[k]]));
+      }
+      j += "]";
+    };
     j += "],\"top_sites\":[";
+    const auto live_via = telling(live, top, max_frames, [](const SiteView* s) -> const auto& { return s->frames; });
     for (size_t i = 0; i < live.size() && i < top; ++i) {
       const SiteView& s = *live[i];
       j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(s.device) + ",\"kind\":";
@@ -174,14 +194,17 @@ int run_summary(const Cli& cli) {
       if (s.has_history) j += ",\"peak_bytes\":" + num(s.peak_bytes) + ",\"at_peak_bytes\":" + num(s.at_device_peak_bytes);
       j += ",\"frames\":";
       json_frames(&j, s.frames, max_frames);
+      json_via(s.frames, live_via[i]);
       j += "}";
     }
     j += "],\"at_peak_sites\":[";
+    const auto via = telling(at_peak, top, max_frames, [](const SiteView* s) -> const auto& { return s->frames; });
     for (size_t i = 0; i < at_peak.size() && i < top; ++i) {
       const SiteView& s = *at_peak[i];
       j += std::string(i ? "," : "") + "{\"device\":" + std::to_string(s.device) +
            ",\"at_peak_bytes\":" + num(s.at_device_peak_bytes) + ",\"frames\":";
       json_frames(&j, s.frames, max_frames);
+      json_via(s.frames, via[i]);
       j += "}";
     }
     j += "],\"growth_known\":" + std::string(run.growth_known ? "true" : "false") + ",\"growth_verdict\":";
@@ -243,6 +266,13 @@ int run_summary(const Cli& cli) {
 
   std::string o;
   auto line = [&](const std::string& s) { o += s + "\n"; };
+  // A row's shown frames, and the frame that tells it from a row listed beside it that shows alike.
+  auto frame_lines = [&](const std::vector<FrameInfo>& frames, const std::vector<size_t>& via) {
+    for (const std::string& f : shown_frames(frames, max_frames)) line("      at " + f);
+    std::string l;
+    for (size_t k : via) l += (l.empty() ? "      via " : " -> ") + describe_frame(frames[k]);
+    if (!l.empty()) line(l);
+  };
   line("gpushim summary of " + run.source + " " + run.path);
   line("  " + printable(m.exe) + " (pid " + std::to_string(m.pid) + (m.rank.empty() ? "" : ", rank " + printable(m.rank)) +
        (m.host.empty() ? "" : ", host " + printable(m.host)) + "), policy " + printable(m.policy) + ", " +
@@ -313,6 +343,7 @@ int run_summary(const Cli& cli) {
   if (!run.growth_known) line("  (unknown: this " + run.source + " carries no growth information)");
   else if (!run.growth_not_judged.empty()) line("  not judged: " + run.growth_not_judged);
   else if (run.growth.empty()) line("  none: no site's live memory rose steadily through the run");
+  const auto growth_via = telling(run.growth, top, max_frames, [](const GrowthSuspect& g) -> const auto& { return g.frames; });
   for (size_t i = 0; i < run.growth.size() && i < top; ++i) {
     const GrowthSuspect& g = run.growth[i];
     std::string l = "  #" + std::to_string(i + 1) + " grew " + human_bytes(g.grew_bytes);
@@ -322,28 +353,30 @@ int run_summary(const Cli& cli) {
     l += "; live " + human_bytes(g.live_bytes) + " in " + plural(g.live_count, "allocation") + ", device " +
          std::to_string(g.device);
     line(l);
-    for (const std::string& f : shown_frames(g.frames, max_frames)) line("      at " + f);
+    frame_lines(g.frames, growth_via[i]);
   }
 
   if (!at_peak.empty()) {
     line("");
     line("Top sites at peak allocated (what to cut to lower the peak)");
+    const auto via = telling(at_peak, top, max_frames, [](const SiteView* s) -> const auto& { return s->frames; });
     for (size_t i = 0; i < at_peak.size() && i < top; ++i) {
       const SiteView& s = *at_peak[i];
       line("  #" + std::to_string(i + 1) + " " + human_bytes(s.at_device_peak_bytes) + " at the peak of device " +
            std::to_string(s.device) + " (site peak " + human_bytes(s.peak_bytes) + ", " +
            plural(s.total_allocs, "allocation") + " over the run)");
-      for (const std::string& f : shown_frames(s.frames, max_frames)) line("      at " + f);
+      frame_lines(s.frames, via[i]);
     }
   }
 
   line("");
   line("Top sites live " + moment);
   if (live.empty()) line("  none: everything was freed");
+  const auto live_via = telling(live, top, max_frames, [](const SiteView* s) -> const auto& { return s->frames; });
   for (size_t i = 0; i < live.size() && i < top; ++i) {
     const SiteView& s = *live[i];
     line("  #" + std::to_string(i + 1) + " " + human_bytes(s.live_bytes) + " in " + plural(s.live_count, "allocation") + " (" + (s.kind == "device" ? "device " + std::to_string(s.device) : s.kind + " memory") + ")");
-    for (const std::string& f : shown_frames(s.frames, max_frames)) line("      at " + f);
+    frame_lines(s.frames, live_via[i]);
   }
   if (live.size() > top) {
     uint64_t rest = 0;
@@ -354,17 +387,19 @@ int run_summary(const Cli& cli) {
   line("");
   line("Most allocations");
   if (!trace_data) line("  (traces only: a report counts what is live, not every allocation; record one with GPUSHIM_TRACE)");
+  const auto most_via = telling(most, top, max_frames, [](const AllocationRank* r) -> const auto& { return r->frames; });
   for (size_t i = 0; i < most.size() && i < top; ++i) {
     const AllocationRank& r = *most[i];
     line("  #" + std::to_string(i + 1) + " " + plural(r.allocs, "allocation") + ", " + human_bytes(r.bytes) +
          " in all (" + (r.kind == "device" ? "device " + std::to_string(r.device) : r.kind + " memory") + ")");
-    for (const std::string& f : shown_frames(r.frames, max_frames)) line("      at " + f);
+    frame_lines(r.frames, most_via[i]);
   }
   if (trace_data) {
     line("");
     line("Temporary allocations (freed within " + fmt("%g", temporary_ms) + " ms" +
          (rankings.by_iteration ? " or in the iteration that made them)" : ")"));
     if (temporary.empty()) line("  none");
+    const auto via = telling(temporary, top, max_frames, [](const AllocationRank* r) -> const auto& { return r->frames; });
     for (size_t i = 0; i < temporary.size() && i < top; ++i) {
       const AllocationRank& r = *temporary[i];
       line("  #" + std::to_string(i + 1) + " " + std::to_string(r.temporary) + " temporary of " +
@@ -372,7 +407,7 @@ int run_summary(const Cli& cli) {
                                                                      static_cast<double>(std::max<uint64_t>(1, r.allocs))) +
            "%), " + human_bytes(r.temporary_bytes) + " (" +
            (r.kind == "device" ? "device " + std::to_string(r.device) : r.kind + " memory") + ")");
-      for (const std::string& f : shown_frames(r.frames, max_frames)) line("      at " + f);
+      frame_lines(r.frames, via[i]);
     }
   }
 

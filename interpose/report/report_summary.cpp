@@ -75,13 +75,20 @@ void append_frame(std::string* s, const FrameInfo& f) {
 }
 
 // The frames of one stack that say who allocated: the user's own line first (stacks/frame_roles.h).
-void append_stack(std::string* s, const std::vector<FrameInfo>& frames) {
+// `via`: the frames that tell this stack from another listed beside it that shows alike
+// (telling_frames).
+void append_stack(std::string* s, const std::vector<FrameInfo>& frames, const std::vector<size_t>& via = {}) {
   const ShownFrames shown = frames_to_show(frames, kFramesShown);
   for (size_t i : shown.indices) append_frame(s, frames[i]);
   // The framework context the user's line called into, folded to a count.
   if (!shown.indices.empty() && shown.library_inside > 0)
     append(s, "gpushim:         (%s called from the first line, folded)\n",
            plural(shown.library_inside, "library frame").c_str());
+  for (size_t k = 0; k < via.size(); ++k) {
+    std::string line;
+    append_frame(&line, frames[via[k]]);  // "gpushim:       at F\n"
+    *s += (k == 0 ? "gpushim:       via" : "gpushim:        ->") + line.substr(line.find(" at ") + 3);
+  }
   if (shown.indices.empty())
     append(s, "gpushim:       %s\n", frames.empty() ? "(no stack captured)" : "(only CUDA runtime frames)");
 }
@@ -97,6 +104,9 @@ void append_growth(std::string* s, const GrowthReport& g, size_t max_sites) {
   append(s, "gpushim: growth suspects (live memory that grew steadily; %s sampled%s%s%s):\n",
          plural(g.samples, "instant").c_str(), g.iterations ? ", " : "",
          g.iterations ? plural(g.iterations, unit).c_str() : "", pattern.c_str());
+  std::vector<const std::vector<FrameInfo>*> stacks;
+  for (size_t i = 0; i < shown; ++i) stacks.push_back(&g.suspects[i].frames);
+  const std::vector<std::vector<size_t>> via = telling_frames(stacks, kFramesShown);
   for (size_t i = 0; i < shown; ++i) {
     const GrowthSuspectReport& gs = g.suspects[i];
     std::string rate = format_bytes(static_cast<uint64_t>(gs.bytes_per_s > 0 ? gs.bytes_per_s : 0)) + "/s";
@@ -108,7 +118,7 @@ void append_growth(std::string* s, const GrowthReport& g, size_t max_sites) {
     append(s, "gpushim:   #%zu +%s over %.2f s (%s); live %s in %s (%s)\n", i + 1, format_bytes(gs.growth_bytes).c_str(),
            gs.last_s - gs.first_s, rate.c_str(), format_bytes(gs.live_bytes).c_str(),
            plural(gs.live_count, "allocation").c_str(), where.c_str());
-    append_stack(s, gs.frames);
+    append_stack(s, gs.frames, via[i]);
   }
   if (g.suspects.size() > shown)
     append(s, "gpushim:   ... %s more in the report\n", plural(g.suspects.size() - shown, "suspect").c_str());
@@ -234,6 +244,9 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
   const size_t shown = r.sites.size() < max_sites ? r.sites.size() : max_sites;
   if (shown > 0)
     append(&s, at_teardown ? "gpushim: top allocation sites live when the teardown began:\n" : "gpushim: top live allocation sites:\n");
+  std::vector<const std::vector<FrameInfo>*> stacks;
+  for (size_t i = 0; i < shown; ++i) stacks.push_back(&r.sites[i].frames);
+  const std::vector<std::vector<size_t>> via = telling_frames(stacks, kFramesShown);
   for (size_t i = 0; i < shown; ++i) {
     const SiteReport& site = r.sites[i];
     if (site.kind == "device")
@@ -246,7 +259,7 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
     if (site.shutdown_freed_count != 0)
       append(&s, "gpushim:       (%s of it freed during interpreter shutdown)\n",
              format_bytes(site.shutdown_freed_bytes).c_str());
-    append_stack(&s, site.frames);
+    append_stack(&s, site.frames, via[i]);
   }
   if (r.sites.size() > shown) {
     uint64_t rest = 0;

@@ -1,5 +1,8 @@
 #include "stacks/frame_roles.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <string_view>
 
 namespace gpushim {
@@ -121,6 +124,81 @@ ShownFrames frames_to_show(const std::vector<FrameInfo>& frames, size_t max) {
   // ctypes, say), without the library frames between them (libffi, the interpreter, _start).
   for (size_t i = user; i < frames.size() && out.indices.size() < max; ++i)
     if (frame_role(frames[i]) == FrameRole::kUser) out.indices.push_back(i);
+  return out;
+}
+
+namespace {
+
+// The same frame as a reader sees it: its name and line, or its module offset where it has none.
+bool same_frame(const FrameInfo& a, const FrameInfo& b) {
+  if (a.python != b.python || a.function != b.function || a.file != b.file || a.line != b.line || a.module != b.module)
+    return false;
+  return !a.function.empty() || !a.file.empty() || a.module_offset == b.module_offset;
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> telling_frames(const std::vector<const std::vector<FrameInfo>*>& stacks, size_t max) {
+  const size_t n = stacks.size();
+  std::vector<std::vector<size_t>> out(n);
+  std::vector<ShownFrames> shown;
+  std::vector<std::vector<size_t>> hidden(n);  // the frames not shown, in the order searched
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<FrameInfo>& f = *stacks[i];
+    shown.push_back(frames_to_show(f, max));
+    const std::vector<size_t>& idx = shown.back().indices;
+    if (idx.empty()) continue;
+    if (shown.back().library_inside > 0) {
+      for (size_t k = idx.front(); k-- > 0 && frame_role(f[k]) != FrameRole::kPlumbing;) hidden[i].push_back(k);
+    } else {
+      for (size_t k = idx.back() + 1; k < f.size(); ++k) hidden[i].push_back(k);
+    }
+  }
+  auto frame_at = [&](size_t row, size_t level) -> const FrameInfo* {
+    return level < hidden[row].size() ? &(*stacks[row])[hidden[row][level]] : nullptr;
+  };
+  auto alike = [&](size_t i, size_t j) {
+    const std::vector<size_t>& a = shown[i].indices;
+    const std::vector<size_t>& b = shown[j].indices;
+    if (a.empty() || a.size() != b.size() || (shown[i].library_inside > 0) != (shown[j].library_inside > 0)) return false;
+    for (size_t k = 0; k < a.size(); ++k)
+      if (!same_frame((*stacks[i])[a[k]], (*stacks[j])[b[k]])) return false;
+    return true;
+  };
+  // Level by level, rows still alike are split by their frame there; each row that parts from
+  // the others at a level is told by its frame at that level.
+  std::function<void(std::vector<size_t>, size_t)> split = [&](std::vector<size_t> rows, size_t level) {
+    while (rows.size() >= 2) {
+      std::vector<std::vector<size_t>> buckets;
+      bool any = false;
+      for (size_t r : rows) {
+        const FrameInfo* f = frame_at(r, level);
+        any = any || f != nullptr;
+        auto it = std::find_if(buckets.begin(), buckets.end(), [&](const std::vector<size_t>& b) {
+          const FrameInfo* g = frame_at(b.front(), level);
+          return f == nullptr || g == nullptr ? f == g : same_frame(*f, *g);
+        });
+        if (it == buckets.end()) buckets.push_back({r});
+        else it->push_back(r);
+      }
+      if (!any) return;  // alike as far as they go: nothing tells them apart
+      if (buckets.size() > 1) {
+        for (size_t r : rows)
+          if (frame_at(r, level) != nullptr) out[r].push_back(hidden[r][level]);
+        for (std::vector<size_t>& b : buckets) split(std::move(b), level + 1);
+        return;
+      }
+      ++level;
+    }
+  };
+  std::vector<bool> grouped(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (grouped[i] || shown[i].indices.empty()) continue;
+    std::vector<size_t> group = {i};
+    for (size_t j = i + 1; j < n; ++j)
+      if (!grouped[j] && alike(i, j)) group.push_back(j), grouped[j] = true;
+    split(std::move(group), 0);
+  }
   return out;
 }
 

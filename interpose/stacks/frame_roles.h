@@ -41,6 +41,13 @@ struct ShownFrames {
 // stack without a user frame shows its innermost frames but plumbing.
 ShownFrames frames_to_show(const std::vector<FrameInfo>& frames, size_t max);
 
+// Stacks listed together whose shown frames are alike (one user line reached through different
+// library code: PyTorch's operators under one Python line) read as the same site twice. For each,
+// the indices of the frames not shown that tell it from the others, in the order they are met:
+// inward from the user frame through the folded library frames (or, without a user frame, outward
+// past the last shown frame), a frame wherever the alike stacks part. Empty where none is needed.
+std::vector<std::vector<size_t>> telling_frames(const std::vector<const std::vector<FrameInfo>*>& stacks, size_t max);
+
 // A frame of PyTorch's CUDA allocator (libc10_cuda.so, or c10's CUDACachingAllocator linked in):
 // under its caching allocator, a stack with such a frame allocated a segment of the cache.
 bool torch_allocator_frame(const FrameInfo& f);

@@ -92,5 +92,43 @@ TEST(FrameRoles, PythonLineFirstUnderTorch) {
   EXPECT_EQ(frames_to_show(stack, 6).library_inside, 3u);
 }
 
+// One Python line, several PyTorch operators: the rows show alike, so each says which folded
+// frames, from the user's line inward, tell it from the others: a frame wherever they part.
+TEST(FrameRoles, RowsThatShowAlikeAreToldApartByTheFoldedFramesWhereTheyPart) {
+  auto stack = [](int layer_line, int optimizer_line) {
+    return std::vector<FrameInfo>{
+        native_frame("cudaMallocAsync", "/usr/local/cuda/lib64/libcudart.so.13"),
+        native_frame("at::native::empty_cuda(c10::ArrayRef<long>)",
+                     "/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so"),
+        python_frame("_init_group", "/venv/lib/python3.12/site-packages/torch/optim/adam.py", optimizer_line),
+        python_frame("forward", "/venv/lib/python3.12/site-packages/torch/nn/modules/transformer.py", layer_line),
+        python_frame("train_step", "/home/me/train.py", 72),
+        python_frame("main", "/home/me/train.py", 95),
+    };
+  };
+  // Index 3: the layer's line (nearest the user's), index 2: the optimizer's line.
+  const std::vector<FrameInfo> a = stack(954, 178), b = stack(954, 182), c = stack(956, 178);
+  std::vector<FrameInfo> elsewhere = stack(954, 178);
+  elsewhere[4].line = 80;  // another line of the user's: shows differently, needs nothing
+  const auto via = telling_frames({&a, &b, &c, &elsewhere}, 6);
+  ASSERT_EQ(via.size(), 4u);
+  // a and b share line 954 and part at the optimizer's line; c parts from both at 956. a and c
+  // then read "954 -> 178" and "956": never alike.
+  EXPECT_EQ(via[0], (std::vector<size_t>{3, 2}));
+  EXPECT_EQ(via[1], (std::vector<size_t>{3, 2}));
+  EXPECT_EQ(via[2], (std::vector<size_t>{3}));
+  EXPECT_TRUE(via[3].empty());
+  // Stacks alike through and through have nothing to tell them apart by; a row alone needs nothing.
+  const std::vector<FrameInfo> same = stack(954, 178);
+  EXPECT_EQ(telling_frames({&a, &same}, 6), (std::vector<std::vector<size_t>>{{}, {}}));
+  EXPECT_EQ(telling_frames({&a}, 6), (std::vector<std::vector<size_t>>{{}}));
+  // Without a user frame the innermost frames are shown; what tells them apart lies past them.
+  std::vector<FrameInfo> lib1 = {native_frame("f", "/usr/lib/libcublas.so.13"), native_frame("g", "/usr/lib/libcublas.so.13"),
+                                 native_frame("h", "/usr/lib/libcublas.so.13")};
+  std::vector<FrameInfo> lib2 = lib1;
+  lib2[2].function = "k";
+  EXPECT_EQ(telling_frames({&lib1, &lib2}, 2), (std::vector<std::vector<size_t>>{{2}, {2}}));
+}
+
 }  // namespace
 }  // namespace gpushim

@@ -54,6 +54,21 @@ struct Row {
 
 uint64_t mag(int64_t v) { return v < 0 ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v); }
 
+// For the first `top` rows, the folded frames that tell apart rows whose shown frames are alike
+// (stacks/frame_roles.h), as text.
+template <typename Rows>
+std::vector<std::vector<std::string>> vias_of(const Rows& rows, size_t top, size_t max) {
+  std::vector<const std::vector<FrameInfo>*> stacks;
+  for (size_t i = 0; i < rows.size() && i < top; ++i) stacks.push_back(&rows[i].any().frames);
+  std::vector<std::vector<std::string>> out;
+  const auto via = telling_frames(stacks, max);
+  for (size_t i = 0; i < via.size(); ++i) {
+    out.emplace_back();
+    for (size_t k : via[i]) out.back().push_back(describe_frame((*stacks[i])[k]));
+  }
+  return out;
+}
+
 std::vector<std::string> frames_of(const SiteView& s, size_t max) {
   std::vector<std::string> out;
   for (size_t i : frames_to_show(s.frames, max).indices) out.push_back(describe_frame(s.frames[i]));
@@ -161,6 +176,7 @@ int run_diff(const Cli& cli) {
       j += "}";
     }
     j += "],\"sites\":[";
+    const auto json_vias = vias_of(rows, top, 8);
     for (size_t i = 0; i < rows.size() && i < top; ++i) {
       const Row& r = rows[i];
       j += std::string(i ? "," : "") + "{\"status\":\"" + r.status() + "\",\"device\":" + std::to_string(r.any().device) +
@@ -179,7 +195,16 @@ int run_diff(const Cli& cli) {
         j += k ? "," : "";
         append_json_string(&j, fr[k]);
       }
-      j += "]}";
+      j += "]";
+      if (!json_vias[i].empty()) {
+        j += ",\"via\":[";
+        for (size_t k = 0; k < json_vias[i].size(); ++k) {
+          j += k ? "," : "";
+          append_json_string(&j, json_vias[i][k]);
+        }
+        j += "]";
+      }
+      j += "}";
     }
     j += "]}\n";
     return print_output("diff", j);
@@ -213,6 +238,7 @@ int run_diff(const Cli& cli) {
   }
   o += "\nSites (largest change first" + std::string(peaks ? "" : "; per-site peaks need two traces") + ")\n";
   if (rows.empty()) o += "  no site changed\n";
+  const auto vias = vias_of(rows, top, 6);
   for (size_t i = 0; i < rows.size() && i < top; ++i) {
     const Row& r = rows[i];
     std::string l = "  " + std::string(r.status()) + ": live " + human_bytes(r.a ? r.a->live_bytes : 0) + " -> " +
@@ -222,6 +248,7 @@ int run_diff(const Cli& cli) {
            change(r.a ? r.a->peak_bytes : 0, r.b ? r.b->peak_bytes : 0) + ")";
     o += l + "\n";
     for (const std::string& f : frames_of(r.any(), 6)) o += "      at " + f + "\n";
+    for (size_t k = 0; k < vias[i].size(); ++k) o += (k ? " -> " : "      via ") + vias[i][k] + (k + 1 == vias[i].size() ? "\n" : "");
   }
   if (rows.size() > top) o += "  ... " + std::to_string(rows.size() - top) + " more\n";
   return print_output("diff", o);

@@ -140,6 +140,27 @@ class Corpus(unittest.TestCase):
                 source = by_policy["caching"]["devices"][0]["backlog_source"]
                 self.assertTrue(source.startswith(f"typical: {TYPICAL_STEP_PERCENT}% of the median step"), source)
 
+    def test_no_two_listed_sites_of_a_pytorch_run_read_alike(self):
+        # Under PyTorch one Python line allocates through many operators: rows showing the same
+        # frames said nothing to tell them apart ('train_step train.py:72' twice). Each now says
+        # the folded frames where they part (`via`).
+        def check(rows, what):
+            seen = set()
+            for r in rows:
+                key = (r["device"], r.get("kind"), tuple(r["frames"]), tuple(r.get("via", ())))
+                self.assertNotIn(key, seen, f"{what}: two rows read {key}")
+                seen.add(key)
+            return sum(1 for r in rows if r.get("via"))
+        told = 0
+        for name in ("h200_steptime_caching", "h200_transformer_caching"):
+            with self.subTest(trace=name):
+                out = analyze_json("summary", self.gpu_traces[name], "--top", "20")
+                told += check(out["top_sites"], "top_sites") + check(out["at_peak_sites"], "at_peak_sites")
+        out = analyze_json("diff", self.gpu_traces["h200_steptime_caching"], self.gpu_traces["h200_steptime_vmm"],
+                           "--top", "20")
+        told += check(out["sites"], "diff")
+        self.assertGreater(told, 0)  # these runs do have such rows
+
     def test_help_states_the_typical_backlog_the_replay_uses(self):
         proc = subprocess.run([ANALYZE, "replay", "--help"], capture_output=True, text=True, timeout=60)
         self.assertEqual(proc.returncode, 0, proc.stderr)

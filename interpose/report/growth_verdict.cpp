@@ -87,19 +87,25 @@ std::vector<Merged> merge_by_identity(const std::vector<SiteSeries>& series, con
 // Without iterations (none counted, no loop found in the allocations), the checkpoints are the
 // only clock, and a site filled in a loop that did nothing else (weights loaded one by one; a run
 // that ended during its load, out of memory) rises at every checkpoint as a leak would. A leak
-// grows while the program's other work comes and goes: the site must have risen at least
-// `needed` times between checkpoints where the process also allocated elsewhere (or the site
-// freed some of its own). Points that do not know the allocations made (allocs 0) cannot tell.
+// grows while the program's other work comes and goes: between one rise of the site and its next,
+// the process must also have allocated elsewhere (or the site freed some of its own), at least
+// `needed` times. (Between consecutive rises, not consecutive checkpoints: early checkpoints come
+// at every call, so a leaking step's rise is a checkpoint of its own, its scratch in the others.)
+// Points that do not know the allocations made (allocs 0) cannot tell.
 bool grew_beside_other_work(const std::vector<SitePoint>& p, size_t needed) {
   if (std::all_of(p.begin(), p.end(), [](const SitePoint& q) { return q.allocs == 0; })) return true;
-  size_t rises = 0;
+  size_t beside = 0;
+  size_t last_rise = 0;  // 0: none yet (a rise is at a point after the first)
   for (size_t i = 1; i < p.size(); ++i) {
-    if (p[i].bytes <= p[i - 1].bytes || p[i].allocs < p[i - 1].allocs) continue;
-    const int64_t made = static_cast<int64_t>(p[i].allocs - p[i - 1].allocs);
-    const int64_t kept = static_cast<int64_t>(p[i].count) - static_cast<int64_t>(p[i - 1].count);
-    if (made > kept) ++rises;
+    if (p[i].bytes <= p[i - 1].bytes) continue;
+    if (last_rise != 0 && p[i].allocs >= p[last_rise].allocs) {
+      const int64_t made = static_cast<int64_t>(p[i].allocs - p[last_rise].allocs);
+      const int64_t kept = static_cast<int64_t>(p[i].count) - static_cast<int64_t>(p[last_rise].count);
+      if (made > kept) ++beside;
+    }
+    last_rise = i;
   }
-  return rises >= needed;
+  return beside >= needed;
 }
 
 }  // namespace

@@ -69,6 +69,24 @@ TEST(GrowthVerdict, WithoutIterationsASiteFilledWhileNothingElseAllocatedIsNoSus
   EXPECT_EQ(judged_without_iterations(10, 1, false).verdict, "suspects");
 }
 
+TEST(GrowthVerdict, WithoutIterationsALeakSeenAtEveryCallIsStillASuspect) {
+  // Early checkpoints come at every call: a step's scratch allocation, its leak, its scratch's
+  // free, each a point of its own. The leak's rise is then never beside another allocation at
+  // the same checkpoint; between one rise and the next, the scratch was.
+  SiteSeries s{SiteKey{5, 0, MemoryKind::kDevice}, {}};
+  uint64_t t = 0, allocs = 0;
+  for (uint64_t k = 1; k <= 6; ++k) {
+    s.points.push_back(SitePoint{++t * 1000, (k - 1) * MiB, k - 1, 0, t, ++allocs});  // scratch
+    s.points.push_back(SitePoint{++t * 1000, k * MiB, k, 0, t, ++allocs});            // the leak
+    s.points.push_back(SitePoint{++t * 1000, k * MiB, k, 0, t, allocs});              // scratch freed
+  }
+  s.points.erase(s.points.begin());  // the site's series starts at its first allocation
+  GrowthEvidence e;
+  e.samples = s.points.size();
+  const GrowthReport g = judge_growth({s}, e, [](const SiteKey&) { return std::vector<FrameInfo>{}; });
+  EXPECT_EQ(g.verdict, "suspects") << g.evidence;
+}
+
 TEST(GrowthVerdict, CountedIterationsMakeASiteThatAloneAllocatesASuspect) {
   // A loop whose only allocation is the one it leaks: the program's own iteration count says it
   // is a loop, so the rise is growth per iteration, not a load.

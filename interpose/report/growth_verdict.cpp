@@ -10,6 +10,7 @@
 #include "util/iteration_counter.h"
 #include "accounting/memory_kind.h"
 #include "report/step_finder.h"
+#include "stacks/frame_roles.h"
 #include "stacks/stack_table.h"
 #include "stacks/site_identity.h"
 #include "util/text.h"
@@ -150,7 +151,12 @@ GrowthReport judge_growth(const std::vector<SiteSeries>& series, const GrowthEvi
   }
   size_t set_aside = 0;  // sites that grew only while nothing else allocated (above)
   for (const GrowthFinding& f : detect_growth(points)) {
-    if (g.iterations == 0 && !grew_beside_other_work(points[f.series], GrowthParams{}.min_increases)) {
+    // Through PyTorch's allocator, what reaches the shim of the program's other work depends on
+    // PyTorch's cache (in charge, it serves every tensor but the segments): no allocation beside
+    // a rise then proves nothing.
+    const std::vector<FrameInfo>& frames = merged[f.series].frames;
+    const bool through_torch = std::any_of(frames.begin(), frames.end(), torch_allocator_frame);
+    if (g.iterations == 0 && !through_torch && !grew_beside_other_work(points[f.series], GrowthParams{}.min_increases)) {
       ++set_aside;
       continue;
     }

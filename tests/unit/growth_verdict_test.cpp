@@ -41,7 +41,7 @@ GrowthEvidence counted(uint64_t iterations) {
 // Checkpoints only (no iteration counted, no loop found): `n` checkpoints at each of which the
 // site holds one more MiB, and the process has made `per_point` allocations more (`allocs_known`
 // false: points that do not say).
-GrowthReport judged_without_iterations(int n, uint64_t per_point, bool allocs_known = true) {
+GrowthReport judged_without_iterations(int n, uint64_t per_point, bool allocs_known = true, bool through_torch = false) {
   SiteSeries s{SiteKey{5, 0, MemoryKind::kDevice}, {}};
   for (int i = 0; i < n; ++i) {
     const uint64_t k = static_cast<uint64_t>(i) + 1;
@@ -49,7 +49,14 @@ GrowthReport judged_without_iterations(int n, uint64_t per_point, bool allocs_kn
   }
   GrowthEvidence e;
   e.samples = static_cast<uint64_t>(n);
-  return judge_growth({s}, e, [](const SiteKey&) { return std::vector<FrameInfo>{python_frame("f", "x.py", 1)}; });
+  return judge_growth({s}, e, [&](const SiteKey&) {
+    std::vector<FrameInfo> f;
+    if (through_torch)
+      f.push_back(native_frame("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+                               "/venv/lib/python3.12/site-packages/torch/lib/libc10_cuda.so"));
+    f.push_back(python_frame("f", "x.py", 1));
+    return f;
+  });
 }
 
 TEST(GrowthVerdict, WithoutIterationsASiteFilledWhileNothingElseAllocatedIsNoSuspect) {
@@ -67,6 +74,9 @@ TEST(GrowthVerdict, WithoutIterationsASiteFilledWhileNothingElseAllocatedIsNoSus
   EXPECT_EQ(leak.evidence.find("grew only while"), std::string::npos) << leak.evidence;
   // Points that do not know the allocations made cannot tell the two apart: judged as before.
   EXPECT_EQ(judged_without_iterations(10, 1, false).verdict, "suspects");
+  // Nor can a site allocating through PyTorch's allocator: with its cache in charge, only the
+  // cache's segments reach the shim, never the tensors between them.
+  EXPECT_EQ(judged_without_iterations(10, 1, true, true).verdict, "suspects");
 }
 
 TEST(GrowthVerdict, WithoutIterationsALeakSeenAtEveryCallIsStillASuspect) {

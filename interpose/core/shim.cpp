@@ -99,9 +99,16 @@ void interpreter_shutdown_begins() {
   if (Shim* s = Shim::existing()) s->on_interpreter_shutdown();
 }
 
-// os._exit, or CPython's death by SIGINT after a KeyboardInterrupt: no exit() will follow.
-void python_ends_without_exit() {
-  if (Shim* s = Shim::existing()) s->on_termination_signal();
+// os._exit(status) (status >= 0), or CPython's death by SIGINT after a KeyboardInterrupt (-1): no
+// exit() will follow. Returns the status os._exit is to exit with.
+int python_ends_without_exit(int status) {
+  Shim* s = Shim::existing();
+  if (s == nullptr) return status;
+  if (status < 0) {
+    s->on_termination_signal();
+    return status;
+  }
+  return s->on_python_exit(status);
 }
 
 }  // namespace
@@ -537,6 +544,11 @@ void Shim::on_process_exit() {
 void Shim::on_termination_signal() {
   refresh_cuda_pools_for_report();
   recorder_->finish_run();
+}
+
+int Shim::on_python_exit(int status) {
+  on_termination_signal();
+  return forked_child_ ? status : recorder_->exit_status(status);
 }
 
 void Shim::on_interpreter_shutdown() {

@@ -232,6 +232,9 @@ class Shim {
   // The run ends now, with no exit() to follow (the exit report, and the end of the trace): a
   // termination signal, Python's os._exit, or CPython's death by SIGINT after a KeyboardInterrupt.
   void on_termination_signal();
+  // Python's os._exit(status): the run ends now (as on_termination_signal); returns the status to
+  // exit with, GPUSHIM_EXIT_CODE's where a verdict failed and the program's status was 0.
+  int on_python_exit(int status);
   // The Python interpreter begins its teardown (python/interpreter_shutdown.h): the exit report's
   // live set, sites and growth are taken now; later frees still reach the pools as usual.
   void on_interpreter_shutdown();

@@ -26,6 +26,10 @@ struct Api {
   int (*set_attr)(PyObj*, const char*, PyObj*);
   PyObj* (*new_cfunction)(MethodDef*, PyObj*, PyObj*);  // PyCFunction_NewEx: self is the original
   PyObj* (*call)(PyObj*, PyObj*);                       // PyObject_CallObject
+  PyObj* (*call_kw)(PyObj*, PyObj*, PyObj*);            // PyObject_Call
+  int (*parse_args)(PyObj*, PyObj*, const char*, const char* const*, ...);  // PyArg_ParseTupleAndKeywords
+  PyObj* (*build_value)(const char*, ...);              // Py_BuildValue
+  PyObj* (*unicode)(const char*);                       // PyUnicode_FromString
   void (*dec_ref)(PyObj*);                              // Py_DecRef: the function, not the macro
   void (*err_clear)();
   PyObj* (*sys_get_object)(const char*);                // PySys_GetObject: borrowed, null if unset
@@ -35,7 +39,8 @@ struct Api {
 
 Api g_api;
 void (*g_begin)() = nullptr;
-void (*g_ends_now)() = nullptr;
+int (*g_ends_now)(int) = nullptr;
+PyObj* g_original_exit = nullptr;  // os._exit as it was: a reference kept for the process's life
 std::atomic<bool> g_armed{false};
 std::atomic<bool> g_begun{false};
 std::atomic<bool> g_ended{false};
@@ -47,8 +52,11 @@ bool find(T* out, const char* name) {
 }
 
 void ends_now_once() {
-  if (!g_ended.exchange(true)) g_ends_now();
+  if (!g_ended.exchange(true)) g_ends_now(-1);
 }
+
+// os._exit's status: the status to exit with.
+int ends_now_with(int status) { return g_ended.exchange(true) ? status : g_ends_now(status); }
 
 void begin_once() {
   if (g_begun.exchange(true)) return;
@@ -69,16 +77,54 @@ PyObj* shutdown_wrapper(PyObj* self, PyObj*) {
 MethodDef g_wrapper_def{"_shutdown", &shutdown_wrapper, kMethNoArgs,
                         "threading._shutdown, then gpushim notes that interpreter teardown begins"};
 
-// Stands in for os._exit; `self` is the original, `args` the caller's. Bad arguments too end the
-// run first: the original then raises as before, and the program most likely ends anyway.
-PyObj* exit_wrapper(PyObj* self, PyObj* args) {
-  ends_now_once();
-  return g_api.call(self, args);
+// Stands in for os._exit (and posix._exit, the same function): `self` is the posix module, as the
+// original's, so that pickling, __module__, __qualname__ and the signature read as before; it takes
+// the original's arguments, keywords included. The run ends first; GPUSHIM_EXIT_CODE may then
+// replace a status of 0. Bad arguments end the run too: the original then raises as before, and
+// the program most likely ends anyway.
+PyObj* exit_wrapper(PyObj*, PyObj* args, PyObj* kwargs) {
+  static const char* const kKeywords[] = {"status", nullptr};
+  int status = 0;
+  if (g_api.parse_args(args, kwargs, "i:_exit", kKeywords, &status) == 0) {
+    g_api.err_clear();
+    ends_now_once();
+    return g_api.call_kw(g_original_exit, args, kwargs);
+  }
+  const int chosen = ends_now_with(status);
+  if (chosen == status) return g_api.call_kw(g_original_exit, args, kwargs);
+  PyObj* replaced = g_api.build_value("(i)", chosen);
+  if (replaced == nullptr) {
+    g_api.err_clear();
+    return g_api.call_kw(g_original_exit, args, kwargs);
+  }
+  PyObj* result = g_api.call_kw(g_original_exit, replaced, nullptr);
+  g_api.dec_ref(replaced);
+  return result;
 }
 
-constexpr int kMethVarArgs = 0x0001;
-MethodDef g_exit_def{"_exit", &exit_wrapper, kMethVarArgs,
-                     "gpushim writes its exit report, then os._exit(status): exit without cleanup"};
+constexpr int kMethVarArgsAndKeywords = 0x0001 | 0x0002;
+// The original's signature and doc (CPython 3.9-3.13), which inspect.signature reads.
+// CPython's own idiom for a METH_KEYWORDS function: cast through void (*)(), as PyCFunction holds it.
+MethodDef g_exit_def{"_exit", reinterpret_cast<PyObj* (*)(PyObj*, PyObj*)>(reinterpret_cast<void (*)()>(&exit_wrapper)),
+                     kMethVarArgsAndKeywords,
+                     "_exit($module, /, status)\n--\n\nExit to the system with specified status, without normal "
+                     "exit processing. (gpushim writes its exit report first.)"};
+
+void wrap_exit() {
+  PyObj* posix = g_api.import_module("posix");
+  PyObj* os = posix ? g_api.import_module("os") : nullptr;
+  PyObj* original = os ? g_api.get_attr(os, "_exit") : nullptr;
+  PyObj* module_name = original ? g_api.unicode("posix") : nullptr;
+  PyObj* wrapper = module_name ? g_api.new_cfunction(&g_exit_def, posix, module_name) : nullptr;
+  if (wrapper != nullptr) {
+    g_original_exit = original;  // kept: the wrapper calls it
+    original = nullptr;
+    if (g_api.set_attr(os, "_exit", wrapper) != 0 || g_api.set_attr(posix, "_exit", wrapper) != 0) g_api.err_clear();
+  }
+  g_api.err_clear();  // whatever failed above: never an exception into the program
+  for (PyObj* o : {wrapper, module_name, original, os, posix})
+    if (o != nullptr) g_api.dec_ref(o);
+}
 
 // Replaces module.name with a C function whose `self` is the original.
 void wrap(const char* module_name, const char* name, MethodDef* def) {
@@ -103,18 +149,20 @@ void wrap(const char* module_name, const char* name, MethodDef* def) {
 // Runs on the main thread with the GIL held (a pending call).
 int install(void*) {
   wrap("threading", "_shutdown", &g_wrapper_def);
-  wrap("os", "_exit", &g_exit_def);
+  wrap_exit();
   return 0;  // never an exception into the program, whatever happened
 }
 
 }  // namespace
 
-bool arm_interpreter_shutdown_hook(void (*begin)(), void (*ends_now)()) {
+bool arm_interpreter_shutdown_hook(void (*begin)(), int (*ends_now)(int status)) {
   Api a{};
   if (!find(&a.is_initialized, "Py_IsInitialized") || !find(&a.add_pending_call, "Py_AddPendingCall") ||
       !find(&a.import_module, "PyImport_ImportModule") || !find(&a.get_attr, "PyObject_GetAttrString") ||
       !find(&a.set_attr, "PyObject_SetAttrString") || !find(&a.new_cfunction, "PyCFunction_NewEx") ||
-      !find(&a.call, "PyObject_CallObject") || !find(&a.dec_ref, "Py_DecRef") || !find(&a.err_clear, "PyErr_Clear") ||
+      !find(&a.call, "PyObject_CallObject") || !find(&a.call_kw, "PyObject_Call") ||
+      !find(&a.parse_args, "PyArg_ParseTupleAndKeywords") || !find(&a.build_value, "Py_BuildValue") ||
+      !find(&a.unicode, "PyUnicode_FromString") || !find(&a.dec_ref, "Py_DecRef") || !find(&a.err_clear, "PyErr_Clear") ||
       !find(&a.sys_get_object, "PySys_GetObject") || !find(&a.keyboard_interrupt, "PyExc_KeyboardInterrupt") ||
       !find(&a.at_exit, "Py_AtExit"))
     return false;  // no interpreter in this process

@@ -19,13 +19,15 @@ namespace gpushim {
 //     by sys.last_type being KeyboardInterrupt when finalization begins (CPython sets its
 //     "unhandled KeyboardInterrupt" flag and prints the exception in that very case); `ends_now`
 //     then runs at the end of finalization (Py_AtExit), after module teardown, GIL released.
-// Neither may call into Python.
+// Neither may call into Python. `ends_now` gets os._exit's status (-1 for the SIGINT death) and
+// returns the status to exit with (GPUSHIM_EXIT_CODE's, where its verdict failed a run that
+// would exit 0).
 //
 // Arms the hook once per process when a CPython interpreter is running here: schedules (with
 // Py_AddPendingCall, which needs neither the GIL nor a thread state) a call that the main thread
 // makes at its next safe point, with the GIL held, and that wraps threading._shutdown and
 // os._exit. `begin` runs once, on the main thread with the GIL held, when finalization begins.
 // Returns false when there is no interpreter (native programs) or it cannot be armed.
-bool arm_interpreter_shutdown_hook(void (*begin)(), void (*ends_now)());
+bool arm_interpreter_shutdown_hook(void (*begin)(), int (*ends_now)(int status));
 
 }  // namespace gpushim

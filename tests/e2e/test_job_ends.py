@@ -130,6 +130,34 @@ class PythonEnds(ShimTestCase):
                 self.assertEqual(sorted(live), [1 * MiB, 2 * MiB, 3 * MiB], proc.stderr)
 
 
+    def test_os_exit_reads_as_it_does_without_the_shim(self):
+        # The shim's os._exit took no keywords (os._exit(status=3): TypeError, exit 1), did not
+        # pickle, had no signature, and, under GPUSHIM_EXIT_CODE, printed "exit status 9" and
+        # exited 0 (the status was only replaced on exit(), which os._exit never reaches).
+        for py, version in interpreters():
+            with self.subTest(python=version):
+                code = ("import ctypes, inspect, os, pickle, posix, sys; sys.path.insert(0, %r); "
+                        "from cuda_ctypes import cuda, check; p = ctypes.c_void_p(); "
+                        "check(cuda.cudaMalloc(ctypes.byref(p), 1 << 20)); "
+                        "import time; time.sleep(0.05); "  # the hook is installed at a safe point
+                        "print(os._exit is posix._exit, os._exit.__module__, str(inspect.signature(os._exit)), "
+                        "pickle.loads(pickle.dumps(os._exit)) is os._exit, 'gpushim' in (os._exit.__doc__ or ''), "
+                        "flush=True); "
+                        "os._exit(status=int(sys.argv[1]))") % HERE
+                for status, exit_code, expected in (("3", None, 3), ("0", "9", 9), ("4", "9", 4)):
+                    wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+                    env = {"GPUSHIM_REPORT": "r.json"}
+                    if exit_code:
+                        env.update({"GPUSHIM_EXIT_CODE": exit_code, "GPUSHIM_EXIT_LEAK_BYTES": "0"})
+                    proc = subprocess.run([py, "-c", code, status], env=base_env(env), cwd=wd, capture_output=True,
+                                          text=True, timeout=120)
+                    check_sanitizer_clean(proc.stderr)
+                    self.assertEqual(proc.returncode, expected, proc.stderr)
+                    self.assertEqual(proc.stdout, "True posix (status) True True\n", proc.stderr)
+                    with open(os.path.join(wd, "r.json")) as f:
+                        self.assertEqual(json.load(f)["devices"][0]["live_bytes"], 1 * MiB)
+
+
 class OtherEnds(ShimTestCase):
     def test_quick_exit_writes_the_report(self):
         for policy in POLICIES:

@@ -35,6 +35,8 @@ struct PythonCallCounter::Api {
   void (*dec_ref)(PyObj*);
   void (*err_clear)();
   PyObj* none;
+  int (*set_attr)(PyObj*, const char*, PyObj*);                      // PyObject_SetAttrString
+  PyObj* (*vectorcall)(PyObj*, void* const*, size_t, PyObj*);          // PyObject_Vectorcall (3.12+)
 };
 
 namespace {
@@ -63,6 +65,9 @@ bool find(T* out, const char* name) {
 
 MethodDef g_callback_def{"gpushim_py_start", nullptr, kMethFastcall,
                          "gpushim: counts the calls of GPUSHIM_ITERATION_SITE (sys.monitoring PY_START)"};
+MethodDef g_use_tool_id_def{"use_tool_id", nullptr, kMethFastcall,
+                            "use_tool_id($module, tool_id, name, /)\n--\n\nsys.monitoring.use_tool_id; gpushim "
+                            "first yields the id if it holds it (GPUSHIM_ITERATION_SITE)"};
 
 }  // namespace
 
@@ -77,7 +82,8 @@ PythonCallCounter* PythonCallCounter::create(const PythonRuntime& rt, std::strin
         !find(&a.import_module, "PyImport_ImportModule") || !find(&a.get_attr, "PyObject_GetAttrString") ||
         !find(&a.call_method, "PyObject_CallMethod") || !find(&a.as_long, "PyLong_AsLong") ||
         !find(&a.new_cfunction, "PyCFunction_NewEx") || !find(&a.inc_ref, "Py_IncRef") ||
-        !find(&a.dec_ref, "Py_DecRef") || !find(&a.err_clear, "PyErr_Clear") || !find(&a.none, "_Py_NoneStruct"))
+        !find(&a.dec_ref, "Py_DecRef") || !find(&a.err_clear, "PyErr_Clear") || !find(&a.none, "_Py_NoneStruct") ||
+        !find(&a.set_attr, "PyObject_SetAttrString") || !find(&a.vectorcall, "PyObject_Vectorcall"))
       return nullptr;
     find(&a.add_pending_call_any_thread, "_PyEval_AddPendingCall");
   } else if (!find(&a.get_eval, "_PyInterpreterState_GetEvalFrameFunc") ||
@@ -182,9 +188,9 @@ void PythonCallCounter::count_call(uintptr_t tstate, uintptr_t code, size_t own_
   iterations_->add(IterationCounter::kSite);
 }
 
-void PythonCallCounter::turn_off(const char* why) {
+void PythonCallCounter::turn_off(const std::string& why) {
   if (phase_.exchange(kOff, std::memory_order_acq_rel) != kOff)
-    log_line("GPUSHIM_ITERATION_SITE: %s; calls are recognised in allocation stacks from now on", why);
+    log_line("GPUSHIM_ITERATION_SITE: %s; calls are recognised in allocation stacks from now on", why.c_str());
 }
 
 // 3.9-3.11, as the interpreter's frame evaluator, with the GIL held: `frame` is a PyFrameObject
@@ -272,13 +278,12 @@ bool PythonCallCounter::at_start(uintptr_t frame, uintptr_t code) const {
   return delta <= static_cast<int64_t>(py_load<int>(code + L.code_firsttraceable)) * 2;
 }
 
-bool PythonCallCounter::setup_monitoring() {
-  PyObj* sys = api_.import_module("sys");
-  if (sys == nullptr) return false;
-  PyObj* mon = api_.get_attr(sys, "monitoring");
-  api_.dec_ref(sys);
-  if (mon == nullptr) return false;
+// Under the GIL: takes a free tool id of kToolIds other than `except` for PY_START callbacks, and
+// turns PY_START on for every target already found. The id, or -1.
+int PythonCallCounter::take_tool(PyObj* mon, int except) {
+  int tool = -1;
   for (int id : kToolIds) {
+    if (id == except) continue;
     PyObj* owner = api_.call_method(mon, "get_tool", "i", id);
     if (owner == nullptr) {
       api_.err_clear();
@@ -287,32 +292,97 @@ bool PythonCallCounter::setup_monitoring() {
     const bool free = owner == api_.none;
     api_.dec_ref(owner);
     if (!free) continue;
-    PyObj* r = api_.call_method(mon, "use_tool_id", "is", id, "gpushim");
+    // The original: ours (below) would only pass the call on.
+    PyObj* r = use_tool_id_ ? api_.call_method(use_tool_id_, "__call__", "is", id, "gpushim")
+                            : api_.call_method(mon, "use_tool_id", "is", id, "gpushim");
     if (r == nullptr) {
       api_.err_clear();
       continue;
     }
     api_.dec_ref(r);
-    tool_ = id;
+    tool = id;
     break;
   }
-  if (tool_ < 0) {
-    api_.dec_ref(mon);
-    return false;
-  }
+  if (tool < 0) return -1;
   g_callback_def.meth = reinterpret_cast<void*>(&monitoring_callback);
   PyObj* callback = api_.new_cfunction(&g_callback_def, nullptr, nullptr);
   PyObj* events = callback ? api_.get_attr(mon, "events") : nullptr;
   PyObj* py_start = events ? api_.get_attr(events, "PY_START") : nullptr;
-  PyObj* r = py_start ? api_.call_method(mon, "register_callback", "iOO", tool_, py_start, callback) : nullptr;
+  PyObj* r = py_start ? api_.call_method(mon, "register_callback", "iOO", tool, py_start, callback) : nullptr;
   py_start_ = r != nullptr ? api_.as_long(py_start) : -1;
   for (PyObj* o : {r, py_start, events, callback})
     if (o) api_.dec_ref(o);
-  if (r == nullptr || py_start_ <= 0) {
+  bool ok = r != nullptr && py_start_ > 0;
+  for (int i = 0; ok && i < n_targets_.load(std::memory_order_acquire); ++i) {
+    PyObj* set = api_.call_method(mon, "set_local_events", "iOl", tool,
+                                  reinterpret_cast<PyObj*>(targets_[i].load(std::memory_order_relaxed)), py_start_);
+    ok = set != nullptr;
+    if (set) api_.dec_ref(set);
+  }
+  if (!ok) {
+    api_.err_clear();
+    release_tool(mon, tool);
+    return -1;
+  }
+  return tool;
+}
+
+// Under the GIL: stops `tool`'s events and callback on the targets, and frees the id.
+void PythonCallCounter::release_tool(PyObj* mon, int tool) {
+  for (int i = 0; i < n_targets_.load(std::memory_order_acquire); ++i) {
+    PyObj* r = api_.call_method(mon, "set_local_events", "iOi", tool,
+                                reinterpret_cast<PyObj*>(targets_[i].load(std::memory_order_relaxed)), 0);
+    if (r) api_.dec_ref(r);
+  }
+  if (py_start_ > 0) {
+    PyObj* r = api_.call_method(mon, "register_callback", "ilO", tool, py_start_, api_.none);
+    if (r) api_.dec_ref(r);
+  }
+  PyObj* r = api_.call_method(mon, "free_tool_id", "i", tool);
+  if (r) api_.dec_ref(r);
+  api_.err_clear();
+}
+
+// sys.monitoring.use_tool_id as the program calls it: the program's tools come before this counter.
+// Asked for the id held here, the counter moves to another free one (or, with none, stops) first.
+void* PythonCallCounter::use_tool_id_wrapper(void* original, void* const* args, intptr_t nargs) {
+  PythonCallCounter* c = g_counter.load(std::memory_order_relaxed);
+  if (c != nullptr && nargs >= 1 && c->tool_ >= 0) {
+    const long id = c->api_.as_long(args[0]);
+    if (id == -1) c->api_.err_clear();  // not an int: the original says so
+    if (id == c->tool_) {
+      PyObj* mon = c->monitoring_;
+      const int held = c->tool_;
+      const int moved = c->take_tool(mon, held);
+      c->release_tool(mon, held);
+      c->tool_ = moved;
+      if (moved < 0) c->turn_off("the program took sys.monitoring tool id " + std::to_string(held) + ", and no other was free");
+    }
+  }
+  return c->api_.vectorcall(original, args, static_cast<size_t>(nargs), nullptr);
+}
+
+bool PythonCallCounter::setup_monitoring() {
+  PyObj* sys = api_.import_module("sys");
+  if (sys == nullptr) return false;
+  PyObj* mon = api_.get_attr(sys, "monitoring");
+  api_.dec_ref(sys);
+  if (mon == nullptr) return false;
+  tool_ = take_tool(mon, -1);
+  if (tool_ < 0) {
     api_.dec_ref(mon);
     return false;
   }
   monitoring_ = mon;  // kept: set_local_events for each further code object of the site
+  // The program's own tools come first (use_tool_id_wrapper). Kept for the process's life.
+  use_tool_id_ = api_.get_attr(mon, "use_tool_id");
+  if (use_tool_id_ != nullptr) {
+    g_use_tool_id_def.meth = reinterpret_cast<void*>(&use_tool_id_wrapper);
+    PyObj* wrapper = api_.new_cfunction(&g_use_tool_id_def, use_tool_id_, nullptr);
+    if (wrapper == nullptr || api_.set_attr(mon, "use_tool_id", wrapper) != 0) api_.err_clear();
+    if (wrapper) api_.dec_ref(wrapper);
+  }
+  api_.err_clear();
   return true;
 }
 

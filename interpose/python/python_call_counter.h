@@ -64,9 +64,12 @@ class PythonCallCounter {
   // frames of this call already on the thread's chain.
   void count_call(uintptr_t tstate, uintptr_t code, size_t own_frames);
   bool setup_monitoring();  // under the GIL
+  int take_tool(void* monitoring, int except);
+  void release_tool(void* monitoring, int tool);
+  static void* use_tool_id_wrapper(void* original, void* const* args, intptr_t nargs);
   // 3.12+: whether a frame running `code` has not gone past its RESUME instruction.
   bool at_start(uintptr_t frame, uintptr_t code) const;
-  void turn_off(const char* why);
+  void turn_off(const std::string& why);
 
   static void* eval_hook(void* tstate, void* frame, int throwflag);
   static void* monitoring_callback(void* self, void* const* args, intptr_t nargs);
@@ -88,6 +91,7 @@ class PythonCallCounter {
   std::atomic<void* (*)(void*, void*, int)> previous_eval_{nullptr};
   void* monitoring_ = nullptr;                           // 3.12+: sys.monitoring, referenced forever
   int tool_ = -1;
+  void* use_tool_id_ = nullptr;  // 3.12+: sys.monitoring.use_tool_id as it was, referenced forever
   long py_start_ = -1;  // sys.monitoring.events.PY_START
 };
 

@@ -85,6 +85,30 @@ class IterationSite(ShimTestCase):
                 self.assertEqual(r.report["growth"]["iteration_source"], "site")
 
 
+    def test_the_programs_tool_takes_the_id_gpushim_holds(self):
+        # 3.12+: the program asked for the tool id gpushim held and got "tool 4 is already in use"
+        # (docs/python.md: the program's own sys.monitoring tools work as before). gpushim moves to
+        # another free id, and every call still counts once; with none left it says so and counts
+        # calls from allocation stacks (which cannot tell apart calls with the very same arguments).
+        for python, version in interpreters():
+            if version < (3, 12):
+                continue
+            with self.subTest(python=python, took="4"):
+                r = run([python, TEMPORARIES, "600", "tools_later", HELPERS], env={"GPUSHIM_ITERATION_SITE": "train_step"})
+                self.assertRanOK(r)
+                self.assertEqual(r.stdout.strip(), "tools ['gpushim', \"the program's own\"]")
+                g = r.report["growth"]
+                self.assertEqual((g["iterations"], g["iteration_source"]), (600, "site"), r.stderr)
+            with self.subTest(python=python, took="4 and 3"):
+                r = run([python, TEMPORARIES, "600", "tools_later_both", HELPERS],
+                        env={"GPUSHIM_ITERATION_SITE": "train_step"})
+                self.assertRanOK(r)
+                self.assertEqual(r.stdout.strip(), "tools [\"the program's own\", \"the program's own\"]")
+                self.assertIn("gpushim: GPUSHIM_ITERATION_SITE: the program took sys.monitoring tool id 3, and no other "
+                              "was free; calls are recognised in allocation stacks from now on", r.stderr)
+                self.assertGreaterEqual(r.report["growth"]["iterations"], 400)  # every call until then
+
+
 PACED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "paced_leak.py")
 MiB = 1 << 20
 

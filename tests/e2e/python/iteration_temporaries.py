@@ -14,7 +14,11 @@ the path of libe2e_native_helpers.so):
 - "replaced": as "int", with CPython's own frame evaluator put back halfway (3.9-3.11), as
   another PEP 523 user does when it turns itself off;
 - "tools_taken": as "same", after the program took the sys.monitoring tool ids that no tool is
-  assigned (3.12+).
+  assigned (3.12+);
+- "tools_later": as "same", the program taking id 4 (gpushim's) halfway (3.12+): it prints who
+  holds ids 3 and 4 then;
+- "tools_later_both": as "same", the program taking id 4, then id 3, a third of the calls apart
+  (3.12+): it prints who holds both at the end.
 The weights are allocated before the loop. Each call of train_step leaks 64 KiB and allocates and
 frees a 4 KiB scratch buffer, so the suspect's bytes per iteration is 64 KiB exactly when every
 call counts once."""
@@ -124,6 +128,18 @@ def main():
         for tool in (3, 4):
             sys.monitoring.use_tool_id(tool, "the program's own")
         loop(calls, "same")
+        print("tools", [sys.monitoring.get_tool(t) for t in (3, 4)])
+    elif kind == "tools_later":
+        loop(calls // 2, "same")
+        sys.monitoring.use_tool_id(4, "the program's own")
+        print("tools", [sys.monitoring.get_tool(t) for t in (3, 4)])
+        loop(calls - calls // 2, "same")
+    elif kind == "tools_later_both":
+        loop(calls // 3, "same")
+        sys.monitoring.use_tool_id(4, "the program's own")
+        loop(calls // 3, "same")
+        sys.monitoring.use_tool_id(3, "the program's own")
+        loop(calls - 2 * (calls // 3), "same")
         print("tools", [sys.monitoring.get_tool(t) for t in (3, 4)])
     elif kind == "thread":
         worker = threading.Thread(target=loop, args=(calls, "same"))

@@ -359,7 +359,7 @@ void* PythonCallCounter::use_tool_id_wrapper(void* original, void* const* args, 
       if (moved < 0) c->turn_off("the program took sys.monitoring tool id " + std::to_string(held) + ", and no other was free");
     }
   }
-  return c->api_.vectorcall(original, args, static_cast<size_t>(nargs), nullptr);
+  return g_api.vectorcall(original, args, static_cast<size_t>(nargs), nullptr);
 }
 
 bool PythonCallCounter::setup_monitoring() {

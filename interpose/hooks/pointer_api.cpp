@@ -74,6 +74,33 @@ void describe_unallocated(CUpointer_attribute attribute, void* data) {
   }
 }
 
+// The bytes cuPointerGetAttribute writes for `attribute`; 0 for attributes newer than this code.
+size_t attribute_bytes(CUpointer_attribute attribute) {
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: return sizeof(CUcontext);
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: return sizeof(void*);
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS: return sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS);
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: return sizeof(CUmemoryPool);
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: return sizeof(size_t);
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: return sizeof(int);
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: return sizeof(unsigned int);
+    default: return 0;
+  }
+}
+
 Shim* querying(const gpushim::CallScope& scope) { return scope.nested_in_runtime_hook() ? nullptr : Shim::get(); }
 
 }  // namespace
@@ -96,16 +123,22 @@ GPUSHIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psiz
 
 GPUSHIM_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   gpushim::CallScope scope(gpushim::HookApi::kDriver, __builtin_return_address(0));
-  const CUresult r = call(real_driver().cuPointerGetAttribute, data, attribute, ptr);
   Shim* s = querying(scope);
-  if (r != CUDA_SUCCESS || !s || data == nullptr) return r;
+  // CUDA answers into a buffer of ours first: of a freed pooled block it describes the segment,
+  // and the caller's output must stay as CUDA leaves it for an address no allocation holds.
+  const size_t bytes = attribute_bytes(attribute);
+  alignas(16) unsigned char answer[32] = {};
+  static_assert(sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS) <= sizeof(answer), "the largest attribute fits");
+  void* into = s != nullptr && data != nullptr && bytes != 0 ? answer : data;
+  const CUresult r = call(real_driver().cuPointerGetAttribute, into, attribute, ptr);
+  if (r != CUDA_SUCCESS || into == data) return r;
   Shim::BlockView v;
   switch (s->pooled_address(static_cast<uintptr_t>(ptr), &v)) {
-    case Pooled::kNotPooled: return r;
+    case Pooled::kNotPooled: break;
     case Pooled::kNotAllocated: return CUDA_ERROR_INVALID_VALUE;  // what CUDA says of a freed pointer
-    case Pooled::kLiveBlock: break;
+    case Pooled::kLiveBlock: describe_block(attribute, answer, v); break;
   }
-  describe_block(attribute, data, v);
+  std::memcpy(data, answer, bytes);
   return r;
 }
 

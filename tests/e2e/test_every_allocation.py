@@ -250,6 +250,8 @@ class PointerQueries(ShimTestCase):
                 # Freed memory belongs to no allocation, even when a pool keeps its segment.
                 self.assertEqual(out["freed_range_result"], CUDA_ERROR_NOT_FOUND)
                 self.assertEqual(out["freed_attr_result"], CUDA_ERROR_INVALID_VALUE)
+                # It wrote the segment's start there all the same (an adversarial helper's find).
+                self.assertTrue(out["freed_attr_output_untouched"], out)
                 self.assertEqual(out["freed_memory_type"], 0)
         # Legacy IPC on the second block cannot be exact under the pool, and the attribute says so.
         self.assertEqual(outs["passthrough"]["ipc_capable_b"], 1)

@@ -72,7 +72,9 @@ int main() {
   // Freed: no allocation holds these bytes any more, whatever CUDA's segment around them.
   CHECK(cudaFree(b));
   field("freed_range_result", D.MemGetAddressRange(&base, &size, db));
-  field("freed_attr_result", D.PointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, db));
+  CUdeviceptr untouched = 0x5eed;  // CUDA refuses the query and leaves the output alone
+  field("freed_attr_result", D.PointerGetAttribute(&untouched, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, db));
+  field("freed_attr_output_untouched", untouched == 0x5eed);
   unsigned int freed_type = 99;
   CUpointer_attribute type_attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
   void* freed_data[] = {&freed_type};

@@ -99,12 +99,12 @@ void interpreter_shutdown_begins() {
   if (Shim* s = Shim::existing()) s->on_interpreter_shutdown();
 }
 
-// os._exit(status) (status >= 0), or CPython's death by SIGINT after a KeyboardInterrupt (-1): no
+// os._exit(status), or CPython's death by SIGINT after a KeyboardInterrupt (kNoExitStatus): no
 // exit() will follow. Returns the status os._exit is to exit with.
 int python_ends_without_exit(int status) {
   Shim* s = Shim::existing();
   if (s == nullptr) return status;
-  if (status < 0) {
+  if (status == kNoExitStatus) {
     s->on_termination_signal();
     return status;
   }

@@ -52,7 +52,7 @@ bool find(T* out, const char* name) {
 }
 
 void ends_now_once() {
-  if (!g_ended.exchange(true)) g_ends_now(-1);
+  if (!g_ended.exchange(true)) g_ends_now(kNoExitStatus);
 }
 
 // os._exit's status: the status to exit with.
@@ -79,26 +79,24 @@ MethodDef g_wrapper_def{"_shutdown", &shutdown_wrapper, kMethNoArgs,
 
 // Stands in for os._exit (and posix._exit, the same function): `self` is the posix module, as the
 // original's, so that pickling, __module__, __qualname__ and the signature read as before; it takes
-// the original's arguments, keywords included. The run ends first; GPUSHIM_EXIT_CODE may then
-// replace a status of 0. Bad arguments end the run too: the original then raises as before, and
-// the program most likely ends anyway.
+// the original's arguments, keywords included. Arguments the original would refuse reach it as
+// they are, and the run goes on (the program may catch the TypeError). Otherwise the run ends,
+// GPUSHIM_EXIT_CODE may replace a status of 0, and the original gets the status as an int (an
+// __index__ of the program's runs once, here).
 PyObj* exit_wrapper(PyObj*, PyObj* args, PyObj* kwargs) {
   static const char* const kKeywords[] = {"status", nullptr};
   int status = 0;
   if (g_api.parse_args(args, kwargs, "i:_exit", kKeywords, &status) == 0) {
     g_api.err_clear();
-    ends_now_once();
     return g_api.call_kw(g_original_exit, args, kwargs);
   }
-  const int chosen = ends_now_with(status);
-  if (chosen == status) return g_api.call_kw(g_original_exit, args, kwargs);
-  PyObj* replaced = g_api.build_value("(i)", chosen);
-  if (replaced == nullptr) {
+  PyObj* with_status = g_api.build_value("(i)", ends_now_with(status));
+  if (with_status == nullptr) {
     g_api.err_clear();
     return g_api.call_kw(g_original_exit, args, kwargs);
   }
-  PyObj* result = g_api.call_kw(g_original_exit, replaced, nullptr);
-  g_api.dec_ref(replaced);
+  PyObj* result = g_api.call_kw(g_original_exit, with_status, nullptr);
+  g_api.dec_ref(with_status);
   return result;
 }
 

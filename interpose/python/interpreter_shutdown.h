@@ -8,7 +8,12 @@
 // and no atexit callback or module teardown has run yet. Found with dlsym, never linked.
 #pragma once
 
+#include <climits>
+
 namespace gpushim {
+
+// What `ends_now` gets when no status is given (any int is a status os._exit may be given).
+constexpr int kNoExitStatus = INT_MIN;
 
 // Two ways a Python program ends without the C library's exit(), where the exit report is
 // written, are heard of too: `ends_now` runs (at most once) just before
@@ -19,9 +24,9 @@ namespace gpushim {
 //     by sys.last_type being KeyboardInterrupt when finalization begins (CPython sets its
 //     "unhandled KeyboardInterrupt" flag and prints the exception in that very case); `ends_now`
 //     then runs at the end of finalization (Py_AtExit), after module teardown, GIL released.
-// Neither may call into Python. `ends_now` gets os._exit's status (-1 for the SIGINT death) and
-// returns the status to exit with (GPUSHIM_EXIT_CODE's, where its verdict failed a run that
-// would exit 0).
+// Neither may call into Python. `ends_now` gets os._exit's status (kNoExitStatus for the SIGINT
+// death) and returns the status to exit with (GPUSHIM_EXIT_CODE's, where its verdict failed a run
+// that would exit 0).
 //
 // Arms the hook once per process when a CPython interpreter is running here: schedules (with
 // Py_AddPendingCall, which needs neither the GIL nor a thread state) a call that the main thread

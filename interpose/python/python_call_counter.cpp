@@ -37,6 +37,10 @@ struct PythonCallCounter::Api {
   PyObj* none;
   int (*set_attr)(PyObj*, const char*, PyObj*);                      // PyObject_SetAttrString
   PyObj* (*vectorcall)(PyObj*, void* const*, size_t, PyObj*);          // PyObject_Vectorcall (3.12+)
+  PyObj* (*unicode)(const char*);                                      // PyUnicode_FromString
+  int (*is_instance)(PyObj*, PyObj*);                                  // PyObject_IsInstance
+  PyObj* long_type;                                                    // &PyLong_Type
+  PyObj* unicode_type;                                                 // &PyUnicode_Type
 };
 
 namespace {
@@ -65,9 +69,10 @@ bool find(T* out, const char* name) {
 
 MethodDef g_callback_def{"gpushim_py_start", nullptr, kMethFastcall,
                          "gpushim: counts the calls of GPUSHIM_ITERATION_SITE (sys.monitoring PY_START)"};
-MethodDef g_use_tool_id_def{"use_tool_id", nullptr, kMethFastcall,
-                            "use_tool_id($module, tool_id, name, /)\n--\n\nsys.monitoring.use_tool_id; gpushim "
-                            "first yields the id if it holds it (GPUSHIM_ITERATION_SITE)"};
+constexpr int kMethKeywords = 0x0002;
+// The original's signature, and like the original no doc.
+MethodDef g_use_tool_id_def{"use_tool_id", nullptr, kMethFastcall | kMethKeywords,
+                            "use_tool_id($module, tool_id, name, /)\n--\n\n"};
 
 }  // namespace
 
@@ -83,7 +88,9 @@ PythonCallCounter* PythonCallCounter::create(const PythonRuntime& rt, std::strin
         !find(&a.call_method, "PyObject_CallMethod") || !find(&a.as_long, "PyLong_AsLong") ||
         !find(&a.new_cfunction, "PyCFunction_NewEx") || !find(&a.inc_ref, "Py_IncRef") ||
         !find(&a.dec_ref, "Py_DecRef") || !find(&a.err_clear, "PyErr_Clear") || !find(&a.none, "_Py_NoneStruct") ||
-        !find(&a.set_attr, "PyObject_SetAttrString") || !find(&a.vectorcall, "PyObject_Vectorcall"))
+        !find(&a.set_attr, "PyObject_SetAttrString") || !find(&a.vectorcall, "PyObject_Vectorcall") ||
+        !find(&a.unicode, "PyUnicode_FromString") || !find(&a.is_instance, "PyObject_IsInstance") ||
+        !find(&a.long_type, "PyLong_Type") || !find(&a.unicode_type, "PyUnicode_Type"))
       return nullptr;
     find(&a.add_pending_call_any_thread, "_PyEval_AddPendingCall");
   } else if (!find(&a.get_eval, "_PyInterpreterState_GetEvalFrameFunc") ||
@@ -344,12 +351,14 @@ void PythonCallCounter::release_tool(PyObj* mon, int tool) {
 }
 
 // sys.monitoring.use_tool_id as the program calls it: the program's tools come before this counter.
-// Asked for the id held here, the counter moves to another free one (or, with none, stops) first.
-void* PythonCallCounter::use_tool_id_wrapper(void* original, void* const* args, intptr_t nargs) {
+// A call that will take the id held here (an int and a str, nothing else) moves the counter to
+// another free id (or, with none, stops it) first; every call then goes to the original as made.
+void* PythonCallCounter::use_tool_id_wrapper(void*, void* const* args, intptr_t nargs, void* kwnames) {
   PythonCallCounter* c = g_counter.load(std::memory_order_relaxed);
-  if (c != nullptr && nargs >= 1 && c->tool_ >= 0) {
-    const long id = c->api_.as_long(args[0]);
-    if (id == -1) c->api_.err_clear();  // not an int: the original says so
+  if (c != nullptr && c->tool_ >= 0 && kwnames == nullptr && nargs == 2 &&
+      g_api.is_instance(args[0], g_api.long_type) == 1 && g_api.is_instance(args[1], g_api.unicode_type) == 1) {
+    const long id = g_api.as_long(args[0]);  // an int: no __index__ of the program's runs
+    if (id == -1) g_api.err_clear();
     if (id == c->tool_) {
       PyObj* mon = c->monitoring_;
       const int held = c->tool_;
@@ -359,7 +368,8 @@ void* PythonCallCounter::use_tool_id_wrapper(void* original, void* const* args, 
       if (moved < 0) c->turn_off("the program took sys.monitoring tool id " + std::to_string(held) + ", and no other was free");
     }
   }
-  return g_api.vectorcall(original, args, static_cast<size_t>(nargs), nullptr);
+  g_api.err_clear();
+  return g_api.vectorcall(c != nullptr ? c->use_tool_id_ : nullptr, args, static_cast<size_t>(nargs), kwnames);
 }
 
 bool PythonCallCounter::setup_monitoring() {
@@ -375,12 +385,16 @@ bool PythonCallCounter::setup_monitoring() {
   }
   monitoring_ = mon;  // kept: set_local_events for each further code object of the site
   // The program's own tools come first (use_tool_id_wrapper). Kept for the process's life.
+  // Its self is sys.monitoring and its module "sys.monitoring", as the original's: name, repr and
+  // messages read the same.
   use_tool_id_ = api_.get_attr(mon, "use_tool_id");
-  if (use_tool_id_ != nullptr) {
+  PyObj* module_name = use_tool_id_ ? api_.unicode("sys.monitoring") : nullptr;
+  if (module_name != nullptr) {
     g_use_tool_id_def.meth = reinterpret_cast<void*>(&use_tool_id_wrapper);
-    PyObj* wrapper = api_.new_cfunction(&g_use_tool_id_def, use_tool_id_, nullptr);
+    PyObj* wrapper = api_.new_cfunction(&g_use_tool_id_def, mon, module_name);
     if (wrapper == nullptr || api_.set_attr(mon, "use_tool_id", wrapper) != 0) api_.err_clear();
     if (wrapper) api_.dec_ref(wrapper);
+    api_.dec_ref(module_name);
   }
   api_.err_clear();
   return true;

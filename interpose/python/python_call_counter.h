@@ -66,7 +66,7 @@ class PythonCallCounter {
   bool setup_monitoring();  // under the GIL
   int take_tool(void* monitoring, int except);
   void release_tool(void* monitoring, int tool);
-  static void* use_tool_id_wrapper(void* original, void* const* args, intptr_t nargs);
+  static void* use_tool_id_wrapper(void* module, void* const* args, intptr_t nargs, void* kwnames);
   // 3.12+: whether a frame running `code` has not gone past its RESUME instruction.
   bool at_start(uintptr_t frame, uintptr_t code) const;
   void turn_off(const std::string& why);

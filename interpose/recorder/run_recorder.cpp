@@ -386,7 +386,8 @@ void RunRecorder::write_exit_report() {
 }
 
 int RunRecorder::exit_status(int status) const {
-  if (status != 0 || config_.exit_code == 0 || !verdict_failed_.load(std::memory_order_relaxed)) return status;
+  // What the parent sees is the low byte: exit(256) is a success too.
+  if ((status & 0xff) != 0 || config_.exit_code == 0 || !verdict_failed_.load(std::memory_order_relaxed)) return status;
   return config_.exit_code;
 }
 

@@ -144,7 +144,8 @@ class PythonEnds(ShimTestCase):
                         "pickle.loads(pickle.dumps(os._exit)) is os._exit, 'gpushim' in (os._exit.__doc__ or ''), "
                         "flush=True); "
                         "os._exit(status=int(sys.argv[1]))") % HERE
-                for status, exit_code, expected in (("3", None, 3), ("0", "9", 9), ("4", "9", 4)):
+                # 256 exits 0 too: what the parent sees is the low byte (it was not replaced).
+                for status, exit_code, expected in (("3", None, 3), ("0", "9", 9), ("4", "9", 4), ("256", "9", 9)):
                     wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
                     env = {"GPUSHIM_REPORT": "r.json"}
                     if exit_code:
@@ -156,6 +157,24 @@ class PythonEnds(ShimTestCase):
                     self.assertEqual(proc.stdout, "True posix (status) True True\n", proc.stderr)
                     with open(os.path.join(wd, "r.json")) as f:
                         self.assertEqual(json.load(f)["devices"][0]["live_bytes"], 1 * MiB)
+
+
+    def test_a_bad_os_exit_the_program_catches_does_not_end_the_run(self):
+        # os._exit(None) raises TypeError; a program that catches it goes on. The report was
+        # written at the failed call and never again (1 MiB live of 5).
+        code = ("import ctypes, os, sys, time; sys.path.insert(0, %r); "
+                "from cuda_ctypes import cuda, check; p = ctypes.c_void_p(); "
+                "check(cuda.cudaMalloc(ctypes.byref(p), 1 << 20)); time.sleep(0.05)\n"
+                "try:\n    os._exit(None)\nexcept TypeError as e:\n    print(type(e).__name__, flush=True)\n"
+                "q = ctypes.c_void_p(); check(cuda.cudaMalloc(ctypes.byref(q), 4 << 20))\n") % HERE
+        py = interpreters()[0][0]
+        wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
+        proc = subprocess.run([py, "-c", code], env=base_env({"GPUSHIM_REPORT": "r.json"}), cwd=wd, capture_output=True,
+                              text=True, timeout=120)
+        check_sanitizer_clean(proc.stderr)
+        self.assertEqual((proc.returncode, proc.stdout), (0, "TypeError\n"), proc.stderr)
+        with open(os.path.join(wd, "r.json")) as f:
+            self.assertEqual(json.load(f)["devices"][0]["live_bytes"], 5 * MiB)
 
 
 class OtherEnds(ShimTestCase):

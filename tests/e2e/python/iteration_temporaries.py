@@ -131,6 +131,13 @@ def main():
         print("tools", [sys.monitoring.get_tool(t) for t in (3, 4)])
     elif kind == "tools_later":
         loop(calls // 2, "same")
+        # A call CPython refuses changes nothing, and the wrapper reads as the original.
+        try:
+            sys.monitoring.use_tool_id(4, 5)
+        except ValueError as e:
+            print("refused:", e)
+        print(sys.monitoring.use_tool_id.__module__, sys.monitoring.use_tool_id.__qualname__,
+              sys.monitoring.use_tool_id.__doc__)
         sys.monitoring.use_tool_id(4, "the program's own")
         print("tools", [sys.monitoring.get_tool(t) for t in (3, 4)])
         loop(calls - calls // 2, "same")

@@ -274,7 +274,11 @@ class SnapshotsWhileThreadsAllocate(ShimTestCase):
             deadline = time.monotonic() + 60
             while not catches(proc.pid, signal.SIGUSR2) and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.01)
-            for n in range(1, 4):
+            # Until three snapshots held allocations (a slow run, under TSan, may not have made
+            # any yet at the first): each one's tables must agree.
+            for n in range(1, 11):
+                if taken == 3:
+                    break
                 path = os.path.join(workdir, f"r.snapshot.{n}.json")
                 deadline = time.monotonic() + 60
                 os.kill(proc.pid, signal.SIGUSR2)
@@ -289,14 +293,15 @@ class SnapshotsWhileThreadsAllocate(ShimTestCase):
                 time.sleep(0.2)  # the file is renamed into place whole
                 with open(path) as f:
                     rep = json.load(f)
-                dev = next(d for d in rep["devices"] if d["device"] == 0)
+                dev = next((d for d in rep["devices"] if d["device"] == 0), None)
+                if dev is None:  # before the device's first allocation
+                    continue
                 rows = [m for m in rep["modules"] if m["kind"] == "device" and m["device"] == 0]
                 for field in ("live_bytes", "live_count", "total_allocs", "total_frees"):
                     self.assertEqual(sum(m[field] for m in rows), dev[field], f"snapshot {n}: {field}")
                 on_device = [s for s in rep["sites"] if s["device"] == 0 and s["kind"] == "device"]
                 self.assertEqual(sum(s["live_bytes"] for s in on_device), dev["live_bytes"], f"snapshot {n}")
-                self.assertGreater(dev["total_allocs"], 0)
-                taken += 1
+                taken += dev["total_allocs"] > 0
         finally:
             proc.kill()
             _, err = proc.communicate(timeout=60)

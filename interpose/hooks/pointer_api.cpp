@@ -47,33 +47,6 @@ void describe_block(CUpointer_attribute attribute, void* data, const Shim::Block
   }
 }
 
-// What cuPointerGetAttributes reports for memory that is not a CUDA allocation: the program no
-// longer (or never) owned this address, whatever the segment around it is to CUDA.
-void describe_unallocated(CUpointer_attribute attribute, void* data) {
-  switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: put(data, CUcontext{nullptr}); break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: put(data, -2); break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: put(data, CUdeviceptr{0}); break;
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: put(data, static_cast<void*>(nullptr)); break;
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: put(data, CUmemoryPool{nullptr}); break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: put(data, 0ULL); break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: put(data, size_t{0}); break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-    case CU_POINTER_ATTRIBUTE_MAPPED:
-    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
-    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: put(data, 0u); break;
-    default: break;  // P2P tokens, and attributes newer than this code: left as CUDA wrote them
-  }
-}
-
 // The bytes cuPointerGetAttribute writes for `attribute`; 0 for attributes newer than this code.
 size_t attribute_bytes(CUpointer_attribute attribute) {
   switch (attribute) {
@@ -99,6 +72,15 @@ size_t attribute_bytes(CUpointer_attribute attribute) {
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: return sizeof(unsigned int);
     default: return 0;
   }
+}
+
+// What cuPointerGetAttributes reports for memory that is not a CUDA allocation: the program no
+// longer (or never) owned this address, whatever the segment around it is to CUDA. Every figure is
+// zero (no context, pointer, pool, size or flag) but the device ordinal, -2 as for host memory;
+// P2P tokens, and attributes newer than this code, are left as CUDA wrote them.
+void describe_unallocated(CUpointer_attribute attribute, void* data) {
+  if (attribute == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) put(data, -2);
+  else if (attribute != CU_POINTER_ATTRIBUTE_P2P_TOKENS) std::memset(data, 0, attribute_bytes(attribute));
 }
 
 Shim* querying(const gpushim::CallScope& scope) { return scope.nested_in_runtime_hook() ? nullptr : Shim::get(); }

@@ -61,12 +61,11 @@ CUresult CUDAAPI cuMemHostUnregister(void* p) {
   const auto base = reinterpret_cast<std::uintptr_t>(p);
   auto it = s.regions.find(base);
   if (it == s.regions.end() || !it->second.host_registered) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-  // Copies queued on the range may still read or write it: unregistering waits for the device,
+  // Copies queued on the range may still read or write it: unregistering waits for the devices,
   // like freeing pinned memory.
   const std::uint64_t buffer_id = it->second.buffer_id;
-  const int device = it->second.device;
   ++s.device_syncs;
-  SyncDevice(s, lk, device);
+  SyncAllDevices(s, lk);  // registered memory is every device's to copy from, as pinned memory is
   it = s.regions.find(base);
   if (it != s.regions.end() && it->second.buffer_id == buffer_id) s.regions.erase(it);
   return CUDA_SUCCESS;

@@ -263,9 +263,10 @@ CUresult CUDAAPI cuMemFreeHost(void* p) {
   }
   const std::uint64_t buffer_id = it->second.buffer_id;
   it->second.free_pending = true;
-  // Like cuMemFree, freeing pinned memory waits for the device: copies may still read it.
+  // Like cuMemFree, freeing pinned memory waits for the device; and since pinned memory is every
+  // device's to copy from (portable), for every device: copies on any of them may still read it.
   ++s.device_syncs;
-  SyncDevice(s, lk, it->second.device);
+  SyncAllDevices(s, lk);
   it = s.regions.find(base);
   if (it != s.regions.end() && it->second.buffer_id == buffer_id) ReleaseRegion(s, base);
   return CUDA_SUCCESS;

@@ -254,26 +254,40 @@ void SyncContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx) {
   WaitForStreams(s, lk, [&] { return DepsSatisfied(targets); });
 }
 
-void SyncDevice(State& s, std::unique_lock<std::mutex>& lk, int device) {
-  if (device < 0 || device >= static_cast<int>(s.devices.size())) return;
-  SyncContext(s, lk, &s.devices[static_cast<std::size_t>(device)]->primary);
+namespace {
+
+// Every live context on `device` (every device when it is negative): its primary context and the
+// ones the program created. A device's work is all of them: cuMemFree waits for the streams of a
+// cuCtxCreate context as for the primary one's.
+std::vector<Context*> ContextsOf(State& s, int device) {
+  std::vector<Context*> out;
+  for (const auto& dev : s.devices)
+    if (device < 0 || dev->ordinal == device) out.push_back(&dev->primary);
+  for (Context* ctx : CreatedContexts())
+    if (device < 0 || ctx->device == device) out.push_back(ctx);
+  return out;
 }
 
-void SyncAllDevices(State& s, std::unique_lock<std::mutex>& lk) {
+void SyncContexts(State& s, std::unique_lock<std::mutex>& lk, int device) {
   std::vector<Dep> targets;
-  for (const auto& dev : s.devices) {
-    for (const auto& st : dev->primary.streams) {
+  for (Context* ctx : ContextsOf(s, device))
+    for (const auto& st : ctx->streams)
       if (!st->idle()) targets.push_back({st, st->submitted});
-    }
-  }
   WaitForStreams(s, lk, [&] { return DepsSatisfied(targets); });
 }
 
+}  // namespace
+
+void SyncDevice(State& s, std::unique_lock<std::mutex>& lk, int device) {
+  if (device < 0 || device >= static_cast<int>(s.devices.size())) return;
+  SyncContexts(s, lk, device);
+}
+
+void SyncAllDevices(State& s, std::unique_lock<std::mutex>& lk) { SyncContexts(s, lk, -1); }
+
 void RequireNoQueuedAccess(State& s, std::uintptr_t base, std::size_t size, const char* call) {
-  std::vector<Context*> contexts = CreatedContexts();
-  for (const auto& dev : s.devices) contexts.push_back(&dev->primary);
   // A context's list holds its destroyed streams too until they drain: their work still runs.
-  for (Context* ctx : contexts) {
+  for (Context* ctx : ContextsOf(s, -1)) {
     for (const auto& st : ctx->streams) {
       for (const Op& op : st->queue) {
         for (const Touch& t : op.touches) {

@@ -436,6 +436,42 @@ TEST_F(CreatedContexts, DestroyLeavesStreamOrderedMemoryToItsPool) {
   ASSERT_CU(cuCtxSynchronize());
 }
 
+// cuMemFree and cuMemFreeHost wait for the device's work, and a created context's streams are the
+// device's too: the free waited for the primary context only, and a fill still queued on the created
+// context's stream wrote into the next owner of the address (a pinned buffer freed so crashed).
+TEST_F(CreatedContexts, FreesWaitForTheCreatedContextsStreams) {
+  CUcontext ctx = nullptr;
+  ASSERT_CU(cuCtxCreate(&ctx, nullptr, 0, 0));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  constexpr size_t kBytes = 1 << 20;
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuMemAlloc(&p, kBytes));
+  ASSERT_CU(fakecuLaunchDelayedFill(p, 0x33, kBytes, 100000, s));
+  ASSERT_CU(cuMemFree(p));
+  EXPECT_EQ(cuStreamQuery(s), CUDA_SUCCESS);  // the fill ran before the free returned
+  CUdeviceptr q = 0;
+  ASSERT_CU(cuMemAlloc(&q, kBytes));
+  ASSERT_CU(cuMemsetD8(q, 0x44, kBytes));
+  ASSERT_CU(cuStreamSynchronize(s));
+  unsigned char b = 0;
+  ASSERT_CU(cuMemcpyDtoH(&b, q, 1));
+  EXPECT_EQ(b, 0x44);
+  ASSERT_CU(cuMemFree(q));
+
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemAllocHost(&pinned, kBytes));
+  CUdeviceptr src = 0;
+  ASSERT_CU(cuMemAlloc(&src, kBytes));
+  ASSERT_CU(fakecuLaunchDelayedFill(src, 0x55, kBytes, 100000, s));
+  ASSERT_CU(cuMemcpyDtoHAsync(pinned, src, kBytes, s));  // behind the fill
+  ASSERT_CU(cuMemFreeHost(pinned));
+  EXPECT_EQ(cuStreamQuery(s), CUDA_SUCCESS);
+  ASSERT_CU(cuMemFree(src));
+  ASSERT_CU(cuStreamDestroy(s));
+  ASSERT_CU(cuCtxDestroy(ctx));
+}
+
 // "CUDA Runtime API calls operate on the CUDA Driver API CUcontext which is current to the calling
 // host thread": the simulated runtime bound the primary context over it at a thread's first call.
 TEST_F(CreatedContexts, TheRuntimeUsesTheContextCurrentToTheThread) {

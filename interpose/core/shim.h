@@ -279,6 +279,9 @@ class Shim {
   // Legacy IPC on `ptr`: true if CUDA's handle would give an importer exactly the caller's
   // bytes; otherwise logs why not (naming `api`, the policy and what works instead) and is false.
   bool ipc_export_allowed(uintptr_t ptr, const char* api);
+  // cuMemRetainAllocationHandle on `ptr`: false (with a line) for an address inside a pool, whose
+  // physical allocation holds other blocks too: a peer that maps the handle would see their bytes.
+  bool retain_allowed(uintptr_t ptr);
   // Called when the outermost hook of a thread returns: samples the driver's usage when due.
   // Inline, as every hook pays it: two relaxed loads when no sample is.
   void after_hook() {

@@ -197,6 +197,20 @@ bool Shim::ipc_export_allowed(uintptr_t ptr, const char* api) {
   return true;
 }
 
+bool Shim::retain_allowed(uintptr_t ptr) {
+  BlockView v;
+  if (pooled_address(ptr, &v) == PooledAddress::kNotPooled) return true;
+  // NCCL's user-buffer registration takes this path for memory that is not legacy-IPC capable,
+  // and maps the handle whole at offset 0 in the peer: the physical allocation (a pool chunk or
+  // segment) starts with whatever block comes first, not with the caller's. CUDA answers the same
+  // for memory that cuMemCreate did not make, which the program asked for as far as it knows.
+  log_line("cuMemRetainAllocationHandle(%p) refused: under GPUSHIM_POLICY=%s the address is inside memory the "
+           "pool shares among allocations, so the handle would not be the caller's alone; set "
+           "GPUSHIM_POLICY=passthrough to share it; returned an invalid-value error",
+           reinterpret_cast<const void*>(ptr), policy_name(config_.policy));
+  return false;
+}
+
 // ---- the driver's view of device usage ----
 
 void Shim::sample_if_due() {

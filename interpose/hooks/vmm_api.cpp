@@ -57,8 +57,9 @@ GPUSHIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 
 GPUSHIM_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
   GPUSHIM_SCOPE;
-  const CUresult r = call(real_driver().cuMemRetainAllocationHandle, handle, addr);
   Shim* s = accounting(scope);
+  if (s && !s->retain_allowed(reinterpret_cast<uintptr_t>(addr))) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult r = call(real_driver().cuMemRetainAllocationHandle, handle, addr);
   // Each retain is paired with a cuMemRelease: the memory lives until the last one.
   if (r == CUDA_SUCCESS && s && handle) s->vmm_retained(static_cast<uint64_t>(*handle));
   return r;

@@ -253,6 +253,14 @@ class PointerQueries(ShimTestCase):
                 # It wrote the segment's start there all the same (an adversarial helper's find).
                 self.assertTrue(out["freed_attr_output_untouched"], out)
                 self.assertEqual(out["freed_memory_type"], 0)
+                # No handle for memory cuMemCreate did not make; under vmm the pool's chunk handle
+                # was returned, and a peer mapping it read another block's bytes (a helper's find).
+                self.assertEqual(out["retain_a_result"], CUDA_ERROR_INVALID_VALUE)
+                self.assertEqual(out["retain_b_result"], CUDA_ERROR_INVALID_VALUE)
+                retains = [l for l in r.shim_lines() if "cuMemRetainAllocationHandle" in l]
+                self.assertEqual(len(retains), 0 if policy == "passthrough" else 2, r.stderr)
+                for line in retains:
+                    self.assertIn(f"GPUSHIM_POLICY={policy}", line)
         # Legacy IPC on the second block cannot be exact under the pool, and the attribute says so.
         self.assertEqual(outs["passthrough"]["ipc_capable_b"], 1)
         self.assertEqual(outs["caching"]["ipc_capable_b"], 0)

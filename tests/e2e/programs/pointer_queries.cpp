@@ -69,6 +69,12 @@ int main() {
   field("runtime_device", rt.device);
   field("runtime_device_pointer_offset", static_cast<char*>(rt.devicePointer) - (b + 16));
 
+  // cudaMalloc's memory has no allocation handle to retain (CUDA: invalid value); a pool's chunk
+  // handle would hand a peer that maps it the bytes of whichever block starts the chunk.
+  CUmemGenericAllocationHandle retained = 0;
+  field("retain_a_result", D.MemRetainAllocationHandle(&retained, a));
+  field("retain_b_result", D.MemRetainAllocationHandle(&retained, b));
+
   // Freed: no allocation holds these bytes any more, whatever CUDA's segment around them.
   CHECK(cudaFree(b));
   field("freed_range_result", D.MemGetAddressRange(&base, &size, db));

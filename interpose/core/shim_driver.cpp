@@ -367,12 +367,22 @@ std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool
       if (v != 0) return CUDA_ERROR_INVALID_VALUE;
       d->ledger.reset_used_high();
       return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: {
+      // CUDA's default pool still serves what the shim forwards to it (the driver API's
+      // stream-ordered calls, allocations from the default pool named explicitly): the threshold
+      // is the program's for that memory too, or CUDA's pool would give all of it back at every
+      // synchronization, the refill cost the program set the threshold to avoid.
+      const RealDriver& drv = real_driver();
+      if (drv.cuMemPoolSetAttribute != nullptr) {
+        const RealCallScope in_cuda;
+        if (const CUresult r = drv.cuMemPoolSetAttribute(pool, attr, value); r != CUDA_SUCCESS) return r;
+      }
       release_thresholds_[d->ordinal].store(v, std::memory_order_relaxed);
       // CUDA gives back what exceeds the threshold at the next synchronization, which no hook of
       // ours sees: lowering it gives the memory back now instead.
       if (d->ledger.budget().held() > v) d->pool->trim_to(v);
       return CUDA_SUCCESS;
+    }
     default:
       return CUDA_ERROR_INVALID_VALUE;  // the current figures are read-only
   }
@@ -383,6 +393,12 @@ std::optional<CUresult> Shim::mempool_trim_to(CUmemoryPool pool, size_t keep, bo
   if (d == nullptr) return std::nullopt;
   if (capture_forbids_unsafe_call(d->ordinal)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // as the query above
   d->pool->trim_to(keep);
+  // And CUDA's default pool, for what it holds of the forwarded calls (as the threshold above).
+  const RealDriver& drv = real_driver();
+  if (drv.cuMemPoolTrimTo != nullptr) {
+    const RealCallScope in_cuda;
+    if (drv.cuMemPoolTrimTo(pool, keep) == CUDA_SUCCESS) mempool_trimmed(pool);
+  }
   return CUDA_SUCCESS;
 }
 

@@ -461,6 +461,11 @@ class CudaPools(ShimTestCase):
                 # default pool's figure (ours) then did not show: 0.
                 self.assertTrue(out["default_current_again"])
                 self.assertEqual(out["default_pool_served"], 3 * MiB)
+                # A release threshold set on the default pool holds for CUDA's own part of it too
+                # (the driver API's stream-ordered calls), and so does a trim (a helper's find:
+                # under caching and vmm CUDA's pool gave all of it back at each synchronization).
+                self.assertGreaterEqual(out["driver_kept_by_cuda"], 16 * MiB)
+                self.assertEqual(out["driver_trimmed_by_cuda"], 0)
                 steps = out["steps"]
                 self.assertEqual(steps["a_freed"][0], 128 * MiB)  # the fake keeps what it was told to
                 for name, (cuda, shim) in steps.items():

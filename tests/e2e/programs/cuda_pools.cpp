@@ -119,12 +119,26 @@ int main() {
   CHECK(cudaMemPoolTrimTo(def, 0));
   step("default_trimmed", reserved_of(def));
 
+  // The driver API's stream-ordered calls reach CUDA's default pool past any pool of ours: the
+  // threshold the program set on the default pool must keep what it frees there too (it was kept
+  // by our pool alone, and CUDA's gave everything back at each synchronization).
+  const auto device_used = testsupport::driver_function<size_t (*)(int)>("fakecudaDeviceUsedBytes");
+  CHECK(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReleaseThreshold, &keep));
+  const size_t used_before_driver = device_used(0);
+  CHECK_CU(drv.MemAllocAsync(&q, 16 * kMiB, reinterpret_cast<CUstream>(s)));
+  CHECK_CU(drv.MemFreeAsync(q, reinterpret_cast<CUstream>(s)));
+  CHECK(cudaStreamSynchronize(s));
+  const size_t kept_by_cuda = device_used(0) - used_before_driver;
+  CHECK(cudaMemPoolTrimTo(def, 0));
+  const size_t trimmed_by_cuda = device_used(0) - used_before_driver;
+
   size_t free = 0, total = 0;
   CHECK(cudaMemGetInfo(&free, &total));  // the report's driver sample: after everything
   CHECK(cudaStreamDestroy(s));
   std::printf("{\"default_destroy\":\"%s\",\"default_current_again\":%s,\"default_pool_served\":%llu,"
-              "\"steps\":{%s}}\n",
+              "\"driver_kept_by_cuda\":%zu,\"driver_trimmed_by_cuda\":%zu,\"steps\":{%s}}\n",
               cudaGetErrorName(refused), current == def ? "true" : "false",
-              static_cast<unsigned long long>(used_after - used_before), g_steps.c_str());
+              static_cast<unsigned long long>(used_after - used_before), kept_by_cuda, trimmed_by_cuda,
+              g_steps.c_str());
   return 0;
 }

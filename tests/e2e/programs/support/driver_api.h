@@ -71,6 +71,7 @@ struct Driver {
   TESTSUPPORT_DRIVER(MemFree, cuMemFree_v2)
   TESTSUPPORT_DRIVER(MemAllocHost, cuMemAllocHost_v2)
   TESTSUPPORT_DRIVER(MemFreeHost, cuMemFreeHost)
+  TESTSUPPORT_DRIVER(MemAllocAsync, cuMemAllocAsync)
   TESTSUPPORT_DRIVER(MemFreeAsync, cuMemFreeAsync)
   TESTSUPPORT_DRIVER(MemGetInfo, cuMemGetInfo_v2)
   TESTSUPPORT_DRIVER(MemGetAddressRange, cuMemGetAddressRange_v2)

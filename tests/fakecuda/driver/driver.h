@@ -513,6 +513,9 @@ void WaitForStream(State& s, std::unique_lock<std::mutex>& lk, std::shared_ptr<S
 void SyncContext(State& s, std::unique_lock<std::mutex>& lk, Context* ctx);
 void SyncDevice(State& s, std::unique_lock<std::mutex>& lk, int device);
 void SyncAllDevices(State& s, std::unique_lock<std::mutex>& lk);
+// The primary contexts' work only (cuMemUnmap's model: whether a GPU's unmap waits at all, and for
+// which contexts, is not documented; the pools must not count on it for other contexts' streams).
+void SyncPrimaryContexts(State& s, std::unique_lock<std::mutex>& lk);
 // `call` is about to take [base, base + size) away from the device (cuMemUnmap). CUDA does not
 // promise to wait for work queued there (PyTorch synchronizes before unmapping for that reason):
 // work still queued on any stream of any context that accesses the range stops the process.

@@ -259,18 +259,19 @@ namespace {
 // Every live context on `device` (every device when it is negative): its primary context and the
 // ones the program created. A device's work is all of them: cuMemFree waits for the streams of a
 // cuCtxCreate context as for the primary one's.
-std::vector<Context*> ContextsOf(State& s, int device) {
+std::vector<Context*> ContextsOf(State& s, int device, bool created = true) {
   std::vector<Context*> out;
   for (const auto& dev : s.devices)
     if (device < 0 || dev->ordinal == device) out.push_back(&dev->primary);
-  for (Context* ctx : CreatedContexts())
-    if (device < 0 || ctx->device == device) out.push_back(ctx);
+  if (created)
+    for (Context* ctx : CreatedContexts())
+      if (device < 0 || ctx->device == device) out.push_back(ctx);
   return out;
 }
 
-void SyncContexts(State& s, std::unique_lock<std::mutex>& lk, int device) {
+void SyncContexts(State& s, std::unique_lock<std::mutex>& lk, int device, bool created = true) {
   std::vector<Dep> targets;
-  for (Context* ctx : ContextsOf(s, device))
+  for (Context* ctx : ContextsOf(s, device, created))
     for (const auto& st : ctx->streams)
       if (!st->idle()) targets.push_back({st, st->submitted});
   WaitForStreams(s, lk, [&] { return DepsSatisfied(targets); });
@@ -284,6 +285,8 @@ void SyncDevice(State& s, std::unique_lock<std::mutex>& lk, int device) {
 }
 
 void SyncAllDevices(State& s, std::unique_lock<std::mutex>& lk) { SyncContexts(s, lk, -1); }
+
+void SyncPrimaryContexts(State& s, std::unique_lock<std::mutex>& lk) { SyncContexts(s, lk, -1, /*created=*/false); }
 
 void RequireNoQueuedAccess(State& s, std::uintptr_t base, std::size_t size, const char* call) {
   // A context's list holds its destroyed streams too until they drain: their work still runs.

@@ -308,7 +308,7 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   // wait for it); the rest is modelled as a GPU costs it, a synchronization.
   RequireNoQueuedAccess(s, ptr, size, "cuMemUnmap");
   ++s.device_syncs;
-  SyncAllDevices(s, lk);
+  SyncPrimaryContexts(s, lk);
   mappings.clear();
   if (!WholeMappings(s, ptr, size, &mappings)) return CUDA_ERROR_INVALID_VALUE;  // raced with another unmap
   // Turn the range back into a plain reservation.

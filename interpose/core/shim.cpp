@@ -307,6 +307,14 @@ int Shim::pooled_device_of(void* ptr, uint64_t devices) {
   return -1;
 }
 
+int Shim::device_ordering(CUstream stream, bool per_thread) {
+  // Default streams (0, legacy, per-thread) are the current context's: nothing to ask.
+  if (per_thread && stream == nullptr) return -1;
+  if (!names_created_stream(stream) || !several_devices()) return -1;
+  learn_stream(stream);
+  return device_of_stream(stream);
+}
+
 bool Shim::ordered_by_another_device(void* ptr, CUstream stream) {
   const int on = device_of_stream(stream);
   if (on < 0) return false;  // unknown: the pool's rules as for any stream

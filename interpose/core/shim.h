@@ -190,6 +190,9 @@ class Shim {
     return n > 1;
   }
   static int count_visible_devices();
+  // The device whose work `stream` orders where it may not be the current one (a created stream
+  // of another device); -1 (the current device) otherwise, or when unknown.
+  int device_ordering(CUstream stream, bool per_thread);
   // Whether `ptr` is a pooled block of another device than the one whose work `stream` orders.
   bool ordered_by_another_device(void* ptr, CUstream stream);
   // Whether `ptr` is a block of one of our pools (not memory CUDA made).

@@ -91,9 +91,8 @@ cudaError_t Shim::device_alloc(void** out, size_t size, size_t requested, CUstre
   // device, and the pool of the current one must not answer (its events cannot name that stream).
   // CUDA serves it, accounted on the stream's device.
   bool elsewhere = false;
-  if (stream_ordered && names_created_stream(stream) && several_devices()) {
-    learn_stream(stream);
-    const int on = device_of_stream(stream);
+  if (stream_ordered) {
+    const int on = device_ordering(stream, /*per_thread=*/false);
     if (on >= 0 && on != d->ordinal) {
       d = device(on);
       if (d == nullptr) return forward();

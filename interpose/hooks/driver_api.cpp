@@ -42,9 +42,11 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t size, CUstream stream, bool per_t
   Shim* s = accounting(scope);
   if (!s || dptr == nullptr) return forward();
   const MemoryKind kind = capturing(stream, per_thread) ? MemoryKind::kGraph : MemoryKind::kDevice;
-  return s->forward_alloc(
-      ForwardedAlloc{.kind = kind, .size = size, .requested = size, .cuda_pool = kind == MemoryKind::kDevice},
-      forward, [&] { return *dptr; });
+  // CUDA allocates on the stream's device, which a created stream of another device is not the
+  // current one: booked (and capped) there, as cudaMallocAsync is.
+  return s->forward_alloc(ForwardedAlloc{.kind = kind, .device = s->device_ordering(stream, per_thread), .size = size,
+                                         .requested = size, .cuda_pool = kind == MemoryKind::kDevice},
+                          forward, [&] { return *dptr; });
 }
 
 CUresult alloc_from_pool_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream stream, bool per_thread,

@@ -7,7 +7,7 @@ import unittest
 
 from shimtest import POLICIES, ShimTestCase, last_json, program, start_runs
 
-CASES = ("wrong_device", "legacy_cross_device", "ptds_cross_device", "captured_free")
+CASES = ("wrong_device", "wrong_device_driver", "legacy_cross_device", "ptds_cross_device", "captured_free")
 
 
 TWO_DEVICES = {"FAKECUDA_DEVICES": "2"}
@@ -31,11 +31,13 @@ class StreamDevices(ShimTestCase):
                 r = run.result()
                 self.assertRanOK(r)
                 out = last_json(r)
-                if case == "wrong_device":
-                    # cudaMallocAsync on a stream of device 1 while device 0 is current.
+                if case.startswith("wrong_device"):
+                    # cudaMallocAsync (cuMemAllocAsync: _driver) on a stream of device 1 while
+                    # device 0 is current. The driver's call was booked (and capped) on device 0.
                     self.assertEqual(out["device"], 1, out)
                     self.assertEqual(r.device(1)["total_allocs"], 1, json.dumps(r.report["devices"]))
                     self.assertEqual(r.device(1)["live_count"], 0)
+                    self.assertEqual(sum(d["total_allocs"] for d in r.report["devices"]), 1)
                 else:
                     self.assertTrue(out["intact"], out)
 

@@ -53,6 +53,23 @@ int wrong_device() {
   return on == 1 ? 0 : 2;
 }
 
+// The same through the driver API (forwarded to CUDA's pool under every policy): booked on the
+// stream's device, where CUDA allocates it, not the current one.
+int wrong_device_driver() {
+  cudaStream_t s1;
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK(cudaSetDevice(0));
+  const testsupport::Driver& D = testsupport::driver();
+  CUdeviceptr p = 0;
+  CHECK_CU(D.MemAllocAsync(&p, kMiB, reinterpret_cast<CUstream>(s1)));
+  const int on = device_of(reinterpret_cast<void*>(p));
+  std::printf("{\"case\": \"wrong_device_driver\", \"device\": %d}\n", on);
+  CHECK_CU(D.MemFreeAsync(p, reinterpret_cast<CUstream>(s1)));
+  CHECK(cudaStreamSynchronize(s1));
+  return on == 1 ? 0 : 2;
+}
+
 // Device-0 memory freed in the order of device 1's default stream (legacy or per-thread), then
 // allocated again on device 0.
 int cross_device_default(cudaStream_t dflt, const char* name) {
@@ -501,6 +518,7 @@ int foreign_stream_wait(bool create_in_helper) {
 int main(int argc, char** argv) {
   const std::string c = argc > 1 ? argv[1] : "";
   if (c == "wrong_device") return wrong_device();
+  if (c == "wrong_device_driver") return wrong_device_driver();
   if (c == "legacy_cross_device") return cross_device_default(0, "legacy_cross_device");
   if (c == "ptds_cross_device") return cross_device_default(cudaStreamPerThread, "ptds_cross_device");
   if (c == "foreign_ctx_stream") return foreign_ctx_stream(true);

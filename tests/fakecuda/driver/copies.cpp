@@ -12,11 +12,18 @@
 namespace fakecuda {
 namespace {
 
-enum class Side { kDevice, kAny };
+// What an address of a copy must be: device memory, host memory (the host side of HtoD/DtoH), or
+// either (cuMemcpy, where unified addressing tells the direction).
+enum class Side { kDevice, kHost, kAny };
 
-CUresult CheckSide(State& s, Side side, std::uintptr_t p, std::size_t n) {
+CUresult CheckSide(State& s, Side side, std::uintptr_t p, std::size_t n, const Access& access) {
   if (p == 0) return CUDA_ERROR_INVALID_VALUE;
-  return side == Side::kDevice ? CheckDeviceRange(s, p, n) : CheckAnyRange(s, p, n);
+  switch (side) {
+    case Side::kDevice: return CheckDeviceRange(s, p, n, access);
+    case Side::kHost: return CheckHostRange(s, p, n, access);
+    case Side::kAny: break;
+  }
+  return CheckAnyRange(s, p, n, access);
 }
 
 struct Range {
@@ -42,7 +49,7 @@ std::vector<Touch> touches_of(std::initializer_list<Range> ranges) {
 
 // Validates `ranges`, then enqueues the op in the order of stream `hStream` (asynchronous APIs) or
 // of the default stream (synchronous APIs, which also wait for it).
-CUresult Launch(std::initializer_list<Range> ranges, bool sync, CUstream hStream, bool per_thread,
+CUresult Launch(const char* call, std::initializer_list<Range> ranges, bool sync, CUstream hStream, bool per_thread,
                 const Prepare& prepare) {
   State& s = GetState();
   std::unique_lock lk(s.mu);
@@ -54,9 +61,10 @@ CUresult Launch(std::initializer_list<Range> ranges, bool sync, CUstream hStream
   } else if (CUresult r = ResolveStream(s, hStream, per_thread, &st, "a cuMemcpy*Async/cuMemset*Async"); r != CUDA_SUCCESS) {
     return r;
   }
+  const Access access{call, st->capture ? st->capture->id : 0};
   for (const Range& range : ranges) {
     if (range.n == 0) continue;
-    if (CUresult r = CheckSide(s, range.side, range.p, range.n); r != CUDA_SUCCESS) return r;
+    if (CUresult r = CheckSide(s, range.side, range.p, range.n, access); r != CUDA_SUCCESS) return r;
   }
   if (std::all_of(ranges.begin(), ranges.end(), [](const Range& r) { return r.n == 0; })) return CUDA_SUCCESS;
   if (sync) {
@@ -81,9 +89,9 @@ bool IsPageable(State& s, std::uintptr_t p) { return FindRegion(s, p) == nullptr
 // Asynchronous copies involving pageable (not page-locked) host memory behave as in CUDA: the
 // source is staged at call time, so the caller may reuse its buffer once the call returns, and a
 // copy into pageable memory completes before the call returns.
-CUresult Copy(Side dst_side, std::uintptr_t dst, Side src_side, std::uintptr_t src, std::size_t n, bool sync,
-              CUstream h, bool per_thread) {
-  return Launch({{dst_side, dst, n}, {src_side, src, n}}, sync, h, per_thread, [=](State& s) {
+CUresult Copy(const char* call, Side dst_side, std::uintptr_t dst, Side src_side, std::uintptr_t src, std::size_t n,
+              bool sync, CUstream h, bool per_thread) {
+  return Launch(call, {{dst_side, dst, n}, {src_side, src, n}}, sync, h, per_thread, [=](State& s) {
     PreparedOp op;
     if (!sync && IsPageable(s, src) && !IsPageable(s, dst)) {
       auto staged = std::make_shared<std::vector<unsigned char>>(n);
@@ -104,10 +112,10 @@ CUresult Copy(Side dst_side, std::uintptr_t dst, Side src_side, std::uintptr_t s
 }
 
 template <typename T>
-CUresult Memset(CUdeviceptr dst, T value, std::size_t count, bool sync, CUstream h, bool per_thread) {
+CUresult Memset(const char* call, CUdeviceptr dst, T value, std::size_t count, bool sync, CUstream h, bool per_thread) {
   if (dst % sizeof(T) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (count > SIZE_MAX / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
-  return Launch({{Side::kDevice, dst, count * sizeof(T)}}, sync, h, per_thread, [=](State&) {
+  return Launch(call, {{Side::kDevice, dst, count * sizeof(T)}}, sync, h, per_thread, [=](State&) {
     return PreparedOp{DeviceWork([dst, value, count] {
       PopulateForWrite(dst, count * sizeof(T));
       if constexpr (sizeof(T) == 1) {
@@ -138,7 +146,7 @@ CUresult LaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData, bool ptsz
 
 CUresult DelayedFill(CUdeviceptr dst, int value, size_t bytes, unsigned int delay_us, CUstream h, bool ptsz) {
   // Sleeps on the stream's worker, so everything queued behind it waits too, like a slow kernel.
-  return Launch({{Side::kDevice, dst, bytes}}, false, h, ptsz, [=](State&) {
+  return Launch("fakecuLaunchDelayedFill", {{Side::kDevice, dst, bytes}}, false, h, ptsz, [=](State&) {
     return PreparedOp{DeviceWork([dst, value, bytes, delay_us] {
       std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
       PopulateForWrite(dst, bytes);
@@ -159,99 +167,99 @@ constexpr bool kSync = true, kAsync = false, kLegacy = false, kPerThread = true;
 
 // ---- unified (any direction) ----
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
-  return Copy(Side::kAny, dst, Side::kAny, src, ByteCount, kSync, nullptr, kLegacy);
+  return Copy(__func__, Side::kAny, dst, Side::kAny, src, ByteCount, kSync, nullptr, kLegacy);
 }
 CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
-  return Copy(Side::kAny, dst, Side::kAny, src, ByteCount, kSync, nullptr, kPerThread);
+  return Copy(__func__, Side::kAny, dst, Side::kAny, src, ByteCount, kSync, nullptr, kPerThread);
 }
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
-  return Copy(Side::kAny, dst, Side::kAny, src, ByteCount, kAsync, hStream, kLegacy);
+  return Copy(__func__, Side::kAny, dst, Side::kAny, src, ByteCount, kAsync, hStream, kLegacy);
 }
 CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
-  return Copy(Side::kAny, dst, Side::kAny, src, ByteCount, kAsync, hStream, kPerThread);
+  return Copy(__func__, Side::kAny, dst, Side::kAny, src, ByteCount, kAsync, hStream, kPerThread);
 }
 
 // ---- host to device ----
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
-  return Copy(Side::kDevice, dstDevice, Side::kAny, Ptr(srcHost), ByteCount, kSync, nullptr, kLegacy);
+  return Copy(__func__, Side::kDevice, dstDevice, Side::kHost, Ptr(srcHost), ByteCount, kSync, nullptr, kLegacy);
 }
 CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
-  return Copy(Side::kDevice, dstDevice, Side::kAny, Ptr(srcHost), ByteCount, kSync, nullptr, kPerThread);
+  return Copy(__func__, Side::kDevice, dstDevice, Side::kHost, Ptr(srcHost), ByteCount, kSync, nullptr, kPerThread);
 }
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount, CUstream hStream) {
-  return Copy(Side::kDevice, dstDevice, Side::kAny, Ptr(srcHost), ByteCount, kAsync, hStream, kLegacy);
+  return Copy(__func__, Side::kDevice, dstDevice, Side::kHost, Ptr(srcHost), ByteCount, kAsync, hStream, kLegacy);
 }
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount,
                                            CUstream hStream) {
-  return Copy(Side::kDevice, dstDevice, Side::kAny, Ptr(srcHost), ByteCount, kAsync, hStream, kPerThread);
+  return Copy(__func__, Side::kDevice, dstDevice, Side::kHost, Ptr(srcHost), ByteCount, kAsync, hStream, kPerThread);
 }
 
 // ---- device to host ----
 CUresult CUDAAPI cuMemcpyDtoH_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
-  return Copy(Side::kAny, Ptr(dstHost), Side::kDevice, srcDevice, ByteCount, kSync, nullptr, kLegacy);
+  return Copy(__func__, Side::kHost, Ptr(dstHost), Side::kDevice, srcDevice, ByteCount, kSync, nullptr, kLegacy);
 }
 CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
-  return Copy(Side::kAny, Ptr(dstHost), Side::kDevice, srcDevice, ByteCount, kSync, nullptr, kPerThread);
+  return Copy(__func__, Side::kHost, Ptr(dstHost), Side::kDevice, srcDevice, ByteCount, kSync, nullptr, kPerThread);
 }
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
-  return Copy(Side::kAny, Ptr(dstHost), Side::kDevice, srcDevice, ByteCount, kAsync, hStream, kLegacy);
+  return Copy(__func__, Side::kHost, Ptr(dstHost), Side::kDevice, srcDevice, ByteCount, kAsync, hStream, kLegacy);
 }
 CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
-  return Copy(Side::kAny, Ptr(dstHost), Side::kDevice, srcDevice, ByteCount, kAsync, hStream, kPerThread);
+  return Copy(__func__, Side::kHost, Ptr(dstHost), Side::kDevice, srcDevice, ByteCount, kAsync, hStream, kPerThread);
 }
 
 // ---- device to device ----
 CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
-  return Copy(Side::kDevice, dstDevice, Side::kDevice, srcDevice, ByteCount, kSync, nullptr, kLegacy);
+  return Copy(__func__, Side::kDevice, dstDevice, Side::kDevice, srcDevice, ByteCount, kSync, nullptr, kLegacy);
 }
 CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
-  return Copy(Side::kDevice, dstDevice, Side::kDevice, srcDevice, ByteCount, kSync, nullptr, kPerThread);
+  return Copy(__func__, Side::kDevice, dstDevice, Side::kDevice, srcDevice, ByteCount, kSync, nullptr, kPerThread);
 }
 CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
                                       CUstream hStream) {
-  return Copy(Side::kDevice, dstDevice, Side::kDevice, srcDevice, ByteCount, kAsync, hStream, kLegacy);
+  return Copy(__func__, Side::kDevice, dstDevice, Side::kDevice, srcDevice, ByteCount, kAsync, hStream, kLegacy);
 }
 CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
                                            CUstream hStream) {
-  return Copy(Side::kDevice, dstDevice, Side::kDevice, srcDevice, ByteCount, kAsync, hStream, kPerThread);
+  return Copy(__func__, Side::kDevice, dstDevice, Side::kDevice, srcDevice, ByteCount, kAsync, hStream, kPerThread);
 }
 
 // ---- memset ----
 CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
-  return Memset(dstDevice, uc, N, kSync, nullptr, kLegacy);
+  return Memset(__func__, dstDevice, uc, N, kSync, nullptr, kLegacy);
 }
 CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
-  return Memset(dstDevice, uc, N, kSync, nullptr, kPerThread);
+  return Memset(__func__, dstDevice, uc, N, kSync, nullptr, kPerThread);
 }
 CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) {
-  return Memset(dstDevice, us, N, kSync, nullptr, kLegacy);
+  return Memset(__func__, dstDevice, us, N, kSync, nullptr, kLegacy);
 }
 CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N) {
-  return Memset(dstDevice, us, N, kSync, nullptr, kPerThread);
+  return Memset(__func__, dstDevice, us, N, kSync, nullptr, kPerThread);
 }
 CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
-  return Memset(dstDevice, ui, N, kSync, nullptr, kLegacy);
+  return Memset(__func__, dstDevice, ui, N, kSync, nullptr, kLegacy);
 }
 CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
-  return Memset(dstDevice, ui, N, kSync, nullptr, kPerThread);
+  return Memset(__func__, dstDevice, ui, N, kSync, nullptr, kPerThread);
 }
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
-  return Memset(dstDevice, uc, N, kAsync, hStream, kLegacy);
+  return Memset(__func__, dstDevice, uc, N, kAsync, hStream, kLegacy);
 }
 CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
-  return Memset(dstDevice, uc, N, kAsync, hStream, kPerThread);
+  return Memset(__func__, dstDevice, uc, N, kAsync, hStream, kPerThread);
 }
 CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
-  return Memset(dstDevice, us, N, kAsync, hStream, kLegacy);
+  return Memset(__func__, dstDevice, us, N, kAsync, hStream, kLegacy);
 }
 CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
-  return Memset(dstDevice, us, N, kAsync, hStream, kPerThread);
+  return Memset(__func__, dstDevice, us, N, kAsync, hStream, kPerThread);
 }
 CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
-  return Memset(dstDevice, ui, N, kAsync, hStream, kLegacy);
+  return Memset(__func__, dstDevice, ui, N, kAsync, hStream, kLegacy);
 }
 CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
-  return Memset(dstDevice, ui, N, kAsync, hStream, kPerThread);
+  return Memset(__func__, dstDevice, ui, N, kAsync, hStream, kPerThread);
 }
 
 // ---- host functions ----

@@ -255,14 +255,54 @@ Region* FindRegion(State& s, std::uintptr_t p) {
   return (p - r.base < r.size) ? &r : nullptr;
 }
 
-CUresult CheckDeviceRange(State& s, std::uintptr_t p, std::size_t n) {
+namespace {
+
+// Addresses the device hands out: its memory (every device's arena) and the program's reserved
+// virtual ranges. One of them with no live region is memory nobody may touch.
+bool InDeviceAddressSpace(State& s, std::uintptr_t p) {
+  for (const auto& dev : s.devices)
+    if (dev->arena.contains(p)) return true;
+  auto it = s.reservations.upper_bound(p);
+  return it != s.reservations.begin() && p - std::prev(it)->second.base < std::prev(it)->second.size;
+}
+
+[[noreturn]] void StopForUnheldMemory(std::uintptr_t p, std::size_t n, const Access& access) {
+  Misuse("%s: [%#lx, %#lx) is device memory no allocation holds (freed, or never allocated): a use after free is "
+         "undefined on a GPU",
+         access.call, static_cast<unsigned long>(p), static_cast<unsigned long>(p + n));
+}
+
+// A live region CUDA still forbids touching, from `access`.
+void RequireUsable(const Region& r, std::uintptr_t p, std::size_t n, const Access& access) {
+  if (r.free_pending)
+    Misuse("%s: [%#lx, %#lx) is in the allocation at %#lx, which was freed (cuMemFreeAsync, or a free in progress): "
+           "CUDA leaves work issued after the free undefined",
+           access.call, static_cast<unsigned long>(p), static_cast<unsigned long>(p + n),
+           static_cast<unsigned long>(r.base));
+  if (r.graph_unlaunched && !access.graph_node && !(access.capture_id != 0 && access.capture_id == r.capture_id))
+    Misuse("%s: [%#lx, %#lx) is graph memory no launch of its graph has made yet: CUDA allows it only to work "
+           "ordered after the graph's execution",
+           access.call, static_cast<unsigned long>(p), static_cast<unsigned long>(p + n));
+}
+
+bool IsDeviceKind(RegionKind k) {
+  return k != RegionKind::kManaged && k != RegionKind::kPinnedHost;
+}
+
+}  // namespace
+
+CUresult CheckDeviceRange(State& s, std::uintptr_t p, std::size_t n, const Access& access) {
   Region* r = FindRegion(s, p);
-  if (r == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (r == nullptr) {
+    if (InDeviceAddressSpace(s, p)) StopForUnheldMemory(p, n, access);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   const std::uintptr_t end = p + n;
   if (end < p) return CUDA_ERROR_INVALID_VALUE;
   // A range may run across adjacent VMM mappings (one virtual range backed by several physical
   // chunks, e.g. PyTorch's expandable segments); anything else must stay inside its allocation.
   while (true) {
+    RequireUsable(*r, p, n, access);
     if (r->kind == RegionKind::kVmmMapping && r->access == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
       return CUDA_ERROR_INVALID_VALUE;
     }
@@ -275,9 +315,18 @@ CUresult CheckDeviceRange(State& s, std::uintptr_t p, std::size_t n) {
   }
 }
 
-CUresult CheckAnyRange(State& s, std::uintptr_t p, std::size_t n) {
-  if (FindRegion(s, p) == nullptr) return CUDA_SUCCESS;  // pageable host memory
-  return CheckDeviceRange(s, p, n);
+CUresult CheckAnyRange(State& s, std::uintptr_t p, std::size_t n, const Access& access) {
+  if (FindRegion(s, p) == nullptr && !InDeviceAddressSpace(s, p)) return CUDA_SUCCESS;  // pageable host memory
+  return CheckDeviceRange(s, p, n, access);
+}
+
+CUresult CheckHostRange(State& s, std::uintptr_t p, std::size_t n, const Access& access) {
+  const Region* r = FindRegion(s, p);
+  if (r != nullptr && IsDeviceKind(r->kind))
+    Misuse("%s: the host side [%#lx, %#lx) is device memory: a copy whose pointers do not match its direction is "
+           "undefined in CUDA",
+           access.call, static_cast<unsigned long>(p), static_cast<unsigned long>(p + n));
+  return CheckAnyRange(s, p, n, access);
 }
 
 }  // namespace fakecuda

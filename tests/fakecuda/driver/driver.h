@@ -116,6 +116,7 @@ class Arena {
   bool Init(int device, std::size_t capacity);
   bool ready() const { return base_ != 0; }
   std::uintptr_t base() const { return base_; }
+  bool contains(std::uintptr_t p) const { return ready() && p - base_ < size_; }
   int fd() const { return fd_; }
   std::optional<std::size_t> Carve(std::size_t size);  // returns an offset
   void Release(std::size_t offset, std::size_t size);
@@ -473,11 +474,27 @@ CUresult AllocateHostRegion(State& s, Context* ctx, std::size_t size, RegionKind
 void ReleaseRegion(State& s, std::uintptr_t base);
 // The region containing address p, or nullptr.
 Region* FindRegion(State& s, std::uintptr_t p);
-// [p, p+n) must lie in one region the device may access (mapped, with access granted).
-CUresult CheckDeviceRange(State& s, std::uintptr_t p, std::size_t n);
-// Like CheckDeviceRange for pointers inside a known region; pointers outside all regions are
-// treated as pageable host memory and accepted.
-CUresult CheckAnyRange(State& s, std::uintptr_t p, std::size_t n);
+// Who accesses memory, for the checks below: the call (named in a misuse line), and whether it
+// is graph work, which may use graph memory no launch has made yet: a captured operation (of the
+// capture that allocated it) or an explicit graph node.
+struct Access {
+  const char* call = "a copy";
+  std::uint64_t capture_id = 0;  // the capture the operation is recorded into; 0: none
+  bool graph_node = false;
+};
+// [p, p+n) must lie in one region the device may access (mapped, with access granted). Memory
+// CUDA leaves undefined to touch stops the process: an address in the device's memory that no
+// allocation holds (freed, or never allocated), an allocation freed in stream order (cuMemFreeAsync
+// returned: "accessing the memory from any subsequent work ... results in undefined behavior"), and
+// graph memory before the launch that makes it. Anything else outside the regions: invalid value.
+CUresult CheckDeviceRange(State& s, std::uintptr_t p, std::size_t n, const Access& access);
+// Either side of a copy that names no direction (cuMemcpy): as CheckDeviceRange for addresses in
+// device memory; anything else is pageable host memory and accepted.
+CUresult CheckAnyRange(State& s, std::uintptr_t p, std::size_t n, const Access& access);
+// The host side of cuMemcpyHtoD/DtoH: host memory (pageable, pinned, registered or managed).
+// Device memory there stops the process ("dst and src pointers that do not match the direction of
+// the copy results in an undefined behavior").
+CUresult CheckHostRange(State& s, std::uintptr_t p, std::size_t n, const Access& access);
 
 // ---- streams.cpp ----
 // Maps a handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream) to a stream of the

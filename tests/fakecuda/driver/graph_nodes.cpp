@@ -14,6 +14,9 @@
 namespace fakecuda {
 namespace {
 
+// A node may use graph memory its graph allocates (the launch makes it before the node runs).
+const Access kGraphNode{"a graph node", 0, /*graph_node=*/true};
+
 CUresult LookupGraph(State& s, CUgraph h, std::shared_ptr<Graph>* out, const char* call) {
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   *out = LiveGraph(s, h, call);
@@ -89,7 +92,7 @@ CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* phGraphNode, CUgraph hGraph, 
   return AddNode("cuGraphAddMemsetNode", phGraphNode, hGraph, dependencies, numDependencies, [&](State& s, std::function<void()>* op) {
     const std::size_t row = params.width * params.elementSize;
     const std::size_t span = params.height > 1 ? params.pitch * (params.height - 1) + row : row;
-    if (CUresult r = CheckDeviceRange(s, params.dst, span); r != CUDA_SUCCESS) return r;
+    if (CUresult r = CheckDeviceRange(s, params.dst, span, kGraphNode); r != CUDA_SUCCESS) return r;
     *op = DeviceWork([params, row] {
       for (std::size_t y = 0; y < params.height; ++y) {
         auto* line = reinterpret_cast<unsigned char*>(params.dst + y * (params.height > 1 ? params.pitch : row));
@@ -120,8 +123,8 @@ CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph, 
   const std::size_t n = c.WidthInBytes;
   if (src == 0 || dst == 0 || n == 0) return CUDA_ERROR_INVALID_VALUE;
   return AddNode("cuGraphAddMemcpyNode", phGraphNode, hGraph, dependencies, numDependencies, [&](State& s, std::function<void()>* op) {
-    if (CUresult r = CheckAnyRange(s, src, n); r != CUDA_SUCCESS) return r;
-    if (CUresult r = CheckAnyRange(s, dst, n); r != CUDA_SUCCESS) return r;
+    if (CUresult r = CheckAnyRange(s, src, n, kGraphNode); r != CUDA_SUCCESS) return r;
+    if (CUresult r = CheckAnyRange(s, dst, n, kGraphNode); r != CUDA_SUCCESS) return r;
     *op = DeviceWork([src, dst, n] {
       PopulateForWrite(dst, n);
       std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);

@@ -132,6 +132,16 @@ CUresult DescribeUnknown(CUpointer_attribute attribute, void* data) {
   }
 }
 
+// CUDA: after cuMemFreeAsync returns, "querying its pointer attributes results in undefined
+// behavior" (an allocation freed in stream order, or one a cuMemFree is freeing right now).
+const Region* Queryable(const Region* region, std::uintptr_t ptr, const char* call) {
+  if (region != nullptr && region->free_pending)
+    Misuse("%s: %#lx is in the allocation at %#lx, which was freed (cuMemFreeAsync, or a free in progress): CUDA "
+           "leaves querying it undefined",
+           call, static_cast<unsigned long>(ptr), static_cast<unsigned long>(region->base));
+  return region;
+}
+
 }  // namespace
 }  // namespace fakecuda
 
@@ -142,7 +152,7 @@ CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const Region* region = FindRegion(s, ptr);
+  const Region* region = Queryable(FindRegion(s, ptr), ptr, "cuPointerGetAttribute");
   if (region == nullptr) return CUDA_ERROR_INVALID_VALUE;  // not a CUDA pointer
   return Describe(s, *region, attribute, ptr, data);
 }
@@ -154,7 +164,7 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   if (numAttributes == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // Unlike the singular form, unknown pointers are not an error: attributes get default values.
-  const Region* region = FindRegion(s, ptr);
+  const Region* region = Queryable(FindRegion(s, ptr), ptr, "cuPointerGetAttributes");
   for (unsigned int i = 0; i < numAttributes; ++i) {
     if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = region != nullptr ? Describe(s, *region, attributes[i], ptr, data[i])
@@ -174,7 +184,7 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUde
   std::lock_guard lk(s.mu);
   Context* ctx = nullptr;
   if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
-  const Region* region = FindRegion(s, dptr);
+  const Region* region = Queryable(FindRegion(s, dptr), dptr, "cuMemGetAddressRange");
   if (region == nullptr || region->kind == RegionKind::kPinnedHost) return CUDA_ERROR_NOT_FOUND;
   if (pbase != nullptr) *pbase = region->base;
   if (psize != nullptr) *psize = region->size;

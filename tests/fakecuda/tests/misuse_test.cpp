@@ -305,6 +305,92 @@ TEST_F(Misuse, DriverCallsFromHostFunctionsAndCallbacks) {
   ASSERT_CU(cuStreamDestroy(s));
 }
 
+// Memory CUDA leaves undefined to touch: the simulated device took a freed device address for
+// pageable host memory (cudaMemcpyDefault, the host side of HtoD/DtoH) and copied into the next
+// owner's bytes, and let work issued after cuMemFreeAsync, or graph memory before its launch, run.
+TEST_F(MisuseRuntime, CopiesThroughFreedDeviceMemory) {
+  char* a = nullptr;
+  char* keep = nullptr;
+  ASSERT_RT(cudaMalloc(reinterpret_cast<void**>(&a), 4096));
+  ASSERT_RT(cudaMalloc(reinterpret_cast<void**>(&keep), 4096));  // a's range is a hole, not the free tail
+  ASSERT_RT(cudaFree(a));
+  char host[64] = {};
+  const char* unheld = "is device memory no allocation holds \\(freed, or never allocated\\)";
+  EXPECT_MISUSE(cudaMemcpy(a, host, sizeof host, cudaMemcpyDefault), "cuMemcpy: \\[0x[0-9a-f]+, 0x[0-9a-f]+\\) " + std::string(unheld));
+  EXPECT_MISUSE(cudaMemcpy(host, a, sizeof host, cudaMemcpyDefault), "cuMemcpy: .*" + std::string(unheld));
+  EXPECT_MISUSE(cudaMemcpy(host, a, sizeof host, cudaMemcpyDeviceToHost), "cuMemcpyDtoH_v2: .*" + std::string(unheld));
+  EXPECT_MISUSE(cudaMemcpy(a, host, sizeof host, cudaMemcpyHostToDevice), "cuMemcpyHtoD_v2: .*" + std::string(unheld));
+  EXPECT_MISUSE(cudaMemsetAsync(a, 0, 64, nullptr), "cuMemsetD8Async: .*" + std::string(unheld));
+  // Host pointers are still anybody's: an address outside the device's memory is pageable memory.
+  char other[64] = {};
+  ASSERT_RT(cudaMemcpy(other, host, sizeof host, cudaMemcpyDefault));
+  ASSERT_RT(cudaFree(keep));
+}
+
+TEST_F(MisuseRuntime, ACopyWhoseHostSideIsDeviceMemory) {
+  char* a = nullptr;
+  char* b = nullptr;
+  ASSERT_RT(cudaMalloc(reinterpret_cast<void**>(&a), 4096));
+  ASSERT_RT(cudaMalloc(reinterpret_cast<void**>(&b), 4096));
+  EXPECT_MISUSE(cudaMemcpy(a, b, 64, cudaMemcpyHostToDevice),
+                "cuMemcpyHtoD_v2: the host side \\[0x[0-9a-f]+, 0x[0-9a-f]+\\) is device memory");
+  EXPECT_MISUSE(cudaMemcpy(a, b, 64, cudaMemcpyDeviceToHost), "cuMemcpyDtoH_v2: the host side .* is device memory");
+  // Pinned and managed memory are host memory to these copies.
+  void* pinned = nullptr;
+  void* managed = nullptr;
+  ASSERT_RT(cudaMallocHost(&pinned, 4096));
+  ASSERT_RT(cudaMallocManaged(&managed, 4096));
+  ASSERT_RT(cudaMemcpy(a, pinned, 64, cudaMemcpyHostToDevice));
+  ASSERT_RT(cudaMemcpy(managed, b, 64, cudaMemcpyDeviceToHost));
+  ASSERT_RT(cudaFreeHost(pinned));
+  ASSERT_RT(cudaFree(managed));
+  ASSERT_RT(cudaFree(a));
+  ASSERT_RT(cudaFree(b));
+}
+
+TEST_F(MisuseRuntime, WorkAndQueriesAfterAStreamOrderedFree) {
+  cudaStream_t s = nullptr, t = nullptr;
+  ASSERT_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  ASSERT_RT(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+  void* p = nullptr;
+  ASSERT_RT(cudaMallocAsync(&p, 1 << 20, s));
+  ASSERT_RT(fakecuLaunchDelayedFill(reinterpret_cast<CUdeviceptr>(p), 1, 1 << 20, 200000, reinterpret_cast<CUstream>(s)));
+  ASSERT_RT(cudaFreeAsync(p, s));  // still queued behind the fill: the allocation exists, freed
+  const char* freed = "is in the allocation at 0x[0-9a-f]+, which was freed";
+  EXPECT_MISUSE(cudaMemsetAsync(p, 0, 64, t), "cuMemsetD8Async: .*" + std::string(freed));
+  EXPECT_MISUSE(cudaMemsetAsync(p, 0, 64, s), "cuMemsetD8Async: .*" + std::string(freed));
+  cudaPointerAttributes attrs{};
+  EXPECT_MISUSE(cudaPointerGetAttributes(&attrs, p), "cuPointerGetAttributes: 0x[0-9a-f]+ " + std::string(freed));
+  ASSERT_RT(cudaStreamSynchronize(s));
+  ASSERT_RT(cudaStreamDestroy(s));
+  ASSERT_RT(cudaStreamDestroy(t));
+}
+
+TEST_F(MisuseRuntime, GraphMemoryBeforeItsLaunch) {
+  cudaStream_t s = nullptr;
+  ASSERT_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  void* p = nullptr;
+  ASSERT_RT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  ASSERT_RT(cudaMallocAsync(&p, 4096, s));
+  ASSERT_RT(cudaMemsetAsync(p, 7, 4096, s));  // captured after its allocation: the graph's to use
+  cudaGraph_t g = nullptr;
+  ASSERT_RT(cudaStreamEndCapture(s, &g));
+  char host[16] = {};
+  EXPECT_MISUSE(cudaMemcpy(host, p, sizeof host, cudaMemcpyDeviceToHost),
+                "cuMemcpyDtoH_v2: .* is graph memory no launch of its graph has made yet");
+  cudaGraphExec_t x = nullptr;
+  ASSERT_RT(cudaGraphInstantiate(&x, g, 0));
+  ASSERT_RT(cudaGraphLaunch(x, s));
+  ASSERT_RT(cudaStreamSynchronize(s));
+  ASSERT_RT(cudaMemcpy(host, p, sizeof host, cudaMemcpyDeviceToHost));  // after the launch: the program's
+  EXPECT_EQ(host[0], 7);
+  ASSERT_RT(cudaFreeAsync(p, s));
+  ASSERT_RT(cudaStreamSynchronize(s));
+  ASSERT_RT(cudaGraphExecDestroy(x));
+  ASSERT_RT(cudaGraphDestroy(g));
+  ASSERT_RT(cudaStreamDestroy(s));
+}
+
 // Argument checks that are errors, not misuse: what CUDA documents or a real GPU answered.
 TEST_F(Misuse, EventAndStreamOfDifferentContextsIsAnInvalidHandle) {
   CUcontext c = nullptr;

@@ -159,8 +159,9 @@ int run_replay(const Cli& cli) {
                "processes, or memory no hook sees), which the replay does not simulate";
       if (trace.dropped || trace.truncated) why += "; the trace is incomplete (see above)";
       if (trace.unmatched_frees)
-        why += "; " + std::to_string(trace.unmatched_frees) +
-               " frees of allocations the trace lacks (a trace of an older gpushim: memory it did not record)";
+        why += "; " + std::to_string(trace.unmatched_frees) + " frees of allocations the trace lacks (" +
+               (trace.dropped ? "their allocations were among the dropped events" : "a trace of an older gpushim: memory it did not record") +
+               ")";
       if (why.empty()) why = "; nothing the trace records explains it";
       notes.push_back(head + why);
     }
@@ -304,8 +305,10 @@ int run_replay(const Cli& cli) {
                         (config_changed || base.limit_given ? " (settings changed for the replay)" : "") + "\n";
         uint64_t shim = 0;
         if (shim_peak(d.device, &shim) && shim != rec)
-          reproduction += "  (the shim's own counter says " + std::to_string(shim) +
-                          " B: with concurrent allocation its updates are not in one order with the pool's)\n";
+          reproduction += "  (the shim's own counter says " + std::to_string(shim) + " B: " +
+                          (trace.dropped ? std::string("the trace lacks the events it dropped")
+                                         : std::string("with concurrent allocation its updates are not in one order with the pool's")) +
+                          ")\n";
       }
     }
   }

@@ -285,7 +285,14 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   m.duration_s = t.seconds(last_t);
   if (t.truncated) v.notes.push_back(t.stop_note() + ": figures cover what was recorded");
   else if (!t.end) v.notes.push_back("the trace has no end record (the process did not exit cleanly)");
-  if (t.dropped) v.notes.push_back(std::to_string(t.dropped) + " events were dropped while recording (disk too slow): totals are approximate");
+  if (t.dropped)
+    v.notes.push_back(std::to_string(t.dropped) +
+                      " events were dropped while recording (the trace's writer fell behind the program's allocations): "
+                      "the device totals are the shim's own (the end record), where it has one; sites and the timeline are "
+                      "approximate");
+  if (t.implied_frees)
+    v.notes.push_back(std::to_string(t.implied_frees) +
+                      " allocations whose free the trace lacks end where their address was handed out again");
   if (t.unmatched_frees) v.notes.push_back(std::to_string(t.unmatched_frees) + " frees of allocations the trace does not contain were ignored");
 
   for (const TraceEvent& e : t.events)
@@ -502,6 +509,25 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
                         events_figure + (reserved > d.reserved ? held_past : ""));
       r.pool.reserved_bytes = reserved;
       r.pool.cached_free_bytes = reserved - std::min(reserved, d.allocated);
+    }
+    // Events were dropped: the allocations and frees the events lack bend every figure counted
+    // from them (a churning program that held nothing at exit once read as a 1.1 GiB leak), and
+    // the end record holds the shim's own. Its live figures are of the exit, so they are taken
+    // only where the events' are too (no interpreter teardown).
+    if (shim && t.dropped) {
+      const MemoryFigures events_figures = r.figures();
+      MemoryFigures exact = shim->figures();
+      if (m.teardown.observed) exact.live_bytes = r.live_bytes, exact.live_count = r.live_count;
+      if (exact.live_bytes != events_figures.live_bytes || exact.peak_bytes != events_figures.peak_bytes ||
+          exact.total_allocs != events_figures.total_allocs || exact.total_frees != events_figures.total_frees) {
+        v.notes.push_back("device " + std::to_string(ord) + ": live " + human_bytes(exact.live_bytes) + ", peak allocated " +
+                          human_bytes(exact.peak_bytes) + ", " + std::to_string(exact.total_allocs) + " allocations and " +
+                          std::to_string(exact.total_frees) + " frees are the shim's own figures (the trace's end "
+                          "record); the events that reached the trace account for live " +
+                          human_bytes(events_figures.live_bytes) + ", peak " + human_bytes(events_figures.peak_bytes));
+        r.set_figures(exact);
+        r.pool.cached_free_bytes = r.pool.reserved_bytes - std::min(r.pool.reserved_bytes, exact.live_bytes);
+      }
     }
     m.devices.push_back(r);
   }

@@ -52,7 +52,9 @@ struct TraceData {
   uint64_t bytes_used = 0;  // bytes of the file that were read as complete chunks
   uint64_t dropped = 0;     // events the shim dropped (sum of kDropped markers, or the end chunk's total)
   uint64_t unmatched_frees = 0;
-  uint64_t repeated_allocs = 0;  // alloc of an address already live (a free was dropped)
+  // Allocations of an address the trace still held live: the earlier one's free was dropped, and
+  // a free event ends it there (join_frees).
+  uint64_t implied_frees = 0;
 
   const trace::DeviceInfo* device(int ordinal) const;
   // Why reading stopped early, for the notes: "the trace is cut short (...)", or, for a trace of a

@@ -20,7 +20,7 @@
 
 #include "front/front.h"
 #include "public/gpushim.h"
-#include "util/no_sigxfsz.h"
+#include "util/no_write_signals.h"
 #include "util/version.h"  // the tag `gpushim --version` reads from the preloaded file
 
 namespace {
@@ -148,7 +148,7 @@ void warn_once(const char* path, const char* why) {
   char line[PATH_MAX + 512];
   const int n = snprintf(line, sizeof line, "gpushim: cannot load %s (%s): CUDA calls go to CUDA unobserved\n", path,
                          why ? why : "unknown error");
-  const gpushim::ScopedNoSigxfsz no_sigxfsz;  // a stderr past the file-size limit loses the line only
+  const gpushim::ScopedNoWriteSignals no_write_signals;  // a stderr past the file-size limit loses the line only
   if (n > 0) (void)!write(2, line, static_cast<size_t>(n) < sizeof line ? n : sizeof line - 1);
 }
 

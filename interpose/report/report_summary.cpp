@@ -11,7 +11,7 @@
 #include "report/growth_verdict.h"
 #include "report/report_writer.h"
 #include "stacks/frame_roles.h"
-#include "util/no_sigxfsz.h"
+#include "util/no_write_signals.h"
 #include "util/paths.h"
 #include "util/text.h"
 #include "util/units.h"
@@ -271,7 +271,7 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
 
   // Built whole and written at once: on unbuffered stderr that is a single write(2), which lines
   // from other threads cannot split. Past the host's file-size limit it is lost, never the host.
-  const ScopedNoSigxfsz no_sigxfsz;
+  const ScopedNoWriteSignals no_write_signals;
   std::fwrite(s.data(), 1, s.size(), out);
   std::fflush(out);
 }

@@ -3,12 +3,12 @@
 #include <errno.h>
 #include <unistd.h>
 
-#include "util/no_sigxfsz.h"
+#include "util/no_write_signals.h"
 
 namespace gpushim {
 
 int write_fully(int fd, const void* data, size_t n) {
-  const ScopedNoSigxfsz no_sigxfsz;
+  const ScopedNoWriteSignals no_write_signals;
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     const ssize_t w = ::write(fd, p, n);

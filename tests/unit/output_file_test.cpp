@@ -351,6 +351,31 @@ TEST_F(OutputFileTest, KilledMidWriteLeavesNothingHalfWritten) {
   EXPECT_EQ(complete + absent, 8);
 }
 
+TEST_F(OutputFileTest, AClosedPipeNeverKillsTheHost) {
+  // `prog 2>&1 | head`, or a log collector that died: a line on stderr, a report to stdout, or the
+  // summary into a pipe whose reader is gone raised SIGPIPE, whose default action ended the host
+  // (status 141) before its own next line. The output is lost, the host lives, its status is its own.
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGPIPE, SIG_DFL);
+    int fds[2];
+    if (pipe(fds) != 0) _exit(10);
+    close(fds[0]);  // no reader
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    log_line("a line nobody reads");
+    if (write_new_file("/dev/stdout", "{}") != "") _exit(11);  // refused: written nowhere
+    ReportData r;
+    write_summary(r, "", 5, stderr);
+    _exit(7);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+}
+
 TEST_F(OutputFileTest, HostsOwnPendingSigxfszIsLeftAlone) {
   // A SIGXFSZ the host had pending (blocked) before the shim wrote is the host's; keep it pending.
   sigset_t only, saved;

@@ -1,15 +1,18 @@
 #include "live/live_worker.h"
 
 #include <errno.h>
+#include <algorithm>
 #include <signal.h>
 #include <time.h>
 
 #include "util/clock.h"
+#include "util/own_threads.h"
 
 namespace gpushim {
 
 namespace {
 constexpr char kThreadName[] = "gpushim-live";  // at most 15 characters: the kernel's limit
+constexpr uint64_t kOrphanCheckNs = 1000000000ull;
 }  // namespace
 
 LiveWorker::LiveWorker() { sem_init(&wake_, 0, 0); }
@@ -38,6 +41,7 @@ int LiveWorker::start(uint64_t interval_ns, Task periodic, Task on_wake) {
 void* LiveWorker::thread_main(void* self) {
   // And here, before its first task: the creator's naming may come after that task has run.
   pthread_setname_np(pthread_self(), kThreadName);
+  note_own_thread();
   static_cast<LiveWorker*>(self)->loop();
   return nullptr;
 }
@@ -54,14 +58,14 @@ void LiveWorker::loop() {
         if (next_ns <= now_ns()) next_ns = now_ns() + interval_ns_;
       }
     }
-    int r;
-    if (interval_ns_ != 0) {
-      const timespec deadline{static_cast<time_t>(next_ns / 1000000000ull), static_cast<long>(next_ns % 1000000000ull)};
-      r = sem_clockwait(&wake_, CLOCK_MONOTONIC, &deadline);  // now_ns() is CLOCK_MONOTONIC
-    } else {
-      r = sem_wait(&wake_);
+    // Never longer than a second: a program whose threads all ended must not live on for this one.
+    const uint64_t wake_ns = interval_ns_ != 0 ? std::min(next_ns, now_ns() + kOrphanCheckNs) : now_ns() + kOrphanCheckNs;
+    const timespec deadline{static_cast<time_t>(wake_ns / 1000000000ull), static_cast<long>(wake_ns % 1000000000ull)};
+    const int r = sem_clockwait(&wake_, CLOCK_MONOTONIC, &deadline);  // now_ns() is CLOCK_MONOTONIC
+    if (r != 0) {  // ETIMEDOUT: a tick is due, or a check; EINTR cannot happen with every signal blocked
+      end_process_if_orphaned();
+      continue;
     }
-    if (r != 0) continue;  // ETIMEDOUT: a tick is due; EINTR cannot happen with every signal blocked
     if (stopping_.load(std::memory_order_acquire)) return;
     if (on_wake_) on_wake_();
   }
@@ -71,7 +75,9 @@ void LiveWorker::stop() {
   if (!started_.exchange(false, std::memory_order_acq_rel)) return;
   stopping_.store(true, std::memory_order_release);
   sem_post(&wake_);
-  pthread_join(thread_, nullptr);
+  // The worker itself ends the process when the program's threads are gone (own_threads.h), and
+  // the exit path then stops it from its own thread: it returns from the exit, never to the loop.
+  if (!pthread_equal(thread_, pthread_self())) pthread_join(thread_, nullptr);
 }
 
 void LiveWorker::abandon_in_fork_child() {

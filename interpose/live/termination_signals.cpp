@@ -4,11 +4,13 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstring>
 
 #include "util/log.h"
+#include "util/own_threads.h"
 
 namespace gpushim {
 namespace {
@@ -44,7 +46,13 @@ void on_termination_signal(int signo) {
 
 void* reporter_main(void*) {
   pthread_setname_np(pthread_self(), kThreadName);
-  while (sem_wait(&g_wake) != 0) {
+  note_own_thread();
+  for (;;) {
+    timespec deadline{};
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += 1;
+    if (sem_clockwait(&g_wake, CLOCK_MONOTONIC, &deadline) == 0) break;
+    end_process_if_orphaned();  // a program whose threads all ended must not live on for this one
   }
   const int signo = g_pending.load();
   g_write_report();

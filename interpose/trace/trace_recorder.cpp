@@ -13,6 +13,7 @@
 
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/own_threads.h"
 #include "util/write_fully.h"
 #include "util/thread_block.h"
 
@@ -97,7 +98,9 @@ TraceRecorder::~TraceRecorder() {
   accepting_.store(false, std::memory_order_release);
   stop_.store(true, std::memory_order_release);
   wake_writer();
-  if (writer_started_) pthread_join(writer_, nullptr);
+  // The writer itself ends the process when the program's threads are gone (util/own_threads.h):
+  // then the exit path runs on it, and it must not wait for itself.
+  if (writer_started_ && !pthread_equal(writer_, pthread_self())) pthread_join(writer_, nullptr);
   {
     std::lock_guard<std::mutex> lock(io_mu_);
     if (!finished_ && !child_) {
@@ -204,8 +207,10 @@ size_t TraceRecorder::thread_buffers() const {
 void* TraceRecorder::writer_main(void* self) {
   auto* r = static_cast<TraceRecorder*>(self);
   pthread_setname_np(pthread_self(), "gpushim-trace");
+  note_own_thread();
   unsigned interval_ms = r->options_.flush_interval_ms;
   for (;;) {
+    end_process_if_orphaned();  // throttled: a program whose threads all ended must not live on for this one
     const uint32_t seen = r->wake_word_.load(std::memory_order_seq_cst);
     r->writer_sleeping_.store(true, std::memory_order_seq_cst);
     if (!r->stop_.load(std::memory_order_acquire)) {

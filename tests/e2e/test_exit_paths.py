@@ -38,6 +38,45 @@ class NormalEnds(ShimTestCase):
                 self.assertEqual(r.device(0)["live_count"], 1)
                 self.assertEqual(len(r.sites_with_function("leak_at_exit")), 1)
 
+    def test_pthread_exit_from_main_ends_with_the_last_thread(self):
+        # Without the shim the process ends when its worker does (glibc calls exit(0) at the last
+        # thread); the shim's own threads (gpushim-exit, gpushim-live, the trace writer) never end,
+        # and kept it alive forever, deaf to SIGTERM, until 2026-11-29 (a helper's find). The shim
+        # must not change when the process ends: under TSan the sanitizer's own background thread
+        # keeps such a process alive with or without the shim, and so it must stay there too.
+        def ends(preload, env):
+            with tempfile.TemporaryDirectory() as d:
+                proc = subprocess.Popen([program("e2e_exit_paths"), "pthread-exit"], cwd=d,
+                                        env=base_env({"GPUSHIM_REPORT": os.path.join(d, "r.json"), **env}, preload),
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                try:
+                    out, err = proc.communicate(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.communicate()
+                    return None, None, None
+                report = valid_report(os.path.join(d, "r.json")) if preload else None
+                return proc.returncode, out, report
+
+        native, native_out, _ = ends(False, {})
+        if native is not None:
+            self.assertEqual(native, 0)
+            self.assertIn('"worker":"done"', native_out)
+        cases = [(policy, env) for policy in POLICIES
+                 for env in ({}, {"GPUSHIM_SNAPSHOT_SIGNAL": "off"}, {"GPUSHIM_TRACE": "t.trace", "GPUSHIM_METRICS": "m.prom"})]
+        if native is None:
+            cases = cases[:1]  # alive for the sanitizer's thread: one case says it, each costs the whole wait
+        for policy, env in cases:
+            with self.subTest(policy=policy, **env):
+                status, out, report = ends(True, {"GPUSHIM_POLICY": policy, **env})
+                self.assertEqual(status, native)
+                if native is None:
+                    continue
+                self.assertIn('"worker":"done"', out)
+                device = report["devices"][0]
+                self.assertEqual(device["live_count"], 1)  # the leak of every mode
+                self.assertEqual(device["total_frees"], 1)
+
     def test_exit_from_a_thread_while_others_allocate(self):
         for policy in POLICIES:
             for attempt in range(scaled(5, 2)):

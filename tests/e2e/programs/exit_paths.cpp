@@ -20,9 +20,12 @@
 //   signal-exit-in-free  the same handler, while main waits inside cudaFree, which synchronizes
 //                   the device while a slow kernel (2 s) still writes the block
 //   snapshot-exit   asks for a snapshot (raise(SIGUSR2)) and exits at once
+//   pthread-exit    main ends with pthread_exit() while a worker allocates and frees, then returns:
+//                   the process ends when the worker does (glibc's exit(0) at the last thread)
 //   segv / abort    a fatal signal in the host after allocating; with a second argument `wait`,
 //                   only once a line arrives on stdin (so a test can first see the allocation in
 //                   the trace being written, and then crash the program)
+#include <pthread.h>
 #include <signal.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -131,6 +134,17 @@ int main(int argc, char** argv) {
     setitimer(ITIMER_REAL, &in_50_ms, nullptr);
     cudaFree(p);
     return 1;  // the handler ended the process first
+  }
+  if (mode == "pthread-exit") {
+    std::thread([] {
+      usleep(200 * 1000);  // main has ended by now
+      void* p = nullptr;
+      CHECK(cudaMalloc(&p, 1 << 20));
+      CHECK(cudaFree(p));
+      std::printf("{\"worker\":\"done\"}\n");
+      std::fflush(stdout);
+    }).detach();
+    pthread_exit(nullptr);
   }
   if (mode == "snapshot-exit") {
     raise(SIGUSR2);

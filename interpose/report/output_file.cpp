@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 
 #include "util/log.h"
@@ -308,6 +309,14 @@ std::string write_new_file(const std::string& path, const std::string& data, Whe
     return "";
   }
   if (const int stream = standard_stream_of(path); stream >= 0) {
+    // What the program printed before is still in stdio's buffer (fully buffered into a pipe or
+    // a file): out first, or the report lands inside the program's output, splitting a line. Only
+    // if no other thread is writing to it this moment: the report never waits for the program.
+    FILE* const program_stream = stream == 1 ? stdout : stderr;
+    if (ftrylockfile(program_stream) == 0) {
+      fflush_unlocked(program_stream);
+      funlockfile(program_stream);
+    }
     const int e = write_fully(stream, data.data(), data.size());
     if (e == 0) return path;
     log_line("cannot write %s: %s", path.c_str(), std::strerror(e));

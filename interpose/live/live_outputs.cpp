@@ -61,9 +61,10 @@ void LiveOutputs::start(const Config& config, const std::string& exe, int pid, c
   if (snapshots) install_snapshot_signal(config.snapshot_signal, worker_.wake_semaphore());
 }
 
-void LiveOutputs::stop() {
-  worker_.stop();
+bool LiveOutputs::stop() {
+  if (!worker_.stop(kExitPatienceNs)) return false;
   if (sources_.snapshot_report) write_snapshot();  // nothing when no request is pending
+  return true;
 }
 
 ProcessMetrics LiveOutputs::metrics(std::vector<DeviceMetrics> devices, bool running) const {

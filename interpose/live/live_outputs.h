@@ -34,7 +34,11 @@ class LiveOutputs {
 
   // Stops the worker, waiting for an update or snapshot in progress: none starts after this. A
   // snapshot requested before (the signal came, the worker had not woken yet) is written now.
-  void stop();
+  // False when the worker's task did not end within kExitPatienceNs: it still runs (a snapshot
+  // waiting for the dynamic loader's lock, which exit() from a library's constructor holds for
+  // good), and no report may be built beside it.
+  bool stop();
+  static constexpr uint64_t kExitPatienceNs = 10'000'000'000ull;
 
   bool metrics_enabled() const { return metrics_file_ != nullptr; }
 

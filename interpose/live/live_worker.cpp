@@ -71,13 +71,20 @@ void LiveWorker::loop() {
   }
 }
 
-void LiveWorker::stop() {
-  if (!started_.exchange(false, std::memory_order_acq_rel)) return;
+bool LiveWorker::stop(uint64_t patience_ns) {
+  if (!started_.exchange(false, std::memory_order_acq_rel)) return true;
   stopping_.store(true, std::memory_order_release);
   sem_post(&wake_);
   // The worker itself ends the process when the program's threads are gone (own_threads.h), and
   // the exit path then stops it from its own thread: it returns from the exit, never to the loop.
-  if (!pthread_equal(thread_, pthread_self())) pthread_join(thread_, nullptr);
+  if (pthread_equal(thread_, pthread_self())) return true;
+  if (patience_ns == 0) return pthread_join(thread_, nullptr) == 0;
+  timespec deadline{};
+  clock_gettime(CLOCK_REALTIME, &deadline);  // pthread_timedjoin_np's clock
+  const uint64_t at = static_cast<uint64_t>(deadline.tv_nsec) + patience_ns % 1000000000ull;
+  deadline.tv_sec += static_cast<time_t>(patience_ns / 1000000000ull + at / 1000000000ull);
+  deadline.tv_nsec = static_cast<long>(at % 1000000000ull);
+  return pthread_timedjoin_np(thread_, nullptr, &deadline) == 0;
 }
 
 void LiveWorker::abandon_in_fork_child() {

@@ -34,9 +34,10 @@ class LiveWorker {
   sem_t* wake_semaphore() { return &wake_; }
   void wake() { sem_post(&wake_); }
 
-  // Stops and joins the thread (waiting for a task in progress to finish). Idempotent; a no-op
-  // when never started.
-  void stop();
+  // Stops and joins the thread, waiting for a task in progress to finish, at most `patience_ns`
+  // (0: for as long as it takes). False when it gave up: the task is still running (see
+  // LiveOutputs::stop). Idempotent; a no-op when never started.
+  bool stop(uint64_t patience_ns = 0);
 
   // In a fork child: the thread was not copied. Forget it, and make wake() harmless.
   void abandon_in_fork_child();

@@ -340,7 +340,17 @@ void RunRecorder::write_exit_report() {
   if (const uint64_t ooms = oom_lines_.load(std::memory_order_relaxed); ooms > kLoggedOoms)
     log_line("%llu out-of-memory errors in all (%llu not printed above; every one is counted in the report)",
              static_cast<unsigned long long>(ooms), static_cast<unsigned long long>(ooms - kLoggedOoms));
-  live_.stop();  // no snapshot or metrics update from here on
+  // No snapshot or metrics update from here on. A snapshot that does not end may be waiting for
+  // the dynamic loader's lock, which this thread holds when exit() came from a library's
+  // constructor (during dlopen): waiting for it would hang the host for good, and a report built
+  // beside it would race it. The host ends without a report instead.
+  if (!live_.stop()) {
+    log_line("no report: a snapshot being written did not finish within %llu s of exit() (exit() called while "
+             "the dynamic loader's lock is held, e.g. from a library's constructor during dlopen, stops it); "
+             "snapshot files already written are whole",
+             static_cast<unsigned long long>(LiveOutputs::kExitPatienceNs / 1000000000ull));
+    return;
+  }
   // The exit verdict needs the report's figures even when neither the file nor the summary is
   // wanted: a CI job's quiet setup (GPUSHIM_REPORT=off GPUSHIM_SUMMARY=0) must still fail a leak.
   if (!config_.report_enabled && config_.summary_sites == 0 && config_.exit_code == 0)

@@ -20,11 +20,14 @@
 //   signal-exit-in-free  the same handler, while main waits inside cudaFree, which synchronizes
 //                   the device while a slow kernel (2 s) still writes the block
 //   snapshot-exit   asks for a snapshot (raise(SIGUSR2)) and exits at once
+//   exit-at-load    leaks 300 blocks (sites to symbolize), asks for 5 snapshots (SIGUSR2), then
+//                   dlopens a plugin (e2e-libs/libe2e_exit_at_load.so) whose constructor calls exit(3)
 //   pthread-exit    main ends with pthread_exit() while a worker allocates and frees, then returns:
 //                   the process ends when the worker does (glibc's exit(0) at the last thread)
 //   segv / abort    a fatal signal in the host after allocating; with a second argument `wait`,
 //                   only once a line arrives on stdin (so a test can first see the allocation in
 //                   the trace being written, and then crash the program)
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/time.h>
@@ -134,6 +137,17 @@ int main(int argc, char** argv) {
     setitimer(ITIMER_REAL, &in_50_ms, nullptr);
     cudaFree(p);
     return 1;  // the handler ended the process first
+  }
+  if (mode == "exit-at-load") {
+    for (int i = 0; i < 300; ++i) leak_at_exit(1000 + i);
+    struct sigaction usr2 {};
+    sigaction(SIGUSR2, nullptr, &usr2);  // the shim's snapshot handler; without it, its default kills
+    if (usr2.sa_handler != SIG_DFL)
+      for (int i = 0; i < 5; ++i) raise(SIGUSR2);  // a snapshot is being written when exit() comes
+    usleep(1000);
+    const std::string plugin = std::string(argc > 2 ? argv[2] : ".") + "/libe2e_exit_at_load.so";
+    dlopen(plugin.c_str(), RTLD_NOW);
+    return 4;  // the plugin could not be loaded
   }
   if (mode == "pthread-exit") {
     std::thread([] {

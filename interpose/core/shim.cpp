@@ -516,6 +516,11 @@ uint64_t Shim::on_iteration_mark() {
 // thread's own, and waiting for it hung the process for good.
 namespace {
 thread_local bool t_ending_run = false;  // this thread runs the shim's exit work
+// The library destructor ended the run (on_unload). Our exit handler can still come after it: one
+// registered by another thread's first CUDA call while exit() was already running the destructors
+// (glibc runs handlers registered meanwhile once they return). Nothing is left to do then, and no
+// exit() was nested: the "called again" line said so wrongly (2 runs in 210 of a helper's race).
+std::atomic<bool> g_run_ended_at_unload{false};
 }
 
 bool Shim::exit_inside_hook() {
@@ -542,6 +547,7 @@ bool Shim::exit_inside_hook() {
 }
 
 void Shim::on_process_exit() {
+  if (g_run_ended_at_unload.load(std::memory_order_acquire)) return;
   if (exit_inside_hook()) return;
   t_ending_run = true;
   refresh_cuda_pools_for_report();
@@ -568,6 +574,7 @@ void Shim::on_interpreter_shutdown() {
 void Shim::on_unload() {
   if (exit_inside_hook()) return;
   t_ending_run = true;  // never cleared: the process ends after the last destructor
+  g_run_ended_at_unload.store(true, std::memory_order_release);
   recorder_->on_unload();
   // GPUSHIM_EXIT_CODE: the last library destructor but the C library's own (preloaded libraries
   // are finalized last), so the program's atexit handlers and destructors have all run. Only

@@ -332,8 +332,9 @@ bool Shim::is_pooled_block(void* ptr) {
 void Shim::note_block_freed_in_graph() {
   static std::atomic<bool> said{false};
   if (!said.exchange(true, std::memory_order_relaxed))
-    log_line("a pooled block freed during a stream capture stays out of the pool: the graph frees it when "
-             "launched, which the shim does not follow (it is reported live at exit)");
+    log_line("cudaFreeAsync of memory that is not a graph allocation on a capturing stream: refused with an "
+             "invalid-value error, as CUDA refuses it (a free node takes graph memory only); the block stays "
+             "allocated. Free it after the capture ends");
 }
 
 cudaStreamCaptureStatus Shim::capture_status(CUstream stream) {

@@ -285,13 +285,13 @@ auto Shim::deallocate(void* ptr, CUstream stream, bool stream_ordered, Forward&&
     if (const CUresult refused = pooled_free_refused(ptr, stream, stream_ordered, driver_api); refused != CUDA_SUCCESS)
       return Api::refuse(Api::from_pool(refused));
   if (stream_ordered) learn_stream(stream);  // a pool's block will name it
-  // Freed on a stream that is capturing: CUDA makes that a free node of the graph, and the memory
-  // is freed when the graph is launched, not now; until then the captured work may still write
-  // it. A pooled block therefore stays out of the pool for good (the shim does not follow graph
-  // launches): reported live at exit, never handed to anyone else.
+  // Freed on a stream that is capturing: CUDA makes that a free node of the graph, which "must
+  // therefore be passed the address of a graph allocation" (cuMemFreeAsync), and refuses anything
+  // else with invalid value. A pooled block is never one (a capture's allocations are CUDA's own,
+  // graph memory), so it gets CUDA's answer and stays the program's, live.
   if (capture == cudaStreamCaptureStatusActive && is_pooled_block(ptr)) {
     note_block_freed_in_graph();
-    return Api::kSuccess;
+    return Api::refuse(Api::kInvalidValue);
   }
   // A pool orders reuse by events it records in its own device's context, which cannot name a
   // stream of another device (and the legacy and per-thread default streams are one per context:

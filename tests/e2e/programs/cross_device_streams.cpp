@@ -453,7 +453,9 @@ int captured_free() {
   CHECK(cudaStreamSynchronize(s));
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
   CHECK(testsupport::delayed_fill(p, 0xAA, 20 * kMiB, 0, s));  // a node of the graph
-  CHECK(cudaFreeAsync(p, s));                                  // a free node of the graph
+  // A free node takes graph memory only: CUDA refuses this one, and p stays allocated.
+  const cudaError_t refused = cudaFreeAsync(p, s);
+  (void)cudaGetLastError();
   cudaGraph_t g = nullptr;
   CHECK(cudaStreamEndCapture(s, &g));
   cudaGraphExec_t exec = nullptr;
@@ -468,9 +470,11 @@ int captured_free() {
   CHECK(cudaGraphLaunch(exec, s));  // the captured fill writes p
   CHECK(cudaStreamSynchronize(s));
   const bool intact = testsupport::holds(q, 20 * kMiB, 0x33);
-  std::printf("{\"case\": \"captured_free\", \"same_block\": %s, \"intact\": %s}\n", same ? "true" : "false",
-              intact ? "true" : "false");
-  return intact ? 0 : 2;
+  CHECK(cudaFreeAsync(p, s));  // after the capture: the program's to free
+  CHECK(cudaStreamSynchronize(s));
+  std::printf("{\"case\": \"captured_free\", \"refused\": \"%s\", \"same_block\": %s, \"intact\": %s}\n",
+              cudaGetErrorName(refused), same ? "true" : "false", intact ? "true" : "false");
+  return intact && refused == cudaErrorInvalidValue ? 0 : 2;
 }
 
 // A pool waits for a fence whose event sits on a live stream of a program-made context, and that

@@ -99,13 +99,19 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream hStream, bool ptsz) {
   if (st->capture) {
     const std::shared_ptr<Capture> cap = st->capture;
     if (cap->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    // cuMemFreeAsync: "During stream capture, this function results in the creation of a free
+    // node and must therefore be passed the address of a graph allocation"; cuGraphAddMemFreeNode
+    // refuses "an address that was not returned by an allocation node" with invalid value. (PyTorch's
+    // cudaMallocAsync backend defers such frees past the capture for that reason.) Graph memory of
+    // another graph may be freed here: it is freed when this graph is launched.
+    if (region.kind != RegionKind::kGraph) return CUDA_ERROR_INVALID_VALUE;
     region.free_pending = true;
     ++s.device_free_calls;
     if (region.kind == RegionKind::kGraph && region.capture_id == cap->id) {
       // Allocated and freed inside the same graph: the graph owns it until destroyed.
       cap->graph->owned_allocations.push_back(base);
     } else {
-      // Memory from outside the graph is freed when the graph is launched.
+      // Another graph's memory is freed when this graph is launched.
       cap->graph->nodes.push_back(release);
       cap->graph->deferred_frees.emplace_back(base, buffer_id);
     }

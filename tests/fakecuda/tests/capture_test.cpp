@@ -357,30 +357,52 @@ TEST_F(Capture, ForkAndJoinThroughEvents) {
   ASSERT_CU(cuStreamDestroy(side));
 }
 
-TEST_F(Capture, FreeOfOutsideMemoryHappensWhenTheGraphLaunches) {
+// cuMemFreeAsync during a capture makes a free node, "and must therefore be passed the address of
+// a graph allocation": memory from outside any graph is refused (invalid value, and it stays the
+// program's); graph memory of another graph is freed when this one launches.
+TEST_F(Capture, AFreeNodeTakesGraphMemoryOnly) {
   const size_t used = fakecudaDeviceUsedBytes(0);
   CUdeviceptr p = 0;
   ASSERT_CU(cuMemAlloc(&p, 1 << 20));
+  CUdeviceptr q = 0;
+  ASSERT_CU(cuMemAllocAsync(&q, 1 << 20, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
   ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  ASSERT_CU(cuMemFreeAsync(p, s_));
+  EXPECT_EQ(cuMemFreeAsync(p, s_), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFreeAsync(q, s_), CUDA_ERROR_INVALID_VALUE);
   CUgraph g = nullptr;
   ASSERT_CU(cuStreamEndCapture(s_, &g));
-  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (1 << 20));
-  CUgraphExec exec = nullptr;
-  ASSERT_CU(cuGraphInstantiate(&exec, g, 0));
-  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuGraphDestroy(g));
+  ASSERT_CU(cuMemsetD8(p, 1, 1 << 20));  // still the program's
+  ASSERT_CU(cuMemFree(p));
+  ASSERT_CU(cuMemFreeAsync(q, s_));
   ASSERT_CU(cuStreamSynchronize(s_));
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);
-  ASSERT_CU(cuGraphExecDestroy(exec));
-  ASSERT_CU(cuGraphDestroy(g));
-  // In a capture that gets invalidated, the captured free never happens: free it normally.
-  ASSERT_CU(cuMemAlloc(&p, 1 << 20));
+
+  // Graph A allocates and keeps its memory; graph B frees it, at B's launch.
+  CUdeviceptr a = 0;
   ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  ASSERT_CU(cuMemFreeAsync(p, s_));
-  EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
-  ASSERT_CU(cuMemFree(p));
+  ASSERT_CU(cuMemAllocAsync(&a, 1 << 20, s_));
+  CUgraph ga = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &ga));
+  CUgraphExec ea = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&ea, ga, 0));
+  ASSERT_CU(cuGraphLaunch(ea, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemFreeAsync(a, s_));
+  CUgraph gb = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &gb));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (1 << 20));
+  CUgraphExec eb = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&eb, gb, 0));
+  ASSERT_CU(cuGraphLaunch(eb, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);
+  ASSERT_CU(cuGraphExecDestroy(eb));
+  ASSERT_CU(cuGraphDestroy(gb));
+  ASSERT_CU(cuGraphExecDestroy(ea));
+  ASSERT_CU(cuGraphDestroy(ga));
 }
 
 TEST_F(Capture, DestroyingACapturingStreamAbandonsTheCapture) {

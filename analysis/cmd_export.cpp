@@ -49,7 +49,7 @@ int run_export(const Cli& cli) {
   if (!torn.empty()) notes.push_back(torn);
   if (is_trace) {
     TraceData trace;
-    if (!parse_trace(bytes, &trace, &err)) {
+    if (!parse_trace(bytes, &trace, &err, trace_event_limit())) {
       std::fprintf(stderr, "gpushim-analyze export: %s: %s\n", path.c_str(), err.c_str());
       return 1;
     }

@@ -40,7 +40,7 @@ int run_replay(const Cli& cli) {
                  path.c_str());
     return 1;
   }
-  if (!parse_trace(bytes, &trace, &err)) {
+  if (!parse_trace(bytes, &trace, &err, trace_event_limit())) {
     std::fprintf(stderr, "gpushim-analyze replay: %s: %s\n", path.c_str(), err.c_str());
     return 1;
   }

@@ -165,6 +165,10 @@ bool PyTorchCachingAllocator::map_block(Block* b, uint64_t size) {
   Expandable& e = *b->segment;
   const uint64_t first = (b->ptr - e.va) / e.page;
   const uint64_t last = (b->ptr + size - e.va + e.page - 1) / e.page;  // exclusive
+  // Pages the device cannot hold fail the same way one by one, after creating all the others: a
+  // request of exabytes in a trace (a corrupt size) ran for minutes. Asked once, up front.
+  size_t free = 0, total = 0;
+  if (backend_.mem_info(&free, &total) == CUDA_SUCCESS && (last - first) > free / e.page) return false;
   std::vector<uint64_t> handles;
   for (uint64_t i = first; i < last; ++i) {
     uint64_t h = 0;

@@ -17,7 +17,11 @@
 namespace gpushim::analysis {
 namespace {
 
-constexpr uint64_t kUnknownCapacity = 1ull << 50;  // 1 PiB: "no device limit" for the simulation
+// "No device limit" for the simulation, where the trace does not know the device's size: above any
+// GPU made, and small enough that a request as large fails at once rather than mapping pages one by
+// one: at 1 PiB a recorded 512 TiB OOM took pytorch-expandable 58 s and 5 GiB to replay (26 million
+// 20 MiB pages mapped; an adversarial helper's trace).
+constexpr uint64_t kUnknownCapacity = 16ull << 40;  // 16 TiB
 
 struct Block {
   void* ptr = nullptr;  // null: the allocation failed in the replay; its free is skipped

@@ -25,7 +25,7 @@ struct ReplaySettings {
   ReplayModel model = ReplayModel::kShim;  // else the PyTorch baseline replaces config.policy
   bool limit_given = false;     // else each device keeps the cap it was recorded with
   LimitSpec limit;              // when limit_given; inactive = no cap
-  uint64_t capacity = 0;        // simulated device size; 0: the recorded capacity (else 1 PiB)
+  uint64_t capacity = 0;        // simulated device size; 0: the recorded capacity (else 16 TiB)
   // Under the recorded policy, cap, capacity and settings (false when settings were overridden),
   // the pools place every block as the run did: a trace's reuse moments (kReuse) decide when the
   // simulated device completes fences and events, and its segment_alloc and va_reserve events where

@@ -108,6 +108,8 @@ uint64_t input_limit_bytes() {
   return fallback;
 }
 
+uint64_t trace_event_limit() { return std::max<uint64_t>(input_limit_bytes() / sizeof(trace::TraceEvent), 1); }
+
 bool looks_like_report_or_trace(const char* head, size_t n) {
   if (n >= sizeof(trace::kFileMagic) && std::memcmp(head, trace::kFileMagic, sizeof(trace::kFileMagic)) == 0) return true;
   // A report is a JSON object whose first member is a key (its schema): optional whitespace (and a
@@ -627,7 +629,7 @@ bool load_run(const std::string& path, RunView* out, std::string* error, std::op
   if (!read_file(path, &bytes, error, &torn)) return false;
   if (looks_like_trace(bytes)) {
     TraceData t;
-    if (!parse_trace(bytes, &t, error)) {
+    if (!parse_trace(bytes, &t, error, trace_event_limit())) {
       *error = path + ": " + *error;
       return false;
     }

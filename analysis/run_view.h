@@ -82,6 +82,10 @@ bool read_file(const std::string& path, std::string* out, std::string* error, st
 // GPUSHIM_ANALYZE_MAX_INPUT when set (bytes with units), else an eighth of the machine's memory
 // (the parsed form takes about four times the file's size), at least 64 MiB.
 uint64_t input_limit_bytes();
+// The most events a trace is read for (parse_trace's `max_events`): their vector takes what
+// input_limit_bytes() allows a file, since a trace's events take ten to forty times its bytes in
+// memory (a 100 MB trace of small events once took 3.7 GB).
+uint64_t trace_event_limit();
 // Whether `head`, the start of an input, can begin a report or a trace: the trace magic, or a JSON
 // object opening with a key and no control byte but whitespace. scripts/gpushim-plot applies the
 // same rule to reports before reading them whole.

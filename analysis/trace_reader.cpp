@@ -305,7 +305,7 @@ bool looks_like_trace(const std::string& bytes) {
          std::memcmp(bytes.data(), trace::kFileMagic, sizeof(trace::kFileMagic)) == 0;
 }
 
-bool parse_trace(const std::string& bytes, TraceData* out, std::string* error) {
+bool parse_trace(const std::string& bytes, TraceData* out, std::string* error, uint64_t max_events) {
   std::string ignored;
   if (!error) error = &ignored;
   if (!looks_like_trace(bytes)) {
@@ -349,6 +349,12 @@ bool parse_trace(const std::string& bytes, TraceData* out, std::string* error) {
       if (!decode_header(r, &t, error)) return false;
       have_header = true;
     } else {
+      if (ch.type == ChunkType::kEvents && t.events.size() >= max_events) {
+        stop("events past the first " + std::to_string(t.events.size()) +
+             " left unread: their memory would pass the input budget (an eighth of the machine's memory, or "
+             "GPUSHIM_ANALYZE_MAX_INPUT)");
+        break;
+      }
       bool ok = true;
       const size_t before = t.events.size();
       switch (ch.type) {

@@ -70,7 +70,11 @@ struct TraceData {
 // Returns false with a one-line message only when `bytes` is not a trace at all (wrong magic,
 // unsupported major version, missing header). Damage after the header is not an error: reading
 // stops there and `truncated` says so. Never crashes on any input.
-bool parse_trace(const std::string& bytes, TraceData* out, std::string* error);
+// `max_events`: reading stops there, as at damage (`truncated`, with the reason): a trace's events
+// take ten to forty times its bytes in memory, which a file under the input size limit could
+// otherwise spend past what the machine has (run_view.h: trace_event_limit()).
+bool parse_trace(const std::string& bytes, TraceData* out, std::string* error,
+                 uint64_t max_events = UINT64_MAX);
 
 // True if `bytes` starts like a trace (for telling traces from reports).
 bool looks_like_trace(const std::string& bytes);

@@ -234,6 +234,22 @@ TEST(PyTorchPolicy, RandomChurnKeepsBlocksDisjointAndAccountingExact) {
   }
 }
 
+// A request the device cannot hold is refused before any page is made: expandable segments mapped
+// one 20 MiB page after another until the device ran out, so a corrupt size in a trace (exabytes)
+// made billions of driver calls, minutes and gigabytes, for one refusal.
+TEST(PyTorchPolicy, ARequestPastTheDeviceMakesNoPage) {
+  SimBackend sim(1ull << 30);
+  PT pt(sim, /*expandable=*/true);
+  const uint64_t before = sim.counters().physical_creates;
+  void* p = nullptr;
+  uint64_t size = 0;
+  EXPECT_EQ(pt.allocate(AllocRequest{1ull << 62, pytorch_stream(0), false}, &p, &size), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(sim.counters().physical_creates, before);  // not one page made for it
+  EXPECT_EQ(sim.used(), 0u);
+  Got g = alloc(pt, 30 * kMiB);  // the device is still whole
+  release(pt, g);
+}
+
 // A small trace through replay_trace: the figures follow from the rules above.
 TEST(PyTorchPolicy, ReplayFiguresOnASmallTrace) {
   TraceData t;

@@ -506,6 +506,23 @@ TEST(TraceReader, AnAddressHandedOutAgainEndsTheAllocationWhoseFreeWasDropped) {
   EXPECT_EQ(t.events[3].stack, 21u);
 }
 
+// A file under the input size limit could still hold more events than memory: each takes 56 bytes
+// decoded, ten to forty times its bytes in the file (a 100 MB trace of small events took 3.7 GB),
+// and the kernel's OOM killer, not a line, ended the reader. Reading stops at the budget instead,
+// as at damage: the notes say so, and what was read is summarized.
+TEST(TraceReader, StopsAtTheEventBudgetAndSaysSo) {
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(build_trace(sample_events(10, 1), 3, true), &t, &err, /*max_events=*/4)) << err;
+  EXPECT_TRUE(t.truncated);
+  EXPECT_NE(t.stop_reason.find("left unread: their memory would pass the input budget"), std::string::npos)
+      << t.stop_reason;
+  TraceData whole;
+  ASSERT_TRUE(parse_trace(build_trace(sample_events(10, 1), 3, true), &whole, &err)) << err;
+  EXPECT_FALSE(whole.truncated);
+  EXPECT_LT(t.events.size() + t.checkpoints.size(), whole.events.size() + whole.checkpoints.size());
+}
+
 TEST(TraceReader, AChunkOfANewerMinorVersionIsNotCalledDamage) {
   for (const uint32_t minor : {kVersionMinor, kVersionMinor + 1}) {
     SCOPED_TRACE(minor);

@@ -345,6 +345,15 @@ bool parse_report(const std::string& bytes, ReportFile* out, std::string* error)
   }
   if (!top.ok()) return false;
   if (!read_list(top, "devices", true, &r.devices, read_device, error)) return false;
+  // The shim writes each device once; a report that lists one twice is not one run's (merge summed
+  // both entries, and every figure of the device doubled).
+  for (size_t i = 0; i < r.devices.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (r.devices[j].device == r.devices[i].device) {
+        *error = top.path("devices") + "[" + std::to_string(i) + "]: device " + std::to_string(r.devices[i].device) +
+                 " is listed twice (also devices[" + std::to_string(j) + "])";
+        return false;
+      }
   if (!read_list(top, "sites", true, &r.sites, read_site, error)) return false;
   if (!read_list(top, "ooms", false, &r.ooms, read_oom, error)) return false;
   if (!read_list(

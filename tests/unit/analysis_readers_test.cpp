@@ -195,6 +195,19 @@ TEST(ReportReader, NamesTheFieldThatIsWrong) {
   EXPECT_EQ(err, "devices[0].live_bytes: expected an unsigned integer");
 }
 
+// A report that lists a device twice is not one run's: merge summed both entries (387.7 MiB where
+// the run held half), and every other reader took whichever came first.
+TEST(ReportReader, RefusesADeviceListedTwice) {
+  ReportData twice = sample_report();
+  twice.devices.push_back(twice.devices[0]);
+  ReportFile got;
+  std::string err;
+  EXPECT_FALSE(parse_report(report_to_json(twice), &got, &err));
+  EXPECT_EQ(err, "devices[1]: device " + std::to_string(twice.devices[0].device) + " is listed twice (also devices[0])");
+  twice.devices[1].device += 1;  // two devices: fine
+  EXPECT_TRUE(parse_report(report_to_json(twice), &got, &err)) << err;
+}
+
 TEST(ReportReader, RefusesOtherDocuments) {
   ReportFile got;
   std::string err;

@@ -100,6 +100,13 @@ void MaybeReleaseGraph(State& s, const std::shared_ptr<Graph>& graph) {
     ReleaseRegion(s, base);
   }
   graph->owned_allocations.clear();
+  // Frees of another graph's memory this graph was to make at a launch that never came: that
+  // memory stays the program's (a launched graph released it then, and the ids no longer match).
+  for (const auto& [base, buffer_id] : graph->deferred_frees) {
+    auto it = s.regions.find(base);
+    if (it != s.regions.end() && it->second.buffer_id == buffer_id) it->second.free_node_pending = false;
+  }
+  graph->deferred_frees.clear();
   // Graph memory no launch ever allocated never existed for the program (it cannot free it).
   for (std::uintptr_t base : graph->allocations) {
     auto it = s.regions.find(base);
@@ -119,7 +126,7 @@ void AbandonCapture(State& s, std::shared_ptr<Capture> capture) {
   // A capture that produced no graph never frees anything: the captured frees are void.
   for (const auto& [base, buffer_id] : capture->graph->deferred_frees) {
     auto it = s.regions.find(base);
-    if (it != s.regions.end() && it->second.buffer_id == buffer_id) it->second.free_pending = false;
+    if (it != s.regions.end() && it->second.buffer_id == buffer_id) it->second.free_node_pending = false;
   }
   capture->graph->deferred_frees.clear();
   capture->graph->user_handle_alive = false;

@@ -279,7 +279,9 @@ void RequireUsable(const Region& r, std::uintptr_t p, std::size_t n, const Acces
            "CUDA leaves work issued after the free undefined",
            access.call, static_cast<unsigned long>(p), static_cast<unsigned long>(p + n),
            static_cast<unsigned long>(r.base));
-  if (r.graph_unlaunched && !access.graph_node && !(access.capture_id != 0 && access.capture_id == r.capture_id))
+  // Captured work runs at its graph's launch, which the program may order after the allocating
+  // graph's: only work outside any graph is checked here.
+  if (r.graph_unlaunched && !access.graph_node && access.capture_id == 0)
     Misuse("%s: [%#lx, %#lx) is graph memory no launch of its graph has made yet: CUDA allows it only to work "
            "ordered after the graph's execution",
            access.call, static_cast<unsigned long>(p), static_cast<unsigned long>(p + n));

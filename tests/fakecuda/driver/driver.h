@@ -156,9 +156,19 @@ struct Region {
   // Arena-backed kinds: location in the device memfd and the bytes charged against capacity.
   std::size_t arena_offset = 0;
   std::size_t charged = 0;
-  bool free_pending = false;   // cuMemFreeAsync issued (or graph free captured)
+  bool free_pending = false;   // freed: cuMemFreeAsync issued (stream_ordered_free), or a cuMemFree in progress
+  bool stream_ordered_free = false;  // free_pending by cuMemFreeAsync: querying it is undefined now
+  // Another graph's memory whose free a capture recorded: still the program's until that graph's
+  // launch frees it (or for good, should the graph never launch).
+  bool free_node_pending = false;
   bool graph_unlaunched = false;  // kGraph: no launch has allocated it yet (cannot be freed outside a graph)
   MemPool* pool = nullptr;
+  // kDeviceAsync: where in stream order the allocation is. The fake allocates at once, but "the
+  // allocation must not be accessed until the allocation operation completes" (cuMemAllocAsync):
+  // work of another stream that runs before `alloc_stream` completed `alloc_seq` ops is unordered
+  // with it (RequireAllocationsReached). Weak: a stream gone has completed everything.
+  std::weak_ptr<Stream> alloc_stream;
+  std::uint64_t alloc_seq = 0;
   std::uint64_t capture_id = 0;  // kGraph: the capture sequence that allocated it
   // kVmmMapping
   std::shared_ptr<PhysicalAllocation> phys;

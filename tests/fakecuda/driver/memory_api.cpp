@@ -61,6 +61,9 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, bool 
     // Graph memory comes from the graph's own pool, not this one. A pool counts the bytes asked
     // for, not their rounding (an H100 reports 1000 bytes used after cuMemAllocAsync(1000)).
     mp->OnAllocated(bytesize);
+    Region& region = s.regions[base];
+    region.alloc_stream = SharedStream(s, st);
+    region.alloc_seq = st->submitted;  // reached once the stream has run what was queued before
   }
   *dptr = base;
   return CUDA_SUCCESS;
@@ -75,7 +78,8 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream hStream, bool ptsz) {
     if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
   }
   auto it = s.regions.find(dptr);
-  if (it == s.regions.end() || !IsFreeableDeviceKind(it->second.kind) || it->second.free_pending) {
+  if (it == s.regions.end() || !IsFreeableDeviceKind(it->second.kind) || it->second.free_pending ||
+      it->second.free_node_pending) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   Region& region = it->second;
@@ -91,7 +95,8 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream hStream, bool ptsz) {
     State& state = GetState();
     std::lock_guard inner(state.mu);
     auto r = state.regions.find(base);
-    if (r != state.regions.end() && r->second.buffer_id == buffer_id && r->second.free_pending) {
+    if (r != state.regions.end() && r->second.buffer_id == buffer_id &&
+        (r->second.free_pending || r->second.free_node_pending)) {
       ReleaseRegion(state, base);
     }
   };
@@ -105,21 +110,23 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream hStream, bool ptsz) {
     // cudaMallocAsync backend defers such frees past the capture for that reason.) Graph memory of
     // another graph may be freed here: it is freed when this graph is launched.
     if (region.kind != RegionKind::kGraph) return CUDA_ERROR_INVALID_VALUE;
-    region.free_pending = true;
     ++s.device_free_calls;
-    if (region.kind == RegionKind::kGraph && region.capture_id == cap->id) {
+    if (region.capture_id == cap->id) {
       // Allocated and freed inside the same graph: the graph owns it until destroyed.
+      region.free_pending = true;
       cap->graph->owned_allocations.push_back(base);
     } else {
-      // Another graph's memory is freed when this graph is launched.
+      // Another graph's memory is freed when this graph is launched; until then it is in use.
+      region.free_node_pending = true;
       cap->graph->nodes.push_back(release);
       cap->graph->deferred_frees.emplace_back(base, buffer_id);
     }
     return CUDA_SUCCESS;
   }
   region.free_pending = true;
+  region.stream_ordered_free = true;
   if (CUresult r = Submit(s, st, release); r != CUDA_SUCCESS) {
-    region.free_pending = false;
+    region.free_pending = region.stream_ordered_free = false;
     return r;
   }
   ++s.device_free_calls;

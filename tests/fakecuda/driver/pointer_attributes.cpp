@@ -133,13 +133,15 @@ CUresult DescribeUnknown(CUpointer_attribute attribute, void* data) {
 }
 
 // CUDA: after cuMemFreeAsync returns, "querying its pointer attributes results in undefined
-// behavior" (an allocation freed in stream order, or one a cuMemFree is freeing right now).
+// behavior". An allocation a cuMemFree is freeing right now answers as freed already, which it is
+// a moment later: CUDA refuses the query of a freed pointer (the shim's context walk relies on it).
 const Region* Queryable(const Region* region, std::uintptr_t ptr, const char* call) {
-  if (region != nullptr && region->free_pending)
-    Misuse("%s: %#lx is in the allocation at %#lx, which was freed (cuMemFreeAsync, or a free in progress): CUDA "
-           "leaves querying it undefined",
+  if (region == nullptr || !region->free_pending) return region;
+  if (region->stream_ordered_free)
+    Misuse("%s: %#lx is in the allocation at %#lx, which was freed with cuMemFreeAsync: CUDA leaves querying it "
+           "undefined",
            call, static_cast<unsigned long>(ptr), static_cast<unsigned long>(region->base));
-  return region;
+  return nullptr;
 }
 
 }  // namespace

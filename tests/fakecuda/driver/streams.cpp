@@ -39,9 +39,28 @@ void NotifyCompleted(State& s, Stream* stream) {
   if (s.progress_waiters > 0) s.progress.notify_all();
 }
 
+// The op about to run on `stream` touches stream-ordered memory whose allocating stream has not
+// reached the allocation: nothing orders the op after it (an event, a synchronization, the legacy
+// stream's implicit waits would have), so CUDA leaves it undefined. Checked as the op starts, when
+// every dependency it has is met: a program that orders it correctly never gets here.
+void RequireAllocationsReached(State& s, const Stream* stream, const std::vector<Touch>& touches) {
+  for (const Touch& t : touches) {
+    const Region* r = FindRegion(s, t.base);
+    if (r == nullptr || r->kind != RegionKind::kDeviceAsync) continue;
+    const std::shared_ptr<Stream> by = r->alloc_stream.lock();
+    if (by == nullptr || by.get() == stream || by->completed >= r->alloc_seq) continue;
+    Misuse("work on stream %#lx accesses [%#lx, %#lx) before stream %#lx reached its allocation (cuMemAllocAsync): "
+           "CUDA says it \"must not be accessed until the allocation operation completes\"; order the work after it "
+           "(an event recorded after the allocation)",
+           static_cast<unsigned long>(stream->handle), static_cast<unsigned long>(t.base),
+           static_cast<unsigned long>(t.base + t.size), static_cast<unsigned long>(by->handle));
+  }
+}
+
 // Runs the op at the front of `stream`'s queue (its `run`, taken out under `lk`) without the lock,
 // then completes it: pops it, counts it and wakes whoever waits for it.
 void RunFront(State& s, std::unique_lock<std::mutex>& lk, Stream* stream, std::function<void()> run) {
+  RequireAllocationsReached(s, stream, stream->queue.front().touches);
   lk.unlock();
   if (run) run();
   run = nullptr;  // the op's captures are destroyed outside the lock too

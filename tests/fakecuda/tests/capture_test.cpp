@@ -389,11 +389,25 @@ TEST_F(Capture, AFreeNodeTakesGraphMemoryOnly) {
   ASSERT_CU(cuGraphInstantiate(&ea, ga, 0));
   ASSERT_CU(cuGraphLaunch(ea, s_));
   ASSERT_CU(cuStreamSynchronize(s_));
+  // A graph that would free it but is destroyed unlaunched frees nothing: still the program's.
+  CUgraph never = nullptr;
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemFreeAsync(a, s_));
+  ASSERT_CU(cuStreamEndCapture(s_, &never));
+  ASSERT_CU(cuGraphDestroy(never));
+  ASSERT_CU(cuMemsetD8(a, 2, 1 << 20));
   ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
   ASSERT_CU(cuMemFreeAsync(a, s_));
   CUgraph gb = nullptr;
   ASSERT_CU(cuStreamEndCapture(s_, &gb));
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (1 << 20));
+  // Until gb launches, a is in use: copies and queries of it are the program's (they stopped the
+  // process as if a were freed already: a review helper's find).
+  ASSERT_CU(cuMemsetD8(a, 3, 1 << 20));
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  ASSERT_CU(cuMemGetAddressRange(&base, &size, a));
+  EXPECT_EQ(base, a);
   CUgraphExec eb = nullptr;
   ASSERT_CU(cuGraphInstantiate(&eb, gb, 0));
   ASSERT_CU(cuGraphLaunch(eb, s_));
@@ -402,6 +416,35 @@ TEST_F(Capture, AFreeNodeTakesGraphMemoryOnly) {
   ASSERT_CU(cuGraphExecDestroy(eb));
   ASSERT_CU(cuGraphDestroy(gb));
   ASSERT_CU(cuGraphExecDestroy(ea));
+  ASSERT_CU(cuGraphDestroy(ga));
+}
+
+// Work captured into one graph on the memory another graph allocates runs at its own launch, which
+// the program orders after the allocating graph's: accepted at capture, as an explicit node is.
+TEST_F(Capture, CapturedWorkMayUseAnotherGraphsMemory) {
+  CUdeviceptr a = 0;
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemAllocAsync(&a, 4096, s_));
+  CUgraph ga = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &ga));
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemsetD8Async(a, 9, 4096, s_));  // a does not exist until ga launches
+  CUgraph gb = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &gb));
+  CUgraphExec ea = nullptr, eb = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&ea, ga, 0));
+  ASSERT_CU(cuGraphInstantiate(&eb, gb, 0));
+  ASSERT_CU(cuGraphLaunch(ea, s_));
+  ASSERT_CU(cuGraphLaunch(eb, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  unsigned char b = 0;
+  ASSERT_CU(cuMemcpyDtoH(&b, a, 1));
+  EXPECT_EQ(b, 9);
+  ASSERT_CU(cuMemFreeAsync(a, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  ASSERT_CU(cuGraphExecDestroy(eb));
+  ASSERT_CU(cuGraphExecDestroy(ea));
+  ASSERT_CU(cuGraphDestroy(gb));
   ASSERT_CU(cuGraphDestroy(ga));
 }
 

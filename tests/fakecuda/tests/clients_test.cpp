@@ -472,6 +472,29 @@ TEST_F(CreatedContexts, FreesWaitForTheCreatedContextsStreams) {
   ASSERT_CU(cuCtxDestroy(ctx));
 }
 
+// A query of memory a cuMemFree on another thread is freeing right now answers as freed (invalid
+// value), as a moment later: only cuMemFreeAsync makes a query undefined. The shim's context walk
+// queries every allocation it knows of, and one being freed meanwhile stopped the process.
+TEST_F(CreatedContexts, AQueryDuringAnotherThreadsFreeAnswersFreed) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuMemAlloc(&p, 1 << 20));
+  ASSERT_CU(fakecuLaunchDelayedFill(p, 1, 1 << 20, 200000, s));  // the free waits for it
+  CUcontext ctx = ctx_;
+  std::thread freeing([&] {
+    cuCtxSetCurrent(ctx);
+    cuMemFree(p);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // inside the free's wait
+  CUcontext owner = nullptr;
+  const CUresult during = cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p);
+  freeing.join();
+  EXPECT_EQ(during, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuStreamDestroy(s));
+}
+
 // "CUDA Runtime API calls operate on the CUDA Driver API CUcontext which is current to the calling
 // host thread": the simulated runtime bound the primary context over it at a thread's first call.
 TEST_F(CreatedContexts, TheRuntimeUsesTheContextCurrentToTheThread) {

@@ -366,6 +366,40 @@ TEST_F(MisuseRuntime, WorkAndQueriesAfterAStreamOrderedFree) {
   ASSERT_RT(cudaStreamDestroy(t));
 }
 
+// cuMemAllocAsync: "The allocation must not be accessed until the the allocation operation
+// completes", which another stream's work is ordered after only by an event (or a
+// synchronization). The simulated device allocates at once, and let such work run.
+TEST_F(MisuseRuntime, WorkOnAnotherStreamBeforeTheAllocationIsReached) {
+  cudaStream_t a = nullptr, b = nullptr;
+  ASSERT_RT(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  ASSERT_RT(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  void* busy = nullptr;
+  ASSERT_RT(cudaMalloc(&busy, 4096));
+  ASSERT_RT(fakecuLaunchDelayedFill(reinterpret_cast<CUdeviceptr>(busy), 1, 4096, 200000, reinterpret_cast<CUstream>(a)));
+  void* p = nullptr;
+  ASSERT_RT(cudaMallocAsync(&p, 4096, a));  // behind the fill in a's order
+  EXPECT_MISUSE(
+      {
+        cudaMemsetAsync(p, 0, 64, b);
+        cudaStreamSynchronize(b);
+      },
+      "work on stream 0x[0-9a-f]+ accesses \\[0x[0-9a-f]+, 0x[0-9a-f]+\\) before stream 0x[0-9a-f]+ reached its "
+      "allocation");
+  // Ordered by an event recorded after the allocation: the program's to use.
+  cudaEvent_t allocated = nullptr;
+  ASSERT_RT(cudaEventCreateWithFlags(&allocated, cudaEventDisableTiming));
+  ASSERT_RT(cudaEventRecord(allocated, a));
+  ASSERT_RT(cudaStreamWaitEvent(b, allocated, 0));
+  ASSERT_RT(cudaMemsetAsync(p, 0, 64, b));
+  ASSERT_RT(cudaStreamSynchronize(b));
+  ASSERT_RT(cudaFreeAsync(p, b));
+  ASSERT_RT(cudaStreamSynchronize(b));
+  ASSERT_RT(cudaEventDestroy(allocated));
+  ASSERT_RT(cudaFree(busy));
+  ASSERT_RT(cudaStreamDestroy(a));
+  ASSERT_RT(cudaStreamDestroy(b));
+}
+
 TEST_F(MisuseRuntime, GraphMemoryBeforeItsLaunch) {
   cudaStream_t s = nullptr;
   ASSERT_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -10,6 +10,7 @@
 #include "report/output_file.h"
 #include "report/report_writer.h"
 #include "util/clock.h"
+#include "util/loader_frames.h"
 #include "util/log.h"
 #include "util/paths.h"
 
@@ -62,7 +63,11 @@ void LiveOutputs::start(const Config& config, const std::string& exe, int pid, c
 }
 
 bool LiveOutputs::stop() {
-  if (!worker_.stop(kExitPatienceNs)) return false;
+  // An idle worker stops at once; a busy one is asked whether this thread is inside the loader
+  // (a stack walk: at exit, and only when a task is still running).
+  constexpr uint64_t kPromptNs = 200'000'000ull;
+  if (!worker_.stop(kPromptNs) && !worker_.stop(called_from_dynamic_loader() ? kInLoaderPatienceNs : 0))
+    return false;
   if (sources_.snapshot_report) write_snapshot();  // nothing when no request is pending
   return true;
 }

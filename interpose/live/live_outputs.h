@@ -32,13 +32,14 @@ class LiveOutputs {
   void start(const Config& config, const std::string& exe, int pid, const char* policy, const std::string& start_dir,
              Sources sources);
 
-  // Stops the worker, waiting for an update or snapshot in progress: none starts after this. A
-  // snapshot requested before (the signal came, the worker had not woken yet) is written now.
-  // False when the worker's task did not end within kExitPatienceNs: it still runs (a snapshot
-  // waiting for the dynamic loader's lock, which exit() from a library's constructor holds for
-  // good), and no report may be built beside it.
+  // Stops the worker, waiting for an update or snapshot in progress, however long it takes: none
+  // starts after this. A snapshot requested before (the signal came, the worker had not woken
+  // yet) is written now. One exception: called inside the dynamic loader (exit() from a library's
+  // constructor during dlopen), this thread holds the loader's lock, which a snapshot may wait for
+  // in dladdr until the loader returns, never: then it waits kInLoaderPatienceNs at most, and
+  // false says it gave up (the worker still runs; no report may be built beside it).
   bool stop();
-  static constexpr uint64_t kExitPatienceNs = 10'000'000'000ull;
+  static constexpr uint64_t kInLoaderPatienceNs = 5'000'000'000ull;
 
   bool metrics_enabled() const { return metrics_file_ != nullptr; }
 

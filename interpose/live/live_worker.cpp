@@ -34,6 +34,7 @@ int LiveWorker::start(uint64_t interval_ns, Task periodic, Task on_wake) {
   // Named here too, not only by the thread itself: whoever looks right after the first CUDA call
   // (top -H, gdb, /proc/<pid>/task/*/comm) must find it by name, and it may not have run yet.
   pthread_setname_np(thread_, kThreadName);
+  joined_ = false;
   started_.store(true, std::memory_order_release);
   return 0;
 }
@@ -72,23 +73,26 @@ void LiveWorker::loop() {
 }
 
 bool LiveWorker::stop(uint64_t patience_ns) {
-  if (!started_.exchange(false, std::memory_order_acq_rel)) return true;
-  stopping_.store(true, std::memory_order_release);
-  sem_post(&wake_);
+  if (started_.exchange(false, std::memory_order_acq_rel)) {
+    stopping_.store(true, std::memory_order_release);
+    sem_post(&wake_);
+  }
+  if (joined_) return true;
   // The worker itself ends the process when the program's threads are gone (own_threads.h), and
   // the exit path then stops it from its own thread: it returns from the exit, never to the loop.
-  if (pthread_equal(thread_, pthread_self())) return true;
-  if (patience_ns == 0) return pthread_join(thread_, nullptr) == 0;
+  if (pthread_equal(thread_, pthread_self())) return joined_ = true;
+  if (patience_ns == 0) return joined_ = pthread_join(thread_, nullptr) == 0;
   timespec deadline{};
-  clock_gettime(CLOCK_REALTIME, &deadline);  // pthread_timedjoin_np's clock
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
   const uint64_t at = static_cast<uint64_t>(deadline.tv_nsec) + patience_ns % 1000000000ull;
   deadline.tv_sec += static_cast<time_t>(patience_ns / 1000000000ull + at / 1000000000ull);
   deadline.tv_nsec = static_cast<long>(at % 1000000000ull);
-  return pthread_timedjoin_np(thread_, nullptr, &deadline) == 0;
+  return joined_ = pthread_clockjoin_np(thread_, nullptr, CLOCK_MONOTONIC, &deadline) == 0;
 }
 
 void LiveWorker::abandon_in_fork_child() {
   started_.store(false, std::memory_order_release);
+  joined_ = true;  // the thread was not copied
   // The parent's thread may have been inside sem_* at fork time: start from a fresh semaphore.
   sem_init(&wake_, 0, 0);
 }

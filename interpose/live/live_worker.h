@@ -35,8 +35,8 @@ class LiveWorker {
   void wake() { sem_post(&wake_); }
 
   // Stops and joins the thread, waiting for a task in progress to finish, at most `patience_ns`
-  // (0: for as long as it takes). False when it gave up: the task is still running (see
-  // LiveOutputs::stop). Idempotent; a no-op when never started.
+  // (0: for as long as it takes). False when it gave up: the task is still running, and a later
+  // call waits for it again (see LiveOutputs::stop). True when never started.
   bool stop(uint64_t patience_ns = 0);
 
   // In a fork child: the thread was not copied. Forget it, and make wake() harmless.
@@ -52,6 +52,7 @@ class LiveWorker {
   pthread_t thread_{};
   std::atomic<bool> started_{false};
   std::atomic<bool> stopping_{false};
+  bool joined_ = true;  // no thread left to join (only the stopping thread reads and writes it)
   uint64_t interval_ns_ = 0;
   Task periodic_;
   Task on_wake_;

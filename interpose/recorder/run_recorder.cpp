@@ -340,15 +340,14 @@ void RunRecorder::write_exit_report() {
   if (const uint64_t ooms = oom_lines_.load(std::memory_order_relaxed); ooms > kLoggedOoms)
     log_line("%llu out-of-memory errors in all (%llu not printed above; every one is counted in the report)",
              static_cast<unsigned long long>(ooms), static_cast<unsigned long long>(ooms - kLoggedOoms));
-  // No snapshot or metrics update from here on. A snapshot that does not end may be waiting for
-  // the dynamic loader's lock, which this thread holds when exit() came from a library's
-  // constructor (during dlopen): waiting for it would hang the host for good, and a report built
-  // beside it would race it. The host ends without a report instead.
+  // No snapshot or metrics update from here on. Inside the dynamic loader (exit() from a library's
+  // constructor during dlopen) a snapshot may wait for the loader's lock this thread holds:
+  // waiting for it would hang the host for good, and a report built beside it would race it. The
+  // host ends without a report instead (LiveOutputs::stop).
   if (!live_.stop()) {
-    log_line("no report: a snapshot being written did not finish within %llu s of exit() (exit() called while "
-             "the dynamic loader's lock is held, e.g. from a library's constructor during dlopen, stops it); "
-             "snapshot files already written are whole",
-             static_cast<unsigned long long>(LiveOutputs::kExitPatienceNs / 1000000000ull));
+    log_line("no report: exit() was called inside the dynamic loader (from a library's constructor or destructor, "
+             "during dlopen or dlclose), whose lock a snapshot being written waits for; snapshot files already "
+             "written are whole");
     return;
   }
   // The exit verdict needs the report's figures even when neither the file nor the summary is

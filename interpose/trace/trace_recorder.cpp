@@ -389,7 +389,7 @@ void TraceRecorder::finish(EndInfo end) {
   // Joined, not left finished and unjoined for the rest of the process (TSan reports that as a
   // leaked thread): once woken it only takes io_mu_, free now, and returns.
   if (writer_started_) {
-    pthread_join(writer_, nullptr);
+    if (!pthread_equal(writer_, pthread_self())) pthread_join(writer_, nullptr);  // see ~TraceRecorder
     writer_started_ = false;
   }
 }

@@ -79,6 +79,10 @@ void end_process_if_orphaned() {
   if (now - last < kCheckEveryNs || !g_last_check_ns.compare_exchange_strong(last, now)) return;
   if (running(::getpid())) return;  // the main thread lives: the usual case, one file read
   if (!only_own_threads_left()) return;
+  // Asked again a moment later: one directory listing can miss a thread created while it was read
+  // and see its creator already gone (a pool replacing a worker), and that program lives on.
+  ::usleep(50 * 1000);
+  if (!only_own_threads_left()) return;
   if (g_ending.exchange(true)) return;
   ::exit(0);  // what glibc does when the last thread of the program ends
 }

@@ -22,6 +22,8 @@
 //   snapshot-exit   asks for a snapshot (raise(SIGUSR2)) and exits at once
 //   exit-at-load    leaks 300 blocks (sites to symbolize), asks for 5 snapshots (SIGUSR2), then
 //                   dlopens a plugin (e2e-libs/libe2e_exit_at_load.so) whose constructor calls exit(3)
+//   exit-during-slow-load  leaks, then a thread dlopens a plugin (libe2e_slow_load.so) whose
+//                   constructor takes 11 s; main asks for a snapshot and returns meanwhile
 //   pthread-exit    main ends with pthread_exit() while a worker allocates and frees, then returns:
 //                   the process ends when the worker does (glibc's exit(0) at the last thread)
 //   segv / abort    a fatal signal in the host after allocating; with a second argument `wait`,
@@ -148,6 +150,14 @@ int main(int argc, char** argv) {
     const std::string plugin = std::string(argc > 2 ? argv[2] : ".") + "/libe2e_exit_at_load.so";
     dlopen(plugin.c_str(), RTLD_NOW);
     return 4;  // the plugin could not be loaded
+  }
+  if (mode == "exit-during-slow-load") {
+    const std::string plugin = std::string(argc > 2 ? argv[2] : ".") + "/libe2e_slow_load.so";
+    std::thread([plugin] { dlopen(plugin.c_str(), RTLD_NOW); }).detach();
+    usleep(300 * 1000);  // the dlopen holds the loader's lock now
+    raise(SIGUSR2);      // the snapshot's symbolization waits for it
+    usleep(200 * 1000);
+    return 0;
   }
   if (mode == "pthread-exit") {
     std::thread([] {

@@ -262,8 +262,7 @@ namespace {
 bool InDeviceAddressSpace(State& s, std::uintptr_t p) {
   for (const auto& dev : s.devices)
     if (dev->arena.contains(p)) return true;
-  auto it = s.reservations.upper_bound(p);
-  return it != s.reservations.begin() && p - std::prev(it)->second.base < std::prev(it)->second.size;
+  return FindReservation(s, p, 1) != nullptr;
 }
 
 [[noreturn]] void StopForUnheldMemory(std::uintptr_t p, std::size_t n, const Access& access) {

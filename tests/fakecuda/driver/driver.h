@@ -498,6 +498,8 @@ struct Access {
 // returned: "accessing the memory from any subsequent work ... results in undefined behavior"), and
 // graph memory before the launch that makes it. Anything else outside the regions: invalid value.
 CUresult CheckDeviceRange(State& s, std::uintptr_t p, std::size_t n, const Access& access);
+// The reservation (cuMemAddressReserve) that holds all of [p, p+size), or nullptr (vmm.cpp).
+Reservation* FindReservation(State& s, std::uintptr_t p, std::size_t size);
 // Either side of a copy that names no direction (cuMemcpy): as CheckDeviceRange for addresses in
 // device memory; anything else is pageable host memory and accepted.
 CUresult CheckAnyRange(State& s, std::uintptr_t p, std::size_t n, const Access& access);

@@ -34,14 +34,6 @@ void* MapReservation(std::uintptr_t addr, std::size_t size, int extra_flags) {
               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | extra_flags, -1, 0);
 }
 
-Reservation* FindReservation(State& s, std::uintptr_t p, std::size_t size) {
-  auto it = s.reservations.upper_bound(p);
-  if (it == s.reservations.begin()) return nullptr;
-  --it;
-  Reservation& r = it->second;
-  if (p < r.base || p + size > r.base + r.size || p + size < p) return nullptr;
-  return &r;
-}
 
 // Collects the mappings that exactly tile [ptr, ptr+size); false if the range is not made of
 // whole mappings.
@@ -140,6 +132,16 @@ CUresult ValidateLocation(State& s, const CUmemLocation& loc) {
 }
 
 }  // namespace
+
+Reservation* FindReservation(State& s, std::uintptr_t p, std::size_t size) {
+  auto it = s.reservations.upper_bound(p);
+  if (it == s.reservations.begin()) return nullptr;
+  --it;
+  Reservation& r = it->second;
+  if (p < r.base || p + size > r.base + r.size || p + size < p) return nullptr;
+  return &r;
+}
+
 }  // namespace fakecuda
 
 using namespace fakecuda;

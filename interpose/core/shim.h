@@ -205,14 +205,11 @@ class Shim {
   // ---- the memory-pool API (core/shim_driver.cpp) ----
   // A device's default pool is served by the device's own pool: its attributes are our figures
   // (the report's), and trimming releases our cached memory. Each returns nullopt when the call
-  // is not ours to answer (another pool, passthrough, an attribute only CUDA acts on, a runtime
-  // call under a context destroyed while current here, which CUDA's runtime refuses): the hook
-  // then forwards it. `runtime_api`: asked for the runtime's call (cudaMemPool*).
-  std::optional<CUresult> mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value,
-                                                bool runtime_api);
-  std::optional<CUresult> mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value,
-                                                bool runtime_api);
-  std::optional<CUresult> mempool_trim_to(CUmemoryPool pool, size_t keep, bool runtime_api);
+  // is not ours to answer (another pool, passthrough, an attribute only CUDA acts on): the hook
+  // then forwards it.
+  std::optional<CUresult> mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
+  std::optional<CUresult> mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
+  std::optional<CUresult> mempool_trim_to(CUmemoryPool pool, size_t keep);
   // cuDeviceSetMemPool succeeded: `device`'s stream-ordered allocations come from `pool` now.
   void mempool_current_set(int device, CUmemoryPool pool);
   // A trim CUDA served (cuMemPoolTrimTo or the runtime's) succeeded: what `pool` reserves is read
@@ -377,8 +374,7 @@ class Shim {
   static cudaStreamCaptureStatus capture_status(CUstream stream);
   static bool stream_capturing(CUstream stream) { return capture_status(stream) == cudaStreamCaptureStatusActive; }
   // The device whose default memory pool `pool` is, if its pool serves it; null otherwise.
-  // `runtime_api`: not for a runtime call the current context cannot take (mempool_get_attribute).
-  DeviceState* served_default_mempool(CUmemoryPool pool, bool runtime_api);
+  DeviceState* served_default_mempool(CUmemoryPool pool);
   CUmemoryPool default_mempool(int ordinal);  // learned from the driver once; null if unknown
   // True when CUDA forbids a potentially unsafe call (cudaMalloc, cudaFree, cudaMallocAsync on a
   // stream that is not capturing, pool queries) on this thread now: a capture in global or

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cuda/driver_backend.h"
+#include "cuda/destroyed_contexts.h"
 #include "core/call_context.h"
 #include "core/shim.h"
 #include "cuda/real_driver.h"
@@ -287,7 +288,7 @@ CUmemoryPool Shim::default_mempool(int ordinal) {
   return h;
 }
 
-DeviceState* Shim::served_default_mempool(CUmemoryPool pool, bool runtime_api) {
+DeviceState* Shim::served_default_mempool(CUmemoryPool pool) {
   // A fork child cannot use its parent's pools (see device_alloc); passthrough has none.
   if (pool == nullptr || forked_child_ || config_.policy == PolicyKind::kPassthrough) return nullptr;
   const RealDriver& drv = real_driver();
@@ -299,10 +300,8 @@ DeviceState* Shim::served_default_mempool(CUmemoryPool pool, bool runtime_api) {
     // the device's state is created now, as that allocation would have.
     DeviceState* d = device(i);
     if (d == nullptr || d->pool == nullptr) return nullptr;
-    // CUDA's runtime works in the current context and refuses every call under one destroyed
-    // while current here: CUDA answers then (the driver's calls name the pool, not a context).
-    if (runtime_api && program_contexts_made() && !pool_serves_current_context(d, /*stream_ordered=*/true))
-      return nullptr;
+    // A pool's calls name the pool, not a context: CUDA's runtime answers them under a context
+    // another thread destroyed too (an H200, 2026-11-29), and so does ours.
     return d;
   }
   return nullptr;
@@ -325,10 +324,9 @@ bool served_mempool_attribute(CUmemPool_attribute attr) {
 }
 }  // namespace
 
-std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value,
-                                                    bool runtime_api) {
+std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   uint64_t v = 0;
-  DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool, runtime_api) : nullptr;
+  DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool) : nullptr;
   if (d == nullptr) return std::nullopt;
   // CUDA refuses the query during a capture that forbids unsafe calls, and the capture is then
   // invalidated (an H200: tests/gpu/capture_queries_h200.jsonl): answering it ourselves must not let
@@ -348,9 +346,8 @@ std::optional<CUresult> Shim::mempool_get_attribute(CUmemoryPool pool, CUmemPool
   return CUDA_SUCCESS;
 }
 
-std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value,
-                                                    bool runtime_api) {
-  DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool, runtime_api) : nullptr;
+std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  DeviceState* d = served_mempool_attribute(attr) ? served_default_mempool(pool) : nullptr;
   if (d == nullptr) return std::nullopt;
   // Setting is checked as getting is (an H200 refused both during a conflicting capture).
   if (capture_forbids_unsafe_call(d->ordinal)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -388,8 +385,8 @@ std::optional<CUresult> Shim::mempool_set_attribute(CUmemoryPool pool, CUmemPool
   }
 }
 
-std::optional<CUresult> Shim::mempool_trim_to(CUmemoryPool pool, size_t keep, bool runtime_api) {
-  DeviceState* d = served_default_mempool(pool, runtime_api);
+std::optional<CUresult> Shim::mempool_trim_to(CUmemoryPool pool, size_t keep) {
+  DeviceState* d = served_default_mempool(pool);
   if (d == nullptr) return std::nullopt;
   if (capture_forbids_unsafe_call(d->ordinal)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // as the query above
   d->pool->trim_to(keep);
@@ -652,7 +649,9 @@ Shim::ContextRoute Shim::route_for_current_context(DeviceState* d, bool stream_o
     CUcontext current = nullptr;
     CUdevice dev = 0;
     const bool refuses = drv.cuCtxGetCurrent != nullptr && drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS &&
-                         current != nullptr && drv.cuCtxGetDevice != nullptr && drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS;
+                         current != nullptr &&
+                         (context_destroyed(current) ||
+                          (drv.cuCtxGetDevice != nullptr && drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS));
     return refuses ? ContextRoute::kRefusedByCuda : ContextRoute::kPool;
   }
   // make_device builds the pool's driver backend as a DriverBackend, and only that.
@@ -697,11 +696,10 @@ CUresult Shim::pooled_free_refused(void* ptr, CUstream stream, bool stream_order
         pool_serves_current_context(d, /*stream_ordered=*/true))
       return CUDA_SUCCESS;
   }
-  // The driver's own code for it: which one a real driver gives (CUDA_ERROR_CONTEXT_IS_DESTROYED,
-  // or CUDA_ERROR_INVALID_CONTEXT) no document says.
-  CUdevice any = 0;
-  const CUresult r = drv.cuCtxGetDevice != nullptr ? drv.cuCtxGetDevice(&any) : CUDA_ERROR_CONTEXT_IS_DESTROYED;
-  return r != CUDA_SUCCESS ? r : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  // CUDA's own codes for it, as an H200 gave them (2026-11-29, docs/gpu-validation.md run 8):
+  // cuMemFree CUDA_ERROR_CONTEXT_IS_DESTROYED, the runtime's frees cudaErrorDeviceUninitialized
+  // ("invalid device context", CUDA_ERROR_INVALID_CONTEXT's).
+  return driver_api ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 CUresult Shim::runtime_release(int ordinal, absl::FunctionRef<CUresult()> release) {

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cuda/capture_state.h"
+#include "cuda/destroyed_contexts.h"
 #include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
 #include "cuda/stream_registry.h"
@@ -126,10 +127,11 @@ DriverBackend::CurrentContext DriverBackend::current_context() {
   CUcontext primary = primary_.load(std::memory_order_acquire);
   if (primary == nullptr) primary = primary_context_if_active(device_);
   if (current == primary) return CurrentContext::kPools;
-  // Destroyed by another thread, it stays current here, and every call answers so. Any refusal
-  // counts: which code a real driver gives for it here (CUDA_ERROR_CONTEXT_IS_DESTROYED, or
-  // CUDA_ERROR_INVALID_CONTEXT) no document says, and a context that refuses cuCtxGetDevice cannot
-  // use memory either.
+  // Destroyed by another thread, it stays current here, and CUDA refuses every allocation and free
+  // under it. A real driver still answers cuCtxGetDevice there (an H200, 2026-11-29): the shim's
+  // own list says it (cuda/destroyed_contexts.h). A context that refuses cuCtxGetDevice cannot use
+  // memory either.
+  if (context_destroyed(current)) return CurrentContext::kDestroyed;
   CUdevice dev = 0;
   if (api_->ctx_get_device != nullptr && api_->ctx_get_device(&dev) != CUDA_SUCCESS) return CurrentContext::kDestroyed;
   return CurrentContext::kProgramsOwn;

@@ -13,6 +13,7 @@
 #include "core/call_context.h"
 #include "core/shim.h"
 #include "cuda/real_driver.h"
+#include "cuda/destroyed_contexts.h"
 #include "cuda/real_symbols.h"
 #include "cuda/stream_registry.h"
 #include "hooks/driver_hook.h"
@@ -113,7 +114,10 @@ CUresult destroy_context(CUresult (*real)(CUcontext), CUcontext ctx) {
   const auto owned = s->owned_by_context(ctx);
   s->before_context_destroy(ctx);
   const CUresult r = call(real, ctx);
-  if (r == CUDA_SUCCESS) s->after_context_destroy(owned);
+  if (r == CUDA_SUCCESS) {
+    gpushim::note_context_destroyed(ctx);
+    s->after_context_destroy(owned);
+  }
   return r;
 }
 
@@ -128,9 +132,11 @@ namespace {
 
 // Told before the call returns the context, so that no stream of it is ever used unnoticed.
 template <typename F, typename... Args>
-CUresult create_context(F* real, Args... args) {
+CUresult create_context(F* real, CUcontext* pctx, Args... args) {
   gpushim::note_program_context();
-  return call(real, args...);
+  const CUresult r = call(real, pctx, args...);
+  if (r == CUDA_SUCCESS && pctx != nullptr) gpushim::note_context_made(*pctx);
+  return r;
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ cudaError_t call_runtime(F* real, Args... args) {
 GPUSHIM_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
   GPUSHIM_RUNTIME_SCOPE;
   if (Shim* s = Shim::get())
-    if (auto r = s->mempool_get_attribute(pool, static_cast<CUmemPool_attribute>(attr), value, /*runtime_api=*/true))
+    if (auto r = s->mempool_get_attribute(pool, static_cast<CUmemPool_attribute>(attr), value))
       return runtime_answer(*r);
   return call_runtime(real_runtime().cudaMemPoolGetAttribute, pool, attr, value);
 }
@@ -60,7 +60,7 @@ GPUSHIM_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPo
 GPUSHIM_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
   GPUSHIM_RUNTIME_SCOPE;
   if (Shim* s = Shim::get())
-    if (auto r = s->mempool_set_attribute(pool, static_cast<CUmemPool_attribute>(attr), value, /*runtime_api=*/true))
+    if (auto r = s->mempool_set_attribute(pool, static_cast<CUmemPool_attribute>(attr), value))
       return runtime_answer(*r);
   return call_runtime(real_runtime().cudaMemPoolSetAttribute, pool, attr, value);
 }
@@ -69,7 +69,7 @@ GPUSHIM_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytes
   GPUSHIM_RUNTIME_SCOPE;
   Shim* s = Shim::get();
   if (s)
-    if (auto r = s->mempool_trim_to(pool, minBytesToKeep, /*runtime_api=*/true)) return runtime_answer(*r);
+    if (auto r = s->mempool_trim_to(pool, minBytesToKeep)) return runtime_answer(*r);
   const cudaError_t err = call_runtime(real_runtime().cudaMemPoolTrimTo, pool, minBytesToKeep);
   if (err == cudaSuccess && s) s->mempool_trimmed(pool);
   return err;
@@ -88,14 +88,14 @@ GPUSHIM_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool) 
 GPUSHIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   GPUSHIM_DRIVER_SCOPE;
   if (Shim* s = driver_shim(scope))
-    if (auto r = s->mempool_get_attribute(pool, attr, value, /*runtime_api=*/false)) return *r;
+    if (auto r = s->mempool_get_attribute(pool, attr, value)) return *r;
   return call(real_driver().cuMemPoolGetAttribute, pool, attr, value);
 }
 
 GPUSHIM_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   GPUSHIM_DRIVER_SCOPE;
   if (Shim* s = driver_shim(scope))
-    if (auto r = s->mempool_set_attribute(pool, attr, value, /*runtime_api=*/false)) return *r;
+    if (auto r = s->mempool_set_attribute(pool, attr, value)) return *r;
   return call(real_driver().cuMemPoolSetAttribute, pool, attr, value);
 }
 
@@ -103,7 +103,7 @@ GPUSHIM_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep
   GPUSHIM_DRIVER_SCOPE;
   Shim* s = driver_shim(scope);
   if (s)
-    if (auto r = s->mempool_trim_to(pool, minBytesToKeep, /*runtime_api=*/false)) return *r;
+    if (auto r = s->mempool_trim_to(pool, minBytesToKeep)) return *r;
   const CUresult r = call(real_driver().cuMemPoolTrimTo, pool, minBytesToKeep);
   if (r == CUDA_SUCCESS && s) s->mempool_trimmed(pool);
   return r;

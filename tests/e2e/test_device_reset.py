@@ -143,12 +143,16 @@ class DeviceReset(ShimTestCase):
                 r, out = self.run_mode("destroyed_elsewhere", policy)
                 # The frees of the primary context's block there too: the pool took it back where
                 # CUDA refuses it (a review's hunt, 2026-11-28). It stays the program's, and is
-                # freed later from the primary context's thread. And the default pool's figures
-                # were the shim's to give where the runtime refuses the call.
-                self.assertEqual(out, {"owned_by_created": True, "plain": 709, "async": 709, "after": 0,
-                                       "free_plain": 709, "free_async": 709, "free_driver": 709, "kept_live": True,
-                                       "kept_holds": True, "free_later": 0, "pool_get": 709, "pool_set": 709,
-                                       "pool_trim": 709}, r.stderr)
+                # freed later from the primary context's thread. CUDA's codes are an H200's
+                # (2026-11-29, docs/gpu-validation.md run 8): the runtime's refusals say "invalid
+                # device context" (201), cuMemFree "context is destroyed" (709), and the pool's
+                # calls, which name the pool and not a context, are answered. The pools served
+                # cudaMallocAsync and took back the frees there: the driver still names a
+                # destroyed context's device, which the shim took for a live context.
+                self.assertEqual(out, {"owned_by_created": True, "plain": 201, "async": 201, "after": 0,
+                                       "free_plain": 201, "free_async": 201, "free_driver": 709, "kept_live": True,
+                                       "kept_holds": True, "free_later": 0, "pool_get": 0, "pool_set": 0,
+                                       "pool_trim": 0}, r.stderr)
                 dev = r.device(0)
                 self.assertEqual((dev["live_count"], dev["total_allocs"], dev["total_frees"]), (0, 4, 4))
                 self.assertEqual(dev["failed_allocs"], 2)
@@ -156,7 +160,7 @@ class DeviceReset(ShimTestCase):
     def test_a_destroyed_context_is_refused_before_the_cap_or_an_injected_failure(self):
         # CUDA refuses every request under a context another thread destroyed; GPUSHIM_LIMIT and
         # GPUSHIM_FAIL were asked first and answered out of memory (2). A request the cap could
-        # never admit, and the 4th allocation named for failure: 709 both. The refused requests are
+        # never admit, and the 4th allocation named for failure: CUDA's 201 both (an H200's code). The refused requests are
         # not the program's allocations, so the 4th is the next one, the primary context's.
         cases = [("cap", ["134217728"], {"GPUSHIM_LIMIT": "64MiB"}, 0, 0),
                  ("injected", [], {"GPUSHIM_FAIL": "nth:4"}, 2, 1)]
@@ -167,7 +171,7 @@ class DeviceReset(ShimTestCase):
                             env=dict(env, GPUSHIM_POLICY=policy, GPUSHIM_STACK_DEPTH="16"))
                     self.assertRanOK(r)
                     out = result(r)
-                    self.assertEqual((out["plain"], out["async"], out["after"]), (709, 709, after), r.stderr)
+                    self.assertEqual((out["plain"], out["async"], out["after"]), (201, 201, after), r.stderr)
                     dev = r.device(0)
                     self.assertEqual(dev["failed_allocs"], 2 + (after != 0), r.stderr)
                     self.assertEqual(dev["injected_failures"], injected, dev)

@@ -471,6 +471,15 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
   State& s = GetState();
   std::lock_guard lk(s.mu);
   Context* ctx = nullptr;
+  // A context the program made and another thread destroyed, still current here: NVIDIA's driver
+  // names its device (an H200, 2026-11-29: the shim took that for a live context and its pools
+  // served memory there that CUDA refuses), while every call that uses the context refuses it.
+  if (CheckInitialized(s) == CUDA_SUCCESS && !t_context_stack.empty() && t_context_stack.back() != nullptr &&
+      !t_context_stack.back()->active && t_context_stack.back() != &DeviceOf(s, t_context_stack.back()).primary) {
+    if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *device = t_context_stack.back()->device;
+    return CUDA_SUCCESS;
+  }
   if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *device = ctx->device;

@@ -71,7 +71,10 @@ constexpr Mapping kDriverToRuntime[] = {
     {CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, cudaErrorPeerAccessAlreadyEnabled},
     {CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, cudaErrorPeerAccessNotEnabled},
     {CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, cudaErrorSetOnActiveProcess},
-    {CUDA_ERROR_CONTEXT_IS_DESTROYED, cudaErrorContextIsDestroyed},
+    // Under a context another thread destroyed, NVIDIA's runtime answers "invalid device context"
+    // to cudaMalloc, cudaMallocAsync, cudaFree and cudaFreeAsync where its driver says "context is
+    // destroyed" (an H200, 2026-11-29, docs/gpu-validation.md run 8).
+    {CUDA_ERROR_CONTEXT_IS_DESTROYED, cudaErrorDeviceUninitialized},
     {CUDA_ERROR_ASSERT, cudaErrorAssert},
     {CUDA_ERROR_TOO_MANY_PEERS, cudaErrorTooManyPeers},
     {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, cudaErrorHostMemoryAlreadyRegistered},

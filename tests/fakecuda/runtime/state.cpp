@@ -109,11 +109,12 @@ cudaError_t EnsureContext() {
       t_bound_generation = g_generation[dev].load();
       return cudaSuccess;
     }
-    // Destroyed (cuCtxDestroy on another thread, or below the top of this thread's stack): it
-    // stays current, and CUDA's runtime answers under it as every later call does, "the context
-    // current to the calling thread has been destroyed"; binding the primary context over it
-    // handed the thread memory CUDA refuses it.
-    if (r == CUDA_ERROR_CONTEXT_IS_DESTROYED && !KnownPrimary(current)) return cudaErrorContextIsDestroyed;
+    // Destroyed and unknown to the runtime: it stays current, and CUDA's runtime refuses under it
+    // as every later call does ("invalid device context", as an H200 answered); binding the
+    // primary context over it handed the thread memory CUDA refuses it. (A context made by the
+    // program and destroyed by another thread still answers cuCtxGetDevice, as on the H200: the
+    // runtime binds it above, and the driver refuses each call made in it.)
+    if (r == CUDA_ERROR_CONTEXT_IS_DESTROYED && !KnownPrimary(current)) return cudaErrorDeviceUninitialized;
   }
   return Bind(t_device);
 }

@@ -524,8 +524,9 @@ TEST_F(CreatedContexts, TheRuntimeUsesTheContextCurrentToTheThread) {
 }
 
 // A thread whose first runtime call comes under a context destroyed since (it stays current there)
-// got the primary context bound over it, and memory, where CUDA's runtime answers "context is
-// destroyed" as it does to every later call.
+// got the primary context bound over it, and memory, where CUDA's runtime refuses it as it does
+// every later call: "invalid device context" (cudaErrorDeviceUninitialized) on an H200
+// (2026-11-29), whose driver still names the context's device (cuCtxGetDevice).
 TEST_F(CreatedContexts, AThreadsFirstRuntimeCallUnderADestroyedContextIsRefused) {
   CUcontext ctx = nullptr;
   ASSERT_CU(cuCtxCreate(&ctx, nullptr, 0, 0));
@@ -534,6 +535,8 @@ TEST_F(CreatedContexts, AThreadsFirstRuntimeCallUnderADestroyedContextIsRefused)
   cudaError_t first = cudaSuccess, last = cudaSuccess, again = cudaSuccess;
   void* p = nullptr;
   CUcontext current = nullptr;
+  CUdevice device = -1;
+  CUresult device_there = CUDA_ERROR_UNKNOWN, alloc_there = CUDA_SUCCESS;
   std::thread elsewhere([&] {
     ASSERT_CU(cuCtxSetCurrent(ctx));
     stage = 1;
@@ -542,16 +545,22 @@ TEST_F(CreatedContexts, AThreadsFirstRuntimeCallUnderADestroyedContextIsRefused)
     last = cudaGetLastError();
     again = cudaMalloc(&p, 4096);
     cuCtxGetCurrent(&current);
+    device_there = cuCtxGetDevice(&device);
+    CUdeviceptr d = 0;
+    alloc_there = cuMemAlloc(&d, 4096);
   });
   while (stage.load() != 1) std::this_thread::yield();
   ASSERT_CU(cuCtxDestroy(ctx));
   stage = 2;
   elsewhere.join();
-  EXPECT_EQ(first, cudaErrorContextIsDestroyed);
-  EXPECT_EQ(last, cudaErrorContextIsDestroyed);
-  EXPECT_EQ(again, cudaErrorContextIsDestroyed);
+  EXPECT_EQ(first, cudaErrorDeviceUninitialized);
+  EXPECT_EQ(last, cudaErrorDeviceUninitialized);
+  EXPECT_EQ(again, cudaErrorDeviceUninitialized);
   EXPECT_EQ(p, nullptr);
   EXPECT_EQ(current, ctx);  // still current there: nothing was bound over it
+  EXPECT_EQ(device_there, CUDA_SUCCESS);
+  EXPECT_EQ(device, 0);
+  EXPECT_EQ(alloc_there, CUDA_ERROR_CONTEXT_IS_DESTROYED);
 
   // Destroyed by the thread itself while below the top of its stack: current again once popped.
   CUcontext below = nullptr;
@@ -563,7 +572,7 @@ TEST_F(CreatedContexts, AThreadsFirstRuntimeCallUnderADestroyedContextIsRefused)
     first = cudaMalloc(&p, 4096);
     cuCtxGetCurrent(&current);
   }).join();
-  EXPECT_EQ(first, cudaErrorContextIsDestroyed);
+  EXPECT_EQ(first, cudaErrorDeviceUninitialized);
   EXPECT_EQ(p, nullptr);
   EXPECT_EQ(current, below);
 

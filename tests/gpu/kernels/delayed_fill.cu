@@ -30,3 +30,15 @@ extern "C" __attribute__((visibility("default"))) int fakecudaLaunchDelayedFill(
   // device memory, as the simulated device does.
   return cudaMemsetAsync(dst, value, bytes, stream);
 }
+
+// Loads this library's kernels now (test_support.h calls it once, before any stream is held): under
+// CUDA's lazy loading a kernel's first launch may wait for the context, and so for a held stream.
+extern "C" __attribute__((visibility("default"))) int gpushimTestKernelsLoad() {
+  cudaStream_t s = nullptr;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return cudaGetLastError();
+  spin_for<<<1, 1, 0, s>>>(0);
+  const cudaError_t launched = cudaGetLastError();
+  const cudaError_t done = cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  return launched != cudaSuccess ? launched : done;
+}

@@ -29,20 +29,32 @@
 namespace testsupport {
 
 // A kernel that waits `delay_us` in stream order, then fills `bytes` at `dst` with `value`: the
-// simulated device exports it; on a GPU it comes from libgpushim_testkernels.so (tests/gpu).
-inline cudaError_t delayed_fill(void* dst, int value, size_t bytes, unsigned delay_us, cudaStream_t stream) {
-  using Fn = int (*)(void*, int, size_t, unsigned, cudaStream_t);
-  static Fn fn = [] {
+// simulated device exports it; on a GPU it comes from libgpushim_testkernels.so (tests/gpu). Null
+// where neither has it.
+using DelayedFillFn = int (*)(void*, int, size_t, unsigned, cudaStream_t);
+inline DelayedFillFn find_delayed_fill() {
+  static const DelayedFillFn fn = [] {
     void* f = dlsym(RTLD_DEFAULT, "fakecudaLaunchDelayedFill");
     if (f == nullptr) {
-      if (void* lib = dlopen("libgpushim_testkernels.so", RTLD_NOW | RTLD_GLOBAL)) f = dlsym(lib, "fakecudaLaunchDelayedFill");
+      if (void* lib = dlopen("libgpushim_testkernels.so", RTLD_NOW | RTLD_GLOBAL)) {
+        f = dlsym(lib, "fakecudaLaunchDelayedFill");
+        // CUDA loads a kernel at its first launch (lazy loading, the default since CUDA 12), and
+        // loading may synchronize the context: a first launch behind a held stream waited forever
+        // on an H200 (2026-11-29). So the library's kernels are loaded before anything is held.
+        if (auto load = reinterpret_cast<int (*)()>(dlsym(lib, "gpushimTestKernelsLoad"))) load();
+      }
     }
-    if (f == nullptr) {
-      std::fprintf(stderr, "no delayed-fill kernel: run on the simulated device or build tests/gpu\n");
-      std::exit(3);
-    }
-    return reinterpret_cast<Fn>(f);
+    return reinterpret_cast<DelayedFillFn>(f);
   }();
+  return fn;
+}
+
+inline cudaError_t delayed_fill(void* dst, int value, size_t bytes, unsigned delay_us, cudaStream_t stream) {
+  const DelayedFillFn fn = find_delayed_fill();
+  if (fn == nullptr) {
+    std::fprintf(stderr, "no delayed-fill kernel: run on the simulated device or build tests/gpu\n");
+    std::exit(3);
+  }
   return static_cast<cudaError_t>(fn(dst, value, bytes, delay_us, stream));
 }
 
@@ -50,6 +62,7 @@ inline cudaError_t delayed_fill(void* dst, int value, size_t bytes, unsigned del
 // program takes meanwhile (a kernel's delay alone can run out on a busy machine). The program must
 // not wait for that stream before it sets the flag.
 inline cudaError_t hold_stream_until(cudaStream_t stream, std::atomic<bool>* released) {
+  (void)find_delayed_fill();  // loaded now, should the program launch it behind the hold
   return cudaLaunchHostFunc(
       stream,
       [](void* flag) {

@@ -318,11 +318,6 @@ std::vector<TorchDeviceStats> from_trace(const RunView& run, const TraceData& t)
 
 std::string rule(char c) { return "|" + std::string(75, c) + "|\n"; }
 
-std::string extra_row(const char* name, const std::string& value) {
-  char buf[200];
-  std::snprintf(buf, sizeof(buf), "| %-21s | %-49.49s |\n", name, value.c_str());
-  return buf;
-}
 
 std::string fmt_s(double s) {
   char buf[32];
@@ -331,6 +326,27 @@ std::string fmt_s(double s) {
 }
 
 }  // namespace
+
+std::string torch_table_extra_row(const std::string& name, const std::string& value) {
+  constexpr size_t kWidth = 49;  // the value's column, between the table's borders
+  std::string out, rest = value;
+  bool first = true;
+  do {
+    size_t take = rest.size();
+    if (take > kWidth) {
+      // The last space that leaves a row within the width; a word longer than the row is split.
+      const size_t space = rest.rfind(' ', kWidth);
+      take = space == std::string::npos || space == 0 ? kWidth : space;
+    }
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), "| %-21.21s | %-49s |\n", first ? name.c_str() : "", rest.substr(0, take).c_str());
+    out += buf;
+    rest.erase(0, take);
+    if (!rest.empty() && rest[0] == ' ') rest.erase(0, 1);
+    first = false;
+  } while (!rest.empty());
+  return out;
+}
 
 std::string render_torch_table(const TorchDeviceStats& s) {
   static const struct {
@@ -387,17 +403,17 @@ std::string torch_summary(const RunView& run, const TraceData* trace) {
     const DeviceReport& d = run.meta.devices[i];
     o += render_torch_table(s);
     // The shim's own rows, below torch's table and apart from it.
-    o += extra_row("gpushim", "policy " + run.meta.policy + (d.limit_bytes ? ", cap " + human_bytes(d.limit_bytes) : "") +
+    o += torch_table_extra_row("gpushim", "policy " + run.meta.policy + (d.limit_bytes ? ", cap " + human_bytes(d.limit_bytes) : "") +
                                   (d.capacity_bytes ? ", capacity " + human_bytes(d.capacity_bytes) : ""));
     o += rule('-');
     const TorchStat& reserved = s.stats[kReservedBytes][kAllPools];
     const TorchStat& allocated = s.stats[kAllocatedBytes][kAllPools];
     const uint64_t cached = trace ? *reserved.current - std::min(*reserved.current, *allocated.current) : d.pool.cached_free_bytes;
-    o += extra_row("Cached free memory", human_bytes(cached));
-    o += extra_row("Largest free block", trace ? "n/a (a report has it)" : human_bytes(d.pool.largest_free_block));
-    o += extra_row("Syncs for reuse", trace ? "n/a (a report has it)" : std::to_string(d.pool.reuse_syncs));
-    o += extra_row("Peak allocated at", fmt_s(d.peak_allocated_at_s));
-    o += extra_row("Duration", fmt_s(run.meta.duration_s));
+    o += torch_table_extra_row("Cached free memory", human_bytes(cached));
+    o += torch_table_extra_row("Largest free block", trace ? "n/a (a report has it)" : human_bytes(d.pool.largest_free_block));
+    o += torch_table_extra_row("Syncs for reuse", trace ? "n/a (a report has it)" : std::to_string(d.pool.reuse_syncs));
+    o += torch_table_extra_row("Peak allocated at", fmt_s(d.peak_allocated_at_s));
+    o += torch_table_extra_row("Duration", fmt_s(run.meta.duration_s));
     std::string unaccounted = "n/a (a report has it)";
     if (!trace) {
       unaccounted = "not sampled";
@@ -405,8 +421,8 @@ std::string torch_summary(const RunView& run, const TraceData* trace) {
         unaccounted = human_bytes(d.unaccounted_bytes) + " at " + fmt_s(d.usage_at_s) + ", " + sample_vs_peak(d);
       }
     }
-    o += extra_row("Unaccounted", unaccounted);
-    if (d.injected_failures) o += extra_row("Injected failures", std::to_string(d.injected_failures));
+    o += torch_table_extra_row("Unaccounted", unaccounted);
+    if (d.injected_failures) o += torch_table_extra_row("Injected failures", std::to_string(d.injected_failures));
     o += rule('=');
   }
   if (run.meta.devices.empty()) o += "no device memory in this " + run.source + "\n";

@@ -72,6 +72,10 @@ struct TorchDeviceStats {
 // where PyTorch's says "PyTorch" (same width).
 std::string render_torch_table(const TorchDeviceStats& s);
 
+// One of the shim's rows under the table: `name`, then `value` in the table's width, wrapped at
+// spaces onto rows of its own (a GPU's "Unaccounted" sentence was cut off at the border).
+std::string torch_table_extra_row(const std::string& name, const std::string& value);
+
 // The statistics of every device: from a trace's events, or from a report (its "torch" figures;
 // an older report's counters, the rest n/a). `trace` is null for a report.
 std::vector<TorchDeviceStats> torch_stats(const RunView& run, const TraceData* trace);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -73,6 +74,22 @@ TEST(TorchSummary, UnknownCellsOfAReportSayNa) {
   EXPECT_NE(t.find("| Allocated memory      |   1024 KiB |   2048 KiB |    n/a     |    n/a     |\n"), std::string::npos) << t;
   EXPECT_NE(t.find("CUDA OOMs: n/a          |        cudaMalloc retries: n/a       |"), std::string::npos) << t;
   std::istringstream lines(t);
+  for (std::string l; std::getline(lines, l);) EXPECT_EQ(l.size(), 77u) << l;
+}
+
+TEST(TorchSummary, AShimRowLongerThanTheTableWrapsAndKeepsEveryWord) {
+  // An H200's "Unaccounted" row (2026-11-29): cut off at the border, "not in memory held" lost.
+  const std::string value = "5.0 GiB at 0.26 s, next to the peak in time, not in memory held";
+  const std::string t = torch_table_extra_row("Unaccounted", value);
+  EXPECT_EQ(t,
+            "| Unaccounted           | 5.0 GiB at 0.26 s, next to the peak in time, not  |\n"
+            "|                       | in memory held                                    |\n");
+  EXPECT_EQ(torch_table_extra_row("Duration", "0.28 s"), "| Duration              | 0.28 s                                            |\n");
+  // A word longer than the column is split, never dropped.
+  const std::string word(60, 'x');
+  const std::string w = torch_table_extra_row("Long", word);
+  EXPECT_EQ(std::count(w.begin(), w.end(), 'x'), 60);
+  std::istringstream lines(w);
   for (std::string l; std::getline(lines, l);) EXPECT_EQ(l.size(), 77u) << l;
 }
 

@@ -409,7 +409,8 @@ class Cap(ShimTestCase):
                 d = r.device(0)
                 self.assertEqual(d["pool"]["ooms"], 2)
                 self.assertEqual(d["failed_allocs"], 2)
-                self.assertEqual(d["unaccounted_bytes"], 0)  # nothing CUDA made stayed behind
+                if not REAL_GPU:  # a GPU's context and module images are unaccounted too
+                    self.assertEqual(d["unaccounted_bytes"], 0)  # nothing CUDA made stayed behind
                 self.assertEqual(d["live_bytes"], 0)
                 self.assertEqual(len(r.report["ooms"]), 2)
                 # Each out-of-memory line names the error its caller got, in the caller's API.
@@ -440,14 +441,17 @@ class Cap(ShimTestCase):
                 self.assertIn("CUDA's own memory pools keep", r.report["ooms"][-1]["advice"])
                 self.assertEqual(d["live_bytes"], 200 * MiB)
                 self.assertEqual(out["reserved"], d["pool"]["reserved_bytes"])
-                self.assertEqual(d["held_bytes"], d["driver_used_bytes"])
-                self.assertEqual(d["unaccounted_bytes"], 0)
+                if not REAL_GPU:  # device-wide: a GPU's context, and the modules running beside
+                    self.assertEqual(d["held_bytes"], d["driver_used_bytes"])
+                    self.assertEqual(d["unaccounted_bytes"], 0)
 
 class CudaPools(ShimTestCase):
     def test_reserved_follows_each_pool_through_frees_trims_and_destruction(self):
         # CUDA's pools reserve beyond what is allocated from them (32 MiB chunks on the simulated
         # device, as on an H100), and keep what is freed under a release threshold of max: held
         # from the driver, so part of reserved until trimmed or destroyed, pool by pool.
+        if REAL_GPU:
+            self.skipTest("reads the simulated driver's own figure of used memory (fakecudaDeviceUsedBytes)")
         for policy in POLICIES:
             with self.subTest(policy=policy):
                 r = run([program("e2e_cuda_pools")], env={"GPUSHIM_POLICY": policy})

@@ -74,19 +74,21 @@ class Arrays(ShimTestCase):
                 r = run([program("e2e_cuda_arrays"), "no-context"], env={"GPUSHIM_POLICY": policy})
                 self.assertRanOK(r)
                 out = last_json(r)
-                self.assertEqual(out["refused"], [201, 201])  # CUDA_ERROR_INVALID_CONTEXT
-                # The array the shim does not account: the warning names the handle the program
-                # passed (it named the shim's own key, the handle with bit 62 set).
-                # And the code the driver gave (it said cudaErrorInvalidValue whatever the code).
-                self.assertIn("invalid free of %s (not a live CUDA allocation); returned CUDA_ERROR_INVALID_CONTEXT;"
-                              % out["deferred"], r.stderr)
-                self.assertEqual(r.stderr.count("invalid free of"), 1, r.stderr)
-                self.assertEqual(r.report["invalid_frees"], 1)
-                # The accounted one stays live, and its context's end frees it.
+                self.assertEqual(out["during_capture"], 900)  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                # Without a current context CUDA destroys both (an H200, 2026-11-29; the simulated
+                # device refused with CUDA_ERROR_INVALID_CONTEXT until then).
+                self.assertEqual(out["without_context"], [0, 0])
+                # A destroy refused for a capture is no invalid free: no line, and the array lives
+                # on until its destroy. (A refused destroy of an array the shim does not account
+                # names the program's handle, not the shim's key with bit 62 set: seen on the H200
+                # in run 8, where a second destroy of one was refused with 709 under every policy.)
+                self.assertNotIn("invalid free", r.stderr)
+                self.assertEqual(r.report["invalid_frees"], 0)
+                # The accounted one is freed by its destroy, with no current context, not by its
+                # context's end.
                 d = r.device(0)
-                self.assertEqual((d["total_allocs"], d["live_bytes"]), (1, 0))
-                freed = [f for f in r.report["freed_by_reset"] if f["device"] == 0]
-                self.assertEqual(sum(f["live_bytes"] for f in freed), out["bytes"], freed)
+                self.assertEqual((d["total_allocs"], d["total_frees"], d["live_bytes"]), (1, 1, 0))
+                self.assertFalse([f for f in r.report["freed_by_reset"] if f["device"] == 0], r.report["freed_by_reset"])
 
     def test_deferred_mapping_arrays_take_no_memory_when_made(self):
         # Their memory comes later, mapped from cuMemCreate allocations (accounted there): the

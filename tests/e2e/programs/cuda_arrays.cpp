@@ -10,10 +10,11 @@
 // CUDA_ARRAY3D_DEFERRED_MAPPING under that cap, which take no memory until mapped. With "reuse" (the
 // simulated device only): a second thread makes an array in a context of the program's while
 // cuArrayDestroy of another array is still waiting for the device, and gets the destroyed array's
-// handle (fakecudaReuseArrayHandles); cuCtxDestroy then frees it. With "no-context": a thread with
-// no current context destroys a deferred-mapping array (which the shim does not account) and an
-// array of a context of the program's, both refused; then they are destroyed, the second with its
-// context. Prints the handles.
+// handle (fakecudaReuseArrayHandles); cuCtxDestroy then frees it. With "no-context": a deferred-
+// mapping array (which the shim does not account) is destroyed during a global-mode capture on
+// another thread, which CUDA refuses; then a thread with no current context destroys it and an
+// array of a context of the program's, as CUDA lets it (an H200, 2026-11-29). Prints the codes
+// and the handles.
 #include <sched.h>
 
 #include <atomic>
@@ -144,13 +145,31 @@ int destroy_without_context() {
   const CUDA_ARRAY3D_DESCRIPTOR desc = descriptor(128, 128, 16, CU_AD_FORMAT_UNSIGNED_INT16, 1);
   CHECK_CU(drv.Array3DCreate(&plain, &desc));
   testsupport::make_current(own.primary);
-  CUresult refused[2] = {};
-  std::thread([&] { refused[0] = drv.ArrayDestroy(deferred), refused[1] = drv.ArrayDestroy(plain); }).join();
-  CHECK_CU(drv.ArrayDestroy(deferred));
-  testsupport::destroy_context(own.context);  // frees `plain`
-  std::printf("{\"refused\":[%d,%d],\"deferred\":\"%p\",\"plain\":\"%p\",\"bytes\":%llu}\n",
-              static_cast<int>(refused[0]), static_cast<int>(refused[1]), static_cast<void*>(deferred),
-              static_cast<void*>(plain), elements_bytes(128, 128, 16, 2));
+  // A global-mode capture on another thread: destroying an array is a potentially unsafe call then.
+  cudaStream_t s = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::atomic<int> stage{0};
+  std::thread capturing([&] {
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    cudaGraph_t g = nullptr;
+    (void)cudaStreamEndCapture(s, &g);  // invalidated by the refused call, or empty
+    if (g != nullptr) cudaGraphDestroy(g);
+    cudaGetLastError();
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  const CUresult during_capture = drv.ArrayDestroy(deferred);
+  stage = 2;
+  capturing.join();
+  CUresult destroyed[2] = {CUDA_ERROR_UNKNOWN, CUDA_ERROR_UNKNOWN};
+  std::thread([&] { destroyed[0] = drv.ArrayDestroy(deferred), destroyed[1] = drv.ArrayDestroy(plain); }).join();
+  CHECK(cudaStreamDestroy(s));
+  testsupport::destroy_context(own.context);
+  std::printf("{\"during_capture\":%d,\"without_context\":[%d,%d],\"deferred\":\"%p\",\"plain\":\"%p\","
+              "\"bytes\":%llu}\n",
+              static_cast<int>(during_capture), static_cast<int>(destroyed[0]), static_cast<int>(destroyed[1]),
+              static_cast<void*>(deferred), static_cast<void*>(plain), elements_bytes(128, 128, 16, 2));
   return 0;
 }
 

@@ -112,11 +112,11 @@ CUresult Destroy(std::uintptr_t h, HandleKind kind, const char* call) {
   if (h == 0) return CUDA_ERROR_INVALID_HANDLE;
   State& s = GetState();
   std::unique_lock lk(s.mu);
+  // A fork child is refused. A thread with no current context is not: the array knows its
+  // context, and an H200 destroyed arrays there (2026-11-29, docs/gpu-validation.md run 8), though
+  // CUDA lists CUDA_ERROR_INVALID_CONTEXT among cuArrayDestroy's errors.
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   if (CUresult r = CheckUnsafeCall(s); r != CUDA_SUCCESS) return r;
-  // As cuMemFree: a thread with no current context is refused (CUDA lists
-  // CUDA_ERROR_INVALID_CONTEXT among cuArrayDestroy's errors), a fork child too.
-  Context* current = nullptr;
-  if (CUresult r = CurrentContext(s, &current); r != CUDA_SUCCESS) return r;
   CudaArray& a = Lookup(s, h, kind, call);
   const std::uintptr_t base = a.region;
   const int device = a.ctx->device;

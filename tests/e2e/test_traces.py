@@ -32,17 +32,18 @@ def require_plot_python():
     """gpushim-plot draws with matplotlib, from Debian's python3-matplotlib or from any Python it
     finds with it (its #! interpreter, then $GPUSHIM_PYTHON, python3 on PATH...). On a GPU machine, whose image is
     not ours, a test that draws is reported as not run there when no such Python exists; where the
-    suite is checked (scripts/setup installs it) a missing matplotlib fails the drawing test itself."""
+    suite is checked (scripts/setup installs it) a missing matplotlib fails the drawing test itself.
+    Returns the first Python with matplotlib (Debian's where the suite is checked)."""
     global _plot_python
     if not REAL_GPU:
-        return
+        return "/usr/bin/python3"
     if _plot_python is None:
-        _plot_python = any(
-            shutil.which(name) and subprocess.run([shutil.which(name), "-c", "import matplotlib"],
-                                                  capture_output=True, timeout=60).returncode == 0
-            for name in ("/usr/bin/python3", os.environ.get("GPUSHIM_PYTHON") or "python3", "python3",
-                         "/usr/local/bin/python3", "python"))
-    require_tool(_plot_python, "a Python with matplotlib", "install Debian's python3-matplotlib (scripts/setup)")
+        found = [shutil.which(name) for name in ("/usr/bin/python3", os.environ.get("GPUSHIM_PYTHON") or "python3",
+                                                 "python3", "/usr/local/bin/python3", "python")]
+        _plot_python = next((p for p in found if p and subprocess.run([p, "-c", "import matplotlib"],
+                                                                      capture_output=True, timeout=60).returncode == 0), "")
+    require_tool(bool(_plot_python), "a Python with matplotlib", "install Debian's python3-matplotlib (scripts/setup)")
+    return _plot_python
 
 
 def analyze(*args, check=True):

@@ -94,17 +94,17 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(kept, [("micro", 50)])
         self.assertEqual(skipped, [("steptime", "no torch"), ("e2e", "needs ~90 s, 60 s of the 120 s budget left")])
 
-    def test_the_default_suite_fits_480_s_on_the_recorded_h100_timings(self):
+    def test_the_default_suite_fits_540_s_on_the_recorded_gpu_timings(self):
         import argparse
         est = self.gv.estimates(argparse.Namespace(reps=5), simulated=False)
-        kept, skipped = self.gv.plan(self.gv.PARTS, 480, est, {})
+        kept, skipped = self.gv.plan(self.gv.PARTS, 540, est, {})
         self.assertEqual(skipped, [])
-        self.assertLessEqual(self.gv.MARGIN + self.gv.planned_seconds([p for p, _ in kept], est), 450)
+        self.assertLessEqual(self.gv.MARGIN + self.gv.planned_seconds([p for p, _ in kept], est), 530)
         # Timed parts alone, one after the other; then the e2e modules with the others beside them.
         self.assertEqual(self.gv.stages(kept), [["micro"], ["steptime"], ["e2e", "leak", "workloads"]])
         self.assertEqual(self.gv.plan_text(kept, est),
-                         "micro (~15 s), steptime (~300 s), e2e (~120 s) with leak (~35 s) then workloads (~40 s) "
-                         "beside it; ~445 s in all")
+                         "micro (~15 s), steptime (~300 s), e2e (~200 s) with leak (~35 s) then workloads (~40 s) "
+                         "beside it; ~525 s in all")
         # While steptime runs, the last stage keeps the leak's time (and more than e2e's floor).
         self.assertEqual(self.gv.reserve(["e2e", "leak", "workloads"], est), 35)
 
@@ -113,11 +113,12 @@ class Verdicts(unittest.TestCase):
         suite = self.gv.Suite(argparse.Namespace(simulated=True, e2e_modules=None), BUILD, None, None, None)
         shutil.rmtree(suite.work, ignore_errors=True)
         order = suite.e2e_modules()
-        self.assertEqual(order[:3], ["test_fork", "test_traces", "test_every_allocation"])
-        self.assertNotIn("test_hook_table", order)
+        self.assertEqual(order[:4], ["test_device_reset", "test_every_allocation", "test_exit_paths", "test_fork"])
+        source_only = {"test_hook_table", "test_docs_match_help"}  # they read the source tree
+        self.assertFalse(source_only & set(order))
         self.assertEqual(sorted(order), sorted(os.path.basename(f)[:-3] for f in
                                                os.listdir(os.path.join(ROOT, "tests", "e2e"))
-                                               if f.startswith("test_") and f.endswith(".py") and f != "test_hook_table.py"))
+                                               if f.startswith("test_") and f.endswith(".py") and f[:-3] not in source_only))
 
     def test_step_table_median_iqr_and_ratios_paired_by_round(self):
         recs = []

@@ -13,7 +13,7 @@ CORPUS_END = "<!-- corpus:end -->"
 
 
 GPU_RECORDED = {"h200_transformer_caching", "h200_transformer_vmm", "h100_transformer_caching", "h100_transformer_vmm",
-                "h200_steptime_caching", "h200_steptime_vmm"}  # bench/traces/README.md
+                "h200_steptime_caching", "h200_steptime_vmm", "h200_steptime_vmm_run7"}  # bench/traces/README.md
 
 
 def corpus_replays(bench, policies):

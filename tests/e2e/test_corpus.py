@@ -21,12 +21,13 @@ MODELS = {"cnn_train", "transformer_train", "lstm_train", "serving", "segmentati
 # Recorded on a GPU under gpushim (bench/traces/README.md): name -> (policy, the run's peak reserved).
 GPU_TRACES = {"h200_transformer_caching": ("caching", 2478 * MiB), "h200_transformer_vmm": ("vmm", 2690 * MiB),
               "h100_transformer_caching": ("caching", 3143895040), "h100_transformer_vmm": ("vmm", 2791573504),
-              "h200_steptime_caching": ("caching", 3143895040), "h200_steptime_vmm": ("vmm", 2778990592)}
+              "h200_steptime_caching": ("caching", 3143895040), "h200_steptime_vmm": ("vmm", 2778990592),
+              "h200_steptime_vmm_run7": ("vmm", 2409891840)}
 # Those recorded by pools whose code this build still runs: a replay under --gpu-time recorded is the
 # run itself. (The others' caching pool has changed since; a change of the pools moves a trace out:
 # h200_steptime_caching left when a stream-ordered free began to merge with the idle rest of its
 # segment at once, issue 27, which places later blocks elsewhere than the recorded run did.)
-SAME_POOLS = {"h200_steptime_vmm"}
+SAME_POOLS = {"h200_steptime_vmm", "h200_steptime_vmm_run7"}
 # The backlog a trace without reuse moments gets (analysis/gpu_time.h, kTypicalBacklogStepFraction).
 TYPICAL_STEP_PERCENT = 5
 # What replay --json lists of a device's driver_calls, each kind of call once.

@@ -13,7 +13,7 @@ CallScope::~CallScope() {
   frame_.caller = 0;
   // The allocation or free is complete: a good moment to ask the driver what it sees. Still
   // counted as inside the hook meanwhile (may_hold_shim_locks()): the sample takes the shim's locks.
-  if (Shim* s = Shim::existing()) s->after_hook(api_ == HookApi::kRuntime);
+  if (Shim* s = Shim::existing()) s->after_hook();
   frame_.depth = 0;
 }
 

@@ -145,8 +145,8 @@ Shim* Shim::slow_init() {
   if (parsed.config.stack_depth > 0 && !init_native_unwinder()) parsed.config.stack_depth = 0;
   Shim* shim = new (g_storage) Shim(std::move(parsed.config), read_exe());
   g_instance.store(shim, std::memory_order_release);
-  // Registered now, and again once the runtime has run (rearm_exit_handler). on_exit (glibc) also
-  // gives the exit status, which GPUSHIM_EXIT_CODE may replace.
+  // Registered now, after the CUDA runtime loaded, so it runs before the runtime's own teardown.
+  // on_exit (glibc) also gives the exit status, which GPUSHIM_EXIT_CODE may replace.
 #if defined(__GLIBC__)
   on_exit(exit_handler_with_status, nullptr);
 #else
@@ -545,22 +545,6 @@ bool Shim::exit_inside_hook() {
     log_line("exit() was called inside a CUDA call on this thread (from a signal handler or a callback): no "
              "report and no end of the trace, as the shim's books may be in mid-change there");
   return true;
-}
-
-void Shim::rearm_exit_handler() {
-  if (exit_handler_rearmed_.exchange(true, std::memory_order_relaxed) || forked_child_) return;
-  // NVIDIA's runtime registers its teardown with atexit when it initializes: inside the first
-  // runtime call we forwarded, after the handler init() registered, so it ran first (last
-  // registered, first run). Its release of the primary context ends CUDA's pools, and the report
-  // then read a pool's reservation CUDA had given back long before (an H200, run 8 of
-  // docs/gpu-validation.md: 128 MiB the program had seen go to 0). Registered again now, the
-  // handler runs before the teardown; the first registration stays for a runtime initialized
-  // otherwise, and the report is written once whichever runs.
-#if defined(__GLIBC__)
-  on_exit(exit_handler_with_status, nullptr);
-#else
-  std::atexit(exit_handler);
-#endif
 }
 
 void Shim::on_process_exit() {

@@ -229,9 +229,6 @@ class Shim {
   // ---- the run's end (the recorder writes what leaves the process) ----
   // exit() or quick_exit(): the exit report, once.
   void on_process_exit();
-  // After the first runtime hook returned: NVIDIA's runtime registered its teardown meanwhile
-  // (shim.cpp says why the exit handler must run before it).
-  void rearm_exit_handler();
   // The run ends now, with no exit() to follow (the exit report, and the end of the trace): a
   // termination signal, Python's os._exit, or CPython's death by SIGINT after a KeyboardInterrupt.
   void on_termination_signal();
@@ -285,11 +282,9 @@ class Shim {
   // cuMemRetainAllocationHandle on `ptr`: false (with a line) for an address inside a pool, whose
   // physical allocation holds other blocks too: a peer that maps the handle would see their bytes.
   bool retain_allowed(uintptr_t ptr);
-  // Called when the outermost hook of a thread returns (`runtime`: a runtime hook): samples the
-  // driver's usage when due, and once the runtime has run, registers the exit handler again.
-  // Inline, as every hook pays it: three relaxed loads when nothing is due.
-  void after_hook(bool runtime) {
-    if (runtime && !exit_handler_rearmed_.load(std::memory_order_relaxed)) rearm_exit_handler();
+  // Called when the outermost hook of a thread returns: samples the driver's usage when due.
+  // Inline, as every hook pays it: two relaxed loads when no sample is.
+  void after_hook() {
     if (usage_pending_.load(std::memory_order_relaxed) == 0 && !usage_.requested()) return;
     sample_if_due();
   }
@@ -536,7 +531,6 @@ class Shim {
   std::atomic<uint64_t> pooled_devices_{0};  // bit n: device n has state and a pool
   std::mutex devices_mu_;  // only for creating DeviceState
   std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet
-  std::atomic<bool> exit_handler_rearmed_{false};  // rearm_exit_handler ran
   // The memory-pool API (core/shim_driver.cpp), per device ordinal.
   std::atomic<CUmemoryPool> default_mempools_[kMaxDevices] = {};
   // cudaDeviceSetMemPool made another pool current: cudaMallocAsync then goes to CUDA, from it.

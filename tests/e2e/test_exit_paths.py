@@ -160,6 +160,21 @@ class NormalEnds(ShimTestCase):
                          if any("leak_at_exit" in (f.get("function") or "") for f in s["frames"])]
                 self.assertEqual(len(freed), 1, r.report["freed_by_reset"])
 
+    def test_an_exit_handler_registered_before_the_first_runtime_call_runs_before_the_report(self):
+        # The shim starts at the program's first driver call; the program then registers a handler
+        # that frees, then makes its first runtime call. Registering the shim's handler again after
+        # the first runtime hook (tried on 2026-11-29 to get ahead of CUDA's teardown) put the report
+        # before that handler: 64 MiB live, and GPUSHIM_EXIT_CODE failed a clean program (a review's
+        # reproducer).
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_exit_paths"), "cleanup-after-driver-start"],
+                        env={"GPUSHIM_POLICY": policy, "GPUSHIM_EXIT_CODE": "7", "GPUSHIM_EXIT_LEAK_BYTES": "0"})
+                self.assertRanOK(r)
+                self.assertIn("atexit: cudaFree returned cudaSuccess", r.stderr)
+                self.assertEqual((r.device(0)["live_count"], r.device(0)["total_frees"]), (0, 2), r.stderr)
+                self.assertNotIn("after the report", r.stderr)
+
     def test_static_destructor_frees_after_the_report(self):
         for policy in POLICIES:
             for mode in ("static-dtor", "both"):

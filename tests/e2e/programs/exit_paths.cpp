@@ -24,6 +24,11 @@
 //                   dlopens a plugin (e2e-libs/libe2e_exit_at_load.so) whose constructor calls exit(3)
 //   exit-during-slow-load  leaks, then a thread dlopens a plugin (libe2e_slow_load.so) whose
 //                   constructor takes 11 s; main asks for a snapshot and returns meanwhile
+//   cleanup-after-driver-start  the first CUDA call is the driver's (cuMemAlloc, cuMemFree), then
+//                   the runtime starts (cudaGetDeviceCount, which the shim does not hook), then the
+//                   program registers an atexit handler that frees a block, then its first runtime
+//                   hook allocates that block: the handler runs before the report, which must find
+//                   nothing live
 //   pthread-exit    main ends with pthread_exit() while a worker allocates and frees, then returns:
 //                   the process ends when the worker does (glibc's exit(0) at the last thread)
 //   segv / abort    a fatal signal in the host after allocating; with a second argument `wait`,
@@ -41,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/driver_api.h"
 #include "support/test_support.h"
 
 namespace {
@@ -95,12 +101,34 @@ void exit_zero(int) { std::exit(0); }
   }
 }
 
+void* g_cleaned = nullptr;
+void free_at_exit() { std::fprintf(stderr, "atexit: cudaFree returned %s\n", cudaGetErrorName(cudaFree(g_cleaned))); }
+
+int cleanup_after_driver_start() {
+  using Init = CUresult (*)(unsigned);
+  using Retain = CUresult (*)(CUcontext*, CUdevice);
+  CHECK_CU(testsupport::driver_function<Init>("cuInit")(0));
+  CUcontext primary = nullptr;
+  CHECK_CU(testsupport::driver_function<Retain>("cuDevicePrimaryCtxRetain")(&primary, 0));
+  testsupport::make_current(primary);
+  const testsupport::Driver& drv = testsupport::driver();
+  CUdeviceptr d = 0;
+  CHECK_CU(drv.MemAlloc(&d, 1 << 20));  // the shim starts here
+  CHECK_CU(drv.MemFree(d));
+  int devices = 0;
+  CHECK(cudaGetDeviceCount(&devices));  // the runtime starts (its teardown registered): no call the shim hooks
+  std::atexit(free_at_exit);            // runs before the runtime's teardown
+  CHECK(cudaMalloc(&g_cleaned, 64 << 20));  // the first runtime hook
+  return 0;
+}
+
 }  // namespace
 
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const std::string mode = argv[1];
+  if (mode == "cleanup-after-driver-start") return cleanup_after_driver_start();
   if (mode == "own-sigterm") signal(SIGTERM, exit_nine);  // before the first CUDA call
   void* kept = leak_at_exit(2 << 20);
   std::printf("{\"leaked\":\"%p\"}\n", kept);

@@ -6,10 +6,9 @@
 // written can find the reservation gone. Argument: "default" allocates with cudaMallocAsync from
 // the device's current pool (CUDA's own under passthrough only); "created" (the default) from a
 // pool of the program's, CUDA's own under every policy. Prints the pool's reservation while the
-// allocation was live and at the end, as JSON. Further arguments: "teardown" (the simulated runtime
+// allocation was live and at the end, as JSON. A second argument "teardown" (the simulated runtime
 // only) has the runtime's teardown at exit release its primary context, which destroys the created
-// pool; "keep" sets the pool's release threshold to the most, so that it still reserves the freed
-// memory at exit.
+// pool before the exit report is written.
 #include <dlfcn.h>
 
 #include <atomic>
@@ -26,12 +25,7 @@ constexpr size_t kMiB = 1 << 20;
 
 int main(int argc, char** argv) {
   const bool use_default = argc > 1 && std::strcmp(argv[1], "default") == 0;
-  bool teardown = false, keep = false;
-  for (int i = 2; i < argc; ++i) {
-    teardown |= std::strcmp(argv[i], "teardown") == 0;
-    keep |= std::strcmp(argv[i], "keep") == 0;
-  }
-  if (teardown) {
+  if (argc > 2 && std::strcmp(argv[2], "teardown") == 0) {
     auto release = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "fakecudaReleaseContextsAtTeardown"));
     if (release == nullptr) return 3;  // NVIDIA's runtime
     release(1);
@@ -42,10 +36,6 @@ int main(int argc, char** argv) {
   cudaMemPool_t pool = nullptr;
   if (use_default) CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
   else pool = testsupport::new_device_pool(0);
-  if (keep) {
-    uint64_t most = UINT64_MAX;
-    CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &most));
-  }
   void* p = nullptr;
   if (use_default) CHECK(cudaMallocAsync(&p, 100 * kMiB, s));
   else CHECK(cudaMallocFromPoolAsync(&p, 100 * kMiB, pool, s));

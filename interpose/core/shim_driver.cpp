@@ -650,7 +650,7 @@ Shim::ContextRoute Shim::route_for_current_context(DeviceState* d, bool stream_o
     CUdevice dev = 0;
     const bool refuses = drv.cuCtxGetCurrent != nullptr && drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS &&
                          current != nullptr &&
-                         (context_destroyed(current) ||
+                         ((context_destroyed(current) && device_of_primary_context(current) < 0) ||
                           (drv.cuCtxGetDevice != nullptr && drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS));
     return refuses ? ContextRoute::kRefusedByCuda : ContextRoute::kPool;
   }
@@ -696,9 +696,13 @@ CUresult Shim::pooled_free_refused(void* ptr, CUstream stream, bool stream_order
         pool_serves_current_context(d, /*stream_ordered=*/true))
       return CUDA_SUCCESS;
   }
-  // CUDA's own codes for it, as an H200 gave them (2026-11-29, docs/gpu-validation.md run 8):
-  // cuMemFree CUDA_ERROR_CONTEXT_IS_DESTROYED, the runtime's frees cudaErrorDeviceUninitialized
-  // ("invalid device context", CUDA_ERROR_INVALID_CONTEXT's).
+  // The driver's own code where it refuses the context (a reset primary one); under a context
+  // another thread destroyed, which it still answers, CUDA's codes as an H200 gave them
+  // (2026-11-29, docs/gpu-validation.md run 8): cuMemFree CUDA_ERROR_CONTEXT_IS_DESTROYED, the
+  // runtime's frees cudaErrorDeviceUninitialized ("invalid device context", CUDA_ERROR_INVALID_CONTEXT's).
+  CUdevice any = 0;
+  const CUresult asked = drv.cuCtxGetDevice != nullptr ? drv.cuCtxGetDevice(&any) : CUDA_SUCCESS;
+  if (asked != CUDA_SUCCESS) return asked;
   return driver_api ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_ERROR_INVALID_CONTEXT;
 }
 

@@ -1,6 +1,5 @@
 #include "cuda/destroyed_contexts.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <mutex>
@@ -8,15 +7,13 @@
 namespace gpushim {
 namespace {
 
-// A program that makes and destroys contexts in a loop gets its handles back from the driver
-// (taking them off the list); the bound only keeps a pathological one from growing it forever.
-constexpr std::size_t kKept = 256;
+constexpr std::size_t kKept = 64;
 
 struct DestroyedList {
-  std::mutex mu;
-  CUcontext ring[kKept] = {};
-  std::size_t next = 0;  // where the next one goes, oldest overwritten
-  std::atomic<bool> any{false};  // one was ever destroyed (the lock-free answer until then)
+  std::mutex mu;  // writers only
+  std::atomic<CUcontext> slots[kKept] = {};  // null: free; read without the lock
+  std::atomic<std::size_t> listed{0};        // non-null slots
+  std::size_t next_evicted = 0;              // when every slot is in use
 };
 
 // Never destroyed: hooks may run during exit.
@@ -25,30 +22,47 @@ DestroyedList& list() {
   return *l;
 }
 
-}  // namespace
-
-void note_context_destroyed(CUcontext context) {
-  if (context == nullptr) return;
-  DestroyedList& l = list();
-  const std::lock_guard<std::mutex> lock(l.mu);
-  if (std::find(std::begin(l.ring), std::end(l.ring), context) != std::end(l.ring)) return;
-  l.ring[l.next] = context;
-  l.next = (l.next + 1) % kKept;
-  l.any.store(true, std::memory_order_release);
+// Under l.mu.
+std::atomic<CUcontext>* find(DestroyedList& l, CUcontext context) {
+  for (auto& s : l.slots)
+    if (s.load(std::memory_order_relaxed) == context) return &s;
+  return nullptr;
 }
 
-void note_context_made(CUcontext context) {
+}  // namespace
+
+bool note_context_destroying(CUcontext context) {
+  if (context == nullptr) return false;
   DestroyedList& l = list();
-  if (context == nullptr || !l.any.load(std::memory_order_acquire)) return;
   const std::lock_guard<std::mutex> lock(l.mu);
-  std::replace(std::begin(l.ring), std::end(l.ring), context, CUcontext{nullptr});
+  if (find(l, context) != nullptr) return false;
+  std::atomic<CUcontext>* slot = find(l, nullptr);
+  if (slot == nullptr) {  // all in use: the oldest listed goes
+    slot = &l.slots[l.next_evicted];
+    l.next_evicted = (l.next_evicted + 1) % kKept;
+  } else {
+    l.listed.fetch_add(1, std::memory_order_relaxed);
+  }
+  slot->store(context, std::memory_order_release);
+  return true;
+}
+
+void note_context_alive(CUcontext context) {
+  DestroyedList& l = list();
+  if (context == nullptr || l.listed.load(std::memory_order_acquire) == 0) return;
+  const std::lock_guard<std::mutex> lock(l.mu);
+  if (std::atomic<CUcontext>* slot = find(l, context)) {
+    slot->store(nullptr, std::memory_order_release);
+    l.listed.fetch_sub(1, std::memory_order_relaxed);
+  }
 }
 
 bool context_destroyed(CUcontext context) {
   DestroyedList& l = list();
-  if (context == nullptr || !l.any.load(std::memory_order_acquire)) return false;
-  const std::lock_guard<std::mutex> lock(l.mu);
-  return std::find(std::begin(l.ring), std::end(l.ring), context) != std::end(l.ring);
+  if (context == nullptr || l.listed.load(std::memory_order_acquire) == 0) return false;
+  for (const auto& s : l.slots)
+    if (s.load(std::memory_order_acquire) == context) return true;
+  return false;
 }
 
 }  // namespace gpushim

@@ -5,21 +5,25 @@
 // the error CUDA_ERROR_CONTEXT_IS_DESTROYED"). The driver itself does not say so to every question:
 // on an H200 (driver 580, 2026-11-29, docs/gpu-validation.md run 8) cuCtxGetDevice still answered
 // there, so the pools served cudaMallocAsync and took back frees that CUDA's runtime refused (201).
-// So the shim keeps its own list, from the hooks that destroy and make contexts (the driver may
-// give a new context a destroyed one's handle: making it takes it off the list).
+// So the shim keeps its own list, from the hooks that destroy and make contexts. The driver may
+// give a new context a destroyed one's handle: making it takes it off the list (a primary context,
+// which no hook sees made, is told apart by the caller: device_of_primary_context).
 #pragma once
 
 #include <cuda.h>
 
 namespace gpushim {
 
-// cuCtxDestroy of `context` (a context the program made) succeeded.
-void note_context_destroyed(CUcontext context);
-// A context was made (cuCtxCreate*, cuCtxFromGreenCtx) with this handle.
-void note_context_made(CUcontext context);
-// Was `context` destroyed, and no context made with its handle since? Lock-free while the program
-// has destroyed none. A context destroyed long ago may be forgotten (the list keeps the latest
-// few hundred): then only the driver's own refusal tells.
+// Just before cuCtxDestroy of `context` (a context the program made) is forwarded, so that no
+// context made meanwhile with the same handle can be listed after it: true if this call listed it.
+bool note_context_destroying(CUcontext context);
+// A context exists with this handle: made (cuCtxCreate*, cuCtxFromGreenCtx), or its destroy
+// failed after note_context_destroying listed it, or found to be a primary context.
+void note_context_alive(CUcontext context);
+// Was `context` destroyed, and no context made with its handle since? One atomic load while the
+// list is empty (a program that destroys no context, or whose destroyed handles were reused), a
+// lock-free scan of a few dozen slots otherwise. When more contexts are destroyed than the list
+// keeps, the oldest is forgotten: then only the driver's own refusal tells.
 bool context_destroyed(CUcontext context);
 
 }  // namespace gpushim

@@ -113,11 +113,12 @@ CUresult destroy_context(CUresult (*real)(CUcontext), CUcontext ctx) {
   }
   const auto owned = s->owned_by_context(ctx);
   s->before_context_destroy(ctx);
+  // Listed before the call: a context another thread makes once the driver let go of the handle
+  // must find it listed already, to take it off (a review's race).
+  const bool listed = gpushim::note_context_destroying(ctx);
   const CUresult r = call(real, ctx);
-  if (r == CUDA_SUCCESS) {
-    gpushim::note_context_destroyed(ctx);
-    s->after_context_destroy(owned);
-  }
+  if (r == CUDA_SUCCESS) s->after_context_destroy(owned);
+  else if (listed) gpushim::note_context_alive(ctx);
   return r;
 }
 
@@ -135,7 +136,7 @@ template <typename F, typename... Args>
 CUresult create_context(F* real, CUcontext* pctx, Args... args) {
   gpushim::note_program_context();
   const CUresult r = call(real, pctx, args...);
-  if (r == CUDA_SUCCESS && pctx != nullptr) gpushim::note_context_made(*pctx);
+  if (r == CUDA_SUCCESS && pctx != nullptr) gpushim::note_context_alive(*pctx);
   return r;
 }
 

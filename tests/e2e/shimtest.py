@@ -180,19 +180,19 @@ def own_report(path, pid):
     extension; (path, None) when there is none. On an H200 the IPC importer children of e2e_ipc
     wrote reports, and their parent's went to report.1.json."""
     stem, ext = os.path.splitext(path)
-    first = None
+    found = []
     for n in range(0, 64):
         candidate = path if n == 0 else f"{stem}.{n}{ext}"
         if not os.path.exists(candidate):
             break
         with open(candidate) as f:
             report = json.load(f)
-        first = first or (candidate, report)
         if report.get("pid") == pid:
             return candidate, report
-    # A program that execs keeps its pid; one whose report names another pid (a launcher) is read as
-    # the first file.
-    return first or (path, None)
+        found.append((candidate, report))
+    # One report of another pid: the program's, written by a process it became (a launcher's
+    # child). Several, none the program's: its own is missing, which no other may stand in for.
+    return found[0] if len(found) == 1 else (path, None)
 
 
 def start_runs(jobs, workers=4):

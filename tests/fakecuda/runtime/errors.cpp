@@ -71,10 +71,7 @@ constexpr Mapping kDriverToRuntime[] = {
     {CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, cudaErrorPeerAccessAlreadyEnabled},
     {CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, cudaErrorPeerAccessNotEnabled},
     {CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, cudaErrorSetOnActiveProcess},
-    // Under a context another thread destroyed, NVIDIA's runtime answers "invalid device context"
-    // to cudaMalloc, cudaMallocAsync, cudaFree and cudaFreeAsync where its driver says "context is
-    // destroyed" (an H200, 2026-11-29, docs/gpu-validation.md run 8).
-    {CUDA_ERROR_CONTEXT_IS_DESTROYED, cudaErrorDeviceUninitialized},
+    {CUDA_ERROR_CONTEXT_IS_DESTROYED, cudaErrorContextIsDestroyed},  // but see Translate
     {CUDA_ERROR_ASSERT, cudaErrorAssert},
     {CUDA_ERROR_TOO_MANY_PEERS, cudaErrorTooManyPeers},
     {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, cudaErrorHostMemoryAlreadyRegistered},
@@ -274,6 +271,10 @@ constexpr const char* kUnrecognized = "unrecognized error code";
 }  // namespace
 
 cudaError_t Translate(CUresult r) {
+  // Under a context the program made and another thread destroyed, NVIDIA's runtime answers
+  // "invalid device context" to cudaMalloc, cudaMallocAsync, cudaFree and cudaFreeAsync where its
+  // driver says "context is destroyed" (an H200, 2026-11-29, docs/gpu-validation.md run 8).
+  if (r == CUDA_ERROR_CONTEXT_IS_DESTROYED && CurrentContextIsProgramMade()) return cudaErrorDeviceUninitialized;
   for (const Mapping& m : kDriverToRuntime) {
     if (m.driver == r) return m.runtime;
   }

@@ -185,6 +185,8 @@ cudaError_t Translate(CUresult r);
 // Records a failure as the calling thread's last error (cudaGetLastError); returns `e`.
 cudaError_t Record(cudaError_t e);
 inline cudaError_t Record(CUresult r) { return Record(Translate(r)); }
+// The calling thread's current context is not a primary one the runtime knows (the driver loaded).
+bool CurrentContextIsProgramMade();
 // Driver loaded and the calling thread bound to the primary context of its current device
 // (retained once per device per process), as on the first runtime call of a thread.
 cudaError_t EnsureContext();

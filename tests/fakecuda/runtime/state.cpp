@@ -93,6 +93,11 @@ cudaError_t Record(cudaError_t e) {
   return e;
 }
 
+bool CurrentContextIsProgramMade() {
+  CUcontext current = nullptr;
+  return Driver().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != nullptr && !KnownPrimary(current);
+}
+
 cudaError_t EnsureContext() {
   if (cudaError_t e = LoadDriver(); e != cudaSuccess) return e;
   if (t_bound && t_bound_generation == g_generation[t_device].load()) return cudaSuccess;

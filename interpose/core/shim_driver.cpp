@@ -648,10 +648,14 @@ Shim::ContextRoute Shim::route_for_current_context(DeviceState* d, bool stream_o
     const RealDriver& drv = real_driver();
     CUcontext current = nullptr;
     CUdevice dev = 0;
-    const bool refuses = drv.cuCtxGetCurrent != nullptr && drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS &&
-                         current != nullptr &&
-                         ((context_destroyed(current) && device_of_primary_context(current) < 0) ||
-                          (drv.cuCtxGetDevice != nullptr && drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS));
+    if (drv.cuCtxGetCurrent == nullptr || drv.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current == nullptr)
+      return ContextRoute::kPool;
+    if (context_destroyed(current)) {
+      // Or a primary context the driver made with a destroyed one's handle (as DriverBackend).
+      if (device_of_primary_context(current) < 0) return ContextRoute::kRefusedByCuda;
+      note_context_alive(current);
+    }
+    const bool refuses = drv.cuCtxGetDevice != nullptr && drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS;
     return refuses ? ContextRoute::kRefusedByCuda : ContextRoute::kPool;
   }
   // make_device builds the pool's driver backend as a DriverBackend, and only that.

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 
 namespace gpushim {
@@ -13,7 +14,8 @@ struct DestroyedList {
   std::mutex mu;  // writers only
   std::atomic<CUcontext> slots[kKept] = {};  // null: free; read without the lock
   std::atomic<std::size_t> listed{0};        // non-null slots
-  std::size_t next_evicted = 0;              // when every slot is in use
+  uint64_t listed_at[kKept] = {};            // under mu: when each slot's context was listed
+  uint64_t listings = 0;                     // under mu
 };
 
 // Never destroyed: hooks may run during exit.
@@ -37,12 +39,14 @@ bool note_context_destroying(CUcontext context) {
   const std::lock_guard<std::mutex> lock(l.mu);
   if (find(l, context) != nullptr) return false;
   std::atomic<CUcontext>* slot = find(l, nullptr);
-  if (slot == nullptr) {  // all in use: the oldest listed goes
-    slot = &l.slots[l.next_evicted];
-    l.next_evicted = (l.next_evicted + 1) % kKept;
+  if (slot == nullptr) {  // all in use: the one listed longest ago goes
+    slot = &l.slots[0];
+    for (std::size_t i = 1; i < kKept; ++i)
+      if (l.listed_at[i] < l.listed_at[slot - l.slots]) slot = &l.slots[i];
   } else {
     l.listed.fetch_add(1, std::memory_order_relaxed);
   }
+  l.listed_at[slot - l.slots] = ++l.listings;
   slot->store(context, std::memory_order_release);
   return true;
 }

@@ -46,5 +46,23 @@ TEST(DestroyedContexts, WhenEverySlotIsInUseTheOldestIsForgotten) {
   for (uintptr_t i = 0; i < kMany; ++i) EXPECT_FALSE(context_destroyed(fake_context(100 + i))) << i;
 }
 
+TEST(DestroyedContexts, EvictionTakesTheOneListedLongestAgo) {
+  // A review's reproducer: slots freed and used again made a round-robin eviction drop the newest.
+  constexpr uintptr_t kFull = 64;
+  for (uintptr_t i = 0; i < kFull; ++i) ASSERT_TRUE(note_context_destroying(fake_context(300 + i)));
+  ASSERT_TRUE(note_context_destroying(fake_context(300 + kFull)));  // evicts 300
+  note_context_alive(fake_context(301));                             // frees a slot
+  ASSERT_TRUE(note_context_destroying(fake_context(400)));           // into that slot
+  ASSERT_TRUE(note_context_destroying(fake_context(401)));           // evicts 302, the oldest left
+  EXPECT_TRUE(context_destroyed(fake_context(400)));
+  EXPECT_TRUE(context_destroyed(fake_context(401)));
+  EXPECT_FALSE(context_destroyed(fake_context(302)));
+  EXPECT_TRUE(context_destroyed(fake_context(303)));
+  for (uintptr_t i = 0; i <= kFull; ++i) note_context_alive(fake_context(300 + i));
+  note_context_alive(fake_context(400));
+  note_context_alive(fake_context(401));
+  EXPECT_FALSE(context_destroyed(fake_context(303)));
+}
+
 }  // namespace
 }  // namespace gpushim

@@ -270,15 +270,19 @@ constexpr const char* kUnrecognized = "unrecognized error code";
 
 }  // namespace
 
+cudaError_t TranslateCode(CUresult r) {
+  for (const Mapping& m : kDriverToRuntime) {
+    if (m.driver == r) return m.runtime;
+  }
+  return cudaErrorUnknown;
+}
+
 cudaError_t Translate(CUresult r) {
   // Under a context the program made and another thread destroyed, NVIDIA's runtime answers
   // "invalid device context" to cudaMalloc, cudaMallocAsync, cudaFree and cudaFreeAsync where its
   // driver says "context is destroyed" (an H200, 2026-11-29, docs/gpu-validation.md run 8).
   if (r == CUDA_ERROR_CONTEXT_IS_DESTROYED && CurrentContextIsProgramMade()) return cudaErrorDeviceUninitialized;
-  for (const Mapping& m : kDriverToRuntime) {
-    if (m.driver == r) return m.runtime;
-  }
-  return cudaErrorUnknown;
+  return TranslateCode(r);
 }
 
 }  // namespace fakecudart

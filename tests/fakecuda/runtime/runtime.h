@@ -179,7 +179,11 @@ cudaError_t LoadDriver();
 const DriverApi& Driver();
 
 // ---- errors.cpp ----
+// The runtime's code for a driver's answer to a call the calling thread made (it asks the driver
+// which context is current for CUDA_ERROR_CONTEXT_IS_DESTROYED); TranslateCode: the table alone,
+// for a status that reaches a callback, where no driver call may be made.
 cudaError_t Translate(CUresult r);
+cudaError_t TranslateCode(CUresult r);
 
 // ---- state.cpp ----
 // Records a failure as the calling thread's last error (cudaGetLastError); returns `e`.

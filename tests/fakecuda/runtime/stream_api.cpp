@@ -212,7 +212,7 @@ struct RuntimeCallback {
 };
 void CallRuntimeCallback(CUstream stream, CUresult status, void* data) {
   std::unique_ptr<RuntimeCallback> cb(static_cast<RuntimeCallback*>(data));
-  cb->fn(reinterpret_cast<cudaStream_t>(stream), Translate(status), cb->user);
+  cb->fn(reinterpret_cast<cudaStream_t>(stream), TranslateCode(status), cb->user);
 }
 cudaError_t AddCallback(cudaStream_t stream, cudaStreamCallback_t callback, void* userData, unsigned int flags,
                         bool ptsz) {

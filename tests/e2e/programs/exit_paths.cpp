@@ -29,6 +29,11 @@
 //                   program registers an atexit handler that frees a block, then its first runtime
 //                   hook allocates that block: the handler runs before the report, which must find
 //                   nothing live
+//   teardown-probe  no leak: an atexit handler registered before the first CUDA call (so it runs
+//                   after the runtime's teardown, which the runtime registers at its first call)
+//                   prints whether the primary context of device 0 is still active and, if it is,
+//                   what a pool the program made (release threshold max, 100 MiB freed into it)
+//                   still reserves: what the teardown ended, for the shim's report to know
 //   pthread-exit    main ends with pthread_exit() while a worker allocates and frees, then returns:
 //                   the process ends when the worker does (glibc's exit(0) at the last thread)
 //   segv / abort    a fatal signal in the host after allocating; with a second argument `wait`,
@@ -122,6 +127,38 @@ int cleanup_after_driver_start() {
   return 0;
 }
 
+CUmemoryPool g_probed_pool = nullptr;
+void probe_after_teardown() {
+  using State = CUresult (*)(CUdevice, unsigned*, int*);
+  using PoolAttribute = CUresult (*)(CUmemoryPool, CUmemPool_attribute, void*);
+  unsigned flags = 0;
+  int active = -1;
+  const CUresult state = testsupport::driver_function<State>("cuDevicePrimaryCtxGetState")(0, &flags, &active);
+  int pool_status = -1;
+  cuuint64_t reserved = 0;
+  // A pool its context's end destroyed must not be asked (a real driver may crash).
+  if (state == CUDA_SUCCESS && active == 1)
+    pool_status = static_cast<int>(testsupport::driver_function<PoolAttribute>("cuMemPoolGetAttribute")(
+        g_probed_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+  std::printf("{\"state\": %d, \"active\": %d, \"pool_status\": %d, \"reserved\": %llu}\n", static_cast<int>(state),
+              active, pool_status, static_cast<unsigned long long>(reserved));
+  std::fflush(stdout);
+}
+
+int teardown_probe() {
+  std::atexit(probe_after_teardown);  // before the runtime's first call: runs after its teardown
+  cudaMemPool_t pool = testsupport::new_keeping_pool(0);
+  g_probed_pool = reinterpret_cast<CUmemoryPool>(pool);
+  cudaStream_t s = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  void* p = nullptr;
+  CHECK(cudaMallocFromPoolAsync(&p, 100 << 20, pool, s));
+  CHECK(cudaFreeAsync(p, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaStreamDestroy(s));
+  return 0;
+}
+
 }  // namespace
 
 
@@ -129,6 +166,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const std::string mode = argv[1];
   if (mode == "cleanup-after-driver-start") return cleanup_after_driver_start();
+  if (mode == "teardown-probe") return teardown_probe();
   if (mode == "own-sigterm") signal(SIGTERM, exit_nine);  // before the first CUDA call
   void* kept = leak_at_exit(2 << 20);
   std::printf("{\"leaked\":\"%p\"}\n", kept);

@@ -102,5 +102,37 @@ TEST(EndRecordNotes, WithEventsDroppedTheDeviceFiguresAreTheEndRecords) {
   EXPECT_EQ(note_on(whole, "are the shim's own figures"), nullptr);
 }
 
+// An end record that does not add up (the trace reader's fuzzer made one: more allocations live
+// than made) is not taken for the device's figures, dropped events or not.
+TEST(EndRecordNotes, AnEndRecordThatDoesNotAddUpIsNotTaken) {
+  using trace::EventKind;
+  TraceData t;
+  t.header.start_mono_ns = 1000;
+  t.devices = {trace::DeviceInfo{0, 16 * GiB, 0}};
+  t.events = {event(EventKind::kAlloc, 2000, 0x100000000, 1 * MiB), event(EventKind::kAlloc, 2100, 0x100200000, 2 * MiB)};
+  t.dropped = 1;
+  trace::EndInfo end;
+  end.end_mono_ns = 4000;
+  end.events_dropped = 1;
+  trace::DeviceTotals totals;
+  totals.ordinal = 0;
+  totals.live_count = 9;
+  totals.live_bytes = 9 * MiB;
+  totals.peak_bytes = 9 * MiB;
+  totals.total_allocs = 3;
+  end.devices = {totals};
+  t.end = end;
+  RunView v;
+  run_from_trace(t, "t.trace", &v);
+  ASSERT_NE(v.device(0), nullptr);
+  const DeviceReport& d = *v.device(0);
+  EXPECT_EQ(d.live_count, 2u);
+  EXPECT_EQ(d.total_allocs, 2u);
+  EXPECT_LE(d.live_count, d.total_allocs);
+  EXPECT_EQ(d.live_bytes, 3 * MiB);
+  EXPECT_NE(note_on(v, "does not add up"), nullptr);
+  EXPECT_EQ(note_on(v, "are the shim's own figures"), nullptr);
+}
+
 }  // namespace
 }  // namespace gpushim::analysis

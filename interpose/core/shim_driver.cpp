@@ -650,12 +650,8 @@ Shim::ContextRoute Shim::route_for_current_context(DeviceState* d, bool stream_o
     CUdevice dev = 0;
     if (drv.cuCtxGetCurrent == nullptr || drv.cuCtxGetCurrent(&current) != CUDA_SUCCESS || current == nullptr)
       return ContextRoute::kPool;
-    if (context_destroyed(current)) {
-      // Or a primary context the driver made with a destroyed one's handle (as DriverBackend).
-      if (device_of_primary_context(current) < 0) return ContextRoute::kRefusedByCuda;
-      note_context_alive(current);
-    }
-    const bool refuses = drv.cuCtxGetDevice != nullptr && drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS;
+    const bool refuses = context_known_destroyed(current) ||
+                         (drv.cuCtxGetDevice != nullptr && drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS);
     return refuses ? ContextRoute::kRefusedByCuda : ContextRoute::kPool;
   }
   // make_device builds the pool's driver backend as a DriverBackend, and only that.

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "cuda/real_driver.h"
+
 namespace gpushim {
 namespace {
 
@@ -66,6 +68,13 @@ bool context_destroyed(CUcontext context) {
   if (context == nullptr || l.listed.load(std::memory_order_acquire) == 0) return false;
   for (const auto& s : l.slots)
     if (s.load(std::memory_order_acquire) == context) return true;
+  return false;
+}
+
+bool context_known_destroyed(CUcontext context) {
+  if (!context_destroyed(context)) return false;
+  if (device_of_primary_context(context) < 0) return true;
+  note_context_alive(context);
   return false;
 }
 

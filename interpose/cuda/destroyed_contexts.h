@@ -25,5 +25,8 @@ void note_context_alive(CUcontext context);
 // lock-free scan of a few dozen slots otherwise. When more contexts are destroyed than the list
 // keeps, the oldest is forgotten: then only the driver's own refusal tells.
 bool context_destroyed(CUcontext context);
+// context_destroyed, and not a primary context the driver has made since with the handle (no
+// hook sees one made: found so, it is taken off the list). What the allocation paths ask.
+bool context_known_destroyed(CUcontext context);
 
 }  // namespace gpushim

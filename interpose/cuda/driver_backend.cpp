@@ -131,11 +131,7 @@ DriverBackend::CurrentContext DriverBackend::current_context() {
   // under it. A real driver still answers cuCtxGetDevice there (an H200, 2026-11-29): the shim's
   // own list says it (cuda/destroyed_contexts.h). A context that refuses cuCtxGetDevice cannot use
   // memory either.
-  if (context_destroyed(current)) {
-    // Or a primary context (of another device) the driver made with a destroyed one's handle.
-    if (device_of_primary_context(current) < 0) return CurrentContext::kDestroyed;
-    note_context_alive(current);
-  }
+  if (context_known_destroyed(current)) return CurrentContext::kDestroyed;
   CUdevice dev = 0;
   if (api_->ctx_get_device != nullptr && api_->ctx_get_device(&dev) != CUDA_SUCCESS) return CurrentContext::kDestroyed;
   return CurrentContext::kProgramsOwn;

@@ -12,8 +12,8 @@
 
 #include "core/call_context.h"
 #include "core/shim.h"
-#include "cuda/real_driver.h"
 #include "cuda/destroyed_contexts.h"
+#include "cuda/real_driver.h"
 #include "cuda/real_symbols.h"
 #include "cuda/stream_registry.h"
 #include "hooks/driver_hook.h"

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "run_view.h"
 #include "test_sizes.h"
@@ -18,6 +19,26 @@ trace::TraceEvent event(trace::EventKind kind, uint64_t t_ns, uint64_t addr, uin
   return e;
 }
 
+// A trace of device 0 (16 GiB) holding `events`.
+TraceData device0_trace(std::vector<trace::TraceEvent> events) {
+  TraceData t;
+  t.header.start_mono_ns = 1000;
+  t.devices = {trace::DeviceInfo{0, 16 * GiB, 0}};
+  t.events = std::move(events);
+  return t;
+}
+
+// Ends `t` with the shim's own figures for device 0, `dropped` events having never reached it.
+void end_with(TraceData* t, trace::DeviceTotals totals, uint64_t dropped = 0) {
+  t->dropped = dropped;
+  trace::EndInfo end;
+  end.end_mono_ns = 4000;
+  end.events_dropped = dropped;
+  totals.ordinal = 0;
+  end.devices = {totals};
+  t->end = end;
+}
+
 const std::string* note_on(const RunView& v, const std::string& what) {
   auto it = std::find_if(v.notes.begin(), v.notes.end(), [&](const std::string& n) { return n.find(what) != n.npos; });
   return it == v.notes.end() ? nullptr : &*it;
@@ -27,20 +48,13 @@ TEST(EndRecordNotes, FiguresThatRoundAlikeAreGivenInBytes) {
   // A vmm trace of the corpus said "peak reserved 2.6 GiB is the shim's own figure (the trace's end
   // record); its events account for 2.6 GiB": two figures 18 MiB apart that read the same.
   using trace::EventKind;
-  TraceData t;
-  t.header.start_mono_ns = 1000;
-  t.devices = {trace::DeviceInfo{0, 16 * GiB, 0}};
   const uint64_t events_peak = 2650 * MiB + 18 * MiB, shim_peak = 2650 * MiB;
-  t.events = {event(EventKind::kSegmentMap, 2000, 0x100000000, events_peak),
-              event(EventKind::kAlloc, 2100, 0x100000000, 1 * MiB)};
-  trace::EndInfo end;
-  end.end_mono_ns = 4000;
+  TraceData t = device0_trace({event(EventKind::kSegmentMap, 2000, 0x100000000, events_peak),
+                               event(EventKind::kAlloc, 2100, 0x100000000, 1 * MiB)});
   trace::DeviceTotals totals;
-  totals.ordinal = 0;
   totals.peak_reserved = shim_peak;
   totals.reserved = shim_peak;
-  end.devices = {totals};
-  t.end = end;
+  end_with(&t, totals);
   RunView v;
   run_from_trace(t, "t.trace", &v);
   const std::string* peak = note_on(v, "peak reserved");
@@ -64,23 +78,16 @@ TEST(EndRecordNotes, FiguresThatRoundAlikeAreGivenInBytes) {
 // also in diff, merge and the plot). The end record's figures are the shim's own, exact ones.
 TEST(EndRecordNotes, WithEventsDroppedTheDeviceFiguresAreTheEndRecords) {
   using trace::EventKind;
-  TraceData t;
-  t.header.start_mono_ns = 1000;
-  t.devices = {trace::DeviceInfo{0, 16 * GiB, 0}};
   // Two allocations whose frees were dropped, one freed: live 3 MiB by the events, 0 by the shim.
-  t.events = {event(EventKind::kAlloc, 2000, 0x100000000, 1 * MiB), event(EventKind::kAlloc, 2100, 0x100200000, 2 * MiB),
-              event(EventKind::kAlloc, 2200, 0x100400000, 4 * MiB), event(EventKind::kFree, 2300, 0x100400000, 4 * MiB)};
-  t.dropped = 2;
-  trace::EndInfo end;
-  end.end_mono_ns = 4000;
-  end.events_dropped = 2;
+  TraceData t = device0_trace({event(EventKind::kAlloc, 2000, 0x100000000, 1 * MiB),
+                               event(EventKind::kAlloc, 2100, 0x100200000, 2 * MiB),
+                               event(EventKind::kAlloc, 2200, 0x100400000, 4 * MiB),
+                               event(EventKind::kFree, 2300, 0x100400000, 4 * MiB)});
   trace::DeviceTotals totals;
-  totals.ordinal = 0;
   totals.peak_bytes = 4 * MiB;
   totals.total_allocs = 3;
   totals.total_frees = 3;
-  end.devices = {totals};
-  t.end = end;
+  end_with(&t, totals, /*dropped=*/2);
   RunView v;
   run_from_trace(t, "t.trace", &v);
   ASSERT_NE(v.device(0), nullptr);
@@ -106,22 +113,14 @@ TEST(EndRecordNotes, WithEventsDroppedTheDeviceFiguresAreTheEndRecords) {
 // than made) is not taken for the device's figures, dropped events or not.
 TEST(EndRecordNotes, AnEndRecordThatDoesNotAddUpIsNotTaken) {
   using trace::EventKind;
-  TraceData t;
-  t.header.start_mono_ns = 1000;
-  t.devices = {trace::DeviceInfo{0, 16 * GiB, 0}};
-  t.events = {event(EventKind::kAlloc, 2000, 0x100000000, 1 * MiB), event(EventKind::kAlloc, 2100, 0x100200000, 2 * MiB)};
-  t.dropped = 1;
-  trace::EndInfo end;
-  end.end_mono_ns = 4000;
-  end.events_dropped = 1;
+  TraceData t = device0_trace({event(EventKind::kAlloc, 2000, 0x100000000, 1 * MiB),
+                               event(EventKind::kAlloc, 2100, 0x100200000, 2 * MiB)});
   trace::DeviceTotals totals;
-  totals.ordinal = 0;
   totals.live_count = 9;
   totals.live_bytes = 9 * MiB;
   totals.peak_bytes = 9 * MiB;
   totals.total_allocs = 3;
-  end.devices = {totals};
-  t.end = end;
+  end_with(&t, totals, /*dropped=*/1);
   RunView v;
   run_from_trace(t, "t.trace", &v);
   ASSERT_NE(v.device(0), nullptr);

@@ -128,6 +128,15 @@ void DeviceLedger::note_cuda_pool_reserved(CUmemoryPool pool, uint64_t reserved)
   update_cuda_pool_slack();
 }
 
+bool DeviceLedger::note_known_cuda_pool_reserved(CUmemoryPool pool, uint64_t reserved) {
+  std::lock_guard<std::mutex> lock(cuda_pools_mu_);
+  auto it = find_cuda_pool(pool);
+  if (it == cuda_pools_.end()) return false;
+  it->reserved = reserved;
+  update_cuda_pool_slack();
+  return true;
+}
+
 std::vector<CUmemoryPool> DeviceLedger::cuda_pools() const {
   std::lock_guard<std::mutex> lock(cuda_pools_mu_);
   std::vector<CUmemoryPool> out;

@@ -177,6 +177,9 @@ class DeviceLedger {
   CUmemoryPool note_cuda_pool_free(uintptr_t ptr, uint64_t size);
   // `pool` reserves `reserved` bytes (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, read just now).
   void note_cuda_pool_reserved(CUmemoryPool pool, uint64_t reserved);
+  // The same, read by the program itself, for a pool noted here already (false otherwise): a pool
+  // the books never saw memory of holds nothing of theirs.
+  bool note_known_cuda_pool_reserved(CUmemoryPool pool, uint64_t reserved);
   // Everything held from the driver on the device: the budget's bytes and the pools' slack.
   uint64_t held_from_driver() const { return budget_.held() + budget_.beside(); }
   // The pools noted so far (each exists until Shim::mempool_destroy or a reset forgets it).

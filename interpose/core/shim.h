@@ -215,6 +215,12 @@ class Shim {
   // A trim CUDA served (cuMemPoolTrimTo or the runtime's) succeeded: what `pool` reserves is read
   // again, so that reserved drops with it.
   void mempool_trimmed(CUmemoryPool pool);
+  // The program asked one of CUDA's pools an attribute, and CUDA answered: a reading of what the
+  // pool reserves is the freshest there is, and taken as the books' own. It is often the last
+  // one: the shim reads at a stream-ordered free, before its stream gives the memory back, and
+  // its reading when the run ends may come after CUDA's runtime has torn down (an H200, run 8).
+  // PyTorch's cudaMallocAsync backend asks at every memory_stats().
+  void mempool_read_by_program(CUmemoryPool pool, CUmemPool_attribute attr, const void* value);
   // cuMemPoolDestroy (the runtime's cudaMemPoolDestroy reaches it): `destroy` makes the real call.
   // On success the pool's reservation is held no more (what is still allocated from it stays
   // accounted until freed), and the pool is never named to the driver again.

@@ -399,6 +399,16 @@ std::optional<CUresult> Shim::mempool_trim_to(CUmemoryPool pool, size_t keep) {
   return CUDA_SUCCESS;
 }
 
+void Shim::mempool_read_by_program(CUmemoryPool pool, CUmemPool_attribute attr, const void* value) {
+  if (forked_child_ || pool == nullptr || value == nullptr || attr != CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) return;
+  const uint64_t reserved = *static_cast<const cuuint64_t*>(value);
+  const std::shared_lock<std::shared_mutex> alive(cuda_pool_lifetimes_);
+  for (auto& slot : devices_) {
+    DeviceState* d = slot.load(std::memory_order_acquire);
+    if (d != nullptr && d->ledger.uses_cuda_pools() && d->ledger.note_known_cuda_pool_reserved(pool, reserved)) return;
+  }
+}
+
 void Shim::mempool_current_set(int device, CUmemoryPool pool) {
   if (device < 0 || device >= kMaxDevices) return;
   const CUmemoryPool def = default_mempool(device);

@@ -54,7 +54,10 @@ GPUSHIM_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPo
   if (Shim* s = Shim::get())
     if (auto r = s->mempool_get_attribute(pool, static_cast<CUmemPool_attribute>(attr), value))
       return runtime_answer(*r);
-  return call_runtime(real_runtime().cudaMemPoolGetAttribute, pool, attr, value);
+  const cudaError_t err = call_runtime(real_runtime().cudaMemPoolGetAttribute, pool, attr, value);
+  if (err == cudaSuccess)
+    if (Shim* s = Shim::get()) s->mempool_read_by_program(pool, static_cast<CUmemPool_attribute>(attr), value);
+  return err;
 }
 
 GPUSHIM_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
@@ -87,9 +90,12 @@ GPUSHIM_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool) 
 
 GPUSHIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   GPUSHIM_DRIVER_SCOPE;
-  if (Shim* s = driver_shim(scope))
+  Shim* s = driver_shim(scope);
+  if (s)
     if (auto r = s->mempool_get_attribute(pool, attr, value)) return *r;
-  return call(real_driver().cuMemPoolGetAttribute, pool, attr, value);
+  const CUresult r = call(real_driver().cuMemPoolGetAttribute, pool, attr, value);
+  if (r == CUDA_SUCCESS && s) s->mempool_read_by_program(pool, attr, value);
+  return r;
 }
 
 GPUSHIM_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {

@@ -283,10 +283,32 @@ std::unique_ptr<DeviceState> Shim::make_device(int ordinal) {
 }
 
 DeviceState* Shim::current_device_state() {
+  // With one device visible (one GPU per process, as data-parallel jobs run) the runtime can name
+  // no other: once that device's state exists it is the answer, without asking cudaGetDevice at
+  // every allocation (on the simulated device 135 of a pair's ~2,000 instructions). What is given
+  // up: in the moments between the runtime's own teardown at exit and the report, a thread still
+  // allocating gets pooled memory where CUDA would say cudaErrorCudartUnloading; a context the
+  // program made is still asked about (route_for_current_context).
+  if (DeviceState* d = sole_device_.load(std::memory_order_acquire)) return d;
   const RealRuntime& rt = real_runtime();
   int dev = 0;
   if (rt.cudaGetDevice == nullptr || rt.cudaGetDevice(&dev) != cudaSuccess) return nullptr;
-  return device(dev);
+  DeviceState* d = device(dev);
+  if (d != nullptr && dev == 0 && sole_visible_device()) sole_device_.store(d, std::memory_order_release);
+  return d;
+}
+
+bool Shim::sole_visible_device() {
+  // Asked until the driver answers; a failed count is no answer (count_visible_devices' 1 is a
+  // guess there).
+  static std::atomic<int> count{-1};
+  int n = count.load(std::memory_order_relaxed);
+  if (n < 0) {
+    const RealDriver& drv = real_driver();
+    if (drv.cuDeviceGetCount == nullptr || drv.cuDeviceGetCount(&n) != CUDA_SUCCESS) return false;
+    count.store(n, std::memory_order_relaxed);
+  }
+  return n == 1;
 }
 
 int Shim::count_visible_devices() {

@@ -190,6 +190,7 @@ class Shim {
     return n > 1;
   }
   static int count_visible_devices();
+  static bool sole_visible_device();  // the driver counts exactly one device
   // The device whose work `stream` orders where it may not be the current one (a created stream
   // of another device); -1 (the current device) otherwise, or when unknown.
   int device_ordering(CUstream stream, bool per_thread);
@@ -372,6 +373,8 @@ class Shim {
   StackId capture_stack() { return config_.stack_depth == 0 ? kEmptyStack : capture_stack_now(); }
   StackId capture_stack_now();
   void sample_if_due();
+  // The state of the calling thread's current device (the runtime's cudaGetDevice), or null
+  // where the runtime names none.
   DeviceState* current_device_state();
   // The capture status of `stream` (cudaStreamIsCapturing): none, active (its stream-ordered
   // requests make graph memory, CUDA's), or invalidated (a failed capture, not yet ended: CUDA
@@ -534,6 +537,9 @@ class Shim {
   // ---- the device table ----
   std::atomic<DeviceState*> devices_[kMaxDevices] = {};
   std::atomic<int> visible_devices_{-1};  // the driver's device count, asked once (-1: not yet)
+  // The only visible device's state, once made (null: not yet, or not one device): the current
+  // device can then be no other, and allocations do not ask the runtime (current_device_state).
+  std::atomic<DeviceState*> sole_device_{nullptr};
   std::atomic<uint64_t> pooled_devices_{0};  // bit n: device n has state and a pool
   std::mutex devices_mu_;  // only for creating DeviceState
   std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet

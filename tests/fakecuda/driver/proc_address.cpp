@@ -213,6 +213,9 @@ CUresult Lookup(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flag
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   constexpr cuuint64_t kValidFlags = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if ((flags & ~kValidFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+  // cuda.h: "If the specified CUDA version is greater than the driver version, the API will return
+  // CUDA_ERROR_INVALID_VALUE" (a library built for a newer CUDA than the driver must be told).
+  if (cudaVersion > kDriverVersion) return CUDA_ERROR_INVALID_VALUE;
   {
     State& s = GetState();
     std::lock_guard lk(s.mu);

@@ -89,6 +89,14 @@ TEST(ProcAddress, UnknownNamesAndOldVersions) {
   void* fn = nullptr;
   EXPECT_EQ(cuGetProcAddress(nullptr, &fn, 13000, 0, &st), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuGetProcAddress("cuInit", &fn, 13000, 8, &st), CUDA_ERROR_INVALID_VALUE);
+  // A version newer than the driver (13.0) is refused, as cuda.h says, in both forms.
+  int driver = 0;
+  ASSERT_CU(cuDriverGetVersion(&driver));
+  EXPECT_EQ(cuGetProcAddress("cuMemAlloc", &fn, driver + 10, 0, &st), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGetProcAddress("cuMemAlloc", &fn, 99990, 0, &st), CUDA_ERROR_INVALID_VALUE);
+  using GetProc4 = CUresult (*)(const char*, void**, int, cuuint64_t);
+  ASSERT_CU(cuGetProcAddress("cuGetProcAddress", &fn, 11030, 0, nullptr));
+  EXPECT_EQ(reinterpret_cast<GetProc4>(fn)("cuMemAlloc", &fn, driver + 10, 0), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST(ProcAddress, FourArgumentForm) {

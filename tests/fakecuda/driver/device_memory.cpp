@@ -210,6 +210,10 @@ CUresult AllocateArenaRegion(State& s, Context* ctx, std::size_t size, RegionKin
   r.charged = charged;
   r.pool = pool;
   s.regions[r.base] = r;
+  // The addresses are an allocation's again: asking about them is defined once more.
+  auto freed = s.async_freed.upper_bound(r.base);
+  if (freed != s.async_freed.begin() && std::prev(freed)->second > r.base) --freed;
+  while (freed != s.async_freed.end() && freed->first < r.base + charged) freed = s.async_freed.erase(freed);
   *out = r.base;
   return CUDA_SUCCESS;
 }
@@ -236,6 +240,7 @@ void ReleaseRegion(State& s, std::uintptr_t base) {
   auto it = s.regions.find(base);
   if (it == s.regions.end()) return;
   Region& r = it->second;
+  if (r.stream_ordered_free) s.async_freed[r.base] = r.base + r.size;
   if (r.pool != nullptr && r.kind == RegionKind::kDeviceAsync) r.pool->OnReleased(r.size);
   if (IsArenaKind(r.kind)) {
     Device& dev = *s.devices[static_cast<std::size_t>(r.device)];
@@ -245,6 +250,13 @@ void ReleaseRegion(State& s, std::uintptr_t base) {
     munmap(reinterpret_cast<void*>(r.map_base), r.map_length);
   }
   s.regions.erase(it);
+}
+
+std::uintptr_t AsyncFreedAt(const State& s, std::uintptr_t p) {
+  auto it = s.async_freed.upper_bound(p);
+  if (it == s.async_freed.begin()) return 0;
+  --it;
+  return p < it->second ? it->first : 0;
 }
 
 Region* FindRegion(State& s, std::uintptr_t p) {

@@ -415,6 +415,9 @@ struct State {
   std::vector<std::unique_ptr<Device>> devices;
 
   std::map<std::uintptr_t, Region> regions;
+  // Allocations cuMemFreeAsync gave back, base -> end, until an allocation takes the addresses
+  // again: querying them is undefined in CUDA even after the stream reached the free.
+  std::map<std::uintptr_t, std::uintptr_t> async_freed;
   std::unordered_map<const void*, std::shared_ptr<Stream>> streams;
   std::unordered_map<const void*, std::shared_ptr<Event>> events;
   std::unordered_map<const void*, std::shared_ptr<Graph>> graphs;
@@ -484,6 +487,9 @@ CUresult AllocateHostRegion(State& s, Context* ctx, std::size_t size, RegionKind
 void ReleaseRegion(State& s, std::uintptr_t base);
 // The region containing address p, or nullptr.
 Region* FindRegion(State& s, std::uintptr_t p);
+// The base of the allocation cuMemFreeAsync gave back that held `p`, if no allocation took the
+// address since; 0 otherwise.
+std::uintptr_t AsyncFreedAt(const State& s, std::uintptr_t p);
 // Who accesses memory, for the checks below: the call (named in a misuse line), and whether it
 // is graph work, which may use graph memory no launch has made yet: a captured operation (of the
 // capture that allocated it) or an explicit graph node.

@@ -133,10 +133,18 @@ CUresult DescribeUnknown(CUpointer_attribute attribute, void* data) {
 }
 
 // CUDA: after cuMemFreeAsync returns, "querying its pointer attributes results in undefined
-// behavior". An allocation a cuMemFree is freeing right now answers as freed already, which it is
-// a moment later: CUDA refuses the query of a freed pointer (the shim's context walk relies on it).
-const Region* Queryable(const Region* region, std::uintptr_t ptr, const char* call) {
-  if (region == nullptr || !region->free_pending) return region;
+// behavior": while the free waits for its stream, and after it ran, until an allocation takes the
+// address again. An allocation a cuMemFree is freeing right now answers as freed already, which it
+// is a moment later: CUDA refuses the query of a freed pointer (the shim's context walk relies on it).
+const Region* Queryable(const State& s, const Region* region, std::uintptr_t ptr, const char* call) {
+  if (region == nullptr) {
+    if (const std::uintptr_t base = AsyncFreedAt(s, ptr))
+      Misuse("%s: %#lx is in the allocation at %#lx, which was freed with cuMemFreeAsync (and its stream has "
+             "reached the free): CUDA leaves querying it undefined",
+             call, static_cast<unsigned long>(ptr), static_cast<unsigned long>(base));
+    return nullptr;
+  }
+  if (!region->free_pending) return region;
   if (region->stream_ordered_free)
     Misuse("%s: %#lx is in the allocation at %#lx, which was freed with cuMemFreeAsync: CUDA leaves querying it "
            "undefined",
@@ -154,7 +162,7 @@ CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const Region* region = Queryable(FindRegion(s, ptr), ptr, "cuPointerGetAttribute");
+  const Region* region = Queryable(s, FindRegion(s, ptr), ptr, "cuPointerGetAttribute");
   if (region == nullptr) return CUDA_ERROR_INVALID_VALUE;  // not a CUDA pointer
   return Describe(s, *region, attribute, ptr, data);
 }
@@ -166,7 +174,7 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
   if (numAttributes == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // Unlike the singular form, unknown pointers are not an error: attributes get default values.
-  const Region* region = Queryable(FindRegion(s, ptr), ptr, "cuPointerGetAttributes");
+  const Region* region = Queryable(s, FindRegion(s, ptr), ptr, "cuPointerGetAttributes");
   for (unsigned int i = 0; i < numAttributes; ++i) {
     if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = region != nullptr ? Describe(s, *region, attributes[i], ptr, data[i])
@@ -186,7 +194,7 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUde
   std::lock_guard lk(s.mu);
   Context* ctx = nullptr;
   if (CUresult r = CurrentContext(s, &ctx); r != CUDA_SUCCESS) return r;
-  const Region* region = Queryable(FindRegion(s, dptr), dptr, "cuMemGetAddressRange");
+  const Region* region = Queryable(s, FindRegion(s, dptr), dptr, "cuMemGetAddressRange");
   if (region == nullptr || region->kind == RegionKind::kPinnedHost) return CUDA_ERROR_NOT_FOUND;
   if (pbase != nullptr) *pbase = region->base;
   if (psize != nullptr) *psize = region->size;

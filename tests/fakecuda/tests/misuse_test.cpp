@@ -362,6 +362,27 @@ TEST_F(MisuseRuntime, WorkAndQueriesAfterAStreamOrderedFree) {
   cudaPointerAttributes attrs{};
   EXPECT_MISUSE(cudaPointerGetAttributes(&attrs, p), "cuPointerGetAttributes: 0x[0-9a-f]+ " + std::string(freed));
   ASSERT_RT(cudaStreamSynchronize(s));
+  // Once the stream has reached the free, still undefined: "After this API returns" (a review
+  // helper found the simulated device answering a second free and every query here).
+  const char* gone = "is in the allocation at 0x[0-9a-f]+, which was freed with cuMemFreeAsync \\(and its stream "
+                     "has reached the free\\)";
+  const CUdeviceptr inside = reinterpret_cast<CUdeviceptr>(p) + 100;
+  unsigned type = 0;
+  EXPECT_MISUSE(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, inside),
+                "cuPointerGetAttribute: 0x[0-9a-f]+ " + std::string(gone));
+  EXPECT_MISUSE(cudaPointerGetAttributes(&attrs, p), "cuPointerGetAttributes: 0x[0-9a-f]+ " + std::string(gone));
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  EXPECT_MISUSE(cuMemGetAddressRange(&base, &size, inside), "cuMemGetAddressRange: 0x[0-9a-f]+ " + std::string(gone));
+  // Until an allocation takes the address again: then the query is of that allocation, and once a
+  // cuMemFree gave it back, CUDA refuses it (a defined answer).
+  void* again = nullptr;
+  ASSERT_RT(cudaMalloc(&again, 1 << 20));
+  ASSERT_EQ(again, p);
+  ASSERT_CU(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, inside));
+  EXPECT_EQ(type, static_cast<unsigned>(CU_MEMORYTYPE_DEVICE));
+  ASSERT_RT(cudaFree(again));
+  EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, inside), CUDA_ERROR_INVALID_VALUE);
   ASSERT_RT(cudaStreamDestroy(s));
   ASSERT_RT(cudaStreamDestroy(t));
 }

@@ -81,8 +81,8 @@ unsigned long long fakecudaDriverFreeCount(void);
  * even before the destroy returned to its caller. Otherwise handles are never reused (the default). */
 void fakecudaReuseArrayHandles(int on);
 
-/* Number of device-wide synchronizations: cuCtxSynchronize plus the implicit ones of cuMemFree_v2,
- * cuMemFreeHost and cuMemUnmap. Lets tests check that a pool batches its synchronizations. */
+/* Number of device-wide synchronizations: cuCtxSynchronize plus the implicit ones of cuMemFree_v2
+ * (not of memory from cuMemAllocAsync, which CUDA does not wait for), cuMemFreeHost and cuMemUnmap. Lets tests check that a pool batches its synchronizations. */
 unsigned long long fakecudaDeviceSyncCount(void);
 
 /* How many times cuGetProcAddress / cuGetProcAddress_v2 were asked for `symbol` with this

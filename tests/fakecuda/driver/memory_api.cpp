@@ -231,8 +231,17 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   }
   const std::uint64_t buffer_id = it->second.buffer_id;
   const int device = it->second.device;
-  it->second.free_pending = true;  // a concurrent free of the same pointer now fails
   ++s.device_free_calls;
+  if (it->second.kind == RegionKind::kDeviceAsync) {
+    // cuMemFree "will not perform any implicit synchronization when the pointer was allocated with
+    // cuMemAllocAsync. Callers must ensure that all accesses to the pointer have completed": work
+    // still queued on it is the program's error, and nothing is waited for (until 2026-11-30 the
+    // simulated driver synchronized here, which hid such races).
+    RequireNoQueuedAccess(s, dptr, it->second.size, "cuMemFree_v2");
+    ReleaseRegion(s, dptr);
+    return CUDA_SUCCESS;
+  }
+  it->second.free_pending = true;  // a concurrent free of the same pointer now fails
   // cuMemFree synchronizes the device: work issued earlier may still use the memory.
   ++s.device_syncs;
   SyncDevice(s, lk, device);

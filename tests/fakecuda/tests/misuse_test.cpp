@@ -387,6 +387,30 @@ TEST_F(MisuseRuntime, WorkAndQueriesAfterAStreamOrderedFree) {
   ASSERT_RT(cudaStreamDestroy(t));
 }
 
+// cudaFree / cuMemFree of stream-ordered memory: "will not perform any implicit synchronization
+// ... Callers must ensure that all accesses to these pointer have completed". The simulated
+// device synchronized there, which let a free race its own stream's work unseen.
+TEST_F(MisuseRuntime, PlainFreeOfStreamOrderedMemoryWaitsForNothing) {
+  cudaStream_t s = nullptr;
+  ASSERT_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  void* p = nullptr;
+  void* busy = nullptr;
+  ASSERT_RT(cudaMallocAsync(&p, 1 << 20, s));
+  ASSERT_RT(cudaMallocAsync(&busy, 1 << 20, s));
+  ASSERT_RT(cudaStreamSynchronize(s));
+  // Work queued on another allocation: p's free neither waits for it nor is it wrong.
+  ASSERT_RT(fakecuLaunchDelayedFill(reinterpret_cast<CUdeviceptr>(busy), 1, 1 << 20, 200000, reinterpret_cast<CUstream>(s)));
+  const unsigned long long syncs = fakecudaDeviceSyncCount();
+  ASSERT_RT(cudaFree(p));
+  EXPECT_EQ(fakecudaDeviceSyncCount(), syncs);
+  EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady);  // the fill still runs
+  // Work still queued on the memory freed: the program's error.
+  EXPECT_MISUSE(cudaFree(busy), "cuMemFree_v2 of \\[0x[0-9a-f]+, 0x[0-9a-f]+\\) while work queued on stream");
+  ASSERT_RT(cudaStreamSynchronize(s));
+  ASSERT_RT(cudaFree(busy));
+  ASSERT_RT(cudaStreamDestroy(s));
+}
+
 // cuMemAllocAsync: "The allocation must not be accessed until the the allocation operation
 // completes", which another stream's work is ordered after only by an event (or a
 // synchronization). The simulated device allocates at once, and let such work run.

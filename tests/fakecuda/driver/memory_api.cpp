@@ -97,6 +97,9 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream hStream, bool ptsz) {
     auto r = state.regions.find(base);
     if (r != state.regions.end() && r->second.buffer_id == buffer_id &&
         (r->second.free_pending || r->second.free_node_pending)) {
+      // "The allocation must not be accessed after stream execution reaches the free": work of
+      // another stream, not ordered before the free, that still reads or writes it.
+      RequireNoQueuedAccess(state, base, r->second.size, "cuMemFreeAsync reached on its stream");
       ReleaseRegion(state, base);
     }
   };

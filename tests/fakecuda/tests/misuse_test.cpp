@@ -387,6 +387,44 @@ TEST_F(MisuseRuntime, WorkAndQueriesAfterAStreamOrderedFree) {
   ASSERT_RT(cudaStreamDestroy(t));
 }
 
+// cuMemFreeAsync on one stream of memory another stream's queued work still uses, with nothing
+// ordering the free after it: "The allocation must not be accessed after stream execution reaches
+// the free". The simulated device released it under the other stream's work, and the next
+// allocation at that address read the late work's bytes (a review helper's reproducer; until
+// 2026-11-30 Streams.ReuseWithoutWaitingCorruptsTheNewOwner held it to that corruption).
+TEST_F(MisuseRuntime, AStreamOrderedFreeUnorderedAfterAnotherStreamsWork) {
+  cudaStream_t a = nullptr, b = nullptr;
+  ASSERT_RT(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  ASSERT_RT(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  void* p = nullptr;
+  ASSERT_RT(cudaMallocAsync(&p, 1 << 20, a));
+  ASSERT_RT(cudaStreamSynchronize(a));
+  // Ordered by an event: the free waits for a's work, and nothing is wrong.
+  cudaEvent_t done = nullptr;
+  ASSERT_RT(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  ASSERT_RT(fakecuLaunchDelayedFill(reinterpret_cast<CUdeviceptr>(p), 1, 1 << 20, 50000, reinterpret_cast<CUstream>(a)));
+  ASSERT_RT(cudaEventRecord(done, a));
+  ASSERT_RT(cudaStreamWaitEvent(b, done, 0));
+  ASSERT_RT(cudaFreeAsync(p, b));
+  ASSERT_RT(cudaStreamSynchronize(b));
+  ASSERT_RT(cudaMallocAsync(&p, 1 << 20, a));
+  ASSERT_RT(cudaStreamSynchronize(a));
+  ASSERT_RT(fakecuLaunchDelayedFill(reinterpret_cast<CUdeviceptr>(p), 1, 1 << 20, 200000, reinterpret_cast<CUstream>(a)));
+  EXPECT_MISUSE(
+      {
+        cudaFreeAsync(p, b);
+        cudaStreamSynchronize(b);
+      },
+      "cuMemFreeAsync reached on its stream of \\[0x[0-9a-f]+, 0x[0-9a-f]+\\) while work queued on stream 0x[0-9a-f]+ "
+      "still accesses");
+  ASSERT_RT(cudaStreamSynchronize(a));
+  ASSERT_RT(cudaFreeAsync(p, a));
+  ASSERT_RT(cudaStreamSynchronize(a));
+  ASSERT_RT(cudaEventDestroy(done));
+  ASSERT_RT(cudaStreamDestroy(a));
+  ASSERT_RT(cudaStreamDestroy(b));
+}
+
 // cudaFree / cuMemFree of stream-ordered memory: "will not perform any implicit synchronization
 // ... Callers must ensure that all accesses to these pointer have completed". The simulated
 // device synchronized there, which let a free race its own stream's work unseen.

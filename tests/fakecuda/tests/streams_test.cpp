@@ -358,31 +358,6 @@ TEST_F(Streams, FreeAsyncIsStreamOrdered) {
   ASSERT_CU(cuStreamDestroy(s));
 }
 
-// What a buggy pool does: hand memory freed on one stream to another stream without waiting.
-// The late fill then lands in the new owner's data, and the fake makes that visible.
-TEST_F(Streams, ReuseWithoutWaitingCorruptsTheNewOwner) {
-  CUstream a = nullptr, b = nullptr;
-  ASSERT_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
-  ASSERT_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
-  CUdeviceptr p = 0, q = 0;
-  ASSERT_CU(cuMemAllocAsync(&p, 1 << 16, a));
-  ASSERT_CU(fakecuLaunchDelayedFill(p, 0xEE, 1 << 16, kDelayUs, a));
-  ASSERT_CU(cuMemFreeAsync(p, b));  // wrong stream: released at once
-  ASSERT_CU(cuStreamSynchronize(b));
-  ASSERT_CU(cuMemAllocAsync(&q, 1 << 16, b));
-  // First fit hands (part of) the same range out again.
-  ASSERT_LE(q, p);
-  ASSERT_GT(q + (1 << 16), p);
-  ASSERT_CU(cuMemsetD8Async(q, 0, 1 << 16, b));
-  ASSERT_CU(cuStreamSynchronize(b));
-  EXPECT_EQ(reinterpret_cast<unsigned char*>(p)[0], 0);
-  ASSERT_CU(cuStreamSynchronize(a));
-  EXPECT_EQ(reinterpret_cast<unsigned char*>(p)[0], 0xEE);  // the stale fill landed in q's data
-  ASSERT_CU(cuMemFreeAsync(q, b));
-  ASSERT_CU(cuStreamDestroy(a));
-  ASSERT_CU(cuStreamDestroy(b));
-}
-
 // As in CUDA: an async copy from pageable memory stages the source before returning (the caller may
 // reuse its buffer at once); an async copy into pageable memory completes before returning; copies
 // to and from page-locked memory stay asynchronous.

@@ -415,6 +415,8 @@ struct State {
   std::vector<std::unique_ptr<Device>> devices;
 
   std::map<std::uintptr_t, Region> regions;
+  // Ops queued (or running) on any stream that read or write device memory (Op::touches).
+  std::uint64_t queued_touching_ops = 0;
   // Allocations cuMemFreeAsync gave back, base -> end, until an allocation takes the addresses
   // again: querying them is undefined in CUDA even after the stream reached the free.
   std::map<std::uintptr_t, std::uintptr_t> async_freed;

@@ -24,6 +24,7 @@
 #include "report/growth_verdict.h"
 #include "stacks/site_identity.h"
 #include "trace/trace_format.h"
+#include "util/iteration_counter.h"
 #include "util/json_string.h"
 #include "util/units.h"
 
@@ -310,9 +311,9 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   auto take_checkpoint = [&](const TraceData::Checkpoint& c) {
     history.sample(c.t_ns - std::min(c.t_ns, t.header.start_mono_ns), c.iterations,
                    std::vector<std::pair<SiteKey, SiteTotals>>(live_sites.begin(), live_sites.end()),
-                   periods->allocations());
+                   periods->allocations(), (c.sources & IterationCounter::kCheckpointAtIteration) != 0);
     evidence.iterations = c.iterations;
-    evidence.iteration_sources = c.sources;
+    evidence.iteration_sources = c.sources & IterationCounter::kSources;
   };
 
   std::map<int, DeviceState> devs;

@@ -26,6 +26,10 @@ struct SitePoint {
   uint64_t iteration;  // iterations counted so far (0 without marks)
   uint64_t instant = 0;  // the site history's checkpoint number (from 1); 0: not from a history
   uint64_t allocs = 0;   // allocations made in the process so far (PeriodDetector::allocations)
+  // Taken because the iteration count reached a checkpoint (at a mark, or right after the
+  // allocation that started an iteration at GPUSHIM_ITERATION_SITE): every such point is at the
+  // same place in its iteration, so bytes per iteration are exact between them.
+  bool at_iteration = false;
 };
 
 struct GrowthParams {

@@ -5,7 +5,7 @@
 namespace gpushim {
 
 bool SiteHistory::sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites,
-                         uint64_t allocs) {
+                         uint64_t allocs, bool at_iteration) {
   if (sites.size() > max_sites_) {
     // Ties broken by stack id, so that the same sites stay tracked from one instant to the next.
     std::nth_element(sites.begin(), sites.begin() + static_cast<std::ptrdiff_t>(max_sites_), sites.end(),
@@ -23,7 +23,7 @@ bool SiteHistory::sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pai
     if (totals.count == 0) continue;
     Track& t = tracks_[key];
     t.seen = now;
-    const SitePoint point{t_ns, totals.bytes, totals.count, iteration, now, allocs};
+    const SitePoint point{t_ns, totals.bytes, totals.count, iteration, now, allocs, at_iteration};
     // A kept checkpoint is a multiple of the track's stride (a power of two), whatever the track's
     // age: the instants a coarse track keeps are kept by every finer track alive then, so series
     // of one site can be summed exactly (report/growth_verdict.cpp). The first point is the

@@ -119,8 +119,12 @@ class RunRecorder {
   [[gnu::always_inline]] void after_event(uint64_t t_ns) {
     timeline_.maybe_sample(t_ns, [this](auto&& append) { take_samples(append); });
     // Growth on logical time as well as on the clock (accounting/checkpoint_schedule.h).
-    if (event_checkpoints_.on_event() || iteration_checkpoints_.due(iterations_.count()))
-      sample_sites(now_ns() - lent_.start_ns);  // `t_ns` may be the coarse clock: a point needs the precise one
+    // Both asked: a point the iteration count is due for must say so even when the event count
+    // wanted one too (SitePoint::at_iteration).
+    const bool by_events = event_checkpoints_.on_event();
+    const bool by_iterations = iteration_checkpoints_.due(iterations_.count());
+    if (by_events || by_iterations)
+      sample_sites(now_ns() - lent_.start_ns, by_iterations);  // `t_ns` may be the coarse clock: a point needs the precise one
   }
   // A stack captured for an allocation: the loop's period is looked for in their sequence.
   void stack_captured(StackId id) { periods_.on_allocation(id); }
@@ -178,7 +182,8 @@ class RunRecorder {
   // One timeline instant: a sample per device, through `append`.
   void take_samples(absl::FunctionRef<void(const Sample&)> append);
   // Growth tracking: per-site totals at each sampling instant (the report judges them).
-  void sample_sites(uint64_t t_ns);
+  // `at_iteration`: the iteration count was due for this point (SitePoint::at_iteration).
+  void sample_sites(uint64_t t_ns, bool at_iteration = false);
   // GPUSHIM_TRACE's end chunk: the figures of every device.
   void finish_trace();
 

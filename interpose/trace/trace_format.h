@@ -20,9 +20,10 @@ inline constexpr char kFileMagic[8] = {'G', 'P', 'U', 'S', 'H', 'I', 'M', 'T'};
 // Version of the chunk layouts below. A reader refuses a different major; a minor bump only adds
 // chunk types or trailing fields, which old readers skip.
 inline constexpr uint32_t kVersionMajor = 1;
-inline constexpr uint32_t kVersionMinor = 6;  // 1: kReuse and kCheckpoint events; 2: the end chunk's retries; 3:
+inline constexpr uint32_t kVersionMinor = 7;  // 1: kReuse and kCheckpoint events; 2: the end chunk's retries; 3:
                                               // kStreamRetired, kVaReserve, kVaFree; 4: the end chunk's reserved;
-                                              // 5: the end chunk's teardown moment; 6: kFlagSharedMapping
+                                              // 5: the end chunk's teardown moment; 6: kFlagSharedMapping;
+                                              // 7: a checkpoint's kCheckpointAtIteration (util/iteration_counter.h)
 
 inline constexpr uint32_t kChunkSync = 0x4B484347u;  // "GCHK" little-endian
 inline constexpr size_t kChunkHeaderSize = 16;

@@ -10,6 +10,10 @@ namespace gpushim {
 class IterationCounter {
  public:
   enum Source : unsigned { kMark = 1, kSite = 2 };
+  static constexpr unsigned kSources = kMark | kSite;
+  // Beside the sources in a trace's checkpoint (format 1.7): the iteration count triggered the
+  // checkpoint (SitePoint::at_iteration).
+  static constexpr unsigned kCheckpointAtIteration = 4;
 
   // Returns the count after this iteration.
   uint64_t add(Source source) {

@@ -52,6 +52,35 @@ TEST(GrowthDetector, TheRatePerIterationIsExactWhereCheckpointsFallInsideIterati
   EXPECT_DOUBLE_EQ(f[0].bytes_per_iteration, 128.0 * KiB);  // least squares over every point: 126.6 KiB
 }
 
+TEST(GrowthDetector, PointsTheIterationCountTriggeredMakeTheRateExact) {
+  // A program leaking exactly 1 MiB per step, marked at the step's end, with checkpoints of the
+  // event schedule falling before and after the leaking call at irregular places (a thinning
+  // schedule): each iteration's last point is sometimes before the leak, sometimes after. The
+  // slope over those read 987.6 KiB; the points taken at the marks are at one place in every
+  // iteration, and give 1 MiB.
+  std::vector<SitePoint> p;
+  uint64_t t = 0;
+  auto point = [&](uint64_t held, uint64_t iteration, bool at_iteration) {
+    SitePoint q{++t * 1000000, held * MiB, held, iteration};
+    q.at_iteration = at_iteration;
+    p.push_back(q);
+  };
+  for (uint64_t k = 0; k < 24; ++k) {
+    // Step k+1 runs with k marks counted: the leak makes it k+1 MiB held.
+    if (k % 3 == 0) point(k, k, false);        // before the leaking call
+    if (k % 5 != 1) point(k + 1, k, false);    // after it
+    if (k % 2 == 0 || k < 4) point(k + 1, k + 1, true);  // the mark ending the step (thinned later on)
+  }
+  const auto f = detect({p});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_DOUBLE_EQ(f[0].bytes_per_iteration, 1.0 * MiB);
+  // Without the flag (a trace of format 1.6), each iteration's last point as before: not exact here.
+  for (SitePoint& q : p) q.at_iteration = false;
+  const auto old = detect({p});
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_NE(old[0].bytes_per_iteration, 1.0 * MiB);
+}
+
 TEST(GrowthDetector, WithoutIterationMarksOnlyTheTimeRate) {
   const auto f = detect({series(20, [](size_t i) { return (i + 1) * MiB; })});
   ASSERT_EQ(f.size(), 1u);

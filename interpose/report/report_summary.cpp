@@ -210,7 +210,10 @@ void write_summary(const ReportData& r, const std::string& json_path, size_t max
            format_bytes(o.largest_free_block).c_str(), format_bytes(o.device_free).c_str(),
            format_bytes(o.capacity).c_str());
     if (o.limit != 0) append(&s, ", cap %s", format_bytes(o.limit).c_str());
+    if (o.injected) s += " (failed on purpose: GPUSHIM_FAIL)";
     s += '\n';
+    // Where it failed: the line a user fixes first (the program's, before CUDA's and the shim's).
+    if (!o.frames.empty()) append_stack(&s, o.frames);
     if (!o.advice.empty()) append(&s, "gpushim:   advice: %s\n", printable(o.advice).c_str());
   }
   if (r.ooms.size() > kOomsShown)

@@ -299,7 +299,8 @@ TEST(ReportSummary, Lines) {
       << s;
   EXPECT_NE(s.find("gpushim: out of memory on device 1 at 2.50 s: requested 2.0 GiB; allocated 10.0 GiB, reserved "
                    "12.0 GiB (cached 2.0 GiB, largest free block 512.0 MiB), device free 100.0 MiB of 80.0 GiB, "
-                   "cap 16.0 GiB\ngpushim:   advice: try \"expandable\" segments\n"),
+                   "cap 16.0 GiB\ngpushim:       at leak_a() prog.cpp:12 (prog)\n"
+                   "gpushim:   advice: try \"expandable\" segments\n"),
             std::string::npos)
       << s;
   EXPECT_NE(s.find("gpushim: report written to /tmp/gpushim.prog.123.json\n"), std::string::npos);

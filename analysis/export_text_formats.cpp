@@ -237,8 +237,11 @@ std::string timeline_json(const RunView& run, const std::vector<TimelineSample>&
   }
   j += "],\"iterations\":[";
   for (size_t i = 0; i < run.iterations_s.size(); ++i) j += (i ? "," : "") + number(run.iterations_s[i]);
+  // A Python program's live figures (live_at_end) are of the moment its interpreter's teardown
+  // began: said, so that a plot names that moment rather than the curve's end.
+  j += "],\"teardown_s\":" + (m.teardown.observed ? number(m.teardown.began_s) : std::string("null"));
   // The strongest growth suspects, named by the user's own frame (describe_site).
-  j += "],\"growth\":[";
+  j += ",\"growth\":[";
   for (size_t i = 0; i < run.growth.size() && i < 3; ++i) {
     const GrowthSuspect& g = run.growth[i];
     const std::string site = describe_site(g.frames, "unknown");

@@ -434,6 +434,22 @@ class PlotLayout(ShimTestCase):
                 self.assertTrue(growing[0].startswith("growing steadily: " + site), titles)
                 self.assertEqual(growing[0], growing[1])
 
+    def test_a_python_programs_live_figure_is_named_at_its_teardown(self):
+        # A Python program's live figure is of the moment its interpreter's teardown began; the
+        # finalizers after it free what it held, so the curve ends near nothing. The footer said
+        # "live at the end 40.0 MiB" beside a curve ending at 0 (a new user's report).
+        finalizer_leak = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python", "finalizer_leak.py")
+        r, trace = traced([interpreters()[0][0], finalizer_leak, "40", "del"])
+        teardown = r.report["teardown"]
+        self.assertTrue(teardown["observed"], r.report.get("teardown"))
+        for source in (r.report_path, trace):
+            with self.subTest(source=os.path.basename(source)):
+                [axes] = layout_of(self, source, "teardown.png")
+                footer = axes["title"].splitlines()[0]
+                self.assertIn(f"live when the interpreter's teardown began ({teardown['began_s']:.2f} s) 40.0 MiB", footer)
+                self.assertNotIn("live at the end", footer)
+                self.assertIn("interpreter teardown began", [l["label"] for l in axes["lines"]])
+
 
 if __name__ == "__main__":
     unittest.main()

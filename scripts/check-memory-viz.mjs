@@ -146,16 +146,31 @@ function chainable() {
   return f;
 }
 // ---- load the viewer with the stand-ins in place of its imports ----
-let source = fs.readFileSync(viewerPath, 'utf8');
+// The viewer is not in this repository: a wrong path gets one line saying where to take it from.
+let source;
+try {
+  source = fs.readFileSync(viewerPath, 'utf8');
+} catch (e) {
+  const why = {ENOENT: 'no such file', EISDIR: 'a directory', EACCES: 'permission denied'}[e.code] || e.message;
+  console.error(`check-memory-viz: cannot read the viewer ${viewerPath} (${why}): it is PyTorch's ` +
+                'torch/utils/viz/MemoryViz.js, not in this repository: take it from a PyTorch checkout or ' +
+                'https://raw.githubusercontent.com/pytorch/pytorch/main/torch/utils/viz/MemoryViz.js (docs/trace-format.md)');
+  process.exit(2);
+}
 const imports = source.match(/^import .*$/gm) || [];
 if (imports.length === 0) usage(`${viewerPath} does not look like MemoryViz.js (no imports)`);
 source = source.replace(/^import .*$/gm, '').replace(/^export function/gm, 'function');
 const frames = [];
-const viewer = new Function(
-  'd3', 'axisLeft', 'scaleLinear', 'zoom', 'zoomIdentity', 'brushX', 'window', 'event',
-  `${source}\nreturn {add_local_files, unpickle, annotate_snapshot, process_alloc_data, MemoryView, StackInfo};`,
-)(d3, () => chainable(), scaleLinear, () => chainable(), chainable(), () => chainable(),
-  {requestAnimationFrame: fn => frames.push(fn)}, {});
+let viewer;
+try {
+  viewer = new Function(
+    'd3', 'axisLeft', 'scaleLinear', 'zoom', 'zoomIdentity', 'brushX', 'window', 'event',
+    `${source}\nreturn {add_local_files, unpickle, annotate_snapshot, process_alloc_data, MemoryView, StackInfo};`,
+  )(d3, () => chainable(), scaleLinear, () => chainable(), chainable(), () => chainable(),
+    {requestAnimationFrame: fn => frames.push(fn)}, {});
+} catch (e) {
+  usage(`${viewerPath} does not look like MemoryViz.js (${e.name}: ${e.message})`);
+}
 
 // The viewer logs every snapshot it loads; keep the output to our own lines.
 console.log = () => {};

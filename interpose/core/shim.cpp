@@ -35,7 +35,6 @@ namespace {
 // state belongs to the parent, so every call forwards and the child writes nothing.
 enum State : int { kUninitialized = 0, kReady = 1, kDisabled = 2, kDetached = 3 };
 std::atomic<int> g_state{kUninitialized};
-std::atomic<Shim*> g_instance{nullptr};
 std::mutex g_init_mu;
 // The thread running initialization; its re-entrant CUDA calls (if any) must forward untouched.
 thread_local bool t_initializing = false;
@@ -113,11 +112,9 @@ int python_ends_without_exit(int status) {
 
 }  // namespace
 
-Shim* Shim::existing() { return g_instance.load(std::memory_order_acquire); }
-
 Shim* Shim::get_slow() {
   const int state = g_state.load(std::memory_order_acquire);
-  if (state == kReady) return g_instance.load(std::memory_order_relaxed);
+  if (state == kReady) return instance_.load(std::memory_order_relaxed);
   if (state == kDisabled || state == kDetached || t_initializing) return nullptr;
   return slow_init();
 }
@@ -128,7 +125,7 @@ Shim* Shim::slow_init() {
   install_fork_handlers();  // a core without a front
   std::lock_guard<std::mutex> lock(g_init_mu);
   const int state = g_state.load(std::memory_order_acquire);
-  if (state == kReady) return g_instance.load(std::memory_order_relaxed);
+  if (state == kReady) return instance_.load(std::memory_order_relaxed);
   if (state == kDisabled || state == kDetached) return nullptr;
   t_initializing = true;
   ConfigResult parsed = parse_config(environ);
@@ -144,7 +141,7 @@ Shim* Shim::slow_init() {
   find_own_range();
   if (parsed.config.stack_depth > 0 && !init_native_unwinder()) parsed.config.stack_depth = 0;
   Shim* shim = new (g_storage) Shim(std::move(parsed.config), read_exe());
-  g_instance.store(shim, std::memory_order_release);
+  instance_.store(shim, std::memory_order_release);
   // Registered now, after the CUDA runtime loaded, so it runs before the runtime's own teardown.
   // on_exit (glibc) also gives the exit status, which GPUSHIM_EXIT_CODE may replace.
 #if defined(__GLIBC__)
@@ -234,7 +231,7 @@ void Shim::fork_child() {
   s->forked_child_ = true;
   restore_termination_signals();
   ready_.store(nullptr, std::memory_order_release);
-  g_instance.store(nullptr, std::memory_order_release);
+  instance_.store(nullptr, std::memory_order_release);
   g_state.store(kDetached, std::memory_order_release);
 }
 
@@ -329,10 +326,7 @@ int Shim::pooled_device_of(void* ptr, uint64_t devices) {
   return -1;
 }
 
-int Shim::device_ordering(CUstream stream, bool per_thread) {
-  // Default streams (0, legacy, per-thread) are the current context's: nothing to ask.
-  if (per_thread && stream == nullptr) return -1;
-  if (!names_created_stream(stream) || !several_devices()) return -1;
+int Shim::device_of_created_stream(CUstream stream) {
   learn_stream(stream);
   return device_of_stream(stream);
 }

@@ -160,8 +160,9 @@ class Shim {
     if (Shim* s = ready_.load(std::memory_order_acquire)) return s;
     return get_slow();
   }
-  // The shim if it was ever initialized in this process; never initializes.
-  static Shim* existing();
+  // The shim if it was ever initialized in this process; never initializes. Inline: every hook's
+  // outermost CallScope asks it as it ends.
+  static Shim* existing() { return instance_.load(std::memory_order_acquire); }
 
   const Config& config() const { return config_; }
 
@@ -194,6 +195,7 @@ class Shim {
   // The device whose work `stream` orders where it may not be the current one (a created stream
   // of another device); -1 (the current device) otherwise, or when unknown.
   int device_ordering(CUstream stream, bool per_thread);
+  int device_of_created_stream(CUstream stream);  // device_ordering's lookup (out of line)
   // Whether `ptr` is a pooled block of another device than the one whose work `stream` orders.
   bool ordered_by_another_device(void* ptr, CUstream stream);
   // Whether `ptr` is a block of one of our pools (not memory CUDA made).
@@ -366,6 +368,7 @@ class Shim {
   // The instance while it is ready for use (initialized, and not detached in a fork child);
   // null otherwise, and then get_slow() says why.
   static inline std::atomic<Shim*> ready_{nullptr};
+  static inline std::atomic<Shim*> instance_{nullptr};  // set once initialized (existing()); null in a fork child
 
   std::unique_ptr<DeviceState> make_device(int ordinal);
   DeviceState* create_device(int ordinal);  // device()'s first use of an ordinal
@@ -476,7 +479,16 @@ class Shim {
   CUresult pooled_free_refused(void* ptr, CUstream stream, bool stream_ordered, bool driver_api);
   // The module that called into CUDA: the outermost hook's caller, or the first frame outside
   // libcudart, libcuda and the shim when that caller is the runtime acting for someone.
+  // Inline: a thread allocates from the same few call sites over and over, and the last answer is
+  // kept (LastCaller); the lookup is caller_module_lookup.
   ModuleId caller_module();
+  ModuleId caller_module_lookup(uintptr_t ra);
+  // The last return address a thread mapped to a module, for as long as the module map answers
+  // from the same snapshot (snapshots are never freed, so a generation is never reused).
+  struct LastCaller {
+    uintptr_t ra, generation;
+    ModuleId module;
+  };
   // Under the cap, the device looks `limit` big: free is what the cap still allows.
   static void apply_cap(uint64_t limit, uint64_t held, size_t real_free, size_t real_total, size_t* free,
                         size_t* total);

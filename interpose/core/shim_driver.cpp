@@ -33,22 +33,13 @@ void Shim::bind_unchecked_thread_context(int dev) {
 
 // ---- attribution ----
 
-ModuleId Shim::caller_module() {
+ModuleId Shim::caller_module_lookup(uintptr_t ra) {
   // The outermost hook's return address is the caller in the common case (an application or a
   // library calling cudaMalloc or cuMemAlloc): no unwinding at all. `- 1` keeps it inside the
   // call instruction even when the call is the last instruction of its module.
-  const uintptr_t ra = current_hook_caller();
-  // A thread allocates from the same few call sites over and over: remember the last answer, for
-  // as long as the module map answers from the same snapshot (snapshots are never freed, so a
-  // generation is never reused).
-  struct LastCaller {
-    uintptr_t ra, generation;
-    ModuleId module;
-  };
   static_assert(kUnknownModule == 0, "a thread's slot starts as zero bytes: no caller, unknown module");
   LastCaller& last = thread_slot<LastCaller, ThreadSlot::kLastCaller>();
   const uintptr_t generation = modules_.generation();
-  if (ra != 0 && ra == last.ra && generation == last.generation) return last.module;
   const ModuleId m = ra != 0 ? modules_.lookup(ra - 1) : kUnknownModule;
   if (m != kUnknownModule && !modules_.is_cuda_plumbing(m)) {
     last = LastCaller{ra, generation, m};  // the generation before the lookup: conservative

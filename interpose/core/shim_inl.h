@@ -14,6 +14,20 @@
 
 namespace gpushim {
 
+inline ModuleId Shim::caller_module() {
+  const uintptr_t ra = current_hook_caller();
+  const LastCaller& last = thread_slot<LastCaller, ThreadSlot::kLastCaller>();
+  if (ra != 0 && ra == last.ra && modules_.generation() == last.generation) return last.module;
+  return caller_module_lookup(ra);
+}
+
+inline int Shim::device_ordering(CUstream stream, bool per_thread) {
+  // Default streams (0, legacy, per-thread) are the current context's: nothing to ask; nor is
+  // anything with one device.
+  if ((per_thread && stream == nullptr) || !names_created_stream(stream) || !several_devices()) return -1;
+  return device_of_created_stream(stream);
+}
+
 inline void Shim::bind_thread_context(int device) {
   if (!thread_slot<bool, ThreadSlot::kContextChecked>()) bind_unchecked_thread_context(device);
 }

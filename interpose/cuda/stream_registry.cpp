@@ -31,6 +31,10 @@ struct StreamTail {
   uint64_t thread = 0;
 };
 
+using stream_registry_internal::g_generation;
+using stream_registry_internal::known_stream;
+using stream_registry_internal::KnownStream;
+
 namespace {
 
 struct Stream {
@@ -63,9 +67,6 @@ struct Registry {
 // Set once for good: a fork child inherits it with its parent's memory, as it should.
 std::atomic<bool> g_program_contexts{false};
 
-// Bumped whenever a stream leaves the registry, so that a thread's memory of "already known" can
-// never vouch for a new stream that reuses a destroyed one's handle.
-std::atomic<uint64_t> g_generation{1};
 
 // Never destroyed: hooks may run during exit. A fork child starts with an empty one: the parent's
 // lock may be held by a thread that does not exist there, and the parent's streams are not the
@@ -83,16 +84,6 @@ Registry& registry() {
   return *g_registry.load(std::memory_order_acquire);
 }
 
-// Read by learn_stream on every stream-ordered call: a slot of the front's static TLS block, a
-// fixed offset from the thread pointer (as a default-model thread_local, __tls_get_addr cost 114 of
-// the 2,165 instructions of a stream-ordered pair, callgrind).
-struct KnownStream {
-  CUstream stream;
-  uint64_t generation;
-  CUcontext context;  // the stream's, as the registry has it (context_of_stream's fast path)
-  int device;         // and its device (device_of_stream's)
-};
-KnownStream& known_stream() { return thread_slot<KnownStream, ThreadSlot::kKnownStream>(); }
 thread_local char t_thread_marker;
 // A number of the calling thread's own, never given to another thread (a marker's address may be:
 // a thread that ends leaves its per-thread stream's work running).
@@ -192,11 +183,9 @@ void stream_registry_after_fork_in_child() {
   active_captures().store(0, std::memory_order_relaxed);
 }
 
-void learn_stream(CUstream stream) {
-  if (!names_created_stream(stream)) return;
+void learn_unknown_stream(CUstream stream) {
   const uint64_t gen = g_generation.load(std::memory_order_acquire);
   KnownStream& known = known_stream();
-  if (known.stream == stream && known.generation == gen) return;
   Registry& r = registry();
   int known_device = -1;
   CUcontext known_context = nullptr;

@@ -36,6 +36,8 @@ void EndSequence(State& s, const std::shared_ptr<Capture>& cap) {
 
 }  // namespace
 
+void NoteCapturedNode(Capture& capture, const Stream* stream) { ++capture.nodes[stream]; }
+
 CUresult CheckUnsafeCall(State& s) {
   if (t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED || s.captures.empty()) return CUDA_SUCCESS;
   const std::thread::id self = std::this_thread::get_id();
@@ -191,6 +193,19 @@ CUresult EndCapture(CUstream hStream, CUgraph* phGraph, bool ptsz) {
     AbandonCapture(s, cap);
     *phGraph = nullptr;
     return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  // "the capture graph contains a fork that was not joined to the primary stream": a stream that
+  // joined recorded nodes the origin does not depend on. The capture is over all the same, as
+  // after the other refusals here (assumed; an H200 ended it for a wrong thread).
+  const std::map<const Stream*, std::uint64_t>& joined = cap->depends[st];
+  for (const auto& [stream, nodes] : cap->nodes) {
+    if (stream == st) continue;
+    auto it = joined.find(stream);
+    if (nodes > (it == joined.end() ? 0 : it->second)) {
+      AbandonCapture(s, cap);
+      *phGraph = nullptr;
+      return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    }
   }
   EndSequence(s, cap);
   PublishGraph(s, cap->graph);

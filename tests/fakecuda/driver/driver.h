@@ -248,6 +248,7 @@ struct Event {
   bool timestamp_valid = false;
   std::chrono::steady_clock::time_point timestamp;
   std::shared_ptr<Capture> capture;  // last recorded inside this capture sequence
+  std::map<const Stream*, std::uint64_t> capture_depends;  // the nodes a wait on it depends on (Capture::depends)
   // CU_EVENT_INTERPROCESS events (and events opened from their handles): completion lives in a
   // page shared between processes (ipc_events.cpp).
   std::shared_ptr<struct IpcEventPage> ipc;
@@ -288,7 +289,14 @@ struct Capture {
   bool invalidated = false;
   std::shared_ptr<Graph> graph;
   std::vector<std::shared_ptr<Stream>> streams;  // origin plus streams that joined via events
+  // Fork and join: the nodes each stream recorded in this capture, and how many of each stream's
+  // nodes a stream's next node depends on (through events recorded in the capture). At the end
+  // the origin must depend on every node of every stream that joined (CUDA_ERROR_STREAM_CAPTURE_UNJOINED).
+  std::map<const Stream*, std::uint64_t> nodes;
+  std::map<const Stream*, std::map<const Stream*, std::uint64_t>> depends;
 };
+// A node recorded on `stream` in its capture (captured work, allocation or free).
+void NoteCapturedNode(Capture& capture, const Stream* stream);
 
 // ------------------------------------------------------------------------------------------------
 // Contexts and devices (context.cpp)

@@ -52,6 +52,9 @@ CUresult EventRecord(CUevent hEvent, CUstream hStream, unsigned int flags, bool 
   if (st->capture) {
     if (st->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     ev->capture = st->capture;  // becomes a node of the graph; usable for cross-stream joins
+    // What a wait on it depends on: what this stream depends on, and its own nodes so far.
+    ev->capture_depends = st->capture->depends[st];
+    ev->capture_depends[st] = st->capture->nodes[st];
     return CUDA_SUCCESS;
   }
   if (ev->ipc) {
@@ -105,7 +108,14 @@ CUresult StreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int flags, b
   if (ev->capture) {
     const std::shared_ptr<Capture> cap = ev->capture;
     if (!CaptureInProgress(s, cap)) return CUDA_ERROR_CAPTURED_EVENT;
-    if (st->capture == cap) return CUDA_SUCCESS;
+    auto depend_on_event = [&] {
+      std::map<const Stream*, std::uint64_t>& mine = cap->depends[st];
+      for (const auto& [stream, nodes] : ev->capture_depends) mine[stream] = std::max(mine[stream], nodes);
+    };
+    if (st->capture == cap) {  // a join within the capture
+      depend_on_event();
+      return CUDA_SUCCESS;
+    }
     if (st->capture) {  // two different capture sequences would merge
       InvalidateCapture(s, *st->capture);
       InvalidateCapture(s, *cap);
@@ -118,6 +128,7 @@ CUresult StreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int flags, b
     // Fork: the waiting stream joins the capture; its later work is recorded, not run.
     st->capture = cap;
     cap->streams.push_back(SharedStream(s, st));
+    depend_on_event();
     return CUDA_SUCCESS;
   }
   if (st->capture) {

@@ -57,6 +57,7 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, bool 
     region.capture_id = st->capture->id;
     region.graph_unlaunched = true;
     st->capture->graph->allocations.push_back(base);
+    NoteCapturedNode(*st->capture, st);
   } else {
     // Graph memory comes from the graph's own pool, not this one. A pool counts the bytes asked
     // for, not their rounding (an H100 reports 1000 bytes used after cuMemAllocAsync(1000)).
@@ -114,6 +115,7 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream hStream, bool ptsz) {
     // another graph may be freed here: it is freed when this graph is launched.
     if (region.kind != RegionKind::kGraph) return CUDA_ERROR_INVALID_VALUE;
     ++s.device_free_calls;
+    NoteCapturedNode(*cap, st);
     if (region.capture_id == cap->id) {
       // Allocated and freed inside the same graph: the graph owns it until destroyed.
       region.free_pending = true;

@@ -211,6 +211,7 @@ CUresult Submit(State& s, Stream* stream, std::function<void()> run, SubmitOptio
   if (stream->capture) {
     // Captured work is recorded into the graph, never executed now.
     if (stream->capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    NoteCapturedNode(*stream->capture, stream);
     if (opts.replayable && run) {
       Graph& g = *stream->capture->graph;
       g.nodes.push_back(std::move(run));

@@ -357,6 +357,56 @@ TEST_F(Capture, ForkAndJoinThroughEvents) {
   ASSERT_CU(cuStreamDestroy(side));
 }
 
+// cuStreamEndCapture: CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "the capture graph contains a fork that
+// was not joined to the primary stream". The simulated device ended such a capture with a graph (a
+// review helper's reproducer; PyTorch rejoins its side streams for this reason).
+TEST_F(Capture, AForkNotJoinedBackIsRefusedAtTheEnd) {
+  CUstream side = nullptr, third = nullptr;
+  CUevent fork = nullptr, join = nullptr, late = nullptr;
+  ASSERT_CU(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&third, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventCreate(&late, CU_EVENT_DISABLE_TIMING));
+  CUgraph g = nullptr;
+  // Work on the side stream the origin never waits for.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuEventRecord(fork, s_));
+  ASSERT_CU(cuStreamWaitEvent(side, fork, 0));
+  ASSERT_CU(cuMemsetD8Async(buf_, 3, kBytes, side));
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+  EXPECT_EQ(g, nullptr);
+  EXPECT_EQ(Status(s_), CU_STREAM_CAPTURE_STATUS_NONE);
+  EXPECT_EQ(Status(side), CU_STREAM_CAPTURE_STATUS_NONE);
+  // Joined, then more work on the side stream after the join: unjoined again.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuEventRecord(fork, s_));
+  ASSERT_CU(cuStreamWaitEvent(side, fork, 0));
+  ASSERT_CU(cuMemsetD8Async(buf_, 3, kBytes, side));
+  ASSERT_CU(cuEventRecord(join, side));
+  ASSERT_CU(cuStreamWaitEvent(s_, join, 0));
+  ASSERT_CU(cuMemsetD8Async(buf_, 4, kBytes, side));
+  EXPECT_EQ(cuStreamEndCapture(s_, &g), CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+  // A fork that recorded nothing needs no join; a join through a third stream counts.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuEventRecord(fork, s_));
+  ASSERT_CU(cuStreamWaitEvent(side, fork, 0));
+  ASSERT_CU(cuStreamWaitEvent(third, fork, 0));
+  ASSERT_CU(cuMemsetD8Async(buf_, 5, kBytes, side));
+  ASSERT_CU(cuEventRecord(join, side));
+  ASSERT_CU(cuStreamWaitEvent(third, join, 0));
+  ASSERT_CU(cuEventRecord(late, third));
+  ASSERT_CU(cuStreamWaitEvent(s_, late, 0));
+  ASSERT_CU(cuStreamEndCapture(s_, &g));
+  ASSERT_NE(g, nullptr);
+  ASSERT_CU(cuGraphDestroy(g));
+  ASSERT_CU(cuEventDestroy(fork));
+  ASSERT_CU(cuEventDestroy(join));
+  ASSERT_CU(cuEventDestroy(late));
+  ASSERT_CU(cuStreamDestroy(side));
+  ASSERT_CU(cuStreamDestroy(third));
+}
+
 // cuMemFreeAsync during a capture makes a free node, "and must therefore be passed the address of
 // a graph allocation": memory from outside any graph is refused (invalid value, and it stays the
 // program's); graph memory of another graph is freed when this one launches.

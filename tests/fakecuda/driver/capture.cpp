@@ -344,11 +344,15 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
   State& s = GetState();
   std::lock_guard lk(s.mu);
   if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
-  (void)flags;
   std::shared_ptr<Graph> g = LiveGraph(s, hGraph, "cuGraphInstantiateWithFlags");
   if (phGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // "If hGraph contains any allocation or free nodes, there can be at most one executable graph in
+  // existence for that graph at a time. An attempt to instantiate a second executable graph before
+  // destroying the first with cuGraphExecDestroy will result in an error" (the code is assumed).
+  if ((!g->allocations.empty() || !g->deferred_frees.empty()) && g->execs > 0) return CUDA_ERROR_INVALID_VALUE;
   auto exec = std::make_shared<GraphExec>();
   exec->graph = g;
+  exec->flags = flags;
   exec->ctx = g->ctx;
   ++exec->graph->execs;
   exec->handle = MintHandle(s, HandleKind::kGraphExec);
@@ -375,12 +379,31 @@ CUresult GraphLaunch(CUgraphExec hGraphExec, CUstream hStream, bool ptsz) {
   std::lock_guard lk(s.mu);
   Stream* st = nullptr;
   if (CUresult r = ResolveStream(s, hStream, ptsz, &st, "cuGraphLaunch"); r != CUDA_SUCCESS) return r;
-  const std::shared_ptr<Graph> g = LiveGraphExec(s, hGraphExec, "cuGraphLaunch")->graph;
-  // Its graph memory exists from this launch on (the fake reserved it earlier).
+  const std::shared_ptr<GraphExec> exec = LiveGraphExec(s, hGraphExec, "cuGraphLaunch");
+  const std::shared_ptr<Graph> g = exec->graph;
+  // Its graph memory exists from this launch on (the fake reserved it earlier, and kept the
+  // addresses of what the program freed since the last launch: Region::graph).
   if (!st->capture) {
+    // "If any allocations created by hGraphExec remain unfreed (from a previous launch) and
+    // hGraphExec was not instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, the
+    // launch will fail with CUDA_ERROR_INVALID_VALUE"; with it, they are freed first.
+    const bool auto_free = (exec->flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) != 0;
     for (std::uintptr_t base : g->allocations) {
       auto r = s.regions.find(base);
-      if (r != s.regions.end() && r->second.kind == RegionKind::kGraph) r->second.graph_unlaunched = false;
+      if (r == s.regions.end() || r->second.kind != RegionKind::kGraph || r->second.graph_unlaunched ||
+          std::find(g->owned_allocations.begin(), g->owned_allocations.end(), base) != g->owned_allocations.end())
+        continue;  // made by the next launch, or freed inside the graph
+      if (!auto_free) return CUDA_ERROR_INVALID_VALUE;
+      // Freed as this launch starts, behind the previous one (launches of one executable graph
+      // are ordered); made again by it at once.
+      ReleaseFreedRegion(s, base);
+    }
+    for (std::uintptr_t base : g->allocations) {
+      auto r = s.regions.find(base);
+      if (r == s.regions.end() || r->second.kind != RegionKind::kGraph) continue;
+      r->second.graph_unlaunched = false;
+      // Made again at the same address: another allocation (CU_POINTER_ATTRIBUTE_BUFFER_ID).
+      if (r->second.graph_parked) r->second.buffer_id = NextId(s), r->second.graph_parked = false;
     }
   }
   // Copy the nodes: the graph may be destroyed while the launch is still queued.
@@ -428,6 +451,7 @@ CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph
   }
   nodeParams->dptr = base;
   s.regions[base].graph_unlaunched = true;
+  s.regions[base].graph = g;
   g->allocations.push_back(base);
   *phGraphNode = AddGraphNodeHandle(s, g.get());
   return CUDA_SUCCESS;

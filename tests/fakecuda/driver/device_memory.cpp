@@ -252,6 +252,18 @@ void ReleaseRegion(State& s, std::uintptr_t base) {
   s.regions.erase(it);
 }
 
+void ReleaseFreedRegion(State& s, std::uintptr_t base) {
+  auto it = s.regions.find(base);
+  if (it == s.regions.end()) return;
+  Region& r = it->second;
+  if (r.kind != RegionKind::kGraph || r.graph.expired()) {
+    ReleaseRegion(s, base);
+    return;
+  }
+  r.graph_unlaunched = r.graph_parked = true;
+  r.free_pending = r.stream_ordered_free = r.free_node_pending = false;
+}
+
 std::uintptr_t AsyncFreedAt(const State& s, std::uintptr_t p) {
   auto it = s.async_freed.upper_bound(p);
   if (it == s.async_freed.begin()) return 0;

@@ -162,6 +162,11 @@ struct Region {
   // launch frees it (or for good, should the graph never launch).
   bool free_node_pending = false;
   bool graph_unlaunched = false;  // kGraph: no launch has allocated it yet (cannot be freed outside a graph)
+  // kGraph: the graph whose launches make it. Freed while that graph exists, it keeps its address
+  // for the graph's next launch ("The allocation's address remains fixed across instantiations and
+  // launches", cuGraphAddMemAllocNode): unlaunched again (`graph_parked`), not given back.
+  std::weak_ptr<Graph> graph;
+  bool graph_parked = false;
   MemPool* pool = nullptr;
   // kDeviceAsync: where in stream order the allocation is. The fake allocates at once, but "the
   // allocation must not be accessed until the allocation operation completes" (cuMemAllocAsync):
@@ -279,6 +284,7 @@ struct GraphExec {
   std::uintptr_t handle = 0;
   Context* ctx = nullptr;
   std::shared_ptr<Graph> graph;
+  unsigned long long flags = 0;  // CUDA_GRAPH_INSTANTIATE_FLAG_*
 };
 
 struct Capture {
@@ -495,6 +501,10 @@ CUresult AllocateArenaRegion(State& s, Context* ctx, std::size_t size, RegionKin
 CUresult AllocateHostRegion(State& s, Context* ctx, std::size_t size, RegionKind kind, std::uintptr_t* out);
 // Releases an arena/host region and forgets it.
 void ReleaseRegion(State& s, std::uintptr_t base);
+// The allocation at `base` was freed (cuMemFree, a cuMemFreeAsync reached, a free node run): given
+// back (ReleaseRegion), save graph memory whose graph still exists, which waits unlaunched for the
+// graph's next launch at the same address (Region::graph).
+void ReleaseFreedRegion(State& s, std::uintptr_t base);
 // The region containing address p, or nullptr.
 Region* FindRegion(State& s, std::uintptr_t p);
 // The base of the allocation cuMemFreeAsync gave back that held `p`, if no allocation took the

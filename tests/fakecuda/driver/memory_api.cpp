@@ -56,6 +56,7 @@ CUresult AllocAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, bool 
     Region& region = s.regions[base];
     region.capture_id = st->capture->id;
     region.graph_unlaunched = true;
+    region.graph = st->capture->graph;
     st->capture->graph->allocations.push_back(base);
     NoteCapturedNode(*st->capture, st);
   } else {
@@ -101,7 +102,7 @@ CUresult FreeAsync(CUdeviceptr dptr, CUstream hStream, bool ptsz) {
       // "The allocation must not be accessed after stream execution reaches the free": work of
       // another stream, not ordered before the free, that still reads or writes it.
       RequireNoQueuedAccess(state, base, r->second.size, "cuMemFreeAsync reached on its stream");
-      ReleaseRegion(state, base);
+      ReleaseFreedRegion(state, base);
     }
   };
 
@@ -251,7 +252,7 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   ++s.device_syncs;
   SyncDevice(s, lk, device);
   it = s.regions.find(dptr);
-  if (it != s.regions.end() && it->second.buffer_id == buffer_id) ReleaseRegion(s, dptr);
+  if (it != s.regions.end() && it->second.buffer_id == buffer_id) ReleaseFreedRegion(s, dptr);
   return CUDA_SUCCESS;
 }
 

@@ -462,11 +462,18 @@ TEST_F(Capture, AFreeNodeTakesGraphMemoryOnly) {
   ASSERT_CU(cuGraphInstantiate(&eb, gb, 0));
   ASSERT_CU(cuGraphLaunch(eb, s_));
   ASSERT_CU(cuStreamSynchronize(s_));
-  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);
+  // Freed: ga keeps the address (and, as CUDA's graph pool until a trim, the memory) for its next
+  // launch, which makes it again; it goes back with ga.
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used + (1 << 20));
+  ASSERT_CU(cuGraphLaunch(ea, s_));
+  ASSERT_CU(cuMemsetD8Async(a, 4, 1 << 20, s_));
+  ASSERT_CU(cuMemFreeAsync(a, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
   ASSERT_CU(cuGraphExecDestroy(eb));
   ASSERT_CU(cuGraphDestroy(gb));
   ASSERT_CU(cuGraphExecDestroy(ea));
   ASSERT_CU(cuGraphDestroy(ga));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);
 }
 
 // Work captured into one graph on the memory another graph allocates runs at its own launch, which
@@ -548,6 +555,59 @@ TEST_F(Capture, MemAllocNodeReservesGraphMemoryUntilTheProgramFreesIt) {
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), before + 1024);
   ASSERT_CU(cuMemFree(params.dptr));
   EXPECT_EQ(fakecudaDeviceUsedBytes(0), before);
+}
+
+// Graph memory across launches (cuGraphLaunch, cuGraphInstantiate, cuGraphAddMemAllocNode): "The
+// allocation's address remains fixed across instantiations and launches"; a launch while the
+// previous launch's allocations are unfreed fails with CUDA_ERROR_INVALID_VALUE unless the graph
+// was instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH; a graph with memory
+// nodes has one executable graph at a time. The simulated device gave a freed graph allocation
+// back for good, so a relaunch's memory was "no allocation" and a legal copy stopped the process,
+// and it let a relaunch over unfreed memory and a second instantiation through (a review
+// helper's reproducers).
+TEST_F(Capture, GraphMemoryIsMadeAgainAtItsAddressByEachLaunch) {
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemAllocAsync(&p, 4096, s_));
+  ASSERT_CU(cuMemsetD8Async(p, 5, 4096, s_));
+  CUgraph g = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &g));
+  const size_t used = fakecudaDeviceUsedBytes(0);
+  CUgraphExec exec = nullptr, second = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, g, 0));
+  EXPECT_EQ(cuGraphInstantiate(&second, g, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  ASSERT_CU(cuMemGetAddressRange(&base, &size, p));
+  unsigned long long first_id = 0, again_id = 0;
+  ASSERT_CU(cuPointerGetAttribute(&first_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p));
+  // Unfreed: the next launch is refused.
+  EXPECT_EQ(cuGraphLaunch(exec, s_), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuMemFreeAsync(p, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(fakecudaDeviceUsedBytes(0), used);  // the graph keeps the address (and the memory)
+  // Freed: the next launch makes it again, at the same address, and the program may use it.
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  unsigned char b = 0;
+  ASSERT_CU(cuMemcpyDtoH(&b, p, 1));
+  EXPECT_EQ(b, 5);
+  ASSERT_CU(cuPointerGetAttribute(&again_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p));
+  EXPECT_NE(again_id, first_id);  // another allocation at the same address
+  ASSERT_CU(cuMemFree(p));  // cuMemFree too leaves it to the graph
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  // Instantiated to free on launch: a relaunch over unfreed memory frees it first.
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, g, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  ASSERT_CU(cuMemFreeAsync(p, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuGraphDestroy(g));  // and the memory goes back with the graph
+  EXPECT_LT(fakecudaDeviceUsedBytes(0), used);
 }
 
 }  // namespace

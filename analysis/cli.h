@@ -114,6 +114,13 @@ bool parse_size(const std::string& text, uint64_t* out);
 extern const CommandSpec kSummaryCommand, kReplayCommand, kDiffCommand, kMergeCommand, kExportCommand,
     kConfigCommand;
 
+// Empty when `name` is one of the shim's settings (config_variable_docs(), the table the library
+// parses); else why not, in one line: a name without the GPUSHIM_ prefix, with the prefixed name
+// suggested when that is a setting ("'ROUND' is not a GPUSHIM_* variable (did you mean
+// GPUSHIM_ROUND?)"), or the library's own line for an unknown GPUSHIM_* name. config --check and
+// replay --set both ask it (cmd_config.cpp).
+std::string setting_name_problem(const std::string& name);
+
 // Prints "gpushim-analyze <cmd>: <message> (gpushim-analyze <cmd> --help)", one line; returns 2.
 int usage_error(const char* cmd, const std::string& message);
 

@@ -1,6 +1,8 @@
 // gpushim-analyze config --check: the library's own parser (interpose/config) run on GPUSHIM_*
 // settings before a program starts, so that the launcher refuses a bad value with the very
 // message the library would print, instead of a run with the shim disabled.
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -9,10 +11,28 @@
 
 #include "cli.h"
 #include "config/config.h"
+#include "util/text.h"
 
 extern char** environ;
 
 namespace gpushim::analysis {
+
+std::string setting_name_problem(const std::string& name) {
+  const std::vector<ConfigVariableDoc> docs = config_variable_docs();
+  std::string known;
+  for (const ConfigVariableDoc& d : docs) {
+    if (d.name == name) return "";
+    known += (known.empty() ? "" : ", ") + d.name;
+  }
+  if (name.rfind("GPUSHIM_", 0) == 0) return ConfigError{name, "", known, /*unknown_name=*/true}.message();
+  // The prefix left off (ROUND), or spelt in lower case (gpushim_round, round): the setting meant.
+  std::string upper = name;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const std::string meant = upper.rfind("GPUSHIM_", 0) == 0 ? upper : "GPUSHIM_" + upper;
+  const bool guess = std::any_of(docs.begin(), docs.end(), [&](const ConfigVariableDoc& d) { return d.name == meant; });
+  return "'" + excerpt(name, 64) + "' is not a GPUSHIM_* variable" + (guess ? " (did you mean " + meant + "?)" : "");
+}
+
 namespace {
 
 int run_config(const Cli& cli) {
@@ -30,8 +50,7 @@ int run_config(const Cli& cli) {
   for (const std::string& a : cli.operands) {
     const size_t eq = a.find('=');
     if (eq == std::string::npos || eq == 0) return usage_error("config", "'" + a + "' is not NAME=VALUE");
-    if (a.rfind("GPUSHIM_", 0) != 0)
-      return usage_error("config", "'" + a.substr(0, eq) + "' is not a GPUSHIM_* variable");
+    if (a.rfind("GPUSHIM_", 0) != 0) return usage_error("config", setting_name_problem(a.substr(0, eq)));
     set(a.substr(0, eq), a.substr(eq + 1));
   }
   const ConfigResult result = parse_config(vars);

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "accounting/allocation_tracker.h"
+#include "cli.h"
 #include "memory_levels.h"
 #include "policy/device_budget.h"
 #include "policy/limited_backend.h"
@@ -139,8 +140,15 @@ bool recorded_config(const TraceData& trace, const std::vector<std::string>& ove
   }
   for (const std::string& o : overrides) {
     const size_t eq = o.find('=');
-    if (eq == std::string::npos) {
+    if (eq == std::string::npos || eq == 0) {
       *error = "--set expects NAME=value, got '" + o + "'";
+      return false;
+    }
+    // parse_config passes over a name without the GPUSHIM_ prefix (and the tools' own GPUSHIM_*
+    // variables), as an environment holds other variables: given here, ROUND=1MiB replayed with
+    // the recorded rounding and no word. The names are config --check's (one table).
+    if (const std::string why = setting_name_problem(o.substr(0, eq)); !why.empty()) {
+      *error = "--set " + o + ": " + why;
       return false;
     }
     std::vector<std::pair<std::string, std::string>> one{{o.substr(0, eq), o.substr(eq + 1)}};

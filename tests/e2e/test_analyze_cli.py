@@ -108,6 +108,27 @@ class AnalyzeCommandLine(unittest.TestCase):
         self.assertEqual(refused("export", "--format", "folded", self.MISSING),
                          "gpushim-analyze export: -o FILE is required (gpushim-analyze export --help)")
 
+    def test_a_setting_is_a_gpushim_variable_for_replay_as_for_config(self):
+        # replay --set ROUND=1MiB (or FOO=1) replayed with the recorded settings and exited 0, where
+        # config --check refused the same name: both now take the names from the library's table,
+        # and suggest the prefix a user left off.
+        trace = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "traces",
+                             "serving.trace.gz")
+        self.assertEqual(refused("replay", "--policy", "caching", "--set", "ROUND=1MiB", trace),
+                         "gpushim-analyze replay: --set ROUND=1MiB: 'ROUND' is not a GPUSHIM_* variable (did you mean "
+                         "GPUSHIM_ROUND?) (gpushim-analyze replay --help)")
+        self.assertEqual(refused("replay", "--set", "FOO=1", trace),
+                         "gpushim-analyze replay: --set FOO=1: 'FOO' is not a GPUSHIM_* variable "
+                         "(gpushim-analyze replay --help)")
+        self.assertIn("--set GPUSHIM_ROUNDING=1MiB: GPUSHIM_ROUNDING is not a gpushim variable (known: ",
+                      refused("replay", "--set", "GPUSHIM_ROUNDING=1MiB", trace))
+        self.assertEqual(refused("config", "--check", "ROUND=1MiB"),
+                         "gpushim-analyze config: 'ROUND' is not a GPUSHIM_* variable (did you mean GPUSHIM_ROUND?) "
+                         "(gpushim-analyze config --help)")
+        p = subprocess.run([ANALYZE, "replay", "--json", "--policy", "caching", "--set", "GPUSHIM_ROUND=1MiB", trace],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
 
 
 class StandardInput(unittest.TestCase):

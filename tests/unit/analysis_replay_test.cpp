@@ -13,6 +13,7 @@
 #include "policy/policy_factory.h"
 #include "recorder/trace_ordered_resource.h"
 
+#include "cli.h"
 #include "pickle_writer.h"
 #include "replay.h"
 #include "run_view.h"
@@ -172,6 +173,35 @@ TEST(Replay, TheCapAndThePolicyAreNotSettingsToOverride) {
   // Recorded, they are the run's and stay accepted.
   t.header.config = {"GPUSHIM_POLICY=caching", "GPUSHIM_LIMIT=1GiB"};
   EXPECT_TRUE(recorded_config(t, {}, &c, &notes, &err)) << err;
+}
+
+TEST(Replay, AnOverrideMustNameOneOfTheShimsSettings) {
+  // parse_config passes over names without the GPUSHIM_ prefix, as an environment holds others:
+  // --set ROUND=1MiB replayed with the recorded rounding, exit 0. Refused with config --check's
+  // names (config_variable_docs), the prefixed name suggested where it is a setting.
+  TraceData t = three_blocks("caching");
+  Config c;
+  std::vector<std::string> notes;
+  std::string err;
+  EXPECT_FALSE(recorded_config(t, {"ROUND=1MiB"}, &c, &notes, &err));
+  EXPECT_EQ(err, "--set ROUND=1MiB: 'ROUND' is not a GPUSHIM_* variable (did you mean GPUSHIM_ROUND?)");
+  EXPECT_FALSE(recorded_config(t, {"gpushim_quarantine=0"}, &c, &notes, &err));
+  EXPECT_EQ(err, "--set gpushim_quarantine=0: 'gpushim_quarantine' is not a GPUSHIM_* variable (did you mean "
+                 "GPUSHIM_QUARANTINE?)");
+  EXPECT_FALSE(recorded_config(t, {"FOO=1"}, &c, &notes, &err));
+  EXPECT_EQ(err, "--set FOO=1: 'FOO' is not a GPUSHIM_* variable");
+  EXPECT_FALSE(recorded_config(t, {"=1"}, &c, &notes, &err));
+  EXPECT_EQ(err, "--set expects NAME=value, got '=1'");
+  // A GPUSHIM_* name the shim does not read, the tools' own included (parse_config skips those).
+  for (const char* o : {"GPUSHIM_FOO=1", "GPUSHIM_ANALYZE=/bin/true"}) {
+    EXPECT_FALSE(recorded_config(t, {o}, &c, &notes, &err)) << o;
+    EXPECT_EQ(err.find(std::string("--set ") + o + ": GPUSHIM_"), 0u) << err;
+    EXPECT_NE(err.find(" is not a gpushim variable (known: GPUSHIM_POLICY, "), std::string::npos) << err;
+    EXPECT_EQ(err.find('\n'), std::string::npos);
+  }
+  EXPECT_EQ(setting_name_problem("GPUSHIM_ROUND"), "");
+  ASSERT_TRUE(recorded_config(t, {"GPUSHIM_ROUND=1MiB"}, &c, &notes, &err)) << err;
+  EXPECT_EQ(c.round_bytes, 1u << 20);
 }
 
 TEST(Replay, AVmmTraceOfBeforeGpushimVmmReuseReplaysThePoolThatRanIt) {

@@ -53,6 +53,10 @@ int run_export(const Cli& cli) {
       std::fprintf(stderr, "gpushim-analyze export: %s: %s\n", path.c_str(), err.c_str());
       return 1;
     }
+    if (const std::string why = trace.nothing_to_read(); !why.empty()) {
+      std::fprintf(stderr, "gpushim-analyze export: %s: %s\n", path.c_str(), why.c_str());
+      return 1;
+    }
     bytes.clear();
     if (trace.truncated) notes.push_back(trace.stop_note() + ": exported what it holds");
     if (format == "memory-viz") {

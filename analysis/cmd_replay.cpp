@@ -44,6 +44,10 @@ int run_replay(const Cli& cli) {
     std::fprintf(stderr, "gpushim-analyze replay: %s: %s\n", path.c_str(), err.c_str());
     return 1;
   }
+  if (const std::string why = trace.nothing_to_read(); !why.empty()) {
+    std::fprintf(stderr, "gpushim-analyze replay: %s: %s\n", path.c_str(), why.c_str());
+    return 1;
+  }
   bytes.clear();
 
   std::vector<std::string> notes;

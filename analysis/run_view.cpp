@@ -644,6 +644,10 @@ bool load_run(const std::string& path, RunView* out, std::string* error, std::op
       *error = path + ": " + *error;
       return false;
     }
+    if (const std::string why = t.nothing_to_read(); !why.empty()) {
+      *error = path + ": " + why;
+      return false;
+    }
     run_from_trace(t, path, out);
     if (!torn.empty()) out->notes.insert(out->notes.begin(), torn);
     if (trace) trace->emplace(std::move(t));

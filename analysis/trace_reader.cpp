@@ -288,6 +288,13 @@ std::string TraceData::stop_note() const {
   return "the trace is cut short (" + stop_reason + ")";
 }
 
+std::string TraceData::nothing_to_read() const {
+  if (!events.empty() || !checkpoints.empty() || end) return "";
+  if (truncated) return "no events to read: " + stop_note();
+  return "no events to read: the trace ends after its header (at byte " + std::to_string(bytes_used) +
+         "), without an end record: the recording stopped before the shim wrote any events";
+}
+
 const trace::DeviceInfo* TraceData::device(int ordinal) const {
   for (const auto& d : devices)
     if (d.ordinal == ordinal) return &d;
@@ -379,7 +386,10 @@ bool parse_trace(const std::string& bytes, TraceData* out, std::string* error, u
     t.bytes_used = pos;
   }
   if (!have_header) {
-    *error = "not a gpushim trace: no complete header chunk";
+    // The magic is there: a trace cut short before its header ended, not another kind of file.
+    *error = t.truncated ? "a gpushim trace cut short inside its header chunk (" + t.stop_reason + "): nothing to read"
+                         : "a gpushim trace cut short after its first " + std::to_string(bytes.size()) +
+                               " bytes, before its header chunk: nothing to read";
     return false;
   }
   // Chunks from different threads' rings may overlap in time; order them (stable: a thread's own

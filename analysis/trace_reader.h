@@ -61,6 +61,12 @@ struct TraceData {
   // newer minor version, that it holds what this tool cannot read (a newer shim's event kinds
   // make a chunk unreadable here: not damage, and the user's remedy is a newer gpushim-analyze).
   std::string stop_note() const;
+  // Why the trace holds nothing to analyse, for a one-line refusal: no events and no end record
+  // (cut short before its first events chunk, or a run stopped before the shim's writer wrote
+  // one). "" when it holds either: a crashed run's trace has no end record but its events, and a
+  // run that allocated nothing has an end record. Such a trace read as a run that allocated
+  // nothing (empty tables, exit 0); summary, diff, merge, replay and export refuse it alike.
+  std::string nothing_to_read() const;
   // Seconds since the shim started, for an event time.
   double seconds(uint64_t t_ns) const {
     return t_ns >= header.start_mono_ns ? static_cast<double>(t_ns - header.start_mono_ns) / 1e9 : 0.0;

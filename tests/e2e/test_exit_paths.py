@@ -275,8 +275,11 @@ class FatalSignalWithTracing(ShimTestCase):
             self.assertEqual(dev["live_count"], 1)
             self.assertEqual(dev["live_bytes"], 2 * MiB)
 
-    def test_crash_at_once_leaves_a_readable_trace(self):
-        # The header is written when tracing starts, so even an immediate crash leaves a trace.
+    def test_crash_at_once_leaves_a_trace_said_to_hold_no_events(self):
+        # The header is written when tracing starts, so even an immediate crash leaves a trace; one
+        # that ends before the writer's first batch holds no events and no end record. Summarised,
+        # it read as a run that used no memory (no devices, exit 0); it is refused in one line that
+        # names it and says why, as every command refuses a trace with nothing to read.
         wd = tempfile.mkdtemp(prefix="gpushim-e2e-")
         env = crash_as_without_sanitizers()
         for mode, sig in (("segv", signal.SIGSEGV), ("abort", signal.SIGABRT)):
@@ -285,7 +288,17 @@ class FatalSignalWithTracing(ShimTestCase):
                 r = run([program("e2e_exit_paths"), mode], env=dict(env, GPUSHIM_TRACE=trace), expect_report=False,
                         timeout=60)
                 self.assertEqual(r.returncode, -sig, r.stderr)
-                self.check_crashed_trace(trace, live=False)
+                self.assertTrue(os.path.exists(trace), os.listdir(wd))
+                proc = subprocess.run([program("gpushim-analyze"), "summary", trace, "--json"], capture_output=True,
+                                      text=True, timeout=60)
+                if proc.returncode == 0:  # the writer's first batch came before the crash: events, no end
+                    self.check_crashed_trace(trace, live=False)
+                    continue
+                self.assertEqual(proc.returncode, 1, proc.stderr)
+                self.assertEqual(proc.stdout, "")
+                self.assertTrue(proc.stderr.startswith(f"gpushim-analyze summary: {trace}: no events to read: the "
+                                                       "trace ends after its header"), proc.stderr)
+                self.assertEqual(len(proc.stderr.splitlines()), 1, proc.stderr)
 
     def test_crash_keeps_what_the_trace_already_holds(self):
         # The program allocates 2 MiB and waits; once the writer thread has put that allocation in

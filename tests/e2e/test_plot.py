@@ -284,7 +284,8 @@ class PlotFailures(unittest.TestCase):
                               env=dict(os.environ, GPUSHIM_ANALYZE=ANALYZE))
         self.assertEqual(proc.returncode, 1)
         self.assertEqual(proc.stderr.decode().splitlines(),
-                         ["gpushim-plot: gpushim-analyze export: /dev/stdin: not a gpushim trace: no complete header chunk"])
+                         ["gpushim-plot: gpushim-analyze export: /dev/stdin: a gpushim trace cut short inside its "
+                          "header chunk (torn chunk header at byte 8): nothing to read"])
 
     def test_a_refused_pipe_is_not_waited_for(self):
         # gpushim-analyze refuses what it was fed while the pipe's writer has more to come, and

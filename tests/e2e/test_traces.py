@@ -66,12 +66,16 @@ def trace_chunks(data):
 
 def torn_inside(data, at):
     """Where to cut trace bytes `data` near offset `at` so that the last chunk is torn: half-way
-    through the chunk that holds `at`. A cut at a bare fraction of the file lands on a chunk
-    boundary now and then, where the trace reads as complete but for its end record, not as cut
-    short."""
-    for pos, _, size in trace_chunks(data):
-        if at < pos + size or pos + size >= len(data):
+    through the chunk that holds `at`, or, where that leaves no events chunk whole, through the
+    chunk after the first events chunk (a trace with neither events nor an end record holds
+    nothing to read, and every command refuses it). A cut at a bare fraction of the file lands on
+    a chunk boundary now and then, where the trace reads as complete but for its end record, not
+    as cut short."""
+    seen_events = False
+    for pos, kind, size in trace_chunks(data):
+        if seen_events and (at < pos + size or pos + size >= len(data)):
             return pos + size // 2
+        seen_events = seen_events or kind == 5
     return len(data) - 1
 
 
@@ -324,7 +328,8 @@ class Recording(ShimTestCase):
         dev = summary["devices"][0]
         self.assertEqual(dev["total_allocs"], 8 + 10 * 8)  # weights, then 6 + scratch + leak per iteration
         self.assertEqual(dev["live_bytes"], 8 * 16 * MiB + 10 * MiB)
-        # Cut anywhere, the trace still reads.
+        # Cut anywhere, the trace still reads, once it holds an events chunk whole (before, it holds
+        # nothing to read, and is refused in one line).
         with open(path, "rb") as f:
             data = f.read()
         cut = os.path.join(workdir, "cut.trace")
@@ -332,6 +337,11 @@ class Recording(ShimTestCase):
                          len(data) - 17}):
             with open(cut, "wb") as f:
                 f.write(data[:n])
+            if not any(kind == 5 and pos + size <= n for pos, kind, size in trace_chunks(data)):
+                p = analyze("summary", cut, check=False)
+                self.assertEqual((p.returncode, p.stdout), (1, ""), p.stderr)
+                self.assertIn(f"{cut}: no events to read: the trace is cut short", p.stderr)
+                continue
             out = analyze_json("summary", cut)
             self.assertLessEqual(out["devices"][0]["total_allocs"], dev["total_allocs"])
             self.assertTrue(any("cut short" in note for note in out["notes"]), out["notes"])
@@ -357,7 +367,12 @@ class Recording(ShimTestCase):
             whole = f.read()
         # Cut short (a copy that stopped): read up to the tear, as the same bytes uncompressed are
         # (a torn tail, docs/trace-format.md), and said so.
-        cut = whole[:len(whole) // 2]
+        # Cut where what it decompresses to holds an events chunk whole: a trace with no events and
+        # no end record is refused (test_a_trace_with_no_events_is_refused_alike_by_every_command).
+        def holds_events(cut):
+            plain = zlib.decompressobj(wbits=31).decompress(cut)
+            return any(kind == 5 and pos + size <= len(plain) for pos, kind, size in trace_chunks(plain))
+        cut = next(whole[:n] for n in range(len(whole) // 2, len(whole)) if holds_events(whole[:n]))
         torn = os.path.join(workdir, "cut.trace.gz")
         with open(torn, "wb") as f:
             f.write(cut)
@@ -441,6 +456,44 @@ class Recording(ShimTestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertTrue(p.stderr.startswith(f"gpushim-analyze summary: {cut}: the report is cut short, after "
                                             f"{len(whole) // 2} bytes (invalid JSON at line "), p.stderr)
+
+    def test_a_trace_with_no_events_is_refused_alike_by_every_command(self):
+        # `head -c 3000 run.trace`, cut before its first events chunk: replay printed an empty table,
+        # summary, diff and merge a run of 0 B, export an empty file, all with exit 0. A trace cut
+        # inside its header was "not a gpushim trace". Now one line naming the file, exit 1; a
+        # trace cut after its first events (a crashed run's) still reads.
+        r, trace = traced([program("e2e_leak_two_sites")])
+        self.assertRanOK(r)
+        with open(trace, "rb") as f:
+            data = f.read()
+        first = next(pos for pos, kind, _ in trace_chunks(data) if kind == 5)  # the first events chunk
+        workdir = tempfile.mkdtemp(prefix="gpushim-trace-")
+        cut = os.path.join(workdir, "cut.trace")
+        for n, why in ((first + 20, "no events to read: the trace is cut short (torn chunk ("),
+                       (first, f"no events to read: the trace ends after its header (at byte {first}), without an "
+                               "end record"),
+                       (40, "a gpushim trace cut short inside its header chunk (torn chunk (")):
+            with open(cut, "wb") as f:
+                f.write(data[:n])
+            for cmd in (["summary", cut], ["replay", cut], ["diff", cut, r.report_path], ["merge", cut],
+                        ["export", "--format", "folded", cut, "-o", "-"], ["export", "--format", "perfetto", cut, "-o",
+                                                                           os.path.join(workdir, "out.pftrace")]):
+                with self.subTest(bytes=n, cmd=cmd[0]):
+                    p = analyze(*cmd, check=False)
+                    self.assertEqual(p.returncode, 1, p.stderr)
+                    self.assertEqual(p.stdout, "")
+                    lines = p.stderr.splitlines()
+                    self.assertEqual(len(lines), 1, p.stderr)
+                    self.assertTrue(lines[0].startswith(f"gpushim-analyze {cmd[0]}: {cut}: {why}"), lines[0])
+        # Cut before its end record: events without an end, as a crashed run leaves them, read.
+        end = next(pos for pos, kind, _ in trace_chunks(data) if kind == 6)
+        with open(cut, "wb") as f:
+            f.write(data[:end])
+        out = analyze_json("summary", cut)
+        self.assertEqual(out["reason"], "truncated")
+        self.assertGreater(out["devices"][0]["total_allocs"], 0)
+        self.assertIn("the trace has no end record (the process did not exit cleanly)", out["notes"])
+        self.assertEqual(analyze("replay", "--policy", "caching", cut).returncode, 0)
 
     def test_endless_or_huge_inputs_get_one_line_and_bounded_memory(self):
         # /dev/zero used to be read until std::bad_alloc aborted the tool.
@@ -559,15 +612,17 @@ class Recording(ShimTestCase):
             data = f.read()
         # Half of the first events chunk (type 5), which may be shorter than 100 bytes (a busy
         # machine's first flush can hold a single checkpoint): a torn chunk after what came before.
+        # With no events and no end record it holds nothing to read: refused, as cut short.
         end, first_events = next((pos, size) for pos, kind, size in trace_chunks(data) if kind == 5)
         cut = trace + ".cut"
         with open(cut, "wb") as g:
             g.write(data[:end + first_events // 2])
-        notes = analyze_json("summary", cut)["notes"]
-        growth = [n for n in notes if "growth checkpoints" in n]
-        self.assertEqual(len(growth), 1, notes)
-        self.assertNotIn("older shim", growth[0])
-        self.assertIn("no end record", growth[0])
+        p = analyze("summary", "--json", cut, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertTrue(p.stderr.startswith(f"gpushim-analyze summary: {cut}: no events to read: the trace is cut "
+                                            f"short (torn chunk ({first_events - 16} bytes announced) at byte {end})"),
+                        p.stderr)
+        self.assertNotIn("older shim", p.stderr)
 
 
 if __name__ == "__main__":

@@ -370,6 +370,53 @@ TEST(TraceReader, TruncatedAnywhereReadsTheCompleteChunks) {
   EXPECT_EQ(previous_events, events.size());
 }
 
+TEST(TraceReader, ATraceWithNeitherEventsNorAnEndHoldsNothingToRead) {
+  // `head -c 3000 run.trace` (cut before its first events chunk) read as a run that allocated
+  // nothing: every command printed empty tables and exited 0. Such a trace is refused by name; a
+  // crashed run's trace (events, no end) and a run that allocated nothing (an end, no events) are
+  // not.
+  const std::string file = build_trace(sample_events(200, 3), 20, true);
+  size_t first_events = 0;  // where the first events chunk begins
+  for (size_t pos = sizeof(kFileMagic); pos + kChunkHeaderSize <= file.size();) {
+    ChunkHeader ch;
+    ASSERT_TRUE(parse_chunk_header(reinterpret_cast<const uint8_t*>(file.data()) + pos, &ch));
+    if (ch.type == ChunkType::kEvents) {
+      first_events = pos;
+      break;
+    }
+    pos += kChunkHeaderSize + ch.length;
+  }
+  ASSERT_GT(first_events, 0u);
+  for (size_t n = 0; n <= file.size(); ++n) {
+    TraceData t;
+    std::string err;
+    if (!parse_trace(file.substr(0, n), &t, &err)) {
+      // Cut inside the header: a trace cut short, not "not a gpushim trace".
+      if (n >= sizeof(kFileMagic)) {
+        EXPECT_NE(err.find("a gpushim trace cut short"), std::string::npos) << n << ": " << err;
+      }
+      continue;
+    }
+    const std::string why = t.nothing_to_read();
+    if (n <= first_events + kChunkHeaderSize) {
+      EXPECT_EQ(why.rfind("no events to read: ", 0), 0u) << n << ": " << why;
+      // Torn: said so; cut at a chunk boundary: a recording that stopped after its header.
+      EXPECT_EQ(why.find("the trace is cut short (") != std::string::npos, t.truncated) << n << ": " << why;
+      EXPECT_EQ(why.find("the trace ends after its header") != std::string::npos, !t.truncated) << n << ": " << why;
+      EXPECT_EQ(why.find('\n'), std::string::npos);
+    } else if (!t.events.empty()) {
+      EXPECT_EQ(why, "") << n;
+    }
+  }
+  TraceData t;
+  std::string err;
+  ASSERT_TRUE(parse_trace(build_trace({}, 20, true), &t, &err)) << err;
+  EXPECT_EQ(t.nothing_to_read(), "") << "an end record and no events: a run that allocated nothing";
+  ASSERT_TRUE(parse_trace(build_trace(sample_events(30, 3), 20, false), &t, &err)) << err;
+  EXPECT_FALSE(t.end.has_value());
+  EXPECT_EQ(t.nothing_to_read(), "") << "events and no end record: a crashed run";
+}
+
 TEST(TraceReader, CorruptionStopsReadingCleanly) {
   const auto events = sample_events(2000, 4);
   const std::string file = build_trace(events, 100, true);

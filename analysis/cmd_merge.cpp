@@ -200,7 +200,15 @@ int run_merge(const Cli& cli) {
     }
   }
   if (rows.empty()) {
-    std::fprintf(stderr, "gpushim-analyze merge: no reports or traces found\n");
+    // Only directories get here (a file given that does not read ends the merge above): named,
+    // with what they held, since "no reports or traces found" left the user to guess where.
+    std::string where;
+    for (size_t i = 0; i < cli.operands.size(); ++i)
+      where += (i == 0 ? "" : i + 1 == cli.operands.size() ? " or " : ", ") + printable(cli.operands[i]);
+    const std::string held = !skipped.empty() ? plural(skipped.size(), "file") + " there, none a report or trace that reads"
+                             : cli.operands.size() == 1 ? "it holds no files"
+                                                        : "they hold no files";
+    std::fprintf(stderr, "gpushim-analyze merge: no reports or traces found in %s (%s)\n", where.c_str(), held.c_str());
     return 1;
   }
   for (RowData& r : rows) {

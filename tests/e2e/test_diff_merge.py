@@ -109,6 +109,22 @@ class DiffAndMerge(ShimTestCase):
         self.assertEqual(sorted(r["rank"] for r in out["rows"]), ["0", "1", "2", "3"])
         self.assertEqual(out["skipped"], [])
 
+    def test_merge_of_directories_without_a_run_names_them(self):
+        # `merge emptyd` said "no reports or traces found", not where it looked.
+        empty = os.path.join(self.dir, "emptyd")
+        os.makedirs(empty)
+        p = analyze("merge", empty, check=False)
+        self.assertEqual((p.returncode, p.stdout), (1, ""), p.stderr)
+        self.assertEqual(p.stderr, f"gpushim-analyze merge: no reports or traces found in {empty} (it holds no files)\n")
+        other = os.path.join(self.dir, "notes")
+        os.makedirs(other)
+        with open(os.path.join(other, "notes.txt"), "w") as f:
+            f.write("not a report\n")
+        p = analyze("merge", empty, other, check=False)
+        self.assertEqual((p.returncode, p.stdout), (1, ""), p.stderr)
+        self.assertEqual(p.stderr, f"gpushim-analyze merge: no reports or traces found in {empty} or {other} (1 file "
+                                   "there, none a report or trace that reads)\n")
+
     def test_merge_says_why_it_skips_a_damaged_report_and_exits_1(self):
         for rank in range(3):
             self.write(report_doc(200 + rank, str(rank), [(0, MiB, 2 * MiB, 4 * MiB)], [("x()", 1, MiB)]))

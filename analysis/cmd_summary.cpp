@@ -232,9 +232,16 @@ int run_summary(const Cli& cli) {
     j += "],\"ooms\":[";
     for (size_t i = 0; i < m.ooms.size(); ++i) {
       const OomReport& o = m.ooms[i];
+      // A trace's events say neither the largest free block nor whether GPUSHIM_FAIL failed the
+      // call: null there, not a figure.
       j += std::string(i ? "," : "") + "{\"t_s\":" + num(o.t_s) + ",\"device\":" + std::to_string(o.device) +
            ",\"requested\":" + num(o.requested) + ",\"allocated\":" + num(o.allocated) + ",\"reserved\":" + num(o.reserved) +
-           ",\"device_free\":" + num(o.device_free) + ",\"frames\":";
+           ",\"cached_free\":" + num(o.cached_free) + ",\"largest_free_block\":" +
+           (run.source == "report" ? num(o.largest_free_block) : std::string("null")) +
+           ",\"device_free\":" + num(o.device_free) + ",\"injected\":" +
+           (run.source != "report" ? "null" : o.injected ? "true" : "false") + ",\"advice\":";
+      append_json_string(&j, o.advice);
+      j += ",\"frames\":";
       json_frames(&j, o.frames, max_frames);
       j += "}";
     }
@@ -329,11 +336,18 @@ int run_summary(const Cli& cli) {
   if (!m.ooms.empty()) {
     line("");
     line("Out of memory (" + std::to_string(m.ooms.size()) + ")");
+    // What the report holds of each, as the shim's own summary gives it: whether GPUSHIM_FAIL
+    // failed it on purpose, the cached free memory and the largest free block (a trace's events
+    // give the cached free memory only), and the advice. Without them an injected failure read as
+    // a real one, with nothing to act on.
     for (const OomReport& oom : m.ooms) {
-      line("  at " + fmt("%.3f", oom.t_s) + " s on device " + std::to_string(oom.device) + ": requested " +
-           human_bytes(oom.requested) + "; allocated " + human_bytes(oom.allocated) + ", reserved " +
-           human_bytes(oom.reserved) + ", device free " + human_bytes(oom.device_free) +
-           (oom.limit ? ", cap " + human_bytes(oom.limit) : ""));
+      std::string cached = "cached free " + human_bytes(oom.cached_free);
+      if (run.source == "report") cached += ", largest free block " + human_bytes(oom.largest_free_block);
+      line("  at " + fmt("%.3f", oom.t_s) + " s on device " + std::to_string(oom.device) +
+           (oom.injected ? " (injected by GPUSHIM_FAIL)" : "") + ": requested " + human_bytes(oom.requested) +
+           "; allocated " + human_bytes(oom.allocated) + ", reserved " + human_bytes(oom.reserved) + " (" + cached +
+           "), device free " + human_bytes(oom.device_free) + (oom.limit ? ", cap " + human_bytes(oom.limit) : ""));
+      if (!oom.advice.empty()) line("      advice: " + printable(oom.advice));
       for (const std::string& f : shown_frames(oom.frames, max_frames)) line("      at " + f);
     }
   }
@@ -437,7 +451,9 @@ const CommandSpec kSummaryCommand{
   - per device: peak allocated and when, peak reserved, utilization (peak allocated / peak
     reserved) and fragmentation, live memory at the end, OOMs;
   - fragmentation: reserved but unallocated memory at the end, largest free block;
-  - out-of-memory events with the failing call's stack;
+  - out-of-memory events: the request, the memory then allocated, reserved and cached free (and,
+    from a report, the largest free block), whether GPUSHIM_FAIL injected it, the report's
+    advice, and the failing call's stack;
   - growth: the verdict (suspects, none, or not judged with its evidence) and the sites whose live
     memory rose steadily through the run (reports: the report's growth section; traces: the same
     verdict, recomputed by the shim's own code over the checkpoints the trace records);

@@ -244,6 +244,7 @@ bool read_oom(const JsonValue& v, const std::string& path, OomReport* o, std::st
   r.u64("cached_free", &o->cached_free);
   r.u64("largest_free_block", &o->largest_free_block);
   r.str("advice", &o->advice);
+  r.boolean("injected", &o->injected);
   if (!r.ok() || !read_frames(r, path, &o->frames, error)) return false;
   const JsonValue* tops = r.array("top_sites");
   if (!r.ok()) return false;

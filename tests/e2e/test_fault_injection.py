@@ -1,6 +1,7 @@
 """GPUSHIM_FAIL: each mode fails exactly the allocations it names, the caller cannot tell an injected
 failure from a real out-of-memory error, and the report marks it as injected."""
 import json
+import re
 
 from shimtest import POLICIES, ShimTestCase, program, run
 
@@ -36,6 +37,32 @@ class Modes(ShimTestCase):
                 dev = r.device(0)
                 self.assertEqual((dev["injected_failures"], dev["live_count"]), (1, 1), dev)
                 self.assertEqual([o["injected"] for o in r.report["ooms"]], [True], r.report["ooms"])
+
+    def test_the_summary_of_the_report_says_what_the_report_knows(self):
+        # gpushim-analyze summary gave an injected failure as a real one ("Out of memory (1) at ...
+        # device free 15.8 GiB"): no mark, no advice, no cached free or largest free block, all in
+        # the report. A real refusal (the cap's) gets its advice and figures, and no mark.
+        from test_traces import analyze, analyze_json  # pylint: disable=import-outside-toplevel
+        injected = run([program("e2e_cap_and_oom"), "64", "3"], env={"GPUSHIM_FAIL": "nth:2"})
+        capped = run([program("e2e_cap_and_oom"), "64", "10"], env={"GPUSHIM_LIMIT": "200MiB", "FAKECUDA_MEM": "1GiB"})
+        for r, is_injected in ((injected, True), (capped, False)):
+            with self.subTest(injected=is_injected):
+                self.assertRanOK(r)
+                oom = r.report["ooms"][0]
+                self.assertEqual(oom["injected"], is_injected)
+                self.assertTrue(oom["advice"])
+                text = analyze("summary", r.report_path).stdout.splitlines()
+                at = text.index("Out of memory (%d)" % len(r.report["ooms"]))
+                mark = " (injected by GPUSHIM_FAIL)" if is_injected else ""
+                self.assertRegex(text[at + 1], r"^  at [0-9.]+ s on device 0%s: requested 64\.0 MiB; allocated "
+                                 r"[0-9.]+ [KMG]?i?B, reserved [0-9.]+ [KMG]?i?B \(cached free [0-9.]+ [KMG]?i?B, "
+                                 r"largest free block [0-9.]+ [KMG]?i?B\), device free " % re.escape(mark), text[at + 1])
+                self.assertEqual(text[at + 2], "      advice: " + oom["advice"])
+                if is_injected:
+                    self.assertTrue(oom["advice"].startswith("Failed on purpose by GPUSHIM_FAIL=nth:2"), oom["advice"])
+                got = analyze_json("summary", r.report_path)["ooms"][0]
+                for key in ("injected", "advice", "cached_free", "largest_free_block"):
+                    self.assertEqual(got[key], oom[key], key)
 
     def test_every_nth_across_apis(self):
         for policy in POLICIES:

@@ -140,6 +140,9 @@ ReportData sample_report() {
   o.device = 1;
   o.requested = 1ull << 40;
   o.advice = "lower the batch size";
+  o.cached_free = 9;
+  o.largest_free_block = 6;
+  o.injected = true;
   o.frames.push_back(f);
   o.top_sites.push_back(s);
   r.ooms.push_back(o);
@@ -171,6 +174,10 @@ TEST(ReportReader, ReadsBackWhatTheShimWrites) {
   EXPECT_TRUE(r.sites[0].frames[1].python);
   ASSERT_EQ(r.ooms.size(), 1u);
   EXPECT_EQ(r.ooms[0].requested, 1ull << 40);
+  EXPECT_EQ(r.ooms[0].advice, "lower the batch size");
+  EXPECT_EQ(r.ooms[0].cached_free, 9u);
+  EXPECT_EQ(r.ooms[0].largest_free_block, 6u);
+  EXPECT_TRUE(r.ooms[0].injected) << "GPUSHIM_FAIL's failure read back as a real one";
   EXPECT_EQ(r.ooms[0].top_sites.size(), 1u);
   ASSERT_EQ(r.timeline.size(), 1u);
   EXPECT_EQ(r.timeline[0].reserved, 8u);

@@ -61,7 +61,7 @@ CUresult Launch(const char* call, std::initializer_list<Range> ranges, bool sync
   } else if (CUresult r = ResolveStream(s, hStream, per_thread, &st, "a cuMemcpy*Async/cuMemset*Async"); r != CUDA_SUCCESS) {
     return r;
   }
-  const Access access{call, st->capture ? st->capture->id : 0};
+  const Access access{call, st->capture ? st->capture->id : 0, false, st->ctx->device};
   for (const Range& range : ranges) {
     if (range.n == 0) continue;
     if (CUresult r = CheckSide(s, range.side, range.p, range.n, access); r != CUDA_SUCCESS) return r;

@@ -331,6 +331,12 @@ CUresult CheckDeviceRange(State& s, std::uintptr_t p, std::size_t n, const Acces
     if (r->kind == RegionKind::kVmmMapping && r->access == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
       return CUDA_ERROR_INVALID_VALUE;
     }
+    // Not checked yet: access per device. CUDA grants it per device (cuMemSetAccess for mappings,
+    // cuMemPoolSetAccess for a pool's memory, peer access for cuMemAlloc's), and another device's
+    // work without it faults on a GPU. Checking it for mappings (access.device is the accessing
+    // device) stopped test_stream_devices' cross_device cases under the vmm policy: the test lets
+    // device 1 use device 0's cudaMallocAsync memory without granting access, and the shim's
+    // pools do not carry a cuMemPoolSetAccess of the default pool over to their own memory.
     const std::uintptr_t r_end = r->base + r->size;
     if (end <= r_end) return CUDA_SUCCESS;
     if (r->kind != RegionKind::kVmmMapping) return CUDA_ERROR_INVALID_VALUE;

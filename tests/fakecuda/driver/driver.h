@@ -517,6 +517,7 @@ struct Access {
   const char* call = "a copy";
   std::uint64_t capture_id = 0;  // the capture the operation is recorded into; 0: none
   bool graph_node = false;
+  int device = -1;  // the device doing the access (its stream's); -1: not known here (see CheckDeviceRange)
 };
 // [p, p+n) must lie in one region the device may access (mapped, with access granted). Memory
 // CUDA leaves undefined to touch stops the process: an address in the device's memory that no

@@ -333,6 +333,11 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
   if (!WholeMappings(s, ptr, size, &mappings)) return CUDA_ERROR_INVALID_VALUE;
   for (std::size_t i = 0; i < count; ++i) {
     if (CUresult r = ValidateLocation(s, desc[i].location); r != CUDA_SUCCESS) return r;
+    // "Users cannot specify CU_MEM_LOCATION_TYPE_HOST_NUMA accessibility for allocations created on
+    // with CU_MEM_LOCATION_TYPE_DEVICE" (cuMemSetAccess).
+    if (desc[i].location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA)
+      for (Region* m : mappings)
+        if (m->phys->prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
     const CUmemAccess_flags f = desc[i].flags;
     if (f != CU_MEM_ACCESS_FLAGS_PROT_NONE && f != CU_MEM_ACCESS_FLAGS_PROT_READ &&
         f != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {

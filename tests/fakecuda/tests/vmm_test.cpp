@@ -181,6 +181,15 @@ TEST_F(Vmm, ArgumentValidation) {
   EXPECT_EQ(cuMemAddressFree(va, 2 * kGran), CUDA_ERROR_INVALID_VALUE);         // wrong size
   // Mapped but no access granted yet: the device cannot use it.
   EXPECT_EQ(cuMemsetD8(va, 1, 16), CUDA_ERROR_INVALID_VALUE);
+  // "Users cannot specify CU_MEM_LOCATION_TYPE_HOST_NUMA accessibility for allocations created on
+  // with CU_MEM_LOCATION_TYPE_DEVICE" (cuMemSetAccess): it was granted (a review helper's find).
+  CUmemAccessDesc numa = rw;
+  numa.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+  numa.location.id = 0;
+  EXPECT_EQ(cuMemSetAccess(va, 2 * kGran, &numa, 1), CUDA_ERROR_INVALID_VALUE);
+  unsigned long long flags = 7;
+  ASSERT_CU(cuMemGetAccess(&flags, &numa.location, va));
+  EXPECT_EQ(flags, static_cast<unsigned long long>(CU_MEM_ACCESS_FLAGS_PROT_NONE));
   ASSERT_CU(cuMemUnmap(va, 2 * kGran));
   ASSERT_CU(cuMemRelease(h));
   EXPECT_DEATH(cuMemRelease(h), "fakecuda: misuse: cuMemRelease: physical memory handle 0x[0-9a-f]+ was destroyed \\(cuMemRelease\\)");

@@ -282,17 +282,26 @@ std::unique_ptr<DeviceState> Shim::make_device(int ordinal) {
 DeviceState* Shim::current_device_state() {
   // With one device visible (one GPU per process, as data-parallel jobs run) the runtime can name
   // no other: once that device's state exists it is the answer, without asking cudaGetDevice at
-  // every allocation (on the simulated device 135 of a pair's ~2,000 instructions). What is given
-  // up: in the moments between the runtime's own teardown at exit and the report, a thread still
-  // allocating gets pooled memory where CUDA would say cudaErrorCudartUnloading; a context the
-  // program made is still asked about (route_for_current_context).
+  // every allocation (on the simulated device 135 of a pair's ~2,000 instructions). A context the
+  // program made is still asked about (route_for_current_context). From the shim's exit handler on
+  // the runtime is asked again, so that an allocation after CUDA's teardown (a static destructor)
+  // gets CUDA's cudaErrorCudartUnloading. What is given up: another thread allocating between
+  // NVIDIA's runtime teardown, whose exit handler runs before ours, and ours gets pooled memory.
   if (DeviceState* d = sole_device_.load(std::memory_order_acquire)) return d;
   const RealRuntime& rt = real_runtime();
   int dev = 0;
   if (rt.cudaGetDevice == nullptr || rt.cudaGetDevice(&dev) != cudaSuccess) return nullptr;
   DeviceState* d = device(dev);
-  if (d != nullptr && dev == 0 && sole_visible_device()) sole_device_.store(d, std::memory_order_release);
+  if (d != nullptr && dev == 0 && !sole_device_off_.load(std::memory_order_acquire) && sole_visible_device()) {
+    sole_device_.store(d, std::memory_order_release);
+    if (sole_device_off_.load(std::memory_order_acquire)) sole_device_.store(nullptr, std::memory_order_release);
+  }
   return d;
+}
+
+void Shim::stop_sole_device() {
+  sole_device_off_.store(true, std::memory_order_release);
+  sole_device_.store(nullptr, std::memory_order_release);
 }
 
 bool Shim::sole_visible_device() {
@@ -564,6 +573,7 @@ bool Shim::exit_inside_hook() {
 }
 
 void Shim::on_process_exit() {
+  stop_sole_device();
   if (g_run_ended_at_unload.load(std::memory_order_acquire)) return;
   if (exit_inside_hook()) return;
   t_ending_run = true;
@@ -589,6 +599,7 @@ void Shim::on_interpreter_shutdown() {
 }
 
 void Shim::on_unload() {
+  stop_sole_device();
   if (exit_inside_hook()) return;
   t_ending_run = true;  // never cleared: the process ends after the last destructor
   g_run_ended_at_unload.store(true, std::memory_order_release);

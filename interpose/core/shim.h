@@ -552,6 +552,8 @@ class Shim {
   // The only visible device's state, once made (null: not yet, or not one device): the current
   // device can then be no other, and allocations do not ask the runtime (current_device_state).
   std::atomic<DeviceState*> sole_device_{nullptr};
+  std::atomic<bool> sole_device_off_{false};  // the run is ending: the runtime is asked again
+  void stop_sole_device();
   std::atomic<uint64_t> pooled_devices_{0};  // bit n: device n has state and a pool
   std::mutex devices_mu_;  // only for creating DeviceState
   std::atomic<uint64_t> usage_pending_{0};  // devices (bit per ordinal) not sampled yet

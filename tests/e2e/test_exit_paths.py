@@ -187,6 +187,21 @@ class NormalEnds(ShimTestCase):
         self.assertEqual(json.loads(r.stdout.strip().splitlines()[-1]),
                          {"state": 0, "active": 1, "pool_status": 0, "reserved": 128 << 20}, r.stdout)
 
+    def test_an_allocation_after_the_runtimes_teardown_gets_cudas_answer(self):
+        # A static destructor allocates after the runtime's teardown: CUDA's runtime refuses
+        # (cudaErrorCudartUnloading). With one device the pools stopped asking the runtime for the
+        # current device (6e82fa1) and served it (a review helper's reproducer).
+        native = run([program("e2e_exit_paths"), "static-dtor-alloc"], preload=False, expect_report=False)
+        self.assertEqual(native.returncode, 0, native.stderr)
+        answer = [l for l in native.stderr.splitlines() if l.startswith("static destructor: cudaMalloc returned")]
+        self.assertEqual(len(answer), 1, native.stderr)
+        self.assertNotIn("cudaSuccess", answer[0])
+        for policy in POLICIES:
+            with self.subTest(policy=policy):
+                r = run([program("e2e_exit_paths"), "static-dtor-alloc"], env={"GPUSHIM_POLICY": policy})
+                self.assertRanOK(r)
+                self.assertIn(answer[0], r.stderr)
+
     def test_static_destructor_frees_after_the_report(self):
         for policy in POLICIES:
             for mode in ("static-dtor", "both"):

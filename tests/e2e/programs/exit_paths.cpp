@@ -67,6 +67,18 @@ struct LateFreer {
   }
 } g_late;
 
+// A static object whose destructor allocates: it runs after every exit handler, the runtime's
+// teardown and the shim's report included, where CUDA's runtime answers cudaErrorCudartUnloading.
+struct LateAllocator {
+  bool armed = false;
+  ~LateAllocator() {
+    if (!armed) return;
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, 1 << 20);
+    std::fprintf(stderr, "static destructor: cudaMalloc returned %s\n", cudaGetErrorName(e));
+  }
+} g_late_allocator;
+
 __attribute__((noinline)) void* leak_at_exit(size_t bytes) {
   void* p = nullptr;
   CHECK(cudaMalloc(&p, bytes));
@@ -241,6 +253,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "runtime-first" || mode == "both") std::atexit(teardown_device);
+  if (mode == "static-dtor-alloc") {
+    g_late_allocator.armed = true;
+    CHECK(cudaFree(leak_at_exit(1 << 20)));
+    return 0;
+  }
   if (mode == "static-dtor" || mode == "both") {
     g_late.p = leak_at_exit(3 << 20);
     return 0;

@@ -62,13 +62,19 @@ bool evaluate(const std::vector<SitePoint>& p, const GrowthParams& params, Growt
   f->has_iterations = f->iterations >= 2;
   if (f->has_iterations) {
     auto iteration = [](const SitePoint& q) { return static_cast<double>(q.iteration); };
-    // Best, the points the iteration count itself triggered: each at the same place in its
-    // iteration, so a leak of exactly L per step gives exactly L (the points of the event schedule
-    // fall before or after the leaking call, and measured 987.6 KiB for 1 MiB per marked step).
-    std::vector<SitePoint> at_iterations;
-    for (const SitePoint& q : p)
-      if (q.at_iteration && (at_iterations.empty() || at_iterations.back().iteration != q.iteration))
-        at_iterations.push_back(q);
+    // Best, the points the iteration count itself triggered, of one kind (marks' first, which
+    // are at the mark; with GPUSHIM_ITERATION_SITE as well, the site's are elsewhere in the step):
+    // each at the same place in its iteration, so a leak of exactly L per step gives exactly L
+    // (the points of the event schedule fall before or after the leaking call, and measured
+    // 987.6 KiB for 1 MiB per marked step).
+    auto points_of = [&](IterationPoint kind) {
+      std::vector<SitePoint> out;
+      for (const SitePoint& q : p)
+        if (q.at_iteration == kind && (out.empty() || out.back().iteration != q.iteration)) out.push_back(q);
+      return out;
+    };
+    std::vector<SitePoint> at_iterations = points_of(IterationPoint::kMark);
+    if (at_iterations.size() < 2) at_iterations = points_of(IterationPoint::kSite);
     // Otherwise against the state at each iteration's end (its last point): all the points
     // together bend the slope at the series' ends (an exact 128 KiB per step measured 126.6 KiB).
     std::vector<SitePoint> ends;

@@ -19,6 +19,11 @@
 
 namespace gpushim {
 
+// What made a checkpoint, when the iteration count did: the allocation that began an iteration
+// at GPUSHIM_ITERATION_SITE (taken right after it), or a mark (gpushim_mark_iteration, taken at
+// it). Points of one kind are at one place of their iteration.
+enum class IterationPoint : uint8_t { kNone, kSite, kMark };
+
 struct SitePoint {
   uint64_t t_ns;       // since the shim started
   uint64_t bytes;      // live bytes of the site
@@ -26,10 +31,9 @@ struct SitePoint {
   uint64_t iteration;  // iterations counted so far (0 without marks)
   uint64_t instant = 0;  // the site history's checkpoint number (from 1); 0: not from a history
   uint64_t allocs = 0;   // allocations made in the process so far (PeriodDetector::allocations)
-  // Taken because the iteration count reached a checkpoint (at a mark, or right after the
-  // allocation that started an iteration at GPUSHIM_ITERATION_SITE): every such point is at the
-  // same place in its iteration, so bytes per iteration are exact between them.
-  bool at_iteration = false;
+  // Taken because the iteration count reached a checkpoint, and at which kind of place: between
+  // points of one kind, bytes per iteration are exact.
+  IterationPoint at_iteration = IterationPoint::kNone;
 };
 
 struct GrowthParams {

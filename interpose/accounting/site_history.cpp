@@ -5,7 +5,7 @@
 namespace gpushim {
 
 bool SiteHistory::sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites,
-                         uint64_t allocs, bool at_iteration) {
+                         uint64_t allocs, IterationPoint at_iteration) {
   if (sites.size() > max_sites_) {
     // Ties broken by stack id, so that the same sites stay tracked from one instant to the next.
     std::nth_element(sites.begin(), sites.begin() + static_cast<std::ptrdiff_t>(max_sites_), sites.end(),

@@ -32,9 +32,9 @@ class SiteHistory {
   // nothing kept) when an instant after `t_ns` was already taken: another thread's view, read
   // before that one and late to the lock, is stale and must not end the series.
   // `allocs`: allocations made so far, which places the instant in the loop's detected steps.
-  // `at_iteration`: the iteration count triggered this instant (SitePoint::at_iteration).
+  // `at_iteration`: what in the iteration count triggered this instant (SitePoint::at_iteration).
   bool sample(uint64_t t_ns, uint64_t iteration, std::vector<std::pair<SiteKey, SiteTotals>> sites,
-              uint64_t allocs = 0, bool at_iteration = false);
+              uint64_t allocs = 0, IterationPoint at_iteration = IterationPoint::kNone);
 
   // Copies of every series, each ending at the latest instant (even when thinning skipped it),
   // so that a verdict taken now covers the run up to now.

@@ -120,11 +120,14 @@ class RunRecorder {
     timeline_.maybe_sample(t_ns, [this](auto&& append) { take_samples(append); });
     // Growth on logical time as well as on the clock (accounting/checkpoint_schedule.h).
     // Both asked: a point the iteration count is due for must say so even when the event count
-    // wanted one too (SitePoint::at_iteration).
+    // wanted one too. Here that is an iteration GPUSHIM_ITERATION_SITE began, the allocation
+    // that began it just made; marks take theirs at the mark (iteration_marked).
     const bool by_events = event_checkpoints_.on_event();
     const bool by_iterations = iteration_checkpoints_.due(iterations_.count());
     if (by_events || by_iterations)
-      sample_sites(now_ns() - lent_.start_ns, by_iterations);  // `t_ns` may be the coarse clock: a point needs the precise one
+      sample_sites(now_ns() - lent_.start_ns,  // `t_ns` may be the coarse clock: a point needs the precise one
+                   by_iterations && (iterations_.sources() & IterationCounter::kSite) != 0 ? IterationPoint::kSite
+                                                                                           : IterationPoint::kNone);
   }
   // A stack captured for an allocation: the loop's period is looked for in their sequence.
   void stack_captured(StackId id) { periods_.on_allocation(id); }
@@ -182,8 +185,8 @@ class RunRecorder {
   // One timeline instant: a sample per device, through `append`.
   void take_samples(absl::FunctionRef<void(const Sample&)> append);
   // Growth tracking: per-site totals at each sampling instant (the report judges them).
-  // `at_iteration`: the iteration count was due for this point (SitePoint::at_iteration).
-  void sample_sites(uint64_t t_ns, bool at_iteration = false);
+  // `at_iteration`: what in the iteration count this point was due for (SitePoint::at_iteration).
+  void sample_sites(uint64_t t_ns, IterationPoint at_iteration = IterationPoint::kNone);
   // GPUSHIM_TRACE's end chunk: the figures of every device.
   void finish_trace();
 

@@ -23,7 +23,7 @@ inline constexpr uint32_t kVersionMajor = 1;
 inline constexpr uint32_t kVersionMinor = 7;  // 1: kReuse and kCheckpoint events; 2: the end chunk's retries; 3:
                                               // kStreamRetired, kVaReserve, kVaFree; 4: the end chunk's reserved;
                                               // 5: the end chunk's teardown moment; 6: kFlagSharedMapping;
-                                              // 7: a checkpoint's kCheckpointAtIteration (util/iteration_counter.h)
+                                              // 7: a checkpoint's kCheckpointAt* flags (util/iteration_counter.h)
 
 inline constexpr uint32_t kChunkSync = 0x4B484347u;  // "GCHK" little-endian
 inline constexpr size_t kChunkHeaderSize = 16;

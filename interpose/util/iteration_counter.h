@@ -12,8 +12,9 @@ class IterationCounter {
   enum Source : unsigned { kMark = 1, kSite = 2 };
   static constexpr unsigned kSources = kMark | kSite;
   // Beside the sources in a trace's checkpoint (format 1.7): the iteration count triggered the
-  // checkpoint (SitePoint::at_iteration).
-  static constexpr unsigned kCheckpointAtIteration = 4;
+  // checkpoint, at an iteration the site began or at a mark (SitePoint::at_iteration).
+  static constexpr unsigned kCheckpointAtSiteIteration = 4;
+  static constexpr unsigned kCheckpointAtMark = 8;
 
   // Returns the count after this iteration.
   uint64_t add(Source source) {

@@ -147,6 +147,19 @@ class LogicalTime(ShimTestCase):
             verdicts.append((len(g["suspects"]), top_suspect_line(r.report), top["live_count"]))
         self.assertEqual(verdicts[0], verdicts[1])
 
+    def test_marks_and_an_iteration_site_together_give_the_exact_rate(self):
+        # The site counts an iteration at leaky_step's leak and the mark another at the step's end:
+        # 60 iterations for 30 MiB. The checkpoints each triggered are at two places of a step;
+        # taken together they gave 530,773 bytes per iteration (a review helper's find), the
+        # marks' alone give exactly half a MiB, in the report and from the trace.
+        from test_traces import analyze_json, traced
+        r, trace = traced([program("e2e_planted_leak"), "30", "marks"], env={"GPUSHIM_ITERATION_SITE": "leaky_step"})
+        self.assertRanOK(r)
+        g = r.report["growth"]
+        self.assertEqual((g["iterations"], g["iteration_source"]), (60, "marks+site"))
+        self.assertAlmostEqual(g["suspects"][0]["bytes_per_iteration"], MiB / 2, delta=0.001)
+        self.assertAlmostEqual(analyze_json("summary", trace)["growth"][0]["bytes_per_iteration"], MiB / 2, delta=0.001)
+
     def test_too_few_iterations_are_not_judged(self):
         r = run([interpreters()[0][0], PACED, "3", "0"])
         self.assertRanOK(r)

@@ -60,9 +60,9 @@ TEST(GrowthDetector, PointsTheIterationCountTriggeredMakeTheRateExact) {
   // iteration, and give 1 MiB.
   std::vector<SitePoint> p;
   uint64_t t = 0;
-  auto point = [&](uint64_t held, uint64_t iteration, bool at_iteration) {
+  auto point = [&](uint64_t held, uint64_t iteration, bool at_mark) {
     SitePoint q{++t * 1000000, held * MiB, held, iteration};
-    q.at_iteration = at_iteration;
+    q.at_iteration = at_mark ? IterationPoint::kMark : IterationPoint::kNone;
     p.push_back(q);
   };
   for (uint64_t k = 0; k < 24; ++k) {
@@ -75,7 +75,7 @@ TEST(GrowthDetector, PointsTheIterationCountTriggeredMakeTheRateExact) {
   ASSERT_EQ(f.size(), 1u);
   EXPECT_DOUBLE_EQ(f[0].bytes_per_iteration, 1.0 * MiB);
   // Without the flag (a trace of format 1.6), each iteration's last point as before: not exact here.
-  for (SitePoint& q : p) q.at_iteration = false;
+  for (SitePoint& q : p) q.at_iteration = IterationPoint::kNone;
   const auto old = detect({p});
   ASSERT_EQ(old.size(), 1u);
   EXPECT_NE(old[0].bytes_per_iteration, 1.0 * MiB);

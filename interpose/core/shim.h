@@ -213,6 +213,12 @@ class Shim {
   std::optional<CUresult> mempool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
   std::optional<CUresult> mempool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value);
   std::optional<CUresult> mempool_trim_to(CUmemoryPool pool, size_t keep);
+  // cuMemPoolSetAccess succeeded: where `pool` is a device's default pool, which our pool serves,
+  // the devices named get the same access to our pool's memory (DriverBackend::grant_access).
+  void mempool_access_set(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count);
+  // cuCtxEnablePeerAccess succeeded: the current context's device may use `peer`'s memory, our
+  // pool's on that device included.
+  void peer_access_enabled(CUcontext peer);
   // cuDeviceSetMemPool succeeded: `device`'s stream-ordered allocations come from `pool` now.
   void mempool_current_set(int device, CUmemoryPool pool);
   // A trim CUDA served (cuMemPoolTrimTo or the runtime's) succeeded: what `pool` reserves is read

@@ -400,6 +400,30 @@ void Shim::mempool_read_by_program(CUmemoryPool pool, CUmemPool_attribute attr, 
   }
 }
 
+void Shim::mempool_access_set(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  if (forked_child_) return;
+  DeviceState* d = served_default_mempool(pool);
+  if (d == nullptr || d->driver == nullptr) return;
+  for (size_t i = 0; i < count; ++i)
+    if (map[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+      if (static_cast<DriverBackend*>(d->driver.get())->grant_access(map[i].location.id, map[i].flags) != CUDA_SUCCESS)
+        log_line("device %d: access for device %d to the pool's mappings was not granted everywhere (cuMemPoolSetAccess)",
+                 d->ordinal, map[i].location.id);
+}
+
+void Shim::peer_access_enabled(CUcontext peer) {
+  if (forked_child_) return;
+  int accessor = 0;
+  if (!current_context_device(&accessor)) return;
+  const int owner = device_of_primary_context(peer);
+  if (owner < 0 || owner >= kMaxDevices) return;  // a context the program made: the pools' memory is not in it
+  DeviceState* d = devices_[owner].load(std::memory_order_acquire);
+  if (d == nullptr || d->driver == nullptr) return;
+  if (static_cast<DriverBackend*>(d->driver.get())->grant_access(accessor, CU_MEM_ACCESS_FLAGS_PROT_READWRITE) != CUDA_SUCCESS)
+    log_line("device %d: access for device %d to the pool's mappings was not granted everywhere (peer access)", owner,
+             accessor);
+}
+
 void Shim::mempool_current_set(int device, CUmemoryPool pool) {
   if (device < 0 || device >= kMaxDevices) return;
   const CUmemoryPool def = default_mempool(device);

@@ -367,21 +367,51 @@ CUresult DriverBackend::physical_release(uint64_t handle, size_t) {
 CUresult DriverBackend::map(uintptr_t va, size_t size, uint64_t handle, size_t offset) {
   if (!api_->map || !api_->set_access) return CUDA_ERROR_NOT_SUPPORTED;
   return in_context([&] {
+    std::lock_guard<std::mutex> lock(access_mu_);
     CUresult r = api_->map(static_cast<CUdeviceptr>(va), size, offset, static_cast<CUmemGenericAllocationHandle>(handle), 0);
     if (r != CUDA_SUCCESS) return r;
-    CUmemAccessDesc access = {};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device_;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    r = api_->set_access(static_cast<CUdeviceptr>(va), size, &access, 1);
-    if (r != CUDA_SUCCESS) api_->unmap(static_cast<CUdeviceptr>(va), size);
+    std::vector<CUmemAccessDesc> access(1 + peers_.size());
+    access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[0].location.id = device_;
+    access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    std::copy(peers_.begin(), peers_.end(), access.begin() + 1);
+    r = api_->set_access(static_cast<CUdeviceptr>(va), size, access.data(), access.size());
+    if (r != CUDA_SUCCESS) {
+      api_->unmap(static_cast<CUdeviceptr>(va), size);
+      return r;
+    }
+    mapped_[va] = size;
     return r;
   });
 }
 
 CUresult DriverBackend::unmap(uintptr_t va, size_t size) {
   if (!api_->unmap) return CUDA_ERROR_NOT_SUPPORTED;
-  return in_context([&] { return api_->unmap(static_cast<CUdeviceptr>(va), size); });
+  return in_context([&] {
+    std::lock_guard<std::mutex> lock(access_mu_);
+    const CUresult r = api_->unmap(static_cast<CUdeviceptr>(va), size);
+    // One unmap may cover several mappings (a run of adjacent chunks).
+    if (r == CUDA_SUCCESS) mapped_.erase(mapped_.lower_bound(va), mapped_.lower_bound(va + size));
+    return r;
+  });
+}
+
+CUresult DriverBackend::grant_access(int peer, CUmemAccess_flags flags) {
+  if (peer == device_ || !api_->set_access) return CUDA_SUCCESS;
+  return in_context([&] {
+    std::lock_guard<std::mutex> lock(access_mu_);
+    CUmemAccessDesc desc = {};
+    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc.location.id = peer;
+    desc.flags = flags;
+    auto same = std::find_if(peers_.begin(), peers_.end(), [&](const CUmemAccessDesc& d) { return d.location.id == peer; });
+    if (same != peers_.end()) *same = desc;
+    else peers_.push_back(desc);
+    CUresult result = CUDA_SUCCESS;
+    for (const auto& [va, size] : mapped_)
+      if (const CUresult r = api_->set_access(static_cast<CUdeviceptr>(va), size, &desc, 1); r != CUDA_SUCCESS) result = r;
+    return result;
+  });
 }
 
 }  // namespace gpushim

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -49,6 +50,13 @@ class DriverBackend final : public Backend {
   // retains the context again, as the runtime does after cudaDeviceReset.
   void forget_context();
 
+  // Another device may now access this device's memory (cuMemPoolSetAccess on its default pool,
+  // which the pools serve; peer access enabled with cuCtxEnablePeerAccess): `flags` for `peer`.
+  // Memory from cuMemAlloc (the caching pool) follows the contexts' peer access by itself; the
+  // vmm pool's mappings are given that access, those mapped already and every later one, as
+  // PyTorch's expandable segments do for their peers.
+  CUresult grant_access(int peer, CUmemAccess_flags flags);
+
   // The context current on the calling thread, as the pools see it: this device's primary
   // context (or none, which the runtime replaces by it), whose memory the pools hold; a context
   // the program made (cuCtxCreate), where CUDA's runtime allocates instead; or one destroyed by
@@ -70,6 +78,12 @@ class DriverBackend final : public Backend {
   CUresult retain_result_ = CUDA_ERROR_NOT_INITIALIZED;  // why primary_ is null, if it is (under retain_mu_)
   std::mutex events_mu_;
   std::vector<CUevent> spare_events_;  // recycled: creating events costs driver time
+  // What map() grants beside this device's own access, and the ranges it mapped (va -> size), so
+  // that a later grant reaches them. Under one lock with the map and unmap calls: a grant never
+  // misses a mapping made meanwhile.
+  std::mutex access_mu_;
+  std::vector<CUmemAccessDesc> peers_;
+  std::map<uintptr_t, size_t> mapped_;
 };
 
 }  // namespace gpushim

@@ -66,6 +66,8 @@ using CuCtxCreateV3 = CUresult (*)(CUcontext* pctx, CUexecAffinityParam* params,
   X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", decltype(&::cuMemPoolSetAttribute))                             \
   X(cuMemPoolTrimTo, "cuMemPoolTrimTo", decltype(&::cuMemPoolTrimTo))                                               \
   X(cuMemPoolDestroy, "cuMemPoolDestroy", decltype(&::cuMemPoolDestroy))                                            \
+  X(cuMemPoolSetAccess, "cuMemPoolSetAccess", decltype(&::cuMemPoolSetAccess))                                      \
+  X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", decltype(&::cuCtxEnablePeerAccess))                             \
   X(cuDeviceSetMemPool, "cuDeviceSetMemPool", decltype(&::cuDeviceSetMemPool))                                      \
   X(cuStreamCreate, "cuStreamCreate", decltype(&::cuStreamCreate))                                                  \
   X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority", decltype(&::cuStreamCreateWithPriority))              \

@@ -124,6 +124,28 @@ GPUSHIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   return s ? s->mempool_destroy(pool, forward) : forward();
 }
 
+GPUSHIM_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  GPUSHIM_DRIVER_SCOPE;
+  // CUDA's first (it decides every error, and keeps its default pool's access for what it still
+  // serves); the runtime's cudaMemPoolSetAccess reaches this hook too. Then our pool of that
+  // device gives the same access to its own memory.
+  const CUresult r = call(real_driver().cuMemPoolSetAccess, pool, map, count);
+  if (r == CUDA_SUCCESS && map != nullptr)
+    if (Shim* s = Shim::get()) s->mempool_access_set(pool, map, count);
+  return r;
+}
+
+GPUSHIM_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+  GPUSHIM_DRIVER_SCOPE;
+  // The current context's device may now use peerContext's memory: for cuMemAlloc's that is
+  // all, for the vmm pool's mappings of that device it takes cuMemSetAccess (the runtime's
+  // cudaDeviceEnablePeerAccess reaches this hook too).
+  const CUresult r = call(real_driver().cuCtxEnablePeerAccess, peerContext, Flags);
+  if (r == CUDA_SUCCESS)
+    if (Shim* s = Shim::get()) s->peer_access_enabled(peerContext);
+  return r;
+}
+
 GPUSHIM_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   GPUSHIM_DRIVER_SCOPE;
   const CUresult r = call(real_driver().cuDeviceSetMemPool, dev, pool);

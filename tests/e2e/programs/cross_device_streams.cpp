@@ -76,6 +76,15 @@ int cross_device_default(cudaStream_t dflt, const char* name) {
   CHECK(cudaSetDevice(1));
   CHECK(cudaFree(nullptr));
   CHECK(cudaSetDevice(0));
+  // Device 1's work below uses device 0's stream-ordered memory: CUDA's way to allow it (a GPU
+  // faults without; under the vmm policy the shim's mappings must get it too).
+  cudaMemPool_t pool0 = nullptr;
+  CHECK(cudaDeviceGetDefaultMemPool(&pool0, 0));
+  cudaMemAccessDesc from_1 = {};
+  from_1.location.type = cudaMemLocationTypeDevice;
+  from_1.location.id = 1;
+  from_1.flags = cudaMemAccessFlagsProtReadWrite;
+  CHECK(cudaMemPoolSetAccess(pool0, &from_1, 1));
   void* p = nullptr;
   CHECK(cudaMallocAsync(&p, 20 * kMiB, dflt));
   CHECK(cudaStreamSynchronize(dflt));

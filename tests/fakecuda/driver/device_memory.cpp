@@ -331,12 +331,18 @@ CUresult CheckDeviceRange(State& s, std::uintptr_t p, std::size_t n, const Acces
     if (r->kind == RegionKind::kVmmMapping && r->access == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    // Not checked yet: access per device. CUDA grants it per device (cuMemSetAccess for mappings,
-    // cuMemPoolSetAccess for a pool's memory, peer access for cuMemAlloc's), and another device's
-    // work without it faults on a GPU. Checking it for mappings (access.device is the accessing
-    // device) stopped test_stream_devices' cross_device cases under the vmm policy: the test lets
-    // device 1 use device 0's cudaMallocAsync memory without granting access, and the shim's
-    // pools do not carry a cuMemPoolSetAccess of the default pool over to their own memory.
+    // Access is granted per device (cuMemSetAccess): "mapping ... does not make the address
+    // accessible". Another device's work there faults on a GPU, the context lost. (A pool's memory
+    // and cuMemAlloc's, which CUDA gives other devices by cuMemPoolSetAccess and peer access, are
+    // not checked.)
+    if (r->kind == RegionKind::kVmmMapping && access.device >= 0) {
+      auto granted = r->access_by_location.find({CU_MEM_LOCATION_TYPE_DEVICE, access.device});
+      if (granted == r->access_by_location.end() || granted->second == CU_MEM_ACCESS_FLAGS_PROT_NONE)
+        Misuse("%s: device %d accesses [%#lx, %#lx), mapped at %#lx, to which cuMemSetAccess gave it no access (only "
+               "other devices): a GPU faults there",
+               access.call, access.device, static_cast<unsigned long>(p), static_cast<unsigned long>(end),
+               static_cast<unsigned long>(r->base));
+    }
     const std::uintptr_t r_end = r->base + r->size;
     if (end <= r_end) return CUDA_SUCCESS;
     if (r->kind != RegionKind::kVmmMapping) return CUDA_ERROR_INVALID_VALUE;

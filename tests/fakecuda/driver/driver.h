@@ -325,6 +325,9 @@ inline constexpr std::uint64_t kPoolChunk = std::uint64_t{32} << 20;
 struct MemPool {
   std::uintptr_t handle = 0;  // a created pool's (handles.h); a default pool's handle is its address
   int device = 0;
+  // cuMemPoolSetAccess: what other devices were given (bookkeeping; the pool's own device always
+  // has read-write access). Accesses of pool memory are not checked per device.
+  std::map<int, CUmemAccess_flags> access;
   bool is_default = false;
   std::uint64_t used = 0, used_high = 0;
   std::uint64_t reserved = 0, reserved_high = 0;

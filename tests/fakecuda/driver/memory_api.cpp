@@ -414,6 +414,45 @@ CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  MemPool* mp = LookupPool(s, pool, "cuMemPoolSetAccess");
+  if (map == nullptr && count != 0) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    Device* d = nullptr;
+    if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || GetDevice(s, map[i].location.id, &d) != CUDA_SUCCESS)
+      return CUDA_ERROR_INVALID_VALUE;
+    const CUmemAccess_flags f = map[i].flags;
+    if (f != CU_MEM_ACCESS_FLAGS_PROT_NONE && f != CU_MEM_ACCESS_FLAGS_PROT_READ && f != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      return CUDA_ERROR_INVALID_VALUE;
+    // The pool's own device keeps read-write access: it cannot be taken away.
+    if (map[i].location.id == mp->device && f != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_DEVICE;
+  }
+  for (size_t i = 0; i < count; ++i)
+    if (map[i].location.id != mp->device) mp->access[map[i].location.id] = map[i].flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool pool, CUmemLocation* location) {
+  State& s = GetState();
+  std::lock_guard lk(s.mu);
+  if (CUresult r = CheckInitialized(s); r != CUDA_SUCCESS) return r;
+  MemPool* mp = LookupPool(s, pool, "cuMemPoolGetAccess");
+  Device* d = nullptr;
+  if (flags == nullptr || location == nullptr || location->type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      GetDevice(s, location->id, &d) != CUDA_SUCCESS)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (location->id == mp->device) {
+    *flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return CUDA_SUCCESS;
+  }
+  auto it = mp->access.find(location->id);
+  *flags = it == mp->access.end() ? CU_MEM_ACCESS_FLAGS_PROT_NONE : it->second;
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   State& s = GetState();
   std::lock_guard lk(s.mu);

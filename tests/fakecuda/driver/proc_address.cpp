@@ -91,6 +91,8 @@ const ProcEntry kProcTable[] = {
     {"cuMemPoolCreate",                       11020, Fn(cuMemPoolCreate),                         nullptr},
     {"cuMemPoolDestroy",                      11020, Fn(cuMemPoolDestroy),                        nullptr},
     {"cuMemPoolTrimTo",                       11020, Fn(cuMemPoolTrimTo),                         nullptr},
+    {"cuMemPoolSetAccess",                    11020, Fn(cuMemPoolSetAccess),                      nullptr},
+    {"cuMemPoolGetAccess",                    11020, Fn(cuMemPoolGetAccess),                      nullptr},
     {"cuMemPoolGetAttribute",                 11020, Fn(cuMemPoolGetAttribute),                   nullptr},
     {"cuMemPoolSetAttribute",                 11020, Fn(cuMemPoolSetAttribute),                   nullptr},
     // copies and memsets (synchronous ones have _ptds, asynchronous ones _ptsz variants)

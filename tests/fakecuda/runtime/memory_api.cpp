@@ -198,6 +198,17 @@ cudaError_t CUDARTAPI cudaMemPoolDestroy(cudaMemPool_t memPool) {
 cudaError_t CUDARTAPI cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep) {
   return Call([&] { return Driver().cuMemPoolTrimTo(memPool, minBytesToKeep); });
 }
+// cudaMemAccessDesc and CUmemAccessDesc, cudaMemLocation and CUmemLocation are laid out alike.
+cudaError_t CUDARTAPI cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc* descList, size_t count) {
+  return Call([&] { return Driver().cuMemPoolSetAccess(memPool, reinterpret_cast<const CUmemAccessDesc*>(descList), count); });
+}
+cudaError_t CUDARTAPI cudaMemPoolGetAccess(enum cudaMemAccessFlags* flags, cudaMemPool_t memPool,
+                                           struct cudaMemLocation* location) {
+  return Call([&] {
+    return Driver().cuMemPoolGetAccess(reinterpret_cast<CUmemAccess_flags*>(flags), memPool,
+                                       reinterpret_cast<CUmemLocation*>(location));
+  });
+}
 // cudaMemPoolAttr and CUmemPool_attribute number the attributes alike.
 cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void* value) {
   return Call([&] { return Driver().cuMemPoolGetAttribute(memPool, static_cast<CUmemPool_attribute>(attr), value); });

@@ -70,6 +70,8 @@ inline constexpr int kRuntimeVersion = 13000;  // CUDART_VERSION of the headers 
   X(cuMemPoolCreate,                   "cuMemPoolCreate",               11020, 0, true)  \
   X(cuMemPoolDestroy,                  "cuMemPoolDestroy",              11020, 0, true)  \
   X(cuMemPoolTrimTo,                   "cuMemPoolTrimTo",               11020, 0, true)  \
+  X(cuMemPoolSetAccess,                "cuMemPoolSetAccess",            11020, 0, true)  \
+  X(cuMemPoolGetAccess,                "cuMemPoolGetAccess",            11020, 0, true)  \
   X(cuMemPoolGetAttribute,             "cuMemPoolGetAttribute",         11020, 0, true)  \
   X(cuMemPoolSetAttribute,             "cuMemPoolSetAttribute",         11020, 0, true)  \
   X(cuGraphAddMemAllocNode,            "cuGraphAddMemAllocNode",        11040, 0, false) \

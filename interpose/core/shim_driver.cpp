@@ -406,7 +406,7 @@ void Shim::mempool_access_set(CUmemoryPool pool, const CUmemAccessDesc* map, siz
   if (d == nullptr || d->driver == nullptr) return;
   for (size_t i = 0; i < count; ++i)
     if (map[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-      if (static_cast<DriverBackend*>(d->driver.get())->grant_access(map[i].location.id, map[i].flags) != CUDA_SUCCESS)
+      if (static_cast<DriverBackend*>(d->driver.get())->grant_access(map[i].location.id, map[i].flags, false) != CUDA_SUCCESS)
         log_line("device %d: access for device %d to the pool's mappings was not granted everywhere (cuMemPoolSetAccess)",
                  d->ordinal, map[i].location.id);
 }
@@ -417,9 +417,12 @@ void Shim::peer_access_enabled(CUcontext peer) {
   if (!current_context_device(&accessor)) return;
   const int owner = device_of_primary_context(peer);
   if (owner < 0 || owner >= kMaxDevices) return;  // a context the program made: the pools' memory is not in it
-  DeviceState* d = devices_[owner].load(std::memory_order_acquire);
+  // Made now if the pools have not served that device yet (peer links are set up at start, as
+  // PyTorch and NCCL do): its first mappings must carry the access.
+  DeviceState* d = device(owner);
   if (d == nullptr || d->driver == nullptr) return;
-  if (static_cast<DriverBackend*>(d->driver.get())->grant_access(accessor, CU_MEM_ACCESS_FLAGS_PROT_READWRITE) != CUDA_SUCCESS)
+  if (static_cast<DriverBackend*>(d->driver.get())->grant_access(accessor, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, true) !=
+      CUDA_SUCCESS)
     log_line("device %d: access for device %d to the pool's mappings was not granted everywhere (peer access)", owner,
              accessor);
 }

@@ -168,6 +168,12 @@ CUresult DriverBackend::in_context(F&& fn) {
 }
 
 void DriverBackend::forget_context() {
+  {
+    // A reset ends the default pool's access settings and the peer links with the context: the
+    // program grants them again.
+    std::lock_guard<std::mutex> access(access_mu_);
+    peers_.clear();
+  }
   std::lock_guard<std::mutex> lock(retain_mu_);
   primary_.store(nullptr, std::memory_order_release);
   retain_result_ = CUDA_ERROR_NOT_INITIALIZED;
@@ -370,11 +376,12 @@ CUresult DriverBackend::map(uintptr_t va, size_t size, uint64_t handle, size_t o
     std::lock_guard<std::mutex> lock(access_mu_);
     CUresult r = api_->map(static_cast<CUdeviceptr>(va), size, offset, static_cast<CUmemGenericAllocationHandle>(handle), 0);
     if (r != CUDA_SUCCESS) return r;
-    std::vector<CUmemAccessDesc> access(1 + peers_.size());
+    std::vector<CUmemAccessDesc> access(1);
     access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access[0].location.id = device_;
     access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    std::copy(peers_.begin(), peers_.end(), access.begin() + 1);
+    for (const CUmemAccessDesc& d : peer_descs())
+      if (d.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) access.push_back(d);
     r = api_->set_access(static_cast<CUdeviceptr>(va), size, access.data(), access.size());
     if (r != CUDA_SUCCESS) {
       api_->unmap(static_cast<CUdeviceptr>(va), size);
@@ -396,17 +403,36 @@ CUresult DriverBackend::unmap(uintptr_t va, size_t size) {
   });
 }
 
-CUresult DriverBackend::grant_access(int peer, CUmemAccess_flags flags) {
+std::vector<CUmemAccessDesc> DriverBackend::peer_descs() const {
+  std::vector<CUmemAccessDesc> out;
+  for (const auto& [peer, a] : peers_) {
+    CUmemAccessDesc d = {};
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = peer;
+    d.flags = std::max(a.by_pool, a.by_peer);  // NONE < READ < READWRITE
+    out.push_back(d);
+  }
+  return out;
+}
+
+CUresult DriverBackend::grant_access(int peer, CUmemAccess_flags flags, bool by_peer_access) {
   if (peer == device_ || !api_->set_access) return CUDA_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lock(access_mu_);
+    PeerAccess& a = peers_[peer];
+    (by_peer_access ? a.by_peer : a.by_pool) = flags;
+    // Nothing mapped: map() gives the access from now on. No context is made current, or
+    // retained, for a program that has not let the pool touch the device yet.
+    if (mapped_.empty()) return CUDA_SUCCESS;
+  }
   return in_context([&] {
     std::lock_guard<std::mutex> lock(access_mu_);
+    auto it = peers_.find(peer);
+    if (it == peers_.end()) return CUDA_SUCCESS;  // a reset meanwhile
     CUmemAccessDesc desc = {};
     desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     desc.location.id = peer;
-    desc.flags = flags;
-    auto same = std::find_if(peers_.begin(), peers_.end(), [&](const CUmemAccessDesc& d) { return d.location.id == peer; });
-    if (same != peers_.end()) *same = desc;
-    else peers_.push_back(desc);
+    desc.flags = std::max(it->second.by_pool, it->second.by_peer);
     CUresult result = CUDA_SUCCESS;
     for (const auto& [va, size] : mapped_)
       if (const CUresult r = api_->set_access(static_cast<CUdeviceptr>(va), size, &desc, 1); r != CUDA_SUCCESS) result = r;

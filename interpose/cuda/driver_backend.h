@@ -50,12 +50,15 @@ class DriverBackend final : public Backend {
   // retains the context again, as the runtime does after cudaDeviceReset.
   void forget_context();
 
-  // Another device may now access this device's memory (cuMemPoolSetAccess on its default pool,
-  // which the pools serve; peer access enabled with cuCtxEnablePeerAccess): `flags` for `peer`.
-  // Memory from cuMemAlloc (the caching pool) follows the contexts' peer access by itself; the
-  // vmm pool's mappings are given that access, those mapped already and every later one, as
-  // PyTorch's expandable segments do for their peers.
-  CUresult grant_access(int peer, CUmemAccess_flags flags);
+  // Another device may now access this device's memory: `flags` for `peer`, given by
+  // cuMemPoolSetAccess on its default pool, which the pools serve (`by_peer_access` false), or by
+  // peer access enabled with cuCtxEnablePeerAccess (true). The two are kept apart and the
+  // stronger holds (cudaMalloc and cudaMallocAsync memory share the vmm pool's mappings). Memory
+  // from cuMemAlloc (the caching pool) follows the contexts' peer access by itself; the vmm pool's
+  // mappings are given the access, those mapped already and every later one, as PyTorch's
+  // expandable segments do for their peers. Never makes a context current or retains one while
+  // nothing is mapped.
+  CUresult grant_access(int peer, CUmemAccess_flags flags, bool by_peer_access);
 
   // The context current on the calling thread, as the pools see it: this device's primary
   // context (or none, which the runtime replaces by it), whose memory the pools hold; a context
@@ -81,8 +84,12 @@ class DriverBackend final : public Backend {
   // What map() grants beside this device's own access, and the ranges it mapped (va -> size), so
   // that a later grant reaches them. Under one lock with the map and unmap calls: a grant never
   // misses a mapping made meanwhile.
+  struct PeerAccess {
+    CUmemAccess_flags by_pool = CU_MEM_ACCESS_FLAGS_PROT_NONE, by_peer = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  };
+  std::vector<CUmemAccessDesc> peer_descs() const;  // the stronger of each peer's two (under access_mu_)
   std::mutex access_mu_;
-  std::vector<CUmemAccessDesc> peers_;
+  std::map<int, PeerAccess> peers_;
   std::map<uintptr_t, size_t> mapped_;
 };
 

@@ -7,7 +7,8 @@ import unittest
 
 from shimtest import POLICIES, ShimTestCase, last_json, program, start_runs
 
-CASES = ("wrong_device", "wrong_device_driver", "legacy_cross_device", "ptds_cross_device", "captured_free")
+CASES = ("wrong_device", "wrong_device_driver", "legacy_cross_device", "ptds_cross_device", "captured_free",
+         "peer_access_first")
 
 
 TWO_DEVICES = {"FAKECUDA_DEVICES": "2"}

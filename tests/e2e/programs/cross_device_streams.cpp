@@ -105,6 +105,35 @@ int cross_device_default(cudaStream_t dflt, const char* name) {
   return intact ? 0 : 2;
 }
 
+// Peer access set up first, as PyTorch and NCCL do at start: device 1 may use device 0's memory
+// (cudaDeviceEnablePeerAccess), before anything was allocated on device 0; then device 1's work
+// writes device 0's cudaMalloc and cudaMallocAsync memory. Under vmm the pool's first mappings
+// must carry the access (a review helper found them without it, the grant dropped for want of
+// the device's state).
+int peer_access_first() {
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(nullptr));
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaFree(nullptr));
+  CHECK(cudaDeviceEnablePeerAccess(0, 0));
+  CHECK(cudaSetDevice(0));
+  void* p = nullptr;
+  void* q = nullptr;
+  CHECK(cudaMalloc(&p, 4 * kMiB));
+  CHECK(cudaMallocAsync(&q, 4 * kMiB, 0));
+  CHECK(cudaStreamSynchronize(0));
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaMemset(p, 0x5A, 4 * kMiB));  // device 1's legacy stream
+  CHECK(cudaMemset(q, 0x5A, 4 * kMiB));
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaSetDevice(0));
+  const bool intact = testsupport::holds(p, 4 * kMiB, 0x5A) && testsupport::holds(q, 4 * kMiB, 0x5A);
+  CHECK(cudaFree(p));
+  CHECK(cudaFree(q));
+  std::printf("{\"case\": \"peer_access_first\", \"intact\": %s}\n", intact ? "true" : "false");
+  return intact ? 0 : 2;
+}
+
 void report(const char* name, int dev) {
   gpushim_device_stats st{};
   testsupport::shim_stats(dev, &st);
@@ -533,6 +562,7 @@ int main(int argc, char** argv) {
   if (c == "wrong_device") return wrong_device();
   if (c == "wrong_device_driver") return wrong_device_driver();
   if (c == "legacy_cross_device") return cross_device_default(0, "legacy_cross_device");
+  if (c == "peer_access_first") return peer_access_first();
   if (c == "ptds_cross_device") return cross_device_default(cudaStreamPerThread, "ptds_cross_device");
   if (c == "foreign_ctx_stream") return foreign_ctx_stream(true);
   if (c == "foreign_ctx_control") return foreign_ctx_stream(false);

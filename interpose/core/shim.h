@@ -216,9 +216,9 @@ class Shim {
   // cuMemPoolSetAccess succeeded: where `pool` is a device's default pool, which our pool serves,
   // the devices named get the same access to our pool's memory (DriverBackend::grant_access).
   void mempool_access_set(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count);
-  // cuCtxEnablePeerAccess succeeded: the current context's device may use `peer`'s memory, our
-  // pool's on that device included.
-  void peer_access_enabled(CUcontext peer);
+  // cuCtxEnablePeerAccess (`enabled`) or cuCtxDisablePeerAccess succeeded: the current context's
+  // device may, or may no longer, use `peer`'s memory, our pool's on that device included.
+  void peer_access_changed(CUcontext peer, bool enabled);
   // cuDeviceSetMemPool succeeded: `device`'s stream-ordered allocations come from `pool` now.
   void mempool_current_set(int device, CUmemoryPool pool);
   // A trim CUDA served (cuMemPoolTrimTo or the runtime's) succeeded: what `pool` reserves is read

@@ -411,7 +411,7 @@ void Shim::mempool_access_set(CUmemoryPool pool, const CUmemAccessDesc* map, siz
                  d->ordinal, map[i].location.id);
 }
 
-void Shim::peer_access_enabled(CUcontext peer) {
+void Shim::peer_access_changed(CUcontext peer, bool enabled) {
   if (forked_child_) return;
   int accessor = 0;
   if (!current_context_device(&accessor)) return;
@@ -421,8 +421,8 @@ void Shim::peer_access_enabled(CUcontext peer) {
   // PyTorch and NCCL do): its first mappings must carry the access.
   DeviceState* d = device(owner);
   if (d == nullptr || d->driver == nullptr) return;
-  if (static_cast<DriverBackend*>(d->driver.get())->grant_access(accessor, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, true) !=
-      CUDA_SUCCESS)
+  const CUmemAccess_flags flags = enabled ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  if (static_cast<DriverBackend*>(d->driver.get())->grant_access(accessor, flags, true) != CUDA_SUCCESS)
     log_line("device %d: access for device %d to the pool's mappings was not granted everywhere (peer access)", owner,
              accessor);
 }

@@ -68,6 +68,7 @@ using CuCtxCreateV3 = CUresult (*)(CUcontext* pctx, CUexecAffinityParam* params,
   X(cuMemPoolDestroy, "cuMemPoolDestroy", decltype(&::cuMemPoolDestroy))                                            \
   X(cuMemPoolSetAccess, "cuMemPoolSetAccess", decltype(&::cuMemPoolSetAccess))                                      \
   X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", decltype(&::cuCtxEnablePeerAccess))                             \
+  X(cuCtxDisablePeerAccess, "cuCtxDisablePeerAccess", decltype(&::cuCtxDisablePeerAccess))                          \
   X(cuDeviceSetMemPool, "cuDeviceSetMemPool", decltype(&::cuDeviceSetMemPool))                                      \
   X(cuStreamCreate, "cuStreamCreate", decltype(&::cuStreamCreate))                                                  \
   X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority", decltype(&::cuStreamCreateWithPriority))              \

@@ -142,7 +142,16 @@ GPUSHIM_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned in
   // cudaDeviceEnablePeerAccess reaches this hook too).
   const CUresult r = call(real_driver().cuCtxEnablePeerAccess, peerContext, Flags);
   if (r == CUDA_SUCCESS)
-    if (Shim* s = Shim::get()) s->peer_access_enabled(peerContext);
+    if (Shim* s = Shim::get()) s->peer_access_changed(peerContext, true);
+  return r;
+}
+
+GPUSHIM_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext) {
+  GPUSHIM_DRIVER_SCOPE;
+  // And taken back: what cudaMemPoolSetAccess gave the device stays (the stronger of the two).
+  const CUresult r = call(real_driver().cuCtxDisablePeerAccess, peerContext);
+  if (r == CUDA_SUCCESS)
+    if (Shim* s = Shim::get()) s->peer_access_changed(peerContext, false);
   return r;
 }
 

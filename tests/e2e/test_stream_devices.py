@@ -41,6 +41,9 @@ class StreamDevices(ShimTestCase):
                     self.assertEqual(sum(d["total_allocs"] for d in r.report["devices"]), 1)
                 else:
                     self.assertTrue(out["intact"], out)
+                if case == "peer_access_first" and policy == "vmm":
+                    # The pool's mappings follow the peer link both ways (read-write, then none).
+                    self.assertEqual((out["access_with_peer"], out["access_without_peer"]), (3, 0), out)
 
     def test_streams_of_other_contexts_leave_the_devices_fences_working(self):
         # A stream of another device destroyed while device 0 is current: its tail event was

@@ -128,9 +128,27 @@ int peer_access_first() {
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaSetDevice(0));
   const bool intact = testsupport::holds(p, 4 * kMiB, 0x5A) && testsupport::holds(q, 4 * kMiB, 0x5A);
+  // Device 1's access to the memory, as the driver has it for a mapping (the vmm pool's; -1 where
+  // the memory is no mapping), with peer access and after it is disabled again.
+  auto access_of_1 = [](void* ptr) {
+    using GetAccess = CUresult (*)(unsigned long long*, const CUmemLocation*, CUdeviceptr);
+    static auto get = testsupport::driver_function<GetAccess>("cuMemGetAccess");
+    CUmemLocation loc = {};
+    loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    loc.id = 1;
+    unsigned long long flags = 0;
+    return get(&flags, &loc, reinterpret_cast<CUdeviceptr>(ptr)) == CUDA_SUCCESS ? static_cast<long long>(flags) : -1;
+  };
+  const long long with_peer = access_of_1(q);
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaDeviceDisablePeerAccess(0));
+  CHECK(cudaSetDevice(0));
+  const long long without_peer = access_of_1(q);
   CHECK(cudaFree(p));
   CHECK(cudaFree(q));
-  std::printf("{\"case\": \"peer_access_first\", \"intact\": %s}\n", intact ? "true" : "false");
+  std::printf("{\"case\": \"peer_access_first\", \"intact\": %s, \"access_with_peer\": %lld, "
+              "\"access_without_peer\": %lld}\n",
+              intact ? "true" : "false", with_peer, without_peer);
   return intact ? 0 : 2;
 }
 

@@ -49,12 +49,8 @@ int run_export(const Cli& cli) {
   if (!torn.empty()) notes.push_back(torn);
   if (is_trace) {
     TraceData trace;
-    if (!parse_trace(bytes, &trace, &err, trace_event_limit())) {
+    if (!parse_trace_to_read(bytes, &trace, &err)) {
       std::fprintf(stderr, "gpushim-analyze export: %s: %s\n", path.c_str(), err.c_str());
-      return 1;
-    }
-    if (const std::string why = trace.nothing_to_read(); !why.empty()) {
-      std::fprintf(stderr, "gpushim-analyze export: %s: %s\n", path.c_str(), why.c_str());
       return 1;
     }
     bytes.clear();

@@ -111,6 +111,12 @@ uint64_t input_limit_bytes() {
 
 uint64_t trace_event_limit() { return std::max<uint64_t>(input_limit_bytes() / sizeof(trace::TraceEvent), 1); }
 
+bool parse_trace_to_read(const std::string& bytes, TraceData* out, std::string* error) {
+  if (!parse_trace(bytes, out, error, trace_event_limit())) return false;
+  *error = out->nothing_to_read();
+  return error->empty();
+}
+
 bool looks_like_report_or_trace(const char* head, size_t n) {
   if (n >= sizeof(trace::kFileMagic) && std::memcmp(head, trace::kFileMagic, sizeof(trace::kFileMagic)) == 0) return true;
   // A report is a JSON object whose first member is a key (its schema): optional whitespace (and a
@@ -643,12 +649,8 @@ bool load_run(const std::string& path, RunView* out, std::string* error, std::op
   if (!read_file(path, &bytes, error, &torn)) return false;
   if (looks_like_trace(bytes)) {
     TraceData t;
-    if (!parse_trace(bytes, &t, error, trace_event_limit())) {
+    if (!parse_trace_to_read(bytes, &t, error)) {
       *error = path + ": " + *error;
-      return false;
-    }
-    if (const std::string why = t.nothing_to_read(); !why.empty()) {
-      *error = path + ": " + why;
       return false;
     }
     run_from_trace(t, path, out);

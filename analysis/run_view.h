@@ -86,6 +86,10 @@ uint64_t input_limit_bytes();
 // input_limit_bytes() allows a file, since a trace's events take ten to forty times its bytes in
 // memory (a 100 MB trace of small events once took 3.7 GB).
 uint64_t trace_event_limit();
+// A trace file's bytes as every command reads them: parse_trace up to trace_event_limit(), and a
+// trace with nothing to read (neither events nor an end record: TraceData::nothing_to_read)
+// refused. `error` is one line, without the file's name.
+bool parse_trace_to_read(const std::string& bytes, TraceData* out, std::string* error);
 // Whether `head`, the start of an input, can begin a report or a trace: the trace magic, or a JSON
 // object opening with a key and no control byte but whitespace. scripts/gpushim-plot applies the
 // same rule to reports before reading them whole.

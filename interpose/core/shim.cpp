@@ -304,23 +304,17 @@ void Shim::stop_sole_device() {
   sole_device_.store(nullptr, std::memory_order_release);
 }
 
-bool Shim::sole_visible_device() {
-  // Asked until the driver answers; a failed count is no answer (count_visible_devices' 1 is a
-  // guess there).
-  static std::atomic<int> count{-1};
-  int n = count.load(std::memory_order_relaxed);
-  if (n < 0) {
-    const RealDriver& drv = real_driver();
-    if (drv.cuDeviceGetCount == nullptr || drv.cuDeviceGetCount(&n) != CUDA_SUCCESS) return false;
-    count.store(n, std::memory_order_relaxed);
-  }
-  return n == 1;
-}
-
-int Shim::count_visible_devices() {
+int Shim::visible_device_count(bool ask_again) {
+  int known = visible_devices_.load(std::memory_order_relaxed);
+  if (known >= 0 || (known == kCountRefused && !ask_again)) return known;
   int n = 0;
   const RealDriver& drv = real_driver();
-  if (drv.cuDeviceGetCount == nullptr || drv.cuDeviceGetCount(&n) != CUDA_SUCCESS) return 1;
+  if (drv.cuDeviceGetCount == nullptr || drv.cuDeviceGetCount(&n) != CUDA_SUCCESS) {
+    // Never over an answer another thread got meanwhile.
+    visible_devices_.compare_exchange_strong(known, kCountRefused, std::memory_order_relaxed);
+    return kCountRefused;
+  }
+  visible_devices_.store(n, std::memory_order_relaxed);
   return n;
 }
 

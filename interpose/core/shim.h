@@ -185,13 +185,16 @@ class Shim {
       -> std::invoke_result_t<Forward&>;
   cudaError_t mem_get_info(size_t* free, size_t* total);
   // More than one device is visible: only then can a stream and a block be of different devices.
+  // A count the driver refused counts as one device, and is not asked again here.
   bool several_devices() {
-    int n = visible_devices_.load(std::memory_order_relaxed);
-    if (n < 0) visible_devices_.store(n = count_visible_devices(), std::memory_order_relaxed);
-    return n > 1;
+    const int n = visible_devices_.load(std::memory_order_relaxed);
+    return (n == kCountNotAsked ? visible_device_count(/*ask_again=*/false) : n) > 1;
   }
-  static int count_visible_devices();
-  static bool sole_visible_device();  // the driver counts exactly one device
+  // The driver counts exactly one device; a refused count is asked again until it answers.
+  bool sole_visible_device() { return visible_device_count(/*ask_again=*/true) == 1; }
+  // The driver's device count (cuDeviceGetCount), kept once it answers; kCountRefused while it
+  // refused (asked again only when `ask_again`).
+  int visible_device_count(bool ask_again);
   // The device whose work `stream` orders where it may not be the current one (a created stream
   // of another device); -1 (the current device) otherwise, or when unknown.
   int device_ordering(CUstream stream, bool per_thread);
@@ -554,7 +557,8 @@ class Shim {
   const bool tracing_;  // GPUSHIM_TRACE is recorded: precise times, and the pools report their segments
   // ---- the device table ----
   std::atomic<DeviceState*> devices_[kMaxDevices] = {};
-  std::atomic<int> visible_devices_{-1};  // the driver's device count, asked once (-1: not yet)
+  static constexpr int kCountNotAsked = -1, kCountRefused = -2;
+  std::atomic<int> visible_devices_{kCountNotAsked};  // visible_device_count()'s answer
   // The only visible device's state, once made (null: not yet, or not one device): the current
   // device can then be no other, and allocations do not ask the runtime (current_device_state).
   std::atomic<DeviceState*> sole_device_{nullptr};

@@ -317,10 +317,7 @@ void run_from_trace(const TraceData& t, const std::string& path, RunView* out) {
   auto take_checkpoint = [&](const TraceData::Checkpoint& c) {
     history.sample(c.t_ns - std::min(c.t_ns, t.header.start_mono_ns), c.iterations,
                    std::vector<std::pair<SiteKey, SiteTotals>>(live_sites.begin(), live_sites.end()),
-                   periods->allocations(),
-                   (c.sources & IterationCounter::kCheckpointAtMark) != 0             ? IterationPoint::kMark
-                   : (c.sources & IterationCounter::kCheckpointAtSiteIteration) != 0 ? IterationPoint::kSite
-                                                                                     : IterationPoint::kNone);
+                   periods->allocations(), iteration_point_of_checkpoint(c.sources));
     evidence.iterations = c.iterations;
     evidence.iteration_sources = c.sources & IterationCounter::kSources;
   };

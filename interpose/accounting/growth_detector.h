@@ -17,12 +17,26 @@
 #include <cstdint>
 #include <vector>
 
+#include "util/iteration_counter.h"
+
 namespace gpushim {
 
 // What made a checkpoint, when the iteration count did: the allocation that began an iteration
 // at GPUSHIM_ITERATION_SITE (taken right after it), or a mark (gpushim_mark_iteration, taken at
 // it). Points of one kind are at one place of their iteration.
 enum class IterationPoint : uint8_t { kNone, kSite, kMark };
+// As a trace's checkpoint carries it, beside the iteration sources (format 1.7): written by the
+// shim's recorder, read back by gpushim-analyze.
+inline unsigned checkpoint_flag(IterationPoint p) {
+  return p == IterationPoint::kSite   ? IterationCounter::kCheckpointAtSiteIteration
+         : p == IterationPoint::kMark ? IterationCounter::kCheckpointAtMark
+                                      : 0u;
+}
+inline IterationPoint iteration_point_of_checkpoint(unsigned sources) {
+  return (sources & IterationCounter::kCheckpointAtMark) != 0             ? IterationPoint::kMark
+         : (sources & IterationCounter::kCheckpointAtSiteIteration) != 0 ? IterationPoint::kSite
+                                                                         : IterationPoint::kNone;
+}
 
 struct SitePoint {
   uint64_t t_ns;       // since the shim started

@@ -380,8 +380,8 @@ CUresult DriverBackend::map(uintptr_t va, size_t size, uint64_t handle, size_t o
     access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access[0].location.id = device_;
     access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    for (const CUmemAccessDesc& d : peer_descs())
-      if (d.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) access.push_back(d);
+    for (const auto& [peer, a] : peers_)
+      if (const CUmemAccessDesc d = a.desc(peer); d.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) access.push_back(d);
     r = api_->set_access(static_cast<CUdeviceptr>(va), size, access.data(), access.size());
     if (r != CUDA_SUCCESS) {
       api_->unmap(static_cast<CUdeviceptr>(va), size);
@@ -403,16 +403,12 @@ CUresult DriverBackend::unmap(uintptr_t va, size_t size) {
   });
 }
 
-std::vector<CUmemAccessDesc> DriverBackend::peer_descs() const {
-  std::vector<CUmemAccessDesc> out;
-  for (const auto& [peer, a] : peers_) {
-    CUmemAccessDesc d = {};
-    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    d.location.id = peer;
-    d.flags = std::max(a.by_pool, a.by_peer);  // NONE < READ < READWRITE
-    out.push_back(d);
-  }
-  return out;
+CUmemAccessDesc DriverBackend::PeerAccess::desc(int peer) const {
+  CUmemAccessDesc d = {};
+  d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  d.location.id = peer;
+  d.flags = std::max(by_pool, by_peer);  // NONE < READ < READWRITE
+  return d;
 }
 
 CUresult DriverBackend::grant_access(int peer, CUmemAccess_flags flags, bool by_peer_access) {
@@ -429,10 +425,7 @@ CUresult DriverBackend::grant_access(int peer, CUmemAccess_flags flags, bool by_
     std::lock_guard<std::mutex> lock(access_mu_);
     auto it = peers_.find(peer);
     if (it == peers_.end()) return CUDA_SUCCESS;  // a reset meanwhile
-    CUmemAccessDesc desc = {};
-    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    desc.location.id = peer;
-    desc.flags = std::max(it->second.by_pool, it->second.by_peer);
+    const CUmemAccessDesc desc = it->second.desc(peer);
     CUresult result = CUDA_SUCCESS;
     for (const auto& [va, size] : mapped_)
       if (const CUresult r = api_->set_access(static_cast<CUdeviceptr>(va), size, &desc, 1); r != CUDA_SUCCESS) result = r;

@@ -86,8 +86,8 @@ class DriverBackend final : public Backend {
   // misses a mapping made meanwhile.
   struct PeerAccess {
     CUmemAccess_flags by_pool = CU_MEM_ACCESS_FLAGS_PROT_NONE, by_peer = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    CUmemAccessDesc desc(int peer) const;  // `peer`'s access on a mapping: the stronger of the two
   };
-  std::vector<CUmemAccessDesc> peer_descs() const;  // the stronger of each peer's two (under access_mu_)
   std::mutex access_mu_;
   std::map<int, PeerAccess> peers_;
   std::map<uintptr_t, size_t> mapped_;

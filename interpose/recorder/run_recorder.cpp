@@ -90,16 +90,12 @@ void RunRecorder::iteration_marked(uint64_t n) {
 }
 
 void RunRecorder::sample_sites(uint64_t t_ns, IterationPoint at_iteration) {
-  const unsigned sources = iterations_.sources();
   // Teardown frees what the program held: its drop must not read as the end of a leak.
   if (teardown_.load(std::memory_order_acquire) != nullptr) return;
   const uint64_t iteration = iterations_.count();
   // A checkpoint goes into the trace only if the history kept it: the trace replays exactly these.
   if (site_history_.sample(t_ns, iteration, lent_.books->sites(), periods_.allocations(), at_iteration) && trace_)
-    trace_->checkpoint(t_ns, iteration,
-                       sources | (at_iteration == IterationPoint::kSite  ? IterationCounter::kCheckpointAtSiteIteration
-                                  : at_iteration == IterationPoint::kMark ? IterationCounter::kCheckpointAtMark
-                                                                          : 0u));
+    trace_->checkpoint(t_ns, iteration, iterations_.sources() | checkpoint_flag(at_iteration));
 }
 
 // ---- what went wrong ----
